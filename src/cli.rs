@@ -1,0 +1,375 @@
+//! The one command-line definition of every applet and flag: the source of `--help`, the man
+//! pages and the shell completions. Also the multi-call entry (argv[0] picks the applet) and
+//! the translation of Go-style flags (`-flag`, `-flag=value`) that upstream's users type.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// The applets, in the order `--list` prints them.
+pub const APPLETS: [&str; 4] = ["agent", "cleanup", "show", "validate"];
+
+/// The multi-call binary's own name.
+pub const BINARY_NAME: &str = "ipmasq";
+
+/// argv[0] names that select an applet without a subcommand.
+const ARGV0_ALIASES: [(&str, &str); 1] = [("ip-masq-agent", "agent")];
+
+const ABOUT: &str = "Masquerade pod traffic leaving the cluster: a drop-in ip-masq-agent";
+
+const LONG_ABOUT: &str = "\
+ipmasq keeps one nat chain (IP-MASQ-AGENT) on every node: RETURN for each non-masquerade CIDR \
+(RFC 1918 and link-local by default), MASQUERADE for everything else, and a jump to it from \
+POSTROUTING for non-LOCAL destinations. It reads upstream ip-masq-agent's config file and flags \
+unchanged.
+
+It is a multi-call binary: run `ipmasq APPLET ...`, or install it as `ip-masq-agent` to run the \
+agent directly.";
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  ipmasq validate /etc/config/ip-masq-agent     Check a config as the agent would read it
+  ipmasq validate -o json manifests/*.yaml      Lint ConfigMap manifests in CI
+  ipmasq --list                                 Print the applets";
+
+const VALIDATE_EXAMPLES: &str = "\
+Examples:
+  # Check the file the agent would read (missing file = upstream defaults):
+  ipmasq validate
+
+  # Lint a ConfigMap manifest in CI, treating warnings as errors:
+  ipmasq validate --strict k8s/ip-masq-agent.yaml
+
+  # Judge a dual-stack config exactly as an agent started with --enable-ipv6:
+  kubectl get cm -n kube-system ip-masq-agent -o yaml | ipmasq validate --enable-ipv6 -
+
+  # Machine-readable report for scripts:
+  ipmasq validate -o json config.yaml | jq '.results[].diagnostics[]'
+
+Exit status: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O error.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = BINARY_NAME,
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = MAIN_EXAMPLES,
+    arg_required_else_help = true,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Print the applet names, one per line, and exit
+    #[arg(long, exclusive = true)]
+    pub list: bool,
+
+    #[command(subcommand)]
+    pub applet: Option<Applet>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Applet {
+    /// Run the masquerade agent (the ip-masq-agent daemon)
+    #[command(disable_help_flag = true)]
+    Agent(PlaceholderArgs),
+    /// Check config files or ConfigMap manifests as the agent would read them
+    #[command(after_help = VALIDATE_EXAMPLES)]
+    Validate(ValidateArgs),
+    /// Show the live masquerade chain of this node
+    #[command(disable_help_flag = true)]
+    Show(PlaceholderArgs),
+    /// Remove the masquerade chain and its POSTROUTING jump
+    #[command(disable_help_flag = true)]
+    Cleanup(PlaceholderArgs),
+}
+
+/// Arguments of an applet that is not implemented yet.
+#[derive(Args, Debug)]
+pub struct PlaceholderArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub rest: Vec<OsString>,
+}
+
+/// The agent flags that change how a config is judged; shared by `agent` and `validate`.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct ConfigFlags {
+    /// Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub enable_ipv6: bool,
+
+    /// Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub nomasq_all_reserved_ranges: bool,
+}
+
+impl ConfigFlags {
+    pub fn options(&self) -> crate::config::Options {
+        crate::config::Options {
+            enable_ipv6: self.enable_ipv6,
+            nomasq_all_reserved_ranges: self.nomasq_all_reserved_ranges,
+        }
+    }
+}
+
+/// Report format.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Compiler-style messages for people
+    Text,
+    /// A stable JSON report for scripts (see the README)
+    Json,
+}
+
+/// When to colour text output.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColorChoice {
+    /// Only when writing to a terminal and NO_COLOR is unset
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// Config files, ConfigMap manifests or directories of them; `-` reads stdin
+    /// [default: /etc/config/ip-masq-agent]
+    #[arg(value_name = "FILE|-")]
+    pub files: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub config: ConfigFlags,
+
+    /// Treat warnings as errors
+    #[arg(long)]
+    pub strict: bool,
+
+    /// Report format
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Also print the effective config (after defaults) of each valid input
+    #[arg(long)]
+    pub print_effective: bool,
+
+    /// Colour the text report
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+/// Go's `strconv.ParseBool`, which its `flag` package uses for boolean flags.
+pub fn parse_go_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "invalid boolean {value:?}: use true or false (Go's 1, t, T, TRUE, True, 0, f, F, FALSE, False also work)"
+        )),
+    }
+}
+
+/// Why the command line names no runnable applet.
+#[derive(Debug, thiserror::Error)]
+pub enum AppletError {
+    #[error(
+        "unknown applet '{name}'; the applets are: {}. Run `{BINARY_NAME} --list` or `{BINARY_NAME} --help`",
+        APPLETS.join(", ")
+    )]
+    Unknown { name: String },
+}
+
+/// Turns the process arguments into the multi-call form `ipmasq APPLET ARGS...`.
+///
+/// argv[0]'s basename selects an applet when it names one (`ip-masq-agent`, or
+/// `ipmasq-validate` and the like); otherwise the first argument is the applet. Go-style
+/// single-dash long flags are rewritten to clap's double-dash form.
+pub fn multicall_args(args: Vec<OsString>) -> Result<Vec<OsString>, AppletError> {
+    let mut args = args.into_iter();
+    let argv0 = args.next().unwrap_or_else(|| BINARY_NAME.into());
+    let rest: Vec<OsString> = args.collect();
+    let base = std::path::Path::new(&argv0)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let from_argv0 = ARGV0_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == base)
+        .map(|(_, applet)| *applet)
+        .or_else(|| {
+            base.strip_prefix("ipmasq-")
+                .and_then(|name| APPLETS.iter().copied().find(|a| *a == name))
+        });
+    let (applet, applet_args) = match from_argv0 {
+        Some(applet) => (applet.to_string(), rest),
+        None => {
+            let Some(first) = rest.first() else {
+                return Ok(vec![BINARY_NAME.into()]);
+            };
+            let first = first.to_string_lossy().into_owned();
+            if first.starts_with('-') || first == "help" {
+                // Top-level flags (--help, --version, --list) and `help`: clap handles them.
+                let mut out = vec![OsString::from(BINARY_NAME)];
+                out.extend(rest);
+                return Ok(out);
+            }
+            if !APPLETS.contains(&first.as_str()) {
+                return Err(AppletError::Unknown { name: first });
+            }
+            (first, rest.into_iter().skip(1).collect())
+        }
+    };
+    let mut out = vec![OsString::from(BINARY_NAME), OsString::from(&applet)];
+    out.extend(go_style_flags(&applet, applet_args));
+    Ok(out)
+}
+
+/// Long flag names an applet accepts, from the clap definition itself.
+fn long_flags(applet: &str) -> Vec<String> {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    command
+        .find_subcommand(applet)
+        .map(|sub| {
+            sub.get_arguments()
+                .filter_map(|a| a.get_long().map(str::to_string))
+                .chain(["help".to_string(), "version".to_string()])
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Rewrites `-flag` and `-flag=value` (Go's flag package) to `--flag...` for the applet's
+/// known long flags. Short flags, `-` (stdin) and everything after `--` are left alone.
+fn go_style_flags(applet: &str, args: Vec<OsString>) -> Vec<OsString> {
+    let longs = long_flags(applet);
+    let mut out = Vec::with_capacity(args.len());
+    let mut passthrough = false;
+    for arg in args {
+        let text = arg.to_string_lossy();
+        if passthrough || text == "--" {
+            passthrough = true;
+            out.push(arg);
+            continue;
+        }
+        if let Some(body) = text.strip_prefix('-').filter(|b| !b.starts_with('-')) {
+            let name = body.split('=').next().unwrap_or_default();
+            if name.len() > 1 && longs.iter().any(|l| l == name) {
+                out.push(OsString::from(format!("-{text}")));
+                continue;
+            }
+        }
+        out.push(arg);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    fn strings(args: Vec<OsString>) -> Vec<String> {
+        args.into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn argv0_selects_the_applet() {
+        let args = multicall_args(os(&["/usr/bin/ip-masq-agent", "--enable-ipv6"])).unwrap();
+        assert_eq!(strings(args), ["ipmasq", "agent", "--enable-ipv6"]);
+        let args = multicall_args(os(&["ipmasq-validate", "x.yaml"])).unwrap();
+        assert_eq!(strings(args), ["ipmasq", "validate", "x.yaml"]);
+    }
+
+    #[test]
+    fn first_argument_selects_the_applet() {
+        let args = multicall_args(os(&["ipmasq", "validate", "-"])).unwrap();
+        assert_eq!(strings(args), ["ipmasq", "validate", "-"]);
+        let args = multicall_args(os(&["./target/debug/ipmasq", "--list"])).unwrap();
+        assert_eq!(strings(args), ["ipmasq", "--list"]);
+    }
+
+    #[test]
+    fn unknown_applet_is_a_clear_error() {
+        let err = multicall_args(os(&["ipmasq", "frobnicate"])).unwrap_err();
+        assert!(err.to_string().contains("unknown applet 'frobnicate'"));
+        assert!(err.to_string().contains("agent, cleanup, show, validate"));
+    }
+
+    #[test]
+    fn go_style_flags_are_rewritten() {
+        let args = multicall_args(os(&[
+            "ipmasq",
+            "validate",
+            "-enable-ipv6",
+            "-nomasq-all-reserved-ranges=false",
+            "-o",
+            "json",
+            "-",
+            "--",
+            "-strict",
+        ]))
+        .unwrap();
+        assert_eq!(
+            strings(args),
+            [
+                "ipmasq",
+                "validate",
+                "--enable-ipv6",
+                "--nomasq-all-reserved-ranges=false",
+                "-o",
+                "json",
+                "-",
+                "--",
+                "-strict"
+            ]
+        );
+    }
+
+    #[test]
+    fn go_booleans_parse() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_go_bool(t), Ok(true));
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_go_bool(f), Ok(false));
+        }
+        assert!(parse_go_bool("yes").is_err());
+        let cli = Cli::try_parse_from(["ipmasq", "validate", "--enable-ipv6=false"]).unwrap();
+        let Some(Applet::Validate(v)) = cli.applet else {
+            panic!()
+        };
+        assert!(!v.config.enable_ipv6);
+        let cli = Cli::try_parse_from(["ipmasq", "validate", "--enable-ipv6", "f.yaml"]).unwrap();
+        let Some(Applet::Validate(v)) = cli.applet else {
+            panic!()
+        };
+        assert!(v.config.enable_ipv6);
+        assert_eq!(v.files, [PathBuf::from("f.yaml")]);
+    }
+}

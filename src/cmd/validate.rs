@@ -1,0 +1,397 @@
+//! `ipmasq validate`: checks config files, stdin, or ConfigMap manifests exactly as the agent
+//! would read them, and reports in compiler style or as a stable JSON document.
+//!
+//! JSON report (schemaVersion 1; fields are only ever added):
+//! `{schemaVersion, valid, errors, warnings, results: [{path, kind, configMap?, valid, errors,
+//! warnings, diagnostics: [{severity, code, message, line?, column?, hint?}], effective}]}`
+//! where `kind` is `config`, `configmap`, `defaults` (no file: upstream defaults apply) or
+//! `unreadable`, and `effective` is the config after defaults, or null when invalid.
+
+use super::Exit;
+use crate::cli::{OutputFormat, ValidateArgs};
+use crate::config::yaml::parse_stream;
+use crate::config::{
+    check_parsed, manifest, read_config_source, read_limited, Checked, Code, Config, Diagnostic,
+    Options, ReadError, Severity, DEFAULT_CONFIG_PATH,
+};
+use crate::output::{plural, render_diagnostic, to_json, Styler};
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Version of the JSON report's shape.
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+/// Display name of standard input in reports.
+const STDIN_NAME: &str = "<stdin>";
+
+/// The whole report, as `-o json` prints it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub schema_version: u32,
+    pub valid: bool,
+    pub errors: usize,
+    pub warnings: usize,
+    pub results: Vec<Entry>,
+}
+
+/// What a result describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    Config,
+    Configmap,
+    Defaults,
+    Unreadable,
+}
+
+/// Which ConfigMap of a manifest a result is about.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapRef {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub document: usize,
+}
+
+/// The verdict on one config.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub path: String,
+    pub kind: EntryKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapRef>,
+    pub valid: bool,
+    pub errors: usize,
+    pub warnings: usize,
+    pub diagnostics: Vec<JsonDiagnostic>,
+    pub effective: Option<Config>,
+    #[serde(skip)]
+    source: Option<std::rc::Rc<String>>,
+    #[serde(skip)]
+    raw: Vec<Diagnostic>,
+}
+
+/// A diagnostic as the JSON report spells it.
+#[derive(Debug, Serialize)]
+pub struct JsonDiagnostic {
+    pub severity: Severity,
+    pub code: Code,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl From<&Diagnostic> for JsonDiagnostic {
+    fn from(d: &Diagnostic) -> Self {
+        JsonDiagnostic {
+            severity: d.severity,
+            code: d.code,
+            message: d.message.clone(),
+            line: d.location.map(|l| l.line),
+            column: d.location.map(|l| l.column),
+            hint: d.hint.clone(),
+        }
+    }
+}
+
+impl Entry {
+    fn new(
+        path: &str,
+        kind: EntryKind,
+        checked: Checked,
+        strict: bool,
+        source: Option<std::rc::Rc<String>>,
+    ) -> Self {
+        let mut diagnostics = checked.diagnostics;
+        if strict {
+            for d in &mut diagnostics {
+                d.severity = Severity::Error;
+            }
+        }
+        let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+        let warnings = diagnostics.len() - errors;
+        let valid = errors == 0 && checked.config.is_some();
+        Entry {
+            path: path.to_string(),
+            kind,
+            config_map: None,
+            valid,
+            errors,
+            warnings,
+            diagnostics: diagnostics.iter().map(JsonDiagnostic::from).collect(),
+            effective: if valid { checked.config } else { None },
+            source,
+            raw: diagnostics,
+        }
+    }
+
+    fn unreadable(path: &str, err: &ReadError) -> Self {
+        let message = err.to_string();
+        let reason = message
+            .strip_prefix(&format!("{path}: "))
+            .unwrap_or(&message);
+        let checked = Checked {
+            config: None,
+            diagnostics: vec![Diagnostic::error(Code::Io, reason)],
+        };
+        Entry::new(path, EntryKind::Unreadable, checked, false, None)
+    }
+}
+
+/// One thing to validate.
+enum Input {
+    Stdin,
+    File { path: PathBuf, explicit: bool },
+}
+
+/// The inputs named on the command line: the default path when none, directories expanded to
+/// their regular files (sorted, dot-files skipped).
+fn expand_inputs(files: &[PathBuf]) -> Vec<Result<Input, (String, ReadError)>> {
+    if files.is_empty() {
+        return vec![Ok(Input::File {
+            path: PathBuf::from(DEFAULT_CONFIG_PATH),
+            explicit: false,
+        })];
+    }
+    let mut inputs = Vec::new();
+    for file in files {
+        if file.as_os_str() == "-" {
+            inputs.push(Ok(Input::Stdin));
+            continue;
+        }
+        if file.is_dir() {
+            match std::fs::read_dir(file) {
+                Ok(entries) => {
+                    let mut paths: Vec<PathBuf> = entries
+                        .filter_map(Result::ok)
+                        .map(|e| e.path())
+                        .filter(|p| {
+                            p.is_file()
+                                && !p
+                                    .file_name()
+                                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                        })
+                        .collect();
+                    paths.sort();
+                    inputs.extend(paths.into_iter().map(|path| {
+                        Ok(Input::File {
+                            path,
+                            explicit: true,
+                        })
+                    }));
+                }
+                Err(err) => inputs.push(Err((
+                    file.display().to_string(),
+                    ReadError::Other {
+                        path: file.clone(),
+                        source: err,
+                    },
+                ))),
+            }
+            continue;
+        }
+        inputs.push(Ok(Input::File {
+            path: file.clone(),
+            explicit: true,
+        }));
+    }
+    inputs
+}
+
+/// Validates one text (a config or a manifest) into one or more entries.
+fn check_source(path: &str, text: String, options: &Options, strict: bool) -> Vec<Entry> {
+    let parsed = parse_stream(&text);
+    let source = std::rc::Rc::new(text);
+    if let Some(first) = parsed.as_ref().ok().and_then(|s| s.documents.first()) {
+        if manifest::is_manifest(first) {
+            let documents = &parsed.as_ref().map(|s| &s.documents[..]).unwrap_or(&[]);
+            return match manifest::check_manifest(&source, documents, options) {
+                Ok(found) => found
+                    .into_iter()
+                    .map(|cm| {
+                        let mut entry = Entry::new(
+                            path,
+                            EntryKind::Configmap,
+                            cm.checked,
+                            strict,
+                            Some(source.clone()),
+                        );
+                        entry.config_map = Some(ConfigMapRef {
+                            namespace: cm.namespace,
+                            name: cm.name,
+                            document: cm.document,
+                        });
+                        entry
+                    })
+                    .collect(),
+                Err(diag) => {
+                    let checked = Checked {
+                        config: None,
+                        diagnostics: vec![diag],
+                    };
+                    vec![Entry::new(
+                        path,
+                        EntryKind::Configmap,
+                        checked,
+                        strict,
+                        Some(source),
+                    )]
+                }
+            };
+        }
+    }
+    let checked = check_parsed(&parsed, options);
+    vec![Entry::new(
+        path,
+        EntryKind::Config,
+        checked,
+        strict,
+        Some(source),
+    )]
+}
+
+/// Builds the report for the given arguments (reads the inputs, writes nothing).
+pub fn build_report(args: &ValidateArgs) -> Report {
+    let options = args.config.options();
+    let mut results = Vec::new();
+    for input in expand_inputs(&args.files) {
+        match input {
+            Err((name, err)) => results.push(Entry::unreadable(&name, &err)),
+            Ok(Input::Stdin) => {
+                match read_limited(std::io::stdin().lock(), Path::new(STDIN_NAME)) {
+                    Ok(text) => {
+                        results.extend(check_source(STDIN_NAME, text.text, &options, args.strict))
+                    }
+                    Err(err) => results.push(Entry::unreadable(STDIN_NAME, &err)),
+                }
+            }
+            Ok(Input::File { path, explicit }) => {
+                let name = path.display().to_string();
+                match read_config_source(&path) {
+                    Ok(Some(text)) => {
+                        results.extend(check_source(&name, text.text, &options, args.strict))
+                    }
+                    Ok(None) if !explicit => {
+                        let checked = Checked {
+                            config: Some(Config::defaults(&options)),
+                            diagnostics: Vec::new(),
+                        };
+                        results.push(Entry::new(&name, EntryKind::Defaults, checked, false, None));
+                    }
+                    Ok(None) => results.push(Entry::unreadable(&name, &ReadError::NotFound(path))),
+                    Err(err) => results.push(Entry::unreadable(&name, &err)),
+                }
+            }
+        }
+    }
+    let errors = results.iter().map(|r| r.errors).sum();
+    let warnings = results.iter().map(|r| r.warnings).sum();
+    Report {
+        schema_version: REPORT_SCHEMA_VERSION,
+        valid: results.iter().all(|r| r.valid),
+        errors,
+        warnings,
+        results,
+    }
+}
+
+impl Report {
+    /// 2 when an input could not be read, 1 when any is invalid, else 0.
+    pub fn exit(&self) -> Exit {
+        if self.results.iter().any(|r| r.kind == EntryKind::Unreadable) {
+            Exit::Usage
+        } else if self.valid {
+            Exit::Ok
+        } else {
+            Exit::Failure
+        }
+    }
+
+    /// The compiler-style text report.
+    pub fn to_text(&self, style: &Styler, print_effective: bool) -> String {
+        let mut out = String::new();
+        for entry in &self.results {
+            let label = match &entry.config_map {
+                Some(cm) => format!(
+                    "{} (ConfigMap {}{}, document {})",
+                    entry.path,
+                    cm.namespace
+                        .as_deref()
+                        .map(|n| format!("{n}/"))
+                        .unwrap_or_default(),
+                    cm.name.as_deref().unwrap_or("(unnamed)"),
+                    cm.document
+                ),
+                None => entry.path.clone(),
+            };
+            for diag in &entry.raw {
+                out.push_str(&render_diagnostic(
+                    style,
+                    &entry.path,
+                    entry.source.as_deref().map(String::as_str),
+                    diag,
+                ));
+            }
+            let verdict = match (entry.kind, entry.valid) {
+                (EntryKind::Defaults, _) => format!(
+                    "{} (no file: the agent runs on upstream defaults)",
+                    style.success("valid")
+                ),
+                (_, true) if entry.warnings == 0 => style.success("valid"),
+                (_, true) => format!(
+                    "{} ({})",
+                    style.success("valid"),
+                    plural(entry.warnings, "warning")
+                ),
+                (EntryKind::Unreadable, false) => style.error("unreadable"),
+                (_, false) => format!(
+                    "{} ({}, {})",
+                    style.error("invalid"),
+                    plural(entry.errors, "error"),
+                    plural(entry.warnings, "warning")
+                ),
+            };
+            out.push_str(&format!("{}: {verdict}\n", style.bold(&label)));
+            if print_effective {
+                if let Some(config) = &entry.effective {
+                    out.push_str(&format!("# effective config of {label}\n"));
+                    out.push_str(&config.to_yaml());
+                }
+            }
+        }
+        if self.results.len() > 1 {
+            let valid = self.results.iter().filter(|r| r.valid).count();
+            out.push_str(&format!(
+                "{} checked: {valid} valid, {} invalid\n",
+                plural(self.results.len(), "config"),
+                self.results.len() - valid
+            ));
+        }
+        out
+    }
+}
+
+/// Runs `ipmasq validate`.
+pub fn run(args: &ValidateArgs) -> Exit {
+    let report = build_report(args);
+    let text = match args.output {
+        OutputFormat::Json => to_json(&report),
+        OutputFormat::Text => report.to_text(&Styler::for_stdout(args.color), args.print_effective),
+    };
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        return Exit::Usage;
+    }
+    report.exit()
+}

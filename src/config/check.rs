@@ -1,0 +1,694 @@
+//! Decoding a YAML/JSON document into a [`Config`] with upstream's semantics (Go's yaml.v2 +
+//! `encoding/json`: case-insensitive keys, unknown keys ignored, last duplicate wins, an absent
+//! key keeps its default) and validating it, collecting every error and warning on the way.
+
+use super::cidr::{has_padded_prefix, parse_cidr, CidrError};
+use super::diagnostic::{Code, Diagnostic};
+use super::duration::parse_go_duration;
+use super::yaml::{parse_stream, Location, Node, Resolved, Stream, Value, YamlError};
+use super::{default_cidrs, Checked, Config, Options};
+use ipnet::IpNet;
+
+/// The keys upstream reads, spelled as upstream's JSON tags spell them.
+const KEY_CIDRS: &str = "nonMasqueradeCIDRs";
+const KEY_CIDR_LIMIT: &str = "cidrLimit";
+const KEY_MASQ_LINK_LOCAL: &str = "masqLinkLocal";
+const KEY_MASQ_LINK_LOCAL_V6: &str = "masqLinkLocalIPv6";
+const KEY_RESYNC: &str = "resyncInterval";
+/// non-masquerade-daemon's key, the inverse of `masqLinkLocal`; accepted with a warning.
+const KEY_LEGACY_LINK_LOCAL: &str = "linkLocal";
+
+const KNOWN_KEYS: [&str; 6] = [
+    KEY_CIDRS,
+    KEY_CIDR_LIMIT,
+    KEY_MASQ_LINK_LOCAL,
+    KEY_MASQ_LINK_LOCAL_V6,
+    KEY_RESYNC,
+    KEY_LEGACY_LINK_LOCAL,
+];
+
+/// Parses and checks a config text (YAML 1.1 or JSON).
+pub fn check_text(text: &str, options: &Options) -> Checked {
+    check_parsed(&parse_stream(text), options)
+}
+
+/// Checks an already-parsed stream (its first document is the config).
+pub fn check_parsed(parsed: &Result<Stream, YamlError>, options: &Options) -> Checked {
+    let stream = match parsed {
+        Ok(stream) => stream,
+        Err(err) => {
+            return Checked {
+                config: None,
+                diagnostics: vec![
+                    Diagnostic::error(Code::YamlSyntax, err.message.clone()).at(err.location)
+                ],
+            }
+        }
+    };
+    let mut diagnostics = Vec::new();
+    if let Some(extra) = stream.documents.get(1) {
+        diagnostics.push(
+            Diagnostic::warning(
+                Code::ExtraDocument,
+                format!(
+                    "only the first YAML document is read; {} more ignored",
+                    stream.documents.len() - 1
+                ),
+            )
+            .at(extra.location)
+            .hint("remove the `---` separator and everything after it, or merge the documents"),
+        );
+    }
+    if let Some(err) = &stream.trailing_error {
+        diagnostics.push(
+            Diagnostic::warning(
+                Code::ExtraDocument,
+                format!(
+                    "{} (in a later document, which the agent ignores)",
+                    err.message
+                ),
+            )
+            .at(err.location),
+        );
+    }
+    let empty = Node {
+        value: Value::Scalar(super::yaml::Scalar {
+            text: String::new(),
+            style: super::yaml::Style::Plain,
+            tag: None,
+        }),
+        location: Location {
+            line: 1,
+            column: 1,
+            ..Location::default()
+        },
+    };
+    let root = stream.documents.first().unwrap_or(&empty);
+    let mut checked = check_document(root, options);
+    diagnostics.append(&mut checked.diagnostics);
+    // Report in reading order; findings without a position first.
+    diagnostics.sort_by_key(|d| d.location.map(|l| (l.line, l.column)));
+    checked.diagnostics = diagnostics;
+    checked
+}
+
+/// Which known field a key selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Cidrs,
+    CidrLimit,
+    MasqLinkLocal,
+    MasqLinkLocalV6,
+    Resync,
+    LegacyLinkLocal,
+}
+
+impl Field {
+    fn canonical(self) -> &'static str {
+        match self {
+            Field::Cidrs => KEY_CIDRS,
+            Field::CidrLimit => KEY_CIDR_LIMIT,
+            Field::MasqLinkLocal => KEY_MASQ_LINK_LOCAL,
+            Field::MasqLinkLocalV6 => KEY_MASQ_LINK_LOCAL_V6,
+            Field::Resync => KEY_RESYNC,
+            Field::LegacyLinkLocal => KEY_LEGACY_LINK_LOCAL,
+        }
+    }
+
+    /// Go's `encoding/json` matches field names case-insensitively.
+    fn from_key(key: &str) -> Option<Field> {
+        let folded = key.to_lowercase();
+        [
+            Field::Cidrs,
+            Field::CidrLimit,
+            Field::MasqLinkLocal,
+            Field::MasqLinkLocalV6,
+            Field::Resync,
+            Field::LegacyLinkLocal,
+        ]
+        .into_iter()
+        .find(|f| f.canonical().to_lowercase() == folded)
+    }
+}
+
+/// The value a key was given, and where.
+struct Assigned<'a> {
+    key: &'a Node,
+    value: &'a Node,
+}
+
+/// The key's text as Go would see it after yaml.v2 → JSON (non-string scalars stringified).
+fn key_text(key: &Node) -> Option<&str> {
+    key.as_scalar().map(|s| s.text.as_str())
+}
+
+/// Checks one already-parsed document (a config file's first document or a ConfigMap's
+/// embedded `data.config`).
+pub fn check_document(root: &Node, options: &Options) -> Checked {
+    let mut diags = Vec::new();
+    let entries: &[(Node, Node)] = match &root.value {
+        Value::Mapping(entries) => entries,
+        Value::Scalar(s) if s.resolve() == Resolved::Null => &[],
+        _ => {
+            diags.push(
+                Diagnostic::error(
+                    Code::NotAMapping,
+                    format!(
+                        "the config must be a mapping of keys to values, but this document is {}",
+                        root.kind_name()
+                    ),
+                )
+                .at(root.location)
+                .hint("start with a key, e.g. `nonMasqueradeCIDRs: [10.0.0.0/8]`"),
+            );
+            return Checked {
+                config: None,
+                diagnostics: diags,
+            };
+        }
+    };
+
+    // Last occurrence of each field wins; remember every spelling's first position for messages.
+    let mut assigned: Vec<(Field, Assigned)> = Vec::new();
+    for (key, value) in entries {
+        let Some(text) = key_text(key) else {
+            diags.push(
+                Diagnostic::error(
+                    Code::UnsupportedKey,
+                    format!("a key must be a plain string, not {}", key.kind_name()),
+                )
+                .at(key.location),
+            );
+            continue;
+        };
+        let Some(field) = Field::from_key(text) else {
+            let mut d =
+                Diagnostic::warning(Code::UnknownKey, format!("unknown key `{text}` is ignored"))
+                    .at(key.location);
+            if let Some(suggestion) = suggest_key(text) {
+                d = d.hint(format!("did you mean {suggestion}?"));
+            } else {
+                d = d.hint(format!("known keys: {}", KNOWN_KEYS[..5].join(", ")));
+            }
+            diags.push(d);
+            continue;
+        };
+        if text != field.canonical() {
+            diags.push(
+                Diagnostic::warning(
+                    Code::KeyCase,
+                    format!(
+                        "key `{text}` is read as `{}` (keys match case-insensitively)",
+                        field.canonical()
+                    ),
+                )
+                .at(key.location)
+                .hint(format!("write `{}`", field.canonical())),
+            );
+        }
+        if let Some((_, earlier)) = assigned.iter().find(|(f, _)| *f == field) {
+            diags.push(
+                Diagnostic::warning(
+                    Code::DuplicateKey,
+                    format!(
+                        "`{}` is given again (first at line {}); the last value wins",
+                        field.canonical(),
+                        earlier.key.location.line
+                    ),
+                )
+                .at(key.location)
+                .hint("delete the earlier entry"),
+            );
+            assigned.retain(|(f, _)| *f != field);
+        }
+        assigned.push((field, Assigned { key, value }));
+    }
+    let get = |field: Field| assigned.iter().find(|(f, _)| *f == field).map(|(_, a)| a);
+
+    let mut config = Config::defaults(options);
+    let mut failed = false;
+
+    // nonMasqueradeCIDRs: a list replaces the defaults; null or [] means an empty list.
+    let mut cidr_nodes: Option<Vec<&Node>> = None;
+    if let Some(a) = get(Field::Cidrs) {
+        match &a.value.value {
+            Value::Sequence(items) => {
+                if items.is_empty() {
+                    diags.push(empty_list_warning(a.key.location));
+                }
+                cidr_nodes = Some(items.iter().collect());
+            }
+            Value::Scalar(s) if s.resolve() == Resolved::Null => {
+                diags.push(empty_list_warning(a.key.location));
+                cidr_nodes = Some(Vec::new());
+            }
+            _ => {
+                failed = true;
+                let mut d = wrong_type(a, "a list of CIDR strings");
+                if a.value.as_str().is_some() {
+                    d = d.hint(format!(
+                        "write it as a list: `{KEY_CIDRS}: [{}]`",
+                        a.value.as_str().unwrap_or_default()
+                    ));
+                }
+                diags.push(d);
+            }
+        }
+    }
+
+    if let Some(a) = get(Field::CidrLimit) {
+        match decode_int(a.value) {
+            IntValue::Absent => {}
+            IntValue::Int(v) => config.cidr_limit = v,
+            IntValue::Invalid => {
+                failed = true;
+                diags.push(wrong_type(a, "an integer"));
+            }
+        }
+    }
+
+    for (field, slot) in [
+        (Field::MasqLinkLocal, &mut config.masq_link_local),
+        (Field::MasqLinkLocalV6, &mut config.masq_link_local_ipv6),
+    ] {
+        if let Some(a) = get(field) {
+            match decode_bool(a, &mut diags) {
+                BoolValue::Absent => {}
+                BoolValue::Bool(v) => *slot = v,
+                BoolValue::Invalid => failed = true,
+            }
+        }
+    }
+
+    if let Some(a) = get(Field::LegacyLinkLocal) {
+        let mut d = Diagnostic::warning(
+            Code::DeprecatedLinkLocal,
+            format!(
+                "`{KEY_LEGACY_LINK_LOCAL}` is non-masquerade-daemon's deprecated key (true = do not masquerade link-local)"
+            ),
+        )
+        .at(a.key.location);
+        let decoded = decode_bool(a, &mut diags);
+        if let BoolValue::Invalid = decoded {
+            failed = true;
+        }
+        if let BoolValue::Bool(non_masq) = decoded {
+            let replacement = !non_masq;
+            d = d.hint(format!(
+                "write `{KEY_MASQ_LINK_LOCAL}: {replacement}` instead"
+            ));
+            if let Some(m) = get(Field::MasqLinkLocal) {
+                if let BoolValue::Bool(masq) = decode_bool(m, &mut Vec::new()) {
+                    if masq != replacement {
+                        failed = true;
+                        diags.push(
+                            Diagnostic::error(
+                                Code::LinkLocalConflict,
+                                format!(
+                                    "`{KEY_LEGACY_LINK_LOCAL}: {non_masq}` contradicts `{KEY_MASQ_LINK_LOCAL}: {masq}` (line {})",
+                                    m.key.location.line
+                                ),
+                            )
+                            .at(a.key.location)
+                            .hint(format!("delete `{KEY_LEGACY_LINK_LOCAL}`; `{KEY_MASQ_LINK_LOCAL}` is the supported key")),
+                        );
+                    }
+                }
+            } else {
+                config.masq_link_local = replacement;
+            }
+        }
+        diags.push(d);
+    }
+
+    if let Some(a) = get(Field::Resync) {
+        match a.value.as_str() {
+            Some(text) => match parse_go_duration(text) {
+                Ok(d) if d.0 > 0 => config.resync_interval = d,
+                Ok(d) => {
+                    failed = true;
+                    diags.push(
+                        Diagnostic::error(
+                            Code::NonPositiveDuration,
+                            format!("{KEY_RESYNC} must be positive, got {d}"),
+                        )
+                        .at(a.value.location)
+                        .hint("use e.g. `60s`; a zero interval would resync in a busy loop"),
+                    );
+                }
+                Err(err) => {
+                    failed = true;
+                    diags.push(
+                        Diagnostic::error(Code::InvalidDuration, err.to_string())
+                            .at(a.value.location)
+                            .hint("write a Go duration: a number and a unit (ns, us, ms, s, m, h), e.g. `60s`, `1m30s`"),
+                    );
+                }
+            },
+            None => {
+                failed = true;
+                let got = match a.value.as_scalar() {
+                    Some(s) if s.resolve() == Resolved::Null => "null".to_string(),
+                    Some(s) => s.text.clone(),
+                    None => a.value.kind_name().to_string(),
+                };
+                let mut d = Diagnostic::error(
+                    Code::WrongType,
+                    format!(
+                        "expected string value for unmarshal to field of type Duration, got {got:?}"
+                    ),
+                )
+                .at(a.value.location);
+                d = if matches!(
+                    a.value.as_scalar().map(|s| s.resolve()),
+                    Some(Resolved::Int(_) | Resolved::Float(_))
+                ) {
+                    d.hint(format!("add a unit: `{KEY_RESYNC}: {got}s`"))
+                } else {
+                    d.hint("write a Go duration such as `60s`")
+                };
+                diags.push(d);
+            }
+        }
+    }
+
+    // The CIDR list itself: upstream's limit first, then every entry.
+    let written: Vec<(String, Option<Location>)> = match &cidr_nodes {
+        Some(nodes) => {
+            let mut out = Vec::new();
+            for node in nodes {
+                match &node.value {
+                    Value::Scalar(s) if s.resolve() == Resolved::Str => {
+                        out.push((s.text.clone(), Some(node.location)))
+                    }
+                    // Go unmarshals null into "" and then fails to parse it.
+                    Value::Scalar(s) if s.resolve() == Resolved::Null => {
+                        out.push((String::new(), Some(node.location)))
+                    }
+                    _ => {
+                        failed = true;
+                        diags.push(
+                            Diagnostic::error(
+                                Code::WrongType,
+                                format!(
+                                    "each {KEY_CIDRS} entry must be a CIDR string, got {}",
+                                    node.kind_name()
+                                ),
+                            )
+                            .at(node.location)
+                            .hint("quote it if it is meant as text, e.g. \"10.0.0.0/8\""),
+                        );
+                    }
+                }
+            }
+            out
+        }
+        None => default_cidrs(options)
+            .into_iter()
+            .map(|c| (c.to_string(), None))
+            .collect(),
+    };
+    let limit_location = get(Field::CidrLimit)
+        .map(|a| a.value.location)
+        .or_else(|| get(Field::Cidrs).map(|a| a.key.location));
+    let count = cidr_nodes.as_ref().map_or(written.len(), Vec::len);
+    if config.cidr_limit < 0 {
+        failed = true;
+        diags.push(
+            Diagnostic::error(
+                Code::NegativeCidrLimit,
+                format!(
+                    "{KEY_CIDR_LIMIT} must not be negative, got {}",
+                    config.cidr_limit
+                ),
+            )
+            .at_opt(limit_location)
+            .hint(format!(
+                "remove it to use the default of {}",
+                super::DEFAULT_CIDR_LIMIT
+            )),
+        );
+    } else if count as i64 > config.cidr_limit {
+        failed = true;
+        diags.push(
+            Diagnostic::error(
+                Code::CidrLimitExceeded,
+                format!(
+                    "the daemon can only accept up to {} CIDRs (excluding link-local), but got {} CIDRs (excluding link local)",
+                    config.cidr_limit, count
+                ),
+            )
+            .at_opt(limit_location)
+            .hint(format!("raise `{KEY_CIDR_LIMIT}` to at least {count}, or merge CIDRs")),
+        );
+    }
+
+    let mut parsed: Vec<(IpNet, Option<Location>)> = Vec::with_capacity(written.len());
+    for (text, location) in &written {
+        match parse_cidr(text) {
+            Ok(net) => {
+                if has_padded_prefix(text) {
+                    diags.push(
+                        Diagnostic::warning(
+                            Code::PaddedPrefix,
+                            format!("prefix length of {text:?} has a leading zero"),
+                        )
+                        .at_opt(*location)
+                        .hint(format!("write {net}")),
+                    );
+                }
+                if net.addr().is_ipv6() && !options.enable_ipv6 {
+                    failed = true;
+                    diags.push(
+                        Diagnostic::error(
+                            Code::Ipv6NotEnabled,
+                            format!(
+                                "ipv6 is not enabled, but ipv6 cidr {text} provided. Enable ipv6 using --enable-ipv6 agent flag"
+                            ),
+                        )
+                        .at_opt(*location)
+                        .hint("pass --enable-ipv6 (to the agent and to validate), or remove the IPv6 CIDR"),
+                    );
+                }
+                parsed.push((net, *location));
+            }
+            Err(err) => {
+                failed = true;
+                let (code, hint) = match &err {
+                    CidrError::NotAligned { network, .. } => {
+                        (Code::CidrNotAligned, format!("did you mean {network}?"))
+                    }
+                    CidrError::Ipv4Mapped { ipv4, .. } => {
+                        (Code::Ipv4MappedCidr, format!("did you mean {ipv4}?"))
+                    }
+                    CidrError::Unparsable { .. } => (
+                        Code::InvalidCidr,
+                        "write an address and a prefix length, e.g. 10.0.0.0/8 or fd00::/8"
+                            .to_string(),
+                    ),
+                };
+                diags.push(
+                    Diagnostic::error(code, err.to_string())
+                        .at_opt(*location)
+                        .hint(hint),
+                );
+            }
+        }
+    }
+    if cidr_nodes.is_some() {
+        overlap_warnings(&parsed, &mut diags);
+    }
+    config.non_masquerade_cidrs = parsed.into_iter().map(|(n, _)| n).collect();
+
+    Checked {
+        config: (!failed).then_some(config),
+        diagnostics: diags,
+    }
+}
+
+fn empty_list_warning(location: Location) -> Diagnostic {
+    Diagnostic::warning(
+        Code::EmptyCidrList,
+        format!("`{KEY_CIDRS}` is empty: all traffic except link-local will be masqueraded, even to pod and node ranges"),
+    )
+    .at(location)
+    .hint("list your cluster's pod, service and node ranges, or remove the key to use the RFC 1918 defaults")
+}
+
+fn wrong_type(a: &Assigned, expected: &str) -> Diagnostic {
+    Diagnostic::error(
+        Code::WrongType,
+        format!(
+            "`{}` must be {expected}, got {}",
+            key_text(a.key).unwrap_or_default(),
+            a.value.kind_name()
+        ),
+    )
+    .at(a.value.location)
+}
+
+enum IntValue {
+    Absent,
+    Int(i64),
+    Invalid,
+}
+
+/// Go's `int` from JSON: integers, and floats with no fractional part (yaml.v2 turns `64.0`
+/// into the JSON number `64`); null leaves the default.
+fn decode_int(node: &Node) -> IntValue {
+    match node.as_scalar().map(|s| s.resolve()) {
+        Some(Resolved::Null) => IntValue::Absent,
+        Some(Resolved::Int(v)) => i64::try_from(v).map_or(IntValue::Invalid, IntValue::Int),
+        Some(Resolved::Float(f))
+            if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 =>
+        {
+            IntValue::Int(f as i64)
+        }
+        _ => IntValue::Invalid,
+    }
+}
+
+enum BoolValue {
+    Absent,
+    Bool(bool),
+    Invalid,
+}
+
+fn decode_bool(a: &Assigned, diags: &mut Vec<Diagnostic>) -> BoolValue {
+    let Some(scalar) = a.value.as_scalar() else {
+        diags.push(wrong_type(a, "true or false"));
+        return BoolValue::Invalid;
+    };
+    match scalar.resolve() {
+        Resolved::Null => BoolValue::Absent,
+        Resolved::Bool(v) => {
+            if scalar.is_yaml11_only_bool() {
+                diags.push(
+                    Diagnostic::warning(
+                        Code::Yaml11Boolean,
+                        format!("`{}` is read as {v} (a YAML 1.1 boolean)", scalar.text),
+                    )
+                    .at(a.value.location)
+                    .hint(format!(
+                        "write `{v}`; YAML 1.2 tools read `{}` as a string",
+                        scalar.text
+                    )),
+                );
+            }
+            BoolValue::Bool(v)
+        }
+        Resolved::Str => {
+            let mut d = wrong_type(a, "true or false");
+            if matches!(
+                scalar.text.to_lowercase().as_str(),
+                "true" | "false" | "yes" | "no"
+            ) {
+                d = d.hint(format!("remove the quotes: `{}`", scalar.text));
+            }
+            diags.push(d);
+            BoolValue::Invalid
+        }
+        _ => {
+            diags.push(wrong_type(a, "true or false"));
+            BoolValue::Invalid
+        }
+    }
+}
+
+/// Warns about exact duplicates and about CIDRs inside another listed CIDR. Sorting makes this
+/// O(n log n): CIDR blocks either nest or are disjoint, so a stack of open blocks suffices.
+fn overlap_warnings(parsed: &[(IpNet, Option<Location>)], diags: &mut Vec<Diagnostic>) {
+    let mut order: Vec<usize> = (0..parsed.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (na, nb) = (&parsed[a].0, &parsed[b].0);
+        (na.addr().is_ipv6(), na.network(), na.prefix_len(), a).cmp(&(
+            nb.addr().is_ipv6(),
+            nb.network(),
+            nb.prefix_len(),
+            b,
+        ))
+    });
+    let mut found: Vec<(usize, Diagnostic)> = Vec::new();
+    let mut open: Vec<usize> = Vec::new();
+    let mut previous: Option<usize> = None;
+    for &i in &order {
+        let net = parsed[i].0;
+        if let Some(p) = previous.filter(|&p| parsed[p].0 == net) {
+            found.push((
+                i,
+                Diagnostic::warning(
+                    Code::DuplicateCidr,
+                    format!("{net} is listed more than once{}", line_of(parsed[p].1)),
+                )
+                .at_opt(parsed[i].1)
+                .hint("delete the repeated entry; each one costs a rule"),
+            ));
+            continue;
+        }
+        while let Some(&top) = open.last() {
+            if parsed[top].0.contains(&net) {
+                break;
+            }
+            open.pop();
+        }
+        if let Some(&outer) = open.last() {
+            found.push((
+                i,
+                Diagnostic::warning(
+                    Code::CoveredCidr,
+                    format!(
+                        "{net} is already covered by {}{}",
+                        parsed[outer].0,
+                        line_of(parsed[outer].1)
+                    ),
+                )
+                .at_opt(parsed[i].1)
+                .hint("delete the narrower entry; it never matches first"),
+            ));
+        }
+        open.push(i);
+        previous = Some(i);
+    }
+    found.sort_by_key(|(i, _)| *i);
+    diags.extend(found.into_iter().map(|(_, d)| d));
+}
+
+fn line_of(location: Option<Location>) -> String {
+    location.map_or(String::new(), |l| format!(" (line {})", l.line))
+}
+
+/// The known key closest to a misspelt one, if any is close enough to be a likely typo.
+pub fn suggest_key(key: &str) -> Option<&'static str> {
+    let folded = key.to_lowercase();
+    KNOWN_KEYS[..5]
+        .iter()
+        .map(|known| {
+            let k = known.to_lowercase();
+            (levenshtein(&folded, &k), known, k)
+        })
+        .filter(|(distance, _, k)| {
+            let longest = folded.chars().count().max(k.chars().count());
+            *distance <= (longest / 3).max(2)
+                || (folded.len() >= 5 && (k.starts_with(&folded) || folded.starts_with(k.as_str())))
+        })
+        .min_by_key(|(distance, _, _)| *distance)
+        .map(|(_, known, _)| *known)
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests;

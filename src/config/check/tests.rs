@@ -1,0 +1,480 @@
+//! One test (at least) per upstream edge case of the config file.
+
+use super::*;
+use crate::config::{Severity, DEFAULT_RESYNC_INTERVAL, RESERVED_RANGES, RFC1918_RANGES};
+
+const V4: Options = Options {
+    enable_ipv6: false,
+    nomasq_all_reserved_ranges: false,
+};
+const V6: Options = Options {
+    enable_ipv6: true,
+    nomasq_all_reserved_ranges: false,
+};
+const RESERVED: Options = Options {
+    enable_ipv6: false,
+    nomasq_all_reserved_ranges: true,
+};
+
+fn ok(text: &str, options: &Options) -> (Config, Vec<Diagnostic>) {
+    let checked = check_text(text, options);
+    match checked.config {
+        Some(config) => (config, checked.diagnostics),
+        None => panic!("{text:?} should be valid, got {:#?}", checked.diagnostics),
+    }
+}
+
+fn errors(text: &str, options: &Options) -> Vec<Diagnostic> {
+    let checked = check_text(text, options);
+    assert!(
+        checked.config.is_none(),
+        "{text:?} should be invalid, got {:?}",
+        checked.config
+    );
+    let errs: Vec<Diagnostic> = checked.errors().cloned().collect();
+    assert!(!errs.is_empty(), "an invalid config must carry an error");
+    errs
+}
+
+fn codes(diags: &[Diagnostic]) -> Vec<Code> {
+    diags.iter().map(|d| d.code).collect()
+}
+
+fn cidrs(config: &Config) -> Vec<String> {
+    config
+        .non_masquerade_cidrs
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn empty_file_means_defaults() {
+    for text in ["", "\n", "# just a comment\n", "---\n", "~\n", "null\n"] {
+        let (config, diags) = ok(text, &V4);
+        assert_eq!(config, Config::defaults(&V4), "{text:?}");
+        assert!(diags.is_empty(), "{text:?}: {diags:?}");
+    }
+}
+
+#[test]
+fn defaults_are_upstreams() {
+    let config = Config::defaults(&V4);
+    assert_eq!(cidrs(&config), RFC1918_RANGES);
+    assert_eq!(config.cidr_limit, 64);
+    assert!(!config.masq_link_local);
+    assert!(!config.masq_link_local_ipv6);
+    assert_eq!(config.resync_interval, DEFAULT_RESYNC_INTERVAL);
+    assert_eq!(config.resync(), std::time::Duration::from_secs(60));
+}
+
+#[test]
+fn absent_key_keeps_its_default() {
+    let (config, _) = ok("masqLinkLocal: true\n", &V4);
+    assert_eq!(cidrs(&config), RFC1918_RANGES);
+    assert!(config.masq_link_local);
+    assert_eq!(config.cidr_limit, 64);
+    assert_eq!(config.resync_interval, DEFAULT_RESYNC_INTERVAL);
+}
+
+#[test]
+fn listed_cidrs_replace_the_defaults_in_order_with_duplicates_kept() {
+    let (config, diags) = ok(
+        "nonMasqueradeCIDRs:\n  - 192.168.0.0/16\n  - 10.0.0.0/8\n  - 10.0.0.0/8\n",
+        &V4,
+    );
+    assert_eq!(
+        cidrs(&config),
+        ["192.168.0.0/16", "10.0.0.0/8", "10.0.0.0/8"]
+    );
+    assert_eq!(codes(&diags), [Code::DuplicateCidr]);
+    assert_eq!(diags[0].location.unwrap().line, 4);
+}
+
+#[test]
+fn null_and_empty_list_both_mean_empty_with_a_warning() {
+    for text in [
+        "nonMasqueradeCIDRs: null\n",
+        "nonMasqueradeCIDRs: []\n",
+        "nonMasqueradeCIDRs:\n",
+        "nonMasqueradeCIDRs: ~\n",
+        "{\"nonMasqueradeCIDRs\": null}",
+    ] {
+        let (config, diags) = ok(text, &V4);
+        assert!(config.non_masquerade_cidrs.is_empty(), "{text:?}");
+        assert_eq!(codes(&diags), [Code::EmptyCidrList], "{text:?}");
+    }
+}
+
+#[test]
+fn reserved_ranges_flag_extends_the_defaults_only() {
+    let (config, _) = ok("", &RESERVED);
+    let want: Vec<&str> = RFC1918_RANGES
+        .iter()
+        .chain(&RESERVED_RANGES)
+        .copied()
+        .collect();
+    assert_eq!(cidrs(&config), want);
+    let (config, _) = ok("nonMasqueradeCIDRs: [10.0.0.0/8]\n", &RESERVED);
+    assert_eq!(cidrs(&config), ["10.0.0.0/8"]);
+}
+
+#[test]
+fn json_is_accepted() {
+    let (config, diags) = ok(
+        r#"{"nonMasqueradeCIDRs": ["10.0.0.0/8"], "cidrLimit": 10, "masqLinkLocal": true, "resyncInterval": "30s"}"#,
+        &V4,
+    );
+    assert!(diags.is_empty(), "{diags:?}");
+    assert_eq!(cidrs(&config), ["10.0.0.0/8"]);
+    assert_eq!(config.cidr_limit, 10);
+    assert!(config.masq_link_local);
+    assert_eq!(config.resync(), std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn yaml11_booleans_are_accepted_with_a_warning() {
+    for (text, want) in [
+        ("yes", true),
+        ("on", true),
+        ("Y", true),
+        ("no", false),
+        ("off", false),
+        ("OFF", false),
+    ] {
+        let (config, diags) = ok(&format!("masqLinkLocal: {text}\n"), &V4);
+        assert_eq!(config.masq_link_local, want, "{text}");
+        assert_eq!(codes(&diags), [Code::Yaml11Boolean], "{text}");
+    }
+    let (config, diags) = ok("masqLinkLocalIPv6: True\n", &V4);
+    assert!(config.masq_link_local_ipv6);
+    assert!(diags.is_empty());
+}
+
+#[test]
+fn quoted_booleans_are_strings_and_rejected() {
+    let errs = errors("masqLinkLocal: \"true\"\n", &V4);
+    assert_eq!(codes(&errs), [Code::WrongType]);
+    assert!(errs[0]
+        .hint
+        .as_deref()
+        .unwrap()
+        .contains("remove the quotes"));
+}
+
+#[test]
+fn keys_match_case_insensitively_with_a_warning() {
+    let (config, diags) = ok(
+        "MASQLINKLOCAL: true\nNonMasqueradeCidrs: [10.0.0.0/8]\n",
+        &V4,
+    );
+    assert!(config.masq_link_local);
+    assert_eq!(cidrs(&config), ["10.0.0.0/8"]);
+    assert_eq!(codes(&diags), [Code::KeyCase, Code::KeyCase]);
+    assert!(diags[0].message.contains("masqLinkLocal"));
+}
+
+#[test]
+fn unknown_keys_are_ignored_with_a_warning_and_a_suggestion() {
+    let (config, diags) = ok("nonMasqueradeCIDR: [10.0.0.0/8]\nfoo: 1\n", &V4);
+    assert_eq!(config, Config::defaults(&V4));
+    assert_eq!(codes(&diags), [Code::UnknownKey, Code::UnknownKey]);
+    assert_eq!(
+        diags[0].hint.as_deref(),
+        Some("did you mean nonMasqueradeCIDRs?")
+    );
+    assert!(diags[1].hint.as_deref().unwrap().starts_with("known keys:"));
+    assert_eq!(suggest_key("resync"), Some("resyncInterval"));
+    assert_eq!(suggest_key("masqLinkLocalIP6"), Some("masqLinkLocalIPv6"));
+    assert_eq!(suggest_key("cidrlimits"), Some("cidrLimit"));
+    assert_eq!(suggest_key("banana"), None);
+}
+
+#[test]
+fn last_duplicate_key_wins_with_a_warning() {
+    let (config, diags) = ok("masqLinkLocal: true\nmasqLinkLocal: false\n", &V4);
+    assert!(!config.masq_link_local);
+    assert_eq!(codes(&diags), [Code::DuplicateKey]);
+    assert_eq!(diags[0].location.unwrap().line, 2);
+    // An earlier occurrence with a bad value is overridden, as Go's map collapse does.
+    let (config, _) = ok("cidrLimit: nope\ncidrLimit: 3\n", &V4);
+    assert_eq!(config.cidr_limit, 3);
+    // Case variants are the same field.
+    let (config, diags) = ok("masqLinkLocal: false\nMasqLinkLocal: true\n", &V4);
+    assert!(config.masq_link_local);
+    assert_eq!(codes(&diags), [Code::KeyCase, Code::DuplicateKey]);
+}
+
+#[test]
+fn only_the_first_document_counts() {
+    let (config, diags) = ok("masqLinkLocal: true\n---\nmasqLinkLocal: false\n", &V4);
+    assert!(config.masq_link_local);
+    assert_eq!(codes(&diags), [Code::ExtraDocument]);
+    assert_eq!(diags[0].location.unwrap().line, 3);
+    // A broken later document does not reject the first.
+    let (config, diags) = ok("masqLinkLocal: true\n---\n[unclosed\n", &V4);
+    assert!(config.masq_link_local);
+    assert!(diags.iter().all(|d| d.code == Code::ExtraDocument));
+}
+
+#[test]
+fn misaligned_cidr_names_the_aligned_form() {
+    let errs = errors("nonMasqueradeCIDRs:\n  - 10.1.2.3/16\n", &V4);
+    assert_eq!(codes(&errs), [Code::CidrNotAligned]);
+    assert_eq!(errs[0].hint.as_deref(), Some("did you mean 10.1.0.0/16?"));
+    let location = errs[0].location.unwrap();
+    assert_eq!((location.line, location.column), (2, 5));
+}
+
+#[test]
+fn strict_cidr_parsing() {
+    for bad in [
+        "010.0.0.0/8",
+        "' 10.0.0.0/8'",
+        "'10.0.0.0/8 '",
+        "10.0.0.0/33",
+        "10.0.0.0",
+        "fd00::/129",
+        "'10.0.0.0/8,172.16.0.0/12'",
+    ] {
+        let errs = errors(&format!("nonMasqueradeCIDRs: [{bad}]\n"), &V6);
+        assert_eq!(codes(&errs), [Code::InvalidCidr], "{bad}");
+        assert!(errs[0].message.contains("could not be parsed"), "{bad}");
+    }
+}
+
+#[test]
+fn padded_prefix_is_accepted_like_go_with_a_warning() {
+    let (config, diags) = ok("nonMasqueradeCIDRs: [10.0.0.0/08]\n", &V4);
+    assert_eq!(cidrs(&config), ["10.0.0.0/8"]);
+    assert_eq!(codes(&diags), [Code::PaddedPrefix]);
+}
+
+#[test]
+fn ipv4_mapped_ipv6_is_rejected_clearly() {
+    let errs = errors("nonMasqueradeCIDRs: ['::ffff:172.16.0.0/108']\n", &V6);
+    assert_eq!(codes(&errs), [Code::Ipv4MappedCidr]);
+    assert_eq!(errs[0].hint.as_deref(), Some("did you mean 172.16.0.0/12?"));
+}
+
+#[test]
+fn ipv6_needs_the_flag() {
+    let errs = errors("nonMasqueradeCIDRs: [10.0.0.0/8, 'fd00::/8']\n", &V4);
+    assert_eq!(codes(&errs), [Code::Ipv6NotEnabled]);
+    assert!(errs[0].message.contains("--enable-ipv6"));
+    let (config, diags) = ok("nonMasqueradeCIDRs: [10.0.0.0/8, 'fd00::/8']\n", &V6);
+    assert_eq!(cidrs(&config), ["10.0.0.0/8", "fd00::/8"]);
+    assert!(diags.is_empty());
+}
+
+#[test]
+fn cidr_limit_counts_both_families_but_not_link_local() {
+    let text = "cidrLimit: 2\nnonMasqueradeCIDRs: [10.0.0.0/8, 'fd00::/8']\n";
+    let (config, _) = ok(text, &V6);
+    assert_eq!(config.cidr_limit, 2);
+    let text = "cidrLimit: 1\nnonMasqueradeCIDRs: [10.0.0.0/8, 'fd00::/8']\n";
+    let errs = errors(text, &V6);
+    assert_eq!(codes(&errs), [Code::CidrLimitExceeded]);
+    assert_eq!(
+        errs[0].message,
+        "the daemon can only accept up to 1 CIDRs (excluding link-local), but got 2 CIDRs (excluding link local)"
+    );
+    assert_eq!(errs[0].location.unwrap().line, 1);
+    // masqLinkLocal does not change the count.
+    assert!(check_text("cidrLimit: 0\nnonMasqueradeCIDRs: []\n", &V4)
+        .config
+        .is_some());
+}
+
+#[test]
+fn cidr_limit_applies_to_the_default_list() {
+    let errs = errors("cidrLimit: 2\n", &V4);
+    assert_eq!(codes(&errs), [Code::CidrLimitExceeded]);
+    let errs = errors("cidrLimit: 10\n", &RESERVED);
+    assert!(errs[0].message.contains("but got 11 CIDRs"));
+    assert!(check_text("cidrLimit: 3\n", &V4).config.is_some());
+}
+
+#[test]
+fn default_limit_is_64() {
+    let list: Vec<String> = (0..65).map(|i| format!("10.{i}.0.0/16")).collect();
+    let text = format!("nonMasqueradeCIDRs: [{}]\n", list[..64].join(", "));
+    assert!(check_text(&text, &V4).config.is_some());
+    let text = format!("nonMasqueradeCIDRs: [{}]\n", list.join(", "));
+    assert_eq!(codes(&errors(&text, &V4)), [Code::CidrLimitExceeded]);
+}
+
+#[test]
+fn negative_cidr_limit_is_an_error() {
+    let errs = errors("cidrLimit: -1\nnonMasqueradeCIDRs: []\n", &V4);
+    assert_eq!(codes(&errs), [Code::NegativeCidrLimit]);
+}
+
+#[test]
+fn cidr_limit_number_forms() {
+    for (text, want) in [
+        ("0x40", 64),
+        ("64.0", 64),
+        ("1e2", 100),
+        ("+7", 7),
+        ("010", 8),
+    ] {
+        let (config, _) = ok(&format!("cidrLimit: {text}\n"), &V4);
+        assert_eq!(config.cidr_limit, want, "{text}");
+    }
+    for bad in ["64.5", "'64'", "true", "[64]", "99999999999999999999"] {
+        let errs = errors(&format!("cidrLimit: {bad}\n"), &V4);
+        assert_eq!(codes(&errs), [Code::WrongType], "{bad}");
+    }
+    let (config, _) = ok("cidrLimit: null\n", &V4);
+    assert_eq!(config.cidr_limit, 64);
+}
+
+#[test]
+fn resync_interval_is_a_go_duration() {
+    for (text, secs) in [
+        ("1m30s", 90.0),
+        ("500ms", 0.5),
+        ("1.5h", 5400.0),
+        ("2562047h", 2562047.0 * 3600.0),
+    ] {
+        let (config, _) = ok(&format!("resyncInterval: {text}\n"), &V4);
+        assert_eq!(config.resync().as_secs_f64(), secs, "{text}");
+    }
+    for bad in ["1min", "1d", "' 1s'", "'1s '", "''"] {
+        let errs = errors(&format!("resyncInterval: {bad}\n"), &V4);
+        assert_eq!(codes(&errs), [Code::InvalidDuration], "{bad}");
+        assert!(errs[0].message.starts_with("time: "), "{bad}");
+    }
+}
+
+#[test]
+fn resync_interval_must_be_a_string() {
+    let errs = errors("resyncInterval: 60\n", &V4);
+    assert_eq!(codes(&errs), [Code::WrongType]);
+    assert_eq!(
+        errs[0].message,
+        "expected string value for unmarshal to field of type Duration, got \"60\""
+    );
+    assert_eq!(
+        errs[0].hint.as_deref(),
+        Some("add a unit: `resyncInterval: 60s`")
+    );
+    let errs = errors("resyncInterval:\n", &V4);
+    assert!(errs[0].message.ends_with("got \"null\""));
+}
+
+#[test]
+fn zero_or_negative_resync_is_an_error() {
+    for bad in ["0", "0s", "-1s", "'-5m'"] {
+        let errs = errors(&format!("resyncInterval: {bad}\n"), &V4);
+        let want = if bad == "0" {
+            Code::WrongType
+        } else {
+            Code::NonPositiveDuration
+        };
+        assert_eq!(codes(&errs), [want], "{bad}");
+    }
+}
+
+#[test]
+fn legacy_link_local_is_a_deprecated_alias() {
+    let (config, diags) = ok("linkLocal: false\n", &V4);
+    assert!(config.masq_link_local);
+    assert_eq!(codes(&diags), [Code::DeprecatedLinkLocal]);
+    assert_eq!(
+        diags[0].hint.as_deref(),
+        Some("write `masqLinkLocal: true` instead")
+    );
+    let (config, _) = ok("linkLocal: true\n", &V4);
+    assert!(!config.masq_link_local);
+    // Agreeing with masqLinkLocal is only a warning.
+    let (config, diags) = ok("linkLocal: true\nmasqLinkLocal: false\n", &V4);
+    assert!(!config.masq_link_local);
+    assert_eq!(codes(&diags), [Code::DeprecatedLinkLocal]);
+    // Contradicting it is an error.
+    let errs = errors("linkLocal: true\nmasqLinkLocal: true\n", &V4);
+    assert_eq!(codes(&errs), [Code::LinkLocalConflict]);
+}
+
+#[test]
+fn overlaps_are_warned_about() {
+    let (_, diags) = ok(
+        "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 10.1.0.0/16\n  - 192.168.0.0/16\n  - 10.1.2.0/24\n",
+        &V4,
+    );
+    assert_eq!(codes(&diags), [Code::CoveredCidr, Code::CoveredCidr]);
+    assert_eq!(diags[0].location.unwrap().line, 3);
+    assert!(diags[0].message.contains("covered by 10.0.0.0/8 (line 2)"));
+    assert_eq!(diags[1].location.unwrap().line, 5);
+}
+
+#[test]
+fn wrong_shapes_are_errors() {
+    let errs = errors("nonMasqueradeCIDRs: 10.0.0.0/8\n", &V4);
+    assert_eq!(codes(&errs), [Code::WrongType]);
+    assert!(errs[0].hint.as_deref().unwrap().contains("[10.0.0.0/8]"));
+    let errs = errors("nonMasqueradeCIDRs: [10]\n", &V4);
+    assert_eq!(codes(&errs), [Code::WrongType]);
+    let errs = errors("- 10.0.0.0/8\n", &V4);
+    assert_eq!(codes(&errs), [Code::NotAMapping]);
+    let errs = errors("just a string\n", &V4);
+    assert_eq!(codes(&errs), [Code::NotAMapping]);
+    let errs = errors("nonMasqueradeCIDRs: [~]\n", &V4);
+    assert_eq!(codes(&errs), [Code::InvalidCidr]);
+}
+
+#[test]
+fn yaml_syntax_errors_have_a_location() {
+    let errs = errors(
+        "nonMasqueradeCIDRs: [10.0.0.0/8\nmasqLinkLocal: true\n",
+        &V4,
+    );
+    assert_eq!(codes(&errs), [Code::YamlSyntax]);
+    assert!(errs[0].location.is_some());
+    let errs = errors("a: b: c\n", &V4);
+    assert_eq!(codes(&errs), [Code::YamlSyntax]);
+}
+
+#[test]
+fn every_error_is_collected_not_just_the_first() {
+    let errs = errors(
+        "nonMasqueradeCIDRs: [10.1.2.3/8, bogus, 'fd00::/8']\nresyncInterval: 1d\n",
+        &V4,
+    );
+    assert_eq!(
+        codes(&errs),
+        [
+            Code::CidrNotAligned,
+            Code::InvalidCidr,
+            Code::Ipv6NotEnabled,
+            Code::InvalidDuration
+        ]
+    );
+    assert!(errs.iter().all(|d| d.severity == Severity::Error));
+}
+
+#[test]
+fn aliases_and_anchors_work() {
+    let (config, _) = ok(
+        "x: &ranges [10.0.0.0/8, 172.16.0.0/12]\nnonMasqueradeCIDRs: *ranges\n",
+        &V4,
+    );
+    assert_eq!(cidrs(&config), ["10.0.0.0/8", "172.16.0.0/12"]);
+}
+
+#[test]
+fn effective_yaml_round_trips() {
+    let (config, _) = ok(
+        "nonMasqueradeCIDRs: [10.0.0.0/8]\ncidrLimit: 5\nmasqLinkLocal: true\nresyncInterval: 90s\n",
+        &V4,
+    );
+    let yaml = config.to_yaml();
+    assert_eq!(
+        yaml,
+        "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\ncidrLimit: 5\nmasqLinkLocal: true\nmasqLinkLocalIPv6: false\nresyncInterval: 1m30s\n"
+    );
+    let (again, diags) = ok(&yaml, &V4);
+    assert_eq!(again, config);
+    assert!(diags.is_empty());
+}

@@ -1,0 +1,143 @@
+//! Findings about a config: errors (the config is rejected) and warnings (accepted, but worth a
+//! look), each with a stable code, a location in the source and an optional hint.
+
+use super::yaml::Location;
+use serde::Serialize;
+
+/// How serious a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// Stable identifiers of findings; part of the documented JSON report, never renamed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Code {
+    // Errors.
+    Io,
+    YamlSyntax,
+    NotAMapping,
+    UnsupportedKey,
+    WrongType,
+    InvalidCidr,
+    CidrNotAligned,
+    Ipv4MappedCidr,
+    Ipv6NotEnabled,
+    CidrLimitExceeded,
+    NegativeCidrLimit,
+    InvalidDuration,
+    NonPositiveDuration,
+    LinkLocalConflict,
+    NoConfigMap,
+    ConfigMapWithoutConfig,
+    // Warnings.
+    UnknownKey,
+    KeyCase,
+    DuplicateKey,
+    ExtraDocument,
+    Yaml11Boolean,
+    DuplicateCidr,
+    CoveredCidr,
+    PaddedPrefix,
+    EmptyCidrList,
+    DeprecatedLinkLocal,
+}
+
+impl Code {
+    /// The code as it appears in text and JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Io => "io",
+            Code::YamlSyntax => "yaml-syntax",
+            Code::NotAMapping => "not-a-mapping",
+            Code::UnsupportedKey => "unsupported-key",
+            Code::WrongType => "wrong-type",
+            Code::InvalidCidr => "invalid-cidr",
+            Code::CidrNotAligned => "cidr-not-aligned",
+            Code::Ipv4MappedCidr => "ipv4-mapped-cidr",
+            Code::Ipv6NotEnabled => "ipv6-not-enabled",
+            Code::CidrLimitExceeded => "cidr-limit-exceeded",
+            Code::NegativeCidrLimit => "negative-cidr-limit",
+            Code::InvalidDuration => "invalid-duration",
+            Code::NonPositiveDuration => "non-positive-duration",
+            Code::LinkLocalConflict => "link-local-conflict",
+            Code::NoConfigMap => "no-configmap",
+            Code::ConfigMapWithoutConfig => "configmap-without-config",
+            Code::UnknownKey => "unknown-key",
+            Code::KeyCase => "key-case",
+            Code::DuplicateKey => "duplicate-key",
+            Code::ExtraDocument => "extra-document",
+            Code::Yaml11Boolean => "yaml11-boolean",
+            Code::DuplicateCidr => "duplicate-cidr",
+            Code::CoveredCidr => "covered-cidr",
+            Code::PaddedPrefix => "padded-prefix",
+            Code::EmptyCidrList => "empty-cidr-list",
+            Code::DeprecatedLinkLocal => "deprecated-link-local",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    pub code: Code,
+    pub message: String,
+    pub location: Option<Location>,
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn error(code: Code, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Error,
+            code,
+            message: message.into(),
+            location: None,
+            hint: None,
+        }
+    }
+
+    pub fn warning(code: Code, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(code, message)
+        }
+    }
+
+    pub fn at(mut self, location: Location) -> Self {
+        self.location = Some(location);
+        self
+    }
+
+    pub fn at_opt(mut self, location: Option<Location>) -> Self {
+        self.location = location;
+        self
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+
+    /// `line:col: message` (or just the message) for one-line logs.
+    pub fn one_line(&self) -> String {
+        let mut out = match self.location {
+            Some(l) => format!("{}:{}: {}", l.line, l.column, self.message),
+            None => self.message.clone(),
+        };
+        if let Some(hint) = &self.hint {
+            out.push_str(" (");
+            out.push_str(hint);
+            out.push(')');
+        }
+        out
+    }
+}

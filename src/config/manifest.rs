@@ -1,0 +1,308 @@
+//! Kubernetes manifests as `validate` input: find the ConfigMaps (in any document, and inside a
+//! `kind: List`) and check their `data.config`, the key upstream's DaemonSet mounts as
+//! `/etc/config/ip-masq-agent`, reporting positions inside the manifest itself.
+
+use super::yaml::{Location, Node, Style, Value};
+use super::{check_text, Checked, Code, Diagnostic, Options};
+
+/// The ConfigMap data key that the DaemonSet mounts as the agent's config file.
+pub const CONFIG_KEY: &str = "config";
+/// The ConfigMap name upstream's manifest uses.
+pub const CONFIGMAP_NAME: &str = "ip-masq-agent";
+
+/// Whether a document is a Kubernetes object rather than an agent config.
+pub fn is_manifest(doc: &Node) -> bool {
+    doc.get("apiVersion").and_then(Node::as_str).is_some()
+        && doc.get("kind").and_then(Node::as_str).is_some()
+}
+
+/// One ConfigMap found in a manifest, with the result of checking its config.
+#[derive(Debug)]
+pub struct ConfigMapResult {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// 1-based index of the YAML document it was found in.
+    pub document: usize,
+    pub checked: Checked,
+}
+
+/// Checks every ConfigMap of a manifest stream that holds `data.config` or is named
+/// `ip-masq-agent`. Diagnostics are located in the manifest's own text.
+pub fn check_manifest(
+    source: &str,
+    documents: &[Node],
+    options: &Options,
+) -> Result<Vec<ConfigMapResult>, Diagnostic> {
+    let mut results = Vec::new();
+    for (index, doc) in documents.iter().enumerate() {
+        let mut objects = Vec::new();
+        collect_objects(doc, &mut objects);
+        for object in objects {
+            if object.get("kind").and_then(Node::as_str) != Some("ConfigMap") {
+                continue;
+            }
+            let metadata = object.get("metadata");
+            let field = |key: &str| {
+                metadata
+                    .and_then(|m| m.get(key))
+                    .and_then(Node::as_str)
+                    .map(str::to_string)
+            };
+            let name = field("name");
+            let config = object.get("data").and_then(|d| d.get(CONFIG_KEY));
+            if config.is_none() && name.as_deref() != Some(CONFIGMAP_NAME) {
+                continue;
+            }
+            let checked = match config {
+                Some(value) => check_embedded(source, value, options),
+                None => {
+                    let keys: Vec<String> = object
+                        .get("data")
+                        .and_then(Node::as_mapping)
+                        .map(|m| {
+                            m.iter()
+                                .filter_map(|(k, _)| k.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let hint = match keys.as_slice() {
+                        [] => format!("add `data.{CONFIG_KEY}` holding the agent's YAML config"),
+                        [only] => format!("rename data key `{only}` to `{CONFIG_KEY}`"),
+                        _ => format!(
+                            "the agent reads only `data.{CONFIG_KEY}`; found {}",
+                            keys.join(", ")
+                        ),
+                    };
+                    Checked {
+                        config: None,
+                        diagnostics: vec![Diagnostic::error(
+                            Code::ConfigMapWithoutConfig,
+                            format!(
+                                "ConfigMap {} has no `data.{CONFIG_KEY}` key, which the DaemonSet mounts as the agent's config",
+                                name.as_deref().unwrap_or("(unnamed)")
+                            ),
+                        )
+                        .at(object.location)
+                        .hint(hint)],
+                    }
+                }
+            };
+            results.push(ConfigMapResult {
+                namespace: field("namespace"),
+                name,
+                document: index + 1,
+                checked,
+            });
+        }
+    }
+    if results.is_empty() {
+        return Err(Diagnostic::error(
+            Code::NoConfigMap,
+            format!(
+                "this Kubernetes manifest holds no ConfigMap with `data.{CONFIG_KEY}` (nor one named {CONFIGMAP_NAME})"
+            ),
+        )
+        .at_opt(documents.first().map(|d| d.location))
+        .hint("pass the agent's config file, or the manifest holding its ConfigMap"));
+    }
+    Ok(results)
+}
+
+/// The objects of a document: itself, or the items of a `kind: List`.
+fn collect_objects<'a>(doc: &'a Node, out: &mut Vec<&'a Node>) {
+    if doc.get("kind").and_then(Node::as_str) == Some("List")
+        || doc
+            .get("kind")
+            .and_then(Node::as_str)
+            .is_some_and(|k| k.ends_with("List"))
+    {
+        if let Some(Value::Sequence(items)) = doc.get("items").map(|n| &n.value) {
+            for item in items {
+                collect_objects(item, out);
+            }
+        }
+        return;
+    }
+    out.push(doc);
+}
+
+/// Checks the embedded config text and maps its positions back into the manifest.
+fn check_embedded(source: &str, value: &Node, options: &Options) -> Checked {
+    let Some(text) = value.as_str() else {
+        return Checked {
+            config: None,
+            diagnostics: vec![Diagnostic::error(
+                Code::WrongType,
+                format!(
+                    "`data.{CONFIG_KEY}` must be a string holding the agent's YAML config, got {}",
+                    value.kind_name()
+                ),
+            )
+            .at(value.location)
+            .hint(format!(
+                "write it as a block scalar: `{CONFIG_KEY}: |` followed by the indented config"
+            ))],
+        };
+    };
+    let mut checked = check_text(text, options);
+    let map = PositionMap::for_scalar(value);
+    for diag in &mut checked.diagnostics {
+        if let Some(inner) = diag.location {
+            let (outer, exact) = map.to_outer(source, inner);
+            diag.location = Some(outer);
+            if !exact {
+                diag.message = format!(
+                    "{} (line {}, column {} of data.{CONFIG_KEY})",
+                    diag.message, inner.line, inner.column
+                );
+            }
+        } else {
+            diag.location = Some(value.location);
+        }
+    }
+    checked
+}
+
+/// How positions inside an embedded scalar relate to the manifest's text.
+enum PositionMap {
+    /// A literal block (`|`): inner line n is outer line `first_line + n - 1`, shifted right
+    /// by `indent` columns.
+    Literal { first_line: usize, indent: usize },
+    /// Any other style: positions cannot be mapped exactly; use the scalar's own position.
+    Whole(Location),
+}
+
+impl PositionMap {
+    fn for_scalar(value: &Node) -> Self {
+        let Some(scalar) = value.as_scalar() else {
+            return PositionMap::Whole(value.location);
+        };
+        if scalar.style != Style::Literal {
+            return PositionMap::Whole(value.location);
+        }
+        // The parser places a literal block at its first non-blank content line, at the
+        // block's indentation; leading blank lines are part of the content.
+        let leading_blank_lines = scalar.text.chars().take_while(|&c| c == '\n').count();
+        let first_line = value.location.line.saturating_sub(leading_blank_lines);
+        let indent = value.location.column.saturating_sub(1);
+        PositionMap::Literal { first_line, indent }
+    }
+
+    /// The outer location, and whether it is exact.
+    fn to_outer(&self, source: &str, inner: Location) -> (Location, bool) {
+        match *self {
+            PositionMap::Whole(location) => (location, false),
+            PositionMap::Literal { first_line, indent } => {
+                let line = first_line + inner.line - 1;
+                let column = inner.column + indent;
+                let offset = offset_of(source, line, column);
+                let width = inner.end_offset.saturating_sub(inner.offset);
+                (
+                    Location {
+                        line,
+                        column,
+                        offset,
+                        end_offset: offset + width,
+                    },
+                    true,
+                )
+            }
+        }
+    }
+}
+
+/// Byte offset of a 1-based line and column (columns in characters).
+fn offset_of(source: &str, line: usize, column: usize) -> usize {
+    let mut start = 0;
+    for (i, l) in source.split_inclusive('\n').enumerate() {
+        if i + 1 == line {
+            return start
+                + l.char_indices()
+                    .nth(column.saturating_sub(1))
+                    .map_or(l.len(), |(b, _)| b);
+        }
+        start += l.len();
+    }
+    source.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::yaml::parse_stream;
+
+    const OPTS: Options = Options {
+        enable_ipv6: false,
+        nomasq_all_reserved_ranges: false,
+    };
+
+    fn run(src: &str) -> Result<Vec<ConfigMapResult>, Diagnostic> {
+        let stream = parse_stream(src).unwrap();
+        check_manifest(src, &stream.documents, &OPTS)
+    }
+
+    #[test]
+    fn literal_block_positions_map_into_the_manifest() {
+        let src = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent\n  namespace: kube-system\ndata:\n  config: |\n    nonMasqueradeCIDRs:\n      - 10.1.2.3/16\n";
+        let results = run(src).unwrap();
+        assert_eq!(results.len(), 1);
+        let r = &results[0];
+        assert_eq!(r.name.as_deref(), Some("ip-masq-agent"));
+        assert_eq!(r.namespace.as_deref(), Some("kube-system"));
+        let d = &r.checked.diagnostics[0];
+        assert_eq!(d.code, Code::CidrNotAligned);
+        let l = d.location.unwrap();
+        assert_eq!((l.line, l.column), (9, 9));
+        assert_eq!(&src[l.offset..l.end_offset], "10.1.2.3/16");
+    }
+
+    #[test]
+    fn finds_configmaps_in_lists_and_later_documents() {
+        let src = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: x}\n---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n  data:\n    config: \"masqLinkLocal: true\\n\"\n";
+        let results = run(src).unwrap();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].document, 2);
+        assert!(results[0].checked.config.as_ref().unwrap().masq_link_local);
+    }
+
+    #[test]
+    fn non_literal_positions_point_at_the_value_and_say_where_inside() {
+        let src = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent}\ndata:\n  config: \"resyncInterval: 1d\\n\"\n";
+        let results = run(src).unwrap();
+        let d = &results[0].checked.diagnostics[0];
+        assert_eq!(d.location.unwrap().line, 5);
+        assert!(
+            d.message.ends_with("(line 1, column 17 of data.config)"),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn configmap_named_for_the_agent_without_config_key_is_an_error() {
+        let src = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent}\ndata:\n  ip-masq-agent: |\n    cidrLimit: 3\n";
+        let results = run(src).unwrap();
+        let d = &results[0].checked.diagnostics[0];
+        assert_eq!(d.code, Code::ConfigMapWithoutConfig);
+        assert_eq!(
+            d.hint.as_deref(),
+            Some("rename data key `ip-masq-agent` to `config`")
+        );
+    }
+
+    #[test]
+    fn manifest_without_configmap_is_an_error() {
+        let src = "apiVersion: v1\nkind: Service\nmetadata: {name: x}\n";
+        assert_eq!(run(src).unwrap_err().code, Code::NoConfigMap);
+    }
+
+    #[test]
+    fn detects_manifests() {
+        let docs = parse_stream("apiVersion: v1\nkind: ConfigMap\n")
+            .unwrap()
+            .documents;
+        assert!(is_manifest(&docs[0]));
+        let docs = parse_stream("nonMasqueradeCIDRs: []\n").unwrap().documents;
+        assert!(!is_manifest(&docs[0]));
+    }
+}

@@ -1,0 +1,175 @@
+//! The agent's configuration: upstream ip-masq-agent's file model (keys, defaults, YAML 1.1 and
+//! JSON), read once and checked into a typed [`Config`] plus diagnostics. `agent` and
+//! `validate` share this one path, so they can never disagree about a file.
+
+mod check;
+pub mod cidr;
+mod diagnostic;
+pub mod duration;
+pub mod manifest;
+mod source;
+pub mod yaml;
+
+pub use check::{check_document, check_parsed, check_text, suggest_key};
+pub use diagnostic::{Code, Diagnostic, Severity};
+pub use duration::{parse_go_duration, GoDuration};
+pub use source::{read_config_source, read_limited, ConfigText, ReadError, MAX_CONFIG_BYTES};
+
+use ipnet::IpNet;
+use serde::Serialize;
+use std::path::Path;
+
+/// Where upstream's DaemonSet mounts the ConfigMap key `config`.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/config/ip-masq-agent";
+/// IPv4 link-local, non-masquerade unless `masqLinkLocal: true`.
+pub const LINK_LOCAL_V4: &str = "169.254.0.0/16";
+/// IPv6 link-local (RFC 4291), non-masquerade unless `masqLinkLocalIPv6: true`.
+pub const LINK_LOCAL_V6: &str = "fe80::/10";
+/// RFC 1918 private ranges: the default non-masquerade list.
+pub const RFC1918_RANGES: [&str; 3] = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"];
+/// Added to the defaults by `--nomasq-all-reserved-ranges`, in upstream's order.
+pub const RESERVED_RANGES: [&str; 8] = [
+    "100.64.0.0/10",   // RFC 6598
+    "192.0.0.0/24",    // RFC 6890
+    "192.0.2.0/24",    // RFC 5737
+    "192.88.99.0/24",  // RFC 7526
+    "198.18.0.0/15",   // RFC 6815
+    "198.51.100.0/24", // RFC 5737
+    "203.0.113.0/24",  // RFC 5737
+    "240.0.0.0/4",     // RFC 5735, former class E
+];
+/// Default `cidrLimit`.
+pub const DEFAULT_CIDR_LIMIT: i64 = 64;
+/// Default `resyncInterval`: 60s.
+pub const DEFAULT_RESYNC_INTERVAL: GoDuration = GoDuration(60_000_000_000);
+
+/// The agent flags that change how a config is judged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `--enable-ipv6`: IPv6 CIDRs are allowed (and ip6tables is managed).
+    pub enable_ipv6: bool,
+    /// `--nomasq-all-reserved-ranges`: the default list also holds the reserved ranges.
+    pub nomasq_all_reserved_ranges: bool,
+}
+
+/// A validated configuration: every CIDR parsed and aligned, limits respected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    /// In config order, duplicates kept as written (upstream writes one rule per entry).
+    #[serde(rename = "nonMasqueradeCIDRs")]
+    pub non_masquerade_cidrs: Vec<IpNet>,
+    pub cidr_limit: i64,
+    pub masq_link_local: bool,
+    #[serde(rename = "masqLinkLocalIPv6")]
+    pub masq_link_local_ipv6: bool,
+    #[serde(serialize_with = "serialize_go_duration")]
+    pub resync_interval: GoDuration,
+}
+
+fn serialize_go_duration<S: serde::Serializer>(d: &GoDuration, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(d)
+}
+
+/// The default non-masquerade CIDRs for these options.
+pub fn default_cidrs(options: &Options) -> Vec<IpNet> {
+    let extra: &[&str] = if options.nomasq_all_reserved_ranges {
+        &RESERVED_RANGES
+    } else {
+        &[]
+    };
+    RFC1918_RANGES
+        .iter()
+        .chain(extra)
+        .map(|c| c.parse().expect("built-in CIDRs are valid"))
+        .collect()
+}
+
+impl Config {
+    /// Upstream's defaults: what a missing or empty file means.
+    pub fn defaults(options: &Options) -> Self {
+        Config {
+            non_masquerade_cidrs: default_cidrs(options),
+            cidr_limit: DEFAULT_CIDR_LIMIT,
+            masq_link_local: false,
+            masq_link_local_ipv6: false,
+            resync_interval: DEFAULT_RESYNC_INTERVAL,
+        }
+    }
+
+    /// The resync interval as a std duration (always positive once validated).
+    pub fn resync(&self) -> std::time::Duration {
+        self.resync_interval
+            .to_std()
+            .unwrap_or(std::time::Duration::from_secs(60))
+    }
+
+    /// The effective config as YAML with upstream's key names, for `--print-effective`.
+    pub fn to_yaml(&self) -> String {
+        let mut out = String::from("nonMasqueradeCIDRs:");
+        if self.non_masquerade_cidrs.is_empty() {
+            out.push_str(" []\n");
+        } else {
+            out.push('\n');
+            for cidr in &self.non_masquerade_cidrs {
+                out.push_str(&format!("  - {cidr}\n"));
+            }
+        }
+        out.push_str(&format!(
+            "cidrLimit: {}\nmasqLinkLocal: {}\nmasqLinkLocalIPv6: {}\nresyncInterval: {}\n",
+            self.cidr_limit, self.masq_link_local, self.masq_link_local_ipv6, self.resync_interval
+        ));
+        out
+    }
+}
+
+/// The outcome of checking one config: the config when no error was found, and every finding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    pub config: Option<Config>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Checked {
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_error())
+    }
+
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| !d.is_error())
+    }
+}
+
+/// Where a loaded config came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// No file at the path: upstream's defaults.
+    Defaults,
+    /// The file's contents.
+    File,
+}
+
+/// A config loaded from a path the way the agent loads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loaded {
+    pub origin: Origin,
+    pub checked: Checked,
+}
+
+/// Loads the config at `path` as the agent does: a missing file means defaults; anything that
+/// cannot be read is an error; otherwise the contents are checked.
+pub fn load(path: &Path, options: &Options) -> Result<Loaded, ReadError> {
+    match read_config_source(path)? {
+        None => Ok(Loaded {
+            origin: Origin::Defaults,
+            checked: Checked {
+                config: Some(Config::defaults(options)),
+                diagnostics: Vec::new(),
+            },
+        }),
+        Some(text) => Ok(Loaded {
+            origin: Origin::File,
+            checked: check_text(&text.text, options),
+        }),
+    }
+}

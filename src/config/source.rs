@@ -1,0 +1,174 @@
+//! Reading a config file safely: a missing file is "use defaults" (as upstream), and a file
+//! that is too large, a directory, a symlink loop, unreadable or not UTF-8 is a clear error.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Largest config accepted; a real one is a few hundred bytes, a ConfigMap is capped at 1 MiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The text of a config source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigText {
+    pub text: String,
+}
+
+/// Why a config source could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{}: is a directory, not a config file", .0.display())]
+    Directory(PathBuf),
+    #[error("{}: too many levels of symbolic links (a symlink loop?)", .0.display())]
+    SymlinkLoop(PathBuf),
+    #[error("{}: larger than the {} byte limit for a config", .0.display(), MAX_CONFIG_BYTES)]
+    TooLarge(PathBuf),
+    #[error("{}: permission denied (run as a user that can read it)", .0.display())]
+    PermissionDenied(PathBuf),
+    #[error("{}: not valid UTF-8 (byte {offset}); save the file as UTF-8", path.display())]
+    NotUtf8 { path: PathBuf, offset: usize },
+    #[error("{}: not found", .0.display())]
+    NotFound(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Other {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// ELOOP on Linux.
+const ELOOP: i32 = 40;
+
+fn classify(path: &Path, err: std::io::Error) -> ReadError {
+    use std::io::ErrorKind;
+    let path = path.to_path_buf();
+    if err.raw_os_error() == Some(ELOOP) {
+        return ReadError::SymlinkLoop(path);
+    }
+    match err.kind() {
+        ErrorKind::NotFound => ReadError::NotFound(path),
+        ErrorKind::PermissionDenied => ReadError::PermissionDenied(path),
+        ErrorKind::IsADirectory => ReadError::Directory(path),
+        _ => ReadError::Other { path, source: err },
+    }
+}
+
+/// Reads a config file, following symlinks (a ConfigMap volume is all symlinks).
+/// `Ok(None)` when nothing exists at the path: the agent then runs on defaults.
+pub fn read_config_source(path: &Path) -> Result<Option<ConfigText>, ReadError> {
+    let metadata = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(err) => {
+            return match classify(path, err) {
+                ReadError::NotFound(_) => Ok(None),
+                other => Err(other),
+            }
+        }
+    };
+    if metadata.is_dir() {
+        return Err(ReadError::Directory(path.to_path_buf()));
+    }
+    if metadata.len() > MAX_CONFIG_BYTES {
+        return Err(ReadError::TooLarge(path.to_path_buf()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| classify(path, e))?;
+    read_limited(file, path).map(Some)
+}
+
+/// Reads at most [`MAX_CONFIG_BYTES`] from `reader` (a file or stdin) as UTF-8 config text.
+pub fn read_limited(reader: impl Read, path: &Path) -> Result<ConfigText, ReadError> {
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| classify(path, e))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ReadError::TooLarge(path.to_path_buf()));
+    }
+    // yaml.v2 accepts (and drops) a UTF-8 byte order mark.
+    let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let text = std::str::from_utf8(body).map_err(|e| ReadError::NotUtf8 {
+        path: path.to_path_buf(),
+        offset: e.valid_up_to(),
+    })?;
+    Ok(ConfigText {
+        text: text.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("ipmasq-source-{}-{}", std::process::id(), name));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn missing_file_means_defaults() {
+        let dir = scratch("missing");
+        assert!(read_config_source(&dir.join("nope")).unwrap().is_none());
+        assert!(read_config_source(&dir.join("no/such/dir"))
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn directory_is_an_error() {
+        let dir = scratch("dir");
+        assert!(matches!(
+            read_config_source(&dir),
+            Err(ReadError::Directory(_))
+        ));
+    }
+
+    #[test]
+    fn symlink_loop_is_an_error() {
+        let dir = scratch("loop");
+        let a = dir.join("a");
+        let b = dir.join("b");
+        std::os::unix::fs::symlink(&b, &a).unwrap();
+        std::os::unix::fs::symlink(&a, &b).unwrap();
+        let err = read_config_source(&a).unwrap_err();
+        assert!(matches!(err, ReadError::SymlinkLoop(_)), "{err}");
+    }
+
+    #[test]
+    fn oversized_file_is_an_error() {
+        let dir = scratch("big");
+        let path = dir.join("big");
+        std::fs::write(&path, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        assert!(matches!(
+            read_config_source(&path),
+            Err(ReadError::TooLarge(_))
+        ));
+        std::fs::write(&path, vec![b'#'; MAX_CONFIG_BYTES as usize]).unwrap();
+        assert!(read_config_source(&path).unwrap().is_some());
+    }
+
+    #[test]
+    fn invalid_utf8_is_an_error_and_bom_is_dropped() {
+        let dir = scratch("utf8");
+        let path = dir.join("c");
+        std::fs::write(&path, b"a: \xff\n").unwrap();
+        let err = read_config_source(&path).unwrap_err();
+        assert!(matches!(err, ReadError::NotUtf8 { offset: 3, .. }), "{err}");
+        std::fs::write(&path, b"\xEF\xBB\xBFa: 1\n").unwrap();
+        assert_eq!(read_config_source(&path).unwrap().unwrap().text, "a: 1\n");
+    }
+
+    #[test]
+    fn follows_configmap_style_symlinks() {
+        let dir = scratch("configmap");
+        std::fs::create_dir(dir.join("..2026_11_21")).unwrap();
+        std::fs::write(dir.join("..2026_11_21/config"), "cidrLimit: 3\n").unwrap();
+        std::os::unix::fs::symlink("..2026_11_21", dir.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/config", dir.join("config")).unwrap();
+        let text = read_config_source(&dir.join("config")).unwrap().unwrap();
+        assert_eq!(text.text, "cidrLimit: 3\n");
+    }
+}

@@ -1,0 +1,706 @@
+//! A located YAML tree built from the saphyr-family event parser (granit-parser, re-exported by
+//! serde-saphyr), with scalars resolved by YAML 1.1 rules as Go's yaml.v2 resolves them.
+//!
+//! Why not plain serde deserialisation: upstream reads the file with yaml.v2 into a generic
+//! value, converts it to JSON and lets Go's `encoding/json` match keys case-insensitively,
+//! letting the last duplicate win. Reproducing that, and reporting every key, duplicate and
+//! value with its line and column (and mapping positions inside a ConfigMap's block scalar),
+//! needs the tree itself, not a struct.
+
+use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, ScanError, Span as ParserSpan};
+
+/// Most nodes one document may expand to, aliases included (an alias bomb stops here).
+const MAX_NODES: usize = 100_000;
+/// Deepest nesting accepted; far beyond any real config, and it keeps drops shallow.
+const MAX_DEPTH: usize = 64;
+
+/// A position in the source text: 1-based line and column (in characters), and byte offsets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Location {
+    pub line: usize,
+    pub column: usize,
+    /// Byte offset of the first character.
+    pub offset: usize,
+    /// Byte offset just past the node's text (equal to `offset` when unknown).
+    pub end_offset: usize,
+}
+
+impl Location {
+    fn from_parser(span: &ParserSpan, source: &str) -> Self {
+        let offset = span
+            .start
+            .byte_offset()
+            .unwrap_or_else(|| char_to_byte(source, span.start.index()));
+        let end_offset = span
+            .end
+            .byte_offset()
+            .unwrap_or_else(|| char_to_byte(source, span.end.index()))
+            .max(offset);
+        Location {
+            line: span.start.line(),
+            column: span.start.col() + 1,
+            offset,
+            end_offset,
+        }
+    }
+}
+
+fn char_to_byte(source: &str, chars: usize) -> usize {
+    source
+        .char_indices()
+        .nth(chars)
+        .map_or(source.len(), |(i, _)| i)
+}
+
+/// How a scalar was written; YAML 1.1 typing applies to plain scalars only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    Plain,
+    SingleQuoted,
+    DoubleQuoted,
+    Literal,
+    Folded,
+}
+
+impl From<ScalarStyle> for Style {
+    fn from(style: ScalarStyle) -> Self {
+        match style {
+            ScalarStyle::Plain => Style::Plain,
+            ScalarStyle::SingleQuoted => Style::SingleQuoted,
+            ScalarStyle::DoubleQuoted => Style::DoubleQuoted,
+            ScalarStyle::Literal => Style::Literal,
+            ScalarStyle::Folded => Style::Folded,
+        }
+    }
+}
+
+/// A scalar's value after YAML 1.1 resolution (yaml.v2's `resolve`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resolved {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str,
+}
+
+/// A scalar as written, with its style and an explicit core-schema tag if any.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scalar {
+    pub text: String,
+    pub style: Style,
+    /// The core-schema type named by an explicit tag (`!!str` gives `str`).
+    pub tag: Option<String>,
+}
+
+impl Scalar {
+    /// Resolves the scalar as yaml.v2 would: quoted and block scalars are strings, plain ones
+    /// may be null, booleans (including `yes`/`no`/`on`/`off`/`y`/`n`), integers or floats.
+    pub fn resolve(&self) -> Resolved {
+        match self.tag.as_deref() {
+            Some("str") => return Resolved::Str,
+            Some("null") => return Resolved::Null,
+            _ => {}
+        }
+        if self.style != Style::Plain && self.tag.is_none() {
+            return Resolved::Str;
+        }
+        resolve_plain(&self.text)
+    }
+
+    /// True for a plain boolean that YAML 1.2 would read as a string (`yes`, `on`, `y`, ...).
+    pub fn is_yaml11_only_bool(&self) -> bool {
+        matches!(self.resolve(), Resolved::Bool(_))
+            && !matches!(
+                self.text.as_str(),
+                "true" | "True" | "TRUE" | "false" | "False" | "FALSE"
+            )
+    }
+}
+
+fn resolve_plain(text: &str) -> Resolved {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Resolved::Null,
+        "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
+            return Resolved::Bool(true)
+        }
+        "n" | "N" | "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => {
+            return Resolved::Bool(false)
+        }
+        ".nan" | ".NaN" | ".NAN" => return Resolved::Float(f64::NAN),
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Resolved::Float(f64::INFINITY)
+        }
+        "-.inf" | "-.Inf" | "-.INF" => return Resolved::Float(f64::NEG_INFINITY),
+        _ => {}
+    }
+    let first = text.as_bytes()[0];
+    if !(first.is_ascii_digit() || matches!(first, b'-' | b'+' | b'.')) {
+        return Resolved::Str;
+    }
+    let plain: String = text.chars().filter(|&c| c != '_').collect();
+    if let Some(v) = parse_go_int(&plain) {
+        return Resolved::Int(v);
+    }
+    if is_yaml_float(&plain) {
+        if let Ok(v) = plain.parse::<f64>() {
+            return Resolved::Float(v);
+        }
+    }
+    Resolved::Str
+}
+
+/// Go's `strconv.ParseInt(s, 0, 64)` / `ParseUint(s, 0, 64)`: optional sign, then `0x`, `0o`,
+/// `0b`, a leading `0` (octal) or decimal digits. Values outside i64/u64 are not integers.
+fn parse_go_int(s: &str) -> Option<i128> {
+    let (neg, body) = match s.as_bytes().first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..])
+    } else {
+        (10, lower.as_str())
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    let magnitude = u64::from_str_radix(digits, radix).ok()?;
+    let value = if neg {
+        -i128::from(magnitude)
+    } else {
+        i128::from(magnitude)
+    };
+    // Negative values must fit i64; positive ones may use the full u64 range (ParseUint).
+    (value >= i128::from(i64::MIN)).then_some(value)
+}
+
+/// yaml.v2's float pattern: `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`.
+fn is_yaml_float(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    if i < b.len() && (b[i] == b'-' || b[i] == b'+') {
+        i += 1;
+    }
+    let digits = |i: &mut usize| {
+        let start = *i;
+        while *i < b.len() && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i - start
+    };
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    } else {
+        if digits(&mut i) == 0 {
+            return false;
+        }
+        if i < b.len() && b[i] == b'.' {
+            i += 1;
+            digits(&mut i);
+        }
+    }
+    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+        i += 1;
+        if i < b.len() && (b[i] == b'-' || b[i] == b'+') {
+            i += 1;
+        }
+        if digits(&mut i) == 0 {
+            return false;
+        }
+    }
+    i == b.len()
+}
+
+/// One node of the tree.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub value: Value,
+    pub location: Location,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Scalar(Scalar),
+    Sequence(Vec<Node>),
+    /// Entries in document order; duplicates are kept, deciding is the reader's business.
+    Mapping(Vec<(Node, Node)>),
+}
+
+impl Node {
+    /// The node's scalar, if it is one.
+    pub fn as_scalar(&self) -> Option<&Scalar> {
+        match &self.value {
+            Value::Scalar(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The node's mapping entries, if it is a mapping.
+    pub fn as_mapping(&self) -> Option<&[(Node, Node)]> {
+        match &self.value {
+            Value::Mapping(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The last value of an exact string key in a mapping (the one that wins).
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        self.as_mapping()?
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_scalar().is_some_and(|s| s.text == key))
+            .map(|(_, v)| v)
+    }
+
+    /// The text of a string-valued scalar.
+    pub fn as_str(&self) -> Option<&str> {
+        self.as_scalar()
+            .filter(|s| s.resolve() == Resolved::Str)
+            .map(|s| s.text.as_str())
+    }
+
+    /// A YAML-ish name of the node's kind, for messages ("a list", "a string", ...).
+    pub fn kind_name(&self) -> &'static str {
+        match &self.value {
+            Value::Sequence(_) => "a list",
+            Value::Mapping(_) => "a mapping",
+            Value::Scalar(s) => match s.resolve() {
+                Resolved::Null => "null",
+                Resolved::Bool(_) => "a boolean",
+                Resolved::Int(_) => "an integer",
+                Resolved::Float(_) => "a number",
+                Resolved::Str => "a string",
+            },
+        }
+    }
+
+    fn null_at(location: Location) -> Node {
+        Node {
+            value: Value::Scalar(Scalar {
+                text: String::new(),
+                style: Style::Plain,
+                tag: None,
+            }),
+            location,
+        }
+    }
+}
+
+/// A YAML syntax or structure error with its position.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct YamlError {
+    pub message: String,
+    pub location: Location,
+}
+
+impl YamlError {
+    fn from_scan(err: &ScanError, source: &str) -> Self {
+        let mark = err.marker();
+        let offset = mark
+            .byte_offset()
+            .unwrap_or_else(|| char_to_byte(source, mark.index()));
+        YamlError {
+            message: format!("YAML syntax error: {}", err.info()),
+            location: Location {
+                line: mark.line(),
+                column: mark.col() + 1,
+                offset,
+                end_offset: offset,
+            },
+        }
+    }
+
+    fn at(message: impl Into<String>, location: Location) -> Self {
+        YamlError {
+            message: message.into(),
+            location,
+        }
+    }
+}
+
+/// The documents of a YAML stream, as far as they could be read.
+#[derive(Debug)]
+pub struct Stream {
+    /// Documents in order; an empty document is a null scalar.
+    pub documents: Vec<Node>,
+    /// A syntax error after at least one complete document (the first document is what counts;
+    /// an error later is something to warn about, as yaml.v2 never reads that far).
+    pub trailing_error: Option<YamlError>,
+}
+
+/// Parses every document of `source`. An error inside the first document is returned as `Err`;
+/// an error in a later one ends the stream and is kept in `trailing_error`.
+pub fn parse_stream(source: &str) -> Result<Stream, YamlError> {
+    let mut builder = Builder::new(source);
+    let mut parser = Parser::new_from_str(source);
+    let mut documents = Vec::new();
+    loop {
+        let next = match parser.next_event() {
+            None => break,
+            Some(Ok(event)) => event,
+            Some(Err(err)) => {
+                let err = YamlError::from_scan(&err, source);
+                if documents.is_empty() {
+                    return Err(err);
+                }
+                return Ok(Stream {
+                    documents,
+                    trailing_error: Some(err),
+                });
+            }
+        };
+        match builder.feed(next) {
+            Ok(Some(doc)) => documents.push(doc),
+            Ok(None) => {}
+            Err(err) => {
+                if documents.is_empty() {
+                    return Err(err);
+                }
+                return Ok(Stream {
+                    documents,
+                    trailing_error: Some(err),
+                });
+            }
+        }
+    }
+    Ok(Stream {
+        documents,
+        trailing_error: None,
+    })
+}
+
+enum Frame {
+    Sequence {
+        items: Vec<Node>,
+        location: Location,
+        anchor: usize,
+    },
+    Mapping {
+        entries: Vec<(Node, Node)>,
+        pending_key: Option<Node>,
+        location: Location,
+        anchor: usize,
+    },
+}
+
+/// Assembles events into documents, resolving aliases within a node budget.
+struct Builder<'s> {
+    source: &'s str,
+    stack: Vec<Frame>,
+    anchors: std::collections::HashMap<usize, Node>,
+    document_root: Option<Node>,
+    document_start: Location,
+    in_document: bool,
+    nodes: usize,
+}
+
+impl<'s> Builder<'s> {
+    fn new(source: &'s str) -> Self {
+        Builder {
+            source,
+            stack: Vec::new(),
+            anchors: std::collections::HashMap::new(),
+            document_root: None,
+            document_start: Location::default(),
+            in_document: false,
+            nodes: 0,
+        }
+    }
+
+    fn feed(&mut self, (event, span): (Event<'_>, ParserSpan)) -> Result<Option<Node>, YamlError> {
+        let location = Location::from_parser(&span, self.source);
+        match event {
+            Event::DocumentStart(..) => {
+                self.in_document = true;
+                self.document_root = None;
+                self.document_start = location;
+                self.anchors.clear();
+                self.nodes = 0;
+            }
+            Event::DocumentEnd => {
+                self.in_document = false;
+                let root = self
+                    .document_root
+                    .take()
+                    .unwrap_or_else(|| Node::null_at(self.document_start));
+                return Ok(Some(root));
+            }
+            Event::Scalar(text, style, anchor, tag) => {
+                let tag = tag.and_then(|t| t.core_suffix().map(str::to_string));
+                let node = Node {
+                    value: Value::Scalar(Scalar {
+                        text: text.into_owned(),
+                        style: style.into(),
+                        tag,
+                    }),
+                    location,
+                };
+                self.count(1, location)?;
+                if anchor != 0 {
+                    self.anchors.insert(anchor, node.clone());
+                }
+                self.attach(node)?;
+            }
+            Event::Alias(id) => {
+                let node = self.anchors.get(&id).cloned().ok_or_else(|| {
+                    YamlError::at("YAML alias refers to an unknown anchor", location)
+                })?;
+                self.count(count_nodes(&node), location)?;
+                self.attach(Node { location, ..node })?;
+            }
+            Event::SequenceStart(_, anchor, _) => {
+                self.open(
+                    Frame::Sequence {
+                        items: Vec::new(),
+                        location,
+                        anchor,
+                    },
+                    location,
+                )?;
+            }
+            Event::MappingStart(_, anchor, _) => {
+                self.open(
+                    Frame::Mapping {
+                        entries: Vec::new(),
+                        pending_key: None,
+                        location,
+                        anchor,
+                    },
+                    location,
+                )?;
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                let (node, anchor) = match self.stack.pop() {
+                    Some(Frame::Sequence {
+                        items,
+                        location,
+                        anchor,
+                    }) => (
+                        Node {
+                            value: Value::Sequence(items),
+                            location,
+                        },
+                        anchor,
+                    ),
+                    Some(Frame::Mapping {
+                        entries,
+                        location,
+                        anchor,
+                        ..
+                    }) => (
+                        Node {
+                            value: Value::Mapping(entries),
+                            location,
+                        },
+                        anchor,
+                    ),
+                    None => return Err(YamlError::at("unbalanced YAML collection", location)),
+                };
+                if anchor != 0 {
+                    self.anchors.insert(anchor, node.clone());
+                }
+                self.attach(node)?;
+            }
+            Event::UnresolvedAlias(_) => {
+                return Err(YamlError::at(
+                    "YAML alias refers to an unknown anchor",
+                    location,
+                ))
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn open(&mut self, frame: Frame, location: Location) -> Result<(), YamlError> {
+        self.count(1, location)?;
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(YamlError::at(
+                format!("YAML nesting deeper than {MAX_DEPTH} levels"),
+                location,
+            ));
+        }
+        self.stack.push(frame);
+        Ok(())
+    }
+
+    fn count(&mut self, n: usize, location: Location) -> Result<(), YamlError> {
+        self.nodes += n;
+        if self.nodes > MAX_NODES {
+            return Err(YamlError::at(
+                format!("YAML document expands to more than {MAX_NODES} nodes (alias bomb?)"),
+                location,
+            ));
+        }
+        Ok(())
+    }
+
+    fn attach(&mut self, node: Node) -> Result<(), YamlError> {
+        match self.stack.last_mut() {
+            None => {
+                if !self.in_document {
+                    return Err(YamlError::at("YAML node outside a document", node.location));
+                }
+                self.document_root = Some(node);
+            }
+            Some(Frame::Sequence { items, .. }) => items.push(node),
+            Some(Frame::Mapping {
+                entries,
+                pending_key,
+                ..
+            }) => match pending_key.take() {
+                None => *pending_key = Some(node),
+                Some(key) => entries.push((key, node)),
+            },
+        }
+        Ok(())
+    }
+}
+
+fn count_nodes(node: &Node) -> usize {
+    match &node.value {
+        Value::Scalar(_) => 1,
+        Value::Sequence(items) => 1 + items.iter().map(count_nodes).sum::<usize>(),
+        Value::Mapping(entries) => {
+            1 + entries
+                .iter()
+                .map(|(k, v)| count_nodes(k) + count_nodes(v))
+                .sum::<usize>()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first(src: &str) -> Node {
+        parse_stream(src).unwrap().documents.remove(0)
+    }
+
+    fn plain(text: &str) -> Resolved {
+        Scalar {
+            text: text.into(),
+            style: Style::Plain,
+            tag: None,
+        }
+        .resolve()
+    }
+
+    #[test]
+    fn yaml11_booleans_resolve_like_yaml_v2() {
+        for t in [
+            "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON",
+        ] {
+            assert_eq!(plain(t), Resolved::Bool(true), "{t}");
+        }
+        for f in [
+            "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF",
+        ] {
+            assert_eq!(plain(f), Resolved::Bool(false), "{f}");
+        }
+        assert_eq!(plain("yEs"), Resolved::Str);
+        assert_eq!(plain("tRUE"), Resolved::Str);
+    }
+
+    #[test]
+    fn numbers_and_nulls_resolve_like_yaml_v2() {
+        assert_eq!(plain("64"), Resolved::Int(64));
+        assert_eq!(plain("+64"), Resolved::Int(64));
+        assert_eq!(plain("-3"), Resolved::Int(-3));
+        assert_eq!(plain("0x40"), Resolved::Int(64));
+        assert_eq!(plain("0o100"), Resolved::Int(64));
+        assert_eq!(plain("0100"), Resolved::Int(64));
+        assert_eq!(plain("0b1000000"), Resolved::Int(64));
+        assert_eq!(plain("6_4"), Resolved::Int(64));
+        assert_eq!(plain("64.0"), Resolved::Float(64.0));
+        assert_eq!(plain("1e2"), Resolved::Float(100.0));
+        assert_eq!(plain(".5"), Resolved::Float(0.5));
+        assert_eq!(plain("08"), Resolved::Float(8.0));
+        assert_eq!(plain("10.0.0.0/8"), Resolved::Str);
+        assert_eq!(plain("60s"), Resolved::Str);
+        assert_eq!(plain("~"), Resolved::Null);
+        assert_eq!(plain("null"), Resolved::Null);
+        assert_eq!(plain("NULL"), Resolved::Null);
+        assert_eq!(plain("nUll"), Resolved::Str);
+    }
+
+    #[test]
+    fn quoted_scalars_are_always_strings() {
+        let doc = first("a: 'yes'\nb: \"64\"\nc: !!str 12\nd: yes\n");
+        assert_eq!(doc.get("a").unwrap().as_str(), Some("yes"));
+        assert_eq!(doc.get("b").unwrap().as_str(), Some("64"));
+        assert_eq!(doc.get("c").unwrap().as_str(), Some("12"));
+        assert_eq!(doc.get("d").unwrap().as_str(), None);
+    }
+
+    #[test]
+    fn keeps_duplicates_and_locations() {
+        let doc = first("a: 1\nb:\n  - x\na: 2\n");
+        let entries = doc.as_mapping().unwrap();
+        assert_eq!(entries.len(), 3);
+        assert_eq!(entries[2].0.location.line, 4);
+        assert_eq!(doc.get("a").unwrap().as_scalar().unwrap().text, "2");
+        let b = doc.get("b").unwrap();
+        match &b.value {
+            Value::Sequence(items) => {
+                assert_eq!(items[0].location.line, 3);
+                assert_eq!(items[0].location.column, 5);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn aliases_expand_and_bombs_stop() {
+        let doc = first("base: &b [1, 2]\ncopy: *b\n");
+        assert_eq!(doc.get("copy").unwrap().kind_name(), "a list");
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 0..8 {
+            let prev = (b'a' + i) as char;
+            let next = (b'a' + i + 1) as char;
+            bomb.push_str(&format!(
+                "{next}: &{next} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+            ));
+        }
+        let err = parse_stream(&bomb).unwrap_err();
+        assert!(err.message.contains("more than"), "{}", err.message);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = "[".repeat(10_000);
+        assert!(parse_stream(&deep).is_err());
+    }
+
+    #[test]
+    fn multiple_documents_and_trailing_errors() {
+        let stream = parse_stream("a: 1\n---\nb: 2\n").unwrap();
+        assert_eq!(stream.documents.len(), 2);
+        let stream = parse_stream("a: 1\n---\nb: [\n").unwrap();
+        assert_eq!(stream.documents.len(), 1);
+        assert!(stream.trailing_error.is_some());
+        assert!(parse_stream("a: [\n").is_err());
+    }
+
+    #[test]
+    fn empty_input_is_one_null_document_or_none() {
+        let stream = parse_stream("").unwrap();
+        assert!(stream.documents.iter().all(|d| d.kind_name() == "null"));
+        let stream = parse_stream("# only a comment\n").unwrap();
+        assert!(stream.documents.iter().all(|d| d.kind_name() == "null"));
+    }
+}

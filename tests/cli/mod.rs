@@ -1,0 +1,4 @@
+//! Tests of the command line itself: multi-call dispatch and `validate`.
+
+mod dispatch;
+mod validate;

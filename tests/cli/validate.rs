@@ -1,0 +1,237 @@
+//! `ipmasq validate`: verdicts, exit codes, JSON shape, ConfigMaps, stdin, flags.
+
+use crate::util::{data, ipmasq, ipmasq_with_stdin, Scratch};
+use serde_json::Value;
+
+fn json(args: &[&str]) -> (i32, Value) {
+    let mut full = vec!["validate", "-o", "json"];
+    full.extend_from_slice(args);
+    let run = ipmasq(&full);
+    let value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", run.stdout, run.stderr));
+    (run.code, value)
+}
+
+fn path(relative: &str) -> String {
+    data(relative).to_string_lossy().into_owned()
+}
+
+#[test]
+fn good_directory_is_valid() {
+    let run = ipmasq(&["validate", &path("configs/good")]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("6 configs checked: 6 valid, 0 invalid"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn every_bad_config_is_invalid_with_its_code() {
+    let expected = [
+        ("bad-duration.yaml", "invalid-duration"),
+        ("configmap-misaligned.yaml", "cidr-not-aligned"),
+        ("ipv4-mapped.yaml", "ipv4-mapped-cidr"),
+        ("ipv6-without-flag.yaml", "ipv6-not-enabled"),
+        ("leading-zero.yaml", "invalid-cidr"),
+        ("link-local-conflict.yaml", "link-local-conflict"),
+        ("misaligned.yaml", "cidr-not-aligned"),
+        ("negative-limit.yaml", "negative-cidr-limit"),
+        ("not-a-list.yaml", "wrong-type"),
+        ("over-limit.yaml", "cidr-limit-exceeded"),
+        ("quoted-bool.yaml", "wrong-type"),
+        ("syntax.yaml", "yaml-syntax"),
+        ("unitless-duration.yaml", "wrong-type"),
+        ("zero-duration.yaml", "non-positive-duration"),
+    ];
+    let listed: Vec<String> = std::fs::read_dir(data("configs/bad"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        listed.len(),
+        expected.len(),
+        "every bad config has an expectation"
+    );
+    for (file, code) in expected {
+        let (exit, report) = json(&[&path(&format!("configs/bad/{file}"))]);
+        assert_eq!(exit, 1, "{file}");
+        assert_eq!(report["valid"], false, "{file}");
+        let codes: Vec<&str> = report["results"][0]["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["severity"] == "error")
+            .map(|d| d["code"].as_str().unwrap())
+            .collect();
+        assert_eq!(codes, [code], "{file}");
+    }
+}
+
+#[test]
+fn text_output_is_compiler_style() {
+    let file = path("configs/bad/misaligned.yaml");
+    let run = ipmasq(&["validate", &file]);
+    assert_eq!(run.code, 1);
+    let want = format!(
+        "{file}:3:5: error[cidr-not-aligned]: CIDR \"10.1.2.3/16\" is not aligned to a CIDR block, ip: \"10.1.2.3\" network: \"10.1.0.0/16\"\n\
+         3 |   - 10.1.2.3/16\n  |     ^^^^^^^^^^^\n  = hint: did you mean 10.1.0.0/16?\n\
+         {file}: invalid (1 error, 0 warnings)\n"
+    );
+    assert_eq!(run.stdout, want);
+    assert!(
+        !run.stdout.contains('\x1b'),
+        "no colour when not a terminal"
+    );
+    let run = ipmasq(&["validate", "--color=always", &file]);
+    assert!(run.stdout.contains("\x1b[1;31m"), "{}", run.stdout);
+}
+
+#[test]
+fn json_report_shape() {
+    let (exit, report) = json(&[&path("configs/good/warnings.yaml")]);
+    assert_eq!(exit, 0);
+    assert_eq!(report["schemaVersion"], 1);
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["errors"], 0);
+    assert_eq!(report["warnings"], 6);
+    let result = &report["results"][0];
+    assert_eq!(result["kind"], "config");
+    assert_eq!(result["valid"], true);
+    let first = &result["diagnostics"][0];
+    for key in ["severity", "code", "message", "line", "column", "hint"] {
+        assert!(first.get(key).is_some(), "diagnostic lacks {key}: {first}");
+    }
+    assert_eq!(first["code"], "key-case");
+    assert_eq!(first["line"], 2);
+    let effective = &result["effective"];
+    assert_eq!(
+        effective["nonMasqueradeCIDRs"],
+        serde_json::json!(["10.0.0.0/8", "10.1.0.0/16", "10.0.0.0/8"])
+    );
+    assert_eq!(effective["cidrLimit"], 64);
+    assert_eq!(effective["masqLinkLocal"], false);
+    assert_eq!(effective["masqLinkLocalIPv6"], false);
+    assert_eq!(effective["resyncInterval"], "1m0s");
+}
+
+#[test]
+fn strict_turns_warnings_into_errors() {
+    let file = path("configs/good/warnings.yaml");
+    assert_eq!(ipmasq(&["validate", &file]).code, 0);
+    let (exit, report) = json(&["--strict", &file]);
+    assert_eq!(exit, 1);
+    assert_eq!(report["errors"], 6);
+    assert_eq!(report["warnings"], 0);
+}
+
+#[test]
+fn configmap_manifest_reports_positions_inside_the_manifest() {
+    let (exit, report) = json(&[&path("configs/bad/configmap-misaligned.yaml")]);
+    assert_eq!(exit, 1);
+    let result = &report["results"][0];
+    assert_eq!(result["kind"], "configmap");
+    assert_eq!(result["configMap"]["name"], "ip-masq-agent");
+    assert_eq!(result["configMap"]["namespace"], "kube-system");
+    let diag = &result["diagnostics"][0];
+    assert_eq!(
+        (diag["line"].as_u64(), diag["column"].as_u64()),
+        (Some(10), Some(9))
+    );
+}
+
+#[test]
+fn configmap_in_a_multi_document_manifest() {
+    let dir = Scratch::new("multidoc");
+    let manifest = dir.write(
+        "all.yaml",
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: ip-masq-agent\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent\ndata:\n  config: |\n    masqLinkLocal: true\n",
+    );
+    let (exit, report) = json(&[manifest.to_str().unwrap()]);
+    assert_eq!(exit, 0, "{report}");
+    assert_eq!(report["results"][0]["configMap"]["document"], 2);
+    assert_eq!(report["results"][0]["effective"]["masqLinkLocal"], true);
+}
+
+#[test]
+fn stdin_is_read_with_dash() {
+    let run = ipmasq_with_stdin(&["validate", "-"], "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(run.stdout.contains("<stdin>: valid"), "{}", run.stdout);
+    let run = ipmasq_with_stdin(&["validate", "-"], "cidrLimit: -5\n");
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stdout
+            .contains("<stdin>:1:12: error[negative-cidr-limit]"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn missing_explicit_file_is_an_io_error() {
+    let (exit, report) = json(&["/nonexistent/ipmasq-config"]);
+    assert_eq!(exit, 2);
+    assert_eq!(report["results"][0]["kind"], "unreadable");
+    assert_eq!(report["results"][0]["diagnostics"][0]["code"], "io");
+}
+
+#[test]
+fn directory_symlink_loop_and_oversize_are_io_errors() {
+    let dir = Scratch::new("io");
+    std::os::unix::fs::symlink(dir.path.join("b"), dir.path.join("a")).unwrap();
+    std::os::unix::fs::symlink(dir.path.join("a"), dir.path.join("b")).unwrap();
+    let run = ipmasq(&["validate", dir.path.join("a").to_str().unwrap()]);
+    assert_eq!(run.code, 2);
+    assert!(run.stdout.contains("symlink loop"), "{}", run.stdout);
+    let big = dir.write("big", &"#".repeat((1 << 20) + 1));
+    let run = ipmasq(&["validate", big.to_str().unwrap()]);
+    assert_eq!(run.code, 2);
+    assert!(run.stdout.contains("larger than"), "{}", run.stdout);
+}
+
+#[test]
+fn agent_flags_change_the_verdict() {
+    let file = path("configs/bad/ipv6-without-flag.yaml");
+    assert_eq!(ipmasq(&["validate", &file]).code, 1);
+    assert_eq!(ipmasq(&["validate", "--enable-ipv6", &file]).code, 0);
+    // Go's single-dash spelling, as in upstream's DaemonSet args.
+    assert_eq!(ipmasq(&["validate", "-enable-ipv6", &file]).code, 0);
+    assert_eq!(ipmasq(&["validate", "--enable-ipv6=false", &file]).code, 1);
+
+    let dir = Scratch::new("reserved");
+    let config = dir.write("c.yaml", "cidrLimit: 5\n");
+    assert_eq!(ipmasq(&["validate", config.to_str().unwrap()]).code, 0);
+    let run = ipmasq(&[
+        "validate",
+        "--nomasq-all-reserved-ranges",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("but got 11 CIDRs"), "{}", run.stdout);
+}
+
+#[test]
+fn print_effective_shows_the_config_after_defaults() {
+    let dir = Scratch::new("effective");
+    let config = dir.write("c.yaml", "masqLinkLocal: true\n");
+    let run = ipmasq(&["validate", "--print-effective", config.to_str().unwrap()]);
+    assert_eq!(run.code, 0);
+    assert!(
+        run.stdout.contains(
+            "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 172.16.0.0/12\n  - 192.168.0.0/16\ncidrLimit: 64\nmasqLinkLocal: true\nmasqLinkLocalIPv6: false\nresyncInterval: 1m0s\n"
+        ),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn mixed_inputs_exit_with_the_worst_code() {
+    let good = path("configs/good/full.yaml");
+    let bad = path("configs/bad/misaligned.yaml");
+    assert_eq!(ipmasq(&["validate", &good, &bad]).code, 1);
+    assert_eq!(ipmasq(&["validate", &good, &bad, "/nonexistent"]).code, 2);
+}

@@ -1,0 +1,4 @@
+//! Integration tests of the `ipmasq` binary: one crate, one module per area.
+
+mod cli;
+mod util;

@@ -1,0 +1,95 @@
+//! Helpers shared by the integration tests: running the binary and scratch directories.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Path of the binary under test.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ipmasq"))
+}
+
+/// The repository's test data directory.
+pub fn data(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(relative)
+}
+
+/// A finished run of the binary.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Self {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// Runs `ipmasq ARGS...` with no stdin.
+pub fn ipmasq(args: &[&str]) -> Run {
+    run_program(&binary(), args, None)
+}
+
+/// Runs `ipmasq ARGS...` feeding `stdin`.
+pub fn ipmasq_with_stdin(args: &[&str], stdin: &str) -> Run {
+    run_program(&binary(), args, Some(stdin))
+}
+
+/// Runs any program (e.g. a symlink to the binary) with the given args and stdin.
+pub fn run_program(program: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(program)
+        .args(args)
+        .env_remove("NO_COLOR")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+    }
+    child.wait_with_output().expect("wait for ipmasq").into()
+}
+
+/// A directory removed when dropped.
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("ipmasq-it-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create scratch dir");
+        Scratch { path }
+    }
+
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, contents).expect("write scratch file");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
