@@ -70,8 +70,8 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Applet {
     /// Run the masquerade agent (the ip-masq-agent daemon)
-    #[command(disable_help_flag = true)]
-    Agent(PlaceholderArgs),
+    #[command(after_help = AGENT_EXAMPLES)]
+    Agent(AgentArgs),
     /// Check config files or ConfigMap manifests as the agent would read them
     #[command(after_help = VALIDATE_EXAMPLES)]
     Validate(ValidateArgs),
@@ -81,6 +81,125 @@ pub enum Applet {
     /// Remove the masquerade chain and its POSTROUTING jump
     #[command(disable_help_flag = true)]
     Cleanup(PlaceholderArgs),
+}
+
+/// Which iptables implementation the agent drives.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IptablesMode {
+    /// Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither
+    Auto,
+    /// iptables-nft (the nf_tables kernel API)
+    Nft,
+    /// iptables-legacy (the x_tables kernel API)
+    Legacy,
+}
+
+/// Log line format.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+const AGENT_EXAMPLES: &str = "\
+Examples:
+  # As upstream's DaemonSet runs it (the image's entrypoint is ip-masq-agent):
+  ip-masq-agent --masq-chain=IP-MASQ-AGENT --nomasq-all-reserved-ranges
+
+  # Print the transaction a sync would apply, change nothing:
+  ipmasq agent --config ./ip-masq-agent.yaml --dry-run
+
+  # One sync and exit (e.g. from a systemd ExecStartPre or a node bootstrap script):
+  ipmasq agent --once --iptables-mode=nft
+
+Signals: SIGHUP re-reads the config and re-syncs now; SIGTERM/SIGINT exit (after removing the
+chain with --cleanup-on-exit).";
+
+#[derive(Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// Config file (YAML or JSON); a missing file means upstream's defaults
+    #[arg(long, value_name = "PATH", default_value = crate::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+
+    /// Name of the nat chain for the masquerade rules
+    #[arg(long, value_name = "NAME", default_value = crate::plan::DEFAULT_CHAIN)]
+    pub masq_chain: crate::plan::ChainName,
+
+    #[command(flatten)]
+    pub config_flags: ConfigFlags,
+
+    /// Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "true",
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub random_fully: bool,
+
+    /// Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)
+    #[arg(long, value_name = "PORTS", default_value = "")]
+    pub to_ports: crate::plan::ToPorts,
+
+    /// Sync once, then exit (0 when the rules are in place)
+    #[arg(long)]
+    pub once: bool,
+
+    /// Print the transaction a sync would apply and exit; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Which iptables to drive
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
+    pub iptables_mode: IptablesMode,
+
+    /// Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a
+    /// window without masquerade)
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub cleanup_on_exit: bool,
+
+    /// Log line format
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// klog verbosity: 0-1 info, 2-4 debug, 5+ trace
+    #[arg(short = 'v', long = "v", value_name = "N", default_value_t = 0)]
+    pub verbosity: u8,
+
+    /// Accepted for klog compatibility; logs always go to stderr
+    #[arg(
+        long,
+        hide = true,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub logtostderr: Option<bool>,
+
+    /// Accepted for klog compatibility; logs always go to stderr
+    #[arg(
+        long,
+        hide = true,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub alsologtostderr: Option<bool>,
 }
 
 /// Arguments of an applet that is not implemented yet.

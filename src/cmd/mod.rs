@@ -1,5 +1,6 @@
 //! The applets behind the multi-call binary, and the one place exit codes are chosen.
 
+pub mod agent;
 pub mod validate;
 
 use crate::cli::{multicall_args, Applet, Cli, APPLETS, BINARY_NAME};
@@ -56,7 +57,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     }
     let exit = match cli.applet {
         Some(Applet::Validate(args)) => validate::run(&args),
-        Some(Applet::Agent(_)) => not_yet("agent"),
+        Some(Applet::Agent(args)) => agent::run(&args),
         Some(Applet::Show(_)) => not_yet("show"),
         Some(Applet::Cleanup(_)) => not_yet("cleanup"),
         None => Exit::Usage,

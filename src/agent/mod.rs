@@ -1,0 +1,137 @@
+//! The agent: the reconcile loop and what triggers it (the resync timer, a change in the
+//! config directory, SIGHUP), on a current-thread tokio runtime. SIGTERM and SIGINT end it,
+//! after removing our rules when asked to.
+
+pub mod logging;
+pub mod reconcile;
+pub mod watch;
+
+use crate::backend::cleanup_family;
+use crate::plan::families;
+use reconcile::{Pass, Reconciler};
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{debug, error, info};
+use watch::DirWatch;
+
+/// How long a burst of config-directory events must be quiet before one reload.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// How the loop ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// A signal asked us to stop; cleanup (if requested) succeeded.
+    Stopped,
+    /// Cleanup on exit failed for at least one family.
+    CleanupFailed,
+    /// The runtime or signal handling could not be set up.
+    SetupFailed(String),
+}
+
+/// Why a pass was triggered.
+#[derive(Debug, Clone, Copy)]
+enum Trigger {
+    Timer,
+    ConfigChanged,
+    Hangup,
+}
+
+/// Runs the reconcile loop until SIGTERM/SIGINT.
+pub fn run_forever(reconciler: Reconciler, cleanup_on_exit: bool) -> Ending {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => return Ending::SetupFailed(format!("cannot start the runtime: {err}")),
+    };
+    runtime.block_on(run_loop(reconciler, cleanup_on_exit))
+}
+
+async fn run_loop(mut reconciler: Reconciler, cleanup_on_exit: bool) -> Ending {
+    let signals = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    );
+    let (mut sigterm, mut sigint, mut sighup) = match signals {
+        (Ok(t), Ok(i), Ok(h)) => (t, i, h),
+        _ => return Ending::SetupFailed("cannot install signal handlers".into()),
+    };
+    let mut watch = DirWatch::new(&reconciler.settings.config_path);
+    let mut trigger = Trigger::Timer;
+    loop {
+        watch.arm();
+        let started = std::time::Instant::now();
+        let pass = reconciler.pass();
+        debug!(
+            ?trigger,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            outcome = pass_name(&pass),
+            "pass done"
+        );
+        let interval = reconciler.interval();
+        let signal_name = tokio::select! {
+            _ = tokio::time::sleep(interval) => { trigger = Trigger::Timer; None }
+            _ = watch.changed() => {
+                watch.settle(SETTLE).await;
+                trigger = Trigger::ConfigChanged;
+                None
+            }
+            _ = sighup.recv() => {
+                info!("SIGHUP: re-reading the config and re-syncing");
+                trigger = Trigger::Hangup;
+                None
+            }
+            _ = sigterm.recv() => Some("SIGTERM"),
+            _ = sigint.recv() => Some("SIGINT"),
+        };
+        if let Some(name) = signal_name {
+            return shutdown(&reconciler, cleanup_on_exit, name);
+        }
+    }
+}
+
+fn pass_name(pass: &Pass) -> &'static str {
+    match pass {
+        Pass::Synced(_) => "synced",
+        Pass::NoValidConfig => "no-valid-config",
+        Pass::Failed(_) => "failed",
+    }
+}
+
+/// Removes our chain and jumps from every managed family.
+pub fn cleanup(reconciler: &Reconciler) -> bool {
+    let chain = &reconciler.settings.plan.chain;
+    let mut ok = true;
+    for family in families(&reconciler.settings.plan) {
+        match cleanup_family(reconciler.backend(), family, chain, false) {
+            Ok(done) => info!(
+                %family,
+                jumps_removed = done.jumps_removed,
+                chain_removed = done.chain_removed,
+                "rules removed"
+            ),
+            Err(err) => {
+                ok = false;
+                error!(%family, error = %err, "cleanup failed");
+            }
+        }
+    }
+    ok
+}
+
+fn shutdown(reconciler: &Reconciler, cleanup_on_exit: bool, signal_name: &str) -> Ending {
+    if cleanup_on_exit {
+        info!(
+            signal = signal_name,
+            "stopping; removing rules (--cleanup-on-exit)"
+        );
+        if !cleanup(reconciler) {
+            return Ending::CleanupFailed;
+        }
+    } else {
+        info!(signal = signal_name, "stopping; rules stay in place");
+    }
+    Ending::Stopped
+}

@@ -1,0 +1,421 @@
+//! One reconcile pass: load the config, keep the last good one when the new one is invalid,
+//! plan, and bring each family's chain in line with one transaction when it drifted. Also the
+//! agent's status (what health and metrics report), updated by every pass.
+
+use crate::backend::{sync_family, Backend, BackendError, DriftKind, FamilySync};
+use crate::config::{self, Config, Diagnostic, Origin};
+use crate::plan::{plan, Family, PlanOptions};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tracing::{debug, error, info, warn};
+
+/// What the agent was started with.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub config_path: PathBuf,
+    pub options: config::Options,
+    pub plan: PlanOptions,
+    pub dry_run: bool,
+}
+
+/// Counters and facts about the agent, for health and metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    pub syncs_ok: u64,
+    pub syncs_failed: u64,
+    pub configs_accepted: u64,
+    pub configs_rejected: u64,
+    pub drift_repairs: BTreeMap<&'static str, u64>,
+    pub last_pass: Option<Instant>,
+    pub last_success: Option<Instant>,
+    /// Whether the config in force is the one on disk (false while a bad file is ignored).
+    pub config_current: bool,
+    /// Rules in our chain per family after the last successful sync.
+    pub rules: BTreeMap<Family, usize>,
+    /// The reason the agent is not ready, if it is not.
+    pub not_ready: Option<String>,
+    pub non_masquerade_cidrs: usize,
+}
+
+/// The outcome of one pass.
+#[derive(Debug)]
+pub enum Pass {
+    /// Rules checked (and repaired where needed) for every family.
+    Synced(Vec<FamilySync>),
+    /// No valid config has been seen yet: nothing is installed.
+    NoValidConfig,
+    /// The backend failed; the previous rules stay as they are.
+    Failed(BackendError),
+}
+
+/// The reconcile loop's state.
+pub struct Reconciler {
+    pub settings: Settings,
+    backend: Box<dyn Backend>,
+    /// The last valid config: enforced even while the file on disk is invalid.
+    pub active: Option<Config>,
+    /// Fingerprint of the last config problem logged, so each is logged once per change.
+    last_config_note: Option<u64>,
+    last_error: Option<String>,
+    pub status: Status,
+}
+
+fn fingerprint(diagnostics: &[Diagnostic]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    for d in diagnostics {
+        d.one_line().hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+impl Reconciler {
+    pub fn new(settings: Settings, backend: Box<dyn Backend>) -> Self {
+        Reconciler {
+            settings,
+            backend,
+            active: None,
+            last_config_note: None,
+            last_error: None,
+            status: Status::default(),
+        }
+    }
+
+    pub fn backend_name(&self) -> String {
+        self.backend.name()
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// The resync interval of the config in force (upstream's 60s before any is valid).
+    pub fn interval(&self) -> Duration {
+        self.active
+            .as_ref()
+            .map_or(Duration::from_secs(60), Config::resync)
+    }
+
+    /// Re-reads the config file; the active config changes only to a valid one.
+    pub fn reload_config(&mut self) {
+        let path = self.settings.config_path.display().to_string();
+        let loaded = match config::load(&self.settings.config_path, &self.settings.options) {
+            Ok(loaded) => loaded,
+            Err(err) => {
+                let message = err.to_string();
+                let note = fingerprint(&[Diagnostic::error(config::Code::Io, message.clone())]);
+                if self.last_config_note != Some(note) {
+                    self.last_config_note = Some(note);
+                    self.status.configs_rejected += 1;
+                    error!(config = %path, error = %message, "cannot read config; keeping the rules of the last good config");
+                }
+                self.status.config_current = false;
+                return;
+            }
+        };
+        let checked = loaded.checked;
+        match checked.config.clone() {
+            None => {
+                let note = fingerprint(&checked.diagnostics);
+                if self.last_config_note != Some(note) {
+                    self.last_config_note = Some(note);
+                    self.status.configs_rejected += 1;
+                    let problems: Vec<String> =
+                        checked.errors().map(Diagnostic::one_line).collect();
+                    let kept = if self.active.is_some() {
+                        "keeping the last good config in force"
+                    } else {
+                        "no rules are installed until it is fixed"
+                    };
+                    error!(config = %path, errors = %problems.join("; "), "invalid config rejected; {kept}");
+                }
+                self.status.config_current = false;
+            }
+            Some(new) => {
+                let note = fingerprint(&checked.diagnostics);
+                let changed = self.active.as_ref() != Some(&new);
+                if changed || self.last_config_note != Some(note) {
+                    if changed {
+                        self.status.configs_accepted += 1;
+                        let source = match loaded.origin {
+                            Origin::Defaults => "defaults (no config file)",
+                            Origin::File => "file",
+                        };
+                        let cidrs: Vec<String> = new
+                            .non_masquerade_cidrs
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect();
+                        info!(
+                            config = %path,
+                            source,
+                            nonMasqueradeCIDRs = %cidrs.join(","),
+                            masqLinkLocal = new.masq_link_local,
+                            masqLinkLocalIPv6 = new.masq_link_local_ipv6,
+                            resyncInterval = %new.resync_interval,
+                            "config accepted"
+                        );
+                    }
+                    for warning in checked.warnings() {
+                        warn!(config = %path, "{}", warning.one_line());
+                    }
+                    self.last_config_note = Some(note);
+                }
+                self.status.non_masquerade_cidrs = new.non_masquerade_cidrs.len();
+                self.active = Some(new);
+                self.status.config_current = true;
+            }
+        }
+    }
+
+    /// One full pass: reload the config, then sync every family against it.
+    pub fn pass(&mut self) -> Pass {
+        self.reload_config();
+        let result = self.sync();
+        let now = Instant::now();
+        self.status.last_pass = Some(now);
+        match &result {
+            Pass::Synced(families) => {
+                self.status.syncs_ok += 1;
+                self.status.last_success = Some(now);
+                self.status.not_ready = None;
+                for f in families {
+                    self.status.rules.insert(f.family, f.rules);
+                }
+            }
+            Pass::NoValidConfig => {
+                self.status.not_ready = Some("no valid config has been applied yet".to_string());
+            }
+            Pass::Failed(err) => {
+                self.status.syncs_failed += 1;
+                self.status.not_ready = Some(format!("last sync failed: {err}"));
+            }
+        }
+        result
+    }
+
+    fn sync(&mut self) -> Pass {
+        let Some(active) = &self.active else {
+            return Pass::NoValidConfig;
+        };
+        let rulesets = plan(active, &self.settings.plan);
+        let mut done = Vec::with_capacity(rulesets.len());
+        for ruleset in &rulesets {
+            match sync_family(self.backend.as_ref(), ruleset, self.settings.dry_run) {
+                Ok(outcome) => {
+                    if !outcome.drift.is_empty() && !self.settings.dry_run {
+                        self.log_repair(&outcome);
+                    }
+                    done.push(outcome);
+                }
+                Err(err) => {
+                    let message = format!("{}: {err}", ruleset.family);
+                    if self.last_error.as_deref() != Some(&message) {
+                        error!(backend = %self.backend.name(), family = %ruleset.family, error = %err, "sync failed; will retry");
+                        self.last_error = Some(message);
+                    } else {
+                        debug!(family = %ruleset.family, error = %err, "sync failed again");
+                    }
+                    return Pass::Failed(err);
+                }
+            }
+        }
+        if self.last_error.take().is_some() {
+            info!(backend = %self.backend.name(), "sync recovered");
+        }
+        Pass::Synced(done)
+    }
+
+    fn log_repair(&mut self, outcome: &FamilySync) {
+        let kinds: Vec<&str> = outcome.drift.kinds.iter().map(|k| k.as_str()).collect();
+        for kind in &outcome.drift.kinds {
+            *self.status.drift_repairs.entry(kind.as_str()).or_default() += 1;
+        }
+        let fresh = outcome.drift.kinds.contains(&DriftKind::ChainMissing)
+            && outcome.drift.kinds.contains(&DriftKind::JumpMissing);
+        if fresh {
+            info!(backend = %self.backend.name(), family = %outcome.family, rules = outcome.rules, chain = %self.settings.plan.chain, drift = %kinds.join(","), "rules installed");
+        } else {
+            info!(backend = %self.backend.name(), family = %outcome.family, rules = outcome.rules, repaired = %kinds.join(","), "rules repaired");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::fake::FakeBackend;
+    use std::rc::Rc;
+
+    /// A backend handle the test keeps while the reconciler owns a box of it.
+    struct Shared(Rc<FakeBackend>);
+
+    impl Backend for Shared {
+        fn name(&self) -> String {
+            self.0.name()
+        }
+        fn observe(
+            &self,
+            family: Family,
+            chain: &crate::plan::ChainName,
+        ) -> Result<crate::backend::LiveChain, BackendError> {
+            self.0.observe(family, chain)
+        }
+        fn apply(&self, family: Family, script: &str) -> Result<(), BackendError> {
+            self.0.apply(family, script)
+        }
+    }
+
+    struct Fixture {
+        dir: PathBuf,
+        fake: Rc<FakeBackend>,
+        reconciler: Reconciler,
+    }
+
+    fn fixture(name: &str) -> Fixture {
+        let dir = std::env::temp_dir().join(format!("ipmasq-rec-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = Rc::new(FakeBackend::default());
+        let settings = Settings {
+            config_path: dir.join("config"),
+            options: config::Options::default(),
+            plan: PlanOptions::default(),
+            dry_run: false,
+        };
+        let reconciler = Reconciler::new(settings, Box::new(Shared(fake.clone())));
+        Fixture {
+            dir,
+            fake,
+            reconciler,
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn write(f: &Fixture, text: &str) {
+        std::fs::write(f.dir.join("config"), text).unwrap();
+    }
+
+    fn cidr_rules(f: &Fixture) -> Vec<String> {
+        f.fake
+            .live(Family::V4)
+            .rules
+            .iter()
+            .filter_map(|r| r.split_whitespace().nth(3).map(str::to_string))
+            .filter(|t| t.contains('/'))
+            .collect()
+    }
+
+    #[test]
+    fn missing_file_installs_defaults_then_steady_state_writes_nothing() {
+        let mut f = fixture("defaults");
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(
+            cidr_rules(&f),
+            [
+                "169.254.0.0/16",
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16"
+            ]
+        );
+        assert_eq!(f.fake.applies.borrow().len(), 1);
+        for _ in 0..3 {
+            f.reconciler.pass();
+        }
+        assert_eq!(f.fake.applies.borrow().len(), 1, "in sync: no writes");
+        assert_eq!(*f.fake.observes.borrow(), 4, "one reader per pass");
+        assert_eq!(f.reconciler.status.syncs_ok, 4);
+    }
+
+    #[test]
+    fn invalid_config_keeps_the_last_good_one_and_keeps_healing() {
+        let mut f = fixture("keep");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        write(&f, "nonMasqueradeCIDRs: [10.1.2.3/8]\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        assert!(!f.reconciler.status.config_current);
+        assert_eq!(f.reconciler.status.configs_rejected, 1);
+        // Drift while the file is bad is still repaired with the last good config.
+        f.fake.set_live(Family::V4, Default::default());
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        assert_eq!(
+            f.reconciler.status.configs_rejected, 1,
+            "counted once per change"
+        );
+        // Fixing the file applies the new config.
+        write(&f, "nonMasqueradeCIDRs: [192.168.0.0/16]\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
+        assert!(f.reconciler.status.config_current);
+    }
+
+    #[test]
+    fn invalid_at_start_installs_nothing_until_fixed() {
+        let mut f = fixture("start");
+        write(&f, "resyncInterval: 1d\n");
+        assert!(matches!(f.reconciler.pass(), Pass::NoValidConfig));
+        assert!(f.fake.applies.borrow().is_empty());
+        assert!(f.reconciler.status.not_ready.is_some());
+        write(&f, "resyncInterval: 5s\n");
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(f.reconciler.interval(), Duration::from_secs(5));
+        assert!(f.reconciler.status.not_ready.is_none());
+    }
+
+    #[test]
+    fn removed_file_means_defaults() {
+        let mut f = fixture("removed");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        std::fs::remove_file(f.dir.join("config")).unwrap();
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f).len(), 4);
+    }
+
+    #[test]
+    fn apply_failure_is_reported_and_retried() {
+        let mut f = fixture("fail");
+        *f.fake.fail_apply.borrow_mut() = Some("boom".into());
+        assert!(matches!(f.reconciler.pass(), Pass::Failed(_)));
+        assert_eq!(f.reconciler.status.syncs_failed, 1);
+        assert!(f
+            .reconciler
+            .status
+            .not_ready
+            .as_deref()
+            .unwrap()
+            .contains("boom"));
+        *f.fake.fail_apply.borrow_mut() = None;
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(
+            f.reconciler.status.drift_repairs.get("chain_missing"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn dry_run_writes_nothing_but_reports_the_transaction() {
+        let mut f = fixture("dry");
+        f.reconciler.settings.dry_run = true;
+        let Pass::Synced(families) = f.reconciler.pass() else {
+            panic!("dry run should plan")
+        };
+        assert!(f.fake.applies.borrow().is_empty());
+        assert!(families[0]
+            .transaction
+            .as_deref()
+            .unwrap()
+            .contains(":IP-MASQ-AGENT - [0:0]"));
+    }
+}

@@ -1,0 +1,240 @@
+//! Golden tests of the rendered rules and transactions (no root needed).
+
+use super::*;
+use crate::config::{Config, Options};
+use crate::plan::{plan, PlanOptions};
+
+fn default_ruleset(options: &PlanOptions) -> Vec<Ruleset> {
+    plan(&Config::defaults(&Options::default()), options)
+}
+
+const JUMP: &str = "-A POSTROUTING -m comment --comment \"ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom IP-MASQ-AGENT chain\" -m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT";
+
+/// The contract: `iptables-save -t nat` after a default sync.
+const DEFAULT_SAVED: &str = "\
+:IP-MASQ-AGENT - [0:0]
+-A POSTROUTING -m comment --comment \"ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom IP-MASQ-AGENT chain\" -m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT
+-A IP-MASQ-AGENT -d 169.254.0.0/16 -m comment --comment \"ip-masq-agent: local traffic is not subject to MASQUERADE\" -j RETURN
+-A IP-MASQ-AGENT -d 10.0.0.0/8 -m comment --comment \"ip-masq-agent: local traffic is not subject to MASQUERADE\" -j RETURN
+-A IP-MASQ-AGENT -d 172.16.0.0/12 -m comment --comment \"ip-masq-agent: local traffic is not subject to MASQUERADE\" -j RETURN
+-A IP-MASQ-AGENT -d 192.168.0.0/16 -m comment --comment \"ip-masq-agent: local traffic is not subject to MASQUERADE\" -j RETURN
+-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --random-fully
+";
+
+#[test]
+fn first_sync_transaction_is_the_contract_text() {
+    let sets = default_ruleset(&PlanOptions::default());
+    let drift = diff(&sets[0], &LiveChain::default());
+    let script = transaction(&sets[0], &drift);
+    assert_eq!(script, format!("*nat\n{DEFAULT_SAVED}COMMIT\n"));
+}
+
+#[test]
+fn in_sync_means_no_transaction() {
+    let sets = default_ruleset(&PlanOptions::default());
+    let saved = format!("*nat\n:POSTROUTING ACCEPT [0:0]\n{DEFAULT_SAVED}COMMIT\n");
+    let live = parse_saved(&saved, &sets[0].chain);
+    assert!(live.chain_exists);
+    assert_eq!(live.jumps.len(), 1);
+    assert!(diff(&sets[0], &live).is_empty());
+}
+
+#[test]
+fn golden_flag_combinations() {
+    let cases: Vec<(&str, PlanOptions, &str)> = vec![
+        (
+            "no random-fully",
+            PlanOptions {
+                random_fully: false,
+                ..PlanOptions::default()
+            },
+            "-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE\n",
+        ),
+        (
+            "two port ranges",
+            PlanOptions {
+                to_ports: "1024-29999,32768-65535".parse().unwrap(),
+                ..PlanOptions::default()
+            },
+            "\
+-A IP-MASQ-AGENT -p tcp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -m statistic --mode random --probability 0.46929256292 -j MASQUERADE --to-ports 1024-29999 --random-fully
+-A IP-MASQ-AGENT -p tcp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --to-ports 32768-65535 --random-fully
+-A IP-MASQ-AGENT -p udp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -m statistic --mode random --probability 0.46929256292 -j MASQUERADE --to-ports 1024-29999 --random-fully
+-A IP-MASQ-AGENT -p udp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --to-ports 32768-65535 --random-fully
+-A IP-MASQ-AGENT -p sctp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -m statistic --mode random --probability 0.46929256292 -j MASQUERADE --to-ports 1024-29999 --random-fully
+-A IP-MASQ-AGENT -p sctp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --to-ports 32768-65535 --random-fully
+-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --random-fully
+",
+        ),
+        (
+            "single port, no random-fully",
+            PlanOptions {
+                to_ports: "2000".parse().unwrap(),
+                random_fully: false,
+                ..PlanOptions::default()
+            },
+            "\
+-A IP-MASQ-AGENT -p tcp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --to-ports 2000
+-A IP-MASQ-AGENT -p udp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --to-ports 2000
+-A IP-MASQ-AGENT -p sctp -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --to-ports 2000
+-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE
+",
+        ),
+    ];
+    for (name, options, masq_tail) in cases {
+        let sets = default_ruleset(&options);
+        let rendered = render_rules(&sets[0]).join("\n") + "\n";
+        let returns = &DEFAULT_SAVED.lines().collect::<Vec<_>>()[2..6].join("\n");
+        assert_eq!(rendered, format!("{returns}\n{masq_tail}"), "{name}");
+    }
+}
+
+#[test]
+fn custom_chain_name_appears_in_the_jump_comment() {
+    let options = PlanOptions {
+        chain: ChainName::new("MY-MASQ").unwrap(),
+        ..PlanOptions::default()
+    };
+    let sets = default_ruleset(&options);
+    let script = transaction(&sets[0], &diff(&sets[0], &LiveChain::default()));
+    assert!(script.contains(":MY-MASQ - [0:0]\n"));
+    assert!(script
+        .contains("to our custom MY-MASQ chain\" -m addrtype ! --dst-type LOCAL -j MY-MASQ\n"));
+    assert!(script.contains("-A MY-MASQ -d 10.0.0.0/8 "));
+}
+
+#[test]
+fn ipv6_ruleset_renders_with_fe80() {
+    let mut config = Config::defaults(&Options::default());
+    config
+        .non_masquerade_cidrs
+        .push("fd00::/8".parse().unwrap());
+    let options = PlanOptions {
+        enable_ipv6: true,
+        ..PlanOptions::default()
+    };
+    let sets = plan(&config, &options);
+    let v6 = render_rules(&sets[1]);
+    assert_eq!(
+        v6,
+        [
+            "-A IP-MASQ-AGENT -d fe80::/10 -m comment --comment \"ip-masq-agent: local traffic is not subject to MASQUERADE\" -j RETURN",
+            "-A IP-MASQ-AGENT -d fd00::/8 -m comment --comment \"ip-masq-agent: local traffic is not subject to MASQUERADE\" -j RETURN",
+            "-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --random-fully",
+        ]
+    );
+}
+
+#[test]
+fn masq_link_local_drops_the_169_254_line() {
+    let mut config = Config::defaults(&Options::default());
+    config.masq_link_local = true;
+    let sets = plan(&config, &PlanOptions::default());
+    assert!(!render_rules(&sets[0]).iter().any(|l| l.contains("169.254")));
+}
+
+#[test]
+fn duplicate_and_stale_jumps_are_deleted_and_one_kept() {
+    let sets = default_ruleset(&PlanOptions::default());
+    let stale = "-A POSTROUTING -m comment --comment \"\\\"ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom IP-MASQ-AGENT chain\\\"\" -m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT";
+    let saved = format!(
+        "*nat\n:POSTROUTING ACCEPT [0:0]\n:IP-MASQ-AGENT - [0:0]\n-A POSTROUTING -j KUBE-POSTROUTING\n{stale}\n{JUMP}\n{JUMP}\n{}COMMIT\n",
+        DEFAULT_SAVED.lines().skip(2).map(|l| format!("{l}\n")).collect::<String>()
+    );
+    let live = parse_saved(&saved, &sets[0].chain);
+    assert_eq!(live.jumps.len(), 3);
+    assert_eq!(live.jumps[0].position, 2);
+    let drift = diff(&sets[0], &live);
+    assert_eq!(
+        drift.kinds,
+        [DriftKind::JumpStale, DriftKind::JumpDuplicate]
+    );
+    assert!(!drift.rewrite_chain && !drift.add_jump);
+    let script = transaction(&sets[0], &drift);
+    let stale_delete = stale.replacen("-A ", "-D ", 1);
+    let dup_delete = JUMP.replacen("-A ", "-D ", 1);
+    assert_eq!(
+        script,
+        format!("*nat\n{stale_delete}\n{dup_delete}\nCOMMIT\n")
+    );
+}
+
+#[test]
+fn foreign_rule_in_our_chain_rewrites_the_chain_only() {
+    let sets = default_ruleset(&PlanOptions::default());
+    let saved = format!("*nat\n{DEFAULT_SAVED}-A IP-MASQ-AGENT -d 1.2.3.4/32 -j ACCEPT\nCOMMIT\n");
+    let drift = diff(&sets[0], &parse_saved(&saved, &sets[0].chain));
+    assert_eq!(drift.kinds, [DriftKind::RulesDiffer]);
+    let script = transaction(&sets[0], &drift);
+    assert!(script.starts_with("*nat\n:IP-MASQ-AGENT - [0:0]\n-A IP-MASQ-AGENT -d 169.254.0.0/16"));
+    assert!(!script.contains("POSTROUTING"));
+}
+
+#[test]
+fn missing_jump_is_appended_without_touching_the_chain() {
+    let sets = default_ruleset(&PlanOptions::default());
+    let saved = format!(
+        "*nat\n{}COMMIT\n",
+        DEFAULT_SAVED
+            .lines()
+            .filter(|l| !l.starts_with("-A POSTROUTING"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    );
+    let drift = diff(&sets[0], &parse_saved(&saved, &sets[0].chain));
+    assert_eq!(drift.kinds, [DriftKind::JumpMissing]);
+    assert_eq!(
+        transaction(&sets[0], &drift),
+        format!("*nat\n{JUMP}\nCOMMIT\n")
+    );
+}
+
+#[test]
+fn other_tables_in_the_save_output_are_ignored() {
+    let chain = ChainName::default();
+    let saved = "*filter\n:IP-MASQ-AGENT - [0:0]\n-A IP-MASQ-AGENT -j ACCEPT\nCOMMIT\n*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n";
+    let live = parse_saved(saved, &chain);
+    assert!(!live.chain_exists);
+    assert!(live.rules.is_empty());
+}
+
+#[test]
+fn tokenizer_handles_quotes_and_escapes() {
+    assert_eq!(
+        tokenize(r#"-m comment --comment "a \"b\" c" -j X"#),
+        ["-m", "comment", "--comment", "a \"b\" c", "-j", "X"]
+    );
+    assert_eq!(
+        jump_target("-s 1.2.3.4/32 -j KUBE-MARK-MASQ").as_deref(),
+        Some("KUBE-MARK-MASQ")
+    );
+    assert_eq!(
+        jump_target("-m comment --comment \"-j IP-MASQ-AGENT\" -j ACCEPT").as_deref(),
+        Some("ACCEPT")
+    );
+    assert_eq!(jump_target("-m addrtype --dst-type LOCAL"), None);
+}
+
+#[test]
+fn cleanup_removes_jumps_then_the_chain() {
+    let chain = ChainName::default();
+    let saved = format!("*nat\n{DEFAULT_SAVED}{JUMP}\nCOMMIT\n");
+    let live = parse_saved(&saved, &chain);
+    let script = cleanup_transaction(&chain, &live).unwrap();
+    let delete = JUMP.replacen("-A ", "-D ", 1);
+    assert_eq!(
+        script,
+        format!("*nat\n{delete}\n{delete}\n:IP-MASQ-AGENT - [0:0]\n-X IP-MASQ-AGENT\nCOMMIT\n")
+    );
+    assert_eq!(cleanup_transaction(&chain, &LiveChain::default()), None);
+}
+
+#[test]
+fn version_parsing() {
+    assert_eq!(
+        parse_version("iptables v1.8.9 (nf_tables)\n"),
+        Some((1, 8, 9))
+    );
+    assert_eq!(parse_version("iptables v1.6.2\n"), Some((1, 6, 2)));
+    assert_eq!(parse_version("garbage"), None);
+}

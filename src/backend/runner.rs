@@ -1,0 +1,184 @@
+//! Running the firewall tools: one child process with optional stdin, captured output and a
+//! deadline, so a wedged iptables can never hang the agent.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The default deadline for one iptables process.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a finished process produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Output {
+    pub success: bool,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Why a process could not be run to completion.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{program} not found (is iptables installed and on PATH?)")]
+    NotFound { program: String },
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{program} did not finish within {}s and was killed", timeout.as_secs())]
+    Timeout { program: String, timeout: Duration },
+}
+
+/// Runs `program args...`, feeding `stdin`, and waits at most `timeout`.
+pub fn run(
+    program: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+    timeout: Duration,
+) -> Result<Output, RunError> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("LC_ALL", "C")
+        .spawn()
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                RunError::NotFound {
+                    program: program.to_string(),
+                }
+            } else {
+                RunError::Spawn {
+                    program: program.to_string(),
+                    source,
+                }
+            }
+        })?;
+
+    let writer = match (stdin, child.stdin.take()) {
+        (Some(input), Some(mut pipe)) => {
+            let input = input.to_string();
+            Some(std::thread::spawn(move || {
+                // A child that exits early closes the pipe; its exit status tells why.
+                let _ = pipe.write_all(input.as_bytes());
+            }))
+        }
+        _ => None,
+    };
+    let stdout_reader = spawn_reader(child.stdout.take());
+    let stderr_reader = spawn_reader(child.stderr.take());
+    let status = wait_with_deadline(&mut child, program, timeout)?;
+    let stdout = stdout_reader.join().unwrap_or_default();
+    let stderr = stderr_reader.join().unwrap_or_default();
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    Ok(Output {
+        success: status.success(),
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    })
+}
+
+/// Drains a pipe on its own thread so a chatty child never blocks on a full pipe.
+fn spawn_reader<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+fn wait_with_deadline(
+    child: &mut std::process::Child,
+    program: &str,
+    timeout: Duration,
+) -> Result<std::process::ExitStatus, RunError> {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(200);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) => {}
+            Err(source) => {
+                return Err(RunError::Spawn {
+                    program: program.to_string(),
+                    source,
+                })
+            }
+        }
+        if start.elapsed() >= timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(RunError::Timeout {
+                program: program.to_string(),
+                timeout,
+            });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(5));
+    }
+}
+
+/// Whether `program` can be found on PATH (or is a path that exists).
+pub fn on_path(program: &str) -> bool {
+    if program.contains('/') {
+        return std::path::Path::new(program).is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_output_and_status() {
+        let out = run(
+            "sh",
+            &["-c", "cat; echo err >&2; exit 3"],
+            Some("hello"),
+            DEFAULT_TIMEOUT,
+        )
+        .unwrap();
+        assert_eq!(out.stdout, "hello");
+        assert_eq!(out.stderr, "err\n");
+        assert_eq!(out.code, Some(3));
+        assert!(!out.success);
+    }
+
+    #[test]
+    fn large_stdin_does_not_deadlock() {
+        let input = "x".repeat(4 << 20);
+        let out = run("wc", &["-c"], Some(&input), DEFAULT_TIMEOUT).unwrap();
+        assert_eq!(out.stdout.trim(), (4 << 20).to_string());
+    }
+
+    #[test]
+    fn missing_program_is_reported() {
+        assert!(matches!(
+            run("ipmasq-no-such-tool", &[], None, DEFAULT_TIMEOUT),
+            Err(RunError::NotFound { .. })
+        ));
+        assert!(!on_path("ipmasq-no-such-tool"));
+        assert!(on_path("sh"));
+    }
+
+    #[test]
+    fn deadline_kills_the_child() {
+        let err = run("sleep", &["5"], None, Duration::from_millis(100)).unwrap_err();
+        assert!(matches!(err, RunError::Timeout { .. }), "{err}");
+    }
+}

@@ -1,0 +1,4 @@
+//! Root tests: real iptables, nft and packets inside throwaway network namespaces.
+
+mod agent;
+mod netns;
