@@ -203,10 +203,11 @@ impl Reconciler {
         let rulesets = plan(active, &self.settings.plan);
         let mut done = Vec::with_capacity(rulesets.len());
         for ruleset in &rulesets {
+            let started = Instant::now();
             match sync_family(self.backend.as_ref(), ruleset, self.settings.dry_run) {
                 Ok(outcome) => {
                     if !outcome.drift.is_empty() && !self.settings.dry_run {
-                        self.log_repair(&outcome);
+                        self.log_repair(&outcome, started.elapsed());
                     }
                     done.push(outcome);
                 }
@@ -228,7 +229,8 @@ impl Reconciler {
         Pass::Synced(done)
     }
 
-    fn log_repair(&mut self, outcome: &FamilySync) {
+    fn log_repair(&mut self, outcome: &FamilySync, took: Duration) {
+        let elapsed_ms = took.as_secs_f64() * 1000.0;
         let kinds: Vec<&str> = outcome.drift.kinds.iter().map(|k| k.as_str()).collect();
         for kind in &outcome.drift.kinds {
             *self.status.drift_repairs.entry(kind.as_str()).or_default() += 1;
@@ -236,9 +238,9 @@ impl Reconciler {
         let fresh = outcome.drift.kinds.contains(&DriftKind::ChainMissing)
             && outcome.drift.kinds.contains(&DriftKind::JumpMissing);
         if fresh {
-            info!(backend = %self.backend.name(), family = %outcome.family, rules = outcome.rules, chain = %self.settings.plan.chain, drift = %kinds.join(","), "rules installed");
+            info!(backend = %self.backend.name(), family = %outcome.family, rules = outcome.rules, chain = %self.settings.plan.chain, drift = %kinds.join(","), elapsed_ms, "rules installed");
         } else {
-            info!(backend = %self.backend.name(), family = %outcome.family, rules = outcome.rules, repaired = %kinds.join(","), "rules repaired");
+            info!(backend = %self.backend.name(), family = %outcome.family, rules = outcome.rules, repaired = %kinds.join(","), elapsed_ms, "rules repaired");
         }
     }
 }

@@ -25,8 +25,19 @@ fn mask() -> WatchMask {
 /// A watch on one directory; re-armed when the directory appears or is replaced.
 pub struct DirWatch {
     dir: PathBuf,
+    /// The config file's name in `dir`; events on other names are ignored, except kubelet's
+    /// `..data`-style entries (so a log file next to the config cannot trigger reloads).
+    file_name: std::ffi::OsString,
     fd: Option<AsyncFd<Inotify>>,
     buffer: Vec<u8>,
+}
+
+/// Whether an event on `name` (None: the directory itself) can change the config.
+fn relevant(name: Option<&std::ffi::OsStr>, file_name: &std::ffi::OsStr) -> bool {
+    match name {
+        None => true,
+        Some(name) => name == file_name || name.as_encoded_bytes().starts_with(b".."),
+    }
 }
 
 impl DirWatch {
@@ -37,8 +48,10 @@ impl DirWatch {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .to_path_buf();
+        let file_name = config_path.file_name().unwrap_or_default().to_os_string();
         let mut watch = DirWatch {
             dir,
+            file_name,
             fd: None,
             buffer: vec![0; 4096],
         };
@@ -87,18 +100,16 @@ impl DirWatch {
                 continue;
             };
             let buffer = &mut self.buffer;
+            let file_name = &self.file_name;
             match guard.try_io(|inner| {
                 let events = inner.get_mut().read_events(buffer)?;
-                Ok(events
-                    .map(|e| e.mask)
-                    .fold((0usize, false), |(n, gone), m| {
-                        (
-                            n + 1,
-                            gone || m.intersects(
-                                EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED,
-                            ),
-                        )
-                    }))
+                Ok(events.fold((0usize, false), |(n, gone), e| {
+                    let dir_gone = e.mask.intersects(
+                        EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED,
+                    );
+                    let counts = dir_gone || relevant(e.name, file_name);
+                    (n + usize::from(counts), gone || dir_gone)
+                }))
             }) {
                 Ok(Ok((count, gone))) => {
                     if gone {
@@ -108,6 +119,7 @@ impl DirWatch {
                     if count > 0 {
                         return;
                     }
+                    // Only unrelated files changed: keep waiting.
                 }
                 Ok(Err(err)) => {
                     debug!(error = %err, "config watch failed; re-arming");
@@ -128,5 +140,44 @@ impl DirWatch {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn only_the_config_and_kubelet_entries_are_relevant() {
+        let file = OsStr::new("ip-masq-agent");
+        assert!(relevant(Some(OsStr::new("ip-masq-agent")), file));
+        assert!(relevant(Some(OsStr::new("..data")), file));
+        assert!(relevant(Some(OsStr::new("..2026_11_21_00_00_00.1")), file));
+        assert!(relevant(None, file));
+        assert!(!relevant(Some(OsStr::new("agent.log")), file));
+        assert!(!relevant(Some(OsStr::new(".ip-masq-agent.swp")), file));
+    }
+
+    #[test]
+    fn watch_wakes_for_the_config_but_not_for_neighbours() {
+        let dir = std::env::temp_dir().join(format!("ipmasq-watch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut watch = DirWatch::new(&dir.join("config"));
+            assert!(watch.is_armed());
+            std::fs::write(dir.join("other.log"), "x").unwrap();
+            let woke = tokio::time::timeout(Duration::from_millis(200), watch.changed()).await;
+            assert!(woke.is_err(), "a neighbour file must not wake the watch");
+            std::fs::write(dir.join("config"), "cidrLimit: 3\n").unwrap();
+            let woke = tokio::time::timeout(Duration::from_secs(10), watch.changed()).await;
+            assert!(woke.is_ok(), "writing the config must wake the watch");
+        });
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -78,6 +78,28 @@ pub fn render_rules(ruleset: &Ruleset) -> Vec<String> {
         .collect()
 }
 
+/// A ruleset rendered once per pass: the chain's lines and the canonical jump.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rendered {
+    pub family: Family,
+    pub chain: ChainName,
+    /// `-A CHAIN ...` lines, in order.
+    pub lines: Vec<String>,
+    /// The canonical POSTROUTING jump spec.
+    pub jump: String,
+}
+
+impl Rendered {
+    pub fn new(ruleset: &Ruleset) -> Self {
+        Rendered {
+            family: ruleset.family,
+            chain: ruleset.chain.clone(),
+            lines: render_rules(ruleset),
+            jump: jump_spec(&ruleset.chain),
+        }
+    }
+}
+
 /// A POSTROUTING rule that jumps to our chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Jump {
@@ -177,9 +199,8 @@ pub fn tokenize(spec: &str) -> Vec<String> {
 }
 
 /// Compares desired and live state; an empty drift means "write nothing".
-pub fn diff(ruleset: &Ruleset, live: &LiveChain) -> Drift {
-    let desired = render_rules(ruleset);
-    let canonical = jump_spec(&ruleset.chain);
+pub fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
+    let canonical = &desired.jump;
     let mut kinds = Vec::new();
     let note = |kind: DriftKind, kinds: &mut Vec<DriftKind>| {
         if !kinds.contains(&kind) {
@@ -188,16 +209,16 @@ pub fn diff(ruleset: &Ruleset, live: &LiveChain) -> Drift {
     };
     if !live.chain_exists {
         kinds.push(DriftKind::ChainMissing);
-    } else if live.rules != desired {
+    } else if live.rules != desired.lines {
         kinds.push(DriftKind::RulesDiffer);
     }
-    let kept = live.jumps.iter().position(|j| j.spec == canonical);
+    let kept = live.jumps.iter().position(|j| &j.spec == canonical);
     let mut stale_jumps = Vec::new();
     for (i, jump) in live.jumps.iter().enumerate() {
         if Some(i) == kept {
             continue;
         }
-        if jump.spec == canonical {
+        if &jump.spec == canonical {
             note(DriftKind::JumpDuplicate, &mut kinds);
         } else {
             note(DriftKind::JumpStale, &mut kinds);
@@ -208,18 +229,20 @@ pub fn diff(ruleset: &Ruleset, live: &LiveChain) -> Drift {
         note(DriftKind::JumpMissing, &mut kinds);
     }
     Drift {
-        family: ruleset.family,
+        family: desired.family,
         kinds,
-        rewrite_chain: !live.chain_exists || live.rules != desired,
+        rewrite_chain: !live.chain_exists || live.rules != desired.lines,
         delete_jumps: stale_jumps,
         add_jump: kept.is_none(),
     }
 }
 
 /// The one iptables-restore input that repairs `drift`: only our chain and our jumps.
-pub fn transaction(ruleset: &Ruleset, drift: &Drift) -> String {
-    let chain = &ruleset.chain;
-    let mut script = String::from("*nat\n");
+pub fn transaction(desired: &Rendered, drift: &Drift) -> String {
+    let chain = &desired.chain;
+    let size = desired.lines.iter().map(|l| l.len() + 1).sum::<usize>() + 512;
+    let mut script = String::with_capacity(size);
+    script.push_str("*nat\n");
     if drift.rewrite_chain {
         // Declaring a chain under --noflush creates it, or flushes it if it exists.
         let _ = writeln!(script, ":{chain} - [0:0]");
@@ -228,11 +251,11 @@ pub fn transaction(ruleset: &Ruleset, drift: &Drift) -> String {
         let _ = writeln!(script, "-D {POSTROUTING} {spec}");
     }
     if drift.add_jump {
-        let _ = writeln!(script, "-A {POSTROUTING} {}", jump_spec(chain));
+        let _ = writeln!(script, "-A {POSTROUTING} {}", desired.jump);
     }
     if drift.rewrite_chain {
-        for line in render_rules(ruleset) {
-            script.push_str(&line);
+        for line in &desired.lines {
+            script.push_str(line);
             script.push('\n');
         }
     }
@@ -273,18 +296,33 @@ impl Variant {
     }
 }
 
-/// The tools of one variant and family.
+/// The tool of one variant and family, as an absolute path when it is on PATH (resolved once,
+/// so no spawn searches PATH again).
 fn tool(variant: Variant, family: Family, suffix: &str) -> String {
     let base = match family {
         Family::V4 => "iptables",
         Family::V6 => "ip6tables",
     };
     let specific = format!("{base}-{}{suffix}", variant.as_str());
-    if runner::on_path(&specific) {
-        specific
-    } else {
-        // Older images ship only the unsuffixed tools.
-        format!("{base}{suffix}")
+    // Older images ship only the unsuffixed tools.
+    let plain = format!("{base}{suffix}");
+    runner::resolve(&specific)
+        .or_else(|| runner::resolve(&plain))
+        .map_or(specific, |p| p.display().to_string())
+}
+
+/// The programs a backend runs, resolved once.
+#[derive(Clone, Debug)]
+struct Tools {
+    save: [String; 2],
+    restore: [String; 2],
+    main: String,
+}
+
+fn slot(family: Family) -> usize {
+    match family {
+        Family::V4 => 0,
+        Family::V6 => 1,
     }
 }
 
@@ -293,13 +331,25 @@ fn tool(variant: Variant, family: Family, suffix: &str) -> String {
 pub struct Iptables {
     pub variant: Variant,
     pub timeout: Duration,
+    tools: Tools,
 }
 
 impl Iptables {
     pub fn new(variant: Variant) -> Self {
+        let both = |suffix: &str| {
+            [
+                tool(variant, Family::V4, suffix),
+                tool(variant, Family::V6, suffix),
+            ]
+        };
         Iptables {
             variant,
             timeout: DEFAULT_TIMEOUT,
+            tools: Tools {
+                save: both("-save"),
+                restore: both("-restore"),
+                main: tool(variant, Family::V4, ""),
+            },
         }
     }
 
@@ -328,11 +378,11 @@ impl Iptables {
 
     /// One `iptables-save -t nat`.
     pub fn save_nat(&self, family: Family) -> Result<String, BackendError> {
-        let program = tool(self.variant, family, "-save");
-        let out = runner::run(&program, &["-t", "nat"], None, self.timeout)
-            .map_err(BackendError::from)?;
+        let program = &self.tools.save[slot(family)];
+        let out =
+            runner::run(program, &["-t", "nat"], None, self.timeout).map_err(BackendError::from)?;
         if !out.success {
-            return Err(self.failed(&program, &out));
+            return Err(self.failed(program, &out));
         }
         Ok(out.stdout)
     }
@@ -344,24 +394,23 @@ impl Iptables {
 
     /// One `iptables-restore --noflush` with `script`.
     pub fn restore(&self, family: Family, script: &str) -> Result<(), BackendError> {
-        let program = tool(self.variant, family, "-restore");
+        let program = &self.tools.restore[slot(family)];
         let out = runner::run(
-            &program,
+            program,
             &["--noflush", "-w", LOCK_WAIT_SECONDS],
             Some(script),
             self.timeout,
         )
         .map_err(BackendError::from)?;
         if !out.success {
-            return Err(self.failed(&program, &out));
+            return Err(self.failed(program, &out));
         }
         Ok(())
     }
 
     /// Whether this iptables supports `--random-fully` (1.6.2 and later).
     pub fn supports_random_fully(&self) -> Result<bool, BackendError> {
-        let program = tool(self.variant, Family::V4, "");
-        let out = runner::run(&program, &["--version"], None, self.timeout)
+        let out = runner::run(&self.tools.main, &["--version"], None, self.timeout)
             .map_err(BackendError::from)?;
         Ok(parse_version(&out.stdout).is_some_and(|v| v >= (1, 6, 2)))
     }
@@ -369,10 +418,9 @@ impl Iptables {
     /// Lines of a full `-save` of both families (or one table), for mode detection.
     fn save_all(&self, table: Option<&str>) -> String {
         let mut text = String::new();
-        for family in [Family::V4, Family::V6] {
-            let program = tool(self.variant, family, "-save");
+        for program in &self.tools.save {
             let args: Vec<&str> = table.map(|t| vec!["-t", t]).unwrap_or_default();
-            if let Ok(out) = runner::run(&program, &args, None, Duration::from_secs(5)) {
+            if let Ok(out) = runner::run(program, &args, None, Duration::from_secs(5)) {
                 text.push_str(&out.stdout);
             }
         }

@@ -110,9 +110,10 @@ pub fn sync_family(
     ruleset: &Ruleset,
     dry_run: bool,
 ) -> Result<FamilySync, BackendError> {
+    let desired = iptables::Rendered::new(ruleset);
     let live = backend.observe(ruleset.family, &ruleset.chain)?;
-    let drift = iptables::diff(ruleset, &live);
-    let transaction = (!drift.is_empty()).then(|| iptables::transaction(ruleset, &drift));
+    let drift = iptables::diff(&desired, &live);
+    let transaction = (!drift.is_empty()).then(|| iptables::transaction(&desired, &drift));
     if let (Some(script), false) = (&transaction, dry_run) {
         backend.apply(ruleset.family, script)?;
     }

@@ -106,7 +106,7 @@ fn wait_with_deadline(
     timeout: Duration,
 ) -> Result<std::process::ExitStatus, RunError> {
     let start = Instant::now();
-    let mut pause = Duration::from_micros(200);
+    let mut pause = Duration::from_micros(50);
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Ok(status),
@@ -127,17 +127,25 @@ fn wait_with_deadline(
             });
         }
         std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(5));
+        pause = (pause * 2).min(Duration::from_millis(1));
     }
+}
+
+/// Where `program` is found on PATH (or itself, when it is a path that exists).
+pub fn resolve(program: &str) -> Option<std::path::PathBuf> {
+    if program.contains('/') {
+        let path = std::path::PathBuf::from(program);
+        return path.is_file().then_some(path);
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
 }
 
 /// Whether `program` can be found on PATH (or is a path that exists).
 pub fn on_path(program: &str) -> bool {
-    if program.contains('/') {
-        return std::path::Path::new(program).is_file();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+    resolve(program).is_some()
 }
 
 #[cfg(test)]

@@ -2,3 +2,4 @@
 
 mod agent;
 mod netns;
+mod packets;

@@ -24,8 +24,8 @@ const DEFAULT_SAVED: &str = "\
 #[test]
 fn first_sync_transaction_is_the_contract_text() {
     let sets = default_ruleset(&PlanOptions::default());
-    let drift = diff(&sets[0], &LiveChain::default());
-    let script = transaction(&sets[0], &drift);
+    let drift = diff(&Rendered::new(&sets[0]), &LiveChain::default());
+    let script = transaction(&Rendered::new(&sets[0]), &drift);
     assert_eq!(script, format!("*nat\n{DEFAULT_SAVED}COMMIT\n"));
 }
 
@@ -36,7 +36,7 @@ fn in_sync_means_no_transaction() {
     let live = parse_saved(&saved, &sets[0].chain);
     assert!(live.chain_exists);
     assert_eq!(live.jumps.len(), 1);
-    assert!(diff(&sets[0], &live).is_empty());
+    assert!(diff(&Rendered::new(&sets[0]), &live).is_empty());
 }
 
 #[test]
@@ -96,7 +96,10 @@ fn custom_chain_name_appears_in_the_jump_comment() {
         ..PlanOptions::default()
     };
     let sets = default_ruleset(&options);
-    let script = transaction(&sets[0], &diff(&sets[0], &LiveChain::default()));
+    let script = transaction(
+        &Rendered::new(&sets[0]),
+        &diff(&Rendered::new(&sets[0]), &LiveChain::default()),
+    );
     assert!(script.contains(":MY-MASQ - [0:0]\n"));
     assert!(script
         .contains("to our custom MY-MASQ chain\" -m addrtype ! --dst-type LOCAL -j MY-MASQ\n"));
@@ -144,13 +147,13 @@ fn duplicate_and_stale_jumps_are_deleted_and_one_kept() {
     let live = parse_saved(&saved, &sets[0].chain);
     assert_eq!(live.jumps.len(), 3);
     assert_eq!(live.jumps[0].position, 2);
-    let drift = diff(&sets[0], &live);
+    let drift = diff(&Rendered::new(&sets[0]), &live);
     assert_eq!(
         drift.kinds,
         [DriftKind::JumpStale, DriftKind::JumpDuplicate]
     );
     assert!(!drift.rewrite_chain && !drift.add_jump);
-    let script = transaction(&sets[0], &drift);
+    let script = transaction(&Rendered::new(&sets[0]), &drift);
     let stale_delete = stale.replacen("-A ", "-D ", 1);
     let dup_delete = JUMP.replacen("-A ", "-D ", 1);
     assert_eq!(
@@ -163,9 +166,12 @@ fn duplicate_and_stale_jumps_are_deleted_and_one_kept() {
 fn foreign_rule_in_our_chain_rewrites_the_chain_only() {
     let sets = default_ruleset(&PlanOptions::default());
     let saved = format!("*nat\n{DEFAULT_SAVED}-A IP-MASQ-AGENT -d 1.2.3.4/32 -j ACCEPT\nCOMMIT\n");
-    let drift = diff(&sets[0], &parse_saved(&saved, &sets[0].chain));
+    let drift = diff(
+        &Rendered::new(&sets[0]),
+        &parse_saved(&saved, &sets[0].chain),
+    );
     assert_eq!(drift.kinds, [DriftKind::RulesDiffer]);
-    let script = transaction(&sets[0], &drift);
+    let script = transaction(&Rendered::new(&sets[0]), &drift);
     assert!(script.starts_with("*nat\n:IP-MASQ-AGENT - [0:0]\n-A IP-MASQ-AGENT -d 169.254.0.0/16"));
     assert!(!script.contains("POSTROUTING"));
 }
@@ -181,10 +187,13 @@ fn missing_jump_is_appended_without_touching_the_chain() {
             .map(|l| format!("{l}\n"))
             .collect::<String>()
     );
-    let drift = diff(&sets[0], &parse_saved(&saved, &sets[0].chain));
+    let drift = diff(
+        &Rendered::new(&sets[0]),
+        &parse_saved(&saved, &sets[0].chain),
+    );
     assert_eq!(drift.kinds, [DriftKind::JumpMissing]);
     assert_eq!(
-        transaction(&sets[0], &drift),
+        transaction(&Rendered::new(&sets[0]), &drift),
         format!("*nat\n{JUMP}\nCOMMIT\n")
     );
 }

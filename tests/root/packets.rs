@@ -1,0 +1,159 @@
+//! Masquerading proven with packets: pod, node and outside namespaces joined by veths, the
+//! agent in the node namespace, UDP from the pod to an outside address in a non-masquerade
+//! CIDR (must keep the pod's address) and to one outside it (must carry the node's address),
+//! over IPv4 and IPv6. A control run without the agent shows the second check would fail.
+
+use super::netns::{scratch_file, wait_until, Netns};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+const POD_V4: &str = "192.168.77.2";
+const POD_V6: &str = "2001:db8:77::2";
+/// Outside addresses: the first of each pair is in a non-masquerade CIDR.
+const KEEP_V4: &str = "198.51.100.2";
+const MASQ_V4: &str = "203.0.113.2";
+const NODE_OUT_V4: &str = "203.0.113.1";
+const KEEP_V6: &str = "2001:db8:f1::2";
+const MASQ_V6: &str = "2001:db8:f0::2";
+const NODE_OUT_V6: &str = "2001:db8:f0::1";
+const CONFIG: &str = "nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n  - 2001:db8:f1::/64\n";
+
+static PORT: AtomicU16 = AtomicU16::new(40000);
+
+/// The three namespaces, wired.
+struct Topology {
+    pod: Netns,
+    node: Netns,
+    outside: Netns,
+}
+
+impl Topology {
+    fn new() -> Topology {
+        let pod = Netns::new("pod");
+        let node = Netns::new("node");
+        let outside = Netns::new("out");
+        // Interfaces are created in the node namespace and one end moved out.
+        node.sh(&format!(
+            "ip link add vpod type veth peer name eth0 netns {pod} && \
+             ip link add vout type veth peer name eth0 netns {out} && \
+             ip addr add 192.168.77.1/24 dev vpod && ip addr add 2001:db8:77::1/64 dev vpod nodad && \
+             ip addr add {NODE_OUT_V4}/24 dev vout && ip addr add 198.51.100.1/24 dev vout && \
+             ip addr add {NODE_OUT_V6}/64 dev vout nodad && ip addr add 2001:db8:f1::1/64 dev vout nodad && \
+             ip link set vpod up && ip link set vout up && \
+             sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv6.conf.all.forwarding=1",
+            pod = pod.name,
+            out = outside.name
+        ));
+        pod.sh(&format!(
+            "ip addr add {POD_V4}/24 dev eth0 && ip addr add {POD_V6}/64 dev eth0 nodad && \
+             ip link set eth0 up && ip route add default via 192.168.77.1 && \
+             ip -6 route add default via 2001:db8:77::1"
+        ));
+        outside.sh(&format!(
+            "ip addr add {MASQ_V4}/24 dev eth0 && ip addr add {KEEP_V4}/24 dev eth0 && \
+             ip addr add {MASQ_V6}/64 dev eth0 nodad && ip addr add {KEEP_V6}/64 dev eth0 nodad && \
+             ip link set eth0 up"
+        ));
+        Topology { pod, node, outside }
+    }
+
+    /// Sends UDP from the pod to `dest` and returns the source address the outside saw.
+    fn source_seen(&self, dest: &str) -> String {
+        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let family = if dest.contains(':') {
+            "AF_INET6"
+        } else {
+            "AF_INET"
+        };
+        let ready = scratch_file("ready", "");
+        std::fs::remove_file(&ready).unwrap();
+        let receiver = format!(
+            "import socket,sys\n\
+             s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
+             s.bind(('{dest}',{port}))\n\
+             open('{ready}','w').close()\n\
+             s.settimeout(10)\n\
+             d,a=s.recvfrom(100)\n\
+             print(a[0])\n",
+            ready = ready.display()
+        );
+        let listener = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.outside.name,
+                "python3",
+                "-c",
+                &receiver,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start receiver");
+        assert!(
+            wait_until(Duration::from_secs(10), || ready.exists()),
+            "receiver did not bind"
+        );
+        let sender = format!(
+            "import socket,time\n\
+             s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
+             for _ in range(20):\n    s.sendto(b'ping',('{dest}',{port}))\n    time.sleep(0.05)\n"
+        );
+        let send = self.pod.exec("python3", &["-c", &sender]);
+        assert_eq!(send.code, 0, "sender: {}", send.stderr);
+        let out = listener.wait_with_output().expect("receiver output");
+        let _ = std::fs::remove_file(&ready);
+        assert!(
+            out.status.success(),
+            "nothing arrived at {dest}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+fn masquerading_with_packets(variant: &str) {
+    let topo = Topology::new();
+    // Control: no agent, so nothing is masqueraded; the masquerade check below would fail.
+    assert_eq!(topo.source_seen(MASQ_V4), POD_V4, "control run (IPv4)");
+    assert_eq!(topo.source_seen(MASQ_V6), POD_V6, "control run (IPv6)");
+
+    let config = scratch_file("packets-config", CONFIG);
+    let run = topo.node.ipmasq(&[
+        "agent",
+        "--once",
+        "--enable-ipv6",
+        &format!("--iptables-mode={variant}"),
+        &format!("--config={}", config.display()),
+    ]);
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
+    assert_eq!(
+        topo.source_seen(KEEP_V4),
+        POD_V4,
+        "non-masquerade CIDR keeps the pod address"
+    );
+    assert_eq!(
+        topo.source_seen(MASQ_V4),
+        NODE_OUT_V4,
+        "other destinations get the node address"
+    );
+    assert_eq!(
+        topo.source_seen(KEEP_V6),
+        POD_V6,
+        "IPv6 non-masquerade CIDR"
+    );
+    assert_eq!(topo.source_seen(MASQ_V6), NODE_OUT_V6, "IPv6 masquerade");
+}
+
+#[test]
+fn masquerading_with_packets_nft() {
+    masquerading_with_packets("nft");
+}
+
+#[test]
+fn masquerading_with_packets_legacy() {
+    masquerading_with_packets("legacy");
+}
