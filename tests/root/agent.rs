@@ -527,6 +527,49 @@ fn dry_run_prints_and_touches_nothing(variant: &'static str) {
     );
 }
 
+#[test]
+fn auto_mode_follows_iptables_wrappers() {
+    let cases: [(&str, &str, &str); 4] = [
+        ("nothing anywhere", "", "nft"),
+        ("legacy holds rules", "iptables-legacy -t nat -A POSTROUTING -s 10.244.0.0/16 -j MASQUERADE", "legacy"),
+        (
+            "kubelet's hint in nft wins over more legacy rules",
+            "iptables-legacy -t nat -A POSTROUTING -s 10.244.0.0/16 -j MASQUERADE && iptables-nft -t mangle -N KUBE-IPTABLES-HINT",
+            "nft",
+        ),
+        (
+            "kubelet's canary in legacy",
+            "iptables-legacy -t mangle -N KUBE-KUBELET-CANARY && iptables-nft -t nat -A POSTROUTING -j ACCEPT && iptables-nft -t nat -A POSTROUTING -j ACCEPT",
+            "legacy",
+        ),
+    ];
+    for (what, setup, expected) in cases {
+        let node = Node::new("nft", "auto");
+        if !setup.is_empty() {
+            node.ns.sh(setup);
+        }
+        let config = node.config_path().display().to_string();
+        let run = node
+            .ns
+            .ipmasq(&["agent", "--once", &format!("--config={config}")]);
+        assert_eq!(run.code, 0, "{what}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!("backend=iptables-{expected}")),
+            "{what}: {}",
+            run.stderr
+        );
+        let other = if expected == "nft" { "legacy" } else { "nft" };
+        assert!(
+            ours(&node.ns.save(expected, false, Some("nat"))).contains(":IP-MASQ-AGENT"),
+            "{what}"
+        );
+        assert!(
+            !ours(&node.ns.save(other, false, Some("nat"))).contains(":IP-MASQ-AGENT"),
+            "{what}"
+        );
+    }
+}
+
 fn to_ports_and_random_fully_flags_round_trip(variant: &'static str) {
     let node = Node::new(variant, "ports");
     let run = node.once(&["--to-ports=1024-29999,32768-65535", "--random-fully=false"]);
@@ -546,9 +589,20 @@ fn to_ports_and_random_fully_flags_round_trip(variant: &'static str) {
     assert!(ours.ends_with(
         "-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE\n"
     ));
-    // Saved and planned forms agree: a second sync changes nothing.
+    // Saved and planned forms agree: a second sync changes nothing, for uneven ranges too.
     let run = node.once(&["--to-ports=1024-29999,32768-65535", "--random-fully=false"]);
     assert!(!run.stderr.contains("repaired"), "{}", run.stderr);
+    let three = "--to-ports=1024-2047,4096-8191,32768-65535";
+    assert!(node.once(&[three]).stderr.contains("rules repaired"));
+    let run = node.once(&[three]);
+    assert_eq!(run.code, 0);
+    assert!(!run.stderr.contains("repaired"), "{}", run.stderr);
+    assert_eq!(
+        node.ours(false)
+            .matches("--probability 0.11111111101")
+            .count(),
+        3
+    );
     // Bad values are start-up errors.
     for bad in [
         "--to-ports=0-10",

@@ -247,3 +247,69 @@ fn version_parsing() {
     assert_eq!(parse_version("iptables v1.6.2\n"), Some((1, 6, 2)));
     assert_eq!(parse_version("garbage"), None);
 }
+
+/// Every flag combination, rendered as the first-sync transaction, compared with the committed
+/// golden file. `IPMASQ_UPDATE_GOLDEN=1 cargo test golden` rewrites it after a deliberate change.
+#[test]
+fn golden_transactions_for_every_flag_combination() {
+    let mut config = Config::defaults(&Options::default());
+    config
+        .non_masquerade_cidrs
+        .extend(["fd00::/8", "10.0.0.0/8"].map(|c| c.parse::<ipnet::IpNet>().unwrap()));
+    let mut out = String::new();
+    for chain in ["IP-MASQ-AGENT", "CUSTOM-MASQ"] {
+        for random_fully in [true, false] {
+            for to_ports in [
+                "",
+                "2000",
+                "1024-29999,32768-65535",
+                "1024-2047,4096-8191,32768-65535",
+            ] {
+                for enable_ipv6 in [false, true] {
+                    for (masq_ll, masq_ll6) in [(false, false), (true, true)] {
+                        let options = PlanOptions {
+                            chain: ChainName::new(chain).unwrap(),
+                            random_fully,
+                            to_ports: to_ports.parse().unwrap(),
+                            enable_ipv6,
+                        };
+                        let mut config = config.clone();
+                        config.masq_link_local = masq_ll;
+                        config.masq_link_local_ipv6 = masq_ll6;
+                        for set in plan(&config, &options) {
+                            let desired = Rendered::new(&set);
+                            let script =
+                                transaction(&desired, &diff(&desired, &LiveChain::default()));
+                            out.push_str(&format!(
+                                "### chain={chain} random-fully={random_fully} to-ports={to_ports:?} enable-ipv6={enable_ipv6} masqLinkLocal={masq_ll} family={}\n{script}",
+                                set.family
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/transactions.txt");
+    if std::env::var_os("IPMASQ_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &out).unwrap();
+    }
+    let golden =
+        std::fs::read_to_string(&path).expect("golden file (IPMASQ_UPDATE_GOLDEN=1 creates it)");
+    if golden != out {
+        let first = golden
+            .lines()
+            .zip(out.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(golden.lines().count().min(out.lines().count()));
+        panic!(
+            "rendered transactions differ from {} at line {}:\n  golden: {:?}\n  now:    {:?}",
+            path.display(),
+            first + 1,
+            golden.lines().nth(first),
+            out.lines().nth(first)
+        );
+    }
+}
