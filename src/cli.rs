@@ -75,12 +75,12 @@ pub enum Applet {
     /// Check config files or ConfigMap manifests as the agent would read them
     #[command(after_help = VALIDATE_EXAMPLES)]
     Validate(ValidateArgs),
-    /// Show the live masquerade chain of this node
-    #[command(disable_help_flag = true)]
-    Show(PlaceholderArgs),
-    /// Remove the masquerade chain and its POSTROUTING jump
-    #[command(disable_help_flag = true)]
-    Cleanup(PlaceholderArgs),
+    /// Show the live masquerade chain of this node (and, with --config, whether it drifted)
+    #[command(after_help = SHOW_EXAMPLES)]
+    Show(ShowArgs),
+    /// Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant
+    #[command(after_help = CLEANUP_EXAMPLES)]
+    Cleanup(CleanupArgs),
 }
 
 /// Which iptables implementation the agent drives.
@@ -115,12 +115,9 @@ Examples:
 Signals: SIGHUP re-reads the config and re-syncs now; SIGTERM/SIGINT exit (after removing the
 chain with --cleanup-on-exit).";
 
+/// The agent flags that shape the rules; shared by `agent` and `show`.
 #[derive(Args, Debug, Clone)]
-pub struct AgentArgs {
-    /// Config file (YAML or JSON); a missing file means upstream's defaults
-    #[arg(long, value_name = "PATH", default_value = crate::config::DEFAULT_CONFIG_PATH)]
-    pub config: PathBuf,
-
+pub struct RuleFlags {
     /// Name of the nat chain for the masquerade rules
     #[arg(long, value_name = "NAME", default_value = crate::plan::DEFAULT_CHAIN)]
     pub masq_chain: crate::plan::ChainName,
@@ -144,6 +141,20 @@ pub struct AgentArgs {
     #[arg(long, value_name = "PORTS", default_value = "")]
     pub to_ports: crate::plan::ToPorts,
 
+    /// Which iptables to drive
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
+    pub iptables_mode: IptablesMode,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// Config file (YAML or JSON); a missing file means upstream's defaults
+    #[arg(long, value_name = "PATH", default_value = crate::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+
+    #[command(flatten)]
+    pub rules: RuleFlags,
+
     /// Sync once, then exit (0 when the rules are in place)
     #[arg(long)]
     pub once: bool,
@@ -151,10 +162,6 @@ pub struct AgentArgs {
     /// Print the transaction a sync would apply and exit; change nothing
     #[arg(long)]
     pub dry_run: bool,
-
-    /// Which iptables to drive
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
-    pub iptables_mode: IptablesMode,
 
     /// Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a
     /// window without masquerade)
@@ -202,11 +209,97 @@ pub struct AgentArgs {
     pub alsologtostderr: Option<bool>,
 }
 
-/// Arguments of an applet that is not implemented yet.
-#[derive(Args, Debug)]
-pub struct PlaceholderArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub rest: Vec<OsString>,
+const SHOW_EXAMPLES: &str = "\
+Examples:
+  # What is installed, with packet counters (tables fit 80 columns; --wide adds comments):
+  sudo ipmasq show
+
+  # Is the node in sync with the ConfigMap the agent reads? Lists every difference:
+  sudo ipmasq show --config /etc/config/ip-masq-agent --nomasq-all-reserved-ranges
+
+  # For a support bundle or jq:
+  sudo ipmasq show -o json | jq '.families[] | {family, installed, rules: (.rules | length)}'
+
+Exit status: 0 installed (and in sync with --config), 1 drifted from --config, 2 usage error or
+invalid --config, 3 rules not installed, 4 permission denied (needs CAP_NET_ADMIN), 5 iptables
+not found.";
+
+const CLEANUP_EXAMPLES: &str = "\
+Examples:
+  # Remove IP-MASQ-AGENT and every POSTROUTING jump to it, from iptables-nft and
+  # iptables-legacy, IPv4 and IPv6 (all variants is the default):
+  sudo ipmasq cleanup
+
+  # See what would be removed for a custom chain, change nothing:
+  sudo ipmasq cleanup --masq-chain=MY-MASQ --dry-run
+
+Nothing to remove is success. Every failure is reported; the exit status is 0 when all went
+well, 1 on failures, 4 when permission was denied (needs CAP_NET_ADMIN), 5 when iptables is not
+found.";
+
+/// Report formats of `show`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShowFormat {
+    /// Tables for people
+    Text,
+    /// A stable JSON document (see the README)
+    Json,
+    /// The same document as YAML, for support bundles
+    Yaml,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ShowArgs {
+    /// Also judge the live rules against this config (as the agent would read it)
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub rules: RuleFlags,
+
+    /// Output format
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = ShowFormat::Text)]
+    pub output: ShowFormat,
+
+    /// Add each rule's comment to the tables (wider than 80 columns)
+    #[arg(long)]
+    pub wide: bool,
+
+    /// Colour the text output
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CleanupArgs {
+    /// Name of the chain to remove
+    #[arg(long, value_name = "NAME", default_value = crate::plan::DEFAULT_CHAIN)]
+    pub masq_chain: crate::plan::ChainName,
+
+    /// Clean both iptables-nft and iptables-legacy (the default); with =false only the variant
+    /// --iptables-mode picks
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "true",
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub all_variants: bool,
+
+    /// The variant to clean when --all-variants=false
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
+    pub iptables_mode: IptablesMode,
+
+    /// Print what would be removed; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Output format
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 /// The agent flags that change how a config is judged; shared by `agent` and `validate`.

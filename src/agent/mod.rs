@@ -6,8 +6,8 @@ pub mod logging;
 pub mod reconcile;
 pub mod watch;
 
-use crate::backend::cleanup_family;
-use crate::plan::families;
+use crate::backend::cleanup_everywhere;
+use crate::backend::iptables::Variant;
 use reconcile::{Pass, Reconciler};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
@@ -100,21 +100,24 @@ fn pass_name(pass: &Pass) -> &'static str {
     }
 }
 
-/// Removes our chain and jumps from every managed family.
+/// Removes our chain and jumps, as `ipmasq cleanup` does: every family of both iptables
+/// variants (leftovers of an earlier mode or an IPv6 run are ours too).
 pub fn cleanup(reconciler: &Reconciler) -> bool {
     let chain = &reconciler.settings.plan.chain;
     let mut ok = true;
-    for family in families(&reconciler.settings.plan) {
-        match cleanup_family(reconciler.backend(), family, chain, false) {
-            Ok(done) => info!(
-                %family,
+    for step in cleanup_everywhere(chain, &[Variant::Nft, Variant::Legacy], false) {
+        match step.outcome {
+            Ok(done) if done.transaction.is_some() => info!(
+                backend = %step.backend,
+                family = %step.family,
                 jumps_removed = done.jumps_removed,
                 chain_removed = done.chain_removed,
                 "rules removed"
             ),
+            Ok(_) => {}
             Err(err) => {
                 ok = false;
-                error!(%family, error = %err, "cleanup failed");
+                error!(backend = %step.backend, family = %step.family, error = %err, "cleanup failed");
             }
         }
     }

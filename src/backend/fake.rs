@@ -67,14 +67,17 @@ impl Backend for FakeBackend {
                     live.jumps.push(Jump {
                         position: live.postrouting_rules + 1,
                         spec: spec.to_string(),
+                        counters: None,
                     });
                     live.postrouting_rules += 1;
                 }
             } else if line.starts_with("-A ") {
                 live.rules.push(line.to_string());
+                live.counters.push(None);
             } else if line.starts_with("-X ") {
                 live.chain_exists = false;
                 live.rules.clear();
+                live.counters.clear();
             }
         }
         self.set_live(family, live);

@@ -100,6 +100,13 @@ impl Rendered {
     }
 }
 
+/// Packet and byte counters of a rule (`iptables-save -c`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
 /// A POSTROUTING rule that jumps to our chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Jump {
@@ -107,50 +114,152 @@ pub struct Jump {
     pub position: usize,
     /// The rule as saved, without `-A POSTROUTING `.
     pub spec: String,
+    pub counters: Option<Counters>,
 }
 
 /// What the nat table holds of ours.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveChain {
     pub chain_exists: bool,
-    /// Our chain's rules as saved (`-A CHAIN ...` lines), in order.
+    /// Our chain's rules as saved (`-A CHAIN ...` lines, without counters), in order.
     pub rules: Vec<String>,
+    /// Each rule's counters, when the save was taken with `-c`.
+    pub counters: Vec<Option<Counters>>,
     /// Every POSTROUTING jump to our chain, whatever its comment.
     pub jumps: Vec<Jump>,
     /// How many rules POSTROUTING holds in all.
     pub postrouting_rules: usize,
 }
 
-/// Extracts our chain and jumps from `iptables-save -t nat` output.
+/// Splits `[packets:bytes] rest` (a `-c` save line) into counters and the rule.
+fn split_counters(line: &str) -> (Option<Counters>, &str) {
+    let Some(rest) = line.strip_prefix('[') else {
+        return (None, line);
+    };
+    let Some((numbers, rule)) = rest.split_once("] ") else {
+        return (None, line);
+    };
+    let parsed = numbers.split_once(':').and_then(|(p, b)| {
+        Some(Counters {
+            packets: p.parse().ok()?,
+            bytes: b.parse().ok()?,
+        })
+    });
+    match parsed {
+        Some(counters) => (Some(counters), rule),
+        None => (None, line),
+    }
+}
+
+/// Extracts our chain and jumps from `iptables-save` output (with or without `-c`, one table
+/// or all: only the nat table is read).
 pub fn parse_saved(saved: &str, chain: &ChainName) -> LiveChain {
     let mut live = LiveChain::default();
     let declaration = format!(":{chain} ");
     let rule_prefix = format!("-A {chain} ");
     let postrouting_prefix = format!("-A {POSTROUTING} ");
     let mut in_nat = false;
-    for line in saved.lines() {
-        if let Some(table) = line.strip_prefix('*') {
+    for raw in saved.lines() {
+        if let Some(table) = raw.strip_prefix('*') {
             in_nat = table.trim() == "nat";
             continue;
         }
         if !in_nat {
             continue;
         }
+        let (counters, line) = split_counters(raw);
         if line.starts_with(&declaration) {
             live.chain_exists = true;
         } else if line.starts_with(&rule_prefix) {
             live.rules.push(line.to_string());
+            live.counters.push(counters);
         } else if let Some(spec) = line.strip_prefix(&postrouting_prefix) {
             live.postrouting_rules += 1;
             if jump_target(spec).is_some_and(|t| t == chain.as_str()) {
                 live.jumps.push(Jump {
                     position: live.postrouting_rules,
                     spec: spec.to_string(),
+                    counters,
                 });
             }
         }
     }
     live
+}
+
+/// One rule of our chain, taken apart for display.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleView {
+    /// The target: `RETURN`, `MASQUERADE`, or whatever a foreign rule jumps to.
+    pub action: String,
+    pub destination: Option<String>,
+    pub protocol: Option<String>,
+    pub to_ports: Option<String>,
+    pub random_fully: bool,
+    pub probability: Option<String>,
+    pub comment: Option<String>,
+    /// Options we do not write ourselves (a foreign or hand-edited rule), as saved.
+    pub other: Vec<String>,
+}
+
+/// Takes a saved `-A CHAIN ...` line apart.
+pub fn describe_rule(line: &str) -> RuleView {
+    let tokens = tokenize(line);
+    let mut view = RuleView::default();
+    let mut i = 0;
+    // Skip "-A CHAIN".
+    if tokens.first().map(String::as_str) == Some("-A") {
+        i = 2;
+    }
+    let value = |i: usize| tokens.get(i + 1).cloned();
+    while i < tokens.len() {
+        let token = tokens[i].as_str();
+        let step = match token {
+            "-d" => {
+                view.destination = value(i);
+                2
+            }
+            "-p" => {
+                view.protocol = value(i);
+                2
+            }
+            "-j" => {
+                view.action = value(i).unwrap_or_default();
+                2
+            }
+            "--to-ports" => {
+                view.to_ports = value(i);
+                2
+            }
+            "--random-fully" => {
+                view.random_fully = true;
+                1
+            }
+            "--probability" => {
+                view.probability = value(i);
+                2
+            }
+            "--comment" => {
+                view.comment = value(i);
+                2
+            }
+            "-m" if matches!(
+                tokens.get(i + 1).map(String::as_str),
+                Some("comment" | "statistic")
+            ) =>
+            {
+                2
+            }
+            "--mode" if tokens.get(i + 1).map(String::as_str) == Some("random") => 2,
+            _ => {
+                view.other.push(token.to_string());
+                1
+            }
+        };
+        i += step;
+    }
+    view
 }
 
 /// The target of a saved rule's `-j`/`-g`, if any.
@@ -376,20 +485,43 @@ impl Iptables {
         }
     }
 
-    /// One `iptables-save -t nat`.
-    pub fn save_nat(&self, family: Family) -> Result<String, BackendError> {
+    /// One `iptables-save`: of the nat table (`-t nat` makes the kernel load it, which the
+    /// agent is about to do anyway) or of the tables that exist (for inspection and cleanup,
+    /// which must not create a table), with counters when asked.
+    pub fn save(
+        &self,
+        family: Family,
+        nat_only: bool,
+        counters: bool,
+    ) -> Result<String, BackendError> {
         let program = &self.tools.save[slot(family)];
-        let out =
-            runner::run(program, &["-t", "nat"], None, self.timeout).map_err(BackendError::from)?;
+        let mut args = Vec::new();
+        if nat_only {
+            args.extend(["-t", "nat"]);
+        }
+        if counters {
+            args.push("-c");
+        }
+        let out = runner::run(program, &args, None, self.timeout).map_err(BackendError::from)?;
         if !out.success {
             return Err(self.failed(program, &out));
         }
         Ok(out.stdout)
     }
 
-    /// Reads our chain and jumps.
+    /// Reads our chain and jumps (the agent's one reader per family and pass).
     pub fn observe(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError> {
-        Ok(parse_saved(&self.save_nat(family)?, chain))
+        Ok(parse_saved(&self.save(family, true, false)?, chain))
+    }
+
+    /// Reads our chain and jumps with their counters, without creating any table.
+    pub fn inspect(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError> {
+        Ok(parse_saved(&self.save(family, false, true)?, chain))
+    }
+
+    /// Whether this variant's tools for `family` are installed.
+    pub fn installed(&self, family: Family) -> bool {
+        runner::on_path(&self.tools.save[slot(family)])
     }
 
     /// One `iptables-restore --noflush` with `script`.

@@ -17,6 +17,10 @@ pub trait Backend {
     fn observe(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError>;
     /// Applies one transaction (an iptables-restore script) atomically.
     fn apply(&self, family: Family, script: &str) -> Result<(), BackendError>;
+    /// Like `observe`, with counters, and without creating any table that does not exist.
+    fn inspect(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError> {
+        self.observe(family, chain)
+    }
 }
 
 impl Backend for iptables::Iptables {
@@ -25,6 +29,9 @@ impl Backend for iptables::Iptables {
     }
     fn observe(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError> {
         iptables::Iptables::observe(self, family, chain)
+    }
+    fn inspect(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError> {
+        iptables::Iptables::inspect(self, family, chain)
     }
     fn apply(&self, family: Family, script: &str) -> Result<(), BackendError> {
         self.restore(family, script)
@@ -141,7 +148,7 @@ pub fn cleanup_family(
     chain: &ChainName,
     dry_run: bool,
 ) -> Result<FamilyCleanup, BackendError> {
-    let live = backend.observe(family, chain)?;
+    let live = backend.inspect(family, chain)?;
     let transaction = iptables::cleanup_transaction(chain, &live);
     if let (Some(script), false) = (&transaction, dry_run) {
         backend.apply(family, script)?;
@@ -152,4 +159,37 @@ pub fn cleanup_family(
         chain_removed: live.chain_exists,
         transaction,
     })
+}
+
+/// One family of one iptables variant, as cleaned (or not) by [`cleanup_everywhere`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CleanupStep {
+    pub backend: String,
+    pub family: Family,
+    pub outcome: Result<FamilyCleanup, BackendError>,
+}
+
+/// Removes our chain and jumps from both families of every given variant whose tools are
+/// installed: one transaction per variant and family. Failures are collected, not fatal, so
+/// every leftover that can be removed is.
+pub fn cleanup_everywhere(
+    chain: &ChainName,
+    variants: &[iptables::Variant],
+    dry_run: bool,
+) -> Vec<CleanupStep> {
+    let mut steps = Vec::new();
+    for &variant in variants {
+        let backend = iptables::Iptables::new(variant);
+        for family in [Family::V4, Family::V6] {
+            if !backend.installed(family) {
+                continue;
+            }
+            steps.push(CleanupStep {
+                backend: backend.name(),
+                family,
+                outcome: cleanup_family(&backend, family, chain, dry_run),
+            });
+        }
+    }
+    steps
 }

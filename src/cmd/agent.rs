@@ -1,55 +1,28 @@
 //! `ipmasq agent` (and the binary invoked as `ip-masq-agent`): start-up (backend choice, flag
 //! checks, the start line in the log), then `--dry-run`, `--once` or the reconcile loop.
 
-use super::Exit;
+use super::{choose_variant, plan_options, Exit};
 use crate::agent::reconcile::{Pass, Reconciler, Settings};
 use crate::agent::{logging, run_forever, Ending};
-use crate::backend::iptables::{detect_variant, Iptables, Variant};
-use crate::cli::{AgentArgs, IptablesMode};
-use crate::plan::PlanOptions;
+use crate::backend::iptables::Iptables;
+use crate::cli::AgentArgs;
 use tracing::{error, info, warn};
-
-/// Picks the iptables variant: as told, or detected like iptables-wrappers.
-fn choose_variant(mode: IptablesMode) -> (Variant, String) {
-    match mode {
-        IptablesMode::Nft => (Variant::Nft, "--iptables-mode=nft".into()),
-        IptablesMode::Legacy => (Variant::Legacy, "--iptables-mode=legacy".into()),
-        IptablesMode::Auto => {
-            let detection = detect_variant();
-            (detection.variant, format!("auto: {}", detection.reason))
-        }
-    }
-}
 
 /// Runs the agent applet.
 pub fn run(args: &AgentArgs) -> Exit {
     logging::init(args.log_format, args.verbosity);
-    let (variant, why) = choose_variant(args.iptables_mode);
+    let (variant, why) = choose_variant(args.rules.iptables_mode);
     let backend = Iptables::new(variant);
-    let random_fully = if args.random_fully {
-        match backend.supports_random_fully() {
-            Ok(true) => true,
-            Ok(false) => {
-                warn!(backend = %backend.name(), "this iptables is older than 1.6.2 and lacks --random-fully; writing plain MASQUERADE rules");
-                false
-            }
-            Err(err) => {
-                warn!(error = %err, "cannot tell whether iptables supports --random-fully; assuming it does");
-                true
-            }
-        }
-    } else {
-        false
-    };
+    let (plan, note) = plan_options(&args.rules, &backend);
+    if let Some(note) = note {
+        warn!("{note}");
+    }
+    let random_fully = plan.random_fully;
+    let flags = &args.rules.config_flags;
     let settings = Settings {
         config_path: args.config.clone(),
-        options: args.config_flags.options(),
-        plan: PlanOptions {
-            chain: args.masq_chain.clone(),
-            random_fully,
-            to_ports: args.to_ports.clone(),
-            enable_ipv6: args.config_flags.enable_ipv6,
-        },
+        options: flags.options(),
+        plan,
         dry_run: args.dry_run,
     };
     info!(
@@ -57,11 +30,11 @@ pub fn run(args: &AgentArgs) -> Exit {
         backend = %backend.name(),
         backend_choice = %why,
         config = %args.config.display(),
-        masq_chain = %args.masq_chain,
-        enable_ipv6 = args.config_flags.enable_ipv6,
-        nomasq_all_reserved_ranges = args.config_flags.nomasq_all_reserved_ranges,
+        masq_chain = %args.rules.masq_chain,
+        enable_ipv6 = flags.enable_ipv6,
+        nomasq_all_reserved_ranges = flags.nomasq_all_reserved_ranges,
         random_fully,
-        to_ports = %args.to_ports,
+        to_ports = %args.rules.to_ports,
         cleanup_on_exit = args.cleanup_on_exit,
         once = args.once,
         dry_run = args.dry_run,

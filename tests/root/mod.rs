@@ -3,3 +3,4 @@
 mod agent;
 mod netns;
 mod packets;
+mod show_cleanup;

@@ -146,6 +146,37 @@ fn masquerading_with_packets(variant: &str) {
         "IPv6 non-masquerade CIDR"
     );
     assert_eq!(topo.source_seen(MASQ_V6), NODE_OUT_V6, "IPv6 masquerade");
+
+    // `show` reports the traffic that crossed the node in its counters.
+    let mode = format!("--iptables-mode={variant}");
+    let json = topo.node.ipmasq(&["show", "-o", "json", &mode]);
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).expect("show JSON");
+    let families = report["families"].as_array().unwrap();
+    assert_eq!(families.len(), 2, "ipv4 and ipv6: {report}");
+    for family in families {
+        let rules = family["rules"].as_array().unwrap();
+        let counted = |pick: &dyn Fn(&serde_json::Value) -> bool| {
+            rules
+                .iter()
+                .filter(|r| pick(r))
+                .map(|r| r["packets"].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        let masq = counted(&|r| r["action"] == "MASQUERADE");
+        let kept = counted(&|r| {
+            r["destination"] == "198.51.100.0/24" || r["destination"] == "2001:db8:f1::/64"
+        });
+        assert!(masq > 0, "MASQUERADE counted no packets: {family}");
+        assert!(kept > 0, "RETURN counted no packets: {family}");
+    }
+    let text = topo.node.ipmasq(&["show", &mode]);
+    assert_eq!(text.code, 0);
+    eprintln!("ipmasq show after traffic ({variant}):\n{}", text.stdout);
+    eprintln!(
+        "ipmasq show -o json after traffic ({variant}):\n{}",
+        json.stdout
+    );
 }
 
 #[test]

@@ -1,0 +1,157 @@
+//! `ipmasq cleanup`: removes every POSTROUTING jump to our chain, then the chain, in one
+//! transaction per family and iptables variant that holds them. Nothing to remove is success;
+//! every failure is reported. `agent --cleanup-on-exit` runs the same code.
+//!
+//! JSON report (schemaVersion 1): `{schemaVersion, chain, dryRun, removedAnything, steps:
+//! [{backend, family, jumpsRemoved, chainRemoved, transaction, error}]}`.
+
+use super::{choose_variant, Exit};
+use crate::backend::iptables::Variant;
+use crate::backend::{cleanup_everywhere, BackendError, CleanupStep};
+use crate::cli::{CleanupArgs, OutputFormat};
+use crate::output::{plural, to_json};
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    schema_version: u32,
+    chain: String,
+    dry_run: bool,
+    removed_anything: bool,
+    steps: Vec<StepReport>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StepReport {
+    backend: String,
+    family: String,
+    jumps_removed: usize,
+    chain_removed: bool,
+    transaction: Option<String>,
+    error: Option<String>,
+}
+
+impl From<&CleanupStep> for StepReport {
+    fn from(step: &CleanupStep) -> Self {
+        let (jumps, chain, transaction, error) = match &step.outcome {
+            Ok(done) => (
+                done.jumps_removed,
+                done.chain_removed,
+                done.transaction.clone(),
+                None,
+            ),
+            Err(err) => (0, false, None, Some(err.to_string())),
+        };
+        StepReport {
+            backend: step.backend.clone(),
+            family: step.family.to_string(),
+            jumps_removed: jumps,
+            chain_removed: chain,
+            transaction,
+            error,
+        }
+    }
+}
+
+/// The exit code for a set of failures: a shared specific cause, or plain failure.
+fn exit_for(errors: &[&BackendError]) -> Exit {
+    let codes: Vec<Exit> = errors.iter().map(|e| Exit::for_backend_error(e)).collect();
+    match codes.first() {
+        None => Exit::Ok,
+        Some(&first) if codes.iter().all(|&c| c == first) => first,
+        Some(_) => Exit::Failure,
+    }
+}
+
+/// Runs `ipmasq cleanup`.
+pub fn run(args: &CleanupArgs) -> Exit {
+    let variants = if args.all_variants {
+        vec![Variant::Nft, Variant::Legacy]
+    } else {
+        vec![choose_variant(args.iptables_mode).0]
+    };
+    let steps = cleanup_everywhere(&args.masq_chain, &variants, args.dry_run);
+    if steps.is_empty() {
+        eprintln!(
+            "ipmasq cleanup: no iptables found (neither iptables-nft-save nor iptables-legacy-save is on PATH); install iptables"
+        );
+        return Exit::ToolMissing;
+    }
+    let reports: Vec<StepReport> = steps.iter().map(StepReport::from).collect();
+    let removed_anything = reports.iter().any(|r| r.transaction.is_some());
+    let errors: Vec<&BackendError> = steps
+        .iter()
+        .filter_map(|s| s.outcome.as_ref().err())
+        .collect();
+    match args.output {
+        OutputFormat::Json => print!(
+            "{}",
+            to_json(&Report {
+                schema_version: 1,
+                chain: args.masq_chain.to_string(),
+                dry_run: args.dry_run,
+                removed_anything,
+                steps: reports,
+            })
+        ),
+        OutputFormat::Text => {
+            let verb = if args.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            };
+            for r in &reports {
+                let what = format!("{} {}", r.backend, r.family);
+                if let Some(err) = &r.error {
+                    println!("{what}: error: {err}");
+                } else if let Some(script) = &r.transaction {
+                    let mut parts = Vec::new();
+                    if r.jumps_removed > 0 {
+                        parts.push(format!(
+                            "{} from POSTROUTING",
+                            plural(r.jumps_removed, "jump")
+                        ));
+                    }
+                    if r.chain_removed {
+                        parts.push(format!("chain {}", args.masq_chain));
+                    }
+                    println!("{what}: {verb} {}", parts.join(" and "));
+                    if args.dry_run {
+                        print!("{script}");
+                    }
+                } else {
+                    println!("{what}: nothing to remove");
+                }
+            }
+            if !removed_anything && errors.is_empty() {
+                println!(
+                    "ipmasq cleanup: nothing to remove ({} is in no nat table)",
+                    args.masq_chain
+                );
+            }
+        }
+    }
+    exit_for(&errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_code_names_a_shared_cause() {
+        let denied = BackendError::Permission {
+            program: "x".into(),
+            detail: "d".into(),
+        };
+        let missing = BackendError::Missing {
+            program: "x".into(),
+        };
+        assert_eq!(exit_for(&[]), Exit::Ok);
+        assert_eq!(exit_for(&[&denied, &denied]), Exit::Permission);
+        assert_eq!(exit_for(&[&missing]), Exit::ToolMissing);
+        assert_eq!(exit_for(&[&denied, &missing]), Exit::Failure);
+    }
+}
