@@ -180,6 +180,15 @@ pub struct AgentArgs {
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`
+    #[arg(
+        long,
+        value_name = "HOST:PORT|off",
+        default_value = crate::agent::http::DEFAULT_METRICS_ADDR,
+        value_parser = parse_metrics_addr
+    )]
+    pub metrics_addr: MetricsAddr,
+
     /// klog verbosity: 0-1 info, 2-4 debug, 5+ trace
     #[arg(short = 'v', long = "v", value_name = "N", default_value_t = 0)]
     pub verbosity: u8,
@@ -382,6 +391,20 @@ pub struct ValidateArgs {
     /// Colour the text report
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+}
+
+/// `--metrics-addr`: an address to serve health and metrics on, or none (`off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricsAddr(pub Option<std::net::SocketAddr>);
+
+fn parse_metrics_addr(value: &str) -> Result<MetricsAddr, String> {
+    if value == "off" {
+        return Ok(MetricsAddr(None));
+    }
+    value
+        .parse()
+        .map(|a| MetricsAddr(Some(a)))
+        .map_err(|_| format!("{value:?} is not HOST:PORT (e.g. 127.0.0.1:9723, [::1]:9723) or off"))
 }
 
 /// Go's `strconv.ParseBool`, which its `flag` package uses for boolean flags.

@@ -2,6 +2,8 @@
 //! config directory, SIGHUP), on a current-thread tokio runtime. SIGTERM and SIGINT end it,
 //! after removing our rules when asked to.
 
+pub mod health;
+pub mod http;
 pub mod logging;
 pub mod reconcile;
 pub mod watch;
@@ -9,6 +11,7 @@ pub mod watch;
 use crate::backend::cleanup_everywhere;
 use crate::backend::iptables::Variant;
 use reconcile::{Pass, Reconciler};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{debug, error, info};
@@ -36,8 +39,13 @@ enum Trigger {
     Hangup,
 }
 
-/// Runs the reconcile loop until SIGTERM/SIGINT.
-pub fn run_forever(reconciler: Reconciler, cleanup_on_exit: bool) -> Ending {
+/// Runs the reconcile loop until SIGTERM/SIGINT, serving health and metrics on
+/// `metrics_addr` when given.
+pub fn run_forever(
+    reconciler: Reconciler,
+    cleanup_on_exit: bool,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> Ending {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -45,10 +53,14 @@ pub fn run_forever(reconciler: Reconciler, cleanup_on_exit: bool) -> Ending {
         Ok(rt) => rt,
         Err(err) => return Ending::SetupFailed(format!("cannot start the runtime: {err}")),
     };
-    runtime.block_on(run_loop(reconciler, cleanup_on_exit))
+    runtime.block_on(run_loop(reconciler, cleanup_on_exit, metrics_addr))
 }
 
-async fn run_loop(mut reconciler: Reconciler, cleanup_on_exit: bool) -> Ending {
+async fn run_loop(
+    mut reconciler: Reconciler,
+    cleanup_on_exit: bool,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> Ending {
     let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -58,12 +70,32 @@ async fn run_loop(mut reconciler: Reconciler, cleanup_on_exit: bool) -> Ending {
         (Ok(t), Ok(i), Ok(h)) => (t, i, h),
         _ => return Ending::SetupFailed("cannot install signal handlers".into()),
     };
+    let shared: http::Shared =
+        Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_name())));
+    if let Some(addr) = metrics_addr {
+        match http::bind(addr).await {
+            Ok(listener) => {
+                info!(address = %addr, "serving /healthz, /readyz and /metrics");
+                tokio::spawn(http::serve(listener, shared.clone()));
+            }
+            Err(err) => {
+                return Ending::SetupFailed(format!(
+                    "cannot listen on {addr} for health and metrics: {err} (choose another --metrics-addr, or off)"
+                ))
+            }
+        }
+    }
     let mut watch = DirWatch::new(&reconciler.settings.config_path);
     let mut trigger = Trigger::Timer;
     loop {
         watch.arm();
         let started = std::time::Instant::now();
         let pass = reconciler.pass();
+        {
+            let mut snapshot = shared.lock().unwrap_or_else(|e| e.into_inner());
+            snapshot.status = reconciler.status.clone();
+            snapshot.interval = reconciler.interval();
+        }
         debug!(
             ?trigger,
             elapsed_ms = started.elapsed().as_millis() as u64,

@@ -21,9 +21,22 @@ pub struct Settings {
     pub dry_run: bool,
 }
 
+/// Histogram of sync durations (seconds), 1 ms to about 16 s.
+#[derive(Clone, Debug)]
+pub struct SyncTimes(pub prometheus_client::metrics::histogram::Histogram);
+
+impl Default for SyncTimes {
+    fn default() -> Self {
+        SyncTimes(prometheus_client::metrics::histogram::Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 15),
+        ))
+    }
+}
+
 /// Counters and facts about the agent, for health and metrics.
 #[derive(Clone, Debug, Default)]
 pub struct Status {
+    pub sync_duration: SyncTimes,
     pub syncs_ok: u64,
     pub syncs_failed: u64,
     pub configs_accepted: u64,
@@ -173,8 +186,15 @@ impl Reconciler {
     /// One full pass: reload the config, then sync every family against it.
     pub fn pass(&mut self) -> Pass {
         self.reload_config();
+        let started = Instant::now();
         let result = self.sync();
         let now = Instant::now();
+        if !matches!(result, Pass::NoValidConfig) {
+            self.status
+                .sync_duration
+                .0
+                .observe(now.duration_since(started).as_secs_f64());
+        }
         self.status.last_pass = Some(now);
         match &result {
             Pass::Synced(families) => {

@@ -51,7 +51,7 @@ pub fn run(args: &AgentArgs) -> Exit {
             Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
         };
     }
-    match run_forever(reconciler, args.cleanup_on_exit) {
+    match run_forever(reconciler, args.cleanup_on_exit, args.metrics_addr.0) {
         Ending::Stopped => Exit::Ok,
         Ending::CleanupFailed => Exit::Failure,
         Ending::SetupFailed(reason) => {

@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// Debian's interpreter (scripts/test installs it with python3-prometheus-client).
+pub const PYTHON: &str = "/usr/bin/python3";
+
 /// Fails the test with a clear message unless we are root with the tools we need.
 pub fn require_root() {
     let uid = Command::new("id").arg("-u").output().expect("run id -u");
@@ -105,6 +108,11 @@ impl Netns {
         let pid = child.id();
         self.daemons.push(child);
         pid
+    }
+
+    /// Takes ownership of a background process started in this namespace (killed on drop).
+    pub fn adopt(&mut self, child: Child) {
+        self.daemons.push(child);
     }
 
     /// Waits for a background ipmasq to exit; its exit code, or None after `timeout`.

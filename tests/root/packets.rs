@@ -83,7 +83,7 @@ impl Topology {
                 "netns",
                 "exec",
                 &self.outside.name,
-                "python3",
+                super::netns::PYTHON,
                 "-c",
                 &receiver,
             ])
@@ -100,7 +100,7 @@ impl Topology {
              s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
              for _ in range(20):\n    s.sendto(b'ping',('{dest}',{port}))\n    time.sleep(0.05)\n"
         );
-        let send = self.pod.exec("python3", &["-c", &sender]);
+        let send = self.pod.exec(super::netns::PYTHON, &["-c", &sender]);
         assert_eq!(send.code, 0, "sender: {}", send.stderr);
         let out = listener.wait_with_output().expect("receiver output");
         let _ = std::fs::remove_file(&ready);

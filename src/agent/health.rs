@@ -1,0 +1,278 @@
+//! What `/healthz`, `/readyz` and `/metrics` report, computed from a snapshot of the agent's
+//! status taken after every pass. Pure functions of (snapshot, now), so every state is
+//! unit-tested; the HTTP plumbing lives in `http.rs`.
+
+use super::reconcile::Status;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Liveness tolerates this many missed resyncs before failing.
+const MISSED_RESYNCS: u32 = 3;
+/// ...and never less than this.
+const MIN_STALL: Duration = Duration::from_secs(60);
+
+/// What the endpoints see of the agent: published by the loop after every pass.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub status: Status,
+    /// The resync interval in force.
+    pub interval: Duration,
+    pub started: Instant,
+    pub backend: String,
+}
+
+impl Snapshot {
+    pub fn new(backend: String) -> Self {
+        Snapshot {
+            status: Status::default(),
+            interval: Duration::from_secs(60),
+            started: Instant::now(),
+            backend,
+        }
+    }
+}
+
+/// How long the loop may go without finishing a pass before it counts as stuck.
+pub fn stall_limit(interval: Duration) -> Duration {
+    (interval * MISSED_RESYNCS).max(MIN_STALL)
+}
+
+/// `/healthz`: Ok while the reconcile loop is alive. An invalid config does not fail it (a
+/// restart would not fix a config).
+pub fn liveness(snapshot: &Snapshot, now: Instant) -> Result<String, String> {
+    let limit = stall_limit(snapshot.interval);
+    let since = snapshot.status.last_pass.unwrap_or(snapshot.started);
+    let age = now.saturating_duration_since(since);
+    if age > limit {
+        Err(format!(
+            "reconcile loop stuck: no pass finished for {}s (limit {}s)",
+            age.as_secs(),
+            limit.as_secs()
+        ))
+    } else {
+        Ok("ok".to_string())
+    }
+}
+
+/// `/readyz`: Ok once a valid config has been applied and the last sync succeeded.
+pub fn readiness(snapshot: &Snapshot) -> Result<String, String> {
+    if snapshot.status.last_pass.is_none() {
+        return Err("starting: no sync has run yet".to_string());
+    }
+    match &snapshot.status.not_ready {
+        Some(reason) => Err(reason.clone()),
+        None => Ok("ok".to_string()),
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RulesLabel {
+    family: &'static str,
+    backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabel {
+    version: &'static str,
+    backend: String,
+}
+
+fn seconds_gauge(value: f64) -> Gauge<f64, AtomicU64> {
+    let g = Gauge::<f64, AtomicU64>::default();
+    g.set(value);
+    g
+}
+
+/// `/metrics`: the Prometheus (OpenMetrics) text exposition of the snapshot.
+pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> String {
+    let status = &snapshot.status;
+    let mut registry = Registry::with_prefix("ipmasq");
+
+    let syncs = Family::<ResultLabel, Counter>::default();
+    syncs
+        .get_or_create(&ResultLabel { result: "success" })
+        .inc_by(status.syncs_ok);
+    syncs
+        .get_or_create(&ResultLabel { result: "failure" })
+        .inc_by(status.syncs_failed);
+    registry.register(
+        "syncs",
+        "Reconcile passes that synced the rules, by result",
+        syncs,
+    );
+
+    registry.register(
+        "sync_duration_seconds",
+        "Time to observe, diff and (when drifted) repair the rules of all families",
+        status.sync_duration.0.clone(),
+    );
+
+    let repairs = Family::<KindLabel, Counter>::default();
+    for (kind, n) in &status.drift_repairs {
+        repairs.get_or_create(&KindLabel { kind }).inc_by(*n);
+    }
+    registry.register(
+        "drift_repairs",
+        "Drift repaired, by kind (chain_missing, rules_differ, jump_missing, jump_duplicate, jump_stale)",
+        repairs,
+    );
+
+    let reloads = Family::<ResultLabel, Counter>::default();
+    reloads
+        .get_or_create(&ResultLabel { result: "accepted" })
+        .inc_by(status.configs_accepted);
+    reloads
+        .get_or_create(&ResultLabel { result: "rejected" })
+        .inc_by(status.configs_rejected);
+    registry.register(
+        "config_reloads",
+        "Config changes seen, by result (an invalid file is counted once per change)",
+        reloads,
+    );
+
+    let current = Gauge::<i64>::default();
+    current.set(i64::from(status.config_current));
+    registry.register(
+        "config_current",
+        "1 when the config in force is the file on disk, 0 while an invalid file is ignored",
+        current,
+    );
+
+    if let Some(last) = status.last_success {
+        let age = now.saturating_duration_since(last).as_secs_f64();
+        registry.register(
+            "last_successful_sync_age_seconds",
+            "Seconds since the last successful sync",
+            seconds_gauge(age),
+        );
+        let epoch = wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+            - age;
+        registry.register(
+            "last_successful_sync_timestamp_seconds",
+            "Unix time of the last successful sync",
+            seconds_gauge(epoch),
+        );
+    }
+
+    let rules = Family::<RulesLabel, Gauge>::default();
+    for (family, n) in &status.rules {
+        rules
+            .get_or_create(&RulesLabel {
+                family: family.as_str(),
+                backend: snapshot.backend.clone(),
+            })
+            .set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "rules",
+        "Rules in the masquerade chain after the last successful sync, by family and backend",
+        rules,
+    );
+
+    let cidrs = Gauge::<i64>::default();
+    cidrs.set(i64::try_from(status.non_masquerade_cidrs).unwrap_or(i64::MAX));
+    registry.register(
+        "non_masquerade_cidrs",
+        "Non-masquerade CIDRs in the config in force (link-local not counted)",
+        cidrs,
+    );
+
+    let info = Family::<BuildLabel, Gauge>::default();
+    info.get_or_create(&BuildLabel {
+        version: env!("CARGO_PKG_VERSION"),
+        backend: snapshot.backend.clone(),
+    })
+    .set(1);
+    registry.register(
+        "build_info",
+        "Always 1; labels carry the version and backend",
+        info,
+    );
+
+    let up = Gauge::<i64>::default();
+    up.set(i64::from(readiness(snapshot).is_ok()));
+    registry.register("ready", "1 when /readyz would answer 200", up);
+
+    let mut text = String::new();
+    if prometheus_client::encoding::text::encode(&mut text, &registry).is_err() {
+        text = "# EOF\n".to_string();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        Snapshot::new("iptables-nft".into())
+    }
+
+    #[test]
+    fn liveness_allows_three_intervals_or_a_minute() {
+        let mut s = snapshot();
+        s.interval = Duration::from_secs(10);
+        let start = s.started;
+        assert!(liveness(&s, start + Duration::from_secs(59)).is_ok());
+        assert!(liveness(&s, start + Duration::from_secs(61)).is_err());
+        s.interval = Duration::from_secs(600);
+        s.status.last_pass = Some(start);
+        assert!(liveness(&s, start + Duration::from_secs(1799)).is_ok());
+        let err = liveness(&s, start + Duration::from_secs(1801)).unwrap_err();
+        assert!(err.contains("stuck"), "{err}");
+    }
+
+    #[test]
+    fn invalid_config_does_not_fail_liveness_but_fails_readiness_until_applied() {
+        let mut s = snapshot();
+        assert!(readiness(&s).unwrap_err().contains("starting"));
+        s.status.last_pass = Some(s.started);
+        s.status.not_ready = Some("no valid config has been applied yet".into());
+        assert!(liveness(&s, s.started).is_ok());
+        assert!(readiness(&s).unwrap_err().contains("no valid config"));
+        s.status.not_ready = None;
+        assert_eq!(readiness(&s), Ok("ok".into()));
+    }
+
+    #[test]
+    fn metrics_follow_prometheus_conventions() {
+        let mut s = snapshot();
+        s.status.syncs_ok = 3;
+        s.status.last_pass = Some(s.started);
+        s.status.last_success = Some(s.started);
+        s.status.drift_repairs.insert("jump_missing", 2);
+        s.status.rules.insert(crate::plan::Family::V4, 5);
+        let text = metrics_text(&s, s.started + Duration::from_secs(2), SystemTime::now());
+        for needle in [
+            "# TYPE ipmasq_syncs counter",
+            "ipmasq_syncs_total{result=\"success\"} 3",
+            "ipmasq_drift_repairs_total{kind=\"jump_missing\"} 2",
+            "# TYPE ipmasq_sync_duration_seconds histogram",
+            "ipmasq_rules{family=\"ipv4\",backend=\"iptables-nft\"} 5",
+            "ipmasq_last_successful_sync_age_seconds 2.0",
+            "ipmasq_build_info{version=\"",
+            "ipmasq_ready 1",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,259 @@
+//! The agent's /healthz, /readyz and /metrics with the real binary in a namespace: every
+//! state (healthy, invalid config after a good one, invalid at start, apply failing), the
+//! metrics parsed by Prometheus' own parser, counters across a drift repair, and a stalled
+//! client that must not delay a sync.
+
+use super::netns::{scratch_file, wait_until, Netns, PYTHON};
+use crate::util::Scratch;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+const ADDR: &str = "127.0.0.1:9723";
+
+/// GET inside the namespace: (status, body).
+fn get(ns: &Netns, path: &str) -> (u16, String) {
+    let script = format!(
+        "import urllib.request, urllib.error\n\
+         try:\n    r = urllib.request.urlopen('http://{ADDR}{path}', timeout=5); print(r.status); print(r.read().decode(), end='')\n\
+         except urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode(), end='')\n"
+    );
+    let run = ns.exec(PYTHON, &["-c", &script]);
+    assert_eq!(run.code, 0, "GET {path}: {}", run.stderr);
+    let (code, body) = run.stdout.split_once('\n').unwrap_or((&run.stdout, ""));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The value of one sample line of the exposition, e.g. `ipmasq_syncs_total{result="success"}`.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l[name.len()..].trim().parse().ok())
+}
+
+struct Agent {
+    ns: Netns,
+    dir: Scratch,
+    log: std::path::PathBuf,
+}
+
+impl Agent {
+    fn start(tag: &str, config: &str, path_prefix: Option<&std::path::Path>) -> Agent {
+        let mut ns = Netns::new(tag);
+        let dir = Scratch::new(&format!("health-{tag}"));
+        std::fs::write(dir.path.join("config"), config).unwrap();
+        let log = dir.path.join("agent.log");
+        let config_flag = format!("--config={}", dir.path.join("config").display());
+        let args = [
+            "agent",
+            "--iptables-mode=nft",
+            &config_flag,
+            &format!("--metrics-addr={ADDR}"),
+        ];
+        match path_prefix {
+            None => {
+                ns.spawn_ipmasq(&args, &log);
+            }
+            Some(prefix) => {
+                // A PATH whose iptables-nft-restore fails: the agent resolves tools at start.
+                let path = format!("{}:{}", prefix.display(), std::env::var("PATH").unwrap());
+                let wrapper = scratch_file(
+                    "with-path",
+                    &format!("#!/bin/sh\nexport PATH='{path}'\nexec \"$@\"\n"),
+                );
+                Command::new("chmod")
+                    .arg("+x")
+                    .arg(&wrapper)
+                    .status()
+                    .unwrap();
+                let mut full = vec![crate::util::binary().display().to_string()];
+                full.extend(args.iter().map(|a| a.to_string()));
+                let refs: Vec<&str> = full.iter().map(String::as_str).collect();
+                let file = std::fs::File::create(&log).unwrap();
+                let child = Command::new("ip")
+                    .args(["netns", "exec", &ns.name])
+                    .arg(&wrapper)
+                    .args(&refs)
+                    .stdout(Stdio::null())
+                    .stderr(file)
+                    .spawn()
+                    .unwrap();
+                ns.adopt(child);
+            }
+        }
+        let agent = Agent { ns, dir, log };
+        assert!(
+            wait_until(PATIENCE, || agent.log().contains("pass")
+                || agent.log().contains("rules installed")
+                || agent.log().contains("rejected")
+                || agent.log().contains("sync failed")),
+            "agent did not start: {}",
+            agent.log()
+        );
+        assert!(wait_until(PATIENCE, || get(&agent.ns, "/healthz").0 != 0));
+        agent
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn write_config(&self, text: &str) {
+        std::fs::write(self.dir.path.join("config"), text).unwrap();
+    }
+}
+
+#[test]
+fn healthy_then_invalid_after_good_then_drift_repair() {
+    let agent = Agent::start("healthy", "resyncInterval: 200ms\n", None);
+    assert!(wait_until(PATIENCE, || get(&agent.ns, "/readyz").0 == 200));
+    assert_eq!(get(&agent.ns, "/healthz"), (200, "ok\n".into()));
+    let (code, metrics) = get(&agent.ns, "/metrics");
+    assert_eq!(code, 200);
+    assert!(sample(&metrics, "ipmasq_syncs_total{result=\"success\"}").unwrap() >= 1.0);
+    assert_eq!(sample(&metrics, "ipmasq_config_current"), Some(1.0));
+    assert_eq!(sample(&metrics, "ipmasq_non_masquerade_cidrs"), Some(3.0));
+    assert_eq!(
+        sample(
+            &metrics,
+            "ipmasq_rules{family=\"ipv4\",backend=\"iptables-nft\"}"
+        ),
+        Some(5.0)
+    );
+
+    // Prometheus' own parser accepts the exposition.
+    let parse = format!(
+        "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+         names = sorted(f.name for f in p(open('{}').read()))\nprint(' '.join(names))\n",
+        scratch_file("metrics", &metrics).display()
+    );
+    let parsed = agent.ns.exec(PYTHON, &["-c", &parse]);
+    assert_eq!(
+        parsed.code, 0,
+        "the OpenMetrics parser rejected it: {}\n{metrics}",
+        parsed.stderr
+    );
+    for family in [
+        "ipmasq_syncs",
+        "ipmasq_sync_duration_seconds",
+        "ipmasq_drift_repairs",
+        "ipmasq_config_reloads",
+        "ipmasq_config_current",
+        "ipmasq_last_successful_sync_age_seconds",
+        "ipmasq_rules",
+        "ipmasq_non_masquerade_cidrs",
+        "ipmasq_build_info",
+    ] {
+        assert!(
+            parsed.stdout.split_whitespace().any(|n| n == family),
+            "{family} in {}",
+            parsed.stdout
+        );
+    }
+    eprintln!("one scrape:\n{metrics}");
+
+    // A drift repair moves its counter.
+    let repaired =
+        |m: &str| sample(m, "ipmasq_drift_repairs_total{kind=\"rules_differ\"}").unwrap_or(0.0);
+    let before = repaired(&metrics);
+    agent.ns.sh("iptables-nft -t nat -F IP-MASQ-AGENT");
+    assert!(wait_until(PATIENCE, || repaired(
+        &get(&agent.ns, "/metrics").1
+    ) == before + 1.0));
+
+    // An invalid config after a good one: still alive and ready (the last good config is
+    // enforced), but the config on disk is not the one in force.
+    agent.write_config("resyncInterval: 200ms\nnonMasqueradeCIDRs: [10.1.2.3/8]\n");
+    assert!(wait_until(PATIENCE, || {
+        let m = get(&agent.ns, "/metrics").1;
+        sample(&m, "ipmasq_config_current") == Some(0.0)
+            && sample(&m, "ipmasq_config_reloads_total{result=\"rejected\"}") == Some(1.0)
+    }));
+    assert_eq!(get(&agent.ns, "/healthz").0, 200);
+    assert_eq!(get(&agent.ns, "/readyz").0, 200);
+    assert_eq!(get(&agent.ns, "/nothing-here").0, 404);
+}
+
+#[test]
+fn invalid_at_start_is_alive_but_not_ready() {
+    let agent = Agent::start("invalidstart", "resyncInterval: 1d\n", None);
+    assert!(wait_until(PATIENCE, || agent
+        .log()
+        .contains("invalid config rejected")));
+    assert_eq!(get(&agent.ns, "/healthz").0, 200);
+    let (code, body) = get(&agent.ns, "/readyz");
+    assert_eq!(code, 503);
+    assert!(
+        body.contains("no valid config has been applied yet"),
+        "{body}"
+    );
+    // Fixing the file makes it ready without a restart.
+    agent.write_config("resyncInterval: 1s\n");
+    assert!(wait_until(PATIENCE, || get(&agent.ns, "/readyz").0 == 200));
+}
+
+#[test]
+fn failing_iptables_is_alive_but_not_ready() {
+    let fakes = Scratch::new("fake-iptables");
+    let restore = fakes.path.join("iptables-nft-restore");
+    std::fs::write(
+        &restore,
+        "#!/bin/sh\necho 'iptables-restore: simulated failure' >&2\nexit 1\n",
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&restore)
+        .status()
+        .unwrap();
+    let agent = Agent::start("failing", "resyncInterval: 200ms\n", Some(&fakes.path));
+    assert!(wait_until(PATIENCE, || agent.log().contains("sync failed")));
+    assert_eq!(get(&agent.ns, "/healthz").0, 200);
+    let (code, body) = get(&agent.ns, "/readyz");
+    assert_eq!(code, 503);
+    assert!(body.contains("simulated failure"), "{body}");
+    let metrics = get(&agent.ns, "/metrics").1;
+    assert!(sample(&metrics, "ipmasq_syncs_total{result=\"failure\"}").unwrap() >= 1.0);
+    assert_eq!(sample(&metrics, "ipmasq_ready"), Some(0.0));
+    // The error is logged once, not once per resync.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        agent.log().matches("sync failed; will retry").count(),
+        1,
+        "{}",
+        agent.log()
+    );
+}
+
+#[test]
+fn stalled_client_does_not_delay_a_sync() {
+    let agent = Agent::start("stall", "resyncInterval: 300ms\n", None);
+    assert!(wait_until(PATIENCE, || get(&agent.ns, "/readyz").0 == 200));
+    // Half a request, then silence for longer than the test needs.
+    let stall = "import socket, time\ns = socket.create_connection(('127.0.0.1', 9723))\ns.sendall(b'GET /metr')\nprint('sent', flush=True)\ntime.sleep(30)\n";
+    let mut staller = Command::new("ip")
+        .args(["netns", "exec", &agent.ns.name, PYTHON, "-c", stall])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(staller.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "sent");
+    let count = |log: &str| log.matches("rules repaired").count();
+    let before = count(&agent.log());
+    agent.ns.sh("iptables-nft -t nat -F IP-MASQ-AGENT");
+    let healed = wait_until(PATIENCE, || count(&agent.log()) > before);
+    let alive = get(&agent.ns, "/healthz").0;
+    let _ = staller.kill();
+    let _ = staller.wait();
+    assert!(
+        healed,
+        "drift not repaired while a client stalled: {}",
+        agent.log()
+    );
+    assert_eq!(alive, 200, "endpoint answered while a client stalled");
+}
