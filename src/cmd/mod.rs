@@ -2,12 +2,15 @@
 
 pub mod agent;
 pub mod cleanup;
+pub mod generate;
 pub mod show;
 pub mod validate;
 
 use crate::backend::iptables::{detect_variant, Iptables, Variant};
 use crate::backend::BackendError;
-use crate::cli::{multicall_args, Applet, Cli, IptablesMode, RuleFlags, APPLETS, BINARY_NAME};
+use crate::cli::{
+    multicall_args, Applet, Cli, IptablesMode, RuleFlags, APPLETS, BINARY_NAME, GENERATE_APPLET,
+};
 use crate::plan::PlanOptions;
 use clap::Parser;
 use std::ffi::OsString;
@@ -104,6 +107,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return Exit::Usage.into();
         }
     };
+    if argv.get(1).is_some_and(|a| a == GENERATE_APPLET) {
+        return generate::run(&argv[2..]).into();
+    }
     let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(err) => {

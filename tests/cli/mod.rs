@@ -1,4 +1,5 @@
 //! Tests of the command line itself: multi-call dispatch and `validate`.
 
 mod dispatch;
+mod generated;
 mod validate;

@@ -6,8 +6,15 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+pub mod docs;
+pub use docs::{after_help, AppletDoc};
+
 /// The applets, in the order `--list` prints them.
 pub const APPLETS: [&str; 4] = ["agent", "cleanup", "show", "validate"];
+
+/// The packagers' applet that writes man pages and completions. It stays outside the clap
+/// definition it renders, so no help, man page or completion ever offers it.
+pub const GENERATE_APPLET: &str = "generate";
 
 /// The multi-call binary's own name.
 pub const BINARY_NAME: &str = "ipmasq";
@@ -26,35 +33,13 @@ unchanged.
 It is a multi-call binary: run `ipmasq APPLET ...`, or install it as `ip-masq-agent` to run the \
 agent directly.";
 
-const MAIN_EXAMPLES: &str = "\
-Examples:
-  ipmasq validate /etc/config/ip-masq-agent     Check a config as the agent would read it
-  ipmasq validate -o json manifests/*.yaml      Lint ConfigMap manifests in CI
-  ipmasq --list                                 Print the applets";
-
-const VALIDATE_EXAMPLES: &str = "\
-Examples:
-  # Check the file the agent would read (missing file = upstream defaults):
-  ipmasq validate
-
-  # Lint a ConfigMap manifest in CI, treating warnings as errors:
-  ipmasq validate --strict k8s/ip-masq-agent.yaml
-
-  # Judge a dual-stack config exactly as an agent started with --enable-ipv6:
-  kubectl get cm -n kube-system ip-masq-agent -o yaml | ipmasq validate --enable-ipv6 -
-
-  # Machine-readable report for scripts:
-  ipmasq validate -o json config.yaml | jq '.results[].diagnostics[]'
-
-Exit status: 0 valid, 1 invalid (or warnings with --strict), 2 usage or I/O error.";
-
 #[derive(Parser, Debug)]
 #[command(
     name = BINARY_NAME,
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_help = MAIN_EXAMPLES,
+    after_help = after_help(&docs::MAIN),
     arg_required_else_help = true,
     propagate_version = true
 )]
@@ -70,16 +55,16 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Applet {
     /// Run the masquerade agent (the ip-masq-agent daemon)
-    #[command(after_help = AGENT_EXAMPLES)]
+    #[command(after_help = after_help(&docs::AGENT))]
     Agent(AgentArgs),
     /// Check config files or ConfigMap manifests as the agent would read them
-    #[command(after_help = VALIDATE_EXAMPLES)]
+    #[command(after_help = after_help(&docs::VALIDATE))]
     Validate(ValidateArgs),
     /// Show the live masquerade chain of this node (and, with --config, whether it drifted)
-    #[command(after_help = SHOW_EXAMPLES)]
+    #[command(after_help = after_help(&docs::SHOW))]
     Show(ShowArgs),
     /// Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant
-    #[command(after_help = CLEANUP_EXAMPLES)]
+    #[command(after_help = after_help(&docs::CLEANUP))]
     Cleanup(CleanupArgs),
 }
 
@@ -100,20 +85,6 @@ pub enum LogFormat {
     Text,
     Json,
 }
-
-const AGENT_EXAMPLES: &str = "\
-Examples:
-  # As upstream's DaemonSet runs it (the image's entrypoint is ip-masq-agent):
-  ip-masq-agent --masq-chain=IP-MASQ-AGENT --nomasq-all-reserved-ranges
-
-  # Print the transaction a sync would apply, change nothing:
-  ipmasq agent --config ./ip-masq-agent.yaml --dry-run
-
-  # One sync and exit (e.g. from a systemd ExecStartPre or a node bootstrap script):
-  ipmasq agent --once --iptables-mode=nft
-
-Signals: SIGHUP re-reads the config and re-syncs now; SIGTERM/SIGINT exit (after removing the
-chain with --cleanup-on-exit).";
 
 /// The agent flags that shape the rules; shared by `agent` and `show`.
 #[derive(Args, Debug, Clone)]
@@ -138,7 +109,12 @@ pub struct RuleFlags {
     pub random_fully: bool,
 
     /// Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)
-    #[arg(long, value_name = "PORTS", default_value = "")]
+    #[arg(
+        long,
+        value_name = "PORTS",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub to_ports: crate::plan::ToPorts,
 
     /// Which iptables to drive
@@ -217,34 +193,6 @@ pub struct AgentArgs {
     )]
     pub alsologtostderr: Option<bool>,
 }
-
-const SHOW_EXAMPLES: &str = "\
-Examples:
-  # What is installed, with packet counters (tables fit 80 columns; --wide adds comments):
-  sudo ipmasq show
-
-  # Is the node in sync with the ConfigMap the agent reads? Lists every difference:
-  sudo ipmasq show --config /etc/config/ip-masq-agent --nomasq-all-reserved-ranges
-
-  # For a support bundle or jq:
-  sudo ipmasq show -o json | jq '.families[] | {family, installed, rules: (.rules | length)}'
-
-Exit status: 0 installed (and in sync with --config), 1 drifted from --config, 2 usage error or
-invalid --config, 3 rules not installed, 4 permission denied (needs CAP_NET_ADMIN), 5 iptables
-not found.";
-
-const CLEANUP_EXAMPLES: &str = "\
-Examples:
-  # Remove IP-MASQ-AGENT and every POSTROUTING jump to it, from iptables-nft and
-  # iptables-legacy, IPv4 and IPv6 (all variants is the default):
-  sudo ipmasq cleanup
-
-  # See what would be removed for a custom chain, change nothing:
-  sudo ipmasq cleanup --masq-chain=MY-MASQ --dry-run
-
-Nothing to remove is success. Every failure is reported; the exit status is 0 when all went
-well, 1 on failures, 4 when permission was denied (needs CAP_NET_ADMIN), 5 when iptables is not
-found.";
 
 /// Report formats of `show`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -462,7 +410,7 @@ pub fn multicall_args(args: Vec<OsString>) -> Result<Vec<OsString>, AppletError>
                 out.extend(rest);
                 return Ok(out);
             }
-            if !APPLETS.contains(&first.as_str()) {
+            if !APPLETS.contains(&first.as_str()) && first != GENERATE_APPLET {
                 return Err(AppletError::Unknown { name: first });
             }
             (first, rest.into_iter().skip(1).collect())

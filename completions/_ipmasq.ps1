@@ -1,0 +1,131 @@
+
+using namespace System.Management.Automation
+using namespace System.Management.Automation.Language
+
+Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
+    param($wordToComplete, $commandAst, $cursorPosition)
+
+    $commandElements = $commandAst.CommandElements
+    $command = @(
+        'ipmasq'
+        for ($i = 1; $i -lt $commandElements.Count; $i++) {
+            $element = $commandElements[$i]
+            if ($element -isnot [StringConstantExpressionAst] -or
+                $element.StringConstantType -ne [StringConstantType]::BareWord -or
+                $element.Value.StartsWith('-') -or
+                $element.Value -eq $wordToComplete) {
+                break
+        }
+        $element.Value
+    }) -join ';'
+
+    $completions = @(switch ($command) {
+        'ipmasq' {
+            [CompletionResult]::new('--list', '--list', [CompletionResultType]::ParameterName, 'Print the applet names, one per line, and exit')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
+            [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
+            [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
+            [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'ipmasq;agent' {
+            [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Config file (YAML or JSON); a missing file means upstream''s defaults')
+            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the nat chain for the masquerade rules')
+            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it')
+            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
+            [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)')
+            [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
+            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive')
+            [CompletionResult]::new('--cleanup-on-exit', '--cleanup-on-exit', [CompletionResultType]::ParameterName, 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
+            [CompletionResult]::new('--metrics-addr', '--metrics-addr', [CompletionResultType]::ParameterName, 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace')
+            [CompletionResult]::new('--v', '--v', [CompletionResultType]::ParameterName, 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace')
+            [CompletionResult]::new('--logtostderr', '--logtostderr', [CompletionResultType]::ParameterName, 'Accepted for klog compatibility; logs always go to stderr')
+            [CompletionResult]::new('--alsologtostderr', '--alsologtostderr', [CompletionResultType]::ParameterName, 'Accepted for klog compatibility; logs always go to stderr')
+            [CompletionResult]::new('--once', '--once', [CompletionResultType]::ParameterName, 'Sync once, then exit (0 when the rules are in place)')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print the transaction a sync would apply and exit; change nothing')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;validate' {
+            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it')
+            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Report format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Report format')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text report')
+            [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat warnings as errors')
+            [CompletionResult]::new('--print-effective', '--print-effective', [CompletionResultType]::ParameterName, 'Also print the effective config (after defaults) of each valid input')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;show' {
+            [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Also judge the live rules against this config (as the agent would read it)')
+            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the nat chain for the masquerade rules')
+            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it')
+            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
+            [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)')
+            [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
+            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
+            [CompletionResult]::new('--wide', '--wide', [CompletionResultType]::ParameterName, 'Add each rule''s comment to the tables (wider than 80 columns)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;cleanup' {
+            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the chain to remove')
+            [CompletionResult]::new('--all-variants', '--all-variants', [CompletionResultType]::ParameterName, 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks')
+            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'The variant to clean when --all-variants=false')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print what would be removed; change nothing')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;help' {
+            [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
+            [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
+            [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
+            [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'ipmasq;help;agent' {
+            break
+        }
+        'ipmasq;help;validate' {
+            break
+        }
+        'ipmasq;help;show' {
+            break
+        }
+        'ipmasq;help;cleanup' {
+            break
+        }
+        'ipmasq;help;help' {
+            break
+        }
+    })
+
+    $completions.Where{ $_.CompletionText -like "$wordToComplete*" } |
+        Sort-Object -Property ListItemText
+}

@@ -1,0 +1,115 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[ipmasq] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'ipmasq'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'ipmasq'= {
+            cand --list 'Print the applet names, one per line, and exit'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
+            cand validate 'Check config files or ConfigMap manifests as the agent would read them'
+            cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+            cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'ipmasq;agent'= {
+            cand --config 'Config file (YAML or JSON); a missing file means upstream''s defaults'
+            cand --masq-chain 'Name of the nat chain for the masquerade rules'
+            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
+            cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
+            cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
+            cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
+            cand --iptables-mode 'Which iptables to drive'
+            cand --cleanup-on-exit 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)'
+            cand --log-format 'Log line format'
+            cand --metrics-addr 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`'
+            cand -v 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace'
+            cand --v 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace'
+            cand --logtostderr 'Accepted for klog compatibility; logs always go to stderr'
+            cand --alsologtostderr 'Accepted for klog compatibility; logs always go to stderr'
+            cand --once 'Sync once, then exit (0 when the rules are in place)'
+            cand --dry-run 'Print the transaction a sync would apply and exit; change nothing'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;validate'= {
+            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
+            cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
+            cand -o 'Report format'
+            cand --output 'Report format'
+            cand --color 'Colour the text report'
+            cand --strict 'Treat warnings as errors'
+            cand --print-effective 'Also print the effective config (after defaults) of each valid input'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;show'= {
+            cand --config 'Also judge the live rules against this config (as the agent would read it)'
+            cand --masq-chain 'Name of the nat chain for the masquerade rules'
+            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
+            cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
+            cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
+            cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
+            cand --iptables-mode 'Which iptables to drive'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --color 'Colour the text output'
+            cand --wide 'Add each rule''s comment to the tables (wider than 80 columns)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;cleanup'= {
+            cand --masq-chain 'Name of the chain to remove'
+            cand --all-variants 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks'
+            cand --iptables-mode 'The variant to clean when --all-variants=false'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --dry-run 'Print what would be removed; change nothing'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;help'= {
+            cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
+            cand validate 'Check config files or ConfigMap manifests as the agent would read them'
+            cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+            cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'ipmasq;help;agent'= {
+        }
+        &'ipmasq;help;validate'= {
+        }
+        &'ipmasq;help;show'= {
+        }
+        &'ipmasq;help;cleanup'= {
+        }
+        &'ipmasq;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

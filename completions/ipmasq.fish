@@ -1,0 +1,98 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_ipmasq_global_optspecs
+    string join \n list h/help V/version
+end
+
+function __fish_ipmasq_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_ipmasq_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_ipmasq_using_subcommand
+    set -l cmd (__fish_ipmasq_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -l list -d 'Print the applet names, one per line, and exit'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config -d 'Config file (YAML or JSON); a missing file means upstream\'s defaults' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l iptables-mode -d 'Which iptables to drive' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+nft\t'iptables-nft (the nf_tables kernel API)'
+legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l logtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l alsologtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l once -d 'Sync once, then exit (0 when the rules are in place)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l dry-run -d 'Print the transaction a sync would apply and exit; change nothing'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s o -l output -d 'Report format' -r -f -a "text\t'Compiler-style messages for people'
+json\t'A stable JSON report for scripts (see the README)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l color -d 'Colour the text report' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+always\t''
+never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l strict -d 'Treat warnings as errors'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l print-effective -d 'Also print the effective config (after defaults) of each valid input'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l config -d 'Also judge the live rules against this config (as the agent would read it)' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l iptables-mode -d 'Which iptables to drive' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+nft\t'iptables-nft (the nf_tables kernel API)'
+legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'Tables for people'
+json\t'A stable JSON document (see the README)'
+yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+always\t''
+never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l wide -d 'Add each rule\'s comment to the tables (wider than 80 columns)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l masq-chain -d 'Name of the chain to remove' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l all-variants -d 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l iptables-mode -d 'The variant to clean when --all-variants=false' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+nft\t'iptables-nft (the nf_tables kernel API)'
+legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s o -l output -d 'Output format' -r -f -a "text\t'Compiler-style messages for people'
+json\t'A stable JSON report for scripts (see the README)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

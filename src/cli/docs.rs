@@ -1,0 +1,192 @@
+//! The prose of the command line that is not a flag: examples, exit statuses, files and
+//! notes of each applet. `--help` and the man pages are both rendered from this one place.
+
+/// One worked example.
+pub struct Example {
+    pub what: &'static str,
+    pub command: &'static str,
+}
+
+/// An applet's documentation beyond its flags.
+pub struct AppletDoc {
+    pub examples: &'static [Example],
+    /// (exit code, meaning)
+    pub exit_status: &'static [(u8, &'static str)],
+    /// (path, meaning)
+    pub files: &'static [(&'static str, &'static str)],
+    /// Free paragraphs (signals, behaviour worth knowing).
+    pub notes: &'static [&'static str],
+}
+
+const CONFIG_FILES: &[(&str, &str)] = &[
+    (
+        "/etc/config/ip-masq-agent",
+        "the agent's config (YAML or JSON), as upstream's DaemonSet mounts it from the ConfigMap key `config`; a missing file means upstream's defaults",
+    ),
+    (
+        "/etc/ipmasq/config.yaml",
+        "the config the packaged systemd unit passes with --config",
+    ),
+];
+
+pub const MAIN: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "Check a config as the agent would read it",
+            command: "ipmasq validate /etc/config/ip-masq-agent",
+        },
+        Example {
+            what: "Show the live chain of this node",
+            command: "sudo ipmasq show",
+        },
+        Example {
+            what: "Run the agent (also: install as ip-masq-agent and run that)",
+            command: "sudo ipmasq agent --config /etc/ipmasq/config.yaml",
+        },
+        Example {
+            what: "Print the applets",
+            command: "ipmasq --list",
+        },
+    ],
+    exit_status: &[
+        (0, "success"),
+        (
+            1,
+            "invalid input, drift, or a failed operation (see each applet)",
+        ),
+        (
+            2,
+            "usage error, unknown applet, or an input that could not be read",
+        ),
+        (3, "show: the rules are not installed"),
+        (4, "permission denied: CAP_NET_ADMIN is needed"),
+        (5, "iptables is not installed"),
+    ],
+    files: CONFIG_FILES,
+    notes: &[],
+};
+
+pub const AGENT: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "As upstream's DaemonSet runs it (the image's entrypoint is ip-masq-agent)",
+            command: "ip-masq-agent --masq-chain=IP-MASQ-AGENT --nomasq-all-reserved-ranges",
+        },
+        Example {
+            what: "Print the transaction a sync would apply, change nothing",
+            command: "ipmasq agent --config ./ip-masq-agent.yaml --dry-run",
+        },
+        Example {
+            what: "One sync and exit (from a node bootstrap script, say)",
+            command: "ipmasq agent --once --iptables-mode=nft",
+        },
+    ],
+    exit_status: &[
+        (0, "stopped by SIGTERM or SIGINT; with --once, the rules are in place"),
+        (1, "with --once or --dry-run: invalid config or a failed sync; a failed cleanup on exit; the endpoint could not listen"),
+        (2, "usage error (an invalid --masq-chain or --to-ports, say)"),
+    ],
+    files: CONFIG_FILES,
+    notes: &[
+        "SIGHUP re-reads the config and re-syncs at once; SIGTERM and SIGINT stop the agent, which removes its rules first only with --cleanup-on-exit.",
+        "An invalid config is logged once per change; the last good config stays in force and drift is still repaired with it.",
+    ],
+};
+
+pub const VALIDATE: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "Check the file the agent would read (missing file = upstream defaults)",
+            command: "ipmasq validate",
+        },
+        Example {
+            what: "Lint a ConfigMap manifest in CI, treating warnings as errors",
+            command: "ipmasq validate --strict k8s/ip-masq-agent.yaml",
+        },
+        Example {
+            what: "Judge a dual-stack config exactly as an agent started with --enable-ipv6",
+            command: "kubectl get cm -n kube-system ip-masq-agent -o yaml | ipmasq validate --enable-ipv6 -",
+        },
+        Example {
+            what: "Machine-readable report for scripts",
+            command: "ipmasq validate -o json config.yaml | jq '.results[].diagnostics[]'",
+        },
+    ],
+    exit_status: &[
+        (0, "every input is valid"),
+        (1, "an input is invalid (or, with --strict, has warnings)"),
+        (2, "usage error, or an input that could not be read"),
+    ],
+    files: CONFIG_FILES,
+    notes: &[],
+};
+
+pub const SHOW: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "What is installed, with packet counters (80 columns; --wide adds comments)",
+            command: "sudo ipmasq show",
+        },
+        Example {
+            what: "Is the node in sync with the config the agent reads? Lists every difference",
+            command:
+                "sudo ipmasq show --config /etc/config/ip-masq-agent --nomasq-all-reserved-ranges",
+        },
+        Example {
+            what: "For a support bundle or jq",
+            command: "sudo ipmasq show -o json | jq '.families[] | {family, installed}'",
+        },
+    ],
+    exit_status: &[
+        (0, "the rules are installed (and, with --config, in sync)"),
+        (1, "the rules drifted from --config"),
+        (2, "usage error, or an invalid --config"),
+        (3, "the rules are not installed"),
+        (4, "permission denied: needs CAP_NET_ADMIN (try sudo)"),
+        (5, "iptables is not installed"),
+    ],
+    files: CONFIG_FILES,
+    notes: &[],
+};
+
+pub const CLEANUP: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "Remove IP-MASQ-AGENT and its jumps from both iptables variants and families",
+            command: "sudo ipmasq cleanup",
+        },
+        Example {
+            what: "See what would be removed for a custom chain, change nothing",
+            command: "sudo ipmasq cleanup --masq-chain=MY-MASQ --dry-run",
+        },
+    ],
+    exit_status: &[
+        (0, "everything was removed, or there was nothing to remove"),
+        (1, "a removal failed (every failure is reported)"),
+        (4, "permission denied: needs CAP_NET_ADMIN (try sudo)"),
+        (5, "iptables is not installed"),
+    ],
+    files: &[],
+    notes: &["Every other rule of the nat table stays as it was. `ipmasq agent --cleanup-on-exit` runs the same removal."],
+};
+
+/// The text `--help` shows after the flags.
+pub fn after_help(doc: &AppletDoc) -> String {
+    let mut out = String::from("Examples:\n");
+    for (i, example) in doc.examples.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("  # {}:\n  {}\n", example.what, example.command));
+    }
+    for note in doc.notes {
+        out.push('\n');
+        out.push_str(note);
+        out.push('\n');
+    }
+    out.push_str("\nExit status:");
+    for (code, meaning) in doc.exit_status {
+        out.push_str(&format!("\n  {code}  {meaning}"));
+    }
+    out
+}

@@ -1,0 +1,173 @@
+//! The generated man pages and completions: committed copies match a fresh generation, the
+//! pages render with `man` without warnings, each completion script loads in its shell, and
+//! the Containerfile runs the agent as upstream's image does.
+
+use crate::util::{ipmasq, Scratch};
+use std::path::Path;
+use std::process::Command;
+
+fn repo(relative: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "README.md")
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn committed_man_pages_and_completions_are_fresh() {
+    let out = Scratch::new("generate");
+    let run = ipmasq(&["generate", out.path.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for dir in ["man", "completions"] {
+        let fresh = out.path.join(dir);
+        let committed = repo(dir);
+        assert_eq!(
+            files_in(&committed),
+            files_in(&fresh),
+            "{dir}/ holds other files than `ipmasq generate` writes"
+        );
+        for name in files_in(&fresh) {
+            let want = std::fs::read(fresh.join(&name)).unwrap();
+            let have = std::fs::read(committed.join(&name)).unwrap();
+            assert!(
+                want == have,
+                "{dir}/{name} is stale: run `cargo run -- generate .` and commit the result"
+            );
+        }
+    }
+    let names = files_in(&repo("man"));
+    assert_eq!(
+        names,
+        [
+            "ipmasq-agent.8",
+            "ipmasq-cleanup.8",
+            "ipmasq-show.8",
+            "ipmasq-validate.8",
+            "ipmasq.8"
+        ]
+    );
+}
+
+#[test]
+fn man_pages_have_the_sections_and_render_without_warnings() {
+    for name in files_in(&repo("man")) {
+        let path = repo("man").join(&name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        for section in [
+            ".SH NAME",
+            ".SH SYNOPSIS",
+            ".SH DESCRIPTION",
+            ".SH EXAMPLES",
+            ".SH \"EXIT STATUS\"",
+            ".SH \"SEE ALSO\"",
+        ] {
+            assert!(text.contains(section), "{name} lacks {section}");
+        }
+        let title = text
+            .lines()
+            .find(|l| l.starts_with(".TH "))
+            .expect("a .TH line");
+        assert!(title.contains(" 8 "), "{name} is not in section 8: {title}");
+        // As lintian checks pages: any output on stderr is a warning.
+        let out = Command::new("man")
+            .args(["--warnings", "-E", "UTF-8", "-l", "-Tutf8", "-Z"])
+            .arg(&path)
+            .env("LC_ALL", "C.UTF-8")
+            .env("MANROFFSEQ", "")
+            .env("MANWIDTH", "80")
+            .output()
+            .expect("man is installed (scripts/test installs man-db)");
+        assert!(out.status.success(), "{name}: man failed");
+        let warnings = String::from_utf8_lossy(&out.stderr);
+        assert!(warnings.trim().is_empty(), "{name}: {warnings}");
+    }
+    let files = std::fs::read_to_string(repo("man/ipmasq-agent.8")).unwrap();
+    assert!(files.contains(".SH FILES"));
+    assert!(files.contains("/etc/config/ip\\-masq\\-agent"));
+}
+
+fn shell(program: &str, script: &str) -> (bool, String) {
+    let out = Command::new(program)
+        .args(["-c", script])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap_or_else(|e| panic!("{program} is installed (scripts/test installs it): {e}"));
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn bash_completion_loads() {
+    let (ok, out) = shell(
+        "bash",
+        "source completions/ipmasq.bash && complete -p ipmasq && COMP_LINE='ipmasq va' COMP_POINT=9 COMP_WORDS=(ipmasq va) COMP_CWORD=1 && _ipmasq ipmasq va ipmasq && echo \"${COMPREPLY[@]}\"",
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("-F _ipmasq ipmasq"), "{out}");
+    assert!(out.contains("validate"), "{out}");
+}
+
+#[test]
+fn zsh_completion_loads() {
+    let (ok, out) = shell(
+        "zsh",
+        "autoload -Uz compinit && compinit -u -d /dev/null && source completions/_ipmasq && print -r -- $_comps[ipmasq]",
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("_ipmasq"), "{out}");
+}
+
+#[test]
+fn fish_completion_loads() {
+    let (ok, out) = shell(
+        "fish",
+        "source completions/ipmasq.fish; and complete -C 'ipmasq '",
+    );
+    assert!(ok, "{out}");
+    for applet in ["agent", "validate", "show", "cleanup"] {
+        assert!(
+            out.lines().any(|l| l.starts_with(applet)),
+            "{applet} missing: {out}"
+        );
+    }
+    assert!(
+        !out.lines().any(|l| l.starts_with("generate")),
+        "hidden applet offered: {out}"
+    );
+}
+
+#[test]
+fn containerfile_runs_the_agent_like_upstreams_image() {
+    let text = std::fs::read_to_string(repo("packaging/Containerfile")).unwrap();
+    let stages: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(stages.len(), 2, "multi-stage: {stages:?}");
+    assert!(
+        stages[0].contains("rust") && stages[0].contains(" AS build"),
+        "{stages:?}"
+    );
+    assert!(stages[1].contains("debian:bookworm-slim"), "{stages:?}");
+    let runtime = text.split(stages[1]).nth(1).unwrap();
+    assert!(runtime.contains("apt-get install -y --no-install-recommends iptables nftables"));
+    assert!(runtime.contains("COPY --from=build /src/target/release/ipmasq /usr/sbin/ipmasq"));
+    assert!(runtime.contains("ln -s /usr/sbin/ipmasq /usr/bin/ip-masq-agent"));
+    // Upstream's image: ENTRYPOINT ["/bin/ip-masq-agent"]; /bin is /usr/bin on bookworm.
+    let entrypoint = runtime
+        .lines()
+        .find(|l| l.starts_with("ENTRYPOINT"))
+        .expect("an ENTRYPOINT");
+    assert_eq!(entrypoint, "ENTRYPOINT [\"/bin/ip-masq-agent\"]");
+    assert!(runtime.lines().last().unwrap().starts_with("ENTRYPOINT"));
+}
