@@ -146,17 +146,6 @@ fn not_ours(saved: &str) -> String {
         .collect()
 }
 
-macro_rules! both_variants {
-    ($($name:ident),* $(,)?) => {
-        mod nft {
-            $(#[test] fn $name() { super::$name("nft") })*
-        }
-        mod legacy {
-            $(#[test] fn $name() { super::$name("legacy") })*
-        }
-    };
-}
-
 both_variants!(
     default_sync_writes_exactly_upstreams_rules,
     config_edge_cases_through_the_agent,

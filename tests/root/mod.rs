@@ -1,7 +1,50 @@
 //! Root tests: real iptables, nft and packets inside throwaway network namespaces.
 
+/// Generates a `#[test]` per iptables variant (`nft::NAME`, `legacy::NAME`) for each function
+/// `NAME(variant: &'static str)` of the calling module.
+macro_rules! both_variants {
+    ($($name:ident),* $(,)?) => {
+        mod nft {
+            $(#[test] fn $name() { super::$name("nft") })*
+        }
+        mod legacy {
+            $(#[test] fn $name() { super::$name("legacy") })*
+        }
+    };
+}
+
 mod agent;
 mod health;
 mod netns;
 mod packets;
 mod show_cleanup;
+
+/// An unreadable config is an I/O error (exit 2) that says what is wrong. As root every file
+/// is readable, so the check runs as nobody.
+#[test]
+fn unreadable_config_is_a_clear_io_error() {
+    netns::require_root();
+    let dir = crate::util::Scratch::new("unreadable");
+    let path = dir.write("config", "cidrLimit: 3\n");
+    let status = std::process::Command::new("chmod")
+        .arg("600")
+        .arg(&path)
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    // The scratch directory must be traversable by nobody.
+    let _ = std::process::Command::new("chmod")
+        .arg("755")
+        .arg(&dir.path)
+        .status();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(crate::util::binary())
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .expect("run setpriv");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("permission denied"), "{stdout}");
+}

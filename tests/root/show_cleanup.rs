@@ -6,17 +6,6 @@ use std::process::Command;
 
 const CHAIN: &str = "IP-MASQ-AGENT";
 
-macro_rules! both_variants {
-    ($($name:ident),* $(,)?) => {
-        mod nft {
-            $(#[test] fn $name() { super::$name("nft") })*
-        }
-        mod legacy {
-            $(#[test] fn $name() { super::$name("legacy") })*
-        }
-    };
-}
-
 both_variants!(
     show_installed_drifted_and_missing,
     cleanup_after_agent_duplicates_and_twice,
