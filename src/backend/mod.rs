@@ -117,13 +117,25 @@ pub fn sync_family(
     ruleset: &Ruleset,
     dry_run: bool,
 ) -> Result<FamilySync, BackendError> {
+    let started = std::time::Instant::now();
     let desired = iptables::Rendered::new(ruleset);
+    let rendered = started.elapsed();
     let live = backend.observe(ruleset.family, &ruleset.chain)?;
+    let observed = started.elapsed();
     let drift = iptables::diff(&desired, &live);
     let transaction = (!drift.is_empty()).then(|| iptables::transaction(&desired, &drift));
+    let planned = started.elapsed();
     if let (Some(script), false) = (&transaction, dry_run) {
         backend.apply(ruleset.family, script)?;
     }
+    tracing::debug!(
+        family = %ruleset.family,
+        render_ms = rendered.as_secs_f64() * 1e3,
+        observe_ms = (observed - rendered).as_secs_f64() * 1e3,
+        diff_ms = (planned - observed).as_secs_f64() * 1e3,
+        apply_ms = (started.elapsed() - planned).as_secs_f64() * 1e3,
+        "sync phases"
+    );
     Ok(FamilySync {
         family: ruleset.family,
         drift,
