@@ -48,6 +48,14 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l metrics-addr -d 
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l logtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l alsologtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l stderrthreshold -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-dir -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-file -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-file-max-size -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l vmodule -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-backtrace-at -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l skip-headers -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l add-dir-header -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l once -d 'Sync once, then exit (0 when the rules are in place)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l dry-run -d 'Print the transaction a sync would apply and exit; change nothing'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s h -l help -d 'Print help (see more with \'--help\')'

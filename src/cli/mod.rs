@@ -192,6 +192,87 @@ pub struct AgentArgs {
         value_parser = parse_go_bool
     )]
     pub alsologtostderr: Option<bool>,
+
+    #[command(flatten)]
+    pub klog: KlogCompat,
+}
+
+/// klog/glog flags an upstream DaemonSet may pass; accepted so the image swaps cleanly, and
+/// ignored (logs always go to stderr; `--v` sets the level).
+#[derive(Args, Debug, Clone, Default)]
+pub struct KlogCompat {
+    #[arg(long, hide = true, value_name = "SEVERITY")]
+    pub stderrthreshold: Option<String>,
+    #[arg(long = "log-dir", alias = "log_dir", hide = true, value_name = "DIR")]
+    pub log_dir: Option<String>,
+    #[arg(
+        long = "log-file",
+        alias = "log_file",
+        hide = true,
+        value_name = "FILE"
+    )]
+    pub log_file: Option<String>,
+    #[arg(
+        long = "log-file-max-size",
+        alias = "log_file_max_size",
+        hide = true,
+        value_name = "MB"
+    )]
+    pub log_file_max_size: Option<String>,
+    #[arg(long, hide = true, value_name = "PATTERN")]
+    pub vmodule: Option<String>,
+    #[arg(
+        long = "log-backtrace-at",
+        alias = "log_backtrace_at",
+        hide = true,
+        value_name = "FILE:LINE"
+    )]
+    pub log_backtrace_at: Option<String>,
+    #[arg(
+        long = "skip-headers",
+        alias = "skip_headers",
+        hide = true,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub skip_headers: Option<bool>,
+    #[arg(
+        long = "add-dir-header",
+        alias = "add_dir_header",
+        hide = true,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub add_dir_header: Option<bool>,
+}
+
+impl KlogCompat {
+    /// The names of the flags that were given (for a start-up note that they are ignored).
+    pub fn given(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let flags: [(&'static str, bool); 8] = [
+            ("--stderrthreshold", self.stderrthreshold.is_some()),
+            ("--log-dir", self.log_dir.is_some()),
+            ("--log-file", self.log_file.is_some()),
+            ("--log-file-max-size", self.log_file_max_size.is_some()),
+            ("--vmodule", self.vmodule.is_some()),
+            ("--log-backtrace-at", self.log_backtrace_at.is_some()),
+            ("--skip-headers", self.skip_headers.is_some()),
+            ("--add-dir-header", self.add_dir_header.is_some()),
+        ];
+        for (name, set) in flags {
+            if set {
+                out.push(name);
+            }
+        }
+        out
+    }
 }
 
 /// Report formats of `show`.
@@ -429,7 +510,13 @@ fn long_flags(applet: &str) -> Vec<String> {
         .find_subcommand(applet)
         .map(|sub| {
             sub.get_arguments()
-                .filter_map(|a| a.get_long().map(str::to_string))
+                .flat_map(|a| {
+                    a.get_long()
+                        .into_iter()
+                        .chain(a.get_all_aliases().unwrap_or_default())
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
                 .chain(["help".to_string(), "version".to_string()])
                 .collect()
         })
@@ -531,6 +618,29 @@ mod tests {
                 "--",
                 "-strict"
             ]
+        );
+    }
+
+    #[test]
+    fn klog_flags_of_upstream_daemonsets_are_accepted() {
+        let args = multicall_args(os(&[
+            "ip-masq-agent",
+            "--v=2",
+            "--logtostderr",
+            "-stderrthreshold=INFO",
+            "--log_dir=/tmp",
+            "-alsologtostderr=false",
+            "--skip_headers",
+        ]))
+        .unwrap();
+        let cli = Cli::try_parse_from(args).unwrap();
+        let Some(Applet::Agent(agent)) = cli.applet else {
+            panic!()
+        };
+        assert_eq!(agent.verbosity, 2);
+        assert_eq!(
+            agent.klog.given(),
+            ["--stderrthreshold", "--log-dir", "--skip-headers"]
         );
     }
 

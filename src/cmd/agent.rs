@@ -17,6 +17,10 @@ pub fn run(args: &AgentArgs) -> Exit {
     if let Some(note) = note {
         warn!("{note}");
     }
+    let ignored = args.klog.given();
+    if !ignored.is_empty() {
+        info!(flags = %ignored.join(" "), "klog flags accepted for compatibility and ignored; logs go to stderr");
+    }
     let random_fully = plan.random_fully;
     let flags = &args.rules.config_flags;
     let settings = Settings {

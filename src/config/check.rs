@@ -18,13 +18,13 @@ const KEY_RESYNC: &str = "resyncInterval";
 /// non-masquerade-daemon's key, the inverse of `masqLinkLocal`; accepted with a warning.
 const KEY_LEGACY_LINK_LOCAL: &str = "linkLocal";
 
-const KNOWN_KEYS: [&str; 6] = [
+/// The keys we suggest and list in hints (not the deprecated `linkLocal`).
+const SUPPORTED_KEYS: [&str; 5] = [
     KEY_CIDRS,
     KEY_CIDR_LIMIT,
     KEY_MASQ_LINK_LOCAL,
     KEY_MASQ_LINK_LOCAL_V6,
     KEY_RESYNC,
-    KEY_LEGACY_LINK_LOCAL,
 ];
 
 /// Parses and checks a config text (YAML 1.1 or JSON).
@@ -188,7 +188,7 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
             if let Some(suggestion) = suggest_key(text) {
                 d = d.hint(format!("did you mean {suggestion}?"));
             } else {
-                d = d.hint(format!("known keys: {}", KNOWN_KEYS[..5].join(", ")));
+                d = d.hint(format!("known keys: {}", SUPPORTED_KEYS.join(", ")));
             }
             diags.push(d);
             continue;
@@ -660,7 +660,7 @@ fn line_of(location: Option<Location>) -> String {
 /// The known key closest to a misspelt one, if any is close enough to be a likely typo.
 pub fn suggest_key(key: &str) -> Option<&'static str> {
     let folded = key.to_lowercase();
-    KNOWN_KEYS[..5]
+    SUPPORTED_KEYS
         .iter()
         .map(|known| {
             let k = known.to_lowercase();

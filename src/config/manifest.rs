@@ -108,13 +108,12 @@ pub fn check_manifest(
     Ok(results)
 }
 
-/// The objects of a document: itself, or the items of a `kind: List`.
+/// The objects of a document: itself, or the items of a `kind: List` (or `ConfigMapList`...).
 fn collect_objects<'a>(doc: &'a Node, out: &mut Vec<&'a Node>) {
-    if doc.get("kind").and_then(Node::as_str) == Some("List")
-        || doc
-            .get("kind")
-            .and_then(Node::as_str)
-            .is_some_and(|k| k.ends_with("List"))
+    if doc
+        .get("kind")
+        .and_then(Node::as_str)
+        .is_some_and(|k| k.ends_with("List"))
     {
         if let Some(Value::Sequence(items)) = doc.get("items").map(|n| &n.value) {
             for item in items {
