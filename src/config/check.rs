@@ -135,6 +135,65 @@ impl Field {
 struct Assigned<'a> {
     key: &'a Node,
     value: &'a Node,
+    /// Brought in by a YAML merge key (`<<: *anchor`).
+    from_merge: bool,
+}
+
+/// Expands YAML merge keys as yaml.v2 does when upstream reads the file: `<<: {map}` or
+/// `<<: [map, ...]` splices the merged entries in place (of a list, the earlier maps win),
+/// so with last-wins a key after the merge overrides it and one before it is overridden.
+fn expand_merge_keys(entries: &[(Node, Node)]) -> Result<Vec<(&Node, &Node, bool)>, Diagnostic> {
+    fn is_merge(key: &Node) -> bool {
+        key.as_scalar()
+            .is_some_and(|s| s.text == "<<" && s.style == super::yaml::Style::Plain)
+    }
+    fn splice<'a>(
+        value: &'a Node,
+        out: &mut Vec<(&'a Node, &'a Node, bool)>,
+        depth: usize,
+    ) -> Result<(), Diagnostic> {
+        let wrong = || {
+            Diagnostic::error(
+                Code::WrongType,
+                "a merge key (<<) must be followed by a mapping or a list of mappings",
+            )
+            .at(value.location)
+        };
+        if depth > 16 {
+            return Err(wrong());
+        }
+        match &value.value {
+            Value::Mapping(entries) => {
+                for (k, v) in entries {
+                    if is_merge(k) {
+                        splice(v, out, depth + 1)?;
+                    } else {
+                        out.push((k, v, true));
+                    }
+                }
+                Ok(())
+            }
+            Value::Sequence(items) => {
+                for item in items.iter().rev() {
+                    if !matches!(item.value, Value::Mapping(_)) {
+                        return Err(wrong());
+                    }
+                    splice(item, out, depth + 1)?;
+                }
+                Ok(())
+            }
+            Value::Scalar(_) => Err(wrong()),
+        }
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        if is_merge(key) {
+            splice(value, &mut out, 0)?;
+        } else {
+            out.push((key, value, false));
+        }
+    }
+    Ok(out)
 }
 
 /// The key's text as Go would see it after yaml.v2 → JSON (non-string scalars stringified).
@@ -168,9 +227,20 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
         }
     };
 
+    let entries = match expand_merge_keys(entries) {
+        Ok(entries) => entries,
+        Err(d) => {
+            diags.push(d);
+            return Checked {
+                config: None,
+                diagnostics: diags,
+            };
+        }
+    };
+
     // Last occurrence of each field wins; remember every spelling's first position for messages.
     let mut assigned: Vec<(Field, Assigned)> = Vec::new();
-    for (key, value) in entries {
+    for (key, value, from_merge) in entries {
         let Some(text) = key_text(key) else {
             diags.push(
                 Diagnostic::error(
@@ -207,6 +277,19 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
             );
         }
         if let Some((_, earlier)) = assigned.iter().find(|(f, _)| *f == field) {
+            // Overriding a value brought in by a merge key (`<<`) is what merges are for.
+            if from_merge || earlier.from_merge {
+                assigned.retain(|(f, _)| *f != field);
+                assigned.push((
+                    field,
+                    Assigned {
+                        key,
+                        value,
+                        from_merge,
+                    },
+                ));
+                continue;
+            }
             diags.push(
                 Diagnostic::warning(
                     Code::DuplicateKey,
@@ -221,7 +304,14 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
             );
             assigned.retain(|(f, _)| *f != field);
         }
-        assigned.push((field, Assigned { key, value }));
+        assigned.push((
+            field,
+            Assigned {
+                key,
+                value,
+                from_merge,
+            },
+        ));
     }
     let get = |field: Field| assigned.iter().find(|(f, _)| *f == field).map(|(_, a)| a);
 

@@ -478,3 +478,33 @@ fn effective_yaml_round_trips() {
     assert_eq!(again, config);
     assert!(diags.is_empty());
 }
+
+#[test]
+fn merge_keys_expand_as_yaml_v2_does() {
+    let (config, diags) = ok(
+        "base: &base\n  masqLinkLocal: true\n  cidrLimit: 5\n<<: *base\ncidrLimit: 7\n",
+        &V4,
+    );
+    assert!(config.masq_link_local);
+    assert_eq!(config.cidr_limit, 7, "a key after the merge overrides it");
+    assert_eq!(
+        codes(&diags),
+        [Code::UnknownKey],
+        "only `base` is unknown: {diags:?}"
+    );
+    // yaml.v2 applies merges in document order: a merge after a key overrides it.
+    let (config, _) = ok("cidrLimit: 7\n<<: {cidrLimit: 5}\n", &V4);
+    assert_eq!(config.cidr_limit, 5);
+    // Of a list of merged maps, the earlier ones win.
+    let (config, _) = ok(
+        "<<: [{cidrLimit: 3}, {cidrLimit: 9, masqLinkLocal: yes}]\n",
+        &V4,
+    );
+    assert_eq!(config.cidr_limit, 3);
+    assert!(config.masq_link_local);
+    let errs = errors("<<: 5\n", &V4);
+    assert_eq!(codes(&errs), [Code::WrongType]);
+    // A quoted "<<" is an ordinary (unknown) key.
+    let (_, diags) = ok("'<<': {cidrLimit: 5}\n", &V4);
+    assert_eq!(codes(&diags), [Code::UnknownKey]);
+}
