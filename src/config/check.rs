@@ -278,30 +278,20 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
         }
         if let Some((_, earlier)) = assigned.iter().find(|(f, _)| *f == field) {
             // Overriding a value brought in by a merge key (`<<`) is what merges are for.
-            if from_merge || earlier.from_merge {
-                assigned.retain(|(f, _)| *f != field);
-                assigned.push((
-                    field,
-                    Assigned {
-                        key,
-                        value,
-                        from_merge,
-                    },
-                ));
-                continue;
+            if !(from_merge || earlier.from_merge) {
+                diags.push(
+                    Diagnostic::warning(
+                        Code::DuplicateKey,
+                        format!(
+                            "`{}` is given again (first at line {}); the last value wins",
+                            field.canonical(),
+                            earlier.key.location.line
+                        ),
+                    )
+                    .at(key.location)
+                    .hint("delete the earlier entry"),
+                );
             }
-            diags.push(
-                Diagnostic::warning(
-                    Code::DuplicateKey,
-                    format!(
-                        "`{}` is given again (first at line {}); the last value wins",
-                        field.canonical(),
-                        earlier.key.location.line
-                    ),
-                )
-                .at(key.location)
-                .hint("delete the earlier entry"),
-            );
             assigned.retain(|(f, _)| *f != field);
         }
         assigned.push((
