@@ -307,42 +307,67 @@ pub fn tokenize(spec: &str) -> Vec<String> {
     tokens
 }
 
+/// The POSTROUTING jumps to our chain, sorted by what a sync does with them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct JumpAudit<'a> {
+    /// The first jump with the agent's exact spelling: the one kept.
+    pub kept: Option<&'a Jump>,
+    /// Further copies of the exact spelling.
+    pub duplicates: Vec<&'a Jump>,
+    /// Jumps to our chain with another spelling (an older comment, a hand-made rule).
+    pub stale: Vec<&'a Jump>,
+}
+
+/// Classifies the live jumps against the canonical one; `diff` and `show` share this.
+pub fn audit_jumps<'a>(desired: &Rendered, live: &'a LiveChain) -> JumpAudit<'a> {
+    let mut audit = JumpAudit::default();
+    for jump in &live.jumps {
+        if jump.spec != desired.jump {
+            audit.stale.push(jump);
+        } else if audit.kept.is_none() {
+            audit.kept = Some(jump);
+        } else {
+            audit.duplicates.push(jump);
+        }
+    }
+    audit
+}
+
 /// Compares desired and live state; an empty drift means "write nothing".
 pub fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
-    let canonical = &desired.jump;
+    let rewrite_chain = !live.chain_exists || live.rules != desired.lines;
     let mut kinds = Vec::new();
-    let note = |kind: DriftKind, kinds: &mut Vec<DriftKind>| {
+    if !live.chain_exists {
+        kinds.push(DriftKind::ChainMissing);
+    } else if rewrite_chain {
+        kinds.push(DriftKind::RulesDiffer);
+    }
+    let jumps = audit_jumps(desired, live);
+    // Every jump but the kept one goes, in live order.
+    let mut delete_jumps = Vec::new();
+    for jump in &live.jumps {
+        if jumps.kept.is_some_and(|kept| std::ptr::eq(kept, jump)) {
+            continue;
+        }
+        let kind = if jump.spec == desired.jump {
+            DriftKind::JumpDuplicate
+        } else {
+            DriftKind::JumpStale
+        };
         if !kinds.contains(&kind) {
             kinds.push(kind);
         }
-    };
-    if !live.chain_exists {
-        kinds.push(DriftKind::ChainMissing);
-    } else if live.rules != desired.lines {
-        kinds.push(DriftKind::RulesDiffer);
+        delete_jumps.push(jump.spec.clone());
     }
-    let kept = live.jumps.iter().position(|j| &j.spec == canonical);
-    let mut stale_jumps = Vec::new();
-    for (i, jump) in live.jumps.iter().enumerate() {
-        if Some(i) == kept {
-            continue;
-        }
-        if &jump.spec == canonical {
-            note(DriftKind::JumpDuplicate, &mut kinds);
-        } else {
-            note(DriftKind::JumpStale, &mut kinds);
-        }
-        stale_jumps.push(jump.spec.clone());
-    }
-    if kept.is_none() {
-        note(DriftKind::JumpMissing, &mut kinds);
+    if jumps.kept.is_none() {
+        kinds.push(DriftKind::JumpMissing);
     }
     Drift {
         family: desired.family,
         kinds,
-        rewrite_chain: !live.chain_exists || live.rules != desired.lines,
-        delete_jumps: stale_jumps,
-        add_jump: kept.is_none(),
+        rewrite_chain,
+        delete_jumps,
+        add_jump: jumps.kept.is_none(),
     }
 }
 

@@ -8,7 +8,9 @@
 //! sync: null | {config, inSync, differences: [{family, kind, position, detail}]}}`.
 
 use super::{choose_variant, plan_options, Exit};
-use crate::backend::iptables::{describe_rule, Iptables, LiveChain, Rendered, RuleView};
+use crate::backend::iptables::{
+    audit_jumps, describe_rule, Iptables, LiveChain, Rendered, RuleView,
+};
 use crate::backend::{Backend, BackendError};
 use crate::cli::{ShowArgs, ShowFormat};
 use crate::config::{self, Config};
@@ -174,34 +176,35 @@ pub fn differences(desired: &Rendered, live: &LiveChain) -> Vec<Difference> {
         out.extend(missing);
         out.extend(extra);
     }
-    let canonical: Vec<usize> = live
-        .jumps
-        .iter()
-        .filter(|j| j.spec == desired.jump)
-        .map(|j| j.position)
-        .collect();
-    if canonical.is_empty() {
-        out.push(diff(
+    let jumps = audit_jumps(desired, live);
+    match jumps.kept {
+        None => out.push(diff(
             "jump-missing",
             None,
             format!(
                 "no POSTROUTING jump to {} with the agent's spelling",
                 desired.chain
             ),
-        ));
-    } else if canonical.len() > 1 {
-        out.push(diff(
-            "jump-duplicated",
-            canonical.get(1).copied(),
-            format!(
-                "POSTROUTING jumps to {} {} times (rules {:?})",
-                desired.chain,
-                canonical.len(),
-                canonical
-            ),
-        ));
+        )),
+        Some(kept) if !jumps.duplicates.is_empty() => {
+            let positions: Vec<usize> = std::iter::once(kept)
+                .chain(jumps.duplicates.iter().copied())
+                .map(|j| j.position)
+                .collect();
+            out.push(diff(
+                "jump-duplicated",
+                Some(jumps.duplicates[0].position),
+                format!(
+                    "POSTROUTING jumps to {} {} times (rules {:?})",
+                    desired.chain,
+                    positions.len(),
+                    positions
+                ),
+            ));
+        }
+        Some(_) => {}
     }
-    for jump in live.jumps.iter().filter(|j| j.spec != desired.jump) {
+    for jump in jumps.stale {
         out.push(diff(
             "jump-stale",
             Some(jump.position),
