@@ -95,7 +95,6 @@ fn dry_run(reconciler: &mut Reconciler) -> Exit {
             }
             Exit::Ok
         }
-        Pass::NoValidConfig => Exit::Failure,
-        Pass::Failed(_) => Exit::Failure,
+        Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
     }
 }

@@ -600,7 +600,6 @@ mod tests {
 
     #[test]
     fn default_table_fits_80_columns() {
-        let d = desired();
         let mut live = live_after_first_sync();
         live.counters = vec![
             Some(crate::backend::iptables::Counters {
@@ -614,7 +613,6 @@ mod tests {
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("192.168.0.0/16"));
         assert!(text.contains("123.5M"), "{text}");
-        let _ = d;
     }
 
     #[test]

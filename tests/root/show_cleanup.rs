@@ -96,7 +96,6 @@ fn show_installed_drifted_and_missing(variant: &'static str) {
     assert!(run.stdout.contains("in sync"), "{}", run.stdout);
 
     // Drift: a rule deleted, a foreign one added, a duplicate jump.
-    let tool = format!("iptables-{variant}");
     let jump = ours(&ns.save(variant, false, Some("nat")))
         .lines()
         .find(|l| l.starts_with("-A POSTROUTING"))
@@ -107,7 +106,6 @@ fn show_installed_drifted_and_missing(variant: &'static str) {
         false,
         &format!("*nat\n-D {CHAIN} 3\n-A {CHAIN} -d 1.2.3.4/32 -j ACCEPT\n-A POSTROUTING {jump}\nCOMMIT\n"),
     );
-    let _ = tool;
     let run = ns.ipmasq(&["show", &mode, &config_flag]);
     assert_eq!(run.code, 1, "drifted: {}", run.stdout);
     for expected in [
