@@ -67,7 +67,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__agent)
-            opts="-v -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --iptables-mode --once --dry-run --cleanup-on-exit --log-format --metrics-addr --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
+            opts="-v -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --iptables-mode --once --dry-run --cleanup-on-exit --log-format --metrics-addr --state-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -110,6 +110,10 @@ _ipmasq() {
                     return 0
                     ;;
                 --metrics-addr)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --state-dir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -169,7 +173,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__cleanup)
-            opts="-o -h -V --masq-chain --all-variants --iptables-mode --dry-run --output --help --version"
+            opts="-o -h -V --masq-chain --all-variants --iptables-mode --dry-run --state-dir --output --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -185,6 +189,10 @@ _ipmasq() {
                     ;;
                 --iptables-mode)
                     COMPREPLY=($(compgen -W "auto nft legacy" -- "${cur}"))
+                    return 0
+                    ;;
+                --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --output)
@@ -287,7 +295,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__show)
-            opts="-o -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --iptables-mode --output --wide --color --help --version"
+            opts="-o -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --iptables-mode --output --wide --state-dir --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -327,6 +335,10 @@ _ipmasq() {
                     ;;
                 -o)
                     COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --color)

@@ -45,6 +45,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l cleanup-on-exit 
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-format -d 'Log line format' -r -f -a "text\t''
 json\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l logtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l alsologtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
@@ -83,6 +84,7 @@ legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'Tables for people'
 json\t'A stable JSON document (see the README)'
 yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
 never\t''"
@@ -94,6 +96,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l all-variants -
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l iptables-mode -d 'The variant to clean when --all-variants=false' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s o -l output -d 'Output format' -r -f -a "text\t'Compiler-style messages for people'
 json\t'A stable JSON report for scripts (see the README)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'

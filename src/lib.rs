@@ -2,10 +2,11 @@
 //!
 //! The library holds everything; `main.rs` only hands the process arguments to [`cmd::main`].
 
-pub mod agent;
-pub mod backend;
-pub mod cli;
+pub(crate) mod agent;
+pub(crate) mod backend;
+pub(crate) mod cli;
 pub mod cmd;
+/// The config reader is public for the fuzz targets (`fuzz/`).
 pub mod config;
-pub mod output;
-pub mod plan;
+pub(crate) mod output;
+pub(crate) mod plan;

@@ -153,7 +153,7 @@ mod tests {
             &Styler::plain(),
             "c.yaml",
             Some(source),
-            &checked.diagnostics[0],
+            &checked.diagnostics()[0],
         );
         assert_eq!(
             text,

@@ -1,6 +1,7 @@
 //! Fuzzes the config reader end to end: YAML events → located tree → checked Config, the
 //! ConfigMap path, and the Go-duration and CIDR parsers. Nothing may panic, and a config that
-//! checks as valid must print an effective config that checks as valid and equal.
+//! checks as valid must print an effective config that checks as valid and equal. A config
+//! exists exactly when no diagnostic is an error, for files and ConfigMaps alike.
 #![no_main]
 
 use ipmasq::config::{check_text, manifest, parse_go_duration, yaml, Options};
@@ -18,12 +19,25 @@ fuzz_target!(|data: &[u8]| {
         },
     ] {
         let checked = check_text(text, &options);
-        if let Some(config) = &checked.config {
+        assert_eq!(
+            checked.config().is_some(),
+            checked.errors().next().is_none(),
+            "config present <=> no error"
+        );
+        if let Some(config) = checked.config() {
             let again = check_text(&config.to_yaml(), &options);
-            assert_eq!(again.config.as_ref(), Some(config), "effective config must round-trip");
+            assert_eq!(again.config(), Some(config), "effective config must round-trip");
         }
         if let Ok(stream) = yaml::parse_stream(text) {
-            let _ = manifest::check_manifest(text, &stream.documents, &options);
+            if let Ok(results) = manifest::check_manifest(text, &stream.documents, &options) {
+                for result in results {
+                    assert_eq!(
+                        result.checked.config().is_some(),
+                        result.checked.errors().next().is_none(),
+                        "config present <=> no error (ConfigMap)"
+                    );
+                }
+            }
         }
     }
     let _ = parse_go_duration(text);

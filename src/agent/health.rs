@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub interval: Duration,
     pub started: Instant,
     pub backend: String,
+    /// When the pass under way started (None between passes).
+    pub running_since: Option<Instant>,
 }
 
 impl Snapshot {
@@ -33,6 +35,7 @@ impl Snapshot {
             interval: Duration::from_secs(60),
             started: Instant::now(),
             backend,
+            running_since: None,
         }
     }
 }
@@ -46,6 +49,16 @@ pub fn stall_limit(interval: Duration) -> Duration {
 /// restart would not fix a config).
 pub fn liveness(snapshot: &Snapshot, now: Instant) -> Result<String, String> {
     let limit = stall_limit(snapshot.interval);
+    if let Some(running) = snapshot.running_since {
+        let age = now.saturating_duration_since(running);
+        if age > limit {
+            return Err(format!(
+                "reconcile pass overran: running for {}s (limit {}s)",
+                age.as_secs(),
+                limit.as_secs()
+            ));
+        }
+    }
     let since = snapshot.status.last_pass.unwrap_or(snapshot.started);
     let age = now.saturating_duration_since(since);
     if age > limit {
@@ -238,6 +251,18 @@ mod tests {
         assert!(liveness(&s, start + Duration::from_secs(1799)).is_ok());
         let err = liveness(&s, start + Duration::from_secs(1801)).unwrap_err();
         assert!(err.contains("stuck"), "{err}");
+    }
+
+    #[test]
+    fn a_pass_that_overruns_fails_liveness_and_says_so() {
+        let mut s = snapshot();
+        s.interval = Duration::from_secs(10);
+        let start = s.started;
+        s.status.last_pass = Some(start);
+        s.running_since = Some(start + Duration::from_secs(5));
+        assert!(liveness(&s, start + Duration::from_secs(60)).is_ok());
+        let err = liveness(&s, start + Duration::from_secs(70)).unwrap_err();
+        assert!(err.contains("pass overran: running for 65s"), "{err}");
     }
 
     #[test]

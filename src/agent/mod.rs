@@ -1,24 +1,32 @@
 //! The agent: the reconcile loop and what triggers it (the resync timer, a change in the
-//! config directory, SIGHUP), on a current-thread tokio runtime. SIGTERM and SIGINT end it,
-//! after removing our rules when asked to.
+//! config directory, SIGHUP). Passes run on their own thread, so the current-thread tokio
+//! runtime always serves health, metrics and signals, whatever a sync is doing (a wedged
+//! `iptables-restore` included). SIGTERM and SIGINT end it, after removing our rules from the
+//! backend in use when asked to.
 
-pub mod health;
-pub mod http;
-pub mod logging;
-pub mod reconcile;
-pub mod watch;
+pub(crate) mod health;
+pub(crate) mod http;
+pub(crate) mod logging;
+pub(crate) mod reconcile;
+pub(crate) mod state;
+pub(crate) mod watch;
 
-use crate::backend::cleanup_everywhere;
-use crate::backend::iptables::Variant;
+use crate::backend::Backend;
+use crate::plan::Names;
 use reconcile::{Pass, Reconciler};
+use state::AgentState;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 use watch::DirWatch;
 
 /// How long a burst of config-directory events must be quiet before one reload.
 const SETTLE: Duration = Duration::from_millis(20);
+/// With `--cleanup-on-exit`, how long a stop waits for a running pass before cleaning up.
+const STOP_WAIT: Duration = Duration::from_secs(35);
 
 /// How the loop ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -39,13 +47,24 @@ enum Trigger {
     Hangup,
 }
 
+/// What the event loop asks of the reconcile thread.
+enum Command {
+    Pass(Trigger),
+    Stop,
+}
+
+/// How the agent runs besides its reconciler.
+pub struct RunOptions {
+    pub cleanup_on_exit: bool,
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where the state file goes, and its content (config source is kept current).
+    pub state_dir: PathBuf,
+    pub state: AgentState,
+}
+
 /// Runs the reconcile loop until SIGTERM/SIGINT, serving health and metrics on
 /// `metrics_addr` when given.
-pub fn run_forever(
-    reconciler: Reconciler,
-    cleanup_on_exit: bool,
-    metrics_addr: Option<std::net::SocketAddr>,
-) -> Ending {
+pub fn run_forever(reconciler: Reconciler, options: RunOptions) -> Ending {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -53,14 +72,77 @@ pub fn run_forever(
         Ok(rt) => rt,
         Err(err) => return Ending::SetupFailed(format!("cannot start the runtime: {err}")),
     };
-    runtime.block_on(run_loop(reconciler, cleanup_on_exit, metrics_addr))
+    let state_dir = options.state_dir.clone();
+    let ending = runtime.block_on(run_loop(reconciler, options));
+    state::remove(&state_dir);
+    ending
 }
 
-async fn run_loop(
+/// The reconcile thread: a pass, then wait for a command or the interval, until stopped.
+/// Returns the reconciler so a stop can clean up with the backend in use.
+fn reconcile_thread(
     mut reconciler: Reconciler,
-    cleanup_on_exit: bool,
-    metrics_addr: Option<std::net::SocketAddr>,
-) -> Ending {
+    commands: mpsc::Receiver<Command>,
+    shared: http::Shared,
+    passes_done: tokio::sync::mpsc::UnboundedSender<()>,
+    mut state: AgentState,
+    state_dir: PathBuf,
+) -> Reconciler {
+    let mut trigger = Trigger::Timer;
+    let mut written: Option<AgentState> = None;
+    loop {
+        let started = Instant::now();
+        lock(&shared).running_since = Some(started);
+        let pass = reconciler.pass();
+        {
+            let mut snapshot = lock(&shared);
+            snapshot.status = reconciler.status.clone();
+            snapshot.interval = reconciler.interval();
+            snapshot.running_since = None;
+        }
+        debug!(
+            ?trigger,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            outcome = pass_name(&pass),
+            "pass done"
+        );
+        if let Some(origin) = &reconciler.active_origin {
+            state.config_source = match origin {
+                crate::config::Origin::Defaults => "defaults".into(),
+                crate::config::Origin::File => "file".into(),
+            };
+        }
+        if written.as_ref() != Some(&state) {
+            match state::write(&state_dir, &state) {
+                Ok(path) => debug!(path = %path.display(), "state file written"),
+                Err(err) => {
+                    warn!(dir = %state_dir.display(), error = %err, "cannot write the state file; `ipmasq show` will not know this agent's settings")
+                }
+            }
+            written = Some(state.clone());
+        }
+        let _ = passes_done.send(());
+        // Wait for the next trigger; a burst of commands makes one pass.
+        trigger = match commands.recv_timeout(reconciler.interval()) {
+            Ok(Command::Pass(t)) => t,
+            Err(RecvTimeoutError::Timeout) => Trigger::Timer,
+            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return reconciler,
+        };
+        loop {
+            match commands.try_recv() {
+                Ok(Command::Pass(_)) => {}
+                Ok(Command::Stop) => return reconciler,
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+fn lock(shared: &http::Shared) -> std::sync::MutexGuard<'_, health::Snapshot> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
     let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -72,7 +154,7 @@ async fn run_loop(
     };
     let shared: http::Shared =
         Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_name())));
-    if let Some(addr) = metrics_addr {
+    if let Some(addr) = options.metrics_addr {
         match http::bind(addr).await {
             Ok(listener) => {
                 info!(address = %addr, "serving /healthz, /readyz and /metrics");
@@ -86,41 +168,75 @@ async fn run_loop(
         }
     }
     let mut watch = DirWatch::new(&reconciler.settings.config_path);
-    let mut trigger = Trigger::Timer;
-    loop {
-        watch.arm();
-        let started = std::time::Instant::now();
-        let pass = reconciler.pass();
-        {
-            let mut snapshot = shared.lock().unwrap_or_else(|e| e.into_inner());
-            snapshot.status = reconciler.status.clone();
-            snapshot.interval = reconciler.interval();
+    let names = reconciler.settings.plan.names();
+    let (commands, command_rx) = mpsc::channel();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let thread_shared = shared.clone();
+    let state = options.state.clone();
+    let state_dir = options.state_dir.clone();
+    let worker = std::thread::Builder::new()
+        .name("reconcile".into())
+        .spawn(move || {
+            reconcile_thread(
+                reconciler,
+                command_rx,
+                thread_shared,
+                done_tx,
+                state,
+                state_dir,
+            )
+        });
+    let worker = match worker {
+        Ok(handle) => handle,
+        Err(err) => {
+            return Ending::SetupFailed(format!("cannot start the reconcile thread: {err}"))
         }
-        debug!(
-            ?trigger,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            outcome = pass_name(&pass),
-            "pass done"
-        );
-        let interval = reconciler.interval();
-        let signal_name = tokio::select! {
-            _ = tokio::time::sleep(interval) => { trigger = Trigger::Timer; None }
+    };
+    let signal_name = loop {
+        tokio::select! {
+            _ = done_rx.recv() => watch.arm(),
             _ = watch.changed() => {
                 watch.settle(SETTLE).await;
-                trigger = Trigger::ConfigChanged;
-                None
+                let _ = commands.send(Command::Pass(Trigger::ConfigChanged));
             }
             _ = sighup.recv() => {
                 info!("SIGHUP: re-reading the config and re-syncing");
-                trigger = Trigger::Hangup;
-                None
+                let _ = commands.send(Command::Pass(Trigger::Hangup));
             }
-            _ = sigterm.recv() => Some("SIGTERM"),
-            _ = sigint.recv() => Some("SIGINT"),
-        };
-        if let Some(name) = signal_name {
-            return shutdown(&reconciler, cleanup_on_exit, name);
+            _ = sigterm.recv() => break "SIGTERM",
+            _ = sigint.recv() => break "SIGINT",
         }
+    };
+    if !options.cleanup_on_exit {
+        info!(signal = signal_name, "stopping; rules stay in place");
+        return Ending::Stopped;
+    }
+    info!(
+        signal = signal_name,
+        "stopping; removing rules (--cleanup-on-exit)"
+    );
+    let _ = commands.send(Command::Stop);
+    // The running pass (if any) finishes first, so cleanup never races a sync.
+    let joined = tokio::time::timeout(
+        STOP_WAIT,
+        tokio::task::spawn_blocking(move || worker.join()),
+    )
+    .await;
+    let reconciler = match joined {
+        Ok(Ok(Ok(reconciler))) => reconciler,
+        _ => {
+            error!("the reconcile pass did not finish in time; rules were not removed");
+            return Ending::CleanupFailed;
+        }
+    };
+    let backend = reconciler.into_backend();
+    let ok = tokio::task::spawn_blocking(move || cleanup(backend.as_ref(), &names))
+        .await
+        .unwrap_or(false);
+    if ok {
+        Ending::Stopped
+    } else {
+        Ending::CleanupFailed
     }
 }
 
@@ -132,16 +248,18 @@ fn pass_name(pass: &Pass) -> &'static str {
     }
 }
 
-/// Removes our chain and jumps, as `ipmasq cleanup` does: every family of both iptables
-/// variants (leftovers of an earlier mode or an IPv6 run are ours too).
-pub fn cleanup(reconciler: &Reconciler) -> bool {
-    let chain = &reconciler.settings.plan.chain;
+/// Removes our rules from the backend in use, from every family whose tools are installed
+/// (an IPv6 chain of an earlier `--enable-ipv6` run is ours too).
+pub fn cleanup(backend: &dyn Backend, names: &Names) -> bool {
     let mut ok = true;
-    for step in cleanup_everywhere(chain, &[Variant::Nft, Variant::Legacy], false) {
-        match step.outcome {
+    for family in crate::plan::Family::ALL {
+        if !backend.family_available(family) {
+            continue;
+        }
+        match backend.cleanup(family, names, false) {
             Ok(done) if done.transaction.is_some() => info!(
-                backend = %step.backend,
-                family = %step.family,
+                backend = %backend.name(),
+                family = %family,
                 jumps_removed = done.jumps_removed,
                 chain_removed = done.chain_removed,
                 "rules removed"
@@ -149,24 +267,9 @@ pub fn cleanup(reconciler: &Reconciler) -> bool {
             Ok(_) => {}
             Err(err) => {
                 ok = false;
-                error!(backend = %step.backend, family = %step.family, error = %err, "cleanup failed");
+                error!(backend = %backend.name(), family = %family, error = %err, "cleanup failed");
             }
         }
     }
     ok
-}
-
-fn shutdown(reconciler: &Reconciler, cleanup_on_exit: bool, signal_name: &str) -> Ending {
-    if cleanup_on_exit {
-        info!(
-            signal = signal_name,
-            "stopping; removing rules (--cleanup-on-exit)"
-        );
-        if !cleanup(reconciler) {
-            return Ending::CleanupFailed;
-        }
-    } else {
-        info!(signal = signal_name, "stopping; rules stay in place");
-    }
-    Ending::Stopped
 }

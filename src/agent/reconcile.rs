@@ -2,7 +2,7 @@
 //! plan, and bring each family's chain in line with one transaction when it drifted. Also the
 //! agent's status (what health and metrics report), updated by every pass.
 
-use crate::backend::{sync_family, Backend, BackendError, DriftKind, FamilySync};
+use crate::backend::{Backend, BackendError, SyncReport};
 use crate::config::{self, Config, Diagnostic, Origin};
 use crate::plan::{plan, Family, PlanOptions};
 use std::collections::hash_map::DefaultHasher;
@@ -57,7 +57,7 @@ pub struct Status {
 #[derive(Debug)]
 pub enum Pass {
     /// Rules checked (and repaired where needed) for every family.
-    Synced(Vec<FamilySync>),
+    Synced(Vec<SyncReport>),
     /// No valid config has been seen yet: nothing is installed.
     NoValidConfig,
     /// The backend failed; the previous rules stay as they are.
@@ -70,6 +70,8 @@ pub struct Reconciler {
     backend: Box<dyn Backend>,
     /// The last valid config: enforced even while the file on disk is invalid.
     pub active: Option<Config>,
+    /// Where the active config came from.
+    pub active_origin: Option<Origin>,
     /// Fingerprint of the last config problem logged, so each is logged once per change.
     last_config_note: Option<u64>,
     last_error: Option<String>,
@@ -90,6 +92,7 @@ impl Reconciler {
             settings,
             backend,
             active: None,
+            active_origin: None,
             last_config_note: None,
             last_error: None,
             status: Status::default(),
@@ -100,8 +103,9 @@ impl Reconciler {
         self.backend.name()
     }
 
-    pub fn backend(&self) -> &dyn Backend {
-        self.backend.as_ref()
+    /// Gives up the backend (for cleanup after the loop ends).
+    pub fn into_backend(self) -> Box<dyn Backend> {
+        self.backend
     }
 
     /// The resync interval of the config in force (upstream's 60s before any is valid).
@@ -122,16 +126,21 @@ impl Reconciler {
                 if self.last_config_note != Some(note) {
                     self.last_config_note = Some(note);
                     self.status.configs_rejected += 1;
-                    error!(config = %path, error = %message, "cannot read config; keeping the rules of the last good config");
+                    let kept = if self.active.is_some() {
+                        "keeping the rules of the last good config"
+                    } else {
+                        "no rules are installed until it can be read"
+                    };
+                    error!(config = %path, error = %message, "cannot read config; {kept}");
                 }
                 self.status.config_current = false;
                 return;
             }
         };
         let checked = loaded.checked;
-        match checked.config.clone() {
+        match checked.config().cloned() {
             None => {
-                let note = fingerprint(&checked.diagnostics);
+                let note = fingerprint(checked.diagnostics());
                 if self.last_config_note != Some(note) {
                     self.last_config_note = Some(note);
                     self.status.configs_rejected += 1;
@@ -147,7 +156,7 @@ impl Reconciler {
                 self.status.config_current = false;
             }
             Some(new) => {
-                let note = fingerprint(&checked.diagnostics);
+                let note = fingerprint(checked.diagnostics());
                 let changed = self.active.as_ref() != Some(&new);
                 if changed || self.last_config_note != Some(note) {
                     if changed {
@@ -178,6 +187,7 @@ impl Reconciler {
                 }
                 self.status.non_masquerade_cidrs = new.non_masquerade_cidrs.len();
                 self.active = Some(new);
+                self.active_origin = Some(loaded.origin);
                 self.status.config_current = true;
             }
         }
@@ -224,12 +234,12 @@ impl Reconciler {
         let mut done = Vec::with_capacity(rulesets.len());
         for ruleset in &rulesets {
             let started = Instant::now();
-            match sync_family(self.backend.as_ref(), ruleset, self.settings.dry_run) {
-                Ok(outcome) => {
-                    if !outcome.drift.is_empty() && !self.settings.dry_run {
-                        self.log_repair(&outcome, started.elapsed());
+            match self.backend.sync(ruleset, self.settings.dry_run) {
+                Ok(report) => {
+                    if !report.in_sync() && !self.settings.dry_run {
+                        self.log_repair(&report, started.elapsed());
                     }
-                    done.push(outcome);
+                    done.push(report);
                 }
                 Err(err) => {
                     let message = format!("{}: {err}", ruleset.family);
@@ -249,18 +259,19 @@ impl Reconciler {
         Pass::Synced(done)
     }
 
-    fn log_repair(&mut self, outcome: &FamilySync, took: Duration) {
+    fn log_repair(&mut self, report: &SyncReport, took: Duration) {
         let elapsed_ms = took.as_secs_f64() * 1000.0;
-        let kinds: Vec<&str> = outcome.drift.kinds.iter().map(|k| k.as_str()).collect();
-        for kind in &outcome.drift.kinds {
-            *self.status.drift_repairs.entry(kind.as_str()).or_default() += 1;
+        let repairs = report.repairs();
+        for label in &repairs {
+            *self.status.drift_repairs.entry(label).or_default() += 1;
         }
-        let fresh = outcome.drift.kinds.contains(&DriftKind::ChainMissing)
-            && outcome.drift.kinds.contains(&DriftKind::JumpMissing);
-        if fresh {
-            info!(backend = %self.backend.name(), family = %outcome.family, rules = outcome.rules, chain = %self.settings.plan.chain, drift = %kinds.join(","), elapsed_ms, "rules installed");
+        for d in &report.differences {
+            debug!(family = %d.family, kind = d.kind.as_str(), detail = %d.detail, "difference");
+        }
+        if report.installed_fresh() {
+            info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, chain = %self.settings.plan.chain, drift = %repairs.join(","), elapsed_ms, "rules installed");
         } else {
-            info!(backend = %self.backend.name(), family = %outcome.family, rules = outcome.rules, repaired = %kinds.join(","), elapsed_ms, "rules repaired");
+            info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, repaired = %repairs.join(","), elapsed_ms, "rules repaired");
         }
     }
 }
@@ -268,31 +279,11 @@ impl Reconciler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::fake::FakeBackend;
-    use std::rc::Rc;
-
-    /// A backend handle the test keeps while the reconciler owns a box of it.
-    struct Shared(Rc<FakeBackend>);
-
-    impl Backend for Shared {
-        fn name(&self) -> String {
-            self.0.name()
-        }
-        fn observe(
-            &self,
-            family: Family,
-            chain: &crate::plan::ChainName,
-        ) -> Result<crate::backend::LiveChain, BackendError> {
-            self.0.observe(family, chain)
-        }
-        fn apply(&self, family: Family, script: &str) -> Result<(), BackendError> {
-            self.0.apply(family, script)
-        }
-    }
+    use crate::backend::fake::{FakeBackend, FakeFamily};
 
     struct Fixture {
         dir: PathBuf,
-        fake: Rc<FakeBackend>,
+        fake: FakeBackend,
         reconciler: Reconciler,
     }
 
@@ -300,14 +291,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ipmasq-rec-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let fake = Rc::new(FakeBackend::default());
+        let fake = FakeBackend::default();
         let settings = Settings {
             config_path: dir.join("config"),
             options: config::Options::default(),
             plan: PlanOptions::default(),
             dry_run: false,
         };
-        let reconciler = Reconciler::new(settings, Box::new(Shared(fake.clone())));
+        let reconciler = Reconciler::new(settings, Box::new(fake.clone()));
         Fixture {
             dir,
             fake,
@@ -325,14 +316,13 @@ mod tests {
         std::fs::write(f.dir.join("config"), text).unwrap();
     }
 
+    /// The non-masquerade CIDRs of the installed IPv4 ruleset.
     fn cidr_rules(f: &Fixture) -> Vec<String> {
         f.fake
             .live(Family::V4)
-            .rules
-            .iter()
-            .filter_map(|r| r.split_whitespace().nth(3).map(str::to_string))
-            .filter(|t| t.contains('/'))
-            .collect()
+            .ruleset
+            .map(|r| r.non_masquerade().map(ToString::to_string).collect())
+            .unwrap_or_default()
     }
 
     #[test]
@@ -348,12 +338,12 @@ mod tests {
                 "192.168.0.0/16"
             ]
         );
-        assert_eq!(f.fake.applies.borrow().len(), 1);
+        assert_eq!(f.fake.state().applies, 1);
         for _ in 0..3 {
             f.reconciler.pass();
         }
-        assert_eq!(f.fake.applies.borrow().len(), 1, "in sync: no writes");
-        assert_eq!(*f.fake.observes.borrow(), 4, "one reader per pass");
+        assert_eq!(f.fake.state().applies, 1, "in sync: no writes");
+        assert_eq!(f.fake.state().syncs, 4, "one sync per family and pass");
         assert_eq!(f.reconciler.status.syncs_ok, 4);
     }
 
@@ -368,7 +358,7 @@ mod tests {
         assert!(!f.reconciler.status.config_current);
         assert_eq!(f.reconciler.status.configs_rejected, 1);
         // Drift while the file is bad is still repaired with the last good config.
-        f.fake.set_live(Family::V4, Default::default());
+        f.fake.set_live(Family::V4, FakeFamily::default());
         f.reconciler.pass();
         assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
         assert_eq!(
@@ -383,11 +373,20 @@ mod tests {
     }
 
     #[test]
+    fn a_config_with_an_unsupported_key_is_rejected_not_applied() {
+        let mut f = fixture("complex-key");
+        write(&f, "? [a, b]\n: 1\n");
+        assert!(matches!(f.reconciler.pass(), Pass::NoValidConfig));
+        assert_eq!(f.fake.state().applies, 0);
+        assert_eq!(f.reconciler.status.configs_rejected, 1);
+    }
+
+    #[test]
     fn invalid_at_start_installs_nothing_until_fixed() {
         let mut f = fixture("start");
         write(&f, "resyncInterval: 1d\n");
         assert!(matches!(f.reconciler.pass(), Pass::NoValidConfig));
-        assert!(f.fake.applies.borrow().is_empty());
+        assert_eq!(f.fake.state().applies, 0);
         assert!(f.reconciler.status.not_ready.is_some());
         write(&f, "resyncInterval: 5s\n");
         assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
@@ -408,7 +407,7 @@ mod tests {
     #[test]
     fn apply_failure_is_reported_and_retried() {
         let mut f = fixture("fail");
-        *f.fake.fail_apply.borrow_mut() = Some("boom".into());
+        f.fake.state().fail_apply = Some("boom".into());
         assert!(matches!(f.reconciler.pass(), Pass::Failed(_)));
         assert_eq!(f.reconciler.status.syncs_failed, 1);
         assert!(f
@@ -418,10 +417,31 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("boom"));
-        *f.fake.fail_apply.borrow_mut() = None;
+        f.fake.state().fail_apply = None;
         assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
         assert_eq!(
             f.reconciler.status.drift_repairs.get("chain_missing"),
+            Some(&1)
+        );
+        assert_eq!(
+            f.reconciler.status.drift_repairs.get("jump_missing"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn injected_drift_is_counted_by_repair_kind() {
+        let mut f = fixture("drift");
+        f.reconciler.pass();
+        let mut live = f.fake.live(Family::V4);
+        live.jumps = 3;
+        f.fake.set_live(Family::V4, live);
+        let Pass::Synced(reports) = f.reconciler.pass() else {
+            panic!("should sync")
+        };
+        assert_eq!(reports[0].repairs(), ["jump_duplicate"]);
+        assert_eq!(
+            f.reconciler.status.drift_repairs.get("jump_duplicate"),
             Some(&1)
         );
     }
@@ -430,14 +450,11 @@ mod tests {
     fn dry_run_writes_nothing_but_reports_the_transaction() {
         let mut f = fixture("dry");
         f.reconciler.settings.dry_run = true;
-        let Pass::Synced(families) = f.reconciler.pass() else {
+        let Pass::Synced(reports) = f.reconciler.pass() else {
             panic!("dry run should plan")
         };
-        assert!(f.fake.applies.borrow().is_empty());
-        assert!(families[0]
-            .transaction
-            .as_deref()
-            .unwrap()
-            .contains(":IP-MASQ-AGENT - [0:0]"));
+        assert_eq!(f.fake.state().applies, 0);
+        assert!(reports[0].transaction.is_some());
+        assert_eq!(reports[0].repairs(), ["chain_missing", "jump_missing"]);
     }
 }

@@ -60,6 +60,7 @@ impl DirWatch {
     }
 
     /// Whether a watch is in place.
+    #[cfg(test)]
     pub fn is_armed(&self) -> bool {
         self.fd.is_some()
     }
@@ -73,6 +74,8 @@ impl DirWatch {
             inotify.watches().add(&self.dir, mask())?;
             // SAFETY: `Inotify` owns its descriptor for its whole life and always reports the
             // same one; the AsyncFd takes ownership of it, so the fd outlives the registration.
+            // (tokio deprecated the safe-looking `with_interest` as unsound for exactly this
+            // reason and points here.)
             let registered =
                 unsafe { AsyncFd::register_with_interest(inotify, Interest::READABLE) };
             registered.map_err(std::io::Error::from)

@@ -1,34 +1,75 @@
-//! An in-memory backend for unit tests of the reconcile logic: it keeps our chain and the
-//! POSTROUTING jumps per family and interprets the few restore commands our transactions use.
-//! Root tests against the real iptables remain the evidence; this only makes logic testable.
+//! An in-memory backend for unit tests of the reconcile logic (knftables' fake is the model):
+//! it stores the typed rulesets it was given, compares them with the neutral vocabulary, and
+//! lets a test inject drift or failures. Root tests against the real tools remain the evidence.
 
-use super::iptables::{jump_target, Jump, LiveChain, POSTROUTING};
-use super::{Backend, BackendError};
-use crate::plan::{ChainName, Family};
-use std::cell::RefCell;
+use super::{Backend, BackendError, CleanupReport, Difference, DriftKind, Inspection, SyncReport};
+use crate::plan::{Family, Names, Ruleset};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-/// The fake's state and counters.
+/// What the fake holds for one family.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FakeFamily {
+    /// The installed ruleset, if any.
+    pub ruleset: Option<Ruleset>,
+    /// How many entry jumps point at it.
+    pub jumps: usize,
+}
+
+/// The fake's state and counters, shared so a test keeps a handle while the agent owns it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FakeBackend {
+    pub inner: Arc<Mutex<FakeState>>,
+}
+
 #[derive(Debug, Default)]
-pub struct FakeBackend {
-    pub state: RefCell<HashMap<Family, LiveChain>>,
-    pub observes: RefCell<usize>,
-    pub applies: RefCell<Vec<String>>,
-    /// When set, every apply fails with this message.
-    pub fail_apply: RefCell<Option<String>>,
+pub(crate) struct FakeState {
+    pub families: HashMap<Family, FakeFamily>,
+    pub syncs: usize,
+    pub applies: usize,
+    /// When set, every write fails with this message.
+    pub fail_apply: Option<String>,
 }
 
 impl FakeBackend {
-    pub fn live(&self, family: Family) -> LiveChain {
-        self.state
-            .borrow()
+    pub fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn live(&self, family: Family) -> FakeFamily {
+        self.state()
+            .families
             .get(&family)
             .cloned()
             .unwrap_or_default()
     }
 
-    pub fn set_live(&self, family: Family, live: LiveChain) {
-        self.state.borrow_mut().insert(family, live);
+    pub fn set_live(&self, family: Family, live: FakeFamily) {
+        self.state().families.insert(family, live);
+    }
+
+    fn differences(desired: &Ruleset, live: &FakeFamily) -> Vec<Difference> {
+        let family = desired.family;
+        let diff = |kind, detail: &str| Difference {
+            family,
+            kind,
+            position: None,
+            detail: detail.to_string(),
+        };
+        let mut out = Vec::new();
+        match &live.ruleset {
+            None => out.push(diff(DriftKind::ChainMissing, "nothing installed")),
+            Some(installed) if installed != desired => {
+                out.push(diff(DriftKind::MissingRule, "installed ruleset differs"))
+            }
+            Some(_) => {}
+        }
+        match live.jumps {
+            0 => out.push(diff(DriftKind::JumpMissing, "no entry jump")),
+            1 => {}
+            _ => out.push(diff(DriftKind::JumpDuplicated, "several entry jumps")),
+        }
+        out
     }
 }
 
@@ -37,50 +78,73 @@ impl Backend for FakeBackend {
         "fake".to_string()
     }
 
-    fn observe(&self, family: Family, _chain: &ChainName) -> Result<LiveChain, BackendError> {
-        *self.observes.borrow_mut() += 1;
-        Ok(self.live(family))
+    fn accepts(&self, _names: &Names) -> Result<(), String> {
+        Ok(())
     }
 
-    fn apply(&self, family: Family, script: &str) -> Result<(), BackendError> {
-        if let Some(message) = self.fail_apply.borrow().clone() {
-            return Err(BackendError::Failed {
-                program: "fake-restore".into(),
-                code: Some(1),
-                detail: message,
-            });
-        }
-        self.applies.borrow_mut().push(script.to_string());
-        let mut live = self.live(family);
-        for line in script.lines() {
-            if let Some(rest) = line.strip_prefix(':') {
-                live.chain_exists = true;
-                let name = rest.split_whitespace().next().unwrap_or_default();
-                live.rules
-                    .retain(|r| !r.starts_with(&format!("-A {name} ")));
-            } else if let Some(spec) = line.strip_prefix(&format!("-D {POSTROUTING} ")) {
-                if let Some(i) = live.jumps.iter().position(|j| j.spec == spec) {
-                    live.jumps.remove(i);
-                }
-            } else if let Some(spec) = line.strip_prefix(&format!("-A {POSTROUTING} ")) {
-                if jump_target(spec).is_some() {
-                    live.jumps.push(Jump {
-                        position: live.postrouting_rules + 1,
-                        spec: spec.to_string(),
-                        counters: None,
-                    });
-                    live.postrouting_rules += 1;
-                }
-            } else if line.starts_with("-A ") {
-                live.rules.push(line.to_string());
-                live.counters.push(None);
-            } else if line.starts_with("-X ") {
-                live.chain_exists = false;
-                live.rules.clear();
-                live.counters.clear();
+    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+        let mut state = self.state();
+        state.syncs += 1;
+        let live = state
+            .families
+            .get(&desired.family)
+            .cloned()
+            .unwrap_or_default();
+        let differences = Self::differences(desired, &live);
+        let transaction = (!differences.is_empty()).then(|| format!("{desired:#?}"));
+        if transaction.is_some() && !dry_run {
+            if let Some(message) = state.fail_apply.clone() {
+                return Err(BackendError::Failed {
+                    program: "fake-apply".into(),
+                    code: Some(1),
+                    detail: message,
+                });
             }
+            state.applies += 1;
+            state.families.insert(
+                desired.family,
+                FakeFamily {
+                    ruleset: Some(desired.clone()),
+                    jumps: 1,
+                },
+            );
         }
-        self.set_live(family, live);
-        Ok(())
+        Ok(SyncReport {
+            family: desired.family,
+            differences,
+            transaction,
+            rules: desired.decisions.len() + 1,
+        })
+    }
+
+    fn inspect(&self, family: Family, _names: &Names) -> Result<Inspection, BackendError> {
+        let live = self.live(family);
+        Ok(Inspection {
+            installed: live.ruleset.is_some(),
+            ..Inspection::default()
+        })
+    }
+
+    fn compare(&self, desired: &Ruleset, _live: &Inspection) -> Vec<Difference> {
+        Self::differences(desired, &self.live(desired.family))
+    }
+
+    fn cleanup(
+        &self,
+        family: Family,
+        _names: &Names,
+        dry_run: bool,
+    ) -> Result<CleanupReport, BackendError> {
+        let live = self.live(family);
+        let anything = live.ruleset.is_some() || live.jumps > 0;
+        if anything && !dry_run {
+            self.state().families.remove(&family);
+        }
+        Ok(CleanupReport {
+            family,
+            jumps_removed: live.jumps,
+            chain_removed: live.ruleset.is_some(),
+            transaction: anything.then(|| "remove".to_string()),
+        })
     }
 }

@@ -1,41 +1,47 @@
-//! Firewall backends: a narrow trait (observe our chain, apply one transaction), the iptables
-//! implementation with its legacy and nft variants, the process runner, and an in-memory fake
-//! for unit tests of the reconcile logic (never a substitute for the root tests).
+//! Firewall backends behind one narrow seam: only the plan's neutral [`Ruleset`] goes in, and
+//! only neutral reports come out ([`SyncReport`], [`Inspection`], [`CleanupReport`], drift in
+//! one vocabulary: [`DriftKind`]). Everything a backend spells its own way (iptables' saved
+//! form, its transactions, its limits) is private to its folder. `select` turns a neutral
+//! choice into a backend; `fake` is an in-memory backend for unit tests only.
 
-pub mod fake;
-pub mod iptables;
-pub mod runner;
+#[cfg(test)]
+pub(crate) mod fake;
+mod iptables;
+pub(crate) mod runner;
+pub mod select;
 
-use crate::plan::{ChainName, Family, Ruleset};
-pub use iptables::LiveChain;
+use crate::plan::{Action, Family, Names, Ruleset};
+use ipnet::IpNet;
 
-/// What a backend can do.
-pub trait Backend {
+/// What every backend does. All methods are blocking; the agent calls them off its runtime.
+pub trait Backend: Send {
     /// A short name for logs and metrics, e.g. `iptables-nft`.
     fn name(&self) -> String;
-    /// Reads our chain and the jumps to it: one reader process per call.
-    fn observe(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError>;
-    /// Applies one transaction (an iptables-restore script) atomically.
-    fn apply(&self, family: Family, script: &str) -> Result<(), BackendError>;
-    /// Like `observe`, with counters, and without creating any table that does not exist.
-    fn inspect(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError> {
-        self.observe(family, chain)
+    /// Whether this backend can install rules under `names` (e.g. iptables' 28-character
+    /// chain limit); the reason when it cannot.
+    fn accepts(&self, names: &Names) -> Result<(), String>;
+    /// Whether MASQUERADE can randomise ports fully here.
+    fn supports_random_fully(&self) -> Result<bool, BackendError> {
+        Ok(true)
     }
-}
-
-impl Backend for iptables::Iptables {
-    fn name(&self) -> String {
-        iptables::Iptables::name(self)
+    /// Whether the tools for `family` are installed (IPv6 may lack them).
+    fn family_available(&self, _family: Family) -> bool {
+        true
     }
-    fn observe(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError> {
-        iptables::Iptables::observe(self, family, chain)
-    }
-    fn inspect(&self, family: Family, chain: &ChainName) -> Result<LiveChain, BackendError> {
-        iptables::Iptables::inspect(self, family, chain)
-    }
-    fn apply(&self, family: Family, script: &str) -> Result<(), BackendError> {
-        self.restore(family, script)
-    }
+    /// Observes the live state, compares it with `desired` and, when they differ and this is
+    /// not a dry run, applies ONE transaction that touches only what we own.
+    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError>;
+    /// Reads what we own, with counters, without creating anything.
+    fn inspect(&self, family: Family, names: &Names) -> Result<Inspection, BackendError>;
+    /// Every difference between `desired` and an inspection, in the vocabulary `sync` repairs.
+    fn compare(&self, desired: &Ruleset, live: &Inspection) -> Vec<Difference>;
+    /// Removes what we own for `family` in one transaction; nothing to remove is success.
+    fn cleanup(
+        &self,
+        family: Family,
+        names: &Names,
+        dry_run: bool,
+    ) -> Result<CleanupReport, BackendError>;
 }
 
 /// Why the backend could not read or write the rules.
@@ -53,155 +59,189 @@ pub enum BackendError {
     },
     #[error("{0}")]
     Run(String),
+    #[error("{0}")]
+    Unsupported(String),
 }
 
-/// What differs between the live state and the plan, by kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// One kind of difference between the live state and the plan: the one vocabulary of the
+/// repair, the logs, the metrics, `show` and its JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DriftKind {
-    /// Our chain does not exist.
+    /// What we own (the chain) does not exist.
     ChainMissing,
-    /// Our chain exists but its rules differ (foreign, missing, extra or reordered rules).
-    RulesDiffer,
-    /// No POSTROUTING jump to our chain.
+    /// A planned rule is not there.
+    MissingRule,
+    /// A rule is there that the plan does not have (foreign or stale).
+    ExtraRule,
+    /// The planned rules are all there, in another order.
+    OutOfOrder,
+    /// Nothing sends traffic to what we own.
     JumpMissing,
-    /// More than one identical jump.
-    JumpDuplicate,
-    /// A jump to our chain with another spelling (e.g. an older comment).
+    /// More than one identical entry jump.
+    JumpDuplicated,
+    /// An entry jump with another spelling (e.g. an older comment).
     JumpStale,
 }
 
 impl DriftKind {
+    /// The name `show` prints and its JSON carries.
     pub fn as_str(self) -> &'static str {
         match self {
+            DriftKind::ChainMissing => "chain-missing",
+            DriftKind::MissingRule => "missing-rule",
+            DriftKind::ExtraRule => "extra-rule",
+            DriftKind::OutOfOrder => "out-of-order",
+            DriftKind::JumpMissing => "jump-missing",
+            DriftKind::JumpDuplicated => "jump-duplicated",
+            DriftKind::JumpStale => "jump-stale",
+        }
+    }
+
+    /// The repair this difference needs, as the metrics' `kind` label and the logs name it
+    /// (documented since step 4: a rule-level difference is repaired by `rules_differ`).
+    pub fn repair(self) -> &'static str {
+        match self {
             DriftKind::ChainMissing => "chain_missing",
-            DriftKind::RulesDiffer => "rules_differ",
+            DriftKind::MissingRule | DriftKind::ExtraRule | DriftKind::OutOfOrder => "rules_differ",
             DriftKind::JumpMissing => "jump_missing",
-            DriftKind::JumpDuplicate => "jump_duplicate",
+            DriftKind::JumpDuplicated => "jump_duplicate",
             DriftKind::JumpStale => "jump_stale",
         }
     }
+
+    /// Every repair label, for metric help texts and docs.
+    pub const REPAIRS: [&'static str; 5] = [
+        "chain_missing",
+        "rules_differ",
+        "jump_missing",
+        "jump_duplicate",
+        "jump_stale",
+    ];
 }
 
-/// The difference for one family, and what the repair transaction must do.
+/// One way the live state differs from the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Drift {
+pub struct Difference {
     pub family: Family,
-    pub kinds: Vec<DriftKind>,
-    pub rewrite_chain: bool,
-    /// Saved specs of jumps to delete.
-    pub delete_jumps: Vec<String>,
-    pub add_jump: bool,
+    pub kind: DriftKind,
+    /// Rule number (in the plan for a missing rule, live otherwise), or entry-jump position.
+    pub position: Option<usize>,
+    pub detail: String,
 }
 
-impl Drift {
-    pub fn is_empty(&self) -> bool {
-        self.kinds.is_empty()
-    }
-}
-
-/// The result of syncing one family.
+/// The outcome of syncing one family.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FamilySync {
+pub struct SyncReport {
     pub family: Family,
     /// Empty when live already matched the plan (nothing was written).
-    pub drift: Drift,
-    /// The transaction that was (or, in a dry run, would be) applied.
+    pub differences: Vec<Difference>,
+    /// The transaction that was (or, in a dry run, would be) applied, in the backend's text.
     pub transaction: Option<String>,
-    /// Rules in our chain after the sync.
+    /// Rules in what we own after the sync.
     pub rules: usize,
 }
 
-/// Observes, diffs and, when they differ, applies one transaction for one family.
-pub fn sync_family(
-    backend: &dyn Backend,
-    ruleset: &Ruleset,
-    dry_run: bool,
-) -> Result<FamilySync, BackendError> {
-    let started = std::time::Instant::now();
-    let desired = iptables::Rendered::new(ruleset);
-    let rendered = started.elapsed();
-    let live = backend.observe(ruleset.family, &ruleset.chain)?;
-    let observed = started.elapsed();
-    let drift = iptables::diff(&desired, &live);
-    let transaction = (!drift.is_empty()).then(|| iptables::transaction(&desired, &drift));
-    let planned = started.elapsed();
-    if let (Some(script), false) = (&transaction, dry_run) {
-        backend.apply(ruleset.family, script)?;
+impl SyncReport {
+    pub fn in_sync(&self) -> bool {
+        self.differences.is_empty()
     }
-    tracing::debug!(
-        family = %ruleset.family,
-        render_ms = rendered.as_secs_f64() * 1e3,
-        observe_ms = (observed - rendered).as_secs_f64() * 1e3,
-        diff_ms = (planned - observed).as_secs_f64() * 1e3,
-        apply_ms = (started.elapsed() - planned).as_secs_f64() * 1e3,
-        "sync phases"
-    );
-    Ok(FamilySync {
-        family: ruleset.family,
-        drift,
-        transaction,
-        rules: ruleset.rules.len(),
-    })
+
+    /// The repairs this sync made (or would make), each once, in the order found.
+    pub fn repairs(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for d in &self.differences {
+            let label = d.kind.repair();
+            if !out.contains(&label) {
+                out.push(label);
+            }
+        }
+        out
+    }
+
+    /// Whether this sync installed from nothing (rather than repaired).
+    pub fn installed_fresh(&self) -> bool {
+        let has = |k| self.differences.iter().any(|d| d.kind == k);
+        has(DriftKind::ChainMissing) && has(DriftKind::JumpMissing)
+    }
 }
 
-/// The result of removing our chain for one family.
+/// Packet and byte counters of a rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// One live rule taken apart for display.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleView {
+    /// The verdict: `RETURN`, `MASQUERADE`, or whatever a foreign rule does.
+    pub action: String,
+    pub destination: Option<String>,
+    pub protocol: Option<String>,
+    pub to_ports: Option<String>,
+    pub random_fully: bool,
+    pub probability: Option<String>,
+    pub comment: Option<String>,
+    /// Options we do not write ourselves (a foreign or hand-edited rule), as the backend
+    /// prints them.
+    pub other: Vec<String>,
+}
+
+/// A live rule mapped back to a plan decision, where it is one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveDecision {
+    /// None for a rule that matches every destination (the masquerade catch-all).
+    pub destination: Option<IpNet>,
+    pub action: Action,
+}
+
+/// One rule of what we own, as it is live.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FamilyCleanup {
+pub struct LiveRule {
+    /// 1-based position.
+    pub number: usize,
+    pub view: RuleView,
+    pub decision: Option<LiveDecision>,
+    pub counters: Option<Counters>,
+    /// The rule in the backend's own text.
+    pub text: String,
+}
+
+/// A rule of the hook (POSTROUTING) that sends traffic to what we own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryJump {
+    /// 1-based position in the hook.
+    pub position: usize,
+    /// The rule in the backend's own text.
+    pub text: String,
+    pub counters: Option<Counters>,
+}
+
+/// What one family holds of ours.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inspection {
+    pub installed: bool,
+    pub rules: Vec<LiveRule>,
+    pub entry_jumps: Vec<EntryJump>,
+    /// How many rules the hook holds in all.
+    pub hook_rules: usize,
+}
+
+impl Inspection {
+    /// Whether anything of ours is there.
+    pub fn holds_anything(&self) -> bool {
+        self.installed || !self.entry_jumps.is_empty()
+    }
+}
+
+/// The result of removing what we own for one family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CleanupReport {
     pub family: Family,
     pub jumps_removed: usize,
     pub chain_removed: bool,
+    /// The transaction that was (or would be) applied; None when there was nothing.
     pub transaction: Option<String>,
-}
-
-/// Removes every jump to our chain and the chain itself in one transaction.
-pub fn cleanup_family(
-    backend: &dyn Backend,
-    family: Family,
-    chain: &ChainName,
-    dry_run: bool,
-) -> Result<FamilyCleanup, BackendError> {
-    let live = backend.inspect(family, chain)?;
-    let transaction = iptables::cleanup_transaction(chain, &live);
-    if let (Some(script), false) = (&transaction, dry_run) {
-        backend.apply(family, script)?;
-    }
-    Ok(FamilyCleanup {
-        family,
-        jumps_removed: live.jumps.len(),
-        chain_removed: live.chain_exists,
-        transaction,
-    })
-}
-
-/// One family of one iptables variant, as cleaned (or not) by [`cleanup_everywhere`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CleanupStep {
-    pub backend: String,
-    pub family: Family,
-    pub outcome: Result<FamilyCleanup, BackendError>,
-}
-
-/// Removes our chain and jumps from both families of every given variant whose tools are
-/// installed: one transaction per variant and family. Failures are collected, not fatal, so
-/// every leftover that can be removed is.
-pub fn cleanup_everywhere(
-    chain: &ChainName,
-    variants: &[iptables::Variant],
-    dry_run: bool,
-) -> Vec<CleanupStep> {
-    let mut steps = Vec::new();
-    for &variant in variants {
-        let backend = iptables::Iptables::new(variant);
-        for family in [Family::V4, Family::V6] {
-            if !backend.installed(family) {
-                continue;
-            }
-            steps.push(CleanupStep {
-                backend: backend.name(),
-                family,
-                outcome: cleanup_family(&backend, family, chain, dry_run),
-            });
-        }
-    }
-    steps
 }

@@ -7,10 +7,18 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 pub mod docs;
-pub use docs::{after_help, AppletDoc};
+pub use docs::after_help;
 
-/// The applets, in the order `--list` prints them.
-pub const APPLETS: [&str; 4] = ["agent", "cleanup", "show", "validate"];
+/// The applets, sorted as `--list` prints them: the subcommands of the one clap definition.
+pub fn applets() -> Vec<String> {
+    use clap::CommandFactory;
+    let mut names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    names.sort();
+    names
+}
 
 /// The packagers' applet that writes man pages and completions. It stays outside the clap
 /// definition it renders, so no help, man page or completion ever offers it.
@@ -165,6 +173,11 @@ pub struct AgentArgs {
     )]
     pub metrics_addr: MetricsAddr,
 
+    /// Directory of the running agent's state file [default: $IPMASQ_STATE_DIR, else
+    /// /run/ipmasq]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
     /// klog verbosity: 0-1 info, 2-4 debug, 5+ trace
     #[arg(short = 'v', long = "v", value_name = "N", default_value_t = 0)]
     pub verbosity: u8,
@@ -303,6 +316,11 @@ pub struct ShowArgs {
     #[arg(long)]
     pub wide: bool,
 
+    /// Directory of the running agent's state file [default: $IPMASQ_STATE_DIR, else
+    /// /run/ipmasq]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
     /// Colour the text output
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
@@ -334,6 +352,11 @@ pub struct CleanupArgs {
     /// Print what would be removed; change nothing
     #[arg(long)]
     pub dry_run: bool,
+
+    /// Directory of the running agent's state file [default: $IPMASQ_STATE_DIR, else
+    /// /run/ipmasq]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 
     /// Output format
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
@@ -452,7 +475,7 @@ pub fn parse_go_bool(value: &str) -> Result<bool, String> {
 pub enum AppletError {
     #[error(
         "unknown applet '{name}'; the applets are: {}. Run `{BINARY_NAME} --list` or `{BINARY_NAME} --help`",
-        APPLETS.join(", ")
+        applets().join(", ")
     )]
     Unknown { name: String },
 }
@@ -476,7 +499,7 @@ pub fn multicall_args(args: Vec<OsString>) -> Result<Vec<OsString>, AppletError>
         .map(|(_, applet)| *applet)
         .or_else(|| {
             base.strip_prefix("ipmasq-")
-                .and_then(|name| APPLETS.iter().copied().find(|a| *a == name))
+                .filter(|name| applets().iter().any(|a| a == name))
         });
     let (applet, applet_args) = match from_argv0 {
         Some(applet) => (applet.to_string(), rest),
@@ -491,7 +514,7 @@ pub fn multicall_args(args: Vec<OsString>) -> Result<Vec<OsString>, AppletError>
                 out.extend(rest);
                 return Ok(out);
             }
-            if !APPLETS.contains(&first.as_str()) && first != GENERATE_APPLET {
+            if first != GENERATE_APPLET && !applets().contains(&first) {
                 return Err(AppletError::Unknown { name: first });
             }
             (first, rest.into_iter().skip(1).collect())

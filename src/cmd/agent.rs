@@ -1,19 +1,25 @@
 //! `ipmasq agent` (and the binary invoked as `ip-masq-agent`): start-up (backend choice, flag
 //! checks, the start line in the log), then `--dry-run`, `--once` or the reconcile loop.
 
-use super::{choose_variant, plan_options, Exit};
+use super::{choose_backend, plan_options, rule_settings, Exit};
 use crate::agent::reconcile::{Pass, Reconciler, Settings};
-use crate::agent::{logging, run_forever, Ending};
-use crate::backend::iptables::Iptables;
+use crate::agent::state::{state_dir, AgentState};
+use crate::agent::{logging, run_forever, Ending, RunOptions};
 use crate::cli::AgentArgs;
 use tracing::{error, info, warn};
 
 /// Runs the agent applet.
 pub fn run(args: &AgentArgs) -> Exit {
     logging::init(args.log_format, args.verbosity);
-    let (variant, why) = choose_variant(args.rules.iptables_mode);
-    let backend = Iptables::new(variant);
-    let (plan, note) = plan_options(&args.rules, &backend);
+    let selected = choose_backend(args.rules.iptables_mode);
+    let backend = selected.backend;
+    let (plan, note) = plan_options(&args.rules, backend.as_ref());
+    if let Err(reason) = backend.accepts(&plan.names()) {
+        // A flag value the backend cannot use: upstream's exit status for a refused flag.
+        error!("--masq-chain: {reason}");
+        eprintln!("ipmasq agent: --masq-chain: {reason}");
+        return Exit::Failure;
+    }
     if let Some(note) = note {
         warn!("{note}");
     }
@@ -29,10 +35,11 @@ pub fn run(args: &AgentArgs) -> Exit {
         plan,
         dry_run: args.dry_run,
     };
+    let backend_name = backend.name();
     info!(
         version = env!("CARGO_PKG_VERSION"),
-        backend = %backend.name(),
-        backend_choice = %why,
+        backend = %backend_name,
+        backend_choice = %selected.reason,
         config = %args.config.display(),
         masq_chain = %args.rules.masq_chain,
         enable_ipv6 = flags.enable_ipv6,
@@ -44,7 +51,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         dry_run = args.dry_run,
         "ipmasq agent starting"
     );
-    let mut reconciler = Reconciler::new(settings, Box::new(backend));
+    let mut reconciler = Reconciler::new(settings, backend);
 
     if args.dry_run {
         return dry_run(&mut reconciler);
@@ -55,7 +62,22 @@ pub fn run(args: &AgentArgs) -> Exit {
             Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
         };
     }
-    match run_forever(reconciler, args.cleanup_on_exit, args.metrics_addr.0) {
+    let options = RunOptions {
+        cleanup_on_exit: args.cleanup_on_exit,
+        metrics_addr: args.metrics_addr.0,
+        state_dir: state_dir(args.state_dir.as_deref()),
+        state: AgentState {
+            schema_version: 1,
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            backend: backend_name,
+            backend_choice: selected.reason,
+            config: args.config.display().to_string(),
+            config_source: "unknown".into(),
+            rules: rule_settings(&args.rules),
+        },
+    };
+    match run_forever(reconciler, options) {
         Ending::Stopped => Exit::Ok,
         Ending::CleanupFailed => Exit::Failure,
         Ending::SetupFailed(reason) => {
@@ -68,27 +90,21 @@ pub fn run(args: &AgentArgs) -> Exit {
 /// One pass that writes nothing; prints each family's transaction (or that it is in sync).
 fn dry_run(reconciler: &mut Reconciler) -> Exit {
     match reconciler.pass() {
-        Pass::Synced(families) => {
-            for family in families {
-                match family.transaction {
-                    Some(script) => {
+        Pass::Synced(reports) => {
+            for report in reports {
+                match report.transaction {
+                    Some(ref script) => {
                         println!(
                             "# {} ({}): would apply ({})",
-                            family.family,
+                            report.family,
                             reconciler.backend_name(),
-                            family
-                                .drift
-                                .kinds
-                                .iter()
-                                .map(|k| k.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            report.repairs().join(", ")
                         );
                         print!("{script}");
                     }
                     None => println!(
                         "# {} ({}): in sync, nothing to apply",
-                        family.family,
+                        report.family,
                         reconciler.backend_name()
                     ),
                 }

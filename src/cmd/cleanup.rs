@@ -5,11 +5,13 @@
 //! JSON report (schemaVersion 1): `{schemaVersion, chain, dryRun, removedAnything, steps:
 //! [{backend, family, jumpsRemoved, chainRemoved, transaction, error}]}`.
 
-use super::{choose_variant, Exit};
-use crate::backend::iptables::Variant;
-use crate::backend::{cleanup_everywhere, BackendError, CleanupStep};
+use super::{choose_backend, Exit};
+use crate::agent::state::{running_agent, state_dir};
+use crate::backend::select::every_backend;
+use crate::backend::{Backend, BackendError, CleanupReport};
 use crate::cli::{CleanupArgs, OutputFormat};
 use crate::output::{plural, to_json};
+use crate::plan::{Family, Names};
 use serde::Serialize;
 
 #[derive(Debug, Serialize)]
@@ -31,6 +33,13 @@ struct StepReport {
     chain_removed: bool,
     transaction: Option<String>,
     error: Option<String>,
+}
+
+/// One family of one backend, as cleaned (or not).
+struct CleanupStep {
+    backend: String,
+    family: Family,
+    outcome: Result<CleanupReport, BackendError>,
 }
 
 impl From<&CleanupStep> for StepReport {
@@ -55,6 +64,30 @@ impl From<&CleanupStep> for StepReport {
     }
 }
 
+/// Removes our rules from both families of every given backend whose tools are installed:
+/// one transaction per backend and family. Failures are collected, not fatal, so every
+/// leftover that can be removed is.
+fn cleanup_everywhere(
+    backends: &[Box<dyn Backend>],
+    names: &Names,
+    dry_run: bool,
+) -> Vec<CleanupStep> {
+    let mut steps = Vec::new();
+    for backend in backends {
+        for family in Family::ALL {
+            if !backend.family_available(family) {
+                continue;
+            }
+            steps.push(CleanupStep {
+                backend: backend.name(),
+                family,
+                outcome: backend.cleanup(family, names, dry_run),
+            });
+        }
+    }
+    steps
+}
+
 /// The exit code for a set of failures: a shared specific cause, or plain failure.
 fn exit_for(errors: &[&BackendError]) -> Exit {
     let codes: Vec<Exit> = errors.iter().map(|e| Exit::for_backend_error(e)).collect();
@@ -67,12 +100,15 @@ fn exit_for(errors: &[&BackendError]) -> Exit {
 
 /// Runs `ipmasq cleanup`.
 pub fn run(args: &CleanupArgs) -> Exit {
-    let variants = if args.all_variants {
-        vec![Variant::Nft, Variant::Legacy]
+    let backends = if args.all_variants {
+        every_backend()
     } else {
-        vec![choose_variant(args.iptables_mode).0]
+        vec![choose_backend(args.iptables_mode).backend]
     };
-    let steps = cleanup_everywhere(&args.masq_chain, &variants, args.dry_run);
+    let names = Names {
+        chain: args.masq_chain.clone(),
+    };
+    let steps = cleanup_everywhere(&backends, &names, args.dry_run);
     if steps.is_empty() {
         eprintln!(
             "ipmasq cleanup: no iptables found (neither iptables-nft-save nor iptables-legacy-save is on PATH); install iptables"
@@ -81,6 +117,16 @@ pub fn run(args: &CleanupArgs) -> Exit {
     }
     let reports: Vec<StepReport> = steps.iter().map(StepReport::from).collect();
     let removed_anything = reports.iter().any(|r| r.transaction.is_some());
+    if removed_anything && !args.dry_run {
+        if let Some(agent) = running_agent(&state_dir(args.state_dir.as_deref())) {
+            if agent.rules.masq_chain == args.masq_chain.as_str() {
+                eprintln!(
+                    "ipmasq cleanup: warning: an agent is running (pid {}, {}) and will put these rules back at its next resync; stop it first (systemctl stop ipmasq, or remove the DaemonSet)",
+                    agent.pid, agent.backend
+                );
+            }
+        }
+    }
     let errors: Vec<&BackendError> = steps
         .iter()
         .filter_map(|s| s.outcome.as_ref().err())

@@ -1,15 +1,15 @@
 //! The applets behind the multi-call binary, and the one place exit codes are chosen.
 
-pub mod agent;
-pub mod cleanup;
-pub mod generate;
-pub mod show;
-pub mod validate;
+pub(crate) mod agent;
+pub(crate) mod cleanup;
+pub(crate) mod generate;
+pub(crate) mod show;
+pub(crate) mod validate;
 
-use crate::backend::iptables::{detect_variant, Iptables, Variant};
-use crate::backend::BackendError;
+use crate::backend::select::{select, Choice, IptablesVariant, Selected};
+use crate::backend::{Backend, BackendError};
 use crate::cli::{
-    multicall_args, Applet, Cli, IptablesMode, RuleFlags, APPLETS, BINARY_NAME, GENERATE_APPLET,
+    applets, multicall_args, Applet, Cli, IptablesMode, RuleFlags, BINARY_NAME, GENERATE_APPLET,
 };
 use crate::plan::PlanOptions;
 use clap::Parser;
@@ -46,21 +46,23 @@ impl Exit {
     }
 }
 
-/// Picks the iptables variant: as told, or detected like iptables-wrappers; says why.
-pub fn choose_variant(mode: IptablesMode) -> (Variant, String) {
+/// The neutral backend choice behind `--iptables-mode`.
+pub fn backend_choice(mode: IptablesMode) -> Choice {
     match mode {
-        IptablesMode::Nft => (Variant::Nft, "--iptables-mode=nft".into()),
-        IptablesMode::Legacy => (Variant::Legacy, "--iptables-mode=legacy".into()),
-        IptablesMode::Auto => {
-            let detection = detect_variant();
-            (detection.variant, format!("auto: {}", detection.reason))
-        }
+        IptablesMode::Auto => Choice::Iptables(IptablesVariant::Auto),
+        IptablesMode::Nft => Choice::Iptables(IptablesVariant::Nft),
+        IptablesMode::Legacy => Choice::Iptables(IptablesVariant::Legacy),
     }
 }
 
+/// Builds the backend `--iptables-mode` picks, with the reason.
+pub fn choose_backend(mode: IptablesMode) -> Selected {
+    select(backend_choice(mode))
+}
+
 /// The plan options the agent would use with these flags on this backend: `--random-fully` is
-/// dropped where iptables lacks it (with the reason, for a warning).
-pub fn plan_options(flags: &RuleFlags, backend: &Iptables) -> (PlanOptions, Option<String>) {
+/// dropped where the backend lacks it (with the reason, for a warning).
+pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, Option<String>) {
     let (random_fully, note) = if flags.random_fully {
         match backend.supports_random_fully() {
             Ok(true) => (true, None),
@@ -92,6 +94,17 @@ pub fn plan_options(flags: &RuleFlags, backend: &Iptables) -> (PlanOptions, Opti
     )
 }
 
+/// The rule flags as the state file records them.
+pub fn rule_settings(flags: &RuleFlags) -> crate::agent::state::RuleSettings {
+    crate::agent::state::RuleSettings {
+        masq_chain: flags.masq_chain.to_string(),
+        enable_ipv6: flags.config_flags.enable_ipv6,
+        nomasq_all_reserved_ranges: flags.config_flags.nomasq_all_reserved_ranges,
+        random_fully: flags.random_fully,
+        to_ports: flags.to_ports.to_string(),
+    }
+}
+
 impl From<Exit> for ExitCode {
     fn from(exit: Exit) -> Self {
         ExitCode::from(exit as u8)
@@ -110,13 +123,22 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     if argv.get(1).is_some_and(|a| a == GENERATE_APPLET) {
         return generate::run(&argv[2..]).into();
     }
+    let is_agent = argv.get(1).is_some_and(|a| a == "agent");
     let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(err) => {
-            let code = if err.use_stderr() {
-                Exit::Usage
-            } else {
+            use clap::error::ErrorKind;
+            let bad_value = matches!(
+                err.kind(),
+                ErrorKind::ValueValidation | ErrorKind::InvalidValue
+            );
+            let code = if !err.use_stderr() {
                 Exit::Ok
+            } else if is_agent && bad_value {
+                // Upstream's agent exits 1 when it refuses a flag's value (--to-ports=10-5).
+                Exit::Failure
+            } else {
+                Exit::Usage
             };
             let _ = err.print();
             return code.into();
@@ -124,7 +146,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     };
     if cli.list {
         let mut stdout = std::io::stdout().lock();
-        for applet in APPLETS {
+        for applet in applets() {
             let _ = writeln!(stdout, "{applet}");
         }
         return Exit::Ok.into();

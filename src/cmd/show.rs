@@ -7,17 +7,15 @@
 //! protocol, toPorts, randomFully, probability, comment, other, packets, bytes, rule}]}],
 //! sync: null | {config, inSync, differences: [{family, kind, position, detail}]}}`.
 
-use super::{choose_variant, plan_options, Exit};
-use crate::backend::iptables::{
-    audit_jumps, describe_rule, Iptables, LiveChain, Rendered, RuleView,
-};
-use crate::backend::{Backend, BackendError};
-use crate::cli::{ShowArgs, ShowFormat};
+use super::{choose_backend, plan_options, Exit};
+use crate::agent::state::{running_agent, state_dir, AgentState};
+use crate::backend::select::{choice_by_name, every_backend, select};
+use crate::backend::{Backend, BackendError, Difference, Inspection, RuleView};
+use crate::cli::{IptablesMode, RuleFlags, ShowArgs, ShowFormat};
 use crate::config::{self, Config};
 use crate::output::{plural, render_diagnostic, to_json, Styler};
-use crate::plan::{plan_family, ChainName, Family};
+use crate::plan::{plan_family, Family};
 use serde::Serialize;
-use std::collections::HashMap;
 use tabled::builder::Builder;
 use tabled::settings::object::Columns;
 use tabled::settings::{Padding, Style, Width};
@@ -37,7 +35,19 @@ pub struct ShowReport {
     /// Whether our chain exists in any family.
     pub installed: bool,
     pub families: Vec<FamilyReport>,
-    pub sync: Option<SyncReport>,
+    pub sync: Option<SyncVerdict>,
+    /// Other backends (iptables variants) that also hold our chain or jumps: a node where two
+    /// agents, or an old and a new mode, left rules in both.
+    pub also_installed_in: Vec<Elsewhere>,
+    /// The running agent this report was judged against, if one was found.
+    pub agent: Option<AgentState>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Elsewhere {
+    pub backend: String,
+    pub families: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,22 +77,32 @@ pub struct RuleReport {
     pub view: RuleView,
     pub packets: Option<u64>,
     pub bytes: Option<u64>,
-    /// The rule as iptables-save prints it.
+    /// The rule as the backend prints it.
     pub rule: String,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SyncReport {
+pub struct SyncVerdict {
     pub config: String,
     pub in_sync: bool,
-    pub differences: Vec<Difference>,
+    pub differences: Vec<DifferenceReport>,
+    /// Flags given here that differ from the running agent's: `(flag, here, agent)`.
+    pub flags_differ_from_agent: Vec<FlagDifference>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlagDifference {
+    pub flag: String,
+    pub here: String,
+    pub agent: String,
 }
 
 /// One way the live rules differ from the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Difference {
+pub struct DifferenceReport {
     pub family: String,
     /// `chain-missing`, `missing-rule`, `extra-rule`, `out-of-order`, `jump-missing`,
     /// `jump-duplicated` or `jump-stale`.
@@ -92,155 +112,37 @@ pub struct Difference {
     pub detail: String,
 }
 
-/// A rule in a few words: `RETURN 10.0.0.0/8`, `MASQUERADE tcp 1024-29999 random-fully`.
-fn summary(view: &RuleView) -> String {
-    let mut parts = vec![view.action.clone()];
-    parts.extend(view.destination.clone());
-    parts.extend(view.protocol.clone());
-    parts.extend(view.to_ports.clone());
-    parts.extend(view.probability.as_ref().map(|p| format!("p={p}")));
-    if view.random_fully {
-        parts.push("random-fully".into());
+impl From<&Difference> for DifferenceReport {
+    fn from(d: &Difference) -> Self {
+        DifferenceReport {
+            family: d.family.to_string(),
+            kind: d.kind.as_str(),
+            position: d.position,
+            detail: d.detail.clone(),
+        }
     }
-    parts.extend(view.other.iter().cloned());
-    parts.join(" ")
 }
 
-/// Every difference between the planned and the live chain of one family.
-pub fn differences(desired: &Rendered, live: &LiveChain) -> Vec<Difference> {
-    let family = desired.family.to_string();
-    let diff = |kind, position, detail: String| Difference {
-        family: family.clone(),
-        kind,
-        position,
-        detail,
-    };
-    let mut out = Vec::new();
-    if !live.chain_exists {
-        out.push(diff(
-            "chain-missing",
-            None,
-            format!("chain {} does not exist", desired.chain),
-        ));
-    } else if live.rules != desired.lines {
-        let mut available: HashMap<&str, usize> = HashMap::new();
-        for line in &live.rules {
-            *available.entry(line.as_str()).or_default() += 1;
-        }
-        let mut missing = Vec::new();
-        for (i, line) in desired.lines.iter().enumerate() {
-            match available.get_mut(line.as_str()) {
-                Some(n) if *n > 0 => *n -= 1,
-                _ => missing.push(diff(
-                    "missing-rule",
-                    Some(i + 1),
-                    format!("rule {} missing: {}", i + 1, summary(&describe_rule(line))),
-                )),
-            }
-        }
-        let mut wanted: HashMap<&str, usize> = HashMap::new();
-        for line in &desired.lines {
-            *wanted.entry(line.as_str()).or_default() += 1;
-        }
-        let mut extra = Vec::new();
-        for (i, line) in live.rules.iter().enumerate() {
-            match wanted.get_mut(line.as_str()) {
-                Some(n) if *n > 0 => *n -= 1,
-                _ => extra.push(diff(
-                    "extra-rule",
-                    Some(i + 1),
-                    format!(
-                        "rule {} not planned: {}",
-                        i + 1,
-                        summary(&describe_rule(line))
-                    ),
-                )),
-            }
-        }
-        if missing.is_empty() && extra.is_empty() {
-            for (i, (want, got)) in desired.lines.iter().zip(&live.rules).enumerate() {
-                if want != got {
-                    out.push(diff(
-                        "out-of-order",
-                        Some(i + 1),
-                        format!(
-                            "rule {} is {}, planned {}",
-                            i + 1,
-                            summary(&describe_rule(got)),
-                            summary(&describe_rule(want))
-                        ),
-                    ));
-                }
-            }
-        }
-        out.extend(missing);
-        out.extend(extra);
-    }
-    let jumps = audit_jumps(desired, live);
-    match jumps.kept {
-        None => out.push(diff(
-            "jump-missing",
-            None,
-            format!(
-                "no POSTROUTING jump to {} with the agent's spelling",
-                desired.chain
-            ),
-        )),
-        Some(kept) if !jumps.duplicates.is_empty() => {
-            let positions: Vec<usize> = std::iter::once(kept)
-                .chain(jumps.duplicates.iter().copied())
-                .map(|j| j.position)
-                .collect();
-            out.push(diff(
-                "jump-duplicated",
-                Some(jumps.duplicates[0].position),
-                format!(
-                    "POSTROUTING jumps to {} {} times (rules {:?})",
-                    desired.chain,
-                    positions.len(),
-                    positions
-                ),
-            ));
-        }
-        Some(_) => {}
-    }
-    for jump in jumps.stale {
-        out.push(diff(
-            "jump-stale",
-            Some(jump.position),
-            format!(
-                "POSTROUTING rule {} jumps to {} with another spelling: {}",
-                jump.position, desired.chain, jump.spec
-            ),
-        ));
-    }
-    out
-}
-
-fn family_report(family: Family, live: &LiveChain) -> FamilyReport {
+fn family_report(family: Family, live: &Inspection) -> FamilyReport {
     let rules = live
         .rules
         .iter()
-        .enumerate()
-        .map(|(i, line)| {
-            let counters = live.counters.get(i).copied().flatten();
-            RuleReport {
-                number: i + 1,
-                view: describe_rule(line),
-                packets: counters.map(|c| c.packets),
-                bytes: counters.map(|c| c.bytes),
-                rule: line.clone(),
-            }
+        .map(|rule| RuleReport {
+            number: rule.number,
+            view: rule.view.clone(),
+            packets: rule.counters.map(|c| c.packets),
+            bytes: rule.counters.map(|c| c.bytes),
+            rule: rule.text.clone(),
         })
         .collect();
     FamilyReport {
         family: family.to_string(),
-        installed: live.chain_exists,
+        installed: live.installed,
         jump: JumpReport {
-            present: !live.jumps.is_empty(),
-            copies: live.jumps.len(),
-            positions: live.jumps.iter().map(|j| j.position).collect(),
-            postrouting_rules: live.postrouting_rules,
+            present: !live.entry_jumps.is_empty(),
+            copies: live.entry_jumps.len(),
+            positions: live.entry_jumps.iter().map(|j| j.position).collect(),
+            postrouting_rules: live.hook_rules,
         },
         rules,
     }
@@ -384,6 +286,25 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
     }
     if let Some(sync) = &report.sync {
         out.push('\n');
+        if let Some(agent) = &report.agent {
+            out.push_str(&format!(
+                "{} pid {}, {}, config {} ({})\n",
+                style.bold("agent:  "),
+                agent.pid,
+                agent.backend,
+                agent.config,
+                agent.config_source
+            ));
+        }
+        for flag in &sync.flags_differ_from_agent {
+            out.push_str(&format!(
+                "{}\n",
+                style.warning(&format!(
+                    "{} is {} here but {} in the running agent: this verdict is not the agent's",
+                    flag.flag, flag.here, flag.agent
+                ))
+            ));
+        }
         if sync.in_sync {
             out.push_str(&format!(
                 "{} {}\n",
@@ -404,6 +325,18 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
             }
         }
     }
+    for elsewhere in &report.also_installed_in {
+        out.push_str(&format!(
+            "\n{}\n",
+            style.error(&format!(
+                "{} also exists in {} ({}): rules in two variants mean two agents or a changed mode; remove the stale copy with `ipmasq cleanup --all-variants=false --iptables-mode={}`",
+                report.chain,
+                elsewhere.backend,
+                elsewhere.families.join(", "),
+                elsewhere.backend.trim_start_matches("iptables-")
+            ))
+        ));
+    }
     if !report.installed {
         out.push_str(&format!(
             "\n{}\n",
@@ -416,14 +349,27 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
     out
 }
 
-/// Loads `--config` as the agent would; prints its problems and returns None when invalid.
-fn load_config(path: &std::path::Path, options: &config::Options) -> Result<Config, Exit> {
+/// Loads a config as the agent would; prints its problems and returns the exit code when it
+/// is invalid. `must_exist`: a path given by hand must name a file (the agent would fall back
+/// to defaults, which is rarely what a typo meant).
+fn load_config(
+    path: &std::path::Path,
+    options: &config::Options,
+    must_exist: bool,
+) -> Result<Config, Exit> {
+    if must_exist && std::fs::symlink_metadata(path).is_err() {
+        eprintln!(
+            "ipmasq show: --config {}: no such file (the agent would use the defaults; to judge against them, omit --config while no agent runs)",
+            path.display()
+        );
+        return Err(Exit::Usage);
+    }
     match config::load(path, options) {
         Err(err) => {
             eprintln!("ipmasq show: {err}");
             Err(Exit::Usage)
         }
-        Ok(loaded) => match loaded.checked.config {
+        Ok(loaded) => match loaded.checked.config().cloned() {
             Some(config) => Ok(config),
             None => {
                 let source = std::fs::read_to_string(path).ok();
@@ -441,26 +387,59 @@ fn load_config(path: &std::path::Path, options: &config::Options) -> Result<Conf
     }
 }
 
-/// Reads one family; IPv6 counts as absent when ip6tables is not installed.
+/// Reads one family; IPv6 counts as absent when its tools are not installed (a missing IPv4
+/// tool is an error worth its own exit status).
 fn inspect(
-    backend: &Iptables,
+    backend: &dyn Backend,
     family: Family,
-    chain: &ChainName,
-) -> Result<Option<LiveChain>, BackendError> {
-    if family == Family::V6 && !backend.installed(Family::V6) {
+    flags: &RuleFlags,
+) -> Result<Option<Inspection>, BackendError> {
+    if family == Family::V6 && !backend.family_available(family) {
         return Ok(None);
     }
-    Backend::inspect(backend, family, chain).map(Some)
+    let names = crate::plan::Names {
+        chain: flags.masq_chain.clone(),
+    };
+    backend.inspect(family, &names).map(Some)
+}
+
+/// The rule flags of a running agent, as `show` would take them on its command line.
+fn agent_flags(agent: &AgentState, given: &RuleFlags) -> Option<RuleFlags> {
+    let mut flags = given.clone();
+    flags.masq_chain = agent.rules.masq_chain.parse().ok()?;
+    flags.config_flags.enable_ipv6 = agent.rules.enable_ipv6;
+    flags.config_flags.nomasq_all_reserved_ranges = agent.rules.nomasq_all_reserved_ranges;
+    flags.random_fully = agent.rules.random_fully;
+    flags.to_ports = agent.rules.to_ports.parse().ok()?;
+    Some(flags)
 }
 
 /// Runs `ipmasq show`.
 pub fn run(args: &ShowArgs) -> Exit {
-    let chain = &args.rules.masq_chain;
-    let (variant, why) = choose_variant(args.rules.iptables_mode);
-    let backend = Iptables::new(variant);
+    let agent = running_agent(&state_dir(args.state_dir.as_deref()));
+    // Judge against the running agent unless told otherwise: its backend (when the mode is
+    // left to auto), and, without --config, its config and flags.
+    let judged_by_agent = agent.as_ref().filter(|_| args.config.is_none());
+    let flags = match judged_by_agent.and_then(|a| agent_flags(a, &args.rules)) {
+        Some(flags) => flags,
+        None => args.rules.clone(),
+    };
+    let agent_choice = agent
+        .as_ref()
+        .filter(|_| args.rules.iptables_mode == IptablesMode::Auto)
+        .and_then(|a| choice_by_name(&a.backend));
+    let selected = match agent_choice {
+        Some(choice) => {
+            let mut selected = select(choice);
+            selected.reason = "the running agent's backend".into();
+            selected
+        }
+        None => choose_backend(args.rules.iptables_mode),
+    };
+    let backend = selected.backend.as_ref();
     let mut lives = Vec::new();
-    for family in [Family::V4, Family::V6] {
-        match inspect(&backend, family, chain) {
+    for family in Family::ALL {
+        match inspect(backend, family, &flags) {
             Ok(Some(live)) => lives.push((family, live)),
             Ok(None) => {}
             Err(err) => {
@@ -469,50 +448,91 @@ pub fn run(args: &ShowArgs) -> Exit {
             }
         }
     }
-    let sync = match &args.config {
+    // The whole node: does any other backend hold our chain too?
+    let mut also_installed_in = Vec::new();
+    for other in every_backend() {
+        if other.name() == backend.name() {
+            continue;
+        }
+        let families: Vec<String> = Family::ALL
+            .into_iter()
+            .filter(|&f| {
+                matches!(inspect(other.as_ref(), f, &flags), Ok(Some(live)) if live.holds_anything())
+            })
+            .map(|f| f.to_string())
+            .collect();
+        if !families.is_empty() {
+            also_installed_in.push(Elsewhere {
+                backend: other.name(),
+                families,
+            });
+        }
+    }
+    let config_path = args
+        .config
+        .clone()
+        .or_else(|| judged_by_agent.map(|a| a.config.clone().into()));
+    let sync = match &config_path {
         None => None,
         Some(path) => {
-            let options = args.rules.config_flags.options();
-            let config = match load_config(path, &options) {
+            let options = flags.config_flags.options();
+            let config = match load_config(path, &options, args.config.is_some()) {
                 Ok(config) => config,
                 Err(exit) => return exit,
             };
-            let (plan, _) = plan_options(&args.rules, &backend);
-            let mut diffs = Vec::new();
+            let (plan, _) = plan_options(&flags, backend);
+            let mut differences = Vec::new();
             for family in crate::plan::families(&plan) {
-                let desired = Rendered::new(&plan_family(&config, &plan, family));
+                let desired = plan_family(&config, &plan, family);
                 let live = lives
                     .iter()
                     .find(|(f, _)| *f == family)
                     .map(|(_, l)| l.clone())
                     .unwrap_or_default();
-                diffs.extend(differences(&desired, &live));
+                differences.extend(
+                    backend
+                        .compare(&desired, &live)
+                        .iter()
+                        .map(DifferenceReport::from),
+                );
             }
-            Some(SyncReport {
+            let flags_differ_from_agent = match (&agent, args.config.is_some()) {
+                (Some(agent), true) => super::rule_settings(&flags)
+                    .differences(&agent.rules)
+                    .into_iter()
+                    .map(|(flag, here, theirs)| FlagDifference {
+                        flag: flag.to_string(),
+                        here,
+                        agent: theirs,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            Some(SyncVerdict {
                 config: path.display().to_string(),
-                in_sync: diffs.is_empty(),
-                differences: diffs,
+                in_sync: differences.is_empty(),
+                differences,
+                flags_differ_from_agent,
             })
         }
     };
     let families: Vec<FamilyReport> = lives
         .iter()
         .filter(|(family, live)| {
-            *family == Family::V4
-                || live.chain_exists
-                || !live.jumps.is_empty()
-                || args.rules.config_flags.enable_ipv6
+            *family == Family::V4 || live.holds_anything() || flags.config_flags.enable_ipv6
         })
         .map(|(family, live)| family_report(*family, live))
         .collect();
     let report = ShowReport {
         schema_version: 1,
         backend: backend.name(),
-        backend_choice: why,
-        chain: chain.to_string(),
-        installed: lives.iter().any(|(_, l)| l.chain_exists),
+        backend_choice: selected.reason,
+        chain: flags.masq_chain.to_string(),
+        installed: lives.iter().any(|(_, l)| l.installed),
         families,
         sync,
+        also_installed_in,
+        agent,
     };
     let text = match args.output {
         ShowFormat::Json => to_json(&report),
@@ -523,7 +543,9 @@ pub fn run(args: &ShowArgs) -> Exit {
     print!("{text}");
     if !report.installed {
         Exit::NotInstalled
-    } else if report.sync.as_ref().is_some_and(|s| !s.in_sync) {
+    } else if report.sync.as_ref().is_some_and(|s| !s.in_sync)
+        || !report.also_installed_in.is_empty()
+    {
         Exit::Failure
     } else {
         Exit::Ok
@@ -533,81 +555,70 @@ pub fn run(args: &ShowArgs) -> Exit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::iptables::{diff, parse_saved, transaction};
-    use crate::config::Options;
-    use crate::plan::{plan, PlanOptions};
+    use crate::backend::{Counters, EntryJump, LiveRule};
 
-    fn desired() -> Rendered {
-        let sets = plan(
-            &Config::defaults(&Options::default()),
-            &PlanOptions::default(),
-        );
-        Rendered::new(&sets[0])
+    fn rule(number: usize, view: RuleView, counters: Counters) -> LiveRule {
+        LiveRule {
+            number,
+            view,
+            decision: None,
+            counters: Some(counters),
+            text: String::new(),
+        }
     }
 
-    fn live_after_first_sync() -> LiveChain {
-        let d = desired();
-        let script = transaction(&d, &diff(&d, &LiveChain::default()));
-        parse_saved(&script, &d.chain)
+    fn ret(destination: &str) -> RuleView {
+        RuleView {
+            action: "RETURN".into(),
+            destination: Some(destination.into()),
+            comment: Some("ip-masq-agent: local traffic is not subject to MASQUERADE".into()),
+            ..RuleView::default()
+        }
     }
 
-    #[test]
-    fn in_sync_has_no_differences() {
-        assert!(differences(&desired(), &live_after_first_sync()).is_empty());
+    fn masq(protocol: Option<&str>, ports: Option<&str>, probability: Option<&str>) -> RuleView {
+        RuleView {
+            action: "MASQUERADE".into(),
+            protocol: protocol.map(Into::into),
+            to_ports: ports.map(Into::into),
+            probability: probability.map(Into::into),
+            random_fully: true,
+            ..RuleView::default()
+        }
     }
 
-    #[test]
-    fn missing_extra_and_reordered_rules_are_named() {
-        let d = desired();
-        let mut live = live_after_first_sync();
-        live.rules.remove(2);
-        live.rules
-            .push("-A IP-MASQ-AGENT -d 1.2.3.4/32 -j ACCEPT".into());
-        let kinds: Vec<&str> = differences(&d, &live).iter().map(|x| x.kind).collect();
-        assert_eq!(kinds, ["missing-rule", "extra-rule"]);
-        let diffs = differences(&d, &live);
-        assert_eq!(diffs[0].detail, "rule 3 missing: RETURN 172.16.0.0/12");
-        assert_eq!(diffs[1].detail, "rule 5 not planned: ACCEPT 1.2.3.4/32");
-
-        let mut live = live_after_first_sync();
-        live.rules.swap(1, 2);
-        let diffs = differences(&d, &live);
-        assert_eq!(diffs.len(), 2);
-        assert!(diffs.iter().all(|x| x.kind == "out-of-order"));
-        assert_eq!(
-            diffs[0].detail,
-            "rule 2 is RETURN 172.16.0.0/12, planned RETURN 10.0.0.0/8"
-        );
-    }
-
-    #[test]
-    fn jump_problems_are_named() {
-        let d = desired();
-        let mut live = live_after_first_sync();
-        live.jumps.push(live.jumps[0].clone());
-        live.jumps[1].position = 2;
-        assert_eq!(differences(&d, &live)[0].kind, "jump-duplicated");
-        live.jumps.clear();
-        assert_eq!(differences(&d, &live)[0].kind, "jump-missing");
-        assert_eq!(
-            differences(&d, &LiveChain::default())
-                .iter()
-                .map(|x| x.kind)
-                .collect::<Vec<_>>(),
-            ["chain-missing", "jump-missing"]
-        );
+    fn inspection(views: Vec<RuleView>, counters: Counters) -> Inspection {
+        Inspection {
+            installed: true,
+            rules: views
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| rule(i + 1, v, counters))
+                .collect(),
+            entry_jumps: vec![EntryJump {
+                position: 1,
+                text: String::new(),
+                counters: None,
+            }],
+            hook_rules: 1,
+        }
     }
 
     #[test]
     fn default_table_fits_80_columns() {
-        let mut live = live_after_first_sync();
-        live.counters = vec![
-            Some(crate::backend::iptables::Counters {
+        let live = inspection(
+            vec![
+                ret("169.254.0.0/16"),
+                ret("10.0.0.0/8"),
+                ret("172.16.0.0/12"),
+                ret("192.168.0.0/16"),
+                masq(None, None, None),
+            ],
+            Counters {
                 packets: 123_456_789,
                 bytes: 98_765_432_100,
-            });
-            live.rules.len()
-        ];
+            },
+        );
         let report = family_report(Family::V4, &live);
         let text = table(&report, false);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
@@ -617,21 +628,23 @@ mod tests {
 
     #[test]
     fn to_ports_rules_fit_80_columns() {
-        let options = PlanOptions {
-            to_ports: "1024-29999,32768-65535".parse().unwrap(),
-            ..PlanOptions::default()
-        };
-        let sets = plan(&Config::defaults(&Options::default()), &options);
-        let d = Rendered::new(&sets[0]);
-        let script = transaction(&d, &diff(&d, &LiveChain::default()));
-        let mut live = parse_saved(&script, &d.chain);
-        live.counters = vec![
-            Some(crate::backend::iptables::Counters {
+        let mut views = vec![ret("10.0.0.0/8")];
+        for protocol in ["tcp", "udp", "sctp"] {
+            views.push(masq(
+                Some(protocol),
+                Some("1024-29999"),
+                Some("0.46929256292"),
+            ));
+            views.push(masq(Some(protocol), Some("32768-65535"), None));
+        }
+        views.push(masq(None, None, None));
+        let live = inspection(
+            views,
+            Counters {
                 packets: 999_999,
                 bytes: 999_999_999,
-            });
-            live.rules.len()
-        ];
+            },
+        );
         let text = table(&family_report(Family::V4, &live), false);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("tcp 1024-29999"), "{text}");

@@ -109,7 +109,7 @@ impl Entry {
         strict: bool,
         source: Option<std::rc::Rc<String>>,
     ) -> Self {
-        let mut diagnostics = checked.diagnostics;
+        let (config, mut diagnostics) = checked.into_parts();
         if strict {
             for d in &mut diagnostics {
                 d.severity = Severity::Error;
@@ -117,7 +117,7 @@ impl Entry {
         }
         let errors = diagnostics.iter().filter(|d| d.is_error()).count();
         let warnings = diagnostics.len() - errors;
-        let valid = errors == 0 && checked.config.is_some();
+        let valid = errors == 0 && config.is_some();
         Entry {
             path: path.to_string(),
             kind,
@@ -126,7 +126,7 @@ impl Entry {
             errors,
             warnings,
             diagnostics: diagnostics.iter().map(JsonDiagnostic::from).collect(),
-            effective: if valid { checked.config } else { None },
+            effective: if valid { config } else { None },
             source,
             raw: diagnostics,
         }
@@ -137,10 +137,7 @@ impl Entry {
         let reason = message
             .strip_prefix(&format!("{path}: "))
             .unwrap_or(&message);
-        let checked = Checked {
-            config: None,
-            diagnostics: vec![Diagnostic::error(Code::Io, reason)],
-        };
+        let checked = Checked::rejected(vec![Diagnostic::error(Code::Io, reason)]);
         Entry::new(path, EntryKind::Unreadable, checked, false, None)
     }
 }
@@ -232,10 +229,7 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> Ve
                     })
                     .collect(),
                 Err(diag) => {
-                    let checked = Checked {
-                        config: None,
-                        diagnostics: vec![diag],
-                    };
+                    let checked = Checked::rejected(vec![diag]);
                     vec![Entry::new(
                         path,
                         EntryKind::Configmap,
@@ -279,10 +273,7 @@ pub fn build_report(args: &ValidateArgs) -> Report {
                         results.extend(check_source(&name, text.text, &options, args.strict))
                     }
                     Ok(None) if !explicit => {
-                        let checked = Checked {
-                            config: Some(Config::defaults(&options)),
-                            diagnostics: Vec::new(),
-                        };
+                        let checked = Checked::new(Config::defaults(&options), Vec::new());
                         results.push(Entry::new(&name, EntryKind::Defaults, checked, false, None));
                     }
                     Ok(None) => results.push(Entry::unreadable(&name, &ReadError::NotFound(path))),

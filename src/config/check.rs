@@ -4,7 +4,7 @@
 
 use super::cidr::{has_padded_prefix, parse_cidr, CidrError};
 use super::diagnostic::{Code, Diagnostic};
-use super::duration::parse_go_duration;
+use super::duration::{parse_go_duration, GoDuration};
 use super::yaml::{parse_stream, Location, Node, Resolved, Stream, Value, YamlError};
 use super::{default_cidrs, Checked, Config, Options};
 use ipnet::IpNet;
@@ -18,14 +18,13 @@ const KEY_RESYNC: &str = "resyncInterval";
 /// non-masquerade-daemon's key, the inverse of `masqLinkLocal`; accepted with a warning.
 const KEY_LEGACY_LINK_LOCAL: &str = "linkLocal";
 
-/// The keys we suggest and list in hints (not the deprecated `linkLocal`).
-const SUPPORTED_KEYS: [&str; 5] = [
-    KEY_CIDRS,
-    KEY_CIDR_LIMIT,
-    KEY_MASQ_LINK_LOCAL,
-    KEY_MASQ_LINK_LOCAL_V6,
-    KEY_RESYNC,
-];
+/// The keys we suggest and list in hints: every field but the deprecated `linkLocal`.
+fn supported_keys() -> impl Iterator<Item = &'static str> {
+    Field::ALL
+        .into_iter()
+        .filter(|f| *f != Field::LegacyLinkLocal)
+        .map(Field::canonical)
+}
 
 /// Parses and checks a config text (YAML 1.1 or JSON).
 pub fn check_text(text: &str, options: &Options) -> Checked {
@@ -37,12 +36,11 @@ pub fn check_parsed(parsed: &Result<Stream, YamlError>, options: &Options) -> Ch
     let stream = match parsed {
         Ok(stream) => stream,
         Err(err) => {
-            return Checked {
-                config: None,
-                diagnostics: vec![
-                    Diagnostic::error(Code::YamlSyntax, err.message.clone()).at(err.location)
-                ],
-            }
+            return Checked::rejected(vec![Diagnostic::error(
+                Code::YamlSyntax,
+                err.message.clone(),
+            )
+            .at(err.location)])
         }
     };
     let mut diagnostics = Vec::new();
@@ -85,10 +83,12 @@ pub fn check_parsed(parsed: &Result<Stream, YamlError>, options: &Options) -> Ch
     };
     let root = stream.documents.first().unwrap_or(&empty);
     let mut checked = check_document(root, options);
-    diagnostics.append(&mut checked.diagnostics);
-    // Report in reading order; findings without a position first.
-    diagnostics.sort_by_key(|d| d.location.map(|l| (l.line, l.column)));
-    checked.diagnostics = diagnostics;
+    checked.edit_diagnostics(|found| {
+        diagnostics.append(found);
+        // Report in reading order; findings without a position first.
+        diagnostics.sort_by_key(|d| d.location.map(|l| (l.line, l.column)));
+        std::mem::swap(found, &mut diagnostics);
+    });
     checked
 }
 
@@ -104,6 +104,16 @@ enum Field {
 }
 
 impl Field {
+    /// Every field the config file has: the one list of them.
+    const ALL: [Field; 6] = [
+        Field::Cidrs,
+        Field::CidrLimit,
+        Field::MasqLinkLocal,
+        Field::MasqLinkLocalV6,
+        Field::Resync,
+        Field::LegacyLinkLocal,
+    ];
+
     fn canonical(self) -> &'static str {
         match self {
             Field::Cidrs => KEY_CIDRS,
@@ -118,16 +128,9 @@ impl Field {
     /// Go's `encoding/json` matches field names case-insensitively.
     fn from_key(key: &str) -> Option<Field> {
         let folded = key.to_lowercase();
-        [
-            Field::Cidrs,
-            Field::CidrLimit,
-            Field::MasqLinkLocal,
-            Field::MasqLinkLocalV6,
-            Field::Resync,
-            Field::LegacyLinkLocal,
-        ]
-        .into_iter()
-        .find(|f| f.canonical().to_lowercase() == folded)
+        Field::ALL
+            .into_iter()
+            .find(|f| f.canonical().to_lowercase() == folded)
     }
 }
 
@@ -220,10 +223,7 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
                 .at(root.location)
                 .hint("start with a key, e.g. `nonMasqueradeCIDRs: [10.0.0.0/8]`"),
             );
-            return Checked {
-                config: None,
-                diagnostics: diags,
-            };
+            return Checked::rejected(diags);
         }
     };
 
@@ -231,10 +231,7 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
         Ok(entries) => entries,
         Err(d) => {
             diags.push(d);
-            return Checked {
-                config: None,
-                diagnostics: diags,
-            };
+            return Checked::rejected(diags);
         }
     };
 
@@ -258,7 +255,10 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
             if let Some(suggestion) = suggest_key(text) {
                 d = d.hint(format!("did you mean {suggestion}?"));
             } else {
-                d = d.hint(format!("known keys: {}", SUPPORTED_KEYS.join(", ")));
+                d = d.hint(format!(
+                    "known keys: {}",
+                    supported_keys().collect::<Vec<_>>().join(", ")
+                ));
             }
             diags.push(d);
             continue;
@@ -305,82 +305,102 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
     }
     let get = |field: Field| assigned.iter().find(|(f, _)| *f == field).map(|(_, a)| a);
 
+    // One decoder per field; each reports its own findings. Validity is not book-kept here:
+    // `Checked::new` keeps the config exactly when no finding is an error.
     let mut config = Config::defaults(options);
-    let mut failed = false;
-
-    // nonMasqueradeCIDRs: a list replaces the defaults; null or [] means an empty list.
-    let mut cidr_nodes: Option<Vec<&Node>> = None;
-    if let Some(a) = get(Field::Cidrs) {
-        match &a.value.value {
-            Value::Sequence(items) => {
-                if items.is_empty() {
-                    diags.push(empty_list_warning(a.key.location));
-                }
-                cidr_nodes = Some(items.iter().collect());
-            }
-            Value::Scalar(s) if s.resolve() == Resolved::Null => {
-                diags.push(empty_list_warning(a.key.location));
-                cidr_nodes = Some(Vec::new());
-            }
-            _ => {
-                failed = true;
-                let mut d = wrong_type(a, "a list of CIDR strings");
-                if a.value.as_str().is_some() {
-                    d = d.hint(format!(
-                        "write it as a list: `{KEY_CIDRS}: [{}]`",
-                        a.value.as_str().unwrap_or_default()
-                    ));
-                }
-                diags.push(d);
-            }
-        }
+    let cidr_nodes = get(Field::Cidrs).and_then(|a| decode_cidr_list(a, &mut diags));
+    if let Some(limit) = get(Field::CidrLimit).and_then(|a| decode_cidr_limit(a, &mut diags)) {
+        config.cidr_limit = limit;
     }
-
-    if let Some(a) = get(Field::CidrLimit) {
-        match decode_int(a.value) {
-            IntValue::Absent => {}
-            IntValue::Int(v) => config.cidr_limit = v,
-            IntValue::Invalid => {
-                failed = true;
-                diags.push(wrong_type(a, "an integer"));
-            }
-        }
+    if let Some(v) = get(Field::MasqLinkLocal).and_then(|a| decode_bool(a, &mut diags)) {
+        config.masq_link_local = v;
     }
-
-    for (field, slot) in [
-        (Field::MasqLinkLocal, &mut config.masq_link_local),
-        (Field::MasqLinkLocalV6, &mut config.masq_link_local_ipv6),
-    ] {
-        if let Some(a) = get(field) {
-            match decode_bool(a, &mut diags) {
-                BoolValue::Absent => {}
-                BoolValue::Bool(v) => *slot = v,
-                BoolValue::Invalid => failed = true,
-            }
-        }
+    if let Some(v) = get(Field::MasqLinkLocalV6).and_then(|a| decode_bool(a, &mut diags)) {
+        config.masq_link_local_ipv6 = v;
     }
-
     if let Some(a) = get(Field::LegacyLinkLocal) {
-        let mut d = Diagnostic::warning(
-            Code::DeprecatedLinkLocal,
-            format!(
-                "`{KEY_LEGACY_LINK_LOCAL}` is non-masquerade-daemon's deprecated key (true = do not masquerade link-local)"
-            ),
-        )
-        .at(a.key.location);
-        let decoded = decode_bool(a, &mut diags);
-        if let BoolValue::Invalid = decoded {
-            failed = true;
+        if let Some(v) = decode_legacy_link_local(a, get(Field::MasqLinkLocal), &mut diags) {
+            config.masq_link_local = v;
         }
-        if let BoolValue::Bool(non_masq) = decoded {
-            let replacement = !non_masq;
-            d = d.hint(format!(
-                "write `{KEY_MASQ_LINK_LOCAL}: {replacement}` instead"
-            ));
-            if let Some(m) = get(Field::MasqLinkLocal) {
-                if let BoolValue::Bool(masq) = decode_bool(m, &mut Vec::new()) {
+    }
+    if let Some(d) = get(Field::Resync).and_then(|a| decode_resync(a, &mut diags)) {
+        config.resync_interval = d;
+    }
+    // Cross-field: the CIDR list against the limit and the flags.
+    let limit_location = get(Field::CidrLimit)
+        .map(|a| a.value.location)
+        .or_else(|| get(Field::Cidrs).map(|a| a.key.location));
+    config.non_masquerade_cidrs = check_cidrs(
+        cidr_nodes.as_deref(),
+        config.cidr_limit,
+        limit_location,
+        options,
+        &mut diags,
+    );
+    Checked::new(config, diags)
+}
+
+/// `nonMasqueradeCIDRs`: a list replaces the defaults; null or [] means an empty list. The
+/// entries themselves are checked with the limit, in `check_cidrs`.
+fn decode_cidr_list<'a>(a: &Assigned<'a>, diags: &mut Vec<Diagnostic>) -> Option<Vec<&'a Node>> {
+    match &a.value.value {
+        Value::Sequence(items) => {
+            if items.is_empty() {
+                diags.push(empty_list_warning(a.key.location));
+            }
+            Some(items.iter().collect())
+        }
+        Value::Scalar(s) if s.resolve() == Resolved::Null => {
+            diags.push(empty_list_warning(a.key.location));
+            Some(Vec::new())
+        }
+        _ => {
+            let mut d = wrong_type(a, "a list of CIDR strings");
+            if let Some(text) = a.value.as_str() {
+                d = d.hint(format!("write it as a list: `{KEY_CIDRS}: [{text}]`"));
+            }
+            diags.push(d);
+            None
+        }
+    }
+}
+
+/// `cidrLimit`: an integer; null keeps the default.
+fn decode_cidr_limit(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<i64> {
+    match decode_int(a.value) {
+        IntValue::Absent => None,
+        IntValue::Int(v) => Some(v),
+        IntValue::Invalid => {
+            diags.push(wrong_type(a, "an integer"));
+            None
+        }
+    }
+}
+
+/// non-masquerade-daemon's `linkLocal` (the inverse of `masqLinkLocal`): the value it stands
+/// for, unless `masqLinkLocal` is also given (then only a contradiction is reported).
+fn decode_legacy_link_local(
+    a: &Assigned,
+    masq_link_local: Option<&Assigned>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<bool> {
+    let mut note = Diagnostic::warning(
+        Code::DeprecatedLinkLocal,
+        format!(
+            "`{KEY_LEGACY_LINK_LOCAL}` is non-masquerade-daemon's deprecated key (true = do not masquerade link-local)"
+        ),
+    )
+    .at(a.key.location);
+    let mut result = None;
+    if let Some(non_masq) = decode_bool(a, diags) {
+        let replacement = !non_masq;
+        note = note.hint(format!(
+            "write `{KEY_MASQ_LINK_LOCAL}: {replacement}` instead"
+        ));
+        match masq_link_local {
+            Some(m) => {
+                if let Some(masq) = decode_bool(m, &mut Vec::new()) {
                     if masq != replacement {
-                        failed = true;
                         diags.push(
                             Diagnostic::error(
                                 Code::LinkLocalConflict,
@@ -394,66 +414,72 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
                         );
                     }
                 }
-            } else {
-                config.masq_link_local = replacement;
             }
+            None => result = Some(replacement),
         }
+    }
+    diags.push(note);
+    result
+}
+
+/// `resyncInterval`: a positive Go duration string.
+fn decode_resync(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<GoDuration> {
+    let Some(text) = a.value.as_str() else {
+        let got = match a.value.as_scalar() {
+            Some(s) if s.resolve() == Resolved::Null => "null".to_string(),
+            Some(s) => s.text.clone(),
+            None => a.value.kind_name().to_string(),
+        };
+        let mut d = Diagnostic::error(
+            Code::WrongType,
+            format!("expected string value for unmarshal to field of type Duration, got {got:?}"),
+        )
+        .at(a.value.location);
+        d = if matches!(
+            a.value.as_scalar().map(|s| s.resolve()),
+            Some(Resolved::Int(_) | Resolved::Float(_))
+        ) {
+            d.hint(format!("add a unit: `{KEY_RESYNC}: {got}s`"))
+        } else {
+            d.hint("write a Go duration such as `60s`")
+        };
         diags.push(d);
-    }
-
-    if let Some(a) = get(Field::Resync) {
-        match a.value.as_str() {
-            Some(text) => match parse_go_duration(text) {
-                Ok(d) if d.0 > 0 => config.resync_interval = d,
-                Ok(d) => {
-                    failed = true;
-                    diags.push(
-                        Diagnostic::error(
-                            Code::NonPositiveDuration,
-                            format!("{KEY_RESYNC} must be positive, got {d}"),
-                        )
-                        .at(a.value.location)
-                        .hint("use e.g. `60s`; a zero interval would resync in a busy loop"),
-                    );
-                }
-                Err(err) => {
-                    failed = true;
-                    diags.push(
-                        Diagnostic::error(Code::InvalidDuration, err.to_string())
-                            .at(a.value.location)
-                            .hint("write a Go duration: a number and a unit (ns, us, ms, s, m, h), e.g. `60s`, `1m30s`"),
-                    );
-                }
-            },
-            None => {
-                failed = true;
-                let got = match a.value.as_scalar() {
-                    Some(s) if s.resolve() == Resolved::Null => "null".to_string(),
-                    Some(s) => s.text.clone(),
-                    None => a.value.kind_name().to_string(),
-                };
-                let mut d = Diagnostic::error(
-                    Code::WrongType,
-                    format!(
-                        "expected string value for unmarshal to field of type Duration, got {got:?}"
-                    ),
+        return None;
+    };
+    match parse_go_duration(text) {
+        Ok(d) if d.0 > 0 => Some(d),
+        Ok(d) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::NonPositiveDuration,
+                    format!("{KEY_RESYNC} must be positive, got {d}"),
                 )
-                .at(a.value.location);
-                d = if matches!(
-                    a.value.as_scalar().map(|s| s.resolve()),
-                    Some(Resolved::Int(_) | Resolved::Float(_))
-                ) {
-                    d.hint(format!("add a unit: `{KEY_RESYNC}: {got}s`"))
-                } else {
-                    d.hint("write a Go duration such as `60s`")
-                };
-                diags.push(d);
-            }
+                .at(a.value.location)
+                .hint("use e.g. `60s`; a zero interval would resync in a busy loop"),
+            );
+            None
+        }
+        Err(err) => {
+            diags.push(
+                Diagnostic::error(Code::InvalidDuration, err.to_string())
+                    .at(a.value.location)
+                    .hint("write a Go duration: a number and a unit (ns, us, ms, s, m, h), e.g. `60s`, `1m30s`"),
+            );
+            None
         }
     }
+}
 
-    // The CIDR list itself: upstream's limit first, then every entry.
-    let written: Vec<(String, Option<Location>)> = match &cidr_nodes {
+/// The CIDR list (the file's, or the defaults when it has none) against `cidrLimit` and the
+/// flags: upstream's limit first, then every entry; returns the entries that parsed.
+fn check_cidrs(
+    nodes: Option<&[&Node]>,
+    cidr_limit: i64,
+    limit_location: Option<Location>,
+    options: &Options,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<IpNet> {
+    let written: Vec<(String, Option<Location>)> = match nodes {
         Some(nodes) => {
             let mut out = Vec::new();
             for node in nodes {
@@ -465,20 +491,17 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
                     Value::Scalar(s) if s.resolve() == Resolved::Null => {
                         out.push((String::new(), Some(node.location)))
                     }
-                    _ => {
-                        failed = true;
-                        diags.push(
-                            Diagnostic::error(
-                                Code::WrongType,
-                                format!(
-                                    "each {KEY_CIDRS} entry must be a CIDR string, got {}",
-                                    node.kind_name()
-                                ),
-                            )
-                            .at(node.location)
-                            .hint("quote it if it is meant as text, e.g. \"10.0.0.0/8\""),
-                        );
-                    }
+                    _ => diags.push(
+                        Diagnostic::error(
+                            Code::WrongType,
+                            format!(
+                                "each {KEY_CIDRS} entry must be a CIDR string, got {}",
+                                node.kind_name()
+                            ),
+                        )
+                        .at(node.location)
+                        .hint("quote it if it is meant as text, e.g. \"10.0.0.0/8\""),
+                    ),
                 }
             }
             out
@@ -488,19 +511,12 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
             .map(|c| (c.to_string(), None))
             .collect(),
     };
-    let limit_location = get(Field::CidrLimit)
-        .map(|a| a.value.location)
-        .or_else(|| get(Field::Cidrs).map(|a| a.key.location));
-    let count = cidr_nodes.as_ref().map_or(written.len(), Vec::len);
-    if config.cidr_limit < 0 {
-        failed = true;
+    let count = nodes.map_or(written.len(), <[&Node]>::len);
+    if cidr_limit < 0 {
         diags.push(
             Diagnostic::error(
                 Code::NegativeCidrLimit,
-                format!(
-                    "{KEY_CIDR_LIMIT} must not be negative, got {}",
-                    config.cidr_limit
-                ),
+                format!("{KEY_CIDR_LIMIT} must not be negative, got {cidr_limit}"),
             )
             .at_opt(limit_location)
             .hint(format!(
@@ -508,14 +524,12 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
                 super::DEFAULT_CIDR_LIMIT
             )),
         );
-    } else if count as i64 > config.cidr_limit {
-        failed = true;
+    } else if count as i64 > cidr_limit {
         diags.push(
             Diagnostic::error(
                 Code::CidrLimitExceeded,
                 format!(
-                    "the daemon can only accept up to {} CIDRs (excluding link-local), but got {} CIDRs (excluding link local)",
-                    config.cidr_limit, count
+                    "the daemon can only accept up to {cidr_limit} CIDRs (excluding link-local), but got {count} CIDRs (excluding link local)"
                 ),
             )
             .at_opt(limit_location)
@@ -538,7 +552,6 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
                     );
                 }
                 if net.addr().is_ipv6() && !options.enable_ipv6 {
-                    failed = true;
                     diags.push(
                         Diagnostic::error(
                             Code::Ipv6NotEnabled,
@@ -553,7 +566,6 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
                 parsed.push((net, *location));
             }
             Err(err) => {
-                failed = true;
                 let (code, hint) = match &err {
                     CidrError::NotAligned { network, .. } => {
                         (Code::CidrNotAligned, format!("did you mean {network}?"))
@@ -575,15 +587,10 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
             }
         }
     }
-    if cidr_nodes.is_some() {
-        overlap_warnings(&parsed, &mut diags);
+    if nodes.is_some() {
+        overlap_warnings(&parsed, diags);
     }
-    config.non_masquerade_cidrs = parsed.into_iter().map(|(n, _)| n).collect();
-
-    Checked {
-        config: (!failed).then_some(config),
-        diagnostics: diags,
-    }
+    parsed.into_iter().map(|(n, _)| n).collect()
 }
 
 fn empty_list_warning(location: Location) -> Diagnostic {
@@ -628,19 +635,14 @@ fn decode_int(node: &Node) -> IntValue {
     }
 }
 
-enum BoolValue {
-    Absent,
-    Bool(bool),
-    Invalid,
-}
-
-fn decode_bool(a: &Assigned, diags: &mut Vec<Diagnostic>) -> BoolValue {
+/// A boolean; null keeps the default (None), and so does a wrong value (reported).
+fn decode_bool(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<bool> {
     let Some(scalar) = a.value.as_scalar() else {
         diags.push(wrong_type(a, "true or false"));
-        return BoolValue::Invalid;
+        return None;
     };
     match scalar.resolve() {
-        Resolved::Null => BoolValue::Absent,
+        Resolved::Null => None,
         Resolved::Bool(v) => {
             if scalar.is_yaml11_only_bool() {
                 diags.push(
@@ -655,7 +657,7 @@ fn decode_bool(a: &Assigned, diags: &mut Vec<Diagnostic>) -> BoolValue {
                     )),
                 );
             }
-            BoolValue::Bool(v)
+            Some(v)
         }
         Resolved::Str => {
             let mut d = wrong_type(a, "true or false");
@@ -666,11 +668,11 @@ fn decode_bool(a: &Assigned, diags: &mut Vec<Diagnostic>) -> BoolValue {
                 d = d.hint(format!("remove the quotes: `{}`", scalar.text));
             }
             diags.push(d);
-            BoolValue::Invalid
+            None
         }
         _ => {
             diags.push(wrong_type(a, "true or false"));
-            BoolValue::Invalid
+            None
         }
     }
 }
@@ -740,11 +742,10 @@ fn line_of(location: Option<Location>) -> String {
 /// The known key closest to a misspelt one, if any is close enough to be a likely typo.
 pub fn suggest_key(key: &str) -> Option<&'static str> {
     let folded = key.to_lowercase();
-    SUPPORTED_KEYS
-        .iter()
+    supported_keys()
         .map(|known| {
             let k = known.to_lowercase();
-            (levenshtein(&folded, &k), known, k)
+            (strsim::levenshtein(&folded, &k), known, k)
         })
         .filter(|(distance, _, k)| {
             let longest = folded.chars().count().max(k.chars().count());
@@ -752,22 +753,7 @@ pub fn suggest_key(key: &str) -> Option<&'static str> {
                 || (folded.len() >= 5 && (k.starts_with(&folded) || folded.starts_with(k.as_str())))
         })
         .min_by_key(|(distance, _, _)| *distance)
-        .map(|(_, known, _)| *known)
-}
-
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
+        .map(|(_, known, _)| known)
 }
 
 #[cfg(test)]

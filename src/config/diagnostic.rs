@@ -127,11 +127,12 @@ impl Diagnostic {
         self.severity == Severity::Error
     }
 
-    /// `line:col: message` (or just the message) for one-line logs.
+    /// `line:col: [code] message` (no position when it has none) for one-line logs.
     pub fn one_line(&self) -> String {
+        let code = self.code.as_str();
         let mut out = match self.location {
-            Some(l) => format!("{}:{}: {}", l.line, l.column, self.message),
-            None => self.message.clone(),
+            Some(l) => format!("{}:{}: [{code}] {}", l.line, l.column, self.message),
+            None => format!("[{code}] {}", self.message),
         };
         if let Some(hint) = &self.hint {
             out.push_str(" (");

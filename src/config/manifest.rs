@@ -73,9 +73,7 @@ pub fn check_manifest(
                             keys.join(", ")
                         ),
                     };
-                    Checked {
-                        config: None,
-                        diagnostics: vec![Diagnostic::error(
+                    Checked::rejected(vec![Diagnostic::error(
                             Code::ConfigMapWithoutConfig,
                             format!(
                                 "ConfigMap {} has no `data.{CONFIG_KEY}` key, which the DaemonSet mounts as the agent's config",
@@ -83,8 +81,7 @@ pub fn check_manifest(
                             ),
                         )
                         .at(object.location)
-                        .hint(hint)],
-                    }
+                        .hint(hint)])
                 }
             };
             results.push(ConfigMapResult {
@@ -128,37 +125,36 @@ fn collect_objects<'a>(doc: &'a Node, out: &mut Vec<&'a Node>) {
 /// Checks the embedded config text and maps its positions back into the manifest.
 fn check_embedded(source: &str, value: &Node, options: &Options) -> Checked {
     let Some(text) = value.as_str() else {
-        return Checked {
-            config: None,
-            diagnostics: vec![Diagnostic::error(
-                Code::WrongType,
-                format!(
-                    "`data.{CONFIG_KEY}` must be a string holding the agent's YAML config, got {}",
-                    value.kind_name()
-                ),
-            )
-            .at(value.location)
-            .hint(format!(
-                "write it as a block scalar: `{CONFIG_KEY}: |` followed by the indented config"
-            ))],
-        };
+        return Checked::rejected(vec![Diagnostic::error(
+            Code::WrongType,
+            format!(
+                "`data.{CONFIG_KEY}` must be a string holding the agent's YAML config, got {}",
+                value.kind_name()
+            ),
+        )
+        .at(value.location)
+        .hint(format!(
+            "write it as a block scalar: `{CONFIG_KEY}: |` followed by the indented config"
+        ))]);
     };
     let mut checked = check_text(text, options);
     let map = PositionMap::for_scalar(value);
-    for diag in &mut checked.diagnostics {
-        if let Some(inner) = diag.location {
-            let (outer, exact) = map.to_outer(source, inner);
-            diag.location = Some(outer);
-            if !exact {
-                diag.message = format!(
-                    "{} (line {}, column {} of data.{CONFIG_KEY})",
-                    diag.message, inner.line, inner.column
-                );
+    checked.edit_diagnostics(|diagnostics| {
+        for diag in diagnostics {
+            if let Some(inner) = diag.location {
+                let (outer, exact) = map.to_outer(source, inner);
+                diag.location = Some(outer);
+                if !exact {
+                    diag.message = format!(
+                        "{} (line {}, column {} of data.{CONFIG_KEY})",
+                        diag.message, inner.line, inner.column
+                    );
+                }
+            } else {
+                diag.location = Some(value.location);
             }
-        } else {
-            diag.location = Some(value.location);
         }
-    }
+    });
     checked
 }
 

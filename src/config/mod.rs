@@ -106,31 +106,72 @@ impl Config {
 
     /// The effective config as YAML with upstream's key names, for `--print-effective`.
     pub fn to_yaml(&self) -> String {
-        let mut out = String::from("nonMasqueradeCIDRs:");
-        if self.non_masquerade_cidrs.is_empty() {
-            out.push_str(" []\n");
-        } else {
-            out.push('\n');
-            for cidr in &self.non_masquerade_cidrs {
-                out.push_str(&format!("  - {cidr}\n"));
-            }
-        }
-        out.push_str(&format!(
-            "cidrLimit: {}\nmasqLinkLocal: {}\nmasqLinkLocalIPv6: {}\nresyncInterval: {}\n",
-            self.cidr_limit, self.masq_link_local, self.masq_link_local_ipv6, self.resync_interval
-        ));
-        out
+        // List items indented under their key, as the README and upstream's docs write them.
+        let mut options = serde_saphyr::SerializerOptions::default();
+        options.compact_list_indent = false;
+        serde_saphyr::to_string_with_options(self, options)
+            .unwrap_or_else(|e| format!("# cannot render YAML: {e}\n"))
     }
 }
 
-/// The outcome of checking one config: the config when no error was found, and every finding.
+/// The outcome of checking one config: the config exactly when no finding is an error (by
+/// construction: there is no other way to make one), and every finding.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Checked {
-    pub config: Option<Config>,
-    pub diagnostics: Vec<Diagnostic>,
+    config: Option<Config>,
+    diagnostics: Vec<Diagnostic>,
 }
 
 impl Checked {
+    /// A decoded config and the findings on the way: kept only if none is an error.
+    pub fn new(candidate: Config, diagnostics: Vec<Diagnostic>) -> Self {
+        let valid = !diagnostics.iter().any(Diagnostic::is_error);
+        Checked {
+            config: valid.then_some(candidate),
+            diagnostics,
+        }
+    }
+
+    /// No config: `diagnostics` must say why (an error is added if none does).
+    pub fn rejected(mut diagnostics: Vec<Diagnostic>) -> Self {
+        if !diagnostics.iter().any(Diagnostic::is_error) {
+            diagnostics.push(Diagnostic::error(
+                Code::Io,
+                "the config was rejected without a reason (a bug in ipmasq)",
+            ));
+        }
+        Checked {
+            config: None,
+            diagnostics,
+        }
+    }
+
+    /// The config, present exactly when no diagnostic is an error.
+    pub fn config(&self) -> Option<&Config> {
+        self.config.as_ref()
+    }
+
+    pub fn into_config(self) -> Option<Config> {
+        self.config
+    }
+
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        &self.diagnostics
+    }
+
+    pub fn into_parts(self) -> (Option<Config>, Vec<Diagnostic>) {
+        (self.config, self.diagnostics)
+    }
+
+    /// Rewrites the findings (positions, messages, order); an error added here rejects the
+    /// config, so the invariant holds afterwards too.
+    pub fn edit_diagnostics(&mut self, edit: impl FnOnce(&mut Vec<Diagnostic>)) {
+        edit(&mut self.diagnostics);
+        if self.diagnostics.iter().any(Diagnostic::is_error) {
+            self.config = None;
+        }
+    }
+
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics.iter().filter(|d| d.is_error())
     }
@@ -162,10 +203,7 @@ pub fn load(path: &Path, options: &Options) -> Result<Loaded, ReadError> {
     match read_config_source(path)? {
         None => Ok(Loaded {
             origin: Origin::Defaults,
-            checked: Checked {
-                config: Some(Config::defaults(options)),
-                diagnostics: Vec::new(),
-            },
+            checked: Checked::new(Config::defaults(options), Vec::new()),
         }),
         Some(text) => Ok(Loaded {
             origin: Origin::File,

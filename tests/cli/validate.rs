@@ -235,3 +235,20 @@ fn mixed_inputs_exit_with_the_worst_code() {
     assert_eq!(ipmasq(&["validate", &good, &bad]).code, 1);
     assert_eq!(ipmasq(&["validate", &good, &bad, "/nonexistent"]).code, 2);
 }
+
+/// A sequence as a key is an error, so the file is invalid (the agent rejects it too: see the
+/// root test `complex_key_config_is_rejected_by_agent_once`).
+#[test]
+fn a_sequence_key_makes_the_config_invalid() {
+    let dir = Scratch::new("complex-key");
+    let config = dir.write("c.yaml", "? [a, b]\n: 1\n");
+    let run = ipmasq(&["validate", "-o", "json", config.to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["valid"], false);
+    assert_eq!(
+        report["results"][0]["diagnostics"][0]["code"],
+        "unsupported-key"
+    );
+    assert_eq!(report["results"][0]["effective"], serde_json::Value::Null);
+}

@@ -444,7 +444,8 @@ fn configmap_data_swap_applies_without_waiting_for_the_timer(variant: &'static s
 fn invalid_config_keeps_the_last_good_rules(variant: &'static str) {
     let mut node = Node::new(variant, "invalid");
     node.write_config("nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 200ms\n");
-    let (_pid, log) = node.spawn(&[]);
+    // --v=2 logs every pass, so the test can count passes instead of sleeping.
+    let (_pid, log) = node.spawn(&["--v=2"]);
     assert!(wait_until(PATIENCE, || node.returns(false)
         == ["169.254.0.0/16", "10.0.0.0/8"]));
     node.write_config("nonMasqueradeCIDRs: [10.1.2.3/8]\nresyncInterval: 200ms\n");
@@ -456,7 +457,14 @@ fn invalid_config_keeps_the_last_good_rules(variant: &'static str) {
     assert!(wait_until(PATIENCE, || node.returns(false)
         == ["169.254.0.0/16", "10.0.0.0/8"]));
     // Several resyncs later the error was logged once, not once per resync.
-    std::thread::sleep(Duration::from_millis(700));
+    let passes = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("pass done")
+            .count()
+    };
+    let seen = passes();
+    assert!(wait_until(PATIENCE, || passes() >= seen + 3));
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(text.matches("invalid config rejected").count(), 1, "{text}");
     // Removing the file means defaults.
@@ -517,6 +525,7 @@ fn dry_run_prints_and_touches_nothing(variant: &'static str) {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn auto_mode_follows_iptables_wrappers() {
     let cases: [(&str, &str, &str); 4] = [
         ("nothing anywhere", "", "nft"),
@@ -600,7 +609,8 @@ fn to_ports_and_random_fully_flags_round_trip(variant: &'static str) {
         "--masq-chain=THIS-NAME-IS-FAR-TOO-LONG-FOR-IPTABLES",
         "--masq-chain=A\"B",
     ] {
+        // Upstream's agent exits 1 when it refuses a flag's value.
         let run = node.once(&[bad]);
-        assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
+        assert_eq!(run.code, 1, "{bad}: {}", run.stderr);
     }
 }

@@ -5,10 +5,10 @@
 macro_rules! both_variants {
     ($($name:ident),* $(,)?) => {
         mod nft {
-            $(#[test] fn $name() { super::$name("nft") })*
+            $(#[test] #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"] fn $name() { super::$name("nft") })*
         }
         mod legacy {
-            $(#[test] fn $name() { super::$name("legacy") })*
+            $(#[test] #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"] fn $name() { super::$name("legacy") })*
         }
     };
 }
@@ -17,11 +17,13 @@ mod agent;
 mod health;
 mod netns;
 mod packets;
+mod seam;
 mod show_cleanup;
 
 /// An unreadable config is an I/O error (exit 2) that says what is wrong. As root every file
 /// is readable, so the check runs as nobody.
 #[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn unreadable_config_is_a_clear_io_error() {
     netns::require_root();
     let dir = crate::util::Scratch::new("unreadable");

@@ -61,11 +61,19 @@ impl Netns {
         ns
     }
 
-    fn command(&self, program: &Path, args: &[&str]) -> Command {
+    /// The running agent's state directory for this namespace's ipmasq processes: private to
+    /// the test, so no test writes the machine's /run/ipmasq.
+    pub fn state_dir(&self) -> PathBuf {
+        std::env::temp_dir().join(format!("{}-state", self.name))
+    }
+
+    /// Runs `program` inside the namespace, with the namespace's state directory.
+    pub fn command(&self, program: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.name])
             .arg(program)
             .args(args)
+            .env("IPMASQ_STATE_DIR", self.state_dir())
             .env_remove("NO_COLOR");
         cmd
     }
@@ -93,6 +101,26 @@ impl Netns {
             .output()
             .expect("run ipmasq in netns")
             .into()
+    }
+
+    /// A command that runs `ipmasq ARGS` in the namespace with `prefix` first on PATH (the
+    /// agent resolves its tools from PATH, so a test can put fakes or an `iptables` there).
+    pub fn ipmasq_with_path(&self, prefix: &Path, args: &[&str]) -> Command {
+        let path = format!(
+            "{}:{}",
+            prefix.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let wrapper = scratch_file(
+            "with-path",
+            &format!("#!/bin/sh\nexport PATH='{path}'\nexec \"$@\"\n"),
+        );
+        let status = Command::new("chmod").arg("+x").arg(&wrapper).status();
+        assert!(status.is_ok_and(|s| s.success()), "chmod +x wrapper");
+        let binary = binary().display().to_string();
+        let mut full = vec![binary.as_str()];
+        full.extend_from_slice(args);
+        self.command(&wrapper, &full)
     }
 
     /// Starts `ipmasq ARGS` in the background; its stderr goes to `log`.
@@ -161,6 +189,7 @@ impl Drop for Netns {
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
             .output();
+        let _ = std::fs::remove_dir_all(self.state_dir());
     }
 }
 

@@ -180,11 +180,13 @@ fn masquerading_with_packets(variant: &str) {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn masquerading_with_packets_nft() {
     masquerading_with_packets("nft");
 }
 
 #[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn masquerading_with_packets_legacy() {
     masquerading_with_packets("legacy");
 }

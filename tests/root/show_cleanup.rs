@@ -199,6 +199,7 @@ fn cleanup_keeps_foreign_rules(variant: &'static str) {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn show_without_permission_says_so() {
     let ns = Netns::new("perm");
     let out = Command::new("ip")
@@ -229,6 +230,7 @@ fn show_without_permission_says_so() {
 }
 
 #[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn show_and_cleanup_without_iptables_say_so() {
     let ns = Netns::new("notools");
     let empty = std::env::temp_dir().join(format!("ipmasq-empty-path-{}", std::process::id()));

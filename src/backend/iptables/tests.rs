@@ -1,8 +1,18 @@
 //! Golden tests of the rendered rules and transactions (no root needed).
 
+use super::saved::{jump_target, tokenize};
 use super::*;
+use crate::backend::DriftKind;
 use crate::config::{Config, Options};
-use crate::plan::{plan, PlanOptions};
+use crate::plan::{plan, ChainName, PlanOptions};
+
+fn render_rules(set: &Ruleset) -> Vec<String> {
+    Rendered::new(set).lines
+}
+
+fn kinds(drift: &diff::Drift) -> Vec<DriftKind> {
+    drift.differences.iter().map(|d| d.kind).collect()
+}
 
 fn default_ruleset(options: &PlanOptions) -> Vec<Ruleset> {
     plan(&Config::defaults(&Options::default()), options)
@@ -33,7 +43,7 @@ fn first_sync_transaction_is_the_contract_text() {
 fn in_sync_means_no_transaction() {
     let sets = default_ruleset(&PlanOptions::default());
     let saved = format!("*nat\n:POSTROUTING ACCEPT [0:0]\n{DEFAULT_SAVED}COMMIT\n");
-    let live = parse_saved(&saved, &sets[0].chain);
+    let live = parse_saved(&saved, &sets[0].names.chain);
     assert!(live.chain_exists);
     assert_eq!(live.jumps.len(), 1);
     assert!(diff(&Rendered::new(&sets[0]), &live).is_empty());
@@ -144,13 +154,13 @@ fn duplicate_and_stale_jumps_are_deleted_and_one_kept() {
         "*nat\n:POSTROUTING ACCEPT [0:0]\n:IP-MASQ-AGENT - [0:0]\n-A POSTROUTING -j KUBE-POSTROUTING\n{stale}\n{JUMP}\n{JUMP}\n{}COMMIT\n",
         DEFAULT_SAVED.lines().skip(2).map(|l| format!("{l}\n")).collect::<String>()
     );
-    let live = parse_saved(&saved, &sets[0].chain);
+    let live = parse_saved(&saved, &sets[0].names.chain);
     assert_eq!(live.jumps.len(), 3);
     assert_eq!(live.jumps[0].position, 2);
     let drift = diff(&Rendered::new(&sets[0]), &live);
     assert_eq!(
-        drift.kinds,
-        [DriftKind::JumpStale, DriftKind::JumpDuplicate]
+        kinds(&drift),
+        [DriftKind::JumpDuplicated, DriftKind::JumpStale]
     );
     assert!(!drift.rewrite_chain && !drift.add_jump);
     let script = transaction(&Rendered::new(&sets[0]), &drift);
@@ -168,9 +178,9 @@ fn foreign_rule_in_our_chain_rewrites_the_chain_only() {
     let saved = format!("*nat\n{DEFAULT_SAVED}-A IP-MASQ-AGENT -d 1.2.3.4/32 -j ACCEPT\nCOMMIT\n");
     let drift = diff(
         &Rendered::new(&sets[0]),
-        &parse_saved(&saved, &sets[0].chain),
+        &parse_saved(&saved, &sets[0].names.chain),
     );
-    assert_eq!(drift.kinds, [DriftKind::RulesDiffer]);
+    assert_eq!(kinds(&drift), [DriftKind::ExtraRule]);
     let script = transaction(&Rendered::new(&sets[0]), &drift);
     assert!(script.starts_with("*nat\n:IP-MASQ-AGENT - [0:0]\n-A IP-MASQ-AGENT -d 169.254.0.0/16"));
     assert!(!script.contains("POSTROUTING"));
@@ -189,9 +199,9 @@ fn missing_jump_is_appended_without_touching_the_chain() {
     );
     let drift = diff(
         &Rendered::new(&sets[0]),
-        &parse_saved(&saved, &sets[0].chain),
+        &parse_saved(&saved, &sets[0].names.chain),
     );
-    assert_eq!(drift.kinds, [DriftKind::JumpMissing]);
+    assert_eq!(kinds(&drift), [DriftKind::JumpMissing]);
     assert_eq!(
         transaction(&Rendered::new(&sets[0]), &drift),
         format!("*nat\n{JUMP}\nCOMMIT\n")
@@ -311,5 +321,190 @@ fn golden_transactions_for_every_flag_combination() {
             golden.lines().nth(first),
             out.lines().nth(first)
         );
+    }
+}
+
+fn desired() -> Rendered {
+    Rendered::new(&default_ruleset(&PlanOptions::default())[0])
+}
+
+fn live_after_first_sync() -> LiveChain {
+    let d = desired();
+    let script = transaction(&d, &diff(&d, &LiveChain::default()));
+    parse_saved(&script, &d.chain)
+}
+
+fn details(d: &Rendered, live: &LiveChain) -> Vec<(&'static str, String)> {
+    diff(d, live)
+        .differences
+        .into_iter()
+        .map(|x| (x.kind.as_str(), x.detail))
+        .collect()
+}
+
+#[test]
+fn in_sync_has_no_differences() {
+    assert!(diff(&desired(), &live_after_first_sync()).is_empty());
+}
+
+#[test]
+fn missing_extra_and_reordered_rules_are_named() {
+    let d = desired();
+    let mut live = live_after_first_sync();
+    live.rules.remove(2);
+    live.rules
+        .push("-A IP-MASQ-AGENT -d 1.2.3.4/32 -j ACCEPT".into());
+    assert_eq!(
+        details(&d, &live),
+        [
+            (
+                "missing-rule",
+                "rule 3 missing: RETURN 172.16.0.0/12".to_string()
+            ),
+            (
+                "extra-rule",
+                "rule 5 not planned: ACCEPT 1.2.3.4/32".to_string()
+            )
+        ]
+    );
+    let mut live = live_after_first_sync();
+    live.rules.swap(1, 2);
+    let found = details(&d, &live);
+    assert_eq!(found.len(), 2);
+    assert!(found.iter().all(|x| x.0 == "out-of-order"));
+    assert_eq!(
+        found[0].1,
+        "rule 2 is RETURN 172.16.0.0/12, planned RETURN 10.0.0.0/8"
+    );
+    // The same diff drives the repair: the chain is rewritten, the jump left alone.
+    let drift = diff(&d, &live);
+    assert!(drift.rewrite_chain && !drift.add_jump && drift.delete_jumps.is_empty());
+}
+
+#[test]
+fn jump_problems_are_named_and_mapped_to_repair_labels() {
+    let d = desired();
+    let mut live = live_after_first_sync();
+    live.jumps.push(live.jumps[0].clone());
+    live.jumps[1].position = 2;
+    let drift = diff(&d, &live);
+    assert_eq!(kinds(&drift), [DriftKind::JumpDuplicated]);
+    assert_eq!(drift.differences[0].kind.repair(), "jump_duplicate");
+    live.jumps.clear();
+    assert_eq!(kinds(&diff(&d, &live)), [DriftKind::JumpMissing]);
+    assert_eq!(
+        kinds(&diff(&d, &LiveChain::default())),
+        [DriftKind::ChainMissing, DriftKind::JumpMissing]
+    );
+}
+
+#[test]
+fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
+    let backend = Iptables::new(Variant::Nft);
+    let set = &default_ruleset(&PlanOptions::default())[0];
+    let mut live = live_after_first_sync();
+    live.rules.remove(1);
+    live.jumps.push(live.jumps[0].clone());
+    let inspection = live.inspection();
+    assert_eq!(
+        backend.compare(set, &inspection),
+        diff(&Rendered::new(set), &live).differences
+    );
+    // Our rules map back to plan decisions.
+    assert_eq!(
+        inspection.rules[0].decision.unwrap().destination,
+        Some("169.254.0.0/16".parse().unwrap())
+    );
+    assert_eq!(
+        inspection.rules.last().unwrap().decision.unwrap().action,
+        crate::plan::Action::Masquerade
+    );
+}
+
+#[test]
+fn chain_name_limits_are_iptables_own() {
+    let backend = Iptables::new(Variant::Legacy);
+    let names = |n: &str| crate::plan::Names {
+        chain: ChainName::new(n).unwrap(),
+    };
+    assert!(backend.accepts(&names(&"A".repeat(28))).is_ok());
+    assert!(backend
+        .accepts(&names(&"A".repeat(29)))
+        .unwrap_err()
+        .contains("28 characters"));
+    assert!(backend.accepts(&names("POSTROUTING")).is_err());
+    assert!(backend.accepts(&names("MASQUERADE")).is_err());
+}
+
+#[test]
+fn iptables_version_names_its_variant() {
+    use super::tools::variant_of_version;
+    assert_eq!(
+        variant_of_version("iptables v1.8.9 (nf_tables)"),
+        Some(Variant::Nft)
+    );
+    assert_eq!(
+        variant_of_version("iptables v1.8.9 (legacy)"),
+        Some(Variant::Legacy)
+    );
+    assert_eq!(variant_of_version("iptables v1.4.21"), None);
+}
+
+/// The rendered chain, read back and evaluated rule by rule as the kernel walks it (first
+/// match wins; RETURN keeps the source, MASQUERADE rewrites it), gives `decide`'s verdict for
+/// random configs and addresses in both families.
+#[test]
+fn property_rendered_rules_agree_with_decide() {
+    use crate::plan::decide::tests::Rng;
+    use crate::plan::{decide, Action, Family};
+    let mut rng = Rng(0x0dd_ba11_cafe_f00d);
+    for round in 0..300 {
+        let family = if round % 2 == 0 {
+            Family::V4
+        } else {
+            Family::V6
+        };
+        let mut config = Config::defaults(&Options::default());
+        config.non_masquerade_cidrs = (0..rng.below(10)).map(|_| rng.net(family)).collect();
+        config.masq_link_local = rng.below(2) == 0;
+        config.masq_link_local_ipv6 = rng.below(2) == 0;
+        let options = PlanOptions {
+            enable_ipv6: true,
+            to_ports: if rng.below(2) == 0 {
+                "1024-2047,4096-8191".parse().unwrap()
+            } else {
+                Default::default()
+            },
+            ..PlanOptions::default()
+        };
+        let set = plan(&config, &options)
+            .into_iter()
+            .find(|s| s.family == family)
+            .unwrap();
+        let chain = LiveChain {
+            chain_exists: true,
+            rules: Rendered::new(&set).lines,
+            ..LiveChain::default()
+        }
+        .inspection();
+        for _ in 0..40 {
+            let dst = rng.addr(family);
+            // Every packet here is TCP, so a protocol match always holds and a probability
+            // match may or may not: either way the rule is a MASQUERADE.
+            let walked = chain
+                .rules
+                .iter()
+                .find_map(|rule| {
+                    let decision = rule.decision.expect("our rules map back to decisions");
+                    let matches = decision.destination.is_none_or(|d| d.contains(&dst));
+                    matches.then_some(decision.action)
+                })
+                .expect("the chain ends in a catch-all");
+            let verdict = decide(&set, rng.addr(family), dst);
+            assert_eq!(walked, verdict.action, "round {round}: {dst}");
+            if walked == Action::KeepSource {
+                assert!(verdict.decision.is_some());
+            }
+        }
     }
 }

@@ -1,0 +1,185 @@
+//! The running agent's effective settings (backend, flags, config path and source), kept in a
+//! small JSON file under `/run/ipmasq/` while the agent runs, so `show` judges the live rules
+//! against what the agent really enforces and `cleanup` can warn that an agent will put back
+//! what it removes. One file per network namespace (`agent-net<inode>.json`): agents in other
+//! namespaces of the same host never share one.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Where the state file lives unless `--state-dir` (or `IPMASQ_STATE_DIR`) says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "/run/ipmasq";
+/// The environment variable that overrides the default state directory.
+pub const STATE_DIR_ENV: &str = "IPMASQ_STATE_DIR";
+
+/// The agent flags that shape the rules, as the agent runs with them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleSettings {
+    pub masq_chain: String,
+    #[serde(rename = "enableIPv6")]
+    pub enable_ipv6: bool,
+    pub nomasq_all_reserved_ranges: bool,
+    /// `--random-fully` as asked for (the backend may lack it).
+    pub random_fully: bool,
+    pub to_ports: String,
+}
+
+impl RuleSettings {
+    /// `(flag, ours, theirs)` for every flag that differs from `other`.
+    pub fn differences(&self, other: &RuleSettings) -> Vec<(&'static str, String, String)> {
+        let mut out = Vec::new();
+        let mut check = |flag, a: String, b: String| {
+            if a != b {
+                out.push((flag, a, b));
+            }
+        };
+        check(
+            "--masq-chain",
+            self.masq_chain.clone(),
+            other.masq_chain.clone(),
+        );
+        check(
+            "--enable-ipv6",
+            self.enable_ipv6.to_string(),
+            other.enable_ipv6.to_string(),
+        );
+        check(
+            "--nomasq-all-reserved-ranges",
+            self.nomasq_all_reserved_ranges.to_string(),
+            other.nomasq_all_reserved_ranges.to_string(),
+        );
+        check(
+            "--random-fully",
+            self.random_fully.to_string(),
+            other.random_fully.to_string(),
+        );
+        check("--to-ports", self.to_ports.clone(), other.to_ports.clone());
+        out
+    }
+}
+
+/// What the state file holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentState {
+    pub schema_version: u32,
+    pub pid: u32,
+    pub version: String,
+    /// The backend in use, by name (`iptables-nft`, `iptables-legacy`).
+    pub backend: String,
+    pub backend_choice: String,
+    pub config: String,
+    /// `file` or `defaults` (no file at the path), as of the last accepted config.
+    pub config_source: String,
+    pub rules: RuleSettings,
+}
+
+/// The state directory in force: the flag, else the environment, else the default.
+pub fn state_dir(flag: Option<&Path>) -> PathBuf {
+    flag.map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(STATE_DIR_ENV).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+}
+
+/// The inode of a process's network namespace (`/proc/PID/ns/net` → `net:[4026531840]`).
+fn netns_inode(pid: &str) -> Option<String> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
+    let text = link.to_string_lossy();
+    let inode = text.strip_prefix("net:[")?.strip_suffix(']')?;
+    Some(inode.to_string())
+}
+
+/// The state file of this network namespace in `dir`.
+pub fn state_path(dir: &Path) -> PathBuf {
+    let inode = netns_inode("self").unwrap_or_else(|| "unknown".into());
+    dir.join(format!("agent-net{inode}.json"))
+}
+
+/// Writes the state atomically (a temporary file renamed into place).
+pub fn write(dir: &Path, state: &AgentState) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = state_path(dir);
+    let temporary = path.with_extension(format!("json.{}", std::process::id()));
+    let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
+    std::fs::write(&temporary, text + "\n")?;
+    std::fs::rename(&temporary, &path)?;
+    Ok(path)
+}
+
+/// Removes this namespace's state file if it is this process's.
+pub fn remove(dir: &Path) {
+    let path = state_path(dir);
+    if read_file(&path).is_some_and(|s| s.pid == std::process::id()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn read_file(path: &Path) -> Option<AgentState> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// The state of the agent running in this network namespace, if one is: the file exists and
+/// names a live process in the same namespace (a stale file of a killed agent is ignored).
+pub fn running_agent(dir: &Path) -> Option<AgentState> {
+    let state = read_file(&state_path(dir))?;
+    let ours = netns_inode("self")?;
+    (netns_inode(&state.pid.to_string())? == ours).then_some(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(pid: u32) -> AgentState {
+        AgentState {
+            schema_version: 1,
+            pid,
+            version: "0".into(),
+            backend: "iptables-nft".into(),
+            backend_choice: "auto".into(),
+            config: "/etc/config/ip-masq-agent".into(),
+            config_source: "defaults".into(),
+            rules: RuleSettings {
+                masq_chain: "IP-MASQ-AGENT".into(),
+                enable_ipv6: false,
+                nomasq_all_reserved_ranges: false,
+                random_fully: true,
+                to_ports: String::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn written_state_is_found_while_its_process_lives_and_removed_by_it() {
+        let dir = std::env::temp_dir().join(format!("ipmasq-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = sample(std::process::id());
+        let path = write(&dir, &state).unwrap();
+        assert!(path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("agent-net"));
+        assert_eq!(running_agent(&dir), Some(state));
+        remove(&dir);
+        assert_eq!(running_agent(&dir), None);
+        // A file left by a process that is gone is not a running agent.
+        write(&dir, &sample(u32::MAX - 1)).unwrap();
+        assert_eq!(running_agent(&dir), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn differing_flags_are_named() {
+        let a = sample(1).rules;
+        let mut b = a.clone();
+        b.enable_ipv6 = true;
+        b.to_ports = "1024-2047".into();
+        let diffs = a.differences(&b);
+        assert_eq!(diffs.len(), 2);
+        assert_eq!(diffs[0], ("--enable-ipv6", "false".into(), "true".into()));
+        assert_eq!(diffs[1].0, "--to-ports");
+    }
+}

@@ -1,0 +1,236 @@
+//! The one comparison of desired and live state: every difference, in the neutral vocabulary,
+//! and the repair it calls for; then the one iptables-restore transaction that makes it.
+
+use super::render::{Rendered, POSTROUTING};
+use super::saved::{describe_rule, Jump, LiveChain};
+use crate::backend::{Difference, DriftKind, RuleView};
+use crate::plan::ChainName;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// The POSTROUTING jumps to our chain, sorted by what a sync does with them.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct JumpAudit<'a> {
+    /// The first jump with the agent's exact spelling: the one kept.
+    kept: Option<&'a Jump>,
+    /// Further copies of the exact spelling.
+    duplicates: Vec<&'a Jump>,
+    /// Jumps to our chain with another spelling (an older comment, a hand-made rule).
+    stale: Vec<&'a Jump>,
+}
+
+fn audit_jumps<'a>(desired: &Rendered, live: &'a LiveChain) -> JumpAudit<'a> {
+    let mut audit = JumpAudit::default();
+    for jump in &live.jumps {
+        if jump.spec != desired.jump {
+            audit.stale.push(jump);
+        } else if audit.kept.is_none() {
+            audit.kept = Some(jump);
+        } else {
+            audit.duplicates.push(jump);
+        }
+    }
+    audit
+}
+
+/// The differences for one family and what the repair transaction must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Drift {
+    pub differences: Vec<Difference>,
+    pub rewrite_chain: bool,
+    /// Saved specs of jumps to delete, in live order.
+    pub delete_jumps: Vec<String>,
+    pub add_jump: bool,
+}
+
+impl Drift {
+    pub fn is_empty(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// A rule in a few words: `RETURN 10.0.0.0/8`, `MASQUERADE tcp 1024-29999 random-fully`.
+fn summary(view: &RuleView) -> String {
+    let mut parts = vec![view.action.clone()];
+    parts.extend(view.destination.clone());
+    parts.extend(view.protocol.clone());
+    parts.extend(view.to_ports.clone());
+    parts.extend(view.probability.as_ref().map(|p| format!("p={p}")));
+    if view.random_fully {
+        parts.push("random-fully".into());
+    }
+    parts.extend(view.other.iter().cloned());
+    parts.join(" ")
+}
+
+/// Rule-level differences of an existing chain whose rules are not the planned ones.
+fn rule_differences(desired: &Rendered, live: &LiveChain, out: &mut Vec<Difference>) {
+    let diff = |kind, position, detail| Difference {
+        family: desired.family,
+        kind,
+        position,
+        detail,
+    };
+    let mut available: HashMap<&str, usize> = HashMap::new();
+    for line in &live.rules {
+        *available.entry(line.as_str()).or_default() += 1;
+    }
+    let mut missing = Vec::new();
+    for (i, line) in desired.lines.iter().enumerate() {
+        match available.get_mut(line.as_str()) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => missing.push(diff(
+                DriftKind::MissingRule,
+                Some(i + 1),
+                format!("rule {} missing: {}", i + 1, summary(&describe_rule(line))),
+            )),
+        }
+    }
+    let mut wanted: HashMap<&str, usize> = HashMap::new();
+    for line in &desired.lines {
+        *wanted.entry(line.as_str()).or_default() += 1;
+    }
+    let mut extra = Vec::new();
+    for (i, line) in live.rules.iter().enumerate() {
+        match wanted.get_mut(line.as_str()) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => extra.push(diff(
+                DriftKind::ExtraRule,
+                Some(i + 1),
+                format!(
+                    "rule {} not planned: {}",
+                    i + 1,
+                    summary(&describe_rule(line))
+                ),
+            )),
+        }
+    }
+    if missing.is_empty() && extra.is_empty() {
+        for (i, (want, got)) in desired.lines.iter().zip(&live.rules).enumerate() {
+            if want != got {
+                out.push(diff(
+                    DriftKind::OutOfOrder,
+                    Some(i + 1),
+                    format!(
+                        "rule {} is {}, planned {}",
+                        i + 1,
+                        summary(&describe_rule(got)),
+                        summary(&describe_rule(want))
+                    ),
+                ));
+            }
+        }
+    }
+    out.extend(missing);
+    out.extend(extra);
+}
+
+/// Compares desired and live state; an empty drift means "write nothing".
+pub(super) fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
+    let family = desired.family;
+    let chain = &desired.chain;
+    let mut differences = Vec::new();
+    let rewrite_chain = !live.chain_exists || live.rules != desired.lines;
+    if !live.chain_exists {
+        differences.push(Difference {
+            family,
+            kind: DriftKind::ChainMissing,
+            position: None,
+            detail: format!("chain {chain} does not exist"),
+        });
+    } else if rewrite_chain {
+        rule_differences(desired, live, &mut differences);
+    }
+    let jumps = audit_jumps(desired, live);
+    match jumps.kept {
+        None => differences.push(Difference {
+            family,
+            kind: DriftKind::JumpMissing,
+            position: None,
+            detail: format!("no POSTROUTING jump to {chain} with the agent's spelling"),
+        }),
+        Some(kept) if !jumps.duplicates.is_empty() => {
+            let positions: Vec<usize> = std::iter::once(kept)
+                .chain(jumps.duplicates.iter().copied())
+                .map(|j| j.position)
+                .collect();
+            differences.push(Difference {
+                family,
+                kind: DriftKind::JumpDuplicated,
+                position: Some(jumps.duplicates[0].position),
+                detail: format!(
+                    "POSTROUTING jumps to {chain} {} times (rules {positions:?})",
+                    positions.len(),
+                ),
+            });
+        }
+        Some(_) => {}
+    }
+    for jump in &jumps.stale {
+        differences.push(Difference {
+            family,
+            kind: DriftKind::JumpStale,
+            position: Some(jump.position),
+            detail: format!(
+                "POSTROUTING rule {} jumps to {chain} with another spelling: {}",
+                jump.position, jump.spec
+            ),
+        });
+    }
+    // Every jump but the kept one goes, in live order.
+    let delete_jumps = live
+        .jumps
+        .iter()
+        .filter(|j| !jumps.kept.is_some_and(|kept| std::ptr::eq(kept, *j)))
+        .map(|j| j.spec.clone())
+        .collect();
+    Drift {
+        differences,
+        rewrite_chain,
+        delete_jumps,
+        add_jump: jumps.kept.is_none(),
+    }
+}
+
+/// The one iptables-restore input that repairs `drift`: only our chain and our jumps.
+pub(super) fn transaction(desired: &Rendered, drift: &Drift) -> String {
+    let chain = &desired.chain;
+    let size = desired.lines.iter().map(|l| l.len() + 1).sum::<usize>() + 512;
+    let mut script = String::with_capacity(size);
+    script.push_str("*nat\n");
+    if drift.rewrite_chain {
+        // Declaring a chain under --noflush creates it, or flushes it if it exists.
+        let _ = writeln!(script, ":{chain} - [0:0]");
+    }
+    for spec in &drift.delete_jumps {
+        let _ = writeln!(script, "-D {POSTROUTING} {spec}");
+    }
+    if drift.add_jump {
+        let _ = writeln!(script, "-A {POSTROUTING} {}", desired.jump);
+    }
+    if drift.rewrite_chain {
+        for line in &desired.lines {
+            script.push_str(line);
+            script.push('\n');
+        }
+    }
+    script.push_str("COMMIT\n");
+    script
+}
+
+/// The transaction that removes our jumps and chain; `None` when there is nothing to remove.
+pub(super) fn cleanup_transaction(chain: &ChainName, live: &LiveChain) -> Option<String> {
+    if !live.chain_exists && live.jumps.is_empty() {
+        return None;
+    }
+    let mut script = String::from("*nat\n");
+    for jump in &live.jumps {
+        let _ = writeln!(script, "-D {POSTROUTING} {}", jump.spec);
+    }
+    if live.chain_exists {
+        let _ = writeln!(script, ":{chain} - [0:0]");
+        let _ = writeln!(script, "-X {chain}");
+    }
+    script.push_str("COMMIT\n");
+    Some(script)
+}

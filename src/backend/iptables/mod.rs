@@ -1,0 +1,232 @@
+//! The iptables backend (legacy and nft variants). A sync renders the [`Ruleset`] exactly as
+//! `iptables-save` prints it (`render`), reads the live nat table with one
+//! `iptables-save -t nat` (`saved`), compares the two (`diff`) and, when they differ, applies
+//! one `iptables-restore --noflush` transaction that touches only our chain and the POSTROUTING
+//! jumps to it. The variant's programs and auto-detection live in `tools`.
+
+mod diff;
+mod render;
+mod saved;
+mod tools;
+
+pub(crate) use tools::{detect_variant, Variant};
+
+use super::runner::{self, RunError, DEFAULT_TIMEOUT};
+use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
+use crate::plan::{Family, Names, Ruleset};
+use diff::{cleanup_transaction, diff, transaction};
+use render::Rendered;
+use saved::{parse_saved, LiveChain};
+use std::time::{Duration, Instant};
+use tools::{parse_version, Tools};
+
+/// iptables' limit on a chain name: XT_EXTENSION_MAXNAMELEN (29) including the NUL.
+const MAX_CHAIN_NAME_LEN: usize = 28;
+/// Names a user chain must not take: built-in chains and targets of the nat table.
+const RESERVED_CHAIN_NAMES: [&str; 12] = [
+    "PREROUTING",
+    "INPUT",
+    "OUTPUT",
+    "POSTROUTING",
+    "FORWARD",
+    "ACCEPT",
+    "DROP",
+    "RETURN",
+    "QUEUE",
+    "MASQUERADE",
+    "SNAT",
+    "DNAT",
+];
+/// Seconds iptables-restore may wait for the xtables lock (legacy; nft ignores it).
+const LOCK_WAIT_SECONDS: &str = "5";
+
+/// An iptables variant as a backend.
+#[derive(Clone, Debug)]
+pub(crate) struct Iptables {
+    variant: Variant,
+    timeout: Duration,
+    tools: Tools,
+}
+
+impl Iptables {
+    pub fn new(variant: Variant) -> Self {
+        Iptables {
+            variant,
+            timeout: DEFAULT_TIMEOUT,
+            tools: Tools::new(variant),
+        }
+    }
+
+    fn failed(&self, program: &str, out: &runner::Output) -> BackendError {
+        let stderr = out.stderr.trim();
+        let permission = stderr.contains("Permission denied")
+            || stderr.contains("Operation not permitted")
+            || stderr.contains("you must be root");
+        if permission {
+            BackendError::Permission {
+                program: program.to_string(),
+                detail: stderr.to_string(),
+            }
+        } else {
+            BackendError::Failed {
+                program: program.to_string(),
+                code: out.code,
+                detail: stderr.to_string(),
+            }
+        }
+    }
+
+    /// One `iptables-save`: of the nat table (`-t nat` makes the kernel load it, which the
+    /// agent is about to do anyway) or of the tables that exist (for inspection and cleanup,
+    /// which must not create a table), with counters when asked.
+    fn save(&self, family: Family, nat_only: bool, counters: bool) -> Result<String, BackendError> {
+        let program = self.tools.save(family);
+        let mut args = Vec::new();
+        if nat_only {
+            args.extend(["-t", "nat"]);
+        }
+        if counters {
+            args.push("-c");
+        }
+        let out = runner::run(program, &args, None, self.timeout)?;
+        if !out.success {
+            return Err(self.failed(program, &out));
+        }
+        Ok(out.stdout)
+    }
+
+    /// Reads our chain and jumps with their counters, without creating any table.
+    fn read(&self, family: Family, names: &Names) -> Result<LiveChain, BackendError> {
+        Ok(parse_saved(&self.save(family, false, true)?, &names.chain))
+    }
+
+    /// One `iptables-restore --noflush` with `script`.
+    fn restore(&self, family: Family, script: &str) -> Result<(), BackendError> {
+        let program = self.tools.restore(family);
+        let out = runner::run(
+            program,
+            &["--noflush", "-w", LOCK_WAIT_SECONDS],
+            Some(script),
+            self.timeout,
+        )?;
+        if !out.success {
+            return Err(self.failed(program, &out));
+        }
+        Ok(())
+    }
+
+    /// Refuses what this backend cannot render, before anything is read or written.
+    fn check(&self, ruleset: &Ruleset) -> Result<(), BackendError> {
+        self.accepts(&ruleset.names)
+            .map_err(BackendError::Unsupported)?;
+        if !ruleset.entry.skip_local_destinations || !ruleset.entry.source_ranges.is_empty() {
+            return Err(BackendError::Unsupported(
+                "the iptables backend renders only upstream's entry condition (every non-local destination)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Iptables {
+    fn name(&self) -> String {
+        format!("iptables-{}", self.variant.as_str())
+    }
+
+    fn accepts(&self, names: &Names) -> Result<(), String> {
+        let chain = names.chain.as_str();
+        if chain.len() > MAX_CHAIN_NAME_LEN {
+            return Err(format!(
+                "chain name {chain:?} is longer than iptables' limit of {MAX_CHAIN_NAME_LEN} characters"
+            ));
+        }
+        if RESERVED_CHAIN_NAMES.contains(&chain) {
+            return Err(format!(
+                "chain name {chain:?} is a built-in chain or target"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this iptables supports `--random-fully` (1.6.2 and later).
+    fn supports_random_fully(&self) -> Result<bool, BackendError> {
+        let out = runner::run(&self.tools.main, &["--version"], None, self.timeout)?;
+        Ok(parse_version(&out.stdout).is_some_and(|v| v >= (1, 6, 2)))
+    }
+
+    fn family_available(&self, family: Family) -> bool {
+        runner::on_path(self.tools.save(family))
+    }
+
+    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+        self.check(desired)?;
+        let started = Instant::now();
+        let rendered = Rendered::new(desired);
+        let render_done = started.elapsed();
+        // The agent's one reader per family and pass.
+        let live = parse_saved(
+            &self.save(desired.family, true, false)?,
+            &desired.names.chain,
+        );
+        let observed = started.elapsed();
+        let drift = diff(&rendered, &live);
+        let script = (!drift.is_empty()).then(|| transaction(&rendered, &drift));
+        let planned = started.elapsed();
+        if let (Some(script), false) = (&script, dry_run) {
+            self.restore(desired.family, script)?;
+        }
+        tracing::debug!(
+            family = %desired.family,
+            render_ms = render_done.as_secs_f64() * 1e3,
+            observe_ms = (observed - render_done).as_secs_f64() * 1e3,
+            diff_ms = (planned - observed).as_secs_f64() * 1e3,
+            apply_ms = (started.elapsed() - planned).as_secs_f64() * 1e3,
+            "sync phases"
+        );
+        Ok(SyncReport {
+            family: desired.family,
+            differences: drift.differences,
+            transaction: script,
+            rules: rendered.lines.len(),
+        })
+    }
+
+    fn inspect(&self, family: Family, names: &Names) -> Result<Inspection, BackendError> {
+        Ok(self.read(family, names)?.inspection())
+    }
+
+    fn compare(&self, desired: &Ruleset, live: &Inspection) -> Vec<Difference> {
+        diff(&Rendered::new(desired), &LiveChain::from_inspection(live)).differences
+    }
+
+    fn cleanup(
+        &self,
+        family: Family,
+        names: &Names,
+        dry_run: bool,
+    ) -> Result<CleanupReport, BackendError> {
+        let live = self.read(family, names)?;
+        let script = cleanup_transaction(&names.chain, &live);
+        if let (Some(script), false) = (&script, dry_run) {
+            self.restore(family, script)?;
+        }
+        Ok(CleanupReport {
+            family,
+            jumps_removed: live.jumps.len(),
+            chain_removed: live.chain_exists,
+            transaction: script,
+        })
+    }
+}
+
+impl From<RunError> for BackendError {
+    fn from(err: RunError) -> Self {
+        match err {
+            RunError::NotFound { program } => BackendError::Missing { program },
+            other => BackendError::Run(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

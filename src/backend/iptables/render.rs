@@ -1,0 +1,154 @@
+//! Renders a neutral [`Ruleset`] exactly as `iptables-save` prints it. Rendering in the saved
+//! form is what makes "in sync" a plain string comparison: when the live chain equals the
+//! rendered one, nothing is written and packet counters survive.
+
+use crate::plan::{Action, ChainName, Family, MasqueradeRequest, PortShare, Ruleset};
+use ipnet::IpNet;
+use std::fmt::{self, Write as _};
+
+/// The built-in chain our jump lives in.
+pub(super) const POSTROUTING: &str = "POSTROUTING";
+/// Comment of every non-masquerade rule (upstream's text, byte for byte).
+pub(super) const NON_MASQ_COMMENT: &str =
+    "ip-masq-agent: local traffic is not subject to MASQUERADE";
+/// Comment of every MASQUERADE rule (upstream's text, byte for byte).
+pub(super) const MASQ_COMMENT: &str =
+    "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)";
+/// Transport protocols `--to-ports` applies to, in the order rules are written (iptables
+/// needs a protocol match for `--to-ports`, so each range is written once per protocol).
+const PORT_PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];
+
+/// The POSTROUTING jump's comment; upstream puts the chain name in it.
+pub(super) fn jump_comment(chain: &ChainName) -> String {
+    format!(
+        "ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom {chain} chain"
+    )
+}
+
+/// The POSTROUTING jump as iptables-save prints it (without the leading `-A POSTROUTING`).
+pub(super) fn jump_spec(chain: &ChainName) -> String {
+    format!(
+        "-m comment --comment \"{}\" -m addrtype ! --dst-type LOCAL -j {chain}",
+        jump_comment(chain)
+    )
+}
+
+/// A probability as the `statistic` match stores it: a 31-bit fixed-point fraction. Keeping
+/// the stored form makes our rules compare equal to what iptables-save prints back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Probability(u32);
+
+impl Probability {
+    const SCALE: f64 = 2_147_483_648.0; // 0x80000000
+
+    /// `numerator / denominator`, rounded as iptables' `lround(0x80000000 * p)`.
+    pub(super) fn ratio(numerator: u32, denominator: u32) -> Self {
+        let p = f64::from(numerator) / f64::from(denominator);
+        Probability((p * Self::SCALE).round() as u32)
+    }
+
+    fn value(self) -> f64 {
+        f64::from(self.0) / Self::SCALE
+    }
+}
+
+impl fmt::Display for Probability {
+    /// The text iptables-save prints (`%.11f`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.11}", self.value())
+    }
+}
+
+/// One MASQUERADE line: for every destination (None) or one, for every protocol or one
+/// `--to-ports` range of one protocol.
+fn masquerade_line(
+    chain: &ChainName,
+    destination: Option<&IpNet>,
+    port: Option<(&str, PortShare)>,
+    random_fully: bool,
+) -> String {
+    let mut line = format!("-A {chain}");
+    if let Some(d) = destination {
+        let _ = write!(line, " -d {d}");
+    }
+    if let Some((protocol, _)) = port {
+        let _ = write!(line, " -p {protocol}");
+    }
+    let _ = write!(line, " -m comment --comment \"{MASQ_COMMENT}\"");
+    if let Some((_, share)) = port.filter(|(_, s)| !s.is_certain()) {
+        let p = Probability::ratio(share.taken, share.of);
+        let _ = write!(line, " -m statistic --mode random --probability {p}");
+    }
+    line.push_str(" -j MASQUERADE");
+    if let Some((_, share)) = port {
+        let _ = write!(line, " --to-ports {}", share.range);
+    }
+    if random_fully {
+        line.push_str(" --random-fully");
+    }
+    line
+}
+
+/// The masquerade part: per protocol one line per `--to-ports` range, then the catch-all.
+fn masquerade_lines(
+    chain: &ChainName,
+    destination: Option<&IpNet>,
+    request: &MasqueradeRequest,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    for protocol in PORT_PROTOCOLS {
+        for share in &request.ports {
+            lines.push(masquerade_line(
+                chain,
+                destination,
+                Some((protocol, *share)),
+                request.random_fully,
+            ));
+        }
+    }
+    lines.push(masquerade_line(
+        chain,
+        destination,
+        None,
+        request.random_fully,
+    ));
+    lines
+}
+
+/// A ruleset rendered once per pass: the chain's lines and the canonical jump.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Rendered {
+    pub family: Family,
+    pub chain: ChainName,
+    /// `-A CHAIN ...` lines, in order.
+    pub lines: Vec<String>,
+    /// The canonical POSTROUTING jump spec.
+    pub jump: String,
+}
+
+impl Rendered {
+    pub fn new(ruleset: &Ruleset) -> Self {
+        let chain = &ruleset.names.chain;
+        let mut lines = Vec::with_capacity(ruleset.decisions.len() + 1);
+        for decision in &ruleset.decisions {
+            match decision.action {
+                Action::KeepSource => lines.push(format!(
+                    "-A {chain} -d {} -m comment --comment \"{NON_MASQ_COMMENT}\" -j RETURN",
+                    decision.destination
+                )),
+                Action::Masquerade => lines.extend(masquerade_lines(
+                    chain,
+                    Some(&decision.destination),
+                    &ruleset.masquerade,
+                )),
+            }
+        }
+        lines.extend(masquerade_lines(chain, None, &ruleset.masquerade));
+        Rendered {
+            family: ruleset.family,
+            chain: chain.clone(),
+            lines,
+            jump: jump_spec(chain),
+        }
+    }
+}

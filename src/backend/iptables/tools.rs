@@ -1,0 +1,195 @@
+//! The iptables programs of one variant (legacy or nft), resolved once, and the choice of
+//! variant in auto mode.
+
+use super::super::runner;
+use crate::plan::Family;
+use std::time::Duration;
+
+/// Which iptables implementation to drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Variant {
+    Legacy,
+    Nft,
+}
+
+impl Variant {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::Legacy => "legacy",
+            Variant::Nft => "nft",
+        }
+    }
+}
+
+/// The tool of one variant and family, as an absolute path when it is on PATH (resolved once,
+/// so no spawn searches PATH again).
+fn tool(variant: Variant, family: Family, suffix: &str) -> String {
+    let base = match family {
+        Family::V4 => "iptables",
+        Family::V6 => "ip6tables",
+    };
+    let specific = format!("{base}-{}{suffix}", variant.as_str());
+    // Older images ship only the unsuffixed tools.
+    let plain = format!("{base}{suffix}");
+    runner::resolve(&specific)
+        .or_else(|| runner::resolve(&plain))
+        .map_or(specific, |p| p.display().to_string())
+}
+
+/// The programs a backend runs, resolved once.
+#[derive(Clone, Debug)]
+pub(super) struct Tools {
+    pub save: [String; 2],
+    pub restore: [String; 2],
+    pub main: String,
+}
+
+impl Tools {
+    pub fn new(variant: Variant) -> Self {
+        let both = |suffix: &str| {
+            [
+                tool(variant, Family::V4, suffix),
+                tool(variant, Family::V6, suffix),
+            ]
+        };
+        Tools {
+            save: both("-save"),
+            restore: both("-restore"),
+            main: tool(variant, Family::V4, ""),
+        }
+    }
+
+    pub fn save(&self, family: Family) -> &str {
+        &self.save[slot(family)]
+    }
+
+    pub fn restore(&self, family: Family) -> &str {
+        &self.restore[slot(family)]
+    }
+
+    /// A full `-save` of both families (or of one table), for variant detection.
+    fn save_all(&self, table: Option<&str>) -> String {
+        let mut text = String::new();
+        for program in &self.save {
+            let args: Vec<&str> = table.map(|t| vec!["-t", t]).unwrap_or_default();
+            if let Ok(out) = runner::run(program, &args, None, Duration::from_secs(5)) {
+                text.push_str(&out.stdout);
+            }
+        }
+        text
+    }
+}
+
+fn slot(family: Family) -> usize {
+    match family {
+        Family::V4 => 0,
+        Family::V6 => 1,
+    }
+}
+
+/// `iptables v1.8.9 (nf_tables)` → (1, 8, 9).
+pub(super) fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text.split_whitespace().find(|w| w.starts_with('v'))?;
+    let mut parts = v[1..].split('.').map(|p| p.parse::<u32>().ok());
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
+/// The variant `iptables --version` names: `(legacy)` or `(nf_tables)`.
+pub(super) fn variant_of_version(text: &str) -> Option<Variant> {
+    if text.contains("(nf_tables)") {
+        Some(Variant::Nft)
+    } else if text.contains("(legacy)") {
+        Some(Variant::Legacy)
+    } else {
+        None
+    }
+}
+
+/// The variant the system's `iptables` command is (what upstream runs, and what an admin's
+/// `iptables -t nat -L` shows), with its version line; None when it is not installed or says
+/// neither.
+fn system_iptables() -> Option<(Variant, String)> {
+    let program = runner::resolve("iptables")?;
+    let out = runner::run(
+        &program.display().to_string(),
+        &["--version"],
+        None,
+        Duration::from_secs(5),
+    )
+    .ok()?;
+    let line = out
+        .stdout
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    variant_of_version(&line).map(|v| (v, line))
+}
+
+/// Why auto-detection chose a variant, for the startup log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Detection {
+    pub variant: Variant,
+    pub reason: String,
+}
+
+/// Chooses legacy or nft as kubernetes-sigs/iptables-wrappers does: kubelet's hint chains in
+/// the mangle table first (nft, then legacy), otherwise whichever holds more rules. With no
+/// evidence at all (neither holds a rule), the variant the system's `iptables` command is, so
+/// the admin sees our rules where they look; nft when that cannot be told.
+pub(crate) fn detect_variant() -> Detection {
+    const HINTS: [&str; 2] = [":KUBE-IPTABLES-HINT", ":KUBE-KUBELET-CANARY"];
+    let has_hint = |text: &str| text.lines().any(|l| HINTS.iter().any(|h| l.starts_with(h)));
+    let nft = Tools::new(Variant::Nft);
+    let legacy = Tools::new(Variant::Legacy);
+    if has_hint(&nft.save_all(Some("mangle"))) {
+        return Detection {
+            variant: Variant::Nft,
+            reason: "kubelet's hint chain is in iptables-nft".into(),
+        };
+    }
+    // Not `-t mangle` for legacy: that would make the kernel create the table.
+    let legacy_all = legacy.save_all(None);
+    if has_hint(&legacy_all) {
+        return Detection {
+            variant: Variant::Legacy,
+            reason: "kubelet's hint chain is in iptables-legacy".into(),
+        };
+    }
+    let count = |text: &str| text.lines().filter(|l| l.starts_with('-')).count();
+    let legacy_rules = count(&legacy_all);
+    let nft_rules = count(&nft.save_all(None));
+    if legacy_rules == 0 && nft_rules == 0 {
+        return match system_iptables() {
+            Some((variant, version)) => Detection {
+                variant,
+                reason: format!(
+                    "neither variant holds rules; the system's iptables is iptables-{} ({version})",
+                    variant.as_str()
+                ),
+            },
+            None => Detection {
+                variant: Variant::Nft,
+                reason: "neither variant holds rules and the system's iptables does not say which it is; nft".into(),
+            },
+        };
+    }
+    if legacy_rules > nft_rules {
+        Detection {
+            variant: Variant::Legacy,
+            reason: format!("iptables-legacy holds more rules ({legacy_rules} vs {nft_rules})"),
+        }
+    } else {
+        Detection {
+            variant: Variant::Nft,
+            reason: format!(
+                "iptables-nft holds at least as many rules ({nft_rules} vs {legacy_rules})"
+            ),
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The factory: a neutral backend choice becomes a backend plus the reason it was chosen.
+//! A new backend is one folder under `src/backend/` and one arm here.
+
+use super::iptables::{detect_variant, Iptables, Variant};
+use super::Backend;
+
+/// Which backend to drive, as the user chose it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// iptables, in one of its variants.
+    Iptables(IptablesVariant),
+}
+
+/// Which iptables variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IptablesVariant {
+    /// The variant that already holds the node's rules (iptables-wrappers' rules).
+    Auto,
+    /// iptables-nft (the nf_tables kernel API through the iptables tools).
+    Nft,
+    /// iptables-legacy (the x_tables kernel API).
+    Legacy,
+}
+
+/// A chosen backend and why.
+pub struct Selected {
+    pub backend: Box<dyn Backend>,
+    pub reason: String,
+}
+
+/// Builds the chosen backend.
+pub fn select(choice: Choice) -> Selected {
+    let (variant, reason) = match choice {
+        Choice::Iptables(IptablesVariant::Nft) => (Variant::Nft, "--iptables-mode=nft".to_string()),
+        Choice::Iptables(IptablesVariant::Legacy) => {
+            (Variant::Legacy, "--iptables-mode=legacy".to_string())
+        }
+        Choice::Iptables(IptablesVariant::Auto) => {
+            let detection = detect_variant();
+            (detection.variant, format!("auto: {}", detection.reason))
+        }
+    };
+    Selected {
+        backend: Box::new(Iptables::new(variant)),
+        reason,
+    }
+}
+
+/// The choice that rebuilds a backend from its name (as the state file records it).
+pub fn choice_by_name(name: &str) -> Option<Choice> {
+    match name {
+        "iptables-nft" => Some(Choice::Iptables(IptablesVariant::Nft)),
+        "iptables-legacy" => Some(Choice::Iptables(IptablesVariant::Legacy)),
+        _ => None,
+    }
+}
+
+/// Every backend that can hold our rules on a node, whichever the agent uses: what `show`
+/// looks through for leftovers and `cleanup` removes from.
+pub fn every_backend() -> Vec<Box<dyn Backend>> {
+    vec![
+        Box::new(Iptables::new(Variant::Nft)),
+        Box::new(Iptables::new(Variant::Legacy)),
+    ]
+}

@@ -1,0 +1,200 @@
+//! What a ruleset does with one packet. This is the single source of truth for a verdict:
+//! backends are tested to agree with it, and `explain` (step 9) reports through it.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use super::{Action, Ruleset};
+use std::net::IpAddr;
+
+/// Why a packet got its verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    /// The packet is of the other IP family: this ruleset does not see it.
+    OtherFamily,
+    /// The source is outside the entry condition's source ranges.
+    SourceNotSelected,
+    /// A destination decision matched (the first in order).
+    DecisionMatched,
+    /// No decision matched: the masquerade request applies.
+    NoDecisionMatched,
+}
+
+/// The verdict for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub action: Action,
+    /// Index into `ruleset.decisions` of the decision that decided, if one did.
+    pub decision: Option<usize>,
+    pub reason: Reason,
+}
+
+/// The verdict of `ruleset` for a packet from `src` to `dst`, where `dst` is not an address
+/// of this node (local destinations never enter the ruleset: that check is the kernel's).
+pub fn decide(ruleset: &Ruleset, src: IpAddr, dst: IpAddr) -> Verdict {
+    let untouched = |reason| Verdict {
+        action: Action::KeepSource,
+        decision: None,
+        reason,
+    };
+    if !ruleset.family.holds_addr(dst) {
+        return untouched(Reason::OtherFamily);
+    }
+    let sources = &ruleset.entry.source_ranges;
+    if !sources.is_empty() && !sources.iter().any(|net| net.contains(&src)) {
+        return untouched(Reason::SourceNotSelected);
+    }
+    match ruleset
+        .decisions
+        .iter()
+        .position(|d| d.destination.contains(&dst))
+    {
+        Some(index) => Verdict {
+            action: ruleset.decisions[index].action,
+            decision: Some(index),
+            reason: Reason::DecisionMatched,
+        },
+        None => Verdict {
+            action: Action::Masquerade,
+            decision: None,
+            reason: Reason::NoDecisionMatched,
+        },
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::{Config, Options};
+    use crate::plan::{plan, Family, PlanOptions};
+    use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    /// A small deterministic generator (xorshift64*), so property tests need no dependency
+    /// and every failure is reproducible from its seed.
+    pub(crate) struct Rng(pub u64);
+
+    impl Rng {
+        pub(crate) fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        /// An address, biased towards a few small neighbourhoods so CIDRs overlap often.
+        pub(crate) fn addr(&mut self, family: Family) -> IpAddr {
+            let base = self.below(4) as u32;
+            let noise = self.next() as u32 & 0x00ff_ffff;
+            match family {
+                Family::V4 => IpAddr::V4(Ipv4Addr::from((base << 24 | noise) ^ 0x0a00_0000)),
+                Family::V6 => {
+                    let high = 0xfd00_u128 << 112 | u128::from(base) << 100;
+                    IpAddr::V6(Ipv6Addr::from(high | u128::from(noise)))
+                }
+            }
+        }
+
+        pub(crate) fn net(&mut self, family: Family) -> IpNet {
+            let addr = self.addr(family);
+            match addr {
+                IpAddr::V4(a) => {
+                    let len = 4 + self.below(29) as u8;
+                    IpNet::V4(Ipv4Net::new(a, len).unwrap().trunc())
+                }
+                IpAddr::V6(a) => {
+                    let len = 4 + self.below(125) as u8;
+                    IpNet::V6(Ipv6Net::new(a, len).unwrap().trunc())
+                }
+            }
+        }
+    }
+
+    fn default_v4() -> Ruleset {
+        plan(
+            &Config::defaults(&Options::default()),
+            &PlanOptions::default(),
+        )
+        .remove(0)
+    }
+
+    #[test]
+    fn verdicts_of_the_default_plan() {
+        let set = default_v4();
+        let v = |dst: &str| decide(&set, "10.244.1.5".parse().unwrap(), dst.parse().unwrap());
+        assert_eq!(v("8.8.8.8").action, Action::Masquerade);
+        assert_eq!(v("8.8.8.8").reason, Reason::NoDecisionMatched);
+        assert_eq!(v("10.1.2.3").action, Action::KeepSource);
+        assert_eq!(v("10.1.2.3").decision, Some(1));
+        assert_eq!(v("169.254.169.254").decision, Some(0));
+        assert_eq!(v("192.168.255.255").decision, Some(3));
+        assert_eq!(v("fd00::1").reason, Reason::OtherFamily);
+    }
+
+    #[test]
+    fn source_ranges_limit_what_enters() {
+        let mut set = default_v4();
+        set.entry.source_ranges = vec!["10.244.0.0/16".parse().unwrap()];
+        let pod = "10.244.3.4".parse().unwrap();
+        let host = "172.20.0.9".parse().unwrap();
+        let out = "8.8.8.8".parse().unwrap();
+        assert_eq!(decide(&set, pod, out).action, Action::Masquerade);
+        let other = decide(&set, host, out);
+        assert_eq!(other.action, Action::KeepSource);
+        assert_eq!(other.reason, Reason::SourceNotSelected);
+    }
+
+    /// For random CIDR lists (overlaps and duplicates included) and random addresses, the
+    /// verdict is "keep" exactly when some listed CIDR holds the destination, and the deciding
+    /// decision is the first such one.
+    #[test]
+    fn property_verdict_is_membership_with_first_match() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        for round in 0..400 {
+            let family = if round % 2 == 0 {
+                Family::V4
+            } else {
+                Family::V6
+            };
+            let mut config = Config::defaults(&Options {
+                enable_ipv6: true,
+                ..Options::default()
+            });
+            let count = rng.below(12) as usize;
+            config.non_masquerade_cidrs = (0..count).map(|_| rng.net(family)).collect();
+            if rng.below(3) == 0 && count > 0 {
+                let again = config.non_masquerade_cidrs[0];
+                config.non_masquerade_cidrs.push(again);
+            }
+            config.masq_link_local = rng.below(2) == 0;
+            config.masq_link_local_ipv6 = rng.below(2) == 0;
+            let options = PlanOptions {
+                enable_ipv6: true,
+                ..PlanOptions::default()
+            };
+            let set = plan(&config, &options)
+                .into_iter()
+                .find(|s| s.family == family)
+                .unwrap();
+            for _ in 0..50 {
+                let dst = rng.addr(family);
+                let verdict = decide(&set, rng.addr(family), dst);
+                let first = set
+                    .decisions
+                    .iter()
+                    .position(|d| d.destination.contains(&dst));
+                assert_eq!(verdict.decision, first, "seed round {round}, {dst}");
+                let kept = set.non_masquerade().any(|n| n.contains(&dst));
+                assert_eq!(
+                    verdict.action == Action::KeepSource,
+                    kept,
+                    "round {round}: {dst} with {:?}",
+                    config.non_masquerade_cidrs
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! Pure planning: a validated [`Config`] plus the agent's flags become a backend-neutral
+//! [`Ruleset`] per IP family — an entry condition, an ordered list of destination decisions
+//! and a masquerade request. Nothing here knows how a backend spells rules, and nothing
+//! touches the system, so every flag combination is unit-tested without root. [`decide`] says
+//! what a ruleset does with one packet: the one truth that tests, `show` and `explain` share.
+
+pub(crate) mod decide;
+mod names;
+mod ports;
+
+// `decide` serves the property tests of every backend now and `explain` next; nothing in the
+// agent's own path needs a per-packet verdict.
+#[allow(unused_imports)]
+pub use decide::{decide, Reason, Verdict};
+pub use names::{ChainName, Names, DEFAULT_CHAIN};
+pub use ports::{PortShare, ToPorts};
+
+use crate::config::{Config, LINK_LOCAL_V4, LINK_LOCAL_V6};
+use ipnet::IpNet;
+use std::fmt;
+
+/// An IP family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::V4 => "ipv4",
+            Family::V6 => "ipv6",
+        }
+    }
+
+    /// The link-local block of the family.
+    pub fn link_local(self) -> IpNet {
+        match self {
+            Family::V4 => LINK_LOCAL_V4.parse().expect("constant"),
+            Family::V6 => LINK_LOCAL_V6.parse().expect("constant"),
+        }
+    }
+
+    /// Whether a network belongs to this family.
+    pub fn holds(self, net: &IpNet) -> bool {
+        self.holds_addr(net.addr())
+    }
+
+    /// Whether an address belongs to this family.
+    pub fn holds_addr(self, addr: std::net::IpAddr) -> bool {
+        match self {
+            Family::V4 => addr.is_ipv4(),
+            Family::V6 => addr.is_ipv6(),
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happens to a packet's source address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// The packet keeps its (pod) source address.
+    KeepSource,
+    /// The packet is masqueraded to the node's address.
+    Masquerade,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::KeepSource => "keep-source",
+            Action::Masquerade => "masquerade",
+        }
+    }
+}
+
+/// Where a destination decision came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// The family's link-local block (kept unless `masqLinkLocal[IPv6]`).
+    LinkLocal,
+    /// Entry `index` (0-based) of the config's `nonMasqueradeCIDRs` (or of the default list).
+    NonMasqueradeCidr { index: usize },
+}
+
+/// One destination decision: traffic to `destination` gets `action`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub destination: IpNet,
+    pub action: Action,
+    pub origin: Origin,
+}
+
+/// Which packets the ruleset looks at at all; the rest leave untouched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Packets to an address of this node are never masqueraded (upstream's `! LOCAL`).
+    pub skip_local_destinations: bool,
+    /// When not empty, only packets from these ranges are considered.
+    pub source_ranges: Vec<IpNet>,
+}
+
+impl Default for Entry {
+    fn default() -> Self {
+        Entry {
+            skip_local_destinations: true,
+            source_ranges: Vec::new(),
+        }
+    }
+}
+
+/// How a packet that no decision keeps is masqueraded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MasqueradeRequest {
+    /// `--to-ports` ranges with their shares; empty means the kernel's choice of port.
+    pub ports: Vec<PortShare>,
+    /// `--random-fully`: fully randomised source ports.
+    pub random_fully: bool,
+}
+
+/// The desired state of one family, in neutral terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ruleset {
+    pub family: Family,
+    pub names: Names,
+    pub entry: Entry,
+    /// Evaluated in order; the first decision whose destination holds the packet's wins.
+    /// Upstream's order: link-local first, then the config's list as written (duplicates kept).
+    pub decisions: Vec<Decision>,
+    /// What every packet no decision matched gets.
+    pub masquerade: MasqueradeRequest,
+}
+
+impl Ruleset {
+    /// Destinations that keep the source address, in decision order.
+    pub fn non_masquerade(&self) -> impl Iterator<Item = &IpNet> {
+        self.decisions
+            .iter()
+            .filter(|d| d.action == Action::KeepSource)
+            .map(|d| &d.destination)
+    }
+}
+
+/// The agent flags that shape the rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    pub chain: ChainName,
+    /// `--random-fully`, already reduced to what the backend supports.
+    pub random_fully: bool,
+    pub to_ports: ToPorts,
+    pub enable_ipv6: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            chain: ChainName::default(),
+            random_fully: true,
+            to_ports: ToPorts::default(),
+            enable_ipv6: false,
+        }
+    }
+}
+
+impl PlanOptions {
+    /// The names the rules are installed under.
+    pub fn names(&self) -> Names {
+        Names {
+            chain: self.chain.clone(),
+        }
+    }
+}
+
+/// The families the agent manages.
+pub fn families(options: &PlanOptions) -> Vec<Family> {
+    if options.enable_ipv6 {
+        vec![Family::V4, Family::V6]
+    } else {
+        vec![Family::V4]
+    }
+}
+
+/// Plans one family in upstream's order: link-local kept (unless masqueraded), then one
+/// decision per CIDR of the family in config order (duplicates kept); the rest is masqueraded.
+pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ruleset {
+    let mut decisions = Vec::new();
+    let masq_link_local = match family {
+        Family::V4 => config.masq_link_local,
+        Family::V6 => config.masq_link_local_ipv6,
+    };
+    if !masq_link_local {
+        decisions.push(Decision {
+            destination: family.link_local(),
+            action: Action::KeepSource,
+            origin: Origin::LinkLocal,
+        });
+    }
+    decisions.extend(
+        config
+            .non_masquerade_cidrs
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| family.holds(c))
+            .map(|(index, c)| Decision {
+                destination: *c,
+                action: Action::KeepSource,
+                origin: Origin::NonMasqueradeCidr { index },
+            }),
+    );
+    Ruleset {
+        family,
+        names: options.names(),
+        entry: Entry::default(),
+        decisions,
+        masquerade: MasqueradeRequest {
+            ports: options.to_ports.shares(),
+            random_fully: options.random_fully,
+        },
+    }
+}
+
+/// Plans every managed family.
+pub fn plan(config: &Config, options: &PlanOptions) -> Vec<Ruleset> {
+    families(options)
+        .into_iter()
+        .map(|f| plan_family(config, options, f))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Options;
+
+    #[test]
+    fn default_plan_is_upstreams_order() {
+        let config = Config::defaults(&Options::default());
+        let sets = plan(&config, &PlanOptions::default());
+        assert_eq!(sets.len(), 1);
+        let dests: Vec<String> = sets[0].non_masquerade().map(ToString::to_string).collect();
+        assert_eq!(
+            dests,
+            [
+                "169.254.0.0/16",
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16"
+            ]
+        );
+        assert_eq!(sets[0].decisions[0].origin, Origin::LinkLocal);
+        assert_eq!(
+            sets[0].decisions[3].origin,
+            Origin::NonMasqueradeCidr { index: 2 }
+        );
+        assert!(sets[0].entry.skip_local_destinations);
+        assert!(sets[0].masquerade.random_fully);
+        assert!(sets[0].masquerade.ports.is_empty());
+    }
+
+    #[test]
+    fn families_split_the_list_and_link_local_flags_apply_per_family() {
+        let mut config = Config::defaults(&Options::default());
+        config.non_masquerade_cidrs = vec![
+            "fd00::/8".parse().unwrap(),
+            "10.0.0.0/8".parse().unwrap(),
+            "10.0.0.0/8".parse().unwrap(),
+        ];
+        config.masq_link_local = true;
+        let options = PlanOptions {
+            enable_ipv6: true,
+            ..PlanOptions::default()
+        };
+        let sets = plan(&config, &options);
+        let v4: Vec<String> = sets[0].non_masquerade().map(ToString::to_string).collect();
+        let v6: Vec<String> = sets[1].non_masquerade().map(ToString::to_string).collect();
+        assert_eq!(v4, ["10.0.0.0/8", "10.0.0.0/8"]);
+        assert_eq!(v6, ["fe80::/10", "fd00::/8"]);
+        // Origins index the config's list, across families.
+        assert_eq!(
+            sets[1].decisions[1].origin,
+            Origin::NonMasqueradeCidr { index: 0 }
+        );
+        assert_eq!(
+            sets[0].decisions[1].origin,
+            Origin::NonMasqueradeCidr { index: 2 }
+        );
+    }
+
+    #[test]
+    fn to_ports_become_shares() {
+        let options = PlanOptions {
+            to_ports: "1024-29999,32768-65535".parse().unwrap(),
+            ..PlanOptions::default()
+        };
+        let set = plan_family(&Config::defaults(&Options::default()), &options, Family::V4);
+        assert_eq!(set.masquerade.ports.len(), 2);
+        assert_eq!(set.masquerade.ports[0].taken, 28976);
+        assert_eq!(set.masquerade.ports[1].range.to_string(), "32768-65535");
+    }
+}
