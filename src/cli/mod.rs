@@ -124,8 +124,12 @@ pub struct RuleFlags {
         hide_default_value = true
     )]
     pub to_ports: crate::plan::ToPorts,
+}
 
-    /// Which iptables to drive
+/// Which backend to drive; shared by `agent`, `show` and `cleanup`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct BackendFlags {
+    /// Which iptables to drive (cleanup: the variant to clean with --all-variants=false)
     #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
     pub iptables_mode: IptablesMode,
 }
@@ -138,6 +142,9 @@ pub struct AgentArgs {
 
     #[command(flatten)]
     pub rules: RuleFlags,
+
+    #[command(flatten)]
+    pub backend: BackendFlags,
 
     /// Sync once, then exit (0 when the rules are in place)
     #[arg(long)]
@@ -308,6 +315,9 @@ pub struct ShowArgs {
     #[command(flatten)]
     pub rules: RuleFlags,
 
+    #[command(flatten)]
+    pub backend: BackendFlags,
+
     /// Output format
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ShowFormat::Text)]
     pub output: ShowFormat,
@@ -345,9 +355,8 @@ pub struct CleanupArgs {
     )]
     pub all_variants: bool,
 
-    /// The variant to clean when --all-variants=false
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
-    pub iptables_mode: IptablesMode,
+    #[command(flatten)]
+    pub backend: BackendFlags,
 
     /// Print what would be removed; change nothing
     #[arg(long)]

@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 /// Runs the agent applet.
 pub fn run(args: &AgentArgs) -> Exit {
     logging::init(args.log_format, args.verbosity);
-    let selected = choose_backend(args.rules.iptables_mode);
+    let selected = choose_backend(args.backend.iptables_mode);
     let backend = selected.backend;
     let (plan, note) = plan_options(&args.rules, backend.as_ref());
     if let Err(reason) = backend.accepts(&plan.names()) {

@@ -426,7 +426,7 @@ pub fn run(args: &ShowArgs) -> Exit {
     };
     let agent_choice = agent
         .as_ref()
-        .filter(|_| args.rules.iptables_mode == IptablesMode::Auto)
+        .filter(|_| args.backend.iptables_mode == IptablesMode::Auto)
         .and_then(|a| choice_by_name(&a.backend));
     let selected = match agent_choice {
         Some(choice) => {
@@ -434,7 +434,7 @@ pub fn run(args: &ShowArgs) -> Exit {
             selected.reason = "the running agent's backend".into();
             selected
         }
-        None => choose_backend(args.rules.iptables_mode),
+        None => choose_backend(args.backend.iptables_mode),
     };
     let backend = selected.backend.as_ref();
     let mut lives = Vec::new();
