@@ -140,10 +140,41 @@ pub fn plural(n: usize, word: &str) -> String {
     }
 }
 
+/// Text from the live system (a rule's comment, a foreign option) made safe for a terminal:
+/// control characters are shown as escapes, so a hostile comment cannot move the cursor,
+/// recolour or retitle the terminal.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() && (c as u32) < 0x100 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{check_text, Options};
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("plain text"), "plain text");
+        assert_eq!(
+            printable("a\u{1b}]0;owned\u{7}b\nc\u{9b}d"),
+            "a\\x1b]0;owned\\x07b\\nc\\x9bd"
+        );
+    }
 
     #[test]
     fn renders_the_line_carets_and_hint() {

@@ -220,6 +220,24 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
         info,
     );
 
+    let failures = Gauge::<i64>::default();
+    failures.set(i64::from(status.consecutive_failures));
+    registry.register(
+        "consecutive_sync_failures",
+        "Failed syncs since the last successful one (0 when the last sync succeeded)",
+        failures,
+    );
+    let retry = if status.consecutive_failures > 0 {
+        status.next_pass_in.as_secs_f64()
+    } else {
+        0.0
+    };
+    registry.register(
+        "sync_retry_backoff_seconds",
+        "Seconds until a failed sync is retried (doubling from 1 up to the resync interval); 0 when the last sync succeeded",
+        seconds_gauge(retry),
+    );
+
     let up = Gauge::<i64>::default();
     up.set(i64::from(readiness(snapshot).is_ok()));
     registry.register("ready", "1 when /readyz would answer 200", up);

@@ -123,7 +123,7 @@ fn reconcile_thread(
         }
         let _ = passes_done.send(());
         // Wait for the next trigger; a burst of commands makes one pass.
-        trigger = match commands.recv_timeout(reconciler.interval()) {
+        trigger = match commands.recv_timeout(reconciler.status.next_pass_in) {
             Ok(Command::Pass(t)) => t,
             Err(RecvTimeoutError::Timeout) => Trigger::Timer,
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return reconciler,

@@ -12,6 +12,20 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
+/// The first retry after a failed sync comes this soon (then 2 s, 4 s, ... up to the interval).
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+/// The wait after `failures` failed syncs in a row: the interval when there is none, else
+/// [`FIRST_RETRY`] doubled per further failure, capped at the interval.
+fn backoff(failures: u32, interval: Duration) -> Duration {
+    match failures {
+        0 => interval,
+        n => FIRST_RETRY
+            .saturating_mul(1 << (n - 1).min(16))
+            .min(interval),
+    }
+}
+
 /// What the agent was started with.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -50,6 +64,11 @@ pub struct Status {
     pub rules: BTreeMap<Family, usize>,
     /// The reason the agent is not ready, if it is not.
     pub not_ready: Option<String>,
+    /// Failed syncs since the last successful one (drives the retry backoff).
+    pub consecutive_failures: u32,
+    /// How long the loop waits before the next pass (shorter than the interval while a
+    /// failed sync is retried).
+    pub next_pass_in: Duration,
     pub non_masquerade_cidrs: usize,
 }
 
@@ -209,6 +228,7 @@ impl Reconciler {
         match &result {
             Pass::Synced(families) => {
                 self.status.syncs_ok += 1;
+                self.status.consecutive_failures = 0;
                 self.status.last_success = Some(now);
                 self.status.not_ready = None;
                 for f in families {
@@ -220,10 +240,18 @@ impl Reconciler {
             }
             Pass::Failed(err) => {
                 self.status.syncs_failed += 1;
+                self.status.consecutive_failures += 1;
                 self.status.not_ready = Some(format!("last sync failed: {err}"));
             }
         }
+        self.status.next_pass_in = self.next_wait();
         result
+    }
+
+    /// How long to wait before the next pass: the resync interval, or, after failed syncs, a
+    /// backoff from [`FIRST_RETRY`] doubling per failure, never longer than the interval.
+    pub fn next_wait(&self) -> Duration {
+        backoff(self.status.consecutive_failures, self.interval())
     }
 
     fn sync(&mut self) -> Pass {
@@ -244,10 +272,12 @@ impl Reconciler {
                 Err(err) => {
                     let message = format!("{}: {err}", ruleset.family);
                     if self.last_error.as_deref() != Some(&message) {
-                        error!(backend = %self.backend.name(), family = %ruleset.family, error = %err, "sync failed; will retry");
+                        let retry_in_s = self.retry_after_this_failure().as_secs_f64();
+                        error!(backend = %self.backend.name(), family = %ruleset.family, error = %err, retry_in_s, "sync failed; will retry");
                         self.last_error = Some(message);
                     } else {
-                        debug!(family = %ruleset.family, error = %err, "sync failed again");
+                        let retry_in_s = self.retry_after_this_failure().as_secs_f64();
+                        debug!(family = %ruleset.family, error = %err, retry_in_s, "sync failed again");
                     }
                     return Pass::Failed(err);
                 }
@@ -257,6 +287,11 @@ impl Reconciler {
             info!(backend = %self.backend.name(), "sync recovered");
         }
         Pass::Synced(done)
+    }
+
+    /// The backoff the failure being handled will lead to (it is not counted yet).
+    fn retry_after_this_failure(&self) -> Duration {
+        backoff(self.status.consecutive_failures + 1, self.interval())
     }
 
     fn log_repair(&mut self, report: &SyncReport, took: Duration) {
@@ -427,6 +462,23 @@ mod tests {
             f.reconciler.status.drift_repairs.get("jump_missing"),
             Some(&1)
         );
+    }
+
+    #[test]
+    fn failed_syncs_are_retried_with_a_bounded_exponential_backoff() {
+        let mut f = fixture("backoff");
+        write(&f, "resyncInterval: 10s\n");
+        f.fake.state().fail_apply = Some("locked".into());
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            assert!(matches!(f.reconciler.pass(), Pass::Failed(_)));
+            waits.push(f.reconciler.status.next_pass_in.as_secs());
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
+        f.fake.state().fail_apply = None;
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(f.reconciler.status.consecutive_failures, 0);
+        assert_eq!(f.reconciler.status.next_pass_in, Duration::from_secs(10));
     }
 
     #[test]

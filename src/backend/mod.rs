@@ -61,6 +61,13 @@ pub enum BackendError {
     Run(String),
     #[error("{0}")]
     Unsupported(String),
+    /// The live state could not be read completely; nothing is written on such a reading.
+    #[error("{program} cannot show the {table} table: {detail}")]
+    Unreadable {
+        program: String,
+        table: String,
+        detail: String,
+    },
 }
 
 /// One kind of difference between the live state and the plan: the one vocabulary of the

@@ -13,7 +13,7 @@ use crate::backend::select::{choice_by_name, every_backend, select};
 use crate::backend::{Backend, BackendError, Difference, Inspection, RuleView};
 use crate::cli::{IptablesMode, RuleFlags, ShowArgs, ShowFormat};
 use crate::config::{self, Config};
-use crate::output::{plural, render_diagnostic, to_json, Styler};
+use crate::output::{plural, printable, render_diagnostic, to_json, Styler};
 use crate::plan::{plan_family, Family};
 use serde::Serialize;
 use tabled::builder::Builder;
@@ -218,7 +218,7 @@ fn table(family: &FamilyReport, wide: bool) -> String {
         if wide {
             row.push(v.comment.clone().unwrap_or_default());
         }
-        builder.push_record(row);
+        builder.push_record(row.iter().map(|cell| printable(cell).into_owned()));
     }
     let mut table = builder.build();
     // kubectl-style: no rules, columns apart by two spaces.
@@ -291,9 +291,9 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
                 "{} pid {}, {}, config {} ({})\n",
                 style.bold("agent:  "),
                 agent.pid,
-                agent.backend,
-                agent.config,
-                agent.config_source
+                printable(&agent.backend),
+                printable(&agent.config),
+                printable(&agent.config_source)
             ));
         }
         for flag in &sync.flags_differ_from_agent {
@@ -321,7 +321,12 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
                 ))
             ));
             for d in &sync.differences {
-                out.push_str(&format!("  {}: {}: {}\n", d.family, d.kind, d.detail));
+                out.push_str(&format!(
+                    "  {}: {}: {}\n",
+                    d.family,
+                    d.kind,
+                    printable(&d.detail)
+                ));
             }
         }
     }
@@ -624,6 +629,17 @@ mod tests {
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("192.168.0.0/16"));
         assert!(text.contains("123.5M"), "{text}");
+    }
+
+    #[test]
+    fn a_hostile_comment_reaches_the_terminal_escaped() {
+        let mut view = ret("10.0.0.0/8");
+        view.comment = Some("\u{1b}]0;pwned\u{7}\u{1b}[2J".into());
+        view.other = vec!["\u{1b}[31m".into()];
+        let live = inspection(vec![view], Counters::default());
+        let text = table(&family_report(Family::V4, &live), true);
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+        assert!(text.contains("\\x1b]0;pwned\\x07"), "{text}");
     }
 
     #[test]

@@ -447,6 +447,20 @@ fn decode_resync(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<GoDuration
         return None;
     };
     match parse_go_duration(text) {
+        Ok(d) if d.0 > 0 && d < super::MIN_RESYNC_INTERVAL => {
+            let floor = super::MIN_RESYNC_INTERVAL;
+            diags.push(
+                Diagnostic::warning(
+                    Code::ResyncBelowFloor,
+                    format!("{KEY_RESYNC} {d} is below the floor of {floor}; {floor} is used"),
+                )
+                .at(a.value.location)
+                .hint(format!(
+                    "a pass every {d} would burn a core; write `{floor}` or more (upstream's default is 60s)"
+                )),
+            );
+            Some(floor)
+        }
         Ok(d) if d.0 > 0 => Some(d),
         Ok(d) => {
             diags.push(

@@ -30,6 +30,8 @@ pub enum Code {
     NegativeCidrLimit,
     InvalidDuration,
     NonPositiveDuration,
+    /// A resync interval below the floor; the floor is used.
+    ResyncBelowFloor,
     LinkLocalConflict,
     NoConfigMap,
     ConfigMapWithoutConfig,
@@ -63,6 +65,7 @@ impl Code {
             Code::NegativeCidrLimit => "negative-cidr-limit",
             Code::InvalidDuration => "invalid-duration",
             Code::NonPositiveDuration => "non-positive-duration",
+            Code::ResyncBelowFloor => "resync-below-floor",
             Code::LinkLocalConflict => "link-local-conflict",
             Code::NoConfigMap => "no-configmap",
             Code::ConfigMapWithoutConfig => "configmap-without-config",

@@ -162,7 +162,9 @@ pub fn parse_go_duration(input: &str) -> Result<GoDuration, DurationError> {
                 return Err(invalid());
             }
         }
-        total += value;
+        // Go adds in uint64 and lets the sum wrap (1<<63 + 1<<63 is 0 and passes the check
+        // below); wrapping on purpose keeps Go's result instead of panicking.
+        total = total.wrapping_add(value);
         if total > LIMIT {
             return Err(invalid());
         }
@@ -282,6 +284,15 @@ mod tests {
     const H: i64 = 60 * MIN;
 
     /// The valid cases of Go's own `parseDurationTests` (src/time/time_test.go).
+    #[test]
+    fn a_sum_that_wraps_past_two_to_the_64_keeps_gos_result() {
+        // 1<<63 + 1<<63 wraps to 0 in Go's uint64 sum; the trailing 1s is what remains.
+        assert_eq!(
+            ok("9223372036854775808ns9223372036854775808ns1s"),
+            1_000_000_000
+        );
+    }
+
     #[test]
     fn go_valid_cases() {
         let cases: &[(&str, i64)] = &[

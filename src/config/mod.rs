@@ -40,6 +40,9 @@ pub const RESERVED_RANGES: [&str; 8] = [
 ];
 /// Default `cidrLimit`.
 pub const DEFAULT_CIDR_LIMIT: i64 = 64;
+/// The shortest `resyncInterval` the agent uses (a shorter one is raised to it, with a
+/// warning): below it a pass would run back to back and burn a core.
+pub const MIN_RESYNC_INTERVAL: GoDuration = GoDuration(100_000_000);
 /// Default `resyncInterval`: 60s.
 pub const DEFAULT_RESYNC_INTERVAL: GoDuration = GoDuration(60_000_000_000);
 

@@ -28,6 +28,8 @@ pub enum ReadError {
     NotUtf8 { path: PathBuf, offset: usize },
     #[error("{}: not found", .0.display())]
     NotFound(PathBuf),
+    #[error("{}: is a {kind}, not a regular file; the agent reads only regular files (a FIFO or a device would block it)", path.display())]
+    NotRegular { path: PathBuf, kind: &'static str },
     #[error("{}: {source}", path.display())]
     Other {
         path: PathBuf,
@@ -68,11 +70,46 @@ pub fn read_config_source(path: &Path) -> Result<Option<ConfigText>, ReadError> 
     if metadata.is_dir() {
         return Err(ReadError::Directory(path.to_path_buf()));
     }
-    if metadata.len() > MAX_CONFIG_BYTES {
+    // Opening a FIFO blocks until a writer comes; a non-blocking open never does, and the
+    // type of what was opened (the path may have been swapped since) is checked on the file.
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(path)
+        .map_err(|e| classify(path, e))?;
+    let opened = file.metadata().map_err(|e| classify(path, e))?;
+    if !opened.is_file() {
+        return Err(ReadError::NotRegular {
+            path: path.to_path_buf(),
+            kind: file_kind(&opened.file_type()),
+        });
+    }
+    if opened.len() > MAX_CONFIG_BYTES {
         return Err(ReadError::TooLarge(path.to_path_buf()));
     }
-    let file = std::fs::File::open(path).map_err(|e| classify(path, e))?;
     read_limited(file, path).map(Some)
+}
+
+/// `O_NONBLOCK` on Linux (asm-generic and x86).
+const O_NONBLOCK: i32 = 0o4000;
+
+/// A file type in words, for errors.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_block_device() {
+        "block device"
+    } else {
+        "special file"
+    }
 }
 
 /// Reads at most [`MAX_CONFIG_BYTES`] from `reader` (a file or stdin) as UTF-8 config text.
@@ -106,6 +143,25 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = scratch("fifo");
+        let fifo = dir.join("config");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        // Nobody writes to it: a blocking open would hang this test forever.
+        let err = read_config_source(&fifo).unwrap_err();
+        assert!(
+            matches!(err, ReadError::NotRegular { kind: "FIFO", .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

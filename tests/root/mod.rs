@@ -15,6 +15,7 @@ macro_rules! both_variants {
 
 mod agent;
 mod health;
+mod hostile;
 mod netns;
 mod packets;
 mod seam;

@@ -92,6 +92,7 @@ impl Iptables {
         if !out.success {
             return Err(self.failed(program, &out));
         }
+        check_nat_readable(program, &out.stdout, nat_only)?;
         Ok(out.stdout)
     }
 
@@ -217,6 +218,32 @@ impl Backend for Iptables {
             transaction: script,
         })
     }
+}
+
+/// A save that lacks the nat table it was asked for, or says the table is incompatible (a rule
+/// iptables-nft cannot translate, e.g. one added with `nft`), is a failed observation: acting
+/// on it would append another jump every pass.
+fn check_nat_readable(program: &str, saved: &str, nat_required: bool) -> Result<(), BackendError> {
+    let unreadable = |detail: String| BackendError::Unreadable {
+        program: program.to_string(),
+        table: "nat".into(),
+        detail,
+    };
+    if let Some(line) = saved
+        .lines()
+        .find(|l| l.starts_with("# Table `nat'") && l.contains("incompatible"))
+    {
+        return Err(unreadable(format!(
+            "{line} A rule in the ip nat table was written with nft in a form iptables cannot show; ipmasq writes nothing to a table it cannot read. Find it with `nft list table ip nat` and remove it, or move it to a table of its own"
+        )));
+    }
+    if nat_required && !saved.lines().any(|l| l.trim_end() == "*nat") {
+        return Err(unreadable(
+            "the output has no *nat section; ipmasq writes nothing to a table it cannot read"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 impl From<RunError> for BackendError {

@@ -508,3 +508,18 @@ fn property_rendered_rules_agree_with_decide() {
         }
     }
 }
+
+#[test]
+fn a_save_without_a_readable_nat_table_is_a_failed_observation() {
+    let incompatible = "# Table `nat' is incompatible, use 'nft' tool.\n";
+    let err = check_nat_readable("iptables-nft-save", incompatible, true).unwrap_err();
+    assert!(err.to_string().contains("is incompatible"), "{err}");
+    assert!(check_nat_readable("iptables-nft-save", incompatible, false).is_err());
+    let no_nat = "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n";
+    assert!(check_nat_readable("x", no_nat, true).is_err());
+    assert!(
+        check_nat_readable("x", no_nat, false).is_ok(),
+        "inspection reads what exists"
+    );
+    assert!(check_nat_readable("x", "*nat\nCOMMIT\n", true).is_ok());
+}

@@ -508,3 +508,20 @@ fn merge_keys_expand_as_yaml_v2_does() {
     let (_, diags) = ok("'<<': {cidrLimit: 5}\n", &V4);
     assert_eq!(codes(&diags), [Code::UnknownKey]);
 }
+
+#[test]
+fn resync_intervals_below_the_floor_are_raised_with_a_warning() {
+    let (config, diags) = ok("resyncInterval: 1ns\n", &V4);
+    assert_eq!(config.resync_interval, crate::config::MIN_RESYNC_INTERVAL);
+    assert_eq!(diags.len(), 1);
+    assert_eq!(diags[0].code, Code::ResyncBelowFloor);
+    assert!(
+        diags[0].message.contains("below the floor of 100ms"),
+        "{}",
+        diags[0].message
+    );
+    // Upstream's shortest documented case is untouched.
+    let (config, diags) = ok("resyncInterval: 500ms\n", &V4);
+    assert_eq!(config.resync_interval.to_string(), "500ms");
+    assert!(diags.is_empty());
+}
