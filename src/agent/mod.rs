@@ -88,6 +88,7 @@ fn reconcile_thread(
     mut state: AgentState,
     state_dir: PathBuf,
 ) -> Reconciler {
+    let _lock = take_node_lock(&state_dir, &state.rules.masq_chain);
     let mut trigger = Trigger::Timer;
     let mut written: Option<AgentState> = None;
     loop {
@@ -134,6 +135,27 @@ fn reconcile_thread(
                 Ok(Command::Stop) => return reconciler,
                 Err(_) => break,
             }
+        }
+    }
+}
+
+/// Takes the node lock for `chain`, waiting (and saying so) while another agent holds it.
+/// Without a usable state directory the agent runs unlocked, with a warning.
+pub fn take_node_lock(dir: &std::path::Path, chain: &str) -> Option<state::NodeLock> {
+    let acquired = state::acquire_lock(dir, chain, |holder| {
+        let holder = holder.map_or("another agent".to_string(), |pid| {
+            format!("agent pid {pid}")
+        });
+        warn!(chain, %holder, "{holder} holds the node lock for this chain; waiting for it to stop before touching the rules");
+    });
+    match acquired {
+        Ok(lock) => {
+            debug!(path = %lock.path.display(), "node lock taken");
+            Some(lock)
+        }
+        Err(err) => {
+            warn!(dir = %dir.display(), error = %err, "cannot take the node lock; running without it (a second agent could fight this one)");
+            None
         }
     }
 }

@@ -93,6 +93,10 @@ pub struct Reconciler {
     pub active_origin: Option<Origin>,
     /// Fingerprint of the last config problem logged, so each is logged once per change.
     last_config_note: Option<u64>,
+    /// The last file read and its result: unchanged bytes are not parsed again.
+    config_cache: Option<config::LoadCache>,
+    /// Config parses skipped because the file had not changed (for tests and debugging).
+    pub config_parses_skipped: u64,
     last_error: Option<String>,
     pub status: Status,
 }
@@ -113,6 +117,8 @@ impl Reconciler {
             active: None,
             active_origin: None,
             last_config_note: None,
+            config_cache: None,
+            config_parses_skipped: 0,
             last_error: None,
             status: Status::default(),
         }
@@ -137,8 +143,15 @@ impl Reconciler {
     /// Re-reads the config file; the active config changes only to a valid one.
     pub fn reload_config(&mut self) {
         let path = self.settings.config_path.display().to_string();
-        let loaded = match config::load(&self.settings.config_path, &self.settings.options) {
-            Ok(loaded) => loaded,
+        let loaded = match config::load_reusing(
+            &self.settings.config_path,
+            &self.settings.options,
+            &mut self.config_cache,
+        ) {
+            Ok((loaded, reused)) => {
+                self.config_parses_skipped += u64::from(reused);
+                loaded
+            }
             Err(err) => {
                 let message = err.to_string();
                 let note = fingerprint(&[Diagnostic::error(config::Code::Io, message.clone())]);
@@ -414,6 +427,20 @@ mod tests {
         assert!(matches!(f.reconciler.pass(), Pass::NoValidConfig));
         assert_eq!(f.fake.state().applies, 0);
         assert_eq!(f.reconciler.status.configs_rejected, 1);
+    }
+
+    #[test]
+    fn an_unchanged_file_is_not_parsed_again() {
+        let mut f = fixture("cache");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        f.reconciler.pass();
+        f.reconciler.pass();
+        assert_eq!(f.reconciler.config_parses_skipped, 2);
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]\n");
+        f.reconciler.pass();
+        assert_eq!(f.reconciler.config_parses_skipped, 2, "a change is parsed");
+        assert_eq!(cidr_rules(&f).len(), 3);
     }
 
     #[test]

@@ -128,6 +128,52 @@ pub fn running_agent(dir: &Path) -> Option<AgentState> {
     (netns_inode(&state.pid.to_string())? == ours).then_some(state)
 }
 
+/// The node lock: while held, no other agent for the same chain in this network namespace
+/// writes. A second agent (a rolling update's surge pod, a hand-started copy) waits for it, so
+/// two agents never both "repair" each other's jump away.
+pub struct NodeLock {
+    _file: std::fs::File,
+    pub path: PathBuf,
+}
+
+/// The lock file for `chain` in this network namespace.
+pub fn lock_path(dir: &Path, chain: &str) -> PathBuf {
+    let inode = netns_inode("self").unwrap_or_else(|| "unknown".into());
+    dir.join(format!("agent-net{inode}-{chain}.lock"))
+}
+
+/// Takes the node lock, waiting as long as another agent holds it; `on_wait` is told once,
+/// with the holder's pid when known, before the wait begins.
+pub fn acquire_lock(
+    dir: &Path,
+    chain: &str,
+    on_wait: impl FnOnce(Option<u32>),
+) -> std::io::Result<NodeLock> {
+    use std::io::{Read, Seek, Write};
+    std::fs::create_dir_all(dir)?;
+    let path = lock_path(dir, chain);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            on_wait(holder.trim().parse().ok());
+            file.lock()?;
+        }
+        Err(std::fs::TryLockError::Error(err)) => return Err(err),
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(NodeLock { _file: file, path })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +214,30 @@ mod tests {
         // A file left by a process that is gone is not a running agent.
         write(&dir, &sample(u32::MAX - 1)).unwrap();
         assert_eq!(running_agent(&dir), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_node_lock_is_exclusive_and_says_who_holds_it() {
+        let dir = std::env::temp_dir().join(format!("ipmasq-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let first = acquire_lock(&dir, "IP-MASQ-AGENT", |_| panic!("free: no wait")).unwrap();
+        let (told, waited) = std::sync::mpsc::channel();
+        let dir2 = dir.clone();
+        let second = std::thread::spawn(move || {
+            acquire_lock(&dir2, "IP-MASQ-AGENT", |holder| {
+                told.send(holder).unwrap();
+            })
+            .map(|_| ())
+        });
+        // The second waits, naming the holder, until the first is dropped.
+        let holder = waited.recv().unwrap();
+        assert_eq!(holder, Some(std::process::id()));
+        drop(first);
+        second.join().unwrap().unwrap();
+        // Another chain is another lock.
+        let _a = acquire_lock(&dir, "A", |_| panic!("no wait")).unwrap();
+        let _b = acquire_lock(&dir, "B", |_| panic!("no wait")).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

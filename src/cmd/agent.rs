@@ -57,6 +57,10 @@ pub fn run(args: &AgentArgs) -> Exit {
         return dry_run(&mut reconciler);
     }
     if args.once {
+        let _lock = crate::agent::take_node_lock(
+            &state_dir(args.state_dir.as_deref()),
+            args.rules.masq_chain.as_str(),
+        );
         return match reconciler.pass() {
             Pass::Synced(_) => Exit::Ok,
             Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,

@@ -203,14 +203,46 @@ pub struct Loaded {
 /// Loads the config at `path` as the agent does: a missing file means defaults; anything that
 /// cannot be read is an error; otherwise the contents are checked.
 pub fn load(path: &Path, options: &Options) -> Result<Loaded, ReadError> {
-    match read_config_source(path)? {
-        None => Ok(Loaded {
+    load_reusing(path, options, &mut None).map(|(loaded, _)| loaded)
+}
+
+/// The text of the last file checked and what it checked to.
+#[derive(Clone, Debug)]
+pub struct LoadCache {
+    text: String,
+    options: Options,
+    loaded: Loaded,
+}
+
+/// Like [`load`], but when the file's bytes (and the options) are those of the cached load,
+/// returns the cached result without parsing again: a steady resync reads the file and
+/// compares, nothing more. The flag says whether the cache was used.
+pub fn load_reusing(
+    path: &Path,
+    options: &Options,
+    cache: &mut Option<LoadCache>,
+) -> Result<(Loaded, bool), ReadError> {
+    let Some(text) = read_config_source(path)? else {
+        let loaded = Loaded {
             origin: Origin::Defaults,
             checked: Checked::new(Config::defaults(options), Vec::new()),
-        }),
-        Some(text) => Ok(Loaded {
-            origin: Origin::File,
-            checked: check_text(&text.text, options),
-        }),
+        };
+        return Ok((loaded, false));
+    };
+    if let Some(hit) = cache
+        .as_ref()
+        .filter(|c| c.text == text.text && c.options == *options)
+    {
+        return Ok((hit.loaded.clone(), true));
     }
+    let loaded = Loaded {
+        origin: Origin::File,
+        checked: check_text(&text.text, options),
+    };
+    *cache = Some(LoadCache {
+        text: text.text,
+        options: *options,
+        loaded: loaded.clone(),
+    });
+    Ok((loaded, false))
 }

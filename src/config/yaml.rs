@@ -450,6 +450,8 @@ impl<'s> Builder<'s> {
                 };
                 self.count(1, location)?;
                 if anchor != 0 {
+                    // The anchor keeps a copy: it costs like the node itself.
+                    self.count(1, location)?;
                     self.anchors.insert(anchor, node.clone());
                 }
                 self.attach(node)?;
@@ -510,6 +512,9 @@ impl<'s> Builder<'s> {
                     None => return Err(YamlError::at("unbalanced YAML collection", location)),
                 };
                 if anchor != 0 {
+                    // The anchor keeps a copy of the whole subtree: count it, or nested
+                    // anchors (&a0 [&a1 [ ... ]]) copy it once per level unseen by the budget.
+                    self.count(count_nodes(&node), location)?;
                     self.anchors.insert(anchor, node.clone());
                 }
                 self.attach(node)?;
@@ -678,6 +683,25 @@ mod tests {
         }
         let err = parse_stream(&bomb).unwrap_err();
         assert!(err.message.contains("more than"), "{}", err.message);
+    }
+
+    /// Nested anchors around one large list: every level keeps a copy of what it holds, so
+    /// the copies count against the node budget (before, 200 KB of them took 754 MB).
+    #[test]
+    fn nested_anchor_copies_count_against_the_budget() {
+        let depth = 60;
+        let mut text = String::from("x: ");
+        for level in 0..depth {
+            text.push_str(&format!("&a{level} ["));
+        }
+        text.push_str(&vec!["x"; 90_000].join(","));
+        text.push_str(&"]".repeat(depth));
+        text.push_str("\ny: *a0\n");
+        let err = parse_stream(&text).unwrap_err();
+        assert!(err.message.contains("more than"), "{}", err.message);
+        // One anchored list used twice is still fine.
+        let ok = format!("a: &l [{}]\nb: *l\n", vec!["x"; 20_000].join(","));
+        assert!(parse_stream(&ok).is_ok());
     }
 
     #[test]

@@ -252,3 +252,40 @@ fn a_sequence_key_makes_the_config_invalid() {
     );
     assert_eq!(report["results"][0]["effective"], serde_json::Value::Null);
 }
+
+/// Nested anchors around a large list, aliased once: the anchors' copies count against the
+/// node budget, so the parse stops early in little memory (before: 647 MiB peak here).
+#[test]
+fn nested_anchor_bomb_is_refused_in_bounded_memory() {
+    let dir = Scratch::new("anchor-bomb");
+    let depth = 60;
+    let mut text = String::from("x: ");
+    for level in 0..depth {
+        text.push_str(&format!("&a{level} ["));
+    }
+    text.push_str(&vec!["x"; 90_000].join(","));
+    text.push_str(&"]".repeat(depth));
+    text.push_str("\ny: *a0\n");
+    let bomb = dir.write("bomb.yaml", &text);
+    let measure = format!(
+        "import resource, subprocess, sys\n\
+         r = subprocess.run([{binary:?}, 'validate', {bomb:?}], capture_output=True)\n\
+         print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n",
+        binary = crate::util::binary().display().to_string(),
+        bomb = bomb.display().to_string(),
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &measure])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut fields = text.split_whitespace();
+    let code: i32 = fields.next().and_then(|c| c.parse().ok()).unwrap();
+    let max_rss_kib: u64 = fields.next().and_then(|c| c.parse().ok()).unwrap();
+    assert_eq!(code, 1, "refused as an error");
+    assert!(
+        max_rss_kib < 64 * 1024,
+        "peak RSS {} MiB; the DaemonSet's limit is 64 MiB",
+        max_rss_kib / 1024
+    );
+}

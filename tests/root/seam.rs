@@ -230,7 +230,10 @@ fn show_and_cleanup_know_the_running_agent() {
     let state_dir = ns.state_dir();
     let state_written = || {
         std::fs::read_dir(&state_dir)
-            .map(|mut d| d.next().is_some())
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            })
             .unwrap_or(false)
     };
     assert!(

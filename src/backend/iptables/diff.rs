@@ -40,7 +40,16 @@ pub(super) struct Drift {
     pub rewrite_chain: bool,
     /// Saved specs of jumps to delete, in live order.
     pub delete_jumps: Vec<String>,
-    pub add_jump: bool,
+    /// Where the canonical jump goes afterwards: appended (none is kept), or re-inserted at a
+    /// POSTROUTING position (duplicates were deleted with the kept copy).
+    pub place_jump: Option<JumpPlacement>,
+}
+
+/// How the transaction (re)places the canonical jump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum JumpPlacement {
+    Append,
+    Insert(usize),
 }
 
 impl Drift {
@@ -177,18 +186,33 @@ pub(super) fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
             ),
         });
     }
-    // Every jump but the kept one goes, in live order.
-    let delete_jumps = live
-        .jumps
-        .iter()
-        .filter(|j| !jumps.kept.is_some_and(|kept| std::ptr::eq(kept, *j)))
-        .map(|j| j.spec.clone())
-        .collect();
+    // Stale jumps go. Duplicates go together with the kept copy, which is re-inserted where
+    // it was: `-D` of a missing rule fails the whole transaction, so when another writer
+    // removed a copy since we looked, nothing is applied (and the next pass sees the truth)
+    // instead of both writers deleting "the duplicate" and leaving no jump at all.
+    let (delete_jumps, place_jump) = match jumps.kept {
+        None => (
+            live.jumps.iter().map(|j| j.spec.clone()).collect(),
+            Some(JumpPlacement::Append),
+        ),
+        Some(kept) if !jumps.duplicates.is_empty() => {
+            let stale_before = jumps
+                .stale
+                .iter()
+                .filter(|j| j.position < kept.position)
+                .count();
+            (
+                live.jumps.iter().map(|j| j.spec.clone()).collect(),
+                Some(JumpPlacement::Insert(kept.position - stale_before)),
+            )
+        }
+        Some(_) => (jumps.stale.iter().map(|j| j.spec.clone()).collect(), None),
+    };
     Drift {
         differences,
         rewrite_chain,
         delete_jumps,
-        add_jump: jumps.kept.is_none(),
+        place_jump,
     }
 }
 
@@ -205,8 +229,14 @@ pub(super) fn transaction(desired: &Rendered, drift: &Drift) -> String {
     for spec in &drift.delete_jumps {
         let _ = writeln!(script, "-D {POSTROUTING} {spec}");
     }
-    if drift.add_jump {
-        let _ = writeln!(script, "-A {POSTROUTING} {}", desired.jump);
+    match drift.place_jump {
+        Some(JumpPlacement::Append) => {
+            let _ = writeln!(script, "-A {POSTROUTING} {}", desired.jump);
+        }
+        Some(JumpPlacement::Insert(position)) => {
+            let _ = writeln!(script, "-I {POSTROUTING} {position} {}", desired.jump);
+        }
+        None => {}
     }
     if drift.rewrite_chain {
         for line in &desired.lines {

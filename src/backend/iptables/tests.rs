@@ -162,13 +162,17 @@ fn duplicate_and_stale_jumps_are_deleted_and_one_kept() {
         kinds(&drift),
         [DriftKind::JumpDuplicated, DriftKind::JumpStale]
     );
-    assert!(!drift.rewrite_chain && !drift.add_jump);
+    assert!(!drift.rewrite_chain);
+    // Every copy goes and the kept one is re-inserted where it stood once the stale one is
+    // gone, so a concurrent writer's deletion makes this transaction fail instead of leaving
+    // no jump.
     let script = transaction(&Rendered::new(&sets[0]), &drift);
     let stale_delete = stale.replacen("-A ", "-D ", 1);
     let dup_delete = JUMP.replacen("-A ", "-D ", 1);
+    let reinsert = JUMP.replacen("-A POSTROUTING", "-I POSTROUTING 2", 1);
     assert_eq!(
         script,
-        format!("*nat\n{stale_delete}\n{dup_delete}\nCOMMIT\n")
+        format!("*nat\n{stale_delete}\n{dup_delete}\n{dup_delete}\n{reinsert}\nCOMMIT\n")
     );
 }
 
@@ -378,7 +382,7 @@ fn missing_extra_and_reordered_rules_are_named() {
     );
     // The same diff drives the repair: the chain is rewritten, the jump left alone.
     let drift = diff(&d, &live);
-    assert!(drift.rewrite_chain && !drift.add_jump && drift.delete_jumps.is_empty());
+    assert!(drift.rewrite_chain && drift.place_jump.is_none() && drift.delete_jumps.is_empty());
 }
 
 #[test]
