@@ -12,7 +12,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::net::TcpListener;
@@ -26,7 +26,9 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read buffer cap (hyper's minimum), which bounds the request head.
 const MAX_BUFFER: usize = 8192;
-/// Connections served at once; more are closed on accept.
+/// How long a new connection is given to show its first bytes before the next accept.
+const FIRST_BYTES_WAIT: Duration = Duration::from_millis(2);
+/// Connections served at once; a further one takes the slot of the slowest unfinished request.
 const MAX_CONNECTIONS: usize = 32;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -86,9 +88,42 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
+/// A connection being served.
+struct Slot {
+    accepted: Instant,
+    /// Set once its request head has arrived (the service was called).
+    head_done: Arc<AtomicBool>,
+    task: tokio::task::AbortHandle,
+}
+
+/// Makes room for a new connection when every slot is taken: the connection that has been
+/// sending its request head the longest is dropped. A probe sends its head at once and is
+/// answered in microseconds, so a crowd of slow clients (slowloris) can only ever evict each
+/// other, never starve the probes. False when every slot holds a complete request.
+fn make_room(slots: &mut Vec<Slot>) -> bool {
+    slots.retain(|s| !s.task.is_finished());
+    if slots.len() < MAX_CONNECTIONS {
+        return true;
+    }
+    let oldest = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.head_done.load(Ordering::Relaxed))
+        .min_by_key(|(_, s)| s.accepted)
+        .map(|(i, _)| i);
+    match oldest {
+        Some(i) => {
+            slots.swap_remove(i).task.abort();
+            debug!("all connection slots taken; dropped the slowest unfinished request");
+            true
+        }
+        None => false,
+    }
+}
+
 /// Serves connections from `listener` until the runtime stops.
 pub async fn serve(listener: TcpListener, shared: Shared) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let mut slots: Vec<Slot> = Vec::with_capacity(MAX_CONNECTIONS);
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -98,15 +133,19 @@ pub async fn serve(listener: TcpListener, shared: Shared) {
                 continue;
             }
         };
-        if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-            debug!("too many connections; closing a new one");
+        // A real client's request is usually there already: wait a moment for it, so the new
+        // connection's head is read (and it counts as complete) before the next eviction.
+        let _ = tokio::time::timeout(FIRST_BYTES_WAIT, stream.readable()).await;
+        if !make_room(&mut slots) {
+            debug!("too many connections with complete requests; closing a new one");
             continue;
         }
-        active.fetch_add(1, Ordering::Relaxed);
         let shared = shared.clone();
-        let active = active.clone();
-        tokio::spawn(async move {
+        let head_done = Arc::new(AtomicBool::new(false));
+        let seen = head_done.clone();
+        let task = tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                seen.store(true, Ordering::Relaxed);
                 let snapshot = read(&shared);
                 async move {
                     Ok::<_, Infallible>(respond(request.method(), request.uri().path(), &snapshot))
@@ -124,8 +163,15 @@ pub async fn serve(listener: TcpListener, shared: Shared) {
             {
                 debug!("closed a connection that outlived its time");
             }
-            active.fetch_sub(1, Ordering::Relaxed);
         });
+        slots.push(Slot {
+            accepted: Instant::now(),
+            head_done,
+            task: task.abort_handle(),
+        });
+        // Let the new connection read its head before the next accept: a burst of slow
+        // clients must not evict a probe whose complete request is already waiting.
+        tokio::task::yield_now().await;
     }
 }
 
@@ -150,6 +196,75 @@ mod tests {
             .unwrap_or_default()
             .to_string();
         (code, body)
+    }
+
+    /// 100 clients that each send one byte of a request head a second (slowloris) hold far
+    /// more than the 32 slots; every real probe must still be answered within a second.
+    #[test]
+    fn probes_are_answered_through_a_slowloris_crowd() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let shared: Shared = Arc::new(Mutex::new(Snapshot::new("fake".into())));
+        let listener = runtime
+            .block_on(bind("127.0.0.1:0".parse().unwrap()))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        runtime.spawn(serve(listener, shared));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let server = std::thread::spawn(move || {
+            runtime.block_on(async {
+                while stopped.try_recv().is_err() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        });
+        let (quit, quitting) = std::sync::mpsc::channel::<()>();
+        let crowd = std::thread::spawn(move || {
+            let mut slow: Vec<std::net::TcpStream> = (0..100)
+                .filter_map(|_| std::net::TcpStream::connect(addr).ok())
+                .collect();
+            let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n";
+            let mut sent = 0;
+            // One byte a second each; reconnect when dropped, as an attacker would.
+            while quitting.recv_timeout(Duration::from_secs(1)).is_err() {
+                for conn in &mut slow {
+                    if conn.write_all(&head[sent % head.len()..][..1]).is_err() {
+                        if let Ok(fresh) = std::net::TcpStream::connect(addr) {
+                            *conn = fresh;
+                        }
+                    }
+                }
+                sent += 1;
+            }
+        });
+        let mut answered = 0;
+        let mut worst = Duration::ZERO;
+        for _ in 0..30 {
+            let started = Instant::now();
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            let _ = write!(
+                stream,
+                "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            );
+            let mut text = String::new();
+            let _ = stream.read_to_string(&mut text);
+            let took = started.elapsed();
+            if text.starts_with("HTTP/1.1 200") && took < Duration::from_secs(1) {
+                answered += 1;
+            }
+            worst = worst.max(took);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        quit.send(()).unwrap();
+        crowd.join().unwrap();
+        stop.send(()).unwrap();
+        server.join().unwrap();
+        assert_eq!(answered, 30, "probes answered within 1 s (worst {worst:?})");
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Watching the config file's directory with inotify. A ConfigMap volume updates by swapping
 //! its `..data` symlink, so a watch on the file itself misses every update after the first;
-//! the directory sees the swap. Bursts of events settle into one trigger.
+//! the directory sees the swap. The directory's own entry is watched too, in its parent: when
+//! the directory is removed, recreated, or is a symlink that is swapped, the watch follows at
+//! once instead of waiting for the resync timer. Bursts of events settle into one trigger.
 
-use inotify::{EventMask, Inotify, WatchMask};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
@@ -22,18 +25,32 @@ fn mask() -> WatchMask {
         | WatchMask::MOVE_SELF
 }
 
-/// A watch on one directory; re-armed when the directory appears or is replaced.
+/// The parent's events that can replace the config directory's entry.
+fn parent_mask() -> WatchMask {
+    WatchMask::CREATE
+        | WatchMask::DELETE
+        | WatchMask::MOVED_TO
+        | WatchMask::MOVED_FROM
+        | WatchMask::ATTRIB
+}
+
+/// A watch on one directory (and on its entry in its parent); re-armed whenever the directory
+/// appears or is replaced.
 pub struct DirWatch {
     dir: PathBuf,
     /// The config file's name in `dir`; events on other names are ignored, except kubelet's
     /// `..data`-style entries (so a log file next to the config cannot trigger reloads).
-    file_name: std::ffi::OsString,
+    file_name: OsString,
+    /// The directory's parent and the directory's name in it.
+    parent: Option<(PathBuf, OsString)>,
     fd: Option<AsyncFd<Inotify>>,
+    dir_watch: Option<WatchDescriptor>,
+    parent_watch: Option<WatchDescriptor>,
     buffer: Vec<u8>,
 }
 
 /// Whether an event on `name` (None: the directory itself) can change the config.
-fn relevant(name: Option<&std::ffi::OsStr>, file_name: &std::ffi::OsStr) -> bool {
+fn relevant(name: Option<&OsStr>, file_name: &OsStr) -> bool {
     match name {
         None => true,
         Some(name) => name == file_name || name.as_encoded_bytes().starts_with(b".."),
@@ -49,77 +66,129 @@ impl DirWatch {
             .unwrap_or(Path::new("."))
             .to_path_buf();
         let file_name = config_path.file_name().unwrap_or_default().to_os_string();
+        let parent = dir.parent().zip(dir.file_name()).map(|(p, n)| {
+            let p = if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            };
+            (p.to_path_buf(), n.to_os_string())
+        });
         let mut watch = DirWatch {
             dir,
             file_name,
+            parent,
             fd: None,
+            dir_watch: None,
+            parent_watch: None,
             buffer: vec![0; 4096],
         };
         watch.arm();
         watch
     }
 
-    /// Whether a watch is in place.
+    /// Whether a watch on the directory is in place.
     #[cfg(test)]
     pub fn is_armed(&self) -> bool {
-        self.fd.is_some()
+        self.dir_watch.is_some()
     }
 
-    /// Adds the watch if it is missing and the directory exists.
+    /// Creates the inotify instance and adds the watches that are missing.
     pub fn arm(&mut self) {
-        if self.fd.is_some() || !self.dir.is_dir() {
-            return;
-        }
-        let armed = Inotify::init().and_then(|inotify| {
-            inotify.watches().add(&self.dir, mask())?;
-            // SAFETY: `Inotify` owns its descriptor for its whole life and always reports the
-            // same one; the AsyncFd takes ownership of it, so the fd outlives the registration.
-            // (tokio deprecated the safe-looking `with_interest` as unsound for exactly this
-            // reason and points here.)
-            let registered =
-                unsafe { AsyncFd::register_with_interest(inotify, Interest::READABLE) };
-            registered.map_err(std::io::Error::from)
-        });
-        match armed {
-            Ok(fd) => {
-                debug!(dir = %self.dir.display(), "watching config directory");
-                self.fd = Some(fd);
-            }
-            Err(err) => {
-                debug!(dir = %self.dir.display(), error = %err, "cannot watch config directory")
+        if self.fd.is_none() {
+            let registered = Inotify::init().and_then(|inotify| {
+                // SAFETY: `Inotify` owns its descriptor for its whole life and always reports
+                // the same one; the AsyncFd takes ownership of it, so the fd outlives the
+                // registration. (tokio deprecated the safe-looking `with_interest` as unsound
+                // for exactly this reason and points here.)
+                let registered =
+                    unsafe { AsyncFd::register_with_interest(inotify, Interest::READABLE) };
+                registered.map_err(std::io::Error::from)
+            });
+            match registered {
+                Ok(fd) => self.fd = Some(fd),
+                Err(err) => {
+                    debug!(error = %err, "cannot create an inotify instance");
+                    return;
+                }
             }
         }
+        let Some(fd) = self.fd.as_mut() else { return };
+        if self.parent_watch.is_none() {
+            if let Some((parent, _)) = &self.parent {
+                if let Ok(wd) = fd.get_mut().watches().add(parent, parent_mask()) {
+                    self.parent_watch = Some(wd);
+                }
+            }
+        }
+        if self.dir_watch.is_none() && self.dir.is_dir() {
+            match fd.get_mut().watches().add(&self.dir, mask()) {
+                Ok(wd) => {
+                    debug!(dir = %self.dir.display(), "watching config directory");
+                    self.dir_watch = Some(wd);
+                }
+                Err(err) => {
+                    debug!(dir = %self.dir.display(), error = %err, "cannot watch config directory")
+                }
+            }
+        }
+    }
+
+    /// Drops the directory's watch so the next `arm` adds it again for what the path names now.
+    fn rearm_dir(&mut self) {
+        if let (Some(fd), Some(wd)) = (self.fd.as_mut(), self.dir_watch.take()) {
+            let _ = fd.get_mut().watches().remove(wd);
+        }
+        self.arm();
     }
 
     /// Waits for a change; never returns while no watch is armed.
     pub async fn changed(&mut self) {
         loop {
+            self.arm();
             let Some(fd) = self.fd.as_mut() else {
                 std::future::pending::<()>().await;
                 return;
             };
             let Ok(mut guard) = fd.readable_mut().await else {
                 self.fd = None;
+                self.dir_watch = None;
+                self.parent_watch = None;
                 continue;
             };
             let buffer = &mut self.buffer;
             let file_name = &self.file_name;
+            let dir_name = self.parent.as_ref().map(|(_, n)| n.clone());
+            let dir_watch = self.dir_watch.clone();
+            let parent_watch = self.parent_watch.clone();
             match guard.try_io(|inner| {
                 let events = inner.get_mut().read_events(buffer)?;
-                Ok(events.fold((0usize, false), |(n, gone), e| {
-                    let dir_gone = e.mask.intersects(
-                        EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED,
-                    );
-                    let counts = dir_gone || relevant(e.name, file_name);
-                    (n + usize::from(counts), gone || dir_gone)
-                }))
-            }) {
-                Ok(Ok((count, gone))) => {
-                    if gone {
-                        // The directory itself went away: re-arm on the next pass.
-                        self.fd = None;
+                let mut found = Found::default();
+                for e in events {
+                    if Some(&e.wd) == parent_watch.as_ref() {
+                        // The directory's entry changed: it was removed, created or replaced.
+                        if e.name == dir_name.as_deref() {
+                            found.dir_replaced = true;
+                        }
+                    } else if Some(&e.wd) == dir_watch.as_ref() {
+                        if e.mask.intersects(
+                            EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED,
+                        ) {
+                            found.dir_replaced = true;
+                        } else if relevant(e.name, file_name) {
+                            found.relevant = true;
+                        }
                     }
-                    if count > 0 {
+                }
+                Ok(found)
+            }) {
+                Ok(Ok(found)) => {
+                    if found.dir_replaced {
+                        debug!(dir = %self.dir.display(), "config directory replaced; re-arming the watch");
+                        self.rearm_dir();
+                        return;
+                    }
+                    if found.relevant {
                         return;
                     }
                     // Only unrelated files changed: keep waiting.
@@ -127,6 +196,8 @@ impl DirWatch {
                 Ok(Err(err)) => {
                     debug!(error = %err, "config watch failed; re-arming");
                     self.fd = None;
+                    self.dir_watch = None;
+                    self.parent_watch = None;
                 }
                 Err(_would_block) => continue,
             }
@@ -146,6 +217,13 @@ impl DirWatch {
     }
 }
 
+/// What a batch of events means.
+#[derive(Default)]
+struct Found {
+    relevant: bool,
+    dir_replaced: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +238,57 @@ mod tests {
         assert!(relevant(None, file));
         assert!(!relevant(Some(OsStr::new("agent.log")), file));
         assert!(!relevant(Some(OsStr::new(".ip-masq-agent.swp")), file));
+    }
+
+    /// The config directory removed and made again, and a symlinked directory swapped: each
+    /// wakes the watch at once, and the watch then follows the new directory.
+    #[test]
+    fn watch_follows_a_recreated_or_swapped_directory() {
+        let root = std::env::temp_dir().join(format!("ipmasq-watch2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::create_dir_all(root.join("b")).unwrap();
+        std::os::unix::fs::symlink("a", root.join("config")).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let wait = |watch: &mut DirWatch| {
+            runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(10), watch.changed())
+                    .await
+                    .is_ok()
+            })
+        };
+        let mut watch = {
+            let _inside = runtime.enter();
+            DirWatch::new(&root.join("config").join("ip-masq-agent"))
+        };
+        assert!(watch.is_armed());
+        // Swap the symlink to b (atomically, as kubelet swaps ..data).
+        std::os::unix::fs::symlink("b", root.join("config.tmp")).unwrap();
+        std::fs::rename(root.join("config.tmp"), root.join("config")).unwrap();
+        assert!(
+            wait(&mut watch),
+            "swapping the directory's symlink must wake the watch"
+        );
+        // Now a write in b (not a) must be seen.
+        std::fs::write(root.join("b/ip-masq-agent"), "x").unwrap();
+        assert!(wait(&mut watch), "the watch must follow the symlink to b");
+        // Remove the directory and make it again as a plain directory.
+        std::fs::remove_file(root.join("config")).unwrap();
+        assert!(
+            wait(&mut watch),
+            "removing the directory must wake the watch"
+        );
+        std::fs::create_dir(root.join("config")).unwrap();
+        assert!(wait(&mut watch), "recreating it must wake the watch");
+        std::fs::write(root.join("config/ip-masq-agent"), "y").unwrap();
+        assert!(
+            wait(&mut watch),
+            "a write in the recreated directory must be seen"
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

@@ -188,3 +188,70 @@ fn a_second_agent_waits_for_the_node_lock() {
     );
     assert_eq!(jumps_in(&ns, "nft"), 1);
 }
+
+/// A POSTROUTING jump to our chain whose comment holds a newline (iptables-save prints it over
+/// two lines, iptables-restore cannot take it back): the agent sees it as a stale jump and
+/// removes it, and cleanup removes it too. A foreign rule that jumps to our chain makes
+/// cleanup say which rule and what to do, and remove nothing.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn odd_jumps_and_foreign_references() {
+    for variant in ["nft", "legacy"] {
+        let ns = Netns::new("oddjumps");
+        let tool = format!("iptables-{variant}");
+        let mode = format!("--iptables-mode={variant}");
+        let once = || ns.ipmasq(&["agent", "--once", &mode, "--config=/nonexistent/x"]);
+        assert_eq!(once().code, 0);
+        ns.sh(&format!(
+            "{tool} -t nat -I POSTROUTING -m comment --comment \"$(printf 'a\\nb')\" -j IP-MASQ-AGENT"
+        ));
+        assert_eq!(jumps_in_lines(&ns, variant), 2);
+        let run = once();
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(run.stderr.contains("jump_stale"), "{}", run.stderr);
+        assert_eq!(
+            jumps_in_lines(&ns, variant),
+            1,
+            "{variant}: the odd jump is gone"
+        );
+        // Again, then cleanup removes everything.
+        ns.sh(&format!(
+            "{tool} -t nat -A POSTROUTING -m comment --comment \"$(printf 'c\\nd')\" -j IP-MASQ-AGENT"
+        ));
+        let run = ns.ipmasq(&["cleanup", "--all-variants=false", &mode]);
+        assert_eq!(run.code, 0, "{variant}: {}{}", run.stdout, run.stderr);
+        assert!(
+            !ns.save(variant, false, Some("nat"))
+                .contains("IP-MASQ-AGENT"),
+            "{variant}"
+        );
+        // A foreign reference: cleanup names it and leaves everything as it was.
+        assert_eq!(once().code, 0);
+        ns.sh(&format!(
+            "{tool} -t nat -N FOREIGN && {tool} -t nat -A FOREIGN -d 10.9.0.0/16 -j IP-MASQ-AGENT"
+        ));
+        let before = ns.save(variant, false, Some("nat"));
+        let run = ns.ipmasq(&["cleanup", "--all-variants=false", &mode]);
+        assert_eq!(run.code, 1, "{}", run.stdout);
+        assert!(
+            run.stdout.contains(
+                "is still used by a rule that is not ours: `-A FOREIGN -d 10.9.0.0/16 -j IP-MASQ-AGENT`"
+            ),
+            "{}",
+            run.stdout
+        );
+        assert_eq!(
+            ns.save(variant, false, Some("nat")),
+            before,
+            "nothing removed"
+        );
+    }
+}
+
+/// POSTROUTING rules that jump to our chain, counting a rule printed over two lines once.
+fn jumps_in_lines(ns: &Netns, variant: &str) -> usize {
+    ns.save(variant, false, Some("nat"))
+        .lines()
+        .filter(|l| l.ends_with("-j IP-MASQ-AGENT") && !l.starts_with("-A IP-MASQ-AGENT"))
+        .count()
+}

@@ -40,6 +40,9 @@ pub(super) struct Drift {
     pub rewrite_chain: bool,
     /// Saved specs of jumps to delete, in live order.
     pub delete_jumps: Vec<String>,
+    /// Jumps to delete that iptables-restore cannot express (a newline in a comment): removed
+    /// with one `iptables -D` each, by their words, before the transaction.
+    pub delete_separately: Vec<String>,
     /// Where the canonical jump goes afterwards: appended (none is kept), or re-inserted at a
     /// POSTROUTING position (duplicates were deleted with the kept copy).
     pub place_jump: Option<JumpPlacement>,
@@ -208,11 +211,29 @@ pub(super) fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
         }
         Some(_) => (jumps.stale.iter().map(|j| j.spec.clone()).collect(), None),
     };
+    let (delete_separately, delete_jumps) = split_unrestorable(delete_jumps);
     Drift {
         differences,
         rewrite_chain,
         delete_jumps,
+        delete_separately,
         place_jump,
+    }
+}
+
+/// Splits specs into (those iptables-restore cannot take, those it can).
+fn split_unrestorable(specs: Vec<String>) -> (Vec<String>, Vec<String>) {
+    specs.into_iter().partition(|s| s.contains('\n'))
+}
+
+/// Notes in a printed transaction for the deletions made outside it.
+fn separate_notes(script: &mut String, specs: &[String]) {
+    for spec in specs {
+        let _ = writeln!(
+            script,
+            "# before this transaction, outside it (iptables-restore cannot read a newline in a rule): iptables -t nat -D {POSTROUTING} {}",
+            spec.replace('\n', "\\n")
+        );
     }
 }
 
@@ -221,6 +242,7 @@ pub(super) fn transaction(desired: &Rendered, drift: &Drift) -> String {
     let chain = &desired.chain;
     let size = desired.lines.iter().map(|l| l.len() + 1).sum::<usize>() + 512;
     let mut script = String::with_capacity(size);
+    separate_notes(&mut script, &drift.delete_separately);
     script.push_str("*nat\n");
     if drift.rewrite_chain {
         // Declaring a chain under --noflush creates it, or flushes it if it exists.
@@ -248,19 +270,51 @@ pub(super) fn transaction(desired: &Rendered, drift: &Drift) -> String {
     script
 }
 
-/// The transaction that removes our jumps and chain; `None` when there is nothing to remove.
-pub(super) fn cleanup_transaction(chain: &ChainName, live: &LiveChain) -> Option<String> {
-    if !live.chain_exists && live.jumps.is_empty() {
-        return None;
+/// What removes our jumps and chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Cleanup {
+    /// Jumps iptables-restore cannot express, deleted one by one first.
+    pub delete_separately: Vec<String>,
+    /// The transaction; `None` when there is nothing to remove.
+    pub script: Option<String>,
+}
+
+/// What removes our jumps and chain, or why it cannot be done: a rule of another chain that
+/// jumps to ours keeps it in use, and deleting that rule is its owner's decision.
+pub(super) fn cleanup_transaction(chain: &ChainName, live: &LiveChain) -> Result<Cleanup, String> {
+    if let Some(reference) = live.references.first() {
+        let others = live.references.len() - 1;
+        let more = if others > 0 {
+            format!(" (and {others} more)")
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "chain {chain} is still used by a rule that is not ours: `{reference}`{more}; nothing was removed. Delete that rule (iptables -t nat {}) if nothing needs it, then run cleanup again",
+            reference.replacen("-A ", "-D ", 1)
+        ));
     }
-    let mut script = String::from("*nat\n");
-    for jump in &live.jumps {
-        let _ = writeln!(script, "-D {POSTROUTING} {}", jump.spec);
+    if !live.chain_exists && live.jumps.is_empty() {
+        return Ok(Cleanup {
+            delete_separately: Vec::new(),
+            script: None,
+        });
+    }
+    let (delete_separately, restorable) =
+        split_unrestorable(live.jumps.iter().map(|j| j.spec.clone()).collect());
+    let mut script = String::new();
+    separate_notes(&mut script, &delete_separately);
+    script.push_str("*nat\n");
+    for spec in &restorable {
+        let _ = writeln!(script, "-D {POSTROUTING} {spec}");
     }
     if live.chain_exists {
         let _ = writeln!(script, ":{chain} - [0:0]");
         let _ = writeln!(script, "-X {chain}");
     }
     script.push_str("COMMIT\n");
-    Some(script)
+    Ok(Cleanup {
+        delete_separately,
+        script: Some(script),
+    })
 }

@@ -116,6 +116,28 @@ impl Iptables {
         Ok(())
     }
 
+    /// Deletes one POSTROUTING rule by its words with the iptables command (for a rule that
+    /// iptables-restore cannot express); the words are the rule's own, so a rule that changed
+    /// since it was read is not found and nothing else is touched.
+    fn delete_separately(&self, family: Family, spec: &str) -> Result<(), BackendError> {
+        let program = self.tools.main(family);
+        let words = saved::tokenize(spec);
+        let mut args = vec![
+            "-w",
+            LOCK_WAIT_SECONDS,
+            "-t",
+            "nat",
+            "-D",
+            render::POSTROUTING,
+        ];
+        args.extend(words.iter().map(String::as_str));
+        let out = runner::run(program, &args, None, self.timeout)?;
+        if !out.success {
+            return Err(self.failed(program, &out));
+        }
+        Ok(())
+    }
+
     /// Refuses what this backend cannot render, before anything is read or written.
     fn check(&self, ruleset: &Ruleset) -> Result<(), BackendError> {
         self.accepts(&ruleset.names)
@@ -151,7 +173,12 @@ impl Backend for Iptables {
 
     /// Whether this iptables supports `--random-fully` (1.6.2 and later).
     fn supports_random_fully(&self) -> Result<bool, BackendError> {
-        let out = runner::run(&self.tools.main, &["--version"], None, self.timeout)?;
+        let out = runner::run(
+            self.tools.main(Family::V4),
+            &["--version"],
+            None,
+            self.timeout,
+        )?;
         Ok(parse_version(&out.stdout).is_some_and(|v| v >= (1, 6, 2)))
     }
 
@@ -174,6 +201,9 @@ impl Backend for Iptables {
         let script = (!drift.is_empty()).then(|| transaction(&rendered, &drift));
         let planned = started.elapsed();
         if let (Some(script), false) = (&script, dry_run) {
+            for spec in &drift.delete_separately {
+                self.delete_separately(desired.family, spec)?;
+            }
             self.restore(desired.family, script)?;
         }
         tracing::debug!(
@@ -207,15 +237,19 @@ impl Backend for Iptables {
         dry_run: bool,
     ) -> Result<CleanupReport, BackendError> {
         let live = self.read(family, names)?;
-        let script = cleanup_transaction(&names.chain, &live);
-        if let (Some(script), false) = (&script, dry_run) {
+        let cleanup =
+            cleanup_transaction(&names.chain, &live).map_err(BackendError::Unsupported)?;
+        if let (Some(script), false) = (&cleanup.script, dry_run) {
+            for spec in &cleanup.delete_separately {
+                self.delete_separately(family, spec)?;
+            }
             self.restore(family, script)?;
         }
         Ok(CleanupReport {
             family,
             jumps_removed: live.jumps.len(),
             chain_removed: live.chain_exists,
-            transaction: script,
+            transaction: cleanup.script,
         })
     }
 }

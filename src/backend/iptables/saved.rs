@@ -28,6 +28,8 @@ pub(super) struct LiveChain {
     pub jumps: Vec<Jump>,
     /// How many rules POSTROUTING holds in all.
     pub postrouting_rules: usize,
+    /// Rules of other nat chains that jump to ours (not ours: they keep our chain in use).
+    pub references: Vec<String>,
 }
 
 /// Splits `[packets:bytes] rest` (a `-c` save line) into counters and the rule.
@@ -58,7 +60,8 @@ pub(super) fn parse_saved(saved: &str, chain: &ChainName) -> LiveChain {
     let rule_prefix = format!("-A {chain} ");
     let postrouting_prefix = format!("-A {POSTROUTING} ");
     let mut in_nat = false;
-    for raw in saved.lines() {
+    for raw in logical_lines(saved) {
+        let raw = raw.as_ref();
         if let Some(table) = raw.strip_prefix('*') {
             in_nat = table.trim() == "nat";
             continue;
@@ -81,9 +84,47 @@ pub(super) fn parse_saved(saved: &str, chain: &ChainName) -> LiveChain {
                     counters,
                 });
             }
+        } else if line.starts_with("-A ") && jump_target(line).is_some_and(|t| t == chain.as_str())
+        {
+            live.references.push(line.to_string());
         }
     }
     live
+}
+
+/// The save's lines, with a quoted word that spans lines (a comment holding a newline) kept in
+/// one logical line, as iptables-save prints it and iptables-restore cannot read it back.
+fn logical_lines(saved: &str) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    let mut lines = saved.lines();
+    std::iter::from_fn(move || {
+        let first = lines.next()?;
+        if !has_open_quote(first) {
+            return Some(std::borrow::Cow::Borrowed(first));
+        }
+        let mut joined = first.to_string();
+        while has_open_quote(&joined) {
+            let Some(next) = lines.next() else { break };
+            joined.push('\n');
+            joined.push_str(next);
+        }
+        Some(std::borrow::Cow::Owned(joined))
+    })
+}
+
+/// Whether a line ends inside a double-quoted word (`\"` and `\\` are escapes).
+fn has_open_quote(line: &str) -> bool {
+    let mut open = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if open => {
+                chars.next();
+            }
+            '"' => open = !open,
+            _ => {}
+        }
+    }
+    open
 }
 
 impl LiveChain {
@@ -135,6 +176,7 @@ impl LiveChain {
                 })
                 .collect(),
             postrouting_rules: live.hook_rules,
+            references: Vec::new(),
         }
     }
 }

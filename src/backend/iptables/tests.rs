@@ -243,13 +243,18 @@ fn cleanup_removes_jumps_then_the_chain() {
     let chain = ChainName::default();
     let saved = format!("*nat\n{DEFAULT_SAVED}{JUMP}\nCOMMIT\n");
     let live = parse_saved(&saved, &chain);
-    let script = cleanup_transaction(&chain, &live).unwrap();
+    let script = cleanup_transaction(&chain, &live).unwrap().script.unwrap();
     let delete = JUMP.replacen("-A ", "-D ", 1);
     assert_eq!(
         script,
         format!("*nat\n{delete}\n{delete}\n:IP-MASQ-AGENT - [0:0]\n-X IP-MASQ-AGENT\nCOMMIT\n")
     );
-    assert_eq!(cleanup_transaction(&chain, &LiveChain::default()), None);
+    assert_eq!(
+        cleanup_transaction(&chain, &LiveChain::default())
+            .unwrap()
+            .script,
+        None
+    );
 }
 
 #[test]
@@ -526,4 +531,53 @@ fn a_save_without_a_readable_nat_table_is_a_failed_observation() {
         "inspection reads what exists"
     );
     assert!(check_nat_readable("x", "*nat\nCOMMIT\n", true).is_ok());
+}
+
+#[test]
+fn a_jump_whose_comment_holds_a_newline_is_seen_and_deleted_by_its_words() {
+    let chain = ChainName::default();
+    let saved = format!(
+        "*nat\n:POSTROUTING ACCEPT [0:0]\n:IP-MASQ-AGENT - [0:0]\n-A POSTROUTING -m comment --comment \"a\nb\" -j IP-MASQ-AGENT\n{JUMP}\nCOMMIT\n"
+    );
+    let live = parse_saved(&saved, &chain);
+    assert_eq!(live.jumps.len(), 2, "{live:?}");
+    assert_eq!(
+        live.jumps[0].spec,
+        "-m comment --comment \"a\nb\" -j IP-MASQ-AGENT"
+    );
+    assert_eq!(live.postrouting_rules, 2);
+    let cleanup = cleanup_transaction(&chain, &live).unwrap();
+    assert_eq!(cleanup.delete_separately, [live.jumps[0].spec.clone()]);
+    let script = cleanup.script.unwrap();
+    assert!(script.starts_with("# before this transaction"), "{script}");
+    assert!(
+        !script.lines().any(|l| l == "b\" -j IP-MASQ-AGENT"),
+        "{script}"
+    );
+    // The repair treats it as a stale jump, deleted outside the restore script.
+    let set = &default_ruleset(&PlanOptions::default())[0];
+    let drift = diff(&Rendered::new(set), &live);
+    assert_eq!(drift.delete_separately.len(), 1);
+    assert!(drift.delete_jumps.is_empty());
+    assert_eq!(
+        tokenize(&drift.delete_separately[0]),
+        ["-m", "comment", "--comment", "a\nb", "-j", "IP-MASQ-AGENT"]
+    );
+}
+
+#[test]
+fn a_foreign_reference_to_our_chain_is_named_and_nothing_removed() {
+    let chain = ChainName::default();
+    let saved = format!("*nat\n{DEFAULT_SAVED}-A OUTPUT -d 10.9.0.0/16 -j IP-MASQ-AGENT\nCOMMIT\n");
+    let live = parse_saved(&saved, &chain);
+    let err = cleanup_transaction(&chain, &live).unwrap_err();
+    assert!(
+        err.contains("`-A OUTPUT -d 10.9.0.0/16 -j IP-MASQ-AGENT`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("iptables -t nat -D OUTPUT -d 10.9.0.0/16 -j IP-MASQ-AGENT"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was removed"), "{err}");
 }

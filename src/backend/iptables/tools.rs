@@ -41,7 +41,7 @@ fn tool(variant: Variant, family: Family, suffix: &str) -> String {
 pub(super) struct Tools {
     pub save: [String; 2],
     pub restore: [String; 2],
-    pub main: String,
+    pub main: [String; 2],
 }
 
 impl Tools {
@@ -55,7 +55,7 @@ impl Tools {
         Tools {
             save: both("-save"),
             restore: both("-restore"),
-            main: tool(variant, Family::V4, ""),
+            main: both(""),
         }
     }
 
@@ -65,6 +65,10 @@ impl Tools {
 
     pub fn restore(&self, family: Family) -> &str {
         &self.restore[slot(family)]
+    }
+
+    pub fn main(&self, family: Family) -> &str {
+        &self.main[slot(family)]
     }
 
     /// A full `-save` of both families (or of one table), for variant detection.
