@@ -391,7 +391,7 @@ fn drift_is_healed_within_one_resync(variant: &'static str) {
 
 /// Lays out a directory as kubelet does for a ConfigMap volume: the file is a symlink through
 /// `..data`, which an update swaps atomically.
-fn configmap_dir(dir: &std::path::Path, version: u32, config: &str) {
+pub(super) fn configmap_dir(dir: &std::path::Path, version: u32, config: &str) {
     let data = dir.join(format!("..2026_11_21_00_00_0{version}.{version}"));
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("ip-masq-agent"), config).unwrap();

@@ -14,6 +14,7 @@ macro_rules! both_variants {
 }
 
 mod agent;
+mod faults;
 mod health;
 mod hostile;
 mod netns;
