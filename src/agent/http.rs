@@ -198,10 +198,9 @@ mod tests {
         (code, body)
     }
 
-    /// 100 clients that each send one byte of a request head a second (slowloris) hold far
-    /// more than the 32 slots; every real probe must still be answered within a second.
-    #[test]
-    fn probes_are_answered_through_a_slowloris_crowd() {
+    /// A runtime with the endpoint spawned on a free loopback port (it serves while the test
+    /// drives the runtime).
+    fn serving() -> (tokio::runtime::Runtime, SocketAddr, Shared) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -211,7 +210,15 @@ mod tests {
             .block_on(bind("127.0.0.1:0".parse().unwrap()))
             .unwrap();
         let addr = listener.local_addr().unwrap();
-        runtime.spawn(serve(listener, shared));
+        runtime.spawn(serve(listener, shared.clone()));
+        (runtime, addr, shared)
+    }
+
+    /// 100 clients that each send one byte of a request head a second (slowloris) hold far
+    /// more than the 32 slots; every real probe must still be answered within a second.
+    #[test]
+    fn probes_are_answered_through_a_slowloris_crowd() {
+        let (runtime, addr, _shared) = serving();
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let server = std::thread::spawn(move || {
             runtime.block_on(async {
@@ -269,16 +276,7 @@ mod tests {
 
     #[test]
     fn endpoints_answer_and_a_stalled_client_does_not_block_others() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let shared: Shared = Arc::new(Mutex::new(Snapshot::new("fake".into())));
-        let listener = runtime
-            .block_on(bind("127.0.0.1:0".parse().unwrap()))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        runtime.spawn(serve(listener, shared.clone()));
+        let (runtime, addr, shared) = serving();
         let server = std::thread::spawn(move || {
             runtime.block_on(async { tokio::time::sleep(Duration::from_secs(3)).await });
         });

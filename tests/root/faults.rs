@@ -133,20 +133,13 @@ fn restore_failing_then_hanging_then_recovering() {
     let mode = dir.path.join("mode");
     std::fs::write(&mode, "ok").unwrap();
     let fake = dir.path.join("iptables-nft-restore");
-    std::fs::write(
+    super::netns::executable(
         &fake,
-        format!(
+        &format!(
             "#!/bin/sh\ncase \"$(cat '{}')\" in\n  fail) echo 'iptables-restore: injected failure' >&2; exit 1;;\n  hang) sleep 20; exit 1;;\nesac\nexec /usr/sbin/iptables-nft-restore \"$@\"\n",
             mode.display()
         ),
-    )
-    .unwrap();
-    assert!(Command::new("chmod")
-        .arg("+x")
-        .arg(&fake)
-        .status()
-        .unwrap()
-        .success());
+    );
     std::fs::write(dir.path.join("config"), "resyncInterval: 1h\n").unwrap();
     let log = dir.path.join("agent.log");
     let config = format!("--config={}", dir.path.join("config").display());
@@ -436,5 +429,7 @@ fn a_soak_of_ten_thousand_passes_keeps_rss_and_fds_flat() {
     );
     let (after_100, after_10k) = (&rows[0], &rows[1]);
     assert!(after_10k[1] <= after_100[1] + 1024.0, "RSS grew: {rows:?}");
-    assert!(after_10k[2] <= after_100[2], "fds grew: {rows:?}");
+    // A sample may catch one connection or netlink socket in flight; a leak would be
+    // thousands after 10,000 passes.
+    assert!(after_10k[2] <= after_100[2] + 2.0, "fds grew: {rows:?}");
 }

@@ -111,12 +111,11 @@ impl Netns {
             prefix.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let wrapper = scratch_file(
-            "with-path",
+        let wrapper = scratch_file("with-path", "");
+        executable(
+            &wrapper,
             &format!("#!/bin/sh\nexport PATH='{path}'\nexec \"$@\"\n"),
         );
-        let status = Command::new("chmod").arg("+x").arg(&wrapper).status();
-        assert!(status.is_ok_and(|s| s.success()), "chmod +x wrapper");
         let binary = binary().display().to_string();
         let mut full = vec![binary.as_str()];
         full.extend_from_slice(args);
@@ -200,6 +199,17 @@ pub fn strip_comments(saved: &str) -> String {
         .filter(|l| !l.starts_with('#'))
         .map(|l| format!("{l}\n"))
         .collect()
+}
+
+/// Writes an executable script (a fake tool put first on PATH by a test).
+pub fn executable(path: &Path, script: &str) {
+    std::fs::write(path, script).expect("write script");
+    let status = Command::new("chmod").arg("+x").arg(path).status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "chmod +x {}",
+        path.display()
+    );
 }
 
 /// A uniquely named file in the temp dir.

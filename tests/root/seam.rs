@@ -68,20 +68,13 @@ fn a_blocked_pass_blocks_neither_health_nor_sigterm() {
     let fakes = Scratch::new("blocked-fakes");
     let marker = fakes.path.join("restore-started");
     let restore = fakes.path.join("iptables-nft-restore");
-    std::fs::write(
+    super::netns::executable(
         &restore,
-        format!(
+        &format!(
             "#!/bin/sh\ntouch '{}'\nsleep 10\nexec /usr/sbin/iptables-nft-restore \"$@\"\n",
             marker.display()
         ),
-    )
-    .unwrap();
-    let chmod = std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(&restore)
-        .status()
-        .unwrap();
-    assert!(chmod.success());
+    );
     let log = fakes.path.join("agent.log");
     let config = format!("--config={}", fakes.path.join("config").display());
     let child = ns
