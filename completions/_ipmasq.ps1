@@ -40,6 +40,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
             [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)')
             [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
             [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)')
             [CompletionResult]::new('--cleanup-on-exit', '--cleanup-on-exit', [CompletionResultType]::ParameterName, 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format')
@@ -86,6 +87,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
             [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)')
             [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
             [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
@@ -101,6 +103,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
         'ipmasq;cleanup' {
             [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the chain to remove')
             [CompletionResult]::new('--all-variants', '--all-variants', [CompletionResultType]::ParameterName, 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
             [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')

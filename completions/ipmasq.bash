@@ -67,7 +67,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__agent)
-            opts="-v -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --iptables-mode --once --dry-run --cleanup-on-exit --log-format --metrics-addr --state-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
+            opts="-v -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --once --dry-run --cleanup-on-exit --log-format --metrics-addr --state-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -95,6 +95,10 @@ _ipmasq() {
                     ;;
                 --to-ports)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "iptables nftables" -- "${cur}"))
                     return 0
                     ;;
                 --iptables-mode)
@@ -173,7 +177,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__cleanup)
-            opts="-o -h -V --masq-chain --all-variants --iptables-mode --dry-run --state-dir --output --help --version"
+            opts="-o -h -V --masq-chain --all-variants --backend --iptables-mode --dry-run --state-dir --output --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -185,6 +189,10 @@ _ipmasq() {
                     ;;
                 --all-variants)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "iptables nftables" -- "${cur}"))
                     return 0
                     ;;
                 --iptables-mode)
@@ -295,7 +303,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__show)
-            opts="-o -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --iptables-mode --output --wide --state-dir --color --help --version"
+            opts="-o -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --output --wide --state-dir --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -323,6 +331,10 @@ _ipmasq() {
                     ;;
                 --to-ports)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "iptables nftables" -- "${cur}"))
                     return 0
                     ;;
                 --iptables-mode)

@@ -36,6 +36,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
             cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
             cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
+            cand --backend 'The firewall backend'
             cand --iptables-mode 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)'
             cand --cleanup-on-exit 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)'
             cand --log-format 'Log line format'
@@ -80,6 +81,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
             cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
             cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
+            cand --backend 'The firewall backend'
             cand --iptables-mode 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)'
             cand -o 'Output format'
             cand --output 'Output format'
@@ -94,6 +96,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         &'ipmasq;cleanup'= {
             cand --masq-chain 'Name of the chain to remove'
             cand --all-variants 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks'
+            cand --backend 'The firewall backend'
             cand --iptables-mode 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)'
             cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
             cand -o 'Output format'

@@ -38,6 +38,8 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l enable-ipv6 -d '
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
@@ -78,6 +80,8 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l enable-ipv6 -d 'A
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
@@ -93,6 +97,8 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s h -l help -d 'Pri
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l masq-chain -d 'Name of the chain to remove' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l all-variants -d 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"

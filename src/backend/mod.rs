@@ -6,7 +6,9 @@
 
 #[cfg(test)]
 pub(crate) mod fake;
+mod generation;
 mod iptables;
+mod nftables;
 pub(crate) mod runner;
 pub mod select;
 
@@ -23,6 +25,14 @@ pub trait Backend: Send {
     /// Whether MASQUERADE can randomise ports fully here.
     fn supports_random_fully(&self) -> Result<bool, BackendError> {
         Ok(true)
+    }
+    /// Where our rules live, for people: `IP-MASQ-AGENT in table nat`.
+    fn location(&self, names: &Names) -> String {
+        format!("{} in table nat", names.chain)
+    }
+    /// What an entry jump is called in this backend, for people.
+    fn entry_phrase(&self) -> &'static str {
+        "POSTROUTING jumps here"
     }
     /// Whether the tools for `family` are installed (IPv6 may lack them).
     fn family_available(&self, _family: Family) -> bool {
@@ -234,6 +244,8 @@ pub struct Inspection {
     pub entry_jumps: Vec<EntryJump>,
     /// How many rules the hook holds in all.
     pub hook_rules: usize,
+    /// The backend's own full reading, when `compare` needs more than the rules above.
+    pub raw: Option<String>,
 }
 
 impl Inspection {

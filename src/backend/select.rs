@@ -2,6 +2,7 @@
 //! A new backend is one folder under `src/backend/` and one arm here.
 
 use super::iptables::{detect_variant, Iptables, Variant};
+use super::nftables::Nftables;
 use super::Backend;
 
 /// Which backend to drive, as the user chose it.
@@ -9,6 +10,8 @@ use super::Backend;
 pub enum Choice {
     /// iptables, in one of its variants.
     Iptables(IptablesVariant),
+    /// The native nftables backend (tables `ip ipmasq` and `ip6 ipmasq`).
+    Nftables,
 }
 
 /// Which iptables variant.
@@ -31,6 +34,12 @@ pub struct Selected {
 /// Builds the chosen backend.
 pub fn select(choice: Choice) -> Selected {
     let (variant, reason) = match choice {
+        Choice::Nftables => {
+            return Selected {
+                backend: Box::new(Nftables::new()),
+                reason: "--backend=nftables".to_string(),
+            }
+        }
         Choice::Iptables(IptablesVariant::Nft) => (Variant::Nft, "--iptables-mode=nft".to_string()),
         Choice::Iptables(IptablesVariant::Legacy) => {
             (Variant::Legacy, "--iptables-mode=legacy".to_string())
@@ -51,6 +60,7 @@ pub fn choice_by_name(name: &str) -> Option<Choice> {
     match name {
         "iptables-nft" => Some(Choice::Iptables(IptablesVariant::Nft)),
         "iptables-legacy" => Some(Choice::Iptables(IptablesVariant::Legacy)),
+        "nftables" => Some(Choice::Nftables),
         _ => None,
     }
 }
@@ -61,5 +71,12 @@ pub fn every_backend() -> Vec<Box<dyn Backend>> {
     vec![
         Box::new(Iptables::new(Variant::Nft)),
         Box::new(Iptables::new(Variant::Legacy)),
+        Box::new(Nftables::new()),
     ]
+}
+
+/// Whether two backend names are of the same kind (the iptables variants are one kind): a
+/// backend of another kind holding our rules is a leftover of a switch.
+pub fn same_kind(a: &str, b: &str) -> bool {
+    a.starts_with("iptables") == b.starts_with("iptables")
 }

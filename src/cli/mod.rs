@@ -126,9 +126,22 @@ pub struct RuleFlags {
     pub to_ports: crate::plan::ToPorts,
 }
 
+/// The firewall backend.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)
+    Iptables,
+    /// Native nftables: one table per family with an interval set, any number of CIDRs
+    Nftables,
+}
+
 /// Which backend to drive; shared by `agent`, `show` and `cleanup`.
 #[derive(Args, Debug, Clone, Copy)]
 pub struct BackendFlags {
+    /// The firewall backend
+    #[arg(long, value_enum, value_name = "BACKEND", default_value_t = BackendKind::Iptables)]
+    pub backend: BackendKind,
+
     /// Which iptables to drive (cleanup: the variant to clean with --all-variants=false)
     #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
     pub iptables_mode: IptablesMode,

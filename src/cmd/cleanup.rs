@@ -103,7 +103,7 @@ pub fn run(args: &CleanupArgs) -> Exit {
     let backends = if args.all_variants {
         every_backend()
     } else {
-        vec![choose_backend(args.backend.iptables_mode).backend]
+        vec![choose_backend(&args.backend).backend]
     };
     let names = Names {
         chain: args.masq_chain.clone(),

@@ -9,7 +9,8 @@ pub(crate) mod validate;
 use crate::backend::select::{select, Choice, IptablesVariant, Selected};
 use crate::backend::{Backend, BackendError};
 use crate::cli::{
-    applets, multicall_args, Applet, Cli, IptablesMode, RuleFlags, BINARY_NAME, GENERATE_APPLET,
+    applets, multicall_args, Applet, BackendFlags, BackendKind, Cli, IptablesMode, RuleFlags,
+    BINARY_NAME, GENERATE_APPLET,
 };
 use crate::plan::PlanOptions;
 use clap::Parser;
@@ -46,18 +47,19 @@ impl Exit {
     }
 }
 
-/// The neutral backend choice behind `--iptables-mode`.
-pub fn backend_choice(mode: IptablesMode) -> Choice {
-    match mode {
-        IptablesMode::Auto => Choice::Iptables(IptablesVariant::Auto),
-        IptablesMode::Nft => Choice::Iptables(IptablesVariant::Nft),
-        IptablesMode::Legacy => Choice::Iptables(IptablesVariant::Legacy),
+/// The neutral backend choice behind `--backend` and `--iptables-mode`.
+pub fn backend_choice(flags: &BackendFlags) -> Choice {
+    match (flags.backend, flags.iptables_mode) {
+        (BackendKind::Nftables, _) => Choice::Nftables,
+        (BackendKind::Iptables, IptablesMode::Auto) => Choice::Iptables(IptablesVariant::Auto),
+        (BackendKind::Iptables, IptablesMode::Nft) => Choice::Iptables(IptablesVariant::Nft),
+        (BackendKind::Iptables, IptablesMode::Legacy) => Choice::Iptables(IptablesVariant::Legacy),
     }
 }
 
-/// Builds the backend `--iptables-mode` picks, with the reason.
-pub fn choose_backend(mode: IptablesMode) -> Selected {
-    select(backend_choice(mode))
+/// Builds the backend the flags pick, with the reason.
+pub fn choose_backend(flags: &BackendFlags) -> Selected {
+    select(backend_choice(flags))
 }
 
 /// The plan options the agent would use with these flags on this backend: `--random-fully` is

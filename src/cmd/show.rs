@@ -32,6 +32,11 @@ pub struct ShowReport {
     pub backend: String,
     pub backend_choice: String,
     pub chain: String,
+    /// Where our rules live in this backend, for people.
+    pub location: String,
+    /// What an entry jump is called in this backend, for people.
+    #[serde(skip)]
+    pub entry_phrase: &'static str,
     /// Whether our chain exists in any family.
     pub installed: bool,
     pub families: Vec<FamilyReport>,
@@ -243,12 +248,12 @@ fn table(family: &FamilyReport, wide: bool) -> String {
 
 fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
     let mut out = format!(
-        "{} {} ({})\n{} {} in table nat\n",
+        "{} {} ({})\n{} {}\n",
         style.bold("backend:"),
         report.backend,
         report.backend_choice,
         style.bold("chain:  "),
-        report.chain
+        report.location
     );
     for family in &report.families {
         out.push('\n');
@@ -263,12 +268,12 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
         let jump = match family.jump.copies {
             0 => style.error("no POSTROUTING jump to this chain"),
             1 => format!(
-                "POSTROUTING jumps here at rule {} of {}",
-                family.jump.positions[0], family.jump.postrouting_rules
+                "{} at rule {} of {}",
+                report.entry_phrase, family.jump.positions[0], family.jump.postrouting_rules
             ),
             n => style.warning(&format!(
-                "POSTROUTING jumps here {n} times, at rules {:?} of {}",
-                family.jump.positions, family.jump.postrouting_rules
+                "{} {n} times, at rules {:?} of {}",
+                report.entry_phrase, family.jump.positions, family.jump.postrouting_rules
             )),
         };
         let chain_state = if family.installed {
@@ -431,7 +436,10 @@ pub fn run(args: &ShowArgs) -> Exit {
     };
     let agent_choice = agent
         .as_ref()
-        .filter(|_| args.backend.iptables_mode == IptablesMode::Auto)
+        .filter(|_| {
+            args.backend.iptables_mode == IptablesMode::Auto
+                && args.backend.backend == crate::cli::BackendKind::Iptables
+        })
         .and_then(|a| choice_by_name(&a.backend));
     let selected = match agent_choice {
         Some(choice) => {
@@ -439,7 +447,7 @@ pub fn run(args: &ShowArgs) -> Exit {
             selected.reason = "the running agent's backend".into();
             selected
         }
-        None => choose_backend(args.backend.iptables_mode),
+        None => choose_backend(&args.backend),
     };
     let backend = selected.backend.as_ref();
     let mut lives = Vec::new();
@@ -533,6 +541,10 @@ pub fn run(args: &ShowArgs) -> Exit {
         backend: backend.name(),
         backend_choice: selected.reason,
         chain: flags.masq_chain.to_string(),
+        location: backend.location(&crate::plan::Names {
+            chain: flags.masq_chain.clone(),
+        }),
+        entry_phrase: backend.entry_phrase(),
         installed: lives.iter().any(|(_, l)| l.installed),
         families,
         sync,
@@ -606,6 +618,7 @@ mod tests {
                 counters: None,
             }],
             hook_rules: 1,
+            raw: None,
         }
     }
 

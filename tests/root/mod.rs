@@ -18,6 +18,7 @@ mod faults;
 mod health;
 mod hostile;
 mod netns;
+mod nftables;
 mod packets;
 mod seam;
 mod show_cleanup;

@@ -190,3 +190,45 @@ fn masquerading_with_packets_nft() {
 fn masquerading_with_packets_legacy() {
     masquerading_with_packets("legacy");
 }
+
+/// The same proof with the native nftables backend, IPv4 and IPv6.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn masquerading_with_packets_nftables() {
+    let topo = Topology::new();
+    assert_eq!(topo.source_seen(MASQ_V4), POD_V4, "control run (IPv4)");
+    let config = scratch_file("packets-config-nft", CONFIG);
+    let run = topo.node.ipmasq(&[
+        "agent",
+        "--once",
+        "--enable-ipv6",
+        "--backend=nftables",
+        &format!("--config={}", config.display()),
+    ]);
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(topo.source_seen(KEEP_V4), POD_V4, "kept (IPv4)");
+    assert_eq!(topo.source_seen(MASQ_V4), NODE_OUT_V4, "masqueraded (IPv4)");
+    assert_eq!(topo.source_seen(KEEP_V6), POD_V6, "kept (IPv6)");
+    assert_eq!(topo.source_seen(MASQ_V6), NODE_OUT_V6, "masqueraded (IPv6)");
+    let json = topo
+        .node
+        .ipmasq(&["show", "-o", "json", "--backend=nftables"]);
+    assert_eq!(json.code, 0, "{}{}", json.stdout, json.stderr);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).expect("show JSON");
+    for family in report["families"].as_array().unwrap() {
+        let masq: u64 = family["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["action"] == "MASQUERADE")
+            .filter_map(|r| r["packets"].as_u64())
+            .sum();
+        assert!(masq > 0, "the masquerade rule counted no packets: {family}");
+    }
+    let text = topo.node.ipmasq(&["show", "--backend=nftables"]);
+    eprintln!(
+        "ipmasq show --backend=nftables after traffic:\n{}",
+        text.stdout
+    );
+}

@@ -11,12 +11,14 @@ mod tools;
 
 pub(crate) use tools::{detect_variant, Variant};
 
+use super::generation::{self, Gate};
 use super::runner::{self, RunError, DEFAULT_TIMEOUT};
 use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
 use crate::plan::{Family, Names, Ruleset};
 use diff::{cleanup_transaction, diff, transaction};
 use render::Rendered;
 use saved::{parse_saved, LiveChain};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tools::{parse_version, Tools};
 
@@ -41,11 +43,14 @@ const RESERVED_CHAIN_NAMES: [&str; 12] = [
 const LOCK_WAIT_SECONDS: &str = "5";
 
 /// An iptables variant as a backend.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Iptables {
     variant: Variant,
     timeout: Duration,
     tools: Tools,
+    /// iptables-nft commits move the nftables generation id: an unchanged id since our own
+    /// last apply (or full comparison) means nothing to read. Unused for legacy.
+    gate: Mutex<Gate>,
 }
 
 impl Iptables {
@@ -54,6 +59,7 @@ impl Iptables {
             variant,
             timeout: DEFAULT_TIMEOUT,
             tools: Tools::new(variant),
+            gate: Mutex::new(Gate::default()),
         }
     }
 
@@ -138,6 +144,10 @@ impl Iptables {
         Ok(())
     }
 
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Refuses what this backend cannot render, before anything is read or written.
     fn check(&self, ruleset: &Ruleset) -> Result<(), BackendError> {
         self.accepts(&ruleset.names)
@@ -188,6 +198,17 @@ impl Backend for Iptables {
 
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         self.check(desired)?;
+        let gated = self.variant == Variant::Nft;
+        // Read the id BEFORE the save, so a change during the save is never missed.
+        let before = gated.then(generation::current).flatten();
+        if gated && self.gate().in_sync(before, desired) {
+            return Ok(SyncReport {
+                family: desired.family,
+                differences: Vec::new(),
+                transaction: None,
+                rules: render::rule_count(desired),
+            });
+        }
         let started = Instant::now();
         let rendered = Rendered::new(desired);
         let render_done = started.elapsed();
@@ -205,6 +226,10 @@ impl Backend for Iptables {
                 self.delete_separately(desired.family, spec)?;
             }
             self.restore(desired.family, script)?;
+        }
+        if gated && !dry_run {
+            let after = script.as_ref().map(|_| generation::current());
+            self.gate().record(desired, before, after);
         }
         tracing::debug!(
             family = %desired.family,
@@ -244,6 +269,7 @@ impl Backend for Iptables {
                 self.delete_separately(family, spec)?;
             }
             self.restore(family, script)?;
+            self.gate().forget(family);
         }
         Ok(CleanupReport {
             family,

@@ -152,3 +152,17 @@ impl Rendered {
         }
     }
 }
+
+/// How many rules `Rendered::new(ruleset)` writes, without rendering them.
+pub(super) fn rule_count(ruleset: &Ruleset) -> usize {
+    let masquerade = PORT_PROTOCOLS.len() * ruleset.masquerade.ports.len() + 1;
+    ruleset
+        .decisions
+        .iter()
+        .map(|d| match d.action {
+            Action::KeepSource => 1,
+            Action::Masquerade => masquerade,
+        })
+        .sum::<usize>()
+        + masquerade
+}

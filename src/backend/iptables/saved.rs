@@ -157,6 +157,7 @@ impl LiveChain {
                 })
                 .collect(),
             hook_rules: self.postrouting_rules,
+            raw: None,
         }
     }
 

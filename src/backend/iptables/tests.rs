@@ -7,7 +7,13 @@ use crate::config::{Config, Options};
 use crate::plan::{plan, ChainName, PlanOptions};
 
 fn render_rules(set: &Ruleset) -> Vec<String> {
-    Rendered::new(set).lines
+    let lines = Rendered::new(set).lines;
+    assert_eq!(
+        render::rule_count(set),
+        lines.len(),
+        "rule_count agrees with the rendering"
+    );
+    lines
 }
 
 fn kinds(drift: &diff::Drift) -> Vec<DriftKind> {

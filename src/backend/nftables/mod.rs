@@ -1,0 +1,216 @@
+//! The native nftables backend: one table per family (`ip ipmasq`, `ip6 ipmasq`) holding an
+//! interval set of the non-masquerade CIDRs and one nat chain hooked at postrouting
+//! (`render`). A pass first reads the ruleset generation id over netlink (`netlink`): when it
+//! has not moved since our own last apply (or last full comparison), nothing can have changed
+//! and the pass does nothing else. Otherwise it reads the table with `nft -j` (`live`),
+//! compares (`diff`) and repairs with ONE `nft -f` transaction: only the changed elements
+//! when only elements differ, else the table's content, keeping the table and its hook.
+
+mod diff;
+mod live;
+mod render;
+
+pub(crate) use render::TABLE;
+
+use super::generation::{self, Gate};
+use super::runner::{self, DEFAULT_TIMEOUT};
+use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
+use crate::plan::{Family, Names, Ruleset};
+use diff::{diff, Repair};
+use live::{parse, LiveTable};
+use render::{family_word, DesiredTable};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The nftables backend.
+pub(crate) struct Nftables {
+    nft: String,
+    timeout: Duration,
+    gate: Mutex<Gate>,
+}
+
+impl Nftables {
+    pub fn new() -> Self {
+        Nftables {
+            nft: runner::resolve("nft")
+                .map_or_else(|| "nft".to_string(), |p| p.display().to_string()),
+            timeout: DEFAULT_TIMEOUT,
+            gate: Mutex::new(Gate::default()),
+        }
+    }
+
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn failed(&self, out: &runner::Output) -> BackendError {
+        let stderr = out.stderr.trim().to_string();
+        if stderr.contains("Operation not permitted") || stderr.contains("Permission denied") {
+            BackendError::Permission {
+                program: self.nft.clone(),
+                detail: stderr,
+            }
+        } else {
+            BackendError::Failed {
+                program: self.nft.clone(),
+                code: out.code,
+                detail: stderr,
+            }
+        }
+    }
+
+    /// `nft -j list table FAMILY ipmasq`; an absent table is an empty reading.
+    fn read(&self, family: Family) -> Result<(LiveTable, String), BackendError> {
+        let out = runner::run(
+            &self.nft,
+            &["-j", "list", "table", family_word(family), TABLE],
+            None,
+            self.timeout,
+        )?;
+        if !out.success {
+            if out.stderr.contains("No such file or directory") {
+                return Ok((LiveTable::default(), String::new()));
+            }
+            return Err(self.failed(&out));
+        }
+        let live = parse(&out.stdout).map_err(|detail| BackendError::Unreadable {
+            program: self.nft.clone(),
+            table: format!("{} {TABLE}", family_word(family)),
+            detail,
+        })?;
+        Ok((live, out.stdout))
+    }
+
+    /// One `nft -f -` transaction.
+    fn apply(&self, script: &str) -> Result<(), BackendError> {
+        let out = runner::run(&self.nft, &["-f", "-"], Some(script), self.timeout)?;
+        if !out.success {
+            return Err(self.failed(&out));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Nftables {
+    fn name(&self) -> String {
+        "nftables".to_string()
+    }
+
+    fn accepts(&self, _names: &Names) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn location(&self, _names: &Names) -> String {
+        format!(
+            "{} in tables ip {TABLE} and ip6 {TABLE} (hook postrouting, priority {})",
+            render::CHAIN,
+            render::PRIORITY
+        )
+    }
+
+    fn entry_phrase(&self) -> &'static str {
+        "local destinations leave"
+    }
+
+    fn family_available(&self, _family: Family) -> bool {
+        runner::on_path(&self.nft)
+    }
+
+    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+        let family = desired.family;
+        let table = DesiredTable::new(desired)?;
+        let rules = table.rules.len() + table.elements.len();
+        let in_sync = || SyncReport {
+            family,
+            differences: Vec::new(),
+            transaction: None,
+            rules,
+        };
+        // Read the id BEFORE the dump, so a change during the dump is never missed.
+        let before = generation::current();
+        if self.gate().in_sync(before, desired) {
+            return Ok(in_sync());
+        }
+        let (live, _) = self.read(family)?;
+        let drift = diff(&table, &live);
+        let script = match &drift.repair {
+            Repair::None => None,
+            Repair::Elements { remove, add } => Some(table.element_script(remove, add)),
+            Repair::Rewrite => Some(table.script(false)),
+            Repair::Recreate => Some(table.script(true)),
+        };
+        if dry_run {
+            return Ok(SyncReport {
+                family,
+                differences: drift.differences,
+                transaction: script,
+                rules,
+            });
+        }
+        let mut after = None;
+        if let Some(script) = &script {
+            self.apply(script)?;
+            after = Some(generation::current());
+        }
+        self.gate().record(desired, before, after);
+        Ok(SyncReport {
+            family,
+            differences: drift.differences,
+            transaction: script,
+            rules,
+        })
+    }
+
+    fn inspect(&self, family: Family, _names: &Names) -> Result<Inspection, BackendError> {
+        let (live, raw) = self.read(family)?;
+        Ok(live.inspection(raw))
+    }
+
+    fn compare(&self, desired: &Ruleset, live: &Inspection) -> Vec<Difference> {
+        let table = match DesiredTable::new(desired) {
+            Ok(table) => table,
+            Err(err) => {
+                return vec![Difference {
+                    family: desired.family,
+                    kind: super::DriftKind::ChainMissing,
+                    position: None,
+                    detail: err.to_string(),
+                }]
+            }
+        };
+        let reading = match live.raw.as_deref() {
+            Some(raw) if !raw.is_empty() => parse(raw).unwrap_or_default(),
+            _ => LiveTable::default(),
+        };
+        diff(&table, &reading).differences
+    }
+
+    fn cleanup(
+        &self,
+        family: Family,
+        _names: &Names,
+        dry_run: bool,
+    ) -> Result<CleanupReport, BackendError> {
+        let (live, _) = self.read(family)?;
+        let script = live
+            .table_exists
+            .then(|| format!("delete table {} {TABLE}\n", family_word(family)));
+        if let (Some(script), false) = (&script, dry_run) {
+            let out = runner::run(&self.nft, &["-f", "-"], Some(script), self.timeout)?;
+            // Gone meanwhile: nothing to remove is success.
+            if !out.success && !out.stderr.contains("No such file or directory") {
+                return Err(self.failed(&out));
+            }
+            self.gate().forget(family);
+        }
+        Ok(CleanupReport {
+            family,
+            jumps_removed: usize::from(live.table_exists),
+            chain_removed: live.table_exists,
+            transaction: script,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+//! Unit tests of the nftables backend's pure parts: the model, the scripts (golden), reading
+//! `nft -j` back, and the diff. Root tests apply the scripts to the real kernel.
+
+use super::diff::{diff, Repair};
+use super::live::parse;
+use super::render::DesiredTable;
+use crate::backend::DriftKind;
+use crate::config::{Config, Options};
+use crate::plan::{plan, plan_family, Family, PlanOptions};
+
+fn default_table(options: &PlanOptions) -> DesiredTable {
+    let config = Config::defaults(&Options::default());
+    DesiredTable::new(&plan_family(&config, options, Family::V4)).unwrap()
+}
+
+fn listed() -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/nft/listed-with-ports.json"),
+    )
+    .unwrap()
+}
+
+fn ports() -> PlanOptions {
+    PlanOptions {
+        to_ports: "1024-29999,32768-65535".parse().unwrap(),
+        ..PlanOptions::default()
+    }
+}
+
+#[test]
+fn what_nft_lists_reads_back_as_the_desired_table() {
+    // Listed by nft 1.0.6 after applying the default config with two port ranges.
+    let live = parse(&listed()).unwrap();
+    assert!(live.table_exists);
+    assert_eq!(live.elements.len(), 4);
+    let drift = diff(&default_table(&ports()), &live);
+    assert!(drift.differences.is_empty(), "{:#?}", drift.differences);
+    assert_eq!(drift.repair, Repair::None);
+}
+
+#[test]
+fn element_changes_are_repaired_as_element_deltas() {
+    let mut live = parse(&listed()).unwrap();
+    live.elements.retain(|e| e.to_string() != "10.0.0.0/8");
+    live.elements.push("203.0.113.0/24".parse().unwrap());
+    let drift = diff(&default_table(&ports()), &live);
+    let kinds: Vec<DriftKind> = drift.differences.iter().map(|d| d.kind).collect();
+    assert_eq!(kinds, [DriftKind::MissingRule, DriftKind::ExtraRule]);
+    assert_eq!(
+        drift.differences[0].detail,
+        "10.0.0.0/8 missing from set nomasq"
+    );
+    let Repair::Elements { remove, add } = &drift.repair else {
+        panic!("{:?}", drift.repair)
+    };
+    assert_eq!(remove[0].to_string(), "203.0.113.0/24");
+    assert_eq!(add[0].to_string(), "10.0.0.0/8");
+    assert_eq!(
+        default_table(&ports()).element_script(remove, add),
+        "delete element ip ipmasq nomasq { 203.0.113.0/24 }\nadd element ip ipmasq nomasq { 10.0.0.0/8 }\n"
+    );
+}
+
+#[test]
+fn rule_and_hook_drift_rewrite_or_recreate() {
+    let table = default_table(&ports());
+    let mut live = parse(&listed()).unwrap();
+    live.rules.remove(0);
+    let drift = diff(&table, &live);
+    assert_eq!(drift.differences[0].kind, DriftKind::JumpMissing);
+    assert_eq!(drift.repair, Repair::Rewrite);
+    let mut live = parse(&listed()).unwrap();
+    live.rules.swap(2, 3);
+    assert_eq!(
+        diff(&table, &live).differences[0].kind,
+        DriftKind::OutOfOrder
+    );
+    let mut live = parse(&listed()).unwrap();
+    live.chain.as_mut().unwrap().priority = 100;
+    let drift = diff(&table, &live);
+    assert_eq!(drift.differences[0].kind, DriftKind::JumpStale);
+    assert_eq!(drift.repair, Repair::Recreate);
+    let drift = diff(&table, &Default::default());
+    assert_eq!(
+        drift.differences.iter().map(|d| d.kind).collect::<Vec<_>>(),
+        [DriftKind::ChainMissing, DriftKind::JumpMissing]
+    );
+}
+
+#[test]
+fn overlapping_and_duplicate_cidrs_are_aggregated() {
+    let mut config = Config::defaults(&Options::default());
+    config.non_masquerade_cidrs = ["10.0.0.0/8", "10.1.0.0/16", "10.0.0.0/8", "11.0.0.0/8"]
+        .iter()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let table =
+        DesiredTable::new(&plan_family(&config, &PlanOptions::default(), Family::V4)).unwrap();
+    let elements: Vec<String> = table.elements.iter().map(ToString::to_string).collect();
+    assert_eq!(elements, ["10.0.0.0/7", "169.254.0.0/16"]);
+}
+
+/// Every flag combination's script, compared with the committed golden file (each is also
+/// checked by `nft --check` in a namespace by the root tests). `IPMASQ_UPDATE_GOLDEN=1 cargo
+/// test golden` rewrites it after a deliberate change.
+#[test]
+fn golden_nft_scripts_for_every_flag_combination() {
+    let mut config = Config::defaults(&Options::default());
+    config
+        .non_masquerade_cidrs
+        .extend(["fd00::/8", "10.0.0.0/8"].map(|c| c.parse::<ipnet::IpNet>().unwrap()));
+    let out = golden_scripts(&config);
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/nft-scripts.txt");
+    if std::env::var_os("IPMASQ_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &out).unwrap();
+    }
+    let golden =
+        std::fs::read_to_string(&path).expect("golden file (IPMASQ_UPDATE_GOLDEN=1 creates it)");
+    assert!(
+        golden == out,
+        "nft scripts differ from {}; rerun with IPMASQ_UPDATE_GOLDEN=1 after a deliberate change",
+        path.display()
+    );
+}
+
+/// The scripts of every flag combination, each under a `### ...` header line.
+pub(crate) fn golden_scripts(config: &Config) -> String {
+    let mut out = String::new();
+    for random_fully in [true, false] {
+        for to_ports in [
+            "",
+            "2000",
+            "1024-29999,32768-65535",
+            "1024-2047,4096-8191,32768-65535",
+        ] {
+            for enable_ipv6 in [false, true] {
+                for masq_ll in [false, true] {
+                    let options = PlanOptions {
+                        random_fully,
+                        to_ports: to_ports.parse().unwrap(),
+                        enable_ipv6,
+                        ..PlanOptions::default()
+                    };
+                    let mut config = config.clone();
+                    config.masq_link_local = masq_ll;
+                    config.masq_link_local_ipv6 = masq_ll;
+                    for set in plan(&config, &options) {
+                        let table = DesiredTable::new(&set).unwrap();
+                        out.push_str(&format!(
+                            "### random-fully={random_fully} to-ports={to_ports:?} enable-ipv6={enable_ipv6} masqLinkLocal={masq_ll} family={}\n{}",
+                            set.family,
+                            table.script(false)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
