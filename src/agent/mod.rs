@@ -103,7 +103,7 @@ fn reconcile_thread(
         }
         debug!(
             ?trigger,
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             outcome = pass_name(&pass),
             "pass done"
         );

@@ -97,6 +97,8 @@ pub struct Reconciler {
     config_cache: Option<config::LoadCache>,
     /// Config parses skipped because the file had not changed (for tests and debugging).
     pub config_parses_skipped: u64,
+    /// The plan of the active config, made once per config.
+    planned: Option<Vec<crate::plan::Ruleset>>,
     last_error: Option<String>,
     pub status: Status,
 }
@@ -119,6 +121,7 @@ impl Reconciler {
             last_config_note: None,
             config_cache: None,
             config_parses_skipped: 0,
+            planned: None,
             last_error: None,
             status: Status::default(),
         }
@@ -143,16 +146,19 @@ impl Reconciler {
     /// Re-reads the config file; the active config changes only to a valid one.
     pub fn reload_config(&mut self) {
         let path = self.settings.config_path.display().to_string();
-        let loaded = match config::load_reusing(
+        let loaded = match config::load_unless_unchanged(
             &self.settings.config_path,
             &self.settings.options,
             &mut self.config_cache,
         ) {
-            Ok((loaded, reused)) => {
-                self.config_parses_skipped += u64::from(reused);
-                loaded
+            Ok(Some(loaded)) => loaded,
+            Ok(None) => {
+                // The same bytes as last time: the config in force and every note stand.
+                self.config_parses_skipped += 1;
+                return;
             }
             Err(err) => {
+                self.config_cache = None;
                 let message = err.to_string();
                 let note = fingerprint(&[Diagnostic::error(config::Code::Io, message.clone())]);
                 if self.last_config_note != Some(note) {
@@ -218,6 +224,9 @@ impl Reconciler {
                     self.last_config_note = Some(note);
                 }
                 self.status.non_masquerade_cidrs = new.non_masquerade_cidrs.len();
+                if changed {
+                    self.planned = None;
+                }
                 self.active = Some(new);
                 self.active_origin = Some(loaded.origin);
                 self.status.config_current = true;
@@ -271,9 +280,19 @@ impl Reconciler {
         let Some(active) = &self.active else {
             return Pass::NoValidConfig;
         };
-        let rulesets = plan(active, &self.settings.plan);
+        // Taken out for the pass and put back after, so a steady pass copies no plan.
+        let rulesets = match self.planned.take() {
+            Some(rulesets) => rulesets,
+            None => plan(active, &self.settings.plan),
+        };
+        let result = self.sync_rulesets(&rulesets);
+        self.planned = Some(rulesets);
+        result
+    }
+
+    fn sync_rulesets(&mut self, rulesets: &[crate::plan::Ruleset]) -> Pass {
         let mut done = Vec::with_capacity(rulesets.len());
-        for ruleset in &rulesets {
+        for ruleset in rulesets {
             let started = Instant::now();
             match self.backend.sync(ruleset, self.settings.dry_run) {
                 Ok(report) => {

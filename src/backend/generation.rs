@@ -83,7 +83,7 @@ pub(crate) fn generation() -> io::Result<u32> {
 /// apply (or last full comparison) and the ruleset that was in sync then.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Gate {
-    known: [Option<(u32, crate::plan::Ruleset)>; 2],
+    known: [Option<(u32, crate::plan::Ruleset, usize)>; 2],
 }
 
 fn slot(family: crate::plan::Family) -> usize {
@@ -96,9 +96,21 @@ fn slot(family: crate::plan::Family) -> usize {
 impl Gate {
     /// Whether `desired` is known to be live at generation `now`: nothing to read or write.
     pub fn in_sync(&self, now: Option<u32>, desired: &crate::plan::Ruleset) -> bool {
-        match (now, &self.known[slot(desired.family)]) {
-            (Some(now), Some((generation, ruleset))) => *generation == now && ruleset == desired,
-            _ => false,
+        self.known_at(now, desired.family)
+            .is_some_and(|(ruleset, _)| ruleset == desired)
+    }
+
+    /// The ruleset known to be live at generation `now`, if nothing committed since we knew.
+    pub fn known_at(
+        &self,
+        now: Option<u32>,
+        family: crate::plan::Family,
+    ) -> Option<(&crate::plan::Ruleset, usize)> {
+        match (now, &self.known[slot(family)]) {
+            (Some(now), Some((generation, ruleset, rules))) if *generation == now => {
+                Some((ruleset, *rules))
+            }
+            _ => None,
         }
     }
 
@@ -108,6 +120,7 @@ impl Gate {
     pub fn record(
         &mut self,
         desired: &crate::plan::Ruleset,
+        rules: usize,
         before: Option<u32>,
         after: Option<Option<u32>>,
     ) {
@@ -118,7 +131,7 @@ impl Gate {
                 _ => None,
             },
         };
-        self.known[slot(desired.family)] = generation.map(|g| (g, desired.clone()));
+        self.known[slot(desired.family)] = generation.map(|g| (g, desired.clone(), rules));
     }
 
     /// Forgets a family (after a cleanup).
@@ -151,18 +164,18 @@ mod tests {
         .remove(0);
         let mut gate = Gate::default();
         assert!(!gate.in_sync(Some(5), &ruleset));
-        gate.record(&ruleset, Some(5), Some(Some(6)));
+        gate.record(&ruleset, 5, Some(5), Some(Some(6)));
         assert!(gate.in_sync(Some(6), &ruleset));
         assert!(!gate.in_sync(Some(7), &ruleset), "someone committed since");
-        gate.record(&ruleset, Some(7), Some(Some(9)));
+        gate.record(&ruleset, 5, Some(7), Some(Some(9)));
         assert!(
             !gate.in_sync(Some(9), &ruleset),
             "another commit slipped in"
         );
-        gate.record(&ruleset, Some(9), None);
+        gate.record(&ruleset, 5, Some(9), None);
         assert!(gate.in_sync(Some(9), &ruleset), "compared in sync at 9");
         let mut other = ruleset.clone();
-        other.decisions.pop();
+        other.decisions = ruleset.decisions[1..].into();
         assert!(!gate.in_sync(Some(9), &other), "a new plan is compared");
         assert!(!gate.in_sync(None, &ruleset), "no id, no trust");
         gate.forget(ruleset.family);

@@ -547,7 +547,9 @@ fn check_cidrs(
                 ),
             )
             .at_opt(limit_location)
-            .hint(format!("raise `{KEY_CIDR_LIMIT}` to at least {count}, or merge CIDRs")),
+            .hint(format!(
+                "raise `{KEY_CIDR_LIMIT}` to at least {count}, or merge CIDRs; long lists are fine with `--backend nftables` (one set lookup per new connection, however long the list), while iptables walks one rule per CIDR"
+            )),
         );
     }
 

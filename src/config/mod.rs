@@ -13,7 +13,10 @@ pub mod yaml;
 pub use check::{check_document, check_parsed, check_text, suggest_key};
 pub use diagnostic::{Code, Diagnostic, Severity};
 pub use duration::{parse_go_duration, GoDuration};
-pub use source::{read_config_source, read_limited, ConfigText, ReadError, MAX_CONFIG_BYTES};
+pub use source::{
+    file_stamp, read_config_source, read_limited, ConfigText, FileStamp, ReadError,
+    MAX_CONFIG_BYTES,
+};
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -203,37 +206,49 @@ pub struct Loaded {
 /// Loads the config at `path` as the agent does: a missing file means defaults; anything that
 /// cannot be read is an error; otherwise the contents are checked.
 pub fn load(path: &Path, options: &Options) -> Result<Loaded, ReadError> {
-    load_reusing(path, options, &mut None).map(|(loaded, _)| loaded)
+    load_unless_unchanged(path, options, &mut None)
+        .map(|loaded| loaded.expect("without a cache every load is fresh"))
 }
 
-/// The text of the last file checked and what it checked to.
-#[derive(Clone, Debug)]
+/// The bytes of the last file loaded (and the options), to tell an unchanged file.
+#[derive(Clone, Debug, Default)]
 pub struct LoadCache {
     text: String,
     options: Options,
-    loaded: Loaded,
+    /// The file's stamp when it was read: the same stamp means the same bytes, unread.
+    stamp: Option<FileStamp>,
 }
 
-/// Like [`load`], but when the file's bytes (and the options) are those of the cached load,
-/// returns the cached result without parsing again: a steady resync reads the file and
-/// compares, nothing more. The flag says whether the cache was used.
-pub fn load_reusing(
+/// Like [`load`], but `Ok(None)` when the file's bytes (and the options) are those of the
+/// last load through this cache: a steady resync reads the file and compares, and parses,
+/// checks and copies nothing. A missing file resets the cache; so must the caller after a
+/// read error (the next readable file is then loaded afresh).
+pub fn load_unless_unchanged(
     path: &Path,
     options: &Options,
     cache: &mut Option<LoadCache>,
-) -> Result<(Loaded, bool), ReadError> {
+) -> Result<Option<Loaded>, ReadError> {
+    let stamp = file_stamp(path);
+    if stamp.is_some()
+        && cache
+            .as_ref()
+            .is_some_and(|c| c.stamp == stamp && c.options == *options)
+    {
+        return Ok(None);
+    }
     let Some(text) = read_config_source(path)? else {
-        let loaded = Loaded {
+        *cache = None;
+        return Ok(Some(Loaded {
             origin: Origin::Defaults,
             checked: Checked::new(Config::defaults(options), Vec::new()),
-        };
-        return Ok((loaded, false));
+        }));
     };
-    if let Some(hit) = cache
-        .as_ref()
+    if let Some(c) = cache
+        .as_mut()
         .filter(|c| c.text == text.text && c.options == *options)
     {
-        return Ok((hit.loaded.clone(), true));
+        c.stamp = stamp;
+        return Ok(None);
     }
     let loaded = Loaded {
         origin: Origin::File,
@@ -242,7 +257,7 @@ pub fn load_reusing(
     *cache = Some(LoadCache {
         text: text.text,
         options: *options,
-        loaded: loaded.clone(),
+        stamp,
     });
-    Ok((loaded, false))
+    Ok(Some(loaded))
 }

@@ -4,8 +4,9 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Largest config accepted; a real one is a few hundred bytes, a ConfigMap is capped at 1 MiB.
-pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// Largest config accepted: a ConfigMap is capped near 1 MiB, but a file on a bare-metal host
+/// may list 100,000 CIDRs for the nftables backend (about 2 MiB).
+pub const MAX_CONFIG_BYTES: u64 = 8 << 20;
 
 /// The text of a config source.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +54,31 @@ fn classify(path: &Path, err: std::io::Error) -> ReadError {
         ErrorKind::IsADirectory => ReadError::Directory(path),
         _ => ReadError::Other { path, source: err },
     }
+}
+
+/// What identifies a file's current content without reading it: device, inode, size and
+/// modification time of what the path resolves to (a ConfigMap update swaps in a new file,
+/// so its inode changes; an edit in place changes the time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// The stamp of the regular file at `path`, if there is one.
+pub fn file_stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_file)?;
+    Some(FileStamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    })
 }
 
 /// Reads a config file, following symlinks (a ConfigMap volume is all symlinks).
@@ -123,14 +149,14 @@ pub fn read_limited(reader: impl Read, path: &Path) -> Result<ConfigText, ReadEr
         return Err(ReadError::TooLarge(path.to_path_buf()));
     }
     // yaml.v2 accepts (and drops) a UTF-8 byte order mark.
-    let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
-    let text = std::str::from_utf8(body).map_err(|e| ReadError::NotUtf8 {
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        bytes.drain(..3);
+    }
+    let text = String::from_utf8(bytes).map_err(|e| ReadError::NotUtf8 {
         path: path.to_path_buf(),
-        offset: e.valid_up_to(),
+        offset: e.utf8_error().valid_up_to(),
     })?;
-    Ok(ConfigText {
-        text: text.to_string(),
-    })
+    Ok(ConfigText { text })
 }
 
 #[cfg(test)]

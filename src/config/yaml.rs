@@ -10,7 +10,7 @@
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, ScanError, Span as ParserSpan};
 
 /// Most nodes one document may expand to, aliases included (an alias bomb stops here).
-const MAX_NODES: usize = 100_000;
+const MAX_NODES: usize = 300_000;
 /// Deepest nesting accepted; far beyond any real config, and it keeps drops shallow.
 const MAX_DEPTH: usize = 64;
 

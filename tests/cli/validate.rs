@@ -186,7 +186,7 @@ fn directory_symlink_loop_and_oversize_are_io_errors() {
     let run = ipmasq(&["validate", dir.path.join("a").to_str().unwrap()]);
     assert_eq!(run.code, 2);
     assert!(run.stdout.contains("symlink loop"), "{}", run.stdout);
-    let big = dir.write("big", &"#".repeat((1 << 20) + 1));
+    let big = dir.write("big", &"#".repeat((8 << 20) + 1));
     let run = ipmasq(&["validate", big.to_str().unwrap()]);
     assert_eq!(run.code, 2);
     assert!(run.stdout.contains("larger than"), "{}", run.stdout);

@@ -229,7 +229,8 @@ impl Backend for Iptables {
         }
         if gated && !dry_run {
             let after = script.as_ref().map(|_| generation::current());
-            self.gate().record(desired, before, after);
+            self.gate()
+                .record(desired, rendered.lines.len(), before, after);
         }
         tracing::debug!(
             family = %desired.family,

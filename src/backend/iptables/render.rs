@@ -130,7 +130,7 @@ impl Rendered {
     pub fn new(ruleset: &Ruleset) -> Self {
         let chain = &ruleset.names.chain;
         let mut lines = Vec::with_capacity(ruleset.decisions.len() + 1);
-        for decision in &ruleset.decisions {
+        for decision in ruleset.decisions.iter() {
             match decision.action {
                 Action::KeepSource => lines.push(format!(
                     "-A {chain} -d {} -m comment --comment \"{NON_MASQ_COMMENT}\" -j RETURN",

@@ -6,7 +6,6 @@ use super::live::LiveTable;
 use super::render::{address_type, DesiredTable, PRIORITY_VALUE, SET};
 use crate::backend::{Difference, DriftKind};
 use ipnet::IpNet;
-use std::collections::BTreeSet;
 
 /// At most this many element differences are itemised; the rest are summed up in one.
 const ITEMISED_ELEMENTS: usize = 20;
@@ -102,11 +101,8 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         }
         Some(_) => {}
     }
-    // Elements.
-    let want: BTreeSet<&IpNet> = desired.elements.iter().collect();
-    let have: BTreeSet<&IpNet> = live.elements.iter().collect();
-    let add: Vec<IpNet> = want.difference(&have).map(|n| **n).collect();
-    let remove: Vec<IpNet> = have.difference(&want).map(|n| **n).collect();
+    // Elements: both lists are sorted, so one merge finds what to add and what to remove.
+    let (add, remove) = sorted_difference(&desired.elements, &live.elements);
     for (kind, list, verb) in [
         (DriftKind::MissingRule, &add, "missing from"),
         (DriftKind::ExtraRule, &remove, "not planned in"),
@@ -244,4 +240,29 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         differences: out,
         repair,
     }
+}
+
+/// (in `want` only, in `have` only) of two sorted lists, in one pass.
+fn sorted_difference(want: &[IpNet], have: &[IpNet]) -> (Vec<IpNet>, Vec<IpNet>) {
+    let (mut only_want, mut only_have) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < want.len() && j < have.len() {
+        match want[i].cmp(&have[j]) {
+            std::cmp::Ordering::Less => {
+                only_want.push(want[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                only_have.push(have[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    only_want.extend_from_slice(&want[i..]);
+    only_have.extend_from_slice(&have[j..]);
+    (only_want, only_have)
 }

@@ -257,6 +257,34 @@ pub(super) fn parse(json: &str) -> Result<LiveTable, String> {
 }
 
 impl LiveTable {
+    /// The table as we wrote it (what nft would list right after our own commit).
+    pub fn written(table: &super::render::DesiredTable) -> Self {
+        LiveTable {
+            table_exists: true,
+            chain: Some(ChainHook {
+                kind: "nat".into(),
+                hook: "postrouting".into(),
+                priority: super::render::PRIORITY_VALUE,
+                policy: "accept".into(),
+            }),
+            set: Some((
+                super::render::address_type(table.family).into(),
+                vec!["interval".into()],
+            )),
+            elements: table.elements.clone(),
+            odd_elements: Vec::new(),
+            rules: table
+                .rules
+                .iter()
+                .map(|r| LiveRuleSpec {
+                    statements: r.statements.clone(),
+                    comment: Some(r.comment.clone()),
+                    counters: None,
+                })
+                .collect(),
+        }
+    }
+
     /// The neutral view: the entry rule (`fib daddr type local return`) as the entry jump,
     /// one RETURN per set element, then the other rules.
     pub fn inspection(&self, raw: String) -> Inspection {

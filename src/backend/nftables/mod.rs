@@ -7,6 +7,7 @@
 //! when only elements differ, else the table's content, keeping the table and its hook.
 
 mod diff;
+mod elements;
 mod live;
 mod render;
 
@@ -27,6 +28,15 @@ pub(crate) struct Nftables {
     nft: String,
     timeout: Duration,
     gate: Mutex<Gate>,
+    /// Per family, the table last written or confirmed (what the gate vouches for).
+    written: Mutex<[Option<LiveTable>; 2]>,
+}
+
+fn slot(family: Family) -> usize {
+    match family {
+        Family::V4 => 0,
+        Family::V6 => 1,
+    }
 }
 
 impl Nftables {
@@ -36,7 +46,12 @@ impl Nftables {
                 .map_or_else(|| "nft".to_string(), |p| p.display().to_string()),
             timeout: DEFAULT_TIMEOUT,
             gate: Mutex::new(Gate::default()),
+            written: Mutex::new([None, None]),
         }
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, [Option<LiveTable>; 2]> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
@@ -118,21 +133,34 @@ impl Backend for Nftables {
 
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         let family = desired.family;
+        // Read the id BEFORE the dump, so a change during the dump is never missed. The
+        // steady state ends here: an unchanged id and plan, nothing read, nothing built.
+        let before = generation::current();
+        let steady = self
+            .gate()
+            .known_at(before, family)
+            .filter(|(ruleset, _)| *ruleset == desired)
+            .map(|(_, rules)| rules);
+        if let Some(rules) = steady {
+            return Ok(SyncReport {
+                family,
+                differences: Vec::new(),
+                transaction: None,
+                rules,
+            });
+        }
+        let vouched = self.gate().known_at(before, family).is_some();
         let table = DesiredTable::new(desired)?;
         let rules = table.rules.len() + table.elements.len();
-        let in_sync = || SyncReport {
-            family,
-            differences: Vec::new(),
-            transaction: None,
-            rules,
+        // Nothing committed since our own last write: the table is what we wrote, so a new
+        // config is compared with that instead of listing the table again.
+        let remembered = self.written()[slot(family)].clone().filter(|_| vouched);
+        let live = match remembered {
+            Some(live) => live,
+            None => self.read(family)?.0,
         };
-        // Read the id BEFORE the dump, so a change during the dump is never missed.
-        let before = generation::current();
-        if self.gate().in_sync(before, desired) {
-            return Ok(in_sync());
-        }
-        let (live, _) = self.read(family)?;
         let drift = diff(&table, &live);
+        let small = |remove: &[_], add: &[_]| remove.len() + add.len() <= elements::MAX_BATCH_CIDRS;
         let script = match &drift.repair {
             Repair::None => None,
             Repair::Elements { remove, add } => Some(table.element_script(remove, add)),
@@ -149,10 +177,22 @@ impl Backend for Nftables {
         }
         let mut after = None;
         if let Some(script) = &script {
-            self.apply(script)?;
+            match &drift.repair {
+                // A few elements: one netlink batch, without nft.
+                Repair::Elements { remove, add } if small(remove, add) => {
+                    elements::apply(family == Family::V6, TABLE, render::SET, remove, add)
+                        .map_err(|err| BackendError::Failed {
+                            program: "nfnetlink set-element batch".into(),
+                            code: err.raw_os_error(),
+                            detail: format!("{err} (applying: {})", script.trim()),
+                        })?;
+                }
+                _ => self.apply(script)?,
+            }
             after = Some(generation::current());
         }
-        self.gate().record(desired, before, after);
+        self.gate().record(desired, rules, before, after);
+        self.written()[slot(family)] = Some(LiveTable::written(&table));
         Ok(SyncReport {
             family,
             differences: drift.differences,
@@ -202,6 +242,7 @@ impl Backend for Nftables {
                 return Err(self.failed(&out));
             }
             self.gate().forget(family);
+            self.written()[slot(family)] = None;
         }
         Ok(CleanupReport {
             family,

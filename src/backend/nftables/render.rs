@@ -91,7 +91,9 @@ impl DesiredTable {
             ));
         }
         let family = ruleset.family;
-        let elements = IpNet::aggregate(&ruleset.non_masquerade().copied().collect::<Vec<_>>());
+        let mut elements = IpNet::aggregate(&ruleset.non_masquerade().copied().collect::<Vec<_>>());
+        // Sorted, as nft lists them back and as the diff's merge expects.
+        elements.sort_unstable();
         let mut rules = vec![RuleSpec {
             statements: "fib daddr type local return".into(),
             comment: entry_comment(&ruleset.names.chain),

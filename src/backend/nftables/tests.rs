@@ -160,3 +160,16 @@ pub(crate) fn golden_scripts(config: &Config) -> String {
     }
     out
 }
+
+#[test]
+fn the_table_as_written_compares_in_sync_with_its_plan() {
+    let table = default_table(&ports());
+    let written = super::live::LiveTable::written(&table);
+    assert!(diff(&table, &written).differences.is_empty());
+    // And equals what nft lists for it (the recorded listing), counters aside.
+    let mut listed = parse(&listed()).unwrap();
+    for rule in &mut listed.rules {
+        rule.counters = None;
+    }
+    assert_eq!(written, listed);
+}
