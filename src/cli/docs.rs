@@ -80,16 +80,38 @@ pub const AGENT: AppletDoc = AppletDoc {
             what: "One sync and exit (from a node bootstrap script, say)",
             command: "ipmasq agent --once --iptables-mode=nft",
         },
+        Example {
+            what: "The native nftables backend: one interval set, any number of CIDRs",
+            command: "ipmasq agent --backend=nftables --enable-ipv6",
+        },
     ],
     exit_status: &[
         (0, "stopped by SIGTERM or SIGINT; with --once, the rules are in place"),
-        (1, "with --once or --dry-run: invalid config or a failed sync; a failed cleanup on exit; the endpoint could not listen"),
-        (2, "usage error (an invalid --masq-chain or --to-ports, say)"),
+        (1, "with --once or --dry-run: invalid config or a failed sync; a failed cleanup on exit; the endpoint could not listen; a flag value it refuses (--to-ports=10-5, a chain name iptables cannot take), as upstream"),
+        (2, "usage error (an unknown flag, say)"),
     ],
-    files: CONFIG_FILES,
+    files: &[
+        (
+            "/etc/config/ip-masq-agent",
+            "the agent's config (YAML or JSON), as upstream's DaemonSet mounts it from the ConfigMap key `config`; a missing file means upstream's defaults",
+        ),
+        (
+            "/etc/ipmasq/config.yaml",
+            "the config the packaged systemd unit passes with --config",
+        ),
+        (
+            "/run/ipmasq/agent-net<inode>.json",
+            "the running agent's settings (backend, flags, config), read by show and cleanup; removed when it stops",
+        ),
+        (
+            "/run/ipmasq/agent-net<inode>-<chain>.lock",
+            "the node lock: a second agent for the same chain in the same network namespace waits for it",
+        ),
+    ],
     notes: &[
         "SIGHUP re-reads the config and re-syncs at once; SIGTERM and SIGINT stop the agent, which removes its rules first only with --cleanup-on-exit.",
-        "An invalid config is logged once per change; the last good config stays in force and drift is still repaired with it.",
+        "An invalid config is logged once per change; the last good config stays in force and drift is still repaired with it. A failed sync is retried after 1 s, doubling up to the resync interval.",
+        "--backend=nftables keeps tables ip ipmasq and ip6 ipmasq (chain postrouting at priority srcnat + 10, set nomasq); a switch of backend removes the other backend's rules.",
     ],
 };
 
@@ -136,17 +158,21 @@ pub const SHOW: AppletDoc = AppletDoc {
             what: "For a support bundle or jq",
             command: "sudo ipmasq show -o json | jq '.families[] | {family, installed}'",
         },
+        Example {
+            what: "The nftables backend's tables",
+            command: "sudo ipmasq show --backend=nftables",
+        },
     ],
     exit_status: &[
-        (0, "the rules are installed (and, with --config, in sync)"),
-        (1, "the rules drifted from --config"),
-        (2, "usage error, or an invalid --config"),
+        (0, "the rules are installed (and in sync with the running agent's or --config's settings)"),
+        (1, "the rules drifted, or our chain is in more than one iptables variant or backend"),
+        (2, "usage error, or an invalid or missing --config"),
         (3, "the rules are not installed"),
         (4, "permission denied: needs CAP_NET_ADMIN (try sudo)"),
         (5, "iptables is not installed"),
     ],
     files: CONFIG_FILES,
-    notes: &[],
+    notes: &["With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs."],
 };
 
 pub const CLEANUP: AppletDoc = AppletDoc {
@@ -159,6 +185,10 @@ pub const CLEANUP: AppletDoc = AppletDoc {
             what: "See what would be removed for a custom chain, change nothing",
             command: "sudo ipmasq cleanup --masq-chain=MY-MASQ --dry-run",
         },
+        Example {
+            what: "Only the nftables backend's tables",
+            command: "sudo ipmasq cleanup --backend=nftables --all-variants=false",
+        },
     ],
     exit_status: &[
         (0, "everything was removed, or there was nothing to remove"),
@@ -167,7 +197,7 @@ pub const CLEANUP: AppletDoc = AppletDoc {
         (5, "iptables is not installed"),
     ],
     files: &[],
-    notes: &["Every other rule of the nat table stays as it was. `ipmasq agent --cleanup-on-exit` runs the same removal."],
+    notes: &["By default every backend is cleaned: both iptables variants and the nftables tables. Every other rule stays as it was; a rule of another chain that jumps to ours is named, and nothing is removed. A running agent will put the rules back: cleanup warns when one runs."],
 };
 
 /// The text `--help` shows after the flags.
