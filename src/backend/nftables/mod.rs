@@ -149,8 +149,10 @@ impl Backend for Nftables {
                 rules,
             });
         }
+        let started = std::time::Instant::now();
         let vouched = self.gate().known_at(before, family).is_some();
         let table = DesiredTable::new(desired)?;
+        let built = started.elapsed();
         let rules = table.rules.len() + table.elements.len();
         // Nothing committed since our own last write: the table is what we wrote, so a new
         // config is compared with that instead of listing the table again.
@@ -159,7 +161,9 @@ impl Backend for Nftables {
             Some(live) => live,
             None => self.read(family)?.0,
         };
+        let observed = started.elapsed();
         let drift = diff(&table, &live);
+        let compared = started.elapsed();
         let small = |remove: &[_], add: &[_]| remove.len() + add.len() <= elements::MAX_BATCH_CIDRS;
         let script = match &drift.repair {
             Repair::None => None,
@@ -191,8 +195,18 @@ impl Backend for Nftables {
             }
             after = Some(generation::current());
         }
+        let applied = started.elapsed();
         self.gate().record(desired, rules, before, after);
         self.written()[slot(family)] = Some(LiveTable::written(&table));
+        tracing::debug!(
+            %family,
+            build_ms = built.as_secs_f64() * 1e3,
+            observe_ms = (observed - built).as_secs_f64() * 1e3,
+            diff_ms = (compared - observed).as_secs_f64() * 1e3,
+            apply_ms = (applied - compared).as_secs_f64() * 1e3,
+            remembered = vouched,
+            "sync phases"
+        );
         Ok(SyncReport {
             family,
             differences: drift.differences,

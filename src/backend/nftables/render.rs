@@ -59,7 +59,7 @@ pub(super) struct RuleSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct DesiredTable {
     pub family: Family,
-    /// Non-overlapping, sorted (`IpNet::aggregate`): an interval set refuses overlapping
+    /// Non-overlapping, sorted ([`aggregate`]): an interval set refuses overlapping
     /// elements, and the listed elements then equal these exactly.
     pub elements: Vec<IpNet>,
     pub rules: Vec<RuleSpec>,
@@ -91,9 +91,8 @@ impl DesiredTable {
             ));
         }
         let family = ruleset.family;
-        let mut elements = IpNet::aggregate(&ruleset.non_masquerade().copied().collect::<Vec<_>>());
         // Sorted, as nft lists them back and as the diff's merge expects.
-        elements.sort_unstable();
+        let elements = aggregate(ruleset.non_masquerade().copied());
         let mut rules = vec![RuleSpec {
             statements: "fib daddr type local return".into(),
             comment: entry_comment(&ruleset.names.chain),
@@ -209,5 +208,84 @@ impl DesiredTable {
             let _ = writeln!(s, "add element {f} {TABLE} {SET} {{ {} }}", list(add));
         }
         s
+    }
+}
+
+/// The smallest list of CIDRs that covers exactly what `nets` cover, sorted (IPv4 first):
+/// what `IpNet::aggregate` returns, computed on integers (sort the intervals, merge the ones
+/// that overlap or touch, cut each merged range into aligned blocks), several times faster at
+/// 100,000 CIDRs, where it is most of the cost of a one-CIDR change.
+pub(super) fn aggregate(nets: impl Iterator<Item = IpNet>) -> Vec<IpNet> {
+    let mut v4: Vec<(u128, u128)> = Vec::new();
+    let mut v6: Vec<(u128, u128)> = Vec::new();
+    for net in nets {
+        match net {
+            IpNet::V4(n) => v4.push((
+                u128::from(u32::from(n.network())),
+                u128::from(u32::from(n.broadcast())),
+            )),
+            IpNet::V6(n) => v6.push((u128::from(n.network()), u128::from(n.broadcast()))),
+        }
+    }
+    let mut out = Vec::with_capacity(v4.len() + v6.len());
+    for (ranges, bits) in [(v4, 32u32), (v6, 128u32)] {
+        for (first, last) in merge(ranges) {
+            blocks(first, last, bits, &mut out);
+        }
+    }
+    out
+}
+
+/// Sorts inclusive ranges and merges those that overlap or touch.
+fn merge(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(u128, u128)> = Vec::with_capacity(ranges.len());
+    for (first, last) in ranges {
+        match merged.last_mut() {
+            Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
+            _ => merged.push((first, last)),
+        }
+    }
+    merged
+}
+
+/// Cuts the inclusive range `first..=last` of a `bits`-bit space into aligned CIDR blocks.
+fn blocks(mut first: u128, last: u128, bits: u32, out: &mut Vec<IpNet>) {
+    loop {
+        // The largest block that starts at `first` (alignment) and stays within `last`.
+        let align = if first == 0 {
+            bits
+        } else {
+            first.trailing_zeros().min(bits)
+        };
+        let span = last - first;
+        let fits = if span == u128::MAX {
+            128
+        } else {
+            127 - (span + 1).leading_zeros()
+        };
+        let size_log2 = align.min(fits).min(bits);
+        let prefix = (bits - size_log2) as u8;
+        let net = if bits == 32 {
+            IpNet::V4(
+                ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(first as u32), prefix)
+                    .expect("prefix within 32"),
+            )
+        } else {
+            IpNet::V6(
+                ipnet::Ipv6Net::new(std::net::Ipv6Addr::from(first), prefix)
+                    .expect("prefix within 128"),
+            )
+        };
+        out.push(net);
+        let block_last = if size_log2 >= 128 {
+            u128::MAX
+        } else {
+            first + ((1u128 << size_log2) - 1)
+        };
+        if block_last >= last {
+            return;
+        }
+        first = block_last + 1;
     }
 }

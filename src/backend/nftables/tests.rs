@@ -173,3 +173,35 @@ fn the_table_as_written_compares_in_sync_with_its_plan() {
     }
     assert_eq!(written, listed);
 }
+
+/// The integer aggregation equals ipnet's for random lists, both families.
+#[test]
+fn aggregation_equals_ipnets() {
+    use crate::plan::decide::tests::Rng;
+    let mut rng = Rng(0x5eed_0a99_7e9a_7e00);
+    for round in 0..300 {
+        let family = if round % 2 == 0 {
+            Family::V4
+        } else {
+            Family::V6
+        };
+        let nets: Vec<ipnet::IpNet> = (0..rng.below(40)).map(|_| rng.net(family)).collect();
+        let mut expected = ipnet::IpNet::aggregate(&nets);
+        expected.sort_unstable();
+        assert_eq!(
+            super::render::aggregate(nets.iter().copied()),
+            expected,
+            "{nets:?}"
+        );
+    }
+    let all: Vec<ipnet::IpNet> = vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()];
+    assert_eq!(super::render::aggregate(all.iter().copied()), all);
+    let edge: Vec<ipnet::IpNet> = vec![
+        "255.255.255.255/32".parse().unwrap(),
+        "255.255.255.254/32".parse().unwrap(),
+    ];
+    assert_eq!(
+        super::render::aggregate(edge.iter().copied()),
+        ["255.255.255.254/31".parse::<ipnet::IpNet>().unwrap()]
+    );
+}
