@@ -232,3 +232,108 @@ fn masquerading_with_packets_nftables() {
         text.stdout
     );
 }
+
+impl Topology {
+    /// Sends one UDP datagram per flow from the pod to `dest` (distinct destination ports, so
+    /// every one is a new connection) and returns the source ports the outside saw.
+    fn source_ports_seen(&self, dest: &str, flows: u16) -> Vec<u16> {
+        let base = PORT.fetch_add(flows + 1, Ordering::SeqCst);
+        let ready = scratch_file("ready-ports", "");
+        std::fs::remove_file(&ready).unwrap();
+        let receiver = format!(
+            "import socket, select\n\
+             socks = []\n\
+             for p in range({base}, {base} + {flows}):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('{dest}', p)); socks.append(s)\n\
+             open('{ready}', 'w').close()\n\
+             seen = []\n\
+             while len(seen) < {flows}:\n    r, _, _ = select.select(socks, [], [], 10)\n    if not r: break\n    for s in r:\n        d, a = s.recvfrom(100); seen.append(a[1])\n\
+             print(' '.join(map(str, seen)))\n",
+            ready = ready.display()
+        );
+        let listener = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.outside.name,
+                super::netns::PYTHON,
+                "-c",
+                &receiver,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start receiver");
+        assert!(
+            wait_until(Duration::from_secs(10), || ready.exists()),
+            "receiver did not bind"
+        );
+        let sender = format!(
+            "import socket\n\
+             for p in range({base}, {base} + {flows}):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('{dest}', p)); s.close()\n"
+        );
+        let send = self.pod.exec(super::netns::PYTHON, &["-c", &sender]);
+        assert_eq!(send.code, 0, "sender: {}", send.stderr);
+        let out = listener.wait_with_output().expect("receiver output");
+        let _ = std::fs::remove_file(&ready);
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect()
+    }
+}
+
+/// `--to-ports 1024-29999,32768-65535` splits new flows between the ranges in proportion to
+/// their sizes (28,976 : 32,768, so 46.9 % to the first), with packets, on both backends.
+fn port_ranges_split_in_proportion(backend_args: &[&str]) {
+    let topo = Topology::new();
+    let config = scratch_file("ports-config", CONFIG);
+    let mut args = vec![
+        "agent",
+        "--once",
+        "--enable-ipv6",
+        "--to-ports=1024-29999,32768-65535",
+    ];
+    let config_flag = format!("--config={}", config.display());
+    args.push(&config_flag);
+    args.extend_from_slice(backend_args);
+    let run = topo.node.ipmasq(&args);
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let flows = 600;
+    let ports = topo.source_ports_seen(MASQ_V4, flows);
+    assert!(
+        ports.len() as u16 >= flows * 9 / 10,
+        "only {} of {flows} flows arrived",
+        ports.len()
+    );
+    assert!(
+        ports
+            .iter()
+            .all(|p| (1024..=29999).contains(p) || (32768..=65535).contains(p)),
+        "a source port outside both ranges: {ports:?}"
+    );
+    let first = ports.iter().filter(|p| **p <= 29999).count() as f64 / ports.len() as f64;
+    eprintln!(
+        "{backend_args:?}: {:.1} % of {} flows took 1024-29999 (planned 46.9 %)",
+        first * 100.0,
+        ports.len()
+    );
+    // 600 flows: one standard deviation is 2 points; 8 points is four.
+    assert!(
+        (first - 0.469).abs() < 0.08,
+        "{:.3} of flows in the first range",
+        first
+    );
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn port_ranges_split_in_proportion_nftables() {
+    port_ranges_split_in_proportion(&["--backend=nftables"]);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn port_ranges_split_in_proportion_iptables() {
+    port_ranges_split_in_proportion(&["--iptables-mode=nft"]);
+}

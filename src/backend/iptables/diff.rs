@@ -10,19 +10,19 @@ use std::fmt::Write as _;
 
 /// The POSTROUTING jumps to our chain, sorted by what a sync does with them.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct JumpAudit<'a> {
+struct JumpAudit<'a, 'b> {
     /// The first jump with the agent's exact spelling: the one kept.
-    kept: Option<&'a Jump>,
+    kept: Option<&'a Jump<'b>>,
     /// Further copies of the exact spelling.
-    duplicates: Vec<&'a Jump>,
+    duplicates: Vec<&'a Jump<'b>>,
     /// Jumps to our chain with another spelling (an older comment, a hand-made rule).
-    stale: Vec<&'a Jump>,
+    stale: Vec<&'a Jump<'b>>,
 }
 
-fn audit_jumps<'a>(desired: &Rendered, live: &'a LiveChain) -> JumpAudit<'a> {
+fn audit_jumps<'a, 'b>(desired: &Rendered, live: &'a LiveChain<'b>) -> JumpAudit<'a, 'b> {
     let mut audit = JumpAudit::default();
     for jump in &live.jumps {
-        if jump.spec != desired.jump {
+        if jump.spec.as_ref() != desired.jump.as_str() {
             audit.stale.push(jump);
         } else if audit.kept.is_none() {
             audit.kept = Some(jump);
@@ -85,7 +85,7 @@ fn rule_differences(desired: &Rendered, live: &LiveChain, out: &mut Vec<Differen
     };
     let mut available: HashMap<&str, usize> = HashMap::new();
     for line in &live.rules {
-        *available.entry(line.as_str()).or_default() += 1;
+        *available.entry(line.as_ref()).or_default() += 1;
     }
     let mut missing = Vec::new();
     for (i, line) in desired.lines.iter().enumerate() {
@@ -104,7 +104,7 @@ fn rule_differences(desired: &Rendered, live: &LiveChain, out: &mut Vec<Differen
     }
     let mut extra = Vec::new();
     for (i, line) in live.rules.iter().enumerate() {
-        match wanted.get_mut(line.as_str()) {
+        match wanted.get_mut(line.as_ref()) {
             Some(n) if *n > 0 => *n -= 1,
             _ => extra.push(diff(
                 DriftKind::ExtraRule,
@@ -119,7 +119,7 @@ fn rule_differences(desired: &Rendered, live: &LiveChain, out: &mut Vec<Differen
     }
     if missing.is_empty() && extra.is_empty() {
         for (i, (want, got)) in desired.lines.iter().zip(&live.rules).enumerate() {
-            if want != got {
+            if want.as_str() != got.as_ref() {
                 out.push(diff(
                     DriftKind::OutOfOrder,
                     Some(i + 1),
@@ -142,7 +142,13 @@ pub(super) fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
     let family = desired.family;
     let chain = &desired.chain;
     let mut differences = Vec::new();
-    let rewrite_chain = !live.chain_exists || live.rules != desired.lines;
+    let same_rules = live.rules.len() == desired.lines.len()
+        && live
+            .rules
+            .iter()
+            .zip(&desired.lines)
+            .all(|(have, want)| have.as_ref() == want.as_str());
+    let rewrite_chain = !live.chain_exists || !same_rules;
     if !live.chain_exists {
         differences.push(Difference {
             family,
@@ -195,7 +201,7 @@ pub(super) fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
     // instead of both writers deleting "the duplicate" and leaving no jump at all.
     let (delete_jumps, place_jump) = match jumps.kept {
         None => (
-            live.jumps.iter().map(|j| j.spec.clone()).collect(),
+            live.jumps.iter().map(|j| j.spec.to_string()).collect(),
             Some(JumpPlacement::Append),
         ),
         Some(kept) if !jumps.duplicates.is_empty() => {
@@ -205,11 +211,14 @@ pub(super) fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
                 .filter(|j| j.position < kept.position)
                 .count();
             (
-                live.jumps.iter().map(|j| j.spec.clone()).collect(),
+                live.jumps.iter().map(|j| j.spec.to_string()).collect(),
                 Some(JumpPlacement::Insert(kept.position - stale_before)),
             )
         }
-        Some(_) => (jumps.stale.iter().map(|j| j.spec.clone()).collect(), None),
+        Some(_) => (
+            jumps.stale.iter().map(|j| j.spec.to_string()).collect(),
+            None,
+        ),
     };
     let (delete_separately, delete_jumps) = split_unrestorable(delete_jumps);
     Drift {
@@ -301,7 +310,7 @@ pub(super) fn cleanup_transaction(chain: &ChainName, live: &LiveChain) -> Result
         });
     }
     let (delete_separately, restorable) =
-        split_unrestorable(live.jumps.iter().map(|j| j.spec.clone()).collect());
+        split_unrestorable(live.jumps.iter().map(|j| j.spec.to_string()).collect());
     let mut script = String::new();
     separate_notes(&mut script, &delete_separately);
     script.push_str("*nat\n");

@@ -126,24 +126,53 @@ pub(super) struct Rendered {
     pub jump: String,
 }
 
+/// Renders the chain's lines one at a time (each into `line`, handed to `each`), so a steady
+/// pass can compare a long chain without holding a second copy of it.
+fn for_each_line(ruleset: &Ruleset, mut each: impl FnMut(&str)) {
+    let chain = &ruleset.names.chain;
+    let mut line = String::with_capacity(160);
+    for decision in ruleset.decisions.iter() {
+        match decision.action {
+            Action::KeepSource => {
+                line.clear();
+                let _ = write!(
+                    line,
+                    "-A {chain} -d {} -m comment --comment \"{NON_MASQ_COMMENT}\" -j RETURN",
+                    decision.destination
+                );
+                each(&line);
+            }
+            Action::Masquerade => {
+                for masq in
+                    masquerade_lines(chain, Some(&decision.destination), &ruleset.masquerade)
+                {
+                    each(&masq);
+                }
+            }
+        }
+    }
+    for masq in masquerade_lines(chain, None, &ruleset.masquerade) {
+        each(&masq);
+    }
+}
+
+/// Whether `live` holds exactly the chain `ruleset` renders to, line for line, without
+/// rendering it all at once.
+pub(super) fn matches<S: AsRef<str>>(ruleset: &Ruleset, live: &[S]) -> bool {
+    let mut index = 0;
+    let mut same = true;
+    for_each_line(ruleset, |line| {
+        same = same && live.get(index).is_some_and(|l| l.as_ref() == line);
+        index += 1;
+    });
+    same && index == live.len()
+}
+
 impl Rendered {
     pub fn new(ruleset: &Ruleset) -> Self {
         let chain = &ruleset.names.chain;
         let mut lines = Vec::with_capacity(ruleset.decisions.len() + 1);
-        for decision in ruleset.decisions.iter() {
-            match decision.action {
-                Action::KeepSource => lines.push(format!(
-                    "-A {chain} -d {} -m comment --comment \"{NON_MASQ_COMMENT}\" -j RETURN",
-                    decision.destination
-                )),
-                Action::Masquerade => lines.extend(masquerade_lines(
-                    chain,
-                    Some(&decision.destination),
-                    &ruleset.masquerade,
-                )),
-            }
-        }
-        lines.extend(masquerade_lines(chain, None, &ruleset.masquerade));
+        for_each_line(ruleset, |line| lines.push(line.to_string()));
         Rendered {
             family: ruleset.family,
             chain: chain.clone(),

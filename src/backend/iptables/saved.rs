@@ -5,27 +5,29 @@
 use super::render::POSTROUTING;
 use crate::backend::{Counters, EntryJump, Inspection, LiveDecision, LiveRule, RuleView};
 use crate::plan::{Action, ChainName};
+use std::borrow::Cow;
 
 /// A POSTROUTING rule that jumps to our chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Jump {
+pub(super) struct Jump<'a> {
     /// 1-based position in POSTROUTING.
     pub position: usize,
     /// The rule as saved, without `-A POSTROUTING `.
-    pub spec: String,
+    pub spec: Cow<'a, str>,
     pub counters: Option<Counters>,
 }
 
-/// What the nat table holds of ours.
+/// What the nat table holds of ours. Rules borrow from the save they were read from (a
+/// steady pass over 75,000 rules then holds the save once, not twice).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct LiveChain {
+pub(super) struct LiveChain<'a> {
     pub chain_exists: bool,
     /// Our chain's rules as saved (`-A CHAIN ...` lines, without counters), in order.
-    pub rules: Vec<String>,
+    pub rules: Vec<Cow<'a, str>>,
     /// Each rule's counters, when the save was taken with `-c`.
     pub counters: Vec<Option<Counters>>,
     /// Every POSTROUTING jump to our chain, whatever its comment.
-    pub jumps: Vec<Jump>,
+    pub jumps: Vec<Jump<'a>>,
     /// How many rules POSTROUTING holds in all.
     pub postrouting_rules: usize,
     /// Rules of other nat chains that jump to ours (not ours: they keep our chain in use).
@@ -54,14 +56,24 @@ fn split_counters(line: &str) -> (Option<Counters>, &str) {
 
 /// Extracts our chain and jumps from `iptables-save` output (with or without `-c`, one table
 /// or all: only the nat table is read).
-pub(super) fn parse_saved(saved: &str, chain: &ChainName) -> LiveChain {
+pub(super) fn parse_saved<'a>(saved: &'a str, chain: &ChainName) -> LiveChain<'a> {
     let mut live = LiveChain::default();
     let declaration = format!(":{chain} ");
     let rule_prefix = format!("-A {chain} ");
     let postrouting_prefix = format!("-A {POSTROUTING} ");
     let mut in_nat = false;
-    for raw in logical_lines(saved) {
-        let raw = raw.as_ref();
+    for logical in logical_lines(saved) {
+        let raw = logical.as_ref();
+        // A part of this line, borrowed from the save when the line is one of its lines.
+        let keep = |part: &str| -> Cow<'a, str> {
+            match &logical {
+                Cow::Borrowed(line) => {
+                    let start = part.as_ptr() as usize - line.as_ptr() as usize;
+                    Cow::Borrowed(&line[start..start + part.len()])
+                }
+                Cow::Owned(_) => Cow::Owned(part.to_string()),
+            }
+        };
         if let Some(table) = raw.strip_prefix('*') {
             in_nat = table.trim() == "nat";
             continue;
@@ -73,14 +85,14 @@ pub(super) fn parse_saved(saved: &str, chain: &ChainName) -> LiveChain {
         if line.starts_with(&declaration) {
             live.chain_exists = true;
         } else if line.starts_with(&rule_prefix) {
-            live.rules.push(line.to_string());
+            live.rules.push(keep(line));
             live.counters.push(counters);
         } else if let Some(spec) = line.strip_prefix(&postrouting_prefix) {
             live.postrouting_rules += 1;
             if jump_target(spec).is_some_and(|t| t == chain.as_str()) {
                 live.jumps.push(Jump {
                     position: live.postrouting_rules,
-                    spec: spec.to_string(),
+                    spec: keep(spec),
                     counters,
                 });
             }
@@ -94,12 +106,12 @@ pub(super) fn parse_saved(saved: &str, chain: &ChainName) -> LiveChain {
 
 /// The save's lines, with a quoted word that spans lines (a comment holding a newline) kept in
 /// one logical line, as iptables-save prints it and iptables-restore cannot read it back.
-fn logical_lines(saved: &str) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+fn logical_lines(saved: &str) -> impl Iterator<Item = Cow<'_, str>> {
     let mut lines = saved.lines();
     std::iter::from_fn(move || {
         let first = lines.next()?;
         if !has_open_quote(first) {
-            return Some(std::borrow::Cow::Borrowed(first));
+            return Some(Cow::Borrowed(first));
         }
         let mut joined = first.to_string();
         while has_open_quote(&joined) {
@@ -107,7 +119,7 @@ fn logical_lines(saved: &str) -> impl Iterator<Item = std::borrow::Cow<'_, str>>
             joined.push('\n');
             joined.push_str(next);
         }
-        Some(std::borrow::Cow::Owned(joined))
+        Some(Cow::Owned(joined))
     })
 }
 
@@ -127,7 +139,7 @@ fn has_open_quote(line: &str) -> bool {
     open
 }
 
-impl LiveChain {
+impl<'a> LiveChain<'a> {
     /// The neutral view of this chain.
     pub fn inspection(&self) -> Inspection {
         Inspection {
@@ -143,7 +155,7 @@ impl LiveChain {
                         decision: live_decision(&view),
                         view,
                         counters: self.counters.get(i).copied().flatten(),
-                        text: line.clone(),
+                        text: line.to_string(),
                     }
                 })
                 .collect(),
@@ -152,7 +164,7 @@ impl LiveChain {
                 .iter()
                 .map(|j| EntryJump {
                     position: j.position,
-                    text: j.spec.clone(),
+                    text: j.spec.to_string(),
                     counters: j.counters,
                 })
                 .collect(),
@@ -162,17 +174,21 @@ impl LiveChain {
     }
 
     /// Back from the neutral view (it keeps the saved text of every rule and jump).
-    pub fn from_inspection(live: &Inspection) -> Self {
+    pub fn from_inspection(live: &'a Inspection) -> Self {
         LiveChain {
             chain_exists: live.installed,
-            rules: live.rules.iter().map(|r| r.text.clone()).collect(),
+            rules: live
+                .rules
+                .iter()
+                .map(|r| Cow::Borrowed(r.text.as_str()))
+                .collect(),
             counters: live.rules.iter().map(|r| r.counters).collect(),
             jumps: live
                 .entry_jumps
                 .iter()
                 .map(|j| Jump {
                     position: j.position,
-                    spec: j.text.clone(),
+                    spec: Cow::Borrowed(j.text.as_str()),
                     counters: j.counters,
                 })
                 .collect(),

@@ -343,10 +343,14 @@ fn desired() -> Rendered {
     Rendered::new(&default_ruleset(&PlanOptions::default())[0])
 }
 
-fn live_after_first_sync() -> LiveChain {
+/// The first-sync transaction, which is also what iptables-save prints after it.
+fn first_sync_script() -> String {
     let d = desired();
-    let script = transaction(&d, &diff(&d, &LiveChain::default()));
-    parse_saved(&script, &d.chain)
+    transaction(&d, &diff(&d, &LiveChain::default()))
+}
+
+fn live_after_first_sync(script: &str) -> LiveChain<'_> {
+    parse_saved(script, &desired().chain)
 }
 
 fn details(d: &Rendered, live: &LiveChain) -> Vec<(&'static str, String)> {
@@ -359,13 +363,15 @@ fn details(d: &Rendered, live: &LiveChain) -> Vec<(&'static str, String)> {
 
 #[test]
 fn in_sync_has_no_differences() {
-    assert!(diff(&desired(), &live_after_first_sync()).is_empty());
+    let script = first_sync_script();
+    assert!(diff(&desired(), &live_after_first_sync(&script)).is_empty());
 }
 
 #[test]
 fn missing_extra_and_reordered_rules_are_named() {
+    let script = first_sync_script();
     let d = desired();
-    let mut live = live_after_first_sync();
+    let mut live = live_after_first_sync(&script);
     live.rules.remove(2);
     live.rules
         .push("-A IP-MASQ-AGENT -d 1.2.3.4/32 -j ACCEPT".into());
@@ -382,7 +388,7 @@ fn missing_extra_and_reordered_rules_are_named() {
             )
         ]
     );
-    let mut live = live_after_first_sync();
+    let mut live = live_after_first_sync(&script);
     live.rules.swap(1, 2);
     let found = details(&d, &live);
     assert_eq!(found.len(), 2);
@@ -398,8 +404,9 @@ fn missing_extra_and_reordered_rules_are_named() {
 
 #[test]
 fn jump_problems_are_named_and_mapped_to_repair_labels() {
+    let script = first_sync_script();
     let d = desired();
-    let mut live = live_after_first_sync();
+    let mut live = live_after_first_sync(&script);
     live.jumps.push(live.jumps[0].clone());
     live.jumps[1].position = 2;
     let drift = diff(&d, &live);
@@ -415,9 +422,10 @@ fn jump_problems_are_named_and_mapped_to_repair_labels() {
 
 #[test]
 fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
+    let script = first_sync_script();
     let backend = Iptables::new(Variant::Nft);
     let set = &default_ruleset(&PlanOptions::default())[0];
-    let mut live = live_after_first_sync();
+    let mut live = live_after_first_sync(&script);
     live.rules.remove(1);
     live.jumps.push(live.jumps[0].clone());
     let inspection = live.inspection();
@@ -498,7 +506,11 @@ fn property_rendered_rules_agree_with_decide() {
             .unwrap();
         let chain = LiveChain {
             chain_exists: true,
-            rules: Rendered::new(&set).lines,
+            rules: Rendered::new(&set)
+                .lines
+                .into_iter()
+                .map(std::borrow::Cow::Owned)
+                .collect(),
             ..LiveChain::default()
         }
         .inspection();
