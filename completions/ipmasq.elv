@@ -101,6 +101,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
             cand -o 'Output format'
             cand --output 'Output format'
+            cand --color 'Colour the text output'
             cand --dry-run 'Print what would be removed; change nothing'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'

@@ -65,8 +65,9 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s h -l help -d 'Pr
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s o -l output -d 'Report format' -r -f -a "text\t'Compiler-style messages for people'
-json\t'A stable JSON report for scripts (see the README)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s o -l output -d 'Report format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see the README)'
+yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l color -d 'Colour the text report' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
 never\t''"
@@ -85,8 +86,8 @@ nftables\t'Native nftables: one table per family with an interval set, any numbe
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'Tables for people'
-json\t'A stable JSON document (see the README)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see the README)'
 yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
@@ -103,8 +104,12 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l iptables-mode 
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s o -l output -d 'Output format' -r -f -a "text\t'Compiler-style messages for people'
-json\t'A stable JSON report for scripts (see the README)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see the README)'
+yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+always\t''
+never\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s V -l version -d 'Print version'

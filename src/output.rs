@@ -131,6 +131,11 @@ pub fn to_json<T: serde::Serialize>(value: &T) -> String {
     text
 }
 
+/// The same document as YAML (for support bundles), with a trailing newline.
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> String {
+    serde_saphyr::to_string(value).unwrap_or_else(|e| format!("# cannot render YAML: {e}\n"))
+}
+
 /// "1 error", "2 warnings".
 pub fn plural(n: usize, word: &str) -> String {
     if n == 1 {

@@ -308,17 +308,6 @@ impl KlogCompat {
     }
 }
 
-/// Report formats of `show`.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ShowFormat {
-    /// Tables for people
-    Text,
-    /// A stable JSON document (see the README)
-    Json,
-    /// The same document as YAML, for support bundles
-    Yaml,
-}
-
 #[derive(Args, Debug, Clone)]
 pub struct ShowArgs {
     /// Also judge the live rules against this config (as the agent would read it)
@@ -332,8 +321,8 @@ pub struct ShowArgs {
     pub backend: BackendFlags,
 
     /// Output format
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = ShowFormat::Text)]
-    pub output: ShowFormat,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 
     /// Add each rule's comment to the tables (wider than 80 columns)
     #[arg(long)]
@@ -383,6 +372,10 @@ pub struct CleanupArgs {
     /// Output format
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+
+    /// Colour the text output
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
 }
 
 /// The agent flags that change how a config is judged; shared by `agent` and `validate`.
@@ -422,13 +415,15 @@ impl ConfigFlags {
     }
 }
 
-/// Report format.
+/// Output format: one vocabulary for every applet that prints.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputFormat {
-    /// Compiler-style messages for people
+    /// For people (tables, compiler-style messages)
     Text,
-    /// A stable JSON report for scripts (see the README)
+    /// A stable JSON document for scripts (see the README)
     Json,
+    /// The same document as YAML, for support bundles
+    Yaml,
 }
 
 /// When to colour text output.
@@ -496,10 +491,21 @@ pub fn parse_go_bool(value: &str) -> Result<bool, String> {
 #[derive(Debug, thiserror::Error)]
 pub enum AppletError {
     #[error(
-        "unknown applet '{name}'; the applets are: {}. Run `{BINARY_NAME} --list` or `{BINARY_NAME} --help`",
+        "unknown applet '{name}'{}; the applets are: {}. Run `{BINARY_NAME} --list` or `{BINARY_NAME} --help`",
+        suggest_applet(name).map(|a| format!(" (did you mean '{a}'?)")).unwrap_or_default(),
         applets().join(", ")
     )]
     Unknown { name: String },
+}
+
+/// The applet a mistyped name most likely meant: within two edits, or a prefix of it.
+fn suggest_applet(name: &str) -> Option<String> {
+    applets()
+        .into_iter()
+        .map(|a| (strsim::levenshtein(name, &a), a))
+        .filter(|(distance, a)| *distance <= 2 || (name.len() >= 2 && a.starts_with(name)))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, a)| a)
 }
 
 /// Turns the process arguments into the multi-call form `ipmasq APPLET ARGS...`.
@@ -627,6 +633,19 @@ mod tests {
         assert_eq!(strings(args), ["ipmasq", "validate", "-"]);
         let args = multicall_args(os(&["./target/debug/ipmasq", "--list"])).unwrap();
         assert_eq!(strings(args), ["ipmasq", "--list"]);
+    }
+
+    #[test]
+    fn a_mistyped_applet_gets_a_did_you_mean() {
+        let err = multicall_args(os(&["ipmasq", "shwo"])).unwrap_err();
+        assert!(err.to_string().contains("(did you mean 'show'?)"), "{err}");
+        let err = multicall_args(os(&["ipmasq", "valid"])).unwrap_err();
+        assert!(
+            err.to_string().contains("(did you mean 'validate'?)"),
+            "{err}"
+        );
+        let err = multicall_args(os(&["ipmasq", "frobnicate"])).unwrap_err();
+        assert!(!err.to_string().contains("did you mean"), "{err}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::agent::state::{running_agent, state_dir};
 use crate::backend::select::every_backend;
 use crate::backend::{Backend, BackendError, CleanupReport};
 use crate::cli::{CleanupArgs, OutputFormat};
-use crate::output::{plural, to_json};
+use crate::output::{plural, printable, to_json, to_yaml, Styler};
 use crate::plan::{Family, Names};
 use serde::Serialize;
 
@@ -131,27 +131,28 @@ pub fn run(args: &CleanupArgs) -> Exit {
         .iter()
         .filter_map(|s| s.outcome.as_ref().err())
         .collect();
+    let report = Report {
+        schema_version: 1,
+        chain: args.masq_chain.to_string(),
+        dry_run: args.dry_run,
+        removed_anything,
+        steps: reports,
+    };
+    let style = Styler::for_stdout(args.color);
     match args.output {
-        OutputFormat::Json => print!(
-            "{}",
-            to_json(&Report {
-                schema_version: 1,
-                chain: args.masq_chain.to_string(),
-                dry_run: args.dry_run,
-                removed_anything,
-                steps: reports,
-            })
-        ),
+        OutputFormat::Json => print!("{}", to_json(&report)),
+        OutputFormat::Yaml => print!("{}", to_yaml(&report)),
         OutputFormat::Text => {
+            let reports = &report.steps;
             let verb = if args.dry_run {
                 "would remove"
             } else {
                 "removed"
             };
-            for r in &reports {
-                let what = format!("{} {}", r.backend, r.family);
+            for r in reports {
+                let what = style.bold(&format!("{} {}", r.backend, r.family));
                 if let Some(err) = &r.error {
-                    println!("{what}: error: {err}");
+                    println!("{what}: {} {}", style.error("error:"), printable(err));
                 } else if let Some(script) = &r.transaction {
                     let mut parts = Vec::new();
                     if r.jumps_removed > 0 {
@@ -163,7 +164,10 @@ pub fn run(args: &CleanupArgs) -> Exit {
                     if r.chain_removed {
                         parts.push(format!("chain {}", args.masq_chain));
                     }
-                    println!("{what}: {verb} {}", parts.join(" and "));
+                    println!(
+                        "{what}: {}",
+                        style.success(&format!("{verb} {}", parts.join(" and ")))
+                    );
                     if args.dry_run {
                         print!("{script}");
                     }

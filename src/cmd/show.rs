@@ -11,9 +11,9 @@ use super::{choose_backend, plan_options, Exit};
 use crate::agent::state::{running_agent, state_dir, AgentState};
 use crate::backend::select::{choice_by_name, every_backend, select};
 use crate::backend::{Backend, BackendError, Difference, Inspection, RuleView};
-use crate::cli::{IptablesMode, RuleFlags, ShowArgs, ShowFormat};
+use crate::cli::{IptablesMode, OutputFormat, RuleFlags, ShowArgs};
 use crate::config::{self, Config};
-use crate::output::{plural, printable, render_diagnostic, to_json, Styler};
+use crate::output::{plural, printable, render_diagnostic, to_json, to_yaml, Styler};
 use crate::plan::{plan_family, Family};
 use serde::Serialize;
 use tabled::builder::Builder;
@@ -552,10 +552,9 @@ pub fn run(args: &ShowArgs) -> Exit {
         agent,
     };
     let text = match args.output {
-        ShowFormat::Json => to_json(&report),
-        ShowFormat::Yaml => serde_saphyr::to_string(&report)
-            .unwrap_or_else(|e| format!("# cannot render YAML: {e}\n")),
-        ShowFormat::Text => to_text(&report, &Styler::for_stdout(args.color), args.wide),
+        OutputFormat::Json => to_json(&report),
+        OutputFormat::Yaml => to_yaml(&report),
+        OutputFormat::Text => to_text(&report, &Styler::for_stdout(args.color), args.wide),
     };
     print!("{text}");
     if !report.installed {

@@ -374,6 +374,7 @@ pub fn run(args: &ValidateArgs) -> Exit {
     let report = build_report(args);
     let text = match args.output {
         OutputFormat::Json => to_json(&report),
+        OutputFormat::Yaml => crate::output::to_yaml(&report),
         OutputFormat::Text => report.to_text(&Styler::for_stdout(args.color), args.print_effective),
     };
     let mut stdout = std::io::stdout().lock();

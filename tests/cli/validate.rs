@@ -289,3 +289,15 @@ fn nested_anchor_bomb_is_refused_in_bounded_memory() {
         max_rss_kib / 1024
     );
 }
+
+/// `-o yaml` prints the same document as `-o json` (one output vocabulary for every applet).
+#[test]
+fn yaml_report_is_the_json_document() {
+    let file = path("configs/bad/misaligned.yaml");
+    let json = ipmasq(&["validate", "-o", "json", &file]);
+    let yaml = ipmasq(&["validate", "-o", "yaml", &file]);
+    assert_eq!((json.code, yaml.code), (1, 1));
+    let from_json: Value = serde_json::from_str(&json.stdout).unwrap();
+    let from_yaml: Value = serde_saphyr::from_str(&yaml.stdout).unwrap();
+    assert_eq!(from_json, from_yaml, "{}", yaml.stdout);
+}
