@@ -271,6 +271,43 @@ mod tests {
         assert!(err.contains("stuck"), "{err}");
     }
 
+    /// Every metric the shipped alerts and dashboard use is one the agent exports (as a
+    /// sample name of the exposition: counters with `_total`, histograms with `_bucket`).
+    #[test]
+    fn alerts_and_dashboard_use_only_exported_metrics() {
+        let mut s = snapshot();
+        s.status.last_success = Some(s.started);
+        s.status.last_pass = Some(s.started);
+        s.status.drift_repairs.insert("jump_missing", 1);
+        s.status.rules.insert(crate::plan::Family::V4, 5);
+        s.status.sync_duration.0.observe(0.01);
+        let exposition = metrics_text(&s, s.started, SystemTime::now());
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("packaging/kubernetes/monitoring");
+        let mut checked = 0;
+        for file in ["prometheus-rule.yaml", "grafana-dashboard.json"] {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find("ipmasq_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[at + name.len()..];
+                let exported = exposition.lines().any(|line| {
+                    line.strip_prefix(name.as_str())
+                        .is_some_and(|after| after.starts_with(' ') || after.starts_with('{'))
+                });
+                assert!(
+                    exported,
+                    "{file} uses {name}, which the agent does not export:\n{exposition}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 15, "only {checked} metric uses found");
+    }
+
     #[test]
     fn a_pass_that_overruns_fails_liveness_and_says_so() {
         let mut s = snapshot();
