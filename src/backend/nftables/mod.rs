@@ -136,11 +136,10 @@ impl Backend for Nftables {
         // Read the id BEFORE the dump, so a change during the dump is never missed. The
         // steady state ends here: an unchanged id and plan, nothing read, nothing built.
         let before = generation::current();
-        let steady = self
-            .gate()
-            .known_at(before, family)
-            .filter(|(ruleset, _)| *ruleset == desired)
-            .map(|(_, rules)| rules);
+        let (vouched, steady) = match self.gate().known_at(before, family) {
+            Some((ruleset, rules)) => (true, (ruleset == desired).then_some(rules)),
+            None => (false, None),
+        };
         if let Some(rules) = steady {
             return Ok(SyncReport {
                 family,
@@ -150,13 +149,16 @@ impl Backend for Nftables {
             });
         }
         let started = std::time::Instant::now();
-        let vouched = self.gate().known_at(before, family).is_some();
         let table = DesiredTable::new(desired)?;
         let built = started.elapsed();
         let rules = table.rules.len() + table.elements.len();
         // Nothing committed since our own last write: the table is what we wrote, so a new
-        // config is compared with that instead of listing the table again.
-        let remembered = self.written()[slot(family)].clone().filter(|_| vouched);
+        // config is compared with that instead of listing the table again. (Copied only then.)
+        let remembered = if vouched {
+            self.written()[slot(family)].clone()
+        } else {
+            None
+        };
         let live = match remembered {
             Some(live) => live,
             None => self.read(family)?.0,
