@@ -7,6 +7,8 @@
 #[cfg(test)]
 pub(crate) mod fake;
 mod generation;
+#[cfg(test)]
+pub(crate) mod golden;
 mod iptables;
 mod nftables;
 pub(crate) mod runner;

@@ -315,28 +315,7 @@ fn golden_transactions_for_every_flag_combination() {
             }
         }
     }
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/transactions.txt");
-    if std::env::var_os("IPMASQ_UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &out).unwrap();
-    }
-    let golden =
-        std::fs::read_to_string(&path).expect("golden file (IPMASQ_UPDATE_GOLDEN=1 creates it)");
-    if golden != out {
-        let first = golden
-            .lines()
-            .zip(out.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(golden.lines().count().min(out.lines().count()));
-        panic!(
-            "rendered transactions differ from {} at line {}:\n  golden: {:?}\n  now:    {:?}",
-            path.display(),
-            first + 1,
-            golden.lines().nth(first),
-            out.lines().nth(first)
-        );
-    }
+    crate::backend::golden::check("transactions.txt", &out);
 }
 
 fn desired() -> Rendered {

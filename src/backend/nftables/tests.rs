@@ -111,18 +111,7 @@ fn golden_nft_scripts_for_every_flag_combination() {
         .non_masquerade_cidrs
         .extend(["fd00::/8", "10.0.0.0/8"].map(|c| c.parse::<ipnet::IpNet>().unwrap()));
     let out = golden_scripts(&config);
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/nft-scripts.txt");
-    if std::env::var_os("IPMASQ_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, &out).unwrap();
-    }
-    let golden =
-        std::fs::read_to_string(&path).expect("golden file (IPMASQ_UPDATE_GOLDEN=1 creates it)");
-    assert!(
-        golden == out,
-        "nft scripts differ from {}; rerun with IPMASQ_UPDATE_GOLDEN=1 after a deliberate change",
-        path.display()
-    );
+    crate::backend::golden::check("nft-scripts.txt", &out);
 }
 
 /// The scripts of every flag combination, each under a `### ...` header line.
