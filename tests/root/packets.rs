@@ -58,26 +58,12 @@ impl Topology {
         Topology { pod, node, outside }
     }
 
-    /// Sends UDP from the pod to `dest` and returns the source address the outside saw.
-    fn source_seen(&self, dest: &str) -> String {
-        let port = PORT.fetch_add(1, Ordering::SeqCst);
-        let family = if dest.contains(':') {
-            "AF_INET6"
-        } else {
-            "AF_INET"
-        };
+    /// Starts a Python receiver in the outside namespace and waits until it has bound: the
+    /// script gets `READY`, a path it must create once its sockets are bound.
+    fn start_receiver(&self, script: &str) -> (std::process::Child, std::path::PathBuf) {
         let ready = scratch_file("ready", "");
         std::fs::remove_file(&ready).unwrap();
-        let receiver = format!(
-            "import socket,sys\n\
-             s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
-             s.bind(('{dest}',{port}))\n\
-             open('{ready}','w').close()\n\
-             s.settimeout(10)\n\
-             d,a=s.recvfrom(100)\n\
-             print(a[0])\n",
-            ready = ready.display()
-        );
+        let script = script.replace("READY", &ready.display().to_string());
         let listener = Command::new("ip")
             .args([
                 "netns",
@@ -85,7 +71,7 @@ impl Topology {
                 &self.outside.name,
                 super::netns::PYTHON,
                 "-c",
-                &receiver,
+                &script,
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -95,6 +81,27 @@ impl Topology {
             wait_until(Duration::from_secs(10), || ready.exists()),
             "receiver did not bind"
         );
+        (listener, ready)
+    }
+
+    /// Sends UDP from the pod to `dest` and returns the source address the outside saw.
+    fn source_seen(&self, dest: &str) -> String {
+        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let family = if dest.contains(':') {
+            "AF_INET6"
+        } else {
+            "AF_INET"
+        };
+        let receiver = format!(
+            "import socket,sys\n\
+             s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
+             s.bind(('{dest}',{port}))\n\
+             open('READY','w').close()\n\
+             s.settimeout(10)\n\
+             d,a=s.recvfrom(100)\n\
+             print(a[0])\n"
+        );
+        let (listener, ready) = self.start_receiver(&receiver);
         let sender = format!(
             "import socket,time\n\
              s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
@@ -238,35 +245,16 @@ impl Topology {
     /// every one is a new connection) and returns the source ports the outside saw.
     fn source_ports_seen(&self, dest: &str, flows: u16) -> Vec<u16> {
         let base = PORT.fetch_add(flows + 1, Ordering::SeqCst);
-        let ready = scratch_file("ready-ports", "");
-        std::fs::remove_file(&ready).unwrap();
         let receiver = format!(
             "import socket, select\n\
              socks = []\n\
              for p in range({base}, {base} + {flows}):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('{dest}', p)); socks.append(s)\n\
-             open('{ready}', 'w').close()\n\
+             open('READY', 'w').close()\n\
              seen = []\n\
              while len(seen) < {flows}:\n    r, _, _ = select.select(socks, [], [], 10)\n    if not r: break\n    for s in r:\n        d, a = s.recvfrom(100); seen.append(a[1])\n\
-             print(' '.join(map(str, seen)))\n",
-            ready = ready.display()
+             print(' '.join(map(str, seen)))\n"
         );
-        let listener = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.outside.name,
-                super::netns::PYTHON,
-                "-c",
-                &receiver,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start receiver");
-        assert!(
-            wait_until(Duration::from_secs(10), || ready.exists()),
-            "receiver did not bind"
-        );
+        let (listener, ready) = self.start_receiver(&receiver);
         let sender = format!(
             "import socket\n\
              for p in range({base}, {base} + {flows}):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('{dest}', p)); s.close()\n"
