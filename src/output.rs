@@ -74,6 +74,13 @@ pub fn render_diagnostic(
     let severity = match diag.severity {
         Severity::Error => style.error(&format!("error[{}]", diag.code.as_str())),
         Severity::Warning => style.warning(&format!("warning[{}]", diag.code.as_str())),
+        Severity::Info => style.hint(&format!("info[{}]", diag.code.as_str())),
+    };
+    // A finding of another file (a merged directory) is named by that file, without a
+    // snippet of a source we do not hold.
+    let (path, source) = match &diag.file {
+        Some(file) if &**file != path => (&**file, None),
+        _ => (path, source),
     };
     let position = match diag.location {
         Some(l) => format!("{path}:{}:{}", l.line, l.column),
@@ -106,6 +113,7 @@ pub fn render_diagnostic(
             let carets = match diag.severity {
                 Severity::Error => style.error(&carets),
                 Severity::Warning => style.warning(&carets),
+                Severity::Info => style.hint(&carets),
             };
             out.push_str(&format!(
                 "{} {prefix}{carets}\n",

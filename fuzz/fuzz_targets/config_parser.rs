@@ -16,6 +16,7 @@ fuzz_target!(|data: &[u8]| {
         Options {
             enable_ipv6: true,
             nomasq_all_reserved_ranges: true,
+            ..Options::default()
         },
     ] {
         let checked = check_text(text, &options);

@@ -111,6 +111,7 @@ fn reconcile_thread(
             state.config_source = match origin {
                 crate::config::Origin::Defaults => "defaults".into(),
                 crate::config::Origin::File => "file".into(),
+                crate::config::Origin::Dir => "merged files".into(),
             };
         }
         if written.as_ref() != Some(&state) {
@@ -189,7 +190,10 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
             }
         }
     }
-    let mut watch = DirWatch::new(&reconciler.settings.config_path);
+    let mut watch = match &reconciler.settings.config {
+        crate::config::ConfigSource::File(path) => DirWatch::new(path),
+        crate::config::ConfigSource::Dir(dir) => DirWatch::for_parts(dir),
+    };
     let names = reconciler.settings.plan.names();
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();

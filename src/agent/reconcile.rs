@@ -8,7 +8,6 @@ use crate::plan::{plan, Family, PlanOptions};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
@@ -29,7 +28,7 @@ fn backoff(failures: u32, interval: Duration) -> Duration {
 /// What the agent was started with.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub config_path: PathBuf,
+    pub config: config::ConfigSource,
     pub options: config::Options,
     pub plan: PlanOptions,
     pub dry_run: bool,
@@ -94,13 +93,20 @@ pub struct Reconciler {
     /// Fingerprint of the last config problem logged, so each is logged once per change.
     last_config_note: Option<u64>,
     /// The last file read and its result: unchanged bytes are not parsed again.
-    config_cache: Option<config::LoadCache>,
+    config_cache: Option<config::SourceCache>,
     /// Config parses skipped because the file had not changed (for tests and debugging).
     pub config_parses_skipped: u64,
     /// The plan of the active config, made once per config.
     planned: Option<Vec<crate::plan::Ruleset>>,
     last_error: Option<String>,
     pub status: Status,
+}
+
+fn join(nets: &[ipnet::IpNet]) -> String {
+    nets.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn fingerprint(diagnostics: &[Diagnostic]) -> u64 {
@@ -145,9 +151,9 @@ impl Reconciler {
 
     /// Re-reads the config file; the active config changes only to a valid one.
     pub fn reload_config(&mut self) {
-        let path = self.settings.config_path.display().to_string();
-        let loaded = match config::load_unless_unchanged(
-            &self.settings.config_path,
+        let path = self.settings.config.to_string();
+        let loaded = match config::load_source_unless_unchanged(
+            &self.settings.config,
             &self.settings.options,
             &mut self.config_cache,
         ) {
@@ -202,6 +208,7 @@ impl Reconciler {
                         let source = match loaded.origin {
                             Origin::Defaults => "defaults (no config file)",
                             Origin::File => "file",
+                            Origin::Dir => "merged files",
                         };
                         let cidrs: Vec<String> = new
                             .non_masquerade_cidrs
@@ -212,6 +219,8 @@ impl Reconciler {
                             config = %path,
                             source,
                             nonMasqueradeCIDRs = %cidrs.join(","),
+                            forceMasqueradeCIDRs = %join(&new.force_masquerade_cidrs),
+                            masqueradeSourceCIDRs = %join(&new.masquerade_source_cidrs),
                             masqLinkLocal = new.masq_link_local,
                             masqLinkLocalIPv6 = new.masq_link_local_ipv6,
                             resyncInterval = %new.resync_interval,
@@ -349,7 +358,7 @@ mod tests {
     use crate::backend::fake::{FakeBackend, FakeFamily};
 
     struct Fixture {
-        dir: PathBuf,
+        dir: std::path::PathBuf,
         fake: FakeBackend,
         reconciler: Reconciler,
     }
@@ -360,7 +369,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let fake = FakeBackend::default();
         let settings = Settings {
-            config_path: dir.join("config"),
+            config: config::ConfigSource::File(dir.join("config")),
             options: config::Options::default(),
             plan: PlanOptions::default(),
             dry_run: false,

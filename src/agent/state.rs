@@ -70,6 +70,9 @@ pub struct AgentState {
     pub backend: String,
     pub backend_choice: String,
     pub config: String,
+    /// `--config-dir`, when the agent merges a directory instead of reading `config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_dir: Option<String>,
     /// `file` or `defaults` (no file at the path), as of the last accepted config.
     pub config_source: String,
     pub rules: RuleSettings,
@@ -186,6 +189,7 @@ mod tests {
             backend: "iptables-nft".into(),
             backend_choice: "auto".into(),
             config: "/etc/config/ip-masq-agent".into(),
+            config_dir: None,
             config_source: "defaults".into(),
             rules: RuleSettings {
                 masq_chain: "IP-MASQ-AGENT".into(),

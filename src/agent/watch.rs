@@ -41,6 +41,8 @@ pub struct DirWatch {
     /// The config file's name in `dir`; events on other names are ignored, except kubelet's
     /// `..data`-style entries (so a log file next to the config cannot trigger reloads).
     file_name: OsString,
+    /// `file_name` is a prefix: every file whose name starts with it counts (a merged dir).
+    prefix: bool,
     /// The directory's parent and the directory's name in it.
     parent: Option<(PathBuf, OsString)>,
     fd: Option<AsyncFd<Inotify>>,
@@ -50,10 +52,17 @@ pub struct DirWatch {
 }
 
 /// Whether an event on `name` (None: the directory itself) can change the config.
-fn relevant(name: Option<&OsStr>, file_name: &OsStr) -> bool {
+fn relevant(name: Option<&OsStr>, file_name: &OsStr, prefix: bool) -> bool {
     match name {
         None => true,
-        Some(name) => name == file_name || name.as_encoded_bytes().starts_with(b".."),
+        Some(name) => {
+            name == file_name
+                || (prefix
+                    && name
+                        .as_encoded_bytes()
+                        .starts_with(file_name.as_encoded_bytes()))
+                || name.as_encoded_bytes().starts_with(b"..")
+        }
     }
 }
 
@@ -77,6 +86,7 @@ impl DirWatch {
         let mut watch = DirWatch {
             dir,
             file_name,
+            prefix: false,
             parent,
             fd: None,
             dir_watch: None,
@@ -84,6 +94,13 @@ impl DirWatch {
             buffer: vec![0; 4096],
         };
         watch.arm();
+        watch
+    }
+
+    /// Watches `dir` for every file whose name starts with `ip-masq` (`--config-dir`).
+    pub fn for_parts(dir: &Path) -> Self {
+        let mut watch = DirWatch::new(&dir.join(crate::config::merge::PREFIX));
+        watch.prefix = true;
         watch
     }
 
@@ -158,6 +175,7 @@ impl DirWatch {
             };
             let buffer = &mut self.buffer;
             let file_name = &self.file_name;
+            let prefix = self.prefix;
             let dir_name = self.parent.as_ref().map(|(_, n)| n.clone());
             let dir_watch = self.dir_watch.clone();
             let parent_watch = self.parent_watch.clone();
@@ -175,7 +193,7 @@ impl DirWatch {
                             EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED,
                         ) {
                             found.dir_replaced = true;
-                        } else if relevant(e.name, file_name) {
+                        } else if relevant(e.name, file_name, prefix) {
                             found.relevant = true;
                         }
                     }
@@ -232,12 +250,20 @@ mod tests {
     #[test]
     fn only_the_config_and_kubelet_entries_are_relevant() {
         let file = OsStr::new("ip-masq-agent");
-        assert!(relevant(Some(OsStr::new("ip-masq-agent")), file));
-        assert!(relevant(Some(OsStr::new("..data")), file));
-        assert!(relevant(Some(OsStr::new("..2026_11_21_00_00_00.1")), file));
-        assert!(relevant(None, file));
-        assert!(!relevant(Some(OsStr::new("agent.log")), file));
-        assert!(!relevant(Some(OsStr::new(".ip-masq-agent.swp")), file));
+        assert!(relevant(Some(OsStr::new("ip-masq-agent")), file, false));
+        assert!(relevant(Some(OsStr::new("..data")), file, false));
+        assert!(relevant(
+            Some(OsStr::new("..2026_11_21_00_00_00.1")),
+            file,
+            false
+        ));
+        assert!(relevant(None, file, false));
+        assert!(!relevant(Some(OsStr::new("agent.log")), file, false));
+        assert!(!relevant(
+            Some(OsStr::new(".ip-masq-agent.swp")),
+            file,
+            false
+        ));
     }
 
     /// The config directory removed and made again, and a symlinked directory swapped: each

@@ -197,6 +197,9 @@ pub struct Counters {
 pub struct RuleView {
     /// The verdict: `RETURN`, `MASQUERADE`, or whatever a foreign rule does.
     pub action: String,
+    /// Source match: CIDRs joined by `,`, with a leading `!` when negated (`!10.0.0.0/8`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     pub destination: Option<String>,
     pub protocol: Option<String>,
     pub to_ports: Option<String>,
@@ -250,7 +253,100 @@ pub struct Inspection {
     pub raw: Option<String>,
 }
 
+/// What the live rules do with one packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveVerdict {
+    pub action: Action,
+    /// Index into `Inspection::rules` of the rule that decided; None when the packet never
+    /// entered (nothing installed, no entry jump) or fell off the end.
+    pub rule: Option<usize>,
+    pub reason: LiveReason,
+    /// Rules with matches this walk cannot judge (foreign options), taken as not matching.
+    pub unjudged: Vec<usize>,
+}
+
+/// Why the live rules gave their verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LiveReason {
+    NotInstalled,
+    NoEntryJump,
+    RuleMatched,
+    FellThrough,
+}
+
+/// Whether `addr` satisfies a [`RuleView::source`] match (absent: every source does).
+fn source_holds(spec: Option<&str>, addr: std::net::IpAddr) -> bool {
+    let Some(spec) = spec else { return true };
+    let (negated, list) = match spec.strip_prefix('!') {
+        Some(rest) => (true, rest),
+        None => (false, spec),
+    };
+    let inside = list.split(',').any(|item| {
+        item.trim()
+            .parse::<IpNet>()
+            .or_else(|_| item.trim().parse::<std::net::IpAddr>().map(IpNet::from))
+            .is_ok_and(|net| net.contains(&addr))
+    });
+    inside != negated
+}
+
 impl Inspection {
+    /// Walks the live rules as the kernel does for a packet from `src` to a non-local `dst`:
+    /// first match wins, RETURN keeps the source, MASQUERADE rewrites it; a port-range rule
+    /// counts as MASQUERADE whatever its protocol or probability (every such rule masquerades).
+    pub fn evaluate(&self, src: std::net::IpAddr, dst: std::net::IpAddr) -> LiveVerdict {
+        let outcome = |action, rule, reason, unjudged| LiveVerdict {
+            action,
+            rule,
+            reason,
+            unjudged,
+        };
+        if !self.installed {
+            return outcome(
+                Action::KeepSource,
+                None,
+                LiveReason::NotInstalled,
+                Vec::new(),
+            );
+        }
+        if self.entry_jumps.is_empty() {
+            return outcome(
+                Action::KeepSource,
+                None,
+                LiveReason::NoEntryJump,
+                Vec::new(),
+            );
+        }
+        let mut unjudged = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            let view = &rule.view;
+            let action = match view.action.as_str() {
+                "RETURN" => Action::KeepSource,
+                "MASQUERADE" => Action::Masquerade,
+                _ => {
+                    unjudged.push(index);
+                    continue;
+                }
+            };
+            if !view.other.is_empty() {
+                unjudged.push(index);
+                continue;
+            }
+            let destination_holds = match &view.destination {
+                None => true,
+                Some(text) => match text.parse::<IpNet>() {
+                    Ok(net) => net.contains(&dst),
+                    Err(_) => text.parse::<std::net::IpAddr>().is_ok_and(|a| a == dst),
+                },
+            };
+            if destination_holds && source_holds(view.source.as_deref(), src) {
+                return outcome(action, Some(index), LiveReason::RuleMatched, unjudged);
+            }
+        }
+        outcome(Action::KeepSource, None, LiveReason::FellThrough, unjudged)
+    }
+
     /// Whether anything of ours is there.
     pub fn holds_anything(&self) -> bool {
         self.installed || !self.entry_jumps.is_empty()

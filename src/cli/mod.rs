@@ -64,7 +64,7 @@ pub struct Cli {
 pub enum Applet {
     /// Run the masquerade agent (the ip-masq-agent daemon)
     #[command(after_help = after_help(&docs::AGENT))]
-    Agent(AgentArgs),
+    Agent(Box<AgentArgs>),
     /// Check config files or ConfigMap manifests as the agent would read them
     #[command(after_help = after_help(&docs::VALIDATE))]
     Validate(ValidateArgs),
@@ -152,6 +152,16 @@ pub struct AgentArgs {
     /// Config file (YAML or JSON); a missing file means upstream's defaults
     #[arg(long, value_name = "PATH", default_value = crate::config::DEFAULT_CONFIG_PATH)]
     pub config: PathBuf,
+
+    /// Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2's
+    /// layout: lists united, booleans OR'd, the shortest resyncInterval); replaces --config
+    #[arg(long, value_name = "DIR", conflicts_with = "config")]
+    pub config_dir: Option<PathBuf>,
+
+    /// Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2's
+    /// flag) or as a Go duration [default: 60]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_resync_seconds)]
+    pub resync_interval: Option<crate::config::GoDuration>,
 
     #[command(flatten)]
     pub rules: RuleFlags,
@@ -411,6 +421,42 @@ impl ConfigFlags {
         crate::config::Options {
             enable_ipv6: self.enable_ipv6,
             nomasq_all_reserved_ranges: self.nomasq_all_reserved_ranges,
+            merging: false,
+            default_resync_interval: None,
+        }
+    }
+}
+
+/// `--resync-interval`: whole seconds as ip-masq-agent-v2 takes them, or a Go duration; at
+/// least the agent's floor.
+fn parse_resync_seconds(text: &str) -> Result<crate::config::GoDuration, String> {
+    let duration = match text.parse::<u32>() {
+        Ok(seconds) => crate::config::GoDuration(i64::from(seconds) * 1_000_000_000),
+        Err(_) => crate::config::parse_go_duration(text).map_err(|e| e.to_string())?,
+    };
+    if duration < crate::config::MIN_RESYNC_INTERVAL {
+        return Err(format!(
+            "{duration} is below the floor of {}; give whole seconds, e.g. 60",
+            crate::config::MIN_RESYNC_INTERVAL
+        ));
+    }
+    Ok(duration)
+}
+
+impl AgentArgs {
+    /// Where the config is read: `--config-dir`, else `--config`.
+    pub fn config_source(&self) -> crate::config::ConfigSource {
+        match &self.config_dir {
+            Some(dir) => crate::config::ConfigSource::Dir(dir.clone()),
+            None => crate::config::ConfigSource::File(self.config.clone()),
+        }
+    }
+
+    /// The config-judging options, with `--resync-interval`.
+    pub fn config_options(&self) -> crate::config::Options {
+        crate::config::Options {
+            default_resync_interval: self.resync_interval,
+            ..self.rules.config_flags.options()
         }
     }
 }

@@ -30,9 +30,10 @@ pub fn run(args: &AgentArgs) -> Exit {
     }
     let random_fully = plan.random_fully;
     let flags = &args.rules.config_flags;
+    let source = args.config_source();
     let settings = Settings {
-        config_path: args.config.clone(),
-        options: flags.options(),
+        config: source.clone(),
+        options: args.config_options(),
         plan,
         dry_run: args.dry_run,
     };
@@ -41,7 +42,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         version = env!("CARGO_PKG_VERSION"),
         backend = %backend_name,
         backend_choice = %selected.reason,
-        config = %args.config.display(),
+        config = %source,
         masq_chain = %args.rules.masq_chain,
         enable_ipv6 = flags.enable_ipv6,
         nomasq_all_reserved_ranges = flags.nomasq_all_reserved_ranges,
@@ -81,6 +82,7 @@ pub fn run(args: &AgentArgs) -> Exit {
             backend: backend_name,
             backend_choice: selected.reason,
             config: args.config.display().to_string(),
+            config_dir: args.config_dir.as_ref().map(|d| d.display().to_string()),
             config_source: "unknown".into(),
             rules: rule_settings(&args.rules),
         },

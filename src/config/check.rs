@@ -6,7 +6,7 @@ use super::cidr::{has_padded_prefix, parse_cidr, CidrError};
 use super::diagnostic::{Code, Diagnostic};
 use super::duration::{parse_go_duration, GoDuration};
 use super::yaml::{parse_stream, Location, Node, Resolved, Stream, Value, YamlError};
-use super::{default_cidrs, Checked, Config, Options};
+use super::{default_cidrs, Checked, Config, ListName, Options, Place, Provenance};
 use ipnet::IpNet;
 
 /// The keys upstream reads, spelled as upstream's JSON tags spell them.
@@ -17,6 +17,9 @@ const KEY_MASQ_LINK_LOCAL_V6: &str = "masqLinkLocalIPv6";
 const KEY_RESYNC: &str = "resyncInterval";
 /// non-masquerade-daemon's key, the inverse of `masqLinkLocal`; accepted with a warning.
 const KEY_LEGACY_LINK_LOCAL: &str = "linkLocal";
+/// ipmasq extensions (upstream ignores them as unknown keys).
+const KEY_FORCE: &str = "forceMasqueradeCIDRs";
+const KEY_SOURCES: &str = "masqueradeSourceCIDRs";
 
 /// The keys we suggest and list in hints: every field but the deprecated `linkLocal`.
 fn supported_keys() -> impl Iterator<Item = &'static str> {
@@ -101,18 +104,33 @@ enum Field {
     MasqLinkLocalV6,
     Resync,
     LegacyLinkLocal,
+    Force,
+    Sources,
 }
 
 impl Field {
     /// Every field the config file has: the one list of them.
-    const ALL: [Field; 6] = [
+    const ALL: [Field; 8] = [
         Field::Cidrs,
         Field::CidrLimit,
         Field::MasqLinkLocal,
         Field::MasqLinkLocalV6,
         Field::Resync,
         Field::LegacyLinkLocal,
+        Field::Force,
+        Field::Sources,
     ];
+
+    /// What an ipmasq extension does, for the note that upstream ignores it.
+    fn extension(self) -> Option<&'static str> {
+        match self {
+            Field::Force => Some("with upstream's image these destinations keep the pod's address"),
+            Field::Sources => {
+                Some("with upstream's image traffic from every source is masqueraded")
+            }
+            _ => None,
+        }
+    }
 
     fn canonical(self) -> &'static str {
         match self {
@@ -122,6 +140,8 @@ impl Field {
             Field::MasqLinkLocalV6 => KEY_MASQ_LINK_LOCAL_V6,
             Field::Resync => KEY_RESYNC,
             Field::LegacyLinkLocal => KEY_LEGACY_LINK_LOCAL,
+            Field::Force => KEY_FORCE,
+            Field::Sources => KEY_SOURCES,
         }
     }
 
@@ -276,6 +296,19 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
                 .hint(format!("write `{}`", field.canonical())),
             );
         }
+        if let Some(effect) = field.extension() {
+            diags.push(
+                Diagnostic::info(
+                    Code::Extension,
+                    format!(
+                        "`{}` is an ipmasq extension, not understood by upstream ip-masq-agent",
+                        field.canonical()
+                    ),
+                )
+                .at(key.location)
+                .hint(effect),
+            );
+        }
         if let Some((_, earlier)) = assigned.iter().find(|(f, _)| *f == field) {
             // Overriding a value brought in by a merge key (`<<`) is what merges are for.
             if !(from_merge || earlier.from_merge) {
@@ -326,42 +359,219 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
     if let Some(d) = get(Field::Resync).and_then(|a| decode_resync(a, &mut diags)) {
         config.resync_interval = d;
     }
+    let force_nodes = get(Field::Force).and_then(|a| decode_list(a, KEY_FORCE, None, &mut diags));
+    let source_nodes = get(Field::Sources).and_then(|a| {
+        let empty = Diagnostic::warning(
+            Code::EmptySourceList,
+            format!("`{KEY_SOURCES}` is empty: traffic from every source is considered, as without the key"),
+        )
+        .at(a.key.location)
+        .hint("list your pod ranges, or remove the key");
+        decode_list(a, KEY_SOURCES, Some(empty), &mut diags)
+    });
+    let force = force_nodes
+        .as_deref()
+        .map(|nodes| parse_cidr_nodes(nodes, KEY_FORCE, options, &mut diags))
+        .unwrap_or_default();
+    let sources = source_nodes
+        .as_deref()
+        .map(|nodes| parse_cidr_nodes(nodes, KEY_SOURCES, options, &mut diags))
+        .unwrap_or_default();
+    for list in [&force, &sources] {
+        overlap_warnings(list, &mut diags);
+    }
     // Cross-field: the CIDR list against the limit and the flags.
     let limit_location = get(Field::CidrLimit)
         .map(|a| a.value.location)
         .or_else(|| get(Field::Cidrs).map(|a| a.key.location));
-    config.non_masquerade_cidrs = check_cidrs(
+    let non_masquerade = check_cidrs(
         cidr_nodes.as_deref(),
         config.cidr_limit,
         limit_location,
+        force.len(),
         options,
         &mut diags,
     );
+    let given = cidr_nodes.is_some();
+    let places = |list: &[(IpNet, Option<Location>)]| -> Vec<Place> {
+        list.iter()
+            .map(|(_, location)| Place {
+                file: None,
+                location: *location,
+            })
+            .collect()
+    };
+    config.provenance = Provenance {
+        non_masquerade: if given {
+            places(&non_masquerade)
+        } else {
+            Vec::new()
+        },
+        force: places(&force),
+        sources: places(&sources),
+        gave_non_masquerade_cidrs: given,
+        gave_cidr_limit: get(Field::CidrLimit).is_some(),
+        gave_resync_interval: get(Field::Resync).is_some(),
+    };
+    config.non_masquerade_cidrs = non_masquerade.into_iter().map(|(n, _)| n).collect();
+    config.force_masquerade_cidrs = dedup(
+        force.into_iter().map(|(n, _)| n),
+        &mut config.provenance.force,
+    );
+    config.masquerade_source_cidrs = dedup(
+        sources.into_iter().map(|(n, _)| n),
+        &mut config.provenance.sources,
+    );
+    if !options.merging {
+        check_across_lists(&config, options, &mut diags);
+    }
     Checked::new(config, diags)
+}
+
+/// The entries of a list with repeats dropped (the first place of each kept), for the lists
+/// whose order and repeats write nothing of their own.
+fn dedup(nets: impl Iterator<Item = IpNet>, places: &mut Vec<Place>) -> Vec<IpNet> {
+    let mut seen = std::collections::HashSet::new();
+    let mut kept_places = Vec::new();
+    let mut out = Vec::new();
+    for (i, net) in nets.enumerate() {
+        if seen.insert(net) {
+            out.push(net);
+            kept_places.push(places.get(i).cloned().unwrap_or_default());
+        }
+    }
+    *places = kept_places;
+    out
+}
+
+/// The checks that need every list at once (of one file, or of a merged directory):
+/// a CIDR both forced and kept is an error naming both places; a forced CIDR that no
+/// non-masquerade range holds changes nothing and is reported; a source list without a range
+/// of a managed family leaves that family unscoped.
+pub(super) fn check_across_lists(config: &Config, options: &Options, diags: &mut Vec<Diagnostic>) {
+    let at = |d: Diagnostic, place: &Place| {
+        let d = d.at_opt(place.location);
+        match &place.file {
+            Some(file) => d.in_file(file.clone()),
+            None => d,
+        }
+    };
+    let kept: std::collections::HashMap<IpNet, usize> = config
+        .non_masquerade_cidrs
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, n)| (*n, i))
+        .collect();
+    for (i, forced) in config.force_masquerade_cidrs.iter().enumerate() {
+        let place = config.place(ListName::Force, i);
+        if let Some(&k) = kept.get(forced) {
+            let other = config.place(ListName::NonMasquerade, k);
+            diags.push(at(
+                Diagnostic::error(
+                    Code::ForcedAndKept,
+                    format!(
+                        "{forced} is in {KEY_FORCE} and also in {KEY_CIDRS} ({other}): it cannot be both masqueraded and kept"
+                    ),
+                ),
+                &place,
+            )
+            .hint("delete it from one of the lists; to masquerade part of a range, force a narrower CIDR"));
+            continue;
+        }
+        let link_local_kept = match forced {
+            IpNet::V4(_) => !config.masq_link_local,
+            IpNet::V6(_) => !config.masq_link_local_ipv6,
+        };
+        let family_link_local: IpNet = match forced {
+            IpNet::V4(_) => super::LINK_LOCAL_V4.parse().expect("constant"),
+            IpNet::V6(_) => super::LINK_LOCAL_V6.parse().expect("constant"),
+        };
+        let inside_kept = config
+            .non_masquerade_cidrs
+            .iter()
+            .any(|k| k.contains(forced) && k != forced)
+            || (link_local_kept && family_link_local.contains(forced));
+        if !inside_kept {
+            diags.push(at(
+                Diagnostic::warning(
+                    Code::ForcedWithoutEffect,
+                    format!(
+                        "{forced} lies in no non-masquerade range: it is masqueraded anyway, so forcing it changes nothing"
+                    ),
+                ),
+                &place,
+            )
+            .hint(format!("delete it, or add the range it belongs to to {KEY_CIDRS}")));
+        }
+    }
+    if !config.masquerade_source_cidrs.is_empty() {
+        let families: &[(&str, bool)] = if options.enable_ipv6 {
+            &[("IPv4", false), ("IPv6", true)]
+        } else {
+            &[("IPv4", false)]
+        };
+        for (name, v6) in families {
+            if !config
+                .masquerade_source_cidrs
+                .iter()
+                .any(|n| n.addr().is_ipv6() == *v6)
+            {
+                diags.push(at(
+                    Diagnostic::warning(
+                        Code::SourceFamilyUnscoped,
+                        format!(
+                            "{KEY_SOURCES} has no {name} range: {name} traffic from every source is considered, as upstream does"
+                        ),
+                    ),
+                    &config.place(ListName::Sources, 0),
+                )
+                .hint(format!("add your {name} pod range to scope {name} as well")));
+            }
+        }
+    }
+}
+
+/// A list-valued extension key: a list, or null (nothing); `empty` is reported for `[]`.
+fn decode_list<'a>(
+    a: &Assigned<'a>,
+    key: &str,
+    empty: Option<Diagnostic>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Vec<&'a Node>> {
+    match &a.value.value {
+        Value::Sequence(items) => {
+            if items.is_empty() {
+                diags.extend(empty);
+            }
+            Some(items.iter().collect())
+        }
+        Value::Scalar(s) if s.resolve() == Resolved::Null => Some(Vec::new()),
+        _ => {
+            let mut d = wrong_type(a, "a list of CIDR strings");
+            if let Some(text) = a.value.as_str() {
+                d = d.hint(format!("write it as a list: `{key}: [{text}]`"));
+            }
+            diags.push(d);
+            None
+        }
+    }
 }
 
 /// `nonMasqueradeCIDRs`: a list replaces the defaults; null or [] means an empty list. The
 /// entries themselves are checked with the limit, in `check_cidrs`.
 fn decode_cidr_list<'a>(a: &Assigned<'a>, diags: &mut Vec<Diagnostic>) -> Option<Vec<&'a Node>> {
     match &a.value.value {
-        Value::Sequence(items) => {
-            if items.is_empty() {
-                diags.push(empty_list_warning(a.key.location));
-            }
-            Some(items.iter().collect())
-        }
         Value::Scalar(s) if s.resolve() == Resolved::Null => {
             diags.push(empty_list_warning(a.key.location));
             Some(Vec::new())
         }
-        _ => {
-            let mut d = wrong_type(a, "a list of CIDR strings");
-            if let Some(text) = a.value.as_str() {
-                d = d.hint(format!("write it as a list: `{KEY_CIDRS}: [{text}]`"));
-            }
-            diags.push(d);
-            None
-        }
+        _ => decode_list(
+            a,
+            KEY_CIDRS,
+            Some(empty_list_warning(a.key.location)),
+            diags,
+        ),
     }
 }
 
@@ -484,48 +694,43 @@ fn decode_resync(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<GoDuration
     }
 }
 
-/// The CIDR list (the file's, or the defaults when it has none) against `cidrLimit` and the
-/// flags: upstream's limit first, then every entry; returns the entries that parsed.
+/// The CIDR list (the file's, or the defaults when it has none) against `cidrLimit` (which
+/// also counts the `forced` entries: each writes a rule) and the flags: upstream's limit
+/// first, then every entry; returns the entries that parsed, with where they were written.
 fn check_cidrs(
     nodes: Option<&[&Node]>,
     cidr_limit: i64,
     limit_location: Option<Location>,
+    forced: usize,
     options: &Options,
     diags: &mut Vec<Diagnostic>,
-) -> Vec<IpNet> {
-    let written: Vec<(String, Option<Location>)> = match nodes {
+) -> Vec<(IpNet, Option<Location>)> {
+    let count = nodes.map_or_else(|| default_cidrs(options).len(), <[&Node]>::len);
+    if !options.merging {
+        check_cidr_limit(count, forced, cidr_limit, limit_location, diags);
+    }
+    match nodes {
         Some(nodes) => {
-            let mut out = Vec::new();
-            for node in nodes {
-                match &node.value {
-                    Value::Scalar(s) if s.resolve() == Resolved::Str => {
-                        out.push((s.text.clone(), Some(node.location)))
-                    }
-                    // Go unmarshals null into "" and then fails to parse it.
-                    Value::Scalar(s) if s.resolve() == Resolved::Null => {
-                        out.push((String::new(), Some(node.location)))
-                    }
-                    _ => diags.push(
-                        Diagnostic::error(
-                            Code::WrongType,
-                            format!(
-                                "each {KEY_CIDRS} entry must be a CIDR string, got {}",
-                                node.kind_name()
-                            ),
-                        )
-                        .at(node.location)
-                        .hint("quote it if it is meant as text, e.g. \"10.0.0.0/8\""),
-                    ),
-                }
-            }
-            out
+            let parsed = parse_cidr_nodes(nodes, KEY_CIDRS, options, diags);
+            overlap_warnings(&parsed, diags);
+            parsed
         }
         None => default_cidrs(options)
             .into_iter()
-            .map(|c| (c.to_string(), None))
+            .map(|c| (c, None))
             .collect(),
-    };
-    let count = nodes.map_or(written.len(), <[&Node]>::len);
+    }
+}
+
+/// Upstream's `cidrLimit` check (with the forced CIDRs counted, when there are any).
+pub(super) fn check_cidr_limit(
+    count: usize,
+    forced: usize,
+    cidr_limit: i64,
+    limit_location: Option<Location>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let total = count + forced;
     if cidr_limit < 0 {
         diags.push(
             Diagnostic::error(
@@ -538,21 +743,57 @@ fn check_cidrs(
                 super::DEFAULT_CIDR_LIMIT
             )),
         );
-    } else if count as i64 > cidr_limit {
+    } else if total as i64 > cidr_limit {
+        let counted = if forced > 0 {
+            format!(" ({count} in {KEY_CIDRS} and {forced} in {KEY_FORCE}: each writes a rule)")
+        } else {
+            String::new()
+        };
         diags.push(
             Diagnostic::error(
                 Code::CidrLimitExceeded,
                 format!(
-                    "the daemon can only accept up to {cidr_limit} CIDRs (excluding link-local), but got {count} CIDRs (excluding link local)"
+                    "the daemon can only accept up to {cidr_limit} CIDRs (excluding link-local), but got {total} CIDRs (excluding link local){counted}"
                 ),
             )
             .at_opt(limit_location)
             .hint(format!(
-                "raise `{KEY_CIDR_LIMIT}` to at least {count}, or merge CIDRs; long lists are fine with `--backend nftables` (one set lookup per new connection, however long the list), while iptables walks one rule per CIDR"
+                "raise `{KEY_CIDR_LIMIT}` to at least {total}, or merge CIDRs; long lists are fine with `--backend nftables` (one set lookup per new connection, however long the list), while iptables walks one rule per CIDR"
             )),
         );
     }
+}
 
+/// Every entry of a CIDR list: a string that parses as an aligned CIDR of an enabled family.
+fn parse_cidr_nodes(
+    nodes: &[&Node],
+    key: &str,
+    options: &Options,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<(IpNet, Option<Location>)> {
+    let mut written: Vec<(String, Option<Location>)> = Vec::new();
+    for node in nodes {
+        match &node.value {
+            Value::Scalar(s) if s.resolve() == Resolved::Str => {
+                written.push((s.text.clone(), Some(node.location)))
+            }
+            // Go unmarshals null into "" and then fails to parse it.
+            Value::Scalar(s) if s.resolve() == Resolved::Null => {
+                written.push((String::new(), Some(node.location)))
+            }
+            _ => diags.push(
+                Diagnostic::error(
+                    Code::WrongType,
+                    format!(
+                        "each {key} entry must be a CIDR string, got {}",
+                        node.kind_name()
+                    ),
+                )
+                .at(node.location)
+                .hint("quote it if it is meant as text, e.g. \"10.0.0.0/8\""),
+            ),
+        }
+    }
     let mut parsed: Vec<(IpNet, Option<Location>)> = Vec::with_capacity(written.len());
     for (text, location) in &written {
         match parse_cidr(text) {
@@ -603,10 +844,7 @@ fn check_cidrs(
             }
         }
     }
-    if nodes.is_some() {
-        overlap_warnings(&parsed, diags);
-    }
-    parsed.into_iter().map(|(n, _)| n).collect()
+    parsed
 }
 
 fn empty_list_warning(location: Location) -> Diagnostic {

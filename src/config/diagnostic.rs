@@ -10,6 +10,8 @@ use serde::Serialize;
 pub enum Severity {
     Error,
     Warning,
+    /// Worth knowing, never a problem (not even with `validate --strict`).
+    Info,
 }
 
 /// Stable identifiers of findings; part of the documented JSON report, never renamed.
@@ -46,6 +48,19 @@ pub enum Code {
     PaddedPrefix,
     EmptyCidrList,
     DeprecatedLinkLocal,
+    /// A forced CIDR that lies in no non-masquerade range changes nothing.
+    ForcedWithoutEffect,
+    /// `masqueradeSourceCIDRs` is given but empty: every source is considered.
+    EmptySourceList,
+    /// `masqueradeSourceCIDRs` has no range of a managed family: that family is not scoped.
+    SourceFamilyUnscoped,
+    /// The same CIDR is both forced and non-masquerade (in one file or across merged files).
+    ForcedAndKept,
+    /// A directory of configs holds no `ip-masq*` file: upstream's defaults apply.
+    NoConfigFiles,
+    // Infos.
+    /// A key upstream ip-masq-agent does not read.
+    Extension,
 }
 
 impl Code {
@@ -79,6 +94,12 @@ impl Code {
             Code::PaddedPrefix => "padded-prefix",
             Code::EmptyCidrList => "empty-cidr-list",
             Code::DeprecatedLinkLocal => "deprecated-link-local",
+            Code::ForcedWithoutEffect => "forced-without-effect",
+            Code::EmptySourceList => "empty-source-list",
+            Code::SourceFamilyUnscoped => "source-family-unscoped",
+            Code::ForcedAndKept => "forced-and-kept",
+            Code::NoConfigFiles => "no-config-files",
+            Code::Extension => "ipmasq-extension",
         }
     }
 }
@@ -91,6 +112,8 @@ pub struct Diagnostic {
     pub message: String,
     pub location: Option<Location>,
     pub hint: Option<String>,
+    /// The file the location is in, when one report covers several files (a merged dir).
+    pub file: Option<std::sync::Arc<str>>,
 }
 
 impl Diagnostic {
@@ -101,6 +124,7 @@ impl Diagnostic {
             message: message.into(),
             location: None,
             hint: None,
+            file: None,
         }
     }
 
@@ -109,6 +133,19 @@ impl Diagnostic {
             severity: Severity::Warning,
             ..Diagnostic::error(code, message)
         }
+    }
+
+    pub fn info(code: Code, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Info,
+            ..Diagnostic::error(code, message)
+        }
+    }
+
+    /// Names the file the location is in.
+    pub fn in_file(mut self, file: std::sync::Arc<str>) -> Self {
+        self.file = Some(file);
+        self
     }
 
     pub fn at(mut self, location: Location) -> Self {
@@ -133,9 +170,14 @@ impl Diagnostic {
     /// `line:col: [code] message` (no position when it has none) for one-line logs.
     pub fn one_line(&self) -> String {
         let code = self.code.as_str();
+        let file = self
+            .file
+            .as_deref()
+            .map(|f| format!("{f}:"))
+            .unwrap_or_default();
         let mut out = match self.location {
-            Some(l) => format!("{}:{}: [{code}] {}", l.line, l.column, self.message),
-            None => format!("[{code}] {}", self.message),
+            Some(l) => format!("{file}{}:{}: [{code}] {}", l.line, l.column, self.message),
+            None => format!("{file}[{code}] {}", self.message),
         };
         if let Some(hint) = &self.hint {
             out.push_str(" (");

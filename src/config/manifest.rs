@@ -229,6 +229,8 @@ mod tests {
     const OPTS: Options = Options {
         enable_ipv6: false,
         nomasq_all_reserved_ranges: false,
+        merging: false,
+        default_resync_interval: None,
     };
 
     fn run(src: &str) -> Result<Vec<ConfigMapResult>, Diagnostic> {

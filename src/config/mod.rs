@@ -7,6 +7,7 @@ pub mod cidr;
 mod diagnostic;
 pub mod duration;
 pub mod manifest;
+pub mod merge;
 mod source;
 pub mod yaml;
 
@@ -56,6 +57,11 @@ pub struct Options {
     pub enable_ipv6: bool,
     /// `--nomasq-all-reserved-ranges`: the default list also holds the reserved ranges.
     pub nomasq_all_reserved_ranges: bool,
+    /// The file is one part of a merged directory: `cidrLimit` and the checks across lists
+    /// run on the merged config instead.
+    pub merging: bool,
+    /// `--resync-interval` (ip-masq-agent-v2's flag): the interval when no config sets one.
+    pub default_resync_interval: Option<GoDuration>,
 }
 
 /// A validated configuration: every CIDR parsed and aligned, limits respected.
@@ -71,6 +77,92 @@ pub struct Config {
     pub masq_link_local_ipv6: bool,
     #[serde(serialize_with = "serialize_go_duration")]
     pub resync_interval: GoDuration,
+    /// ipmasq extension: destinations masqueraded even inside a non-masquerade range (the
+    /// longest matching prefix across both lists wins). In config order, duplicates dropped.
+    #[serde(rename = "forceMasqueradeCIDRs", skip_serializing_if = "Vec::is_empty")]
+    pub force_masquerade_cidrs: Vec<IpNet>,
+    /// ipmasq extension: when not empty, only traffic from these ranges is masqueraded.
+    #[serde(
+        rename = "masqueradeSourceCIDRs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub masquerade_source_cidrs: Vec<IpNet>,
+    /// Where every entry was written and which keys were given.
+    #[serde(skip)]
+    pub provenance: Provenance,
+}
+
+/// Where a list entry was written: a file (when several are merged) and a position.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    pub file: Option<std::sync::Arc<str>>,
+    pub location: Option<yaml::Location>,
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.file, self.location) {
+            (Some(file), Some(l)) => write!(f, "{file}:{}:{}", l.line, l.column),
+            (Some(file), None) => write!(f, "{file}"),
+            (None, Some(l)) => write!(f, "line {}, column {}", l.line, l.column),
+            (None, None) => f.write_str("the defaults"),
+        }
+    }
+}
+
+/// Which keys a config source set itself (a merge takes the others from the other files or
+/// from the defaults), and where each list entry came from (parallel to the lists). A note
+/// about a config, not part of it: two configs with the same values are equal wherever their
+/// entries were written (moving a line changes no rule and is no new config).
+#[derive(Clone, Debug, Default)]
+pub struct Provenance {
+    pub non_masquerade: Vec<Place>,
+    pub force: Vec<Place>,
+    pub sources: Vec<Place>,
+    pub gave_non_masquerade_cidrs: bool,
+    pub gave_cidr_limit: bool,
+    pub gave_resync_interval: bool,
+}
+
+impl PartialEq for Provenance {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Provenance {}
+
+/// Which list of the config an entry is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ListName {
+    #[serde(rename = "nonMasqueradeCIDRs")]
+    NonMasquerade,
+    #[serde(rename = "forceMasqueradeCIDRs")]
+    Force,
+    #[serde(rename = "masqueradeSourceCIDRs")]
+    Sources,
+}
+
+impl ListName {
+    pub fn key(self) -> &'static str {
+        match self {
+            ListName::NonMasquerade => "nonMasqueradeCIDRs",
+            ListName::Force => "forceMasqueradeCIDRs",
+            ListName::Sources => "masqueradeSourceCIDRs",
+        }
+    }
+}
+
+impl Config {
+    /// Where entry `index` of `list` was written.
+    pub fn place(&self, list: ListName, index: usize) -> Place {
+        let places = match list {
+            ListName::NonMasquerade => &self.provenance.non_masquerade,
+            ListName::Force => &self.provenance.force,
+            ListName::Sources => &self.provenance.sources,
+        };
+        places.get(index).cloned().unwrap_or_default()
+    }
 }
 
 fn serialize_go_duration<S: serde::Serializer>(d: &GoDuration, s: S) -> Result<S::Ok, S::Error> {
@@ -99,7 +191,12 @@ impl Config {
             cidr_limit: DEFAULT_CIDR_LIMIT,
             masq_link_local: false,
             masq_link_local_ipv6: false,
-            resync_interval: DEFAULT_RESYNC_INTERVAL,
+            resync_interval: options
+                .default_resync_interval
+                .unwrap_or(DEFAULT_RESYNC_INTERVAL),
+            force_masquerade_cidrs: Vec::new(),
+            masquerade_source_cidrs: Vec::new(),
+            provenance: Provenance::default(),
         }
     }
 
@@ -194,6 +291,74 @@ pub enum Origin {
     Defaults,
     /// The file's contents.
     File,
+    /// The merged files of a directory.
+    Dir,
+}
+
+/// Where the agent reads its config: upstream's one file, or a directory of `ip-masq*` files
+/// merged (`--config-dir`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigSource {
+    File(std::path::PathBuf),
+    Dir(std::path::PathBuf),
+}
+
+impl ConfigSource {
+    pub fn path(&self) -> &Path {
+        match self {
+            ConfigSource::File(p) | ConfigSource::Dir(p) => p,
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::File(p) => write!(f, "{}", p.display()),
+            ConfigSource::Dir(p) => write!(f, "{}/{}*", p.display(), merge::PREFIX),
+        }
+    }
+}
+
+/// What the last load of a source read.
+#[derive(Clone, Debug)]
+pub enum SourceCache {
+    File(LoadCache),
+    Dir(merge::DirCache),
+}
+
+/// [`load_unless_unchanged`] for either kind of source.
+pub fn load_source_unless_unchanged(
+    source: &ConfigSource,
+    options: &Options,
+    cache: &mut Option<SourceCache>,
+) -> Result<Option<Loaded>, ReadError> {
+    match source {
+        ConfigSource::File(path) => {
+            let mut inner = match cache.take() {
+                Some(SourceCache::File(c)) => Some(c),
+                _ => None,
+            };
+            let result = load_unless_unchanged(path, options, &mut inner);
+            *cache = inner.map(SourceCache::File);
+            result
+        }
+        ConfigSource::Dir(dir) => {
+            let mut inner = match cache.take() {
+                Some(SourceCache::Dir(c)) => Some(c),
+                _ => None,
+            };
+            let result = merge::load_dir_unless_unchanged(dir, options, &mut inner);
+            *cache = inner.map(SourceCache::Dir);
+            result
+        }
+    }
+}
+
+/// Loads a source as the agent does (see [`load`]).
+pub fn load_source(source: &ConfigSource, options: &Options) -> Result<Loaded, ReadError> {
+    load_source_unless_unchanged(source, options, &mut None)
+        .map(|loaded| loaded.expect("without a cache every load is fresh"))
 }
 
 /// A config loaded from a path the way the agent loads it.

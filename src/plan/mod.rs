@@ -5,6 +5,7 @@
 //! what a ruleset does with one packet: the one truth that tests, `show` and `explain` share.
 
 pub(crate) mod decide;
+pub mod intervals;
 mod names;
 mod ports;
 
@@ -90,6 +91,8 @@ pub enum Origin {
     LinkLocal,
     /// Entry `index` (0-based) of the config's `nonMasqueradeCIDRs` (or of the default list).
     NonMasqueradeCidr { index: usize },
+    /// Entry `index` (0-based) of the config's `forceMasqueradeCIDRs`.
+    ForceMasqueradeCidr { index: usize },
 }
 
 /// One destination decision: traffic to `destination` gets `action`.
@@ -137,6 +140,8 @@ pub struct Ruleset {
     pub entry: Entry,
     /// Evaluated in order; the first decision whose destination holds the packet's wins.
     /// Upstream's order: link-local first, then the config's list as written (duplicates kept).
+    /// With forced CIDRs, the longest prefix first (stable), so the first match is the
+    /// longest matching prefix across both lists.
     pub decisions: std::sync::Arc<[Decision]>,
     /// What every packet no decision matched gets.
     pub masquerade: MasqueradeRequest,
@@ -204,6 +209,9 @@ pub fn families(options: &PlanOptions) -> Vec<Family> {
 
 /// Plans one family in upstream's order: link-local kept (unless masqueraded), then one
 /// decision per CIDR of the family in config order (duplicates kept); the rest is masqueraded.
+/// Forced CIDRs add masquerade decisions, and then every decision is ordered longest prefix
+/// first; without them upstream's order stands, so upstream's rules are written byte for byte.
+/// `masqueradeSourceCIDRs` of the family scope the entry (none of the family: unscoped).
 pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ruleset {
     let mut decisions = Vec::new();
     let masq_link_local = match family {
@@ -229,10 +237,34 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
                 origin: Origin::NonMasqueradeCidr { index },
             }),
     );
+    let before = decisions.len();
+    decisions.extend(
+        config
+            .force_masquerade_cidrs
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| family.holds(c))
+            .map(|(index, c)| Decision {
+                destination: *c,
+                action: Action::Masquerade,
+                origin: Origin::ForceMasqueradeCidr { index },
+            }),
+    );
+    if decisions.len() > before {
+        decisions.sort_by_key(|d| std::cmp::Reverse(d.destination.prefix_len()));
+    }
     Ruleset {
         family,
         names: options.names(),
-        entry: Entry::default(),
+        entry: Entry {
+            skip_local_destinations: true,
+            source_ranges: config
+                .masquerade_source_cidrs
+                .iter()
+                .filter(|c| family.holds(c))
+                .copied()
+                .collect(),
+        },
         decisions: decisions.into(),
         masquerade: MasqueradeRequest {
             ports: options.to_ports.shares(),

@@ -153,9 +153,9 @@ impl Iptables {
     fn check(&self, ruleset: &Ruleset) -> Result<(), BackendError> {
         self.accepts(&ruleset.names)
             .map_err(BackendError::Unsupported)?;
-        if !ruleset.entry.skip_local_destinations || !ruleset.entry.source_ranges.is_empty() {
+        if !ruleset.entry.skip_local_destinations {
             return Err(BackendError::Unsupported(
-                "the iptables backend renders only upstream's entry condition (every non-local destination)".into(),
+                "the iptables backend always exempts local destinations (upstream's jump)".into(),
             ));
         }
         Ok(())

@@ -14,6 +14,9 @@ pub(super) const NON_MASQ_COMMENT: &str =
 /// Comment of every MASQUERADE rule (upstream's text, byte for byte).
 pub(super) const MASQ_COMMENT: &str =
     "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)";
+/// Comment of the rules that leave traffic from outside `masqueradeSourceCIDRs` alone.
+pub(super) const SOURCE_COMMENT: &str =
+    "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
 /// Transport protocols `--to-ports` applies to, in the order rules are written (iptables
 /// needs a protocol match for `--to-ports`, so each range is written once per protocol).
 const PORT_PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];
@@ -131,6 +134,14 @@ pub(super) struct Rendered {
 fn for_each_line(ruleset: &Ruleset, mut each: impl FnMut(&str)) {
     let chain = &ruleset.names.chain;
     let mut line = String::with_capacity(160);
+    for gate in source_gate(ruleset) {
+        line.clear();
+        let _ = write!(
+            line,
+            "-A {chain} {gate} -m comment --comment \"{SOURCE_COMMENT}\" -j RETURN"
+        );
+        each(&line);
+    }
     for decision in ruleset.decisions.iter() {
         match decision.action {
             Action::KeepSource => {
@@ -153,6 +164,21 @@ fn for_each_line(ruleset: &Ruleset, mut each: impl FnMut(&str)) {
     }
     for masq in masquerade_lines(chain, None, &ruleset.masquerade) {
         each(&masq);
+    }
+}
+
+/// The source matches of the rules that return traffic from outside the entry's source
+/// ranges, first in the chain: one `! -s` for one range; for several (iptables cannot negate
+/// a union) one `-s` per CIDR of their complement. Nothing when the entry is unscoped.
+fn source_gate(ruleset: &Ruleset) -> Vec<String> {
+    let sources = crate::plan::intervals::aggregate(ruleset.entry.source_ranges.iter().copied());
+    match sources.as_slice() {
+        [] => Vec::new(),
+        [one] => vec![format!("! -s {one}")],
+        many => crate::plan::intervals::complement(ruleset.family, many)
+            .iter()
+            .map(|net| format!("-s {net}"))
+            .collect(),
     }
 }
 
@@ -194,4 +220,5 @@ pub(super) fn rule_count(ruleset: &Ruleset) -> usize {
         })
         .sum::<usize>()
         + masquerade
+        + source_gate(ruleset).len()
 }

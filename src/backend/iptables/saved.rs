@@ -231,6 +231,14 @@ pub(super) fn describe_rule(line: &str) -> RuleView {
     while i < tokens.len() {
         let token = tokens[i].as_str();
         let step = match token {
+            "-s" => {
+                view.source = value(i);
+                2
+            }
+            "!" if tokens.get(i + 1).map(String::as_str) == Some("-s") => {
+                view.source = tokens.get(i + 2).map(|s| format!("!{s}"));
+                3
+            }
             "-d" => {
                 view.destination = value(i);
                 2

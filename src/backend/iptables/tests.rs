@@ -1,6 +1,6 @@
 //! Golden tests of the rendered rules and transactions (no root needed).
 
-use super::saved::{jump_target, tokenize};
+use super::saved::{describe_rule, jump_target, tokenize};
 use super::*;
 use crate::backend::DriftKind;
 use crate::config::{Config, Options};
@@ -457,8 +457,8 @@ fn iptables_version_names_its_variant() {
 /// random configs and addresses in both families.
 #[test]
 fn property_rendered_rules_agree_with_decide() {
-    use crate::plan::decide::tests::Rng;
-    use crate::plan::{decide, Action, Family};
+    use crate::plan::decide::tests::{longest_prefix_verdict, random_config, random_source, Rng};
+    use crate::plan::{decide, Family};
     let mut rng = Rng(0x0dd_ba11_cafe_f00d);
     for round in 0..300 {
         let family = if round % 2 == 0 {
@@ -466,10 +466,7 @@ fn property_rendered_rules_agree_with_decide() {
         } else {
             Family::V6
         };
-        let mut config = Config::defaults(&Options::default());
-        config.non_masquerade_cidrs = (0..rng.below(10)).map(|_| rng.net(family)).collect();
-        config.masq_link_local = rng.below(2) == 0;
-        config.masq_link_local_ipv6 = rng.below(2) == 0;
+        let config = random_config(&mut rng, family);
         let options = PlanOptions {
             enable_ipv6: true,
             to_ports: if rng.below(2) == 0 {
@@ -483,7 +480,7 @@ fn property_rendered_rules_agree_with_decide() {
             .into_iter()
             .find(|s| s.family == family)
             .unwrap();
-        let chain = LiveChain {
+        let mut live = LiveChain {
             chain_exists: true,
             rules: Rendered::new(&set)
                 .lines
@@ -493,26 +490,96 @@ fn property_rendered_rules_agree_with_decide() {
             ..LiveChain::default()
         }
         .inspection();
+        live.entry_jumps.push(crate::backend::EntryJump {
+            position: 1,
+            text: String::new(),
+            counters: None,
+        });
         for _ in 0..40 {
             let dst = rng.addr(family);
+            let src = random_source(&mut rng, &config, family);
             // Every packet here is TCP, so a protocol match always holds and a probability
             // match may or may not: either way the rule is a MASQUERADE.
-            let walked = chain
-                .rules
-                .iter()
-                .find_map(|rule| {
-                    let decision = rule.decision.expect("our rules map back to decisions");
-                    let matches = decision.destination.is_none_or(|d| d.contains(&dst));
-                    matches.then_some(decision.action)
-                })
-                .expect("the chain ends in a catch-all");
-            let verdict = decide(&set, rng.addr(family), dst);
-            assert_eq!(walked, verdict.action, "round {round}: {dst}");
-            if walked == Action::KeepSource {
-                assert!(verdict.decision.is_some());
-            }
+            let walked = live.evaluate(src, dst);
+            assert!(walked.unjudged.is_empty(), "round {round}: {walked:?}");
+            assert_eq!(
+                walked.action,
+                decide(&set, src, dst).action,
+                "round {round}: {src} -> {dst}"
+            );
+            assert_eq!(
+                walked.action,
+                longest_prefix_verdict(&config, src, dst),
+                "round {round}: {src} -> {dst} with {config:?}"
+            );
         }
     }
+}
+
+/// Without the extension keys the chain is upstream's: link-local and the list in config
+/// order, one RETURN each, MASQUERADE last; forced CIDRs reorder by prefix and add
+/// MASQUERADE rules; source ranges add RETURN rules first.
+#[test]
+fn extensions_change_the_chain_only_when_used() {
+    let mut config = Config::defaults(&Options::default());
+    let upstream = Rendered::new(&plan(&config, &PlanOptions::default())[0]).lines;
+    assert_eq!(upstream.len(), 5);
+    assert!(upstream[0].contains("-d 169.254.0.0/16"));
+    config.force_masquerade_cidrs = vec!["10.8.0.0/16".parse().unwrap()];
+    config
+        .non_masquerade_cidrs
+        .push("10.8.1.0/24".parse().unwrap());
+    config.masquerade_source_cidrs = vec!["10.244.0.0/16".parse().unwrap()];
+    let lines = Rendered::new(&plan(&config, &PlanOptions::default())[0]).lines;
+    let shapes: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let v = describe_rule(l);
+            format!(
+                "{} {} {}",
+                v.source.unwrap_or_default(),
+                v.destination.unwrap_or_default(),
+                v.action
+            )
+        })
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            "!10.244.0.0/16  RETURN",
+            " 10.8.1.0/24 RETURN",
+            " 169.254.0.0/16 RETURN",
+            " 192.168.0.0/16 RETURN",
+            " 10.8.0.0/16 MASQUERADE",
+            " 172.16.0.0/12 RETURN",
+            " 10.0.0.0/8 RETURN",
+            "  MASQUERADE",
+        ]
+    );
+    // Two source ranges: the complement of their union, one RETURN per block.
+    config
+        .masquerade_source_cidrs
+        .push("192.168.0.0/16".parse().unwrap());
+    let lines = Rendered::new(&plan(&config, &PlanOptions::default())[0]).lines;
+    let gates: Vec<ipnet::Ipv4Net> = lines
+        .iter()
+        .filter(|l| l.contains("masqueradeSourceCIDRs"))
+        .map(|l| describe_rule(l).source.unwrap().parse().unwrap())
+        .collect();
+    let sources: Vec<ipnet::Ipv4Net> = vec![
+        "10.244.0.0/16".parse().unwrap(),
+        "192.168.0.0/16".parse().unwrap(),
+    ];
+    assert!(gates
+        .iter()
+        .all(|g| sources.iter().all(|s| !g.contains(s) && !s.contains(g))));
+    let size = |n: &ipnet::Ipv4Net| 1u64 << (32 - n.prefix_len());
+    let covered: u64 = gates.iter().chain(&sources).map(size).sum();
+    assert_eq!(
+        covered,
+        1 << 32,
+        "the gates and the sources tile the address space"
+    );
 }
 
 #[test]

@@ -121,17 +121,26 @@ fn match_text(body: &Value) -> Option<String> {
     } else {
         return None;
     };
+    // A prefix (`10.0.0.0/8`) as nft writes it; anything else as its JSON.
+    let item = |v: &Value| -> String {
+        if let Some(prefix) = v.get("prefix") {
+            if let (Some(addr), Some(len)) = (
+                prefix.get("addr").and_then(Value::as_str),
+                prefix.get("len").and_then(Value::as_u64),
+            ) {
+                return format!("{addr}/{len}");
+            }
+        }
+        v.as_str().map_or_else(|| v.to_string(), str::to_string)
+    };
     let right = match right {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
         Value::Object(o) if o.contains_key("set") => {
-            let items: Vec<String> = o["set"]
-                .as_array()?
-                .iter()
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                .collect();
+            let items: Vec<String> = o["set"].as_array()?.iter().map(item).collect();
             format!("{{ {} }}", items.join(", "))
         }
+        Value::Object(o) if o.contains_key("prefix") => item(right),
         _ => return None,
     };
     Some(match op {
@@ -356,6 +365,30 @@ fn describe(rule: &LiveRuleSpec) -> RuleView {
             "return" => view.action = "RETURN".into(),
             "fully-random" => view.random_fully = true,
             "counter" => {}
+            "ip" | "ip6" if words.get(i + 1) == Some(&"saddr") => {
+                // ip saddr [!=] (CIDR | { CIDR, ... })
+                let mut k = i + 2;
+                let negated = words.get(k) == Some(&"!=");
+                if negated {
+                    k += 1;
+                }
+                let mut nets = Vec::new();
+                while let Some(w) = words.get(k) {
+                    let w = w.trim_matches(|c| c == '{' || c == ',' || c == '}');
+                    if w.parse::<IpNet>().is_ok() || w.parse::<std::net::IpAddr>().is_ok() {
+                        nets.push(w.to_string());
+                    } else if !w.is_empty() {
+                        break;
+                    }
+                    k += 1;
+                }
+                view.source = Some(format!(
+                    "{}{}",
+                    if negated { "!" } else { "" },
+                    nets.join(",")
+                ));
+                i = k - 1;
+            }
             "to" => {
                 view.to_ports = words
                     .get(i + 1)

@@ -23,6 +23,9 @@ pub(super) const PRIORITY_VALUE: i64 = 110;
 /// Comments: upstream's texts, so greps and runbooks find our rules in either backend.
 pub(super) const NON_MASQ_COMMENT: &str =
     "ip-masq-agent: local traffic is not subject to MASQUERADE";
+/// Comment of the rule that leaves traffic from outside `masqueradeSourceCIDRs` alone.
+pub(super) const SOURCE_COMMENT: &str =
+    "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
 pub(super) const MASQ_COMMENT: &str =
     "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)";
 
@@ -79,24 +82,44 @@ fn masquerade(ports: Option<String>, random_fully: bool) -> String {
 
 impl DesiredTable {
     pub fn new(ruleset: &Ruleset) -> Result<Self, BackendError> {
-        if ruleset
-            .decisions
-            .iter()
-            .any(|d| d.action != Action::KeepSource)
-            || !ruleset.entry.source_ranges.is_empty()
-            || !ruleset.entry.skip_local_destinations
-        {
+        if !ruleset.entry.skip_local_destinations {
             return Err(BackendError::Unsupported(
-                "the nftables backend renders non-masquerade CIDRs and upstream's entry condition only".into(),
+                "the nftables backend always exempts local destinations".into(),
             ));
         }
         let family = ruleset.family;
-        // Sorted, as nft lists them back and as the diff's merge expects.
-        let elements = aggregate(ruleset.non_masquerade().copied());
+        // Sorted, as nft lists them back and as the diff's merge expects. With forced CIDRs
+        // the set holds what the longest prefix keeps: disjoint intervals, one lookup.
+        let elements = if ruleset
+            .decisions
+            .iter()
+            .any(|d| d.action == Action::Masquerade)
+        {
+            crate::plan::intervals::kept_by_longest_prefix(family, &ruleset.decisions)
+        } else {
+            aggregate(ruleset.non_masquerade().copied())
+        };
         let mut rules = vec![RuleSpec {
             statements: "fib daddr type local return".into(),
             comment: entry_comment(&ruleset.names.chain),
         }];
+        let sources = aggregate(ruleset.entry.source_ranges.iter().copied());
+        if !sources.is_empty() {
+            let listed = match sources.as_slice() {
+                [one] => one.to_string(),
+                many => format!(
+                    "{{ {} }}",
+                    many.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            rules.push(RuleSpec {
+                statements: format!("{} saddr != {listed} return", family_word(family)),
+                comment: SOURCE_COMMENT.into(),
+            });
+        }
         rules.push(RuleSpec {
             statements: format!("{} daddr @{SET} return", family_word(family)),
             comment: NON_MASQ_COMMENT.into(),
@@ -211,81 +234,7 @@ impl DesiredTable {
     }
 }
 
-/// The smallest list of CIDRs that covers exactly what `nets` cover, sorted (IPv4 first):
-/// what `IpNet::aggregate` returns, computed on integers (sort the intervals, merge the ones
-/// that overlap or touch, cut each merged range into aligned blocks), several times faster at
-/// 100,000 CIDRs, where it is most of the cost of a one-CIDR change.
+/// The smallest sorted list of CIDRs for `nets` (see [`crate::plan::intervals::aggregate`]).
 pub(super) fn aggregate(nets: impl Iterator<Item = IpNet>) -> Vec<IpNet> {
-    let mut v4: Vec<(u128, u128)> = Vec::new();
-    let mut v6: Vec<(u128, u128)> = Vec::new();
-    for net in nets {
-        match net {
-            IpNet::V4(n) => v4.push((
-                u128::from(u32::from(n.network())),
-                u128::from(u32::from(n.broadcast())),
-            )),
-            IpNet::V6(n) => v6.push((u128::from(n.network()), u128::from(n.broadcast()))),
-        }
-    }
-    let mut out = Vec::with_capacity(v4.len() + v6.len());
-    for (ranges, bits) in [(v4, 32u32), (v6, 128u32)] {
-        for (first, last) in merge(ranges) {
-            blocks(first, last, bits, &mut out);
-        }
-    }
-    out
-}
-
-/// Sorts inclusive ranges and merges those that overlap or touch.
-fn merge(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
-    ranges.sort_unstable();
-    let mut merged: Vec<(u128, u128)> = Vec::with_capacity(ranges.len());
-    for (first, last) in ranges {
-        match merged.last_mut() {
-            Some(prev) if first <= prev.1.saturating_add(1) => prev.1 = prev.1.max(last),
-            _ => merged.push((first, last)),
-        }
-    }
-    merged
-}
-
-/// Cuts the inclusive range `first..=last` of a `bits`-bit space into aligned CIDR blocks.
-fn blocks(mut first: u128, last: u128, bits: u32, out: &mut Vec<IpNet>) {
-    loop {
-        // The largest block that starts at `first` (alignment) and stays within `last`.
-        let align = if first == 0 {
-            bits
-        } else {
-            first.trailing_zeros().min(bits)
-        };
-        let span = last - first;
-        let fits = if span == u128::MAX {
-            128
-        } else {
-            127 - (span + 1).leading_zeros()
-        };
-        let size_log2 = align.min(fits).min(bits);
-        let prefix = (bits - size_log2) as u8;
-        let net = if bits == 32 {
-            IpNet::V4(
-                ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(first as u32), prefix)
-                    .expect("prefix within 32"),
-            )
-        } else {
-            IpNet::V6(
-                ipnet::Ipv6Net::new(std::net::Ipv6Addr::from(first), prefix)
-                    .expect("prefix within 128"),
-            )
-        };
-        out.push(net);
-        let block_last = if size_log2 >= 128 {
-            u128::MAX
-        } else {
-            first + ((1u128 << size_log2) - 1)
-        };
-        if block_last >= last {
-            return;
-        }
-        first = block_last + 1;
-    }
+    crate::plan::intervals::aggregate(nets)
 }

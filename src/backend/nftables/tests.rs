@@ -194,3 +194,74 @@ fn aggregation_equals_ipnets() {
         ["255.255.255.254/31".parse::<ipnet::IpNet>().unwrap()]
     );
 }
+
+/// The table a random config renders to (the set of what the longest prefix keeps, the
+/// source rule), walked as the kernel walks it, gives `decide`'s verdict and the longest
+/// prefix's, both families, with forced CIDRs, nesting, repeats and source ranges.
+#[test]
+fn property_the_table_agrees_with_decide() {
+    use crate::plan::decide;
+    use crate::plan::decide::tests::{longest_prefix_verdict, random_config, random_source, Rng};
+    let mut rng = Rng(0x7ab1_e5e7_0f0d_d5ee);
+    for round in 0..300 {
+        let family = if round % 2 == 0 {
+            Family::V4
+        } else {
+            Family::V6
+        };
+        let config = random_config(&mut rng, family);
+        let options = PlanOptions {
+            enable_ipv6: true,
+            ..ports()
+        };
+        let set = plan_family(&config, &options, family);
+        let table = DesiredTable::new(&set).unwrap();
+        let live = super::live::LiveTable::written(&table).inspection(String::new());
+        for _ in 0..60 {
+            let dst = rng.addr(family);
+            let src = random_source(&mut rng, &config, family);
+            let walked = live.evaluate(src, dst);
+            assert!(walked.unjudged.is_empty(), "round {round}: {walked:?}");
+            assert_eq!(
+                walked.action,
+                decide(&set, src, dst).action,
+                "round {round}: {src} -> {dst}"
+            );
+            assert_eq!(
+                walked.action,
+                longest_prefix_verdict(&config, src, dst),
+                "round {round}: {src} -> {dst} with {config:?}"
+            );
+        }
+    }
+}
+
+/// `10.0.0.0/8` kept, `10.8.0.0/16` forced, `10.8.1.0/24` kept again: the set holds the
+/// disjoint blocks around the forced range and the nested block inside it.
+#[test]
+fn forced_cidrs_cut_the_kept_set_into_disjoint_blocks() {
+    let mut config = Config::defaults(&Options::default());
+    config.non_masquerade_cidrs = vec![
+        "10.0.0.0/8".parse().unwrap(),
+        "10.8.1.0/24".parse().unwrap(),
+    ];
+    config.force_masquerade_cidrs = vec!["10.8.0.0/16".parse().unwrap()];
+    config.masq_link_local = true;
+    let table =
+        DesiredTable::new(&plan_family(&config, &PlanOptions::default(), Family::V4)).unwrap();
+    let elements: Vec<String> = table.elements.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        elements,
+        [
+            "10.0.0.0/13",
+            "10.8.1.0/24",
+            "10.9.0.0/16",
+            "10.10.0.0/15",
+            "10.12.0.0/14",
+            "10.16.0.0/12",
+            "10.32.0.0/11",
+            "10.64.0.0/10",
+            "10.128.0.0/9",
+        ]
+    );
+}

@@ -6,14 +6,20 @@ use crate::config::{Severity, DEFAULT_RESYNC_INTERVAL, RESERVED_RANGES, RFC1918_
 const V4: Options = Options {
     enable_ipv6: false,
     nomasq_all_reserved_ranges: false,
+    merging: false,
+    default_resync_interval: None,
 };
 const V6: Options = Options {
     enable_ipv6: true,
     nomasq_all_reserved_ranges: false,
+    merging: false,
+    default_resync_interval: None,
 };
 const RESERVED: Options = Options {
     enable_ipv6: false,
     nomasq_all_reserved_ranges: true,
+    merging: false,
+    default_resync_interval: None,
 };
 
 fn ok(text: &str, options: &Options) -> (Config, Vec<Diagnostic>) {
@@ -524,4 +530,86 @@ fn resync_intervals_below_the_floor_are_raised_with_a_warning() {
     let (config, diags) = ok("resyncInterval: 500ms\n", &V4);
     assert_eq!(config.resync_interval.to_string(), "500ms");
     assert!(diags.is_empty());
+}
+
+#[test]
+fn extension_keys_are_read_and_noted_as_not_upstreams() {
+    let text = "nonMasqueradeCIDRs: [10.0.0.0/8]\nforceMasqueradeCIDRs: [10.8.0.0/16, 10.8.0.0/16]\nmasqueradeSourceCIDRs: [10.244.0.0/16]\n";
+    let (config, diags) = ok(text, &V4);
+    assert_eq!(
+        config.force_masquerade_cidrs,
+        ["10.8.0.0/16".parse::<ipnet::IpNet>().unwrap()]
+    );
+    assert_eq!(config.masquerade_source_cidrs.len(), 1);
+    let infos: Vec<&Diagnostic> = diags
+        .iter()
+        .filter(|d| d.severity == Severity::Info)
+        .collect();
+    assert_eq!(
+        codes(&infos.iter().map(|d| (*d).clone()).collect::<Vec<_>>()),
+        [Code::Extension, Code::Extension]
+    );
+    assert!(infos[0]
+        .message
+        .contains("not understood by upstream ip-masq-agent"));
+    assert_eq!(config.place(ListName::Force, 0).location.unwrap().line, 2);
+    // The repeat is reported as for the other list.
+    assert!(codes(&diags).contains(&Code::DuplicateCidr));
+    // Case-insensitive like upstream's keys.
+    let (config, _) = ok("forcemasqueradecidrs: [10.8.0.0/16]\n", &V4);
+    assert_eq!(config.force_masquerade_cidrs.len(), 1);
+}
+
+#[test]
+fn a_cidr_both_forced_and_kept_is_an_error_naming_both_places() {
+    let errs = errors(
+        "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 10.8.0.0/16\nforceMasqueradeCIDRs: [10.8.0.0/16]\n",
+        &V4,
+    );
+    assert_eq!(codes(&errs), [Code::ForcedAndKept]);
+    assert_eq!(errs[0].location.unwrap().line, 4);
+    assert!(errs[0].message.contains("line 3"), "{}", errs[0].message);
+}
+
+#[test]
+fn a_forced_cidr_outside_every_kept_range_is_a_warning() {
+    let (_, diags) = ok(
+        "forceMasqueradeCIDRs: [8.8.8.0/24, 10.1.0.0/16, 169.254.169.254/32]\n",
+        &V4,
+    );
+    let warned: Vec<&Diagnostic> = diags
+        .iter()
+        .filter(|d| d.code == Code::ForcedWithoutEffect)
+        .collect();
+    assert_eq!(warned.len(), 1, "{diags:#?}");
+    assert!(warned[0].message.starts_with("8.8.8.0/24"));
+    // With link-local masqueraded, forcing inside it has no effect either.
+    let (_, diags) = ok(
+        "masqLinkLocal: true\nforceMasqueradeCIDRs: [169.254.169.254/32]\n",
+        &V4,
+    );
+    assert!(codes(&diags).contains(&Code::ForcedWithoutEffect));
+}
+
+#[test]
+fn source_ranges_warn_when_empty_or_missing_a_family() {
+    let (config, diags) = ok("masqueradeSourceCIDRs: []\n", &V4);
+    assert!(config.masquerade_source_cidrs.is_empty());
+    assert!(codes(&diags).contains(&Code::EmptySourceList));
+    let (_, diags) = ok("masqueradeSourceCIDRs: [10.244.0.0/16]\n", &V6);
+    assert!(codes(&diags).contains(&Code::SourceFamilyUnscoped));
+    let errs = errors("masqueradeSourceCIDRs: [fd00::/8]\n", &V4);
+    assert_eq!(codes(&errs), [Code::Ipv6NotEnabled]);
+    let errs = errors("forceMasqueradeCIDRs: 10.8.0.0/16\n", &V4);
+    assert_eq!(codes(&errs), [Code::WrongType]);
+}
+
+#[test]
+fn forced_cidrs_count_against_the_limit() {
+    let errs = errors(
+        "cidrLimit: 2\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\nforceMasqueradeCIDRs: [10.8.0.0/16]\n",
+        &V4,
+    );
+    assert_eq!(codes(&errs), [Code::CidrLimitExceeded]);
+    assert!(errs[0].message.contains("1 in forceMasqueradeCIDRs"));
 }

@@ -1,0 +1,269 @@
+//! Several config files merged into one (`--config-dir DIR`), ip-masq-agent-v2's convention:
+//! every regular file in DIR whose name starts with `ip-masq` (a projected volume of a
+//! cloud-managed and a user-managed ConfigMap), read in name order. Lists are unions in that
+//! order without repeats, booleans are OR'd, the shortest `resyncInterval` wins, the largest
+//! `cidrLimit` given applies to the merged lists; one invalid file rejects the whole merge.
+
+use super::check::{check_across_lists, check_cidr_limit};
+use super::{
+    check_text, default_cidrs, file_stamp, read_config_source, Checked, Code, Config, Diagnostic,
+    FileStamp, Loaded, Options, Origin, Place, Provenance, ReadError,
+};
+use ipnet::IpNet;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The name prefix of the files that take part.
+pub const PREFIX: &str = "ip-masq";
+
+/// One file's checked contents, under the name reports use for it.
+#[derive(Clone, Debug)]
+pub struct Part {
+    pub name: Arc<str>,
+    pub checked: Checked,
+}
+
+/// The files of `dir` that take part, in name order: names starting with `ip-masq` that are
+/// regular files once symlinks are followed (a ConfigMap volume is all symlinks). A missing
+/// directory has none.
+pub fn part_paths(dir: &Path) -> Result<Vec<PathBuf>, ReadError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(ReadError::Other {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .starts_with(PREFIX.as_bytes())
+        })
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// Reads and checks every part of `dir` as one part of a merge; a file that cannot be read
+/// becomes an error of that file (and so rejects the merge).
+pub fn read_parts(
+    paths: &[PathBuf],
+    texts: &[Result<String, String>],
+    options: &Options,
+) -> Vec<Part> {
+    let options = Options {
+        merging: true,
+        ..*options
+    };
+    paths
+        .iter()
+        .zip(texts)
+        .map(|(path, text)| {
+            let name: Arc<str> = path.display().to_string().into();
+            let checked = match text {
+                Ok(text) => check_text(text, &options),
+                Err(reason) => Checked::rejected(vec![Diagnostic::error(Code::Io, reason.clone())]),
+            };
+            Part { name, checked }
+        })
+        .collect()
+}
+
+/// Appends `nets` (with their places) to a union, skipping what it holds already.
+fn union_into(
+    nets: &[IpNet],
+    places: &[Place],
+    file: &Arc<str>,
+    seen: &mut HashSet<IpNet>,
+    out: &mut Vec<IpNet>,
+    out_places: &mut Vec<Place>,
+) {
+    for (i, net) in nets.iter().enumerate() {
+        if seen.insert(*net) {
+            out.push(*net);
+            let mut place = places.get(i).cloned().unwrap_or_default();
+            place.file = Some(file.clone());
+            out_places.push(place);
+        }
+    }
+}
+
+/// Merges checked parts. Every finding of every part is kept, named by its file; the merge
+/// has a config only when no part and no check of the merged lists has an error.
+pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
+    let mut diagnostics: Vec<Diagnostic> = Vec::new();
+    for part in parts {
+        diagnostics.extend(
+            part.checked
+                .diagnostics()
+                .iter()
+                .cloned()
+                .map(|d| d.in_file(part.name.clone())),
+        );
+    }
+    if parts.is_empty() {
+        diagnostics.push(
+            Diagnostic::warning(
+                Code::NoConfigFiles,
+                format!(
+                    "{} holds no file whose name starts with `{PREFIX}`: upstream's defaults apply",
+                    dir.display()
+                ),
+            )
+            .hint("mount the ConfigMaps there (their keys must start with `ip-masq`)"),
+        );
+    }
+    let configs: Vec<(&Arc<str>, &Config)> = parts
+        .iter()
+        .filter_map(|p| p.checked.config().map(|c| (&p.name, c)))
+        .collect();
+    if configs.len() < parts.len() {
+        return Checked::rejected(diagnostics);
+    }
+    let mut merged = Config::defaults(options);
+    let mut provenance = Provenance::default();
+    let (mut kept, mut forced, mut sources) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut seen_kept, mut seen_forced, mut seen_sources) =
+        (HashSet::new(), HashSet::new(), HashSet::new());
+    let mut limit: Option<i64> = None;
+    let mut resync = None;
+    for (file, config) in &configs {
+        let given = &config.provenance;
+        if given.gave_non_masquerade_cidrs {
+            provenance.gave_non_masquerade_cidrs = true;
+            union_into(
+                &config.non_masquerade_cidrs,
+                &given.non_masquerade,
+                file,
+                &mut seen_kept,
+                &mut kept,
+                &mut provenance.non_masquerade,
+            );
+        }
+        union_into(
+            &config.force_masquerade_cidrs,
+            &given.force,
+            file,
+            &mut seen_forced,
+            &mut forced,
+            &mut provenance.force,
+        );
+        union_into(
+            &config.masquerade_source_cidrs,
+            &given.sources,
+            file,
+            &mut seen_sources,
+            &mut sources,
+            &mut provenance.sources,
+        );
+        merged.masq_link_local |= config.masq_link_local;
+        merged.masq_link_local_ipv6 |= config.masq_link_local_ipv6;
+        if given.gave_cidr_limit {
+            provenance.gave_cidr_limit = true;
+            limit = Some(limit.map_or(config.cidr_limit, |l: i64| l.max(config.cidr_limit)));
+        }
+        if given.gave_resync_interval {
+            provenance.gave_resync_interval = true;
+            resync = Some(
+                resync.map_or(config.resync_interval, |r: super::GoDuration| {
+                    r.min(config.resync_interval)
+                }),
+            );
+        }
+    }
+    merged.non_masquerade_cidrs = if provenance.gave_non_masquerade_cidrs {
+        kept
+    } else {
+        default_cidrs(options)
+    };
+    merged.force_masquerade_cidrs = forced;
+    merged.masquerade_source_cidrs = sources;
+    if let Some(limit) = limit {
+        merged.cidr_limit = limit;
+    }
+    if let Some(resync) = resync {
+        merged.resync_interval = resync;
+    }
+    merged.provenance = provenance;
+    let mut found = Vec::new();
+    check_cidr_limit(
+        merged.non_masquerade_cidrs.len(),
+        merged.force_masquerade_cidrs.len(),
+        merged.cidr_limit,
+        None,
+        &mut found,
+    );
+    for d in &mut found {
+        d.message
+            .push_str(" after merging the files of the directory");
+    }
+    check_across_lists(&merged, options, &mut found);
+    diagnostics.extend(found);
+    Checked::new(merged, diagnostics)
+}
+
+/// What the last merge read, to tell an unchanged directory.
+#[derive(Clone, Debug, Default)]
+pub struct DirCache {
+    options: Options,
+    paths: Vec<PathBuf>,
+    stamps: Vec<Option<FileStamp>>,
+    texts: Vec<Result<String, String>>,
+}
+
+/// Loads and merges `dir` as the agent does; `Ok(None)` when the files (names, stamps, or
+/// else bytes) and the options are those of the last load through `cache`.
+pub fn load_dir_unless_unchanged(
+    dir: &Path,
+    options: &Options,
+    cache: &mut Option<DirCache>,
+) -> Result<Option<Loaded>, ReadError> {
+    let paths = part_paths(dir)?;
+    let stamps: Vec<Option<FileStamp>> = paths.iter().map(|p| file_stamp(p)).collect();
+    if let Some(c) = cache.as_ref() {
+        if c.options == *options
+            && c.paths == paths
+            && c.stamps == stamps
+            && stamps.iter().all(Option::is_some)
+        {
+            return Ok(None);
+        }
+    }
+    let texts: Vec<Result<String, String>> = paths
+        .iter()
+        .map(|p| match read_config_source(p) {
+            Ok(Some(text)) => Ok(text.text),
+            Ok(None) => Err("the file disappeared while the directory was read".to_string()),
+            Err(err) => Err(err.to_string()),
+        })
+        .collect();
+    if let Some(c) = cache.as_mut() {
+        if c.options == *options && c.paths == paths && c.texts == texts {
+            c.stamps = stamps;
+            return Ok(None);
+        }
+    }
+    let parts = read_parts(&paths, &texts, options);
+    let checked = merge(dir, &parts, options);
+    *cache = Some(DirCache {
+        options: *options,
+        paths,
+        stamps,
+        texts,
+    });
+    Ok(Some(Loaded {
+        origin: Origin::Dir,
+        checked,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Merging the files of a config directory: unions, ORs, the shortest interval, limits and
+//! contradictions across files, and the cache that skips an unchanged directory.
+
+use super::*;
+use crate::config::{ListName, Severity};
+
+fn part(name: &str, text: &str) -> Part {
+    let options = Options {
+        merging: true,
+        ..Options::default()
+    };
+    Part {
+        name: name.into(),
+        checked: check_text(text, &options),
+    }
+}
+
+fn strings(nets: &[IpNet]) -> Vec<String> {
+    nets.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn lists_unite_in_name_order_and_flags_combine() {
+    let parts = [
+        part(
+            "ip-masq-agent",
+            "nonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\nresyncInterval: 60s\ncidrLimit: 4\n",
+        ),
+        part(
+            "ip-masq-agent-user",
+            "nonMasqueradeCIDRs: [172.16.0.0/12, 100.64.0.0/10]\nforceMasqueradeCIDRs: [10.8.0.0/16]\nmasqLinkLocal: true\nresyncInterval: 5s\n",
+        ),
+    ];
+    let checked = merge(Path::new("/etc/config"), &parts, &Options::default());
+    let config = checked.config().expect("valid merge");
+    assert_eq!(
+        strings(&config.non_masquerade_cidrs),
+        ["10.0.0.0/8", "172.16.0.0/12", "100.64.0.0/10"]
+    );
+    assert_eq!(strings(&config.force_masquerade_cidrs), ["10.8.0.0/16"]);
+    assert!(config.masq_link_local);
+    assert_eq!(config.resync_interval.to_string(), "5s");
+    assert_eq!(config.cidr_limit, 4);
+    // Every entry knows its file and line.
+    let place = config.place(ListName::NonMasquerade, 2);
+    assert_eq!(place.file.as_deref(), Some("ip-masq-agent-user"));
+    assert_eq!(place.to_string(), "ip-masq-agent-user:1:37");
+    // cidrLimit applies to the merged lists: 3 + 1 forced fit 4.
+    assert!(checked
+        .diagnostics()
+        .iter()
+        .all(|d| d.severity != Severity::Error));
+}
+
+#[test]
+fn the_limit_applies_after_merging() {
+    let parts = [
+        part(
+            "ip-masq-a",
+            "cidrLimit: 2\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\n",
+        ),
+        part("ip-masq-b", "nonMasqueradeCIDRs: [192.168.0.0/16]\n"),
+    ];
+    let checked = merge(Path::new("d"), &parts, &Options::default());
+    assert!(checked.config().is_none());
+    let error = checked.errors().next().unwrap();
+    assert_eq!(error.code, Code::CidrLimitExceeded);
+    assert!(error.message.contains("after merging"), "{}", error.message);
+}
+
+#[test]
+fn a_list_no_file_gives_is_the_default() {
+    let parts = [part(
+        "ip-masq-user",
+        "forceMasqueradeCIDRs: [10.8.0.0/16]\n",
+    )];
+    let checked = merge(Path::new("d"), &parts, &Options::default());
+    let config = checked.config().unwrap();
+    assert_eq!(
+        strings(&config.non_masquerade_cidrs),
+        ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+    );
+    // The forced CIDR lies in a default range: no "without effect" warning.
+    assert!(checked
+        .diagnostics()
+        .iter()
+        .all(|d| d.code != Code::ForcedWithoutEffect));
+}
+
+#[test]
+fn a_contradiction_across_files_names_both_places() {
+    let parts = [
+        part(
+            "ip-masq-agent",
+            "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 10.8.0.0/16\n",
+        ),
+        part("ip-masq-user", "forceMasqueradeCIDRs:\n  - 10.8.0.0/16\n"),
+    ];
+    let checked = merge(Path::new("d"), &parts, &Options::default());
+    assert!(checked.config().is_none());
+    let error = checked.errors().next().unwrap();
+    assert_eq!(error.code, Code::ForcedAndKept);
+    assert_eq!(error.file.as_deref(), Some("ip-masq-user"));
+    assert_eq!(error.location.unwrap().line, 2);
+    assert!(
+        error.message.contains("ip-masq-agent:3:5"),
+        "{}",
+        error.message
+    );
+    assert!(error
+        .one_line()
+        .starts_with("ip-masq-user:2:5: [forced-and-kept]"));
+}
+
+#[test]
+fn one_invalid_file_rejects_the_merge_and_names_its_file() {
+    let parts = [
+        part("ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"),
+        part("ip-masq-user", "nonMasqueradeCIDRs: [10.0.0.1/8]\n"),
+    ];
+    let checked = merge(Path::new("d"), &parts, &Options::default());
+    assert!(checked.config().is_none());
+    let error = checked.errors().next().unwrap();
+    assert_eq!(error.code, Code::CidrNotAligned);
+    assert_eq!(
+        error.one_line().split(": ").next(),
+        Some("ip-masq-user:1:22")
+    );
+}
+
+#[test]
+fn an_empty_directory_means_defaults_with_a_warning() {
+    let checked = merge(Path::new("/etc/config"), &[], &Options::default());
+    assert_eq!(
+        checked.config(),
+        Some(&Config::defaults(&Options::default()))
+    );
+    assert_eq!(checked.diagnostics()[0].code, Code::NoConfigFiles);
+}
+
+#[test]
+fn only_ip_masq_files_take_part_and_an_unchanged_directory_is_not_read_again() {
+    let dir = std::env::temp_dir().join(format!("ipmasq-merge-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("..2026_11_22")).unwrap();
+    std::fs::write(
+        dir.join("..2026_11_22/ip-masq-b"),
+        "nonMasqueradeCIDRs: [172.16.0.0/12]\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("..2026_11_22", dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/ip-masq-b", dir.join("ip-masq-b")).unwrap();
+    std::fs::write(dir.join("ip-masq-a"), "nonMasqueradeCIDRs: [10.0.0.0/8]\n").unwrap();
+    std::fs::write(dir.join("notes.txt"), "not a config").unwrap();
+    std::fs::create_dir(dir.join("ip-masq-dir")).unwrap();
+    let names: Vec<String> = part_paths(&dir)
+        .unwrap()
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["ip-masq-a", "ip-masq-b"]);
+    let mut cache = None;
+    let loaded = load_dir_unless_unchanged(&dir, &Options::default(), &mut cache)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        strings(&loaded.checked.config().unwrap().non_masquerade_cidrs),
+        ["10.0.0.0/8", "172.16.0.0/12"]
+    );
+    assert!(
+        load_dir_unless_unchanged(&dir, &Options::default(), &mut cache)
+            .unwrap()
+            .is_none()
+    );
+    std::fs::write(dir.join("ip-masq-c"), "masqLinkLocal: true\n").unwrap();
+    let loaded = load_dir_unless_unchanged(&dir, &Options::default(), &mut cache)
+        .unwrap()
+        .unwrap();
+    assert!(loaded.checked.config().unwrap().masq_link_local);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
