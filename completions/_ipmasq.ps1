@@ -30,11 +30,14 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
             [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
+            [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'ipmasq;agent' {
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Config file (YAML or JSON); a missing file means upstream''s defaults')
+            [CompletionResult]::new('--config-dir', '--config-dir', [CompletionResultType]::ParameterName, 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2''s layout: lists united, booleans OR''d, the shortest resyncInterval); replaces --config')
+            [CompletionResult]::new('--resync-interval', '--resync-interval', [CompletionResultType]::ParameterName, 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2''s flag) or as a Go duration [default: 60]')
             [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the nat chain for the masquerade rules')
             [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it')
             [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
@@ -74,6 +77,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text report')
             [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat warnings as errors')
             [CompletionResult]::new('--print-effective', '--print-effective', [CompletionResultType]::ParameterName, 'Also print the effective config (after defaults) of each valid input')
+            [CompletionResult]::new('--merged', '--merged', [CompletionResultType]::ParameterName, 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
@@ -116,11 +120,34 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'ipmasq;explain' {
+            [CompletionResult]::new('--from', '--from', [CompletionResultType]::ParameterName, 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST''s family, else any source]')
+            [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Explain with this config file [default: the running agent''s config, else /etc/config/ip-masq-agent]')
+            [CompletionResult]::new('--config-dir', '--config-dir', [CompletionResultType]::ParameterName, 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)')
+            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the nat chain for the masquerade rules')
+            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it')
+            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
+            [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)')
+            [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
+            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)')
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
+            [CompletionResult]::new('--no-live', '--no-live', [CompletionResultType]::ParameterName, 'Judge the config only; do not read the live rules (needs no privileges)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'ipmasq;help' {
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
             [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
+            [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -134,6 +161,9 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             break
         }
         'ipmasq;help;cleanup' {
+            break
+        }
+        'ipmasq;help;explain' {
             break
         }
         'ipmasq;help;help' {

@@ -22,6 +22,9 @@ _ipmasq() {
             ipmasq,cleanup)
                 cmd="ipmasq__subcmd__cleanup"
                 ;;
+            ipmasq,explain)
+                cmd="ipmasq__subcmd__explain"
+                ;;
             ipmasq,help)
                 cmd="ipmasq__subcmd__help"
                 ;;
@@ -36,6 +39,9 @@ _ipmasq() {
                 ;;
             ipmasq__subcmd__help,cleanup)
                 cmd="ipmasq__subcmd__help__subcmd__cleanup"
+                ;;
+            ipmasq__subcmd__help,explain)
+                cmd="ipmasq__subcmd__help__subcmd__explain"
                 ;;
             ipmasq__subcmd__help,help)
                 cmd="ipmasq__subcmd__help__subcmd__help"
@@ -53,7 +59,7 @@ _ipmasq() {
 
     case "${cmd}" in
         ipmasq)
-            opts="-h -V --list --help --version agent validate show cleanup help"
+            opts="-h -V --list --help --version agent validate show cleanup explain help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -67,13 +73,21 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__agent)
-            opts="-v -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --once --dry-run --cleanup-on-exit --log-format --metrics-addr --state-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
+            opts="-v -h -V --config --config-dir --resync-interval --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --once --dry-run --cleanup-on-exit --log-format --metrics-addr --state-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --resync-interval)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -222,8 +236,78 @@ _ipmasq() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        ipmasq__subcmd__explain)
+            opts="-o -h -V --from --config --config-dir --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --no-live --state-dir --output --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --masq-chain)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --enable-ipv6)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nomasq-all-reserved-ranges)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --random-fully)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --to-ports)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "iptables nftables" -- "${cur}"))
+                    return 0
+                    ;;
+                --iptables-mode)
+                    COMPREPLY=($(compgen -W "auto nft legacy" -- "${cur}"))
+                    return 0
+                    ;;
+                --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         ipmasq__subcmd__help)
-            opts="agent validate show cleanup help"
+            opts="agent validate show cleanup explain help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -251,6 +335,20 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__help__subcmd__cleanup)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__help__subcmd__explain)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -369,7 +467,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__validate)
-            opts="-o -h -V --enable-ipv6 --nomasq-all-reserved-ranges --strict --output --print-effective --color --help --version"
+            opts="-o -h -V --enable-ipv6 --nomasq-all-reserved-ranges --strict --output --print-effective --merged --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -27,10 +27,13 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand validate 'Check config files or ConfigMap manifests as the agent would read them'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
             cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+            cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;agent'= {
             cand --config 'Config file (YAML or JSON); a missing file means upstream''s defaults'
+            cand --config-dir 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2''s layout: lists united, booleans OR''d, the shortest resyncInterval); replaces --config'
+            cand --resync-interval 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2''s flag) or as a Go duration [default: 60]'
             cand --masq-chain 'Name of the nat chain for the masquerade rules'
             cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
             cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
@@ -69,6 +72,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --color 'Colour the text report'
             cand --strict 'Treat warnings as errors'
             cand --print-effective 'Also print the effective config (after defaults) of each valid input'
+            cand --merged 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
@@ -108,11 +112,33 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'ipmasq;explain'= {
+            cand --from 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST''s family, else any source]'
+            cand --config 'Explain with this config file [default: the running agent''s config, else /etc/config/ip-masq-agent]'
+            cand --config-dir 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)'
+            cand --masq-chain 'Name of the nat chain for the masquerade rules'
+            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
+            cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
+            cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
+            cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
+            cand --backend 'The firewall backend'
+            cand --iptables-mode 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)'
+            cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --color 'Colour the text output'
+            cand --no-live 'Judge the config only; do not read the live rules (needs no privileges)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'ipmasq;help'= {
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
             cand validate 'Check config files or ConfigMap manifests as the agent would read them'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
             cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+            cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;help;agent'= {
@@ -122,6 +148,8 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         &'ipmasq;help;show'= {
         }
         &'ipmasq;help;cleanup'= {
+        }
+        &'ipmasq;help;explain'= {
         }
         &'ipmasq;help;help'= {
         }

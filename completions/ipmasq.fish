@@ -31,8 +31,11 @@ complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "agent" -d 'Run the ma
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config -d 'Config file (YAML or JSON); a missing file means upstream\'s defaults' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config-dir -d 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2\'s layout: lists united, booleans OR\'d, the shortest resyncInterval); replaces --config' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l resync-interval -d 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2\'s flag) or as a Go duration [default: 60]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
@@ -73,6 +76,7 @@ always\t''
 never\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l strict -d 'Treat warnings as errors'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l print-effective -d 'Also print the effective config (after defaults) of each valid input'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l merged -d 'Merge each directory\'s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l config -d 'Also judge the live rules against this config (as the agent would read it)' -r -F
@@ -113,8 +117,32 @@ never\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s V -l version -d 'Print version'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l from -d 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST\'s family, else any source]' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config -d 'Explain with this config file [default: the running agent\'s config, else /etc/config/ip-masq-agent]' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config-dir -d 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+nft\t'iptables-nft (the nf_tables kernel API)'
+legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see the README)'
+yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+always\t''
+never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l no-live -d 'Judge the config only; do not read the live rules (needs no privileges)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -143,6 +143,34 @@ pub const VALIDATE: AppletDoc = AppletDoc {
     notes: &[],
 };
 
+pub const EXPLAIN: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "Is traffic to the metadata server masqueraded, and by which rule?",
+            command: "sudo ipmasq explain 169.254.169.254",
+        },
+        Example {
+            what: "From one pod, with the config alone (no privileges needed)",
+            command: "ipmasq explain 10.8.3.4 --from 10.244.1.5 --config ./ip-masq-agent --no-live",
+        },
+        Example {
+            what: "In a script: the verdict and whether the node agrees",
+            command: "sudo ipmasq explain 8.8.8.8 -o json | jq '{outcome, config: .config.action, live: .live.action}'",
+        },
+    ],
+    exit_status: &[
+        (0, "traffic to DEST is masqueraded (config and live rules agree, or only one was read)"),
+        (2, "usage error, or an invalid or unreadable config"),
+        (10, "traffic to DEST keeps its source address"),
+        (11, "the config and the live rules disagree"),
+    ],
+    files: CONFIG_FILES,
+    notes: &[
+        "Local destinations (addresses of this node) never enter the rules; explain judges DEST as a remote address.",
+        "A rule with matches explain cannot judge (a hand-made one) is taken as not matching and listed.",
+    ],
+};
+
 pub const SHOW: AppletDoc = AppletDoc {
     examples: &[
         Example {

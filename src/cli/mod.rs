@@ -74,6 +74,9 @@ pub enum Applet {
     /// Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant
     #[command(after_help = after_help(&docs::CLEANUP))]
     Cleanup(CleanupArgs),
+    /// Say whether traffic to an address is masqueraded, by which rule and config entry
+    #[command(after_help = after_help(&docs::EXPLAIN))]
+    Explain(ExplainArgs),
 }
 
 /// Which iptables implementation the agent drives.
@@ -349,6 +352,50 @@ pub struct ShowArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+pub struct ExplainArgs {
+    /// The destination address to explain
+    #[arg(value_name = "DEST")]
+    pub destination: std::net::IpAddr,
+
+    /// The source address (a pod) [default: the first address of the first
+    /// masqueradeSourceCIDRs range of DEST's family, else any source]
+    #[arg(long, value_name = "SRC")]
+    pub from: Option<std::net::IpAddr>,
+
+    /// Explain with this config file [default: the running agent's config, else
+    /// /etc/config/ip-masq-agent]
+    #[arg(long, value_name = "PATH", conflicts_with = "config_dir")]
+    pub config: Option<PathBuf>,
+
+    /// Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)
+    #[arg(long, value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub rules: RuleFlags,
+
+    #[command(flatten)]
+    pub backend: BackendFlags,
+
+    /// Judge the config only; do not read the live rules (needs no privileges)
+    #[arg(long)]
+    pub no_live: bool,
+
+    /// Directory of the running agent's state file [default: $IPMASQ_STATE_DIR, else
+    /// /run/ipmasq]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Output format
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Colour the text output
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+#[derive(Args, Debug, Clone)]
 pub struct CleanupArgs {
     /// Name of the chain to remove
     #[arg(long, value_name = "NAME", default_value = crate::plan::DEFAULT_CHAIN)]
@@ -502,6 +549,11 @@ pub struct ValidateArgs {
     /// Also print the effective config (after defaults) of each valid input
     #[arg(long)]
     pub print_effective: bool,
+
+    /// Merge each directory's `ip-masq*` files as `agent --config-dir` does, and show the
+    /// merged lists with the file and line of every entry
+    #[arg(long)]
+    pub merged: bool,
 
     /// Colour the text report
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
@@ -698,7 +750,9 @@ mod tests {
     fn unknown_applet_is_a_clear_error() {
         let err = multicall_args(os(&["ipmasq", "frobnicate"])).unwrap_err();
         assert!(err.to_string().contains("unknown applet 'frobnicate'"));
-        assert!(err.to_string().contains("agent, cleanup, show, validate"));
+        assert!(err
+            .to_string()
+            .contains("agent, cleanup, explain, show, validate"));
     }
 
     #[test]

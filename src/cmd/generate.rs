@@ -103,11 +103,12 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     let mut files = Vec::new();
     let mut cli = Cli::command();
     cli.build();
-    let applets: [(&str, &AppletDoc); 4] = [
+    let applets: [(&str, &AppletDoc); 5] = [
         ("agent", &docs::AGENT),
         ("validate", &docs::VALIDATE),
         ("show", &docs::SHOW),
         ("cleanup", &docs::CLEANUP),
+        ("explain", &docs::EXPLAIN),
     ];
     let mut see_also_main: Vec<String> = applets
         .iter()

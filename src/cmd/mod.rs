@@ -2,6 +2,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod cleanup;
+pub(crate) mod explain;
 pub(crate) mod generate;
 pub(crate) mod show;
 pub(crate) mod validate;
@@ -34,6 +35,10 @@ pub enum Exit {
     Permission = 4,
     /// iptables is not installed.
     ToolMissing = 5,
+    /// `explain`: the traffic keeps its source address.
+    Kept = 10,
+    /// `explain`: the config and the live rules disagree.
+    Disagreement = 11,
 }
 
 impl Exit {
@@ -158,6 +163,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Some(Applet::Agent(args)) => agent::run(&args),
         Some(Applet::Show(args)) => show::run(&args),
         Some(Applet::Cleanup(args)) => cleanup::run(&args),
+        Some(Applet::Explain(args)) => explain::run(&args),
         None => Exit::Usage,
     };
     exit.into()

@@ -359,47 +359,60 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
     out
 }
 
-/// Loads a config as the agent would; prints its problems and returns the exit code when it
-/// is invalid. `must_exist`: a path given by hand must name a file (the agent would fall back
-/// to defaults, which is rarely what a typo meant).
-fn load_config(
-    path: &std::path::Path,
+/// Loads a config as the agent would; prints its problems (as `applet`) and returns the exit
+/// code when it is invalid. `must_exist`: a path given by hand must name a file (the agent
+/// would fall back to defaults, which is rarely what a typo meant).
+pub(super) fn load_config(
+    source: &config::ConfigSource,
     options: &config::Options,
     must_exist: bool,
+    applet: &str,
 ) -> Result<Config, Exit> {
+    let path = source.path();
     if must_exist && std::fs::symlink_metadata(path).is_err() {
         eprintln!(
-            "ipmasq show: --config {}: no such file (the agent would use the defaults; to judge against them, omit --config while no agent runs)",
+            "ipmasq {applet}: {}: no such file or directory (the agent would use the defaults; to judge against them, omit the flag while no agent runs)",
             path.display()
         );
         return Err(Exit::Usage);
     }
-    match config::load(path, options) {
+    match config::load_source(source, options) {
         Err(err) => {
-            eprintln!("ipmasq show: {err}");
+            eprintln!("ipmasq {applet}: {err}");
             Err(Exit::Usage)
         }
         Ok(loaded) => match loaded.checked.config().cloned() {
             Some(config) => Ok(config),
             None => {
-                let source = std::fs::read_to_string(path).ok();
+                let text = match source {
+                    config::ConfigSource::File(p) => std::fs::read_to_string(p).ok(),
+                    config::ConfigSource::Dir(_) => None,
+                };
                 let name = path.display().to_string();
                 for d in loaded.checked.errors() {
                     eprint!(
                         "{}",
-                        render_diagnostic(&Styler::plain(), &name, source.as_deref(), d)
+                        render_diagnostic(&Styler::plain(), &name, text.as_deref(), d)
                     );
                 }
-                eprintln!("ipmasq show: {name} is invalid; no sync verdict (the agent would keep its last good config)");
+                eprintln!("ipmasq {applet}: {source} is invalid (the agent would keep its last good config)");
                 Err(Exit::Usage)
             }
         },
     }
 }
 
+/// Where a running agent reads its config.
+pub(super) fn agent_config_source(agent: &AgentState) -> config::ConfigSource {
+    match &agent.config_dir {
+        Some(dir) => config::ConfigSource::Dir(dir.into()),
+        None => config::ConfigSource::File(agent.config.clone().into()),
+    }
+}
+
 /// Reads one family; IPv6 counts as absent when its tools are not installed (a missing IPv4
 /// tool is an error worth its own exit status).
-fn inspect(
+pub(super) fn inspect(
     backend: &dyn Backend,
     family: Family,
     flags: &RuleFlags,
@@ -414,7 +427,7 @@ fn inspect(
 }
 
 /// The rule flags of a running agent, as `show` would take them on its command line.
-fn agent_flags(agent: &AgentState, given: &RuleFlags) -> Option<RuleFlags> {
+pub(super) fn agent_flags(agent: &AgentState, given: &RuleFlags) -> Option<RuleFlags> {
     let mut flags = given.clone();
     flags.masq_chain = agent.rules.masq_chain.parse().ok()?;
     flags.config_flags.enable_ipv6 = agent.rules.enable_ipv6;
@@ -484,12 +497,13 @@ pub fn run(args: &ShowArgs) -> Exit {
     let config_path = args
         .config
         .clone()
-        .or_else(|| judged_by_agent.map(|a| a.config.clone().into()));
+        .map(config::ConfigSource::File)
+        .or_else(|| judged_by_agent.map(agent_config_source));
     let sync = match &config_path {
         None => None,
         Some(path) => {
             let options = flags.config_flags.options();
-            let config = match load_config(path, &options, args.config.is_some()) {
+            let config = match load_config(path, &options, args.config.is_some(), "show") {
                 Ok(config) => config,
                 Err(exit) => return exit,
             };
@@ -522,7 +536,7 @@ pub fn run(args: &ShowArgs) -> Exit {
                 _ => Vec::new(),
             };
             Some(SyncVerdict {
-                config: path.display().to_string(),
+                config: path.to_string(),
                 in_sync: differences.is_empty(),
                 differences,
                 flags_differ_from_agent,

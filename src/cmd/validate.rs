@@ -4,8 +4,11 @@
 //! JSON report (schemaVersion 1; fields are only ever added):
 //! `{schemaVersion, valid, errors, warnings, results: [{path, kind, configMap?, valid, errors,
 //! warnings, diagnostics: [{severity, code, message, line?, column?, hint?}], effective}]}`
-//! where `kind` is `config`, `configmap`, `defaults` (no file: upstream defaults apply) or
-//! `unreadable`, and `effective` is the config after defaults, or null when invalid.
+//! where `kind` is `config`, `configmap`, `defaults` (no file: upstream defaults apply),
+//! `merged` (a directory with `--merged`) or `unreadable`, and `effective` is the config after
+//! defaults, or null when invalid. A merged result also has `entries`: every list entry with
+//! its `list`, `cidr`, `file`, `line` and `column`; a diagnostic of a merged result has `file`.
+//! Severity `info` marks ipmasq extensions; it never fails a check, not even with --strict.
 
 use super::Exit;
 use crate::cli::{OutputFormat, ValidateArgs};
@@ -43,7 +46,46 @@ pub enum EntryKind {
     Config,
     Configmap,
     Defaults,
+    Merged,
     Unreadable,
+}
+
+/// One list entry of a merged config and where it was written.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MergedEntry {
+    pub list: crate::config::ListName,
+    pub cidr: String,
+    pub file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+}
+
+impl MergedEntry {
+    /// Every list entry of `config`, list by list.
+    fn of(config: &Config) -> Vec<MergedEntry> {
+        use crate::config::ListName;
+        let mut out = Vec::new();
+        for (list, nets) in [
+            (ListName::NonMasquerade, &config.non_masquerade_cidrs),
+            (ListName::Force, &config.force_masquerade_cidrs),
+            (ListName::Sources, &config.masquerade_source_cidrs),
+        ] {
+            for (i, net) in nets.iter().enumerate() {
+                let place = config.place(list, i);
+                out.push(MergedEntry {
+                    list,
+                    cidr: net.to_string(),
+                    file: place.file.as_deref().map(str::to_string),
+                    line: place.location.map(|l| l.line),
+                    column: place.location.map(|l| l.column),
+                });
+            }
+        }
+        out
+    }
 }
 
 /// Which ConfigMap of a manifest a result is about.
@@ -68,6 +110,8 @@ pub struct Entry {
     pub warnings: usize,
     pub diagnostics: Vec<JsonDiagnostic>,
     pub effective: Option<Config>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entries: Option<Vec<MergedEntry>>,
     #[serde(skip)]
     source: Option<std::rc::Rc<String>>,
     #[serde(skip)]
@@ -77,6 +121,8 @@ pub struct Entry {
 /// A diagnostic as the JSON report spells it.
 #[derive(Debug, Serialize)]
 pub struct JsonDiagnostic {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     pub severity: Severity,
     pub code: Code,
     pub message: String,
@@ -91,6 +137,7 @@ pub struct JsonDiagnostic {
 impl From<&Diagnostic> for JsonDiagnostic {
     fn from(d: &Diagnostic) -> Self {
         JsonDiagnostic {
+            file: d.file.as_deref().map(str::to_string),
             severity: d.severity,
             code: d.code,
             message: d.message.clone(),
@@ -111,12 +158,18 @@ impl Entry {
     ) -> Self {
         let (config, mut diagnostics) = checked.into_parts();
         if strict {
-            for d in &mut diagnostics {
+            for d in diagnostics
+                .iter_mut()
+                .filter(|d| d.severity == Severity::Warning)
+            {
                 d.severity = Severity::Error;
             }
         }
         let errors = diagnostics.iter().filter(|d| d.is_error()).count();
-        let warnings = diagnostics.len() - errors;
+        let warnings = diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
+            .count();
         let valid = errors == 0 && config.is_some();
         Entry {
             path: path.to_string(),
@@ -127,6 +180,7 @@ impl Entry {
             warnings,
             diagnostics: diagnostics.iter().map(JsonDiagnostic::from).collect(),
             effective: if valid { config } else { None },
+            entries: None,
             source,
             raw: diagnostics,
         }
@@ -145,12 +199,17 @@ impl Entry {
 /// One thing to validate.
 enum Input {
     Stdin,
-    File { path: PathBuf, explicit: bool },
+    File {
+        path: PathBuf,
+        explicit: bool,
+    },
+    /// A directory whose `ip-masq*` files are merged (`--merged`).
+    Merged(PathBuf),
 }
 
 /// The inputs named on the command line: the default path when none, directories expanded to
 /// their regular files (sorted, dot-files skipped).
-fn expand_inputs(files: &[PathBuf]) -> Vec<Result<Input, (String, ReadError)>> {
+fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, ReadError)>> {
     if files.is_empty() {
         return vec![Ok(Input::File {
             path: PathBuf::from(DEFAULT_CONFIG_PATH),
@@ -161,6 +220,10 @@ fn expand_inputs(files: &[PathBuf]) -> Vec<Result<Input, (String, ReadError)>> {
     for file in files {
         if file.as_os_str() == "-" {
             inputs.push(Ok(Input::Stdin));
+            continue;
+        }
+        if file.is_dir() && merged {
+            inputs.push(Ok(Input::Merged(file.clone())));
             continue;
         }
         if file.is_dir() {
@@ -255,9 +318,21 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> Ve
 pub fn build_report(args: &ValidateArgs) -> Report {
     let options = args.config.options();
     let mut results = Vec::new();
-    for input in expand_inputs(&args.files) {
+    for input in expand_inputs(&args.files, args.merged) {
         match input {
             Err((name, err)) => results.push(Entry::unreadable(&name, &err)),
+            Ok(Input::Merged(dir)) => {
+                let name = dir.display().to_string();
+                match crate::config::load_source(&crate::config::ConfigSource::Dir(dir), &options) {
+                    Ok(loaded) => {
+                        let mut entry =
+                            Entry::new(&name, EntryKind::Merged, loaded.checked, args.strict, None);
+                        entry.entries = entry.effective.as_ref().map(MergedEntry::of);
+                        results.push(entry);
+                    }
+                    Err(err) => results.push(Entry::unreadable(&name, &err)),
+                }
+            }
             Ok(Input::Stdin) => {
                 match read_limited(std::io::stdin().lock(), Path::new(STDIN_NAME)) {
                     Ok(text) => {
@@ -350,6 +425,44 @@ impl Report {
                 ),
             };
             out.push_str(&format!("{}: {verdict}\n", style.bold(&label)));
+            if let Some(entries) = &entry.entries {
+                out.push_str(&format!("# merged config of {label}, entry by entry\n"));
+                let mut current = None;
+                for e in entries {
+                    if current != Some(e.list) {
+                        out.push_str(&format!("{}:\n", e.list.key()));
+                        current = Some(e.list);
+                    }
+                    let place = crate::config::Place {
+                        file: e.file.as_deref().map(Into::into),
+                        location: e.line.map(|line| crate::config::yaml::Location {
+                            line,
+                            column: e.column.unwrap_or(1),
+                            ..Default::default()
+                        }),
+                    };
+                    out.push_str(&format!("  - {:<20} # {place}\n", e.cidr));
+                }
+                if entry.entries.as_ref().is_some_and(|e| {
+                    !e.iter()
+                        .any(|x| x.list == crate::config::ListName::NonMasquerade)
+                }) {
+                    out.push_str("nonMasqueradeCIDRs: [] # no file lists any\n");
+                }
+                if let Some(config) = &entry.effective {
+                    let kept_from_defaults = !config.provenance.gave_non_masquerade_cidrs;
+                    if kept_from_defaults {
+                        out.push_str("# nonMasqueradeCIDRs above are upstream's defaults: no file sets the key\n");
+                    }
+                    out.push_str(&format!(
+                        "cidrLimit: {}\nmasqLinkLocal: {}\nmasqLinkLocalIPv6: {}\nresyncInterval: {}\n",
+                        config.cidr_limit,
+                        config.masq_link_local,
+                        config.masq_link_local_ipv6,
+                        config.resync_interval
+                    ));
+                }
+            }
             if print_effective {
                 if let Some(config) = &entry.effective {
                     out.push_str(&format!("# effective config of {label}\n"));

@@ -299,7 +299,7 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
         if let Some(effect) = field.extension() {
             diags.push(
                 Diagnostic::info(
-                    Code::Extension,
+                    Code::IpmasqExtension,
                     format!(
                         "`{}` is an ipmasq extension, not understood by upstream ip-masq-agent",
                         field.canonical()

@@ -60,7 +60,7 @@ pub enum Code {
     NoConfigFiles,
     // Infos.
     /// A key upstream ip-masq-agent does not read.
-    Extension,
+    IpmasqExtension,
 }
 
 impl Code {
@@ -99,7 +99,7 @@ impl Code {
             Code::SourceFamilyUnscoped => "source-family-unscoped",
             Code::ForcedAndKept => "forced-and-kept",
             Code::NoConfigFiles => "no-config-files",
-            Code::Extension => "ipmasq-extension",
+            Code::IpmasqExtension => "ipmasq-extension",
         }
     }
 }

@@ -48,6 +48,7 @@ fn committed_man_pages_and_completions_are_fresh() {
         [
             "ipmasq-agent.8",
             "ipmasq-cleanup.8",
+            "ipmasq-explain.8",
             "ipmasq-show.8",
             "ipmasq-validate.8",
             "ipmasq.8"

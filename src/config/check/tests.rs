@@ -547,7 +547,7 @@ fn extension_keys_are_read_and_noted_as_not_upstreams() {
         .collect();
     assert_eq!(
         codes(&infos.iter().map(|d| (*d).clone()).collect::<Vec<_>>()),
-        [Code::Extension, Code::Extension]
+        [Code::IpmasqExtension, Code::IpmasqExtension]
     );
     assert!(infos[0]
         .message

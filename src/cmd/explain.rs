@@ -1,0 +1,460 @@
+//! `ipmasq explain DEST [--from SRC]`: whether traffic to DEST is masqueraded, answered twice
+//! — by the config (through the plan's `decide`, naming the deciding CIDR, its list, file and
+//! line) and by the live rules of the backend in use (walked as the kernel walks them, naming
+//! the rule and its counters) — and whether the two agree.
+//!
+//! JSON report (schemaVersion 1; fields are only ever added): `{schemaVersion, destination,
+//! source, sourceAssumed, family, outcome, config: {source, action, reason, decision?},
+//! live?: {backend, location, action, reason, rule?, unjudged}, liveUnavailable?, agree?}`,
+//! where `outcome` is `masquerade`, `keep-source` or `disagreement`.
+
+use super::show::{agent_config_source, agent_flags, inspect, load_config};
+use super::{choose_backend, Exit};
+use crate::agent::state::{running_agent, state_dir};
+use crate::backend::select::{choice_by_name, select};
+use crate::backend::{LiveReason, LiveVerdict};
+use crate::cli::{BackendKind, ExplainArgs, IptablesMode, OutputFormat};
+use crate::config::{Config, ConfigSource, ListName, DEFAULT_CONFIG_PATH};
+use crate::output::{to_json, to_yaml, Styler};
+use crate::plan::{decide, plan_family, Action, Family, Origin, PlanOptions, Reason};
+use serde::Serialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ExplainReport {
+    schema_version: u32,
+    destination: IpAddr,
+    source: Option<IpAddr>,
+    /// No --from: the source was taken from masqueradeSourceCIDRs (or any source).
+    source_assumed: bool,
+    family: String,
+    outcome: &'static str,
+    config: ConfigAnswer,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live: Option<LiveAnswer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_unavailable: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agree: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigAnswer {
+    /// The config file or directory explained.
+    source: String,
+    action: Action,
+    reason: Reason,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision: Option<DecisionAnswer>,
+}
+
+/// The CIDR that decided and where it was written.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DecisionAnswer {
+    cidr: String,
+    /// `nonMasqueradeCIDRs`, `forceMasqueradeCIDRs`, `masqueradeSourceCIDRs` or `link-local`.
+    list: String,
+    /// The file, line and column, or `the defaults`.
+    written: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LiveAnswer {
+    backend: String,
+    location: String,
+    action: Action,
+    reason: LiveReason,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<RuleAnswer>,
+    /// Rule numbers whose matches could not be judged (taken as not matching).
+    unjudged: Vec<usize>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RuleAnswer {
+    number: usize,
+    text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comment: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packets: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
+}
+
+/// The source a packet is explained from: `--from`, else a pod address of the family's first
+/// source range (the traffic the scoping is for), else any source.
+fn source_address(given: Option<IpAddr>, config: &Config, family: Family) -> Option<IpAddr> {
+    given.or_else(|| {
+        config
+            .masquerade_source_cidrs
+            .iter()
+            .find(|n| family.holds(n))
+            .map(|n| n.hosts().next().unwrap_or(n.addr()))
+    })
+}
+
+/// The config's answer: `decide` on the family's plan, with the deciding entry's place.
+fn config_answer(
+    config: &Config,
+    source_name: String,
+    plan: &PlanOptions,
+    family: Family,
+    src: IpAddr,
+    dst: IpAddr,
+) -> ConfigAnswer {
+    let ruleset = plan_family(config, plan, family);
+    let verdict = decide(&ruleset, src, dst);
+    let decision = match verdict.decision.map(|i| &ruleset.decisions[i]) {
+        Some(d) => {
+            let (list, written) = match d.origin {
+                Origin::LinkLocal => (
+                    "link-local".to_string(),
+                    "built in (masqLinkLocal is false)".to_string(),
+                ),
+                Origin::NonMasqueradeCidr { index } => (
+                    ListName::NonMasquerade.key().to_string(),
+                    config.place(ListName::NonMasquerade, index).to_string(),
+                ),
+                Origin::ForceMasqueradeCidr { index } => (
+                    ListName::Force.key().to_string(),
+                    config.place(ListName::Force, index).to_string(),
+                ),
+            };
+            Some(DecisionAnswer {
+                cidr: d.destination.to_string(),
+                list,
+                written,
+            })
+        }
+        None if verdict.reason == Reason::SourceNotSelected => Some(DecisionAnswer {
+            cidr: config
+                .masquerade_source_cidrs
+                .iter()
+                .filter(|n| family.holds(n))
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            list: ListName::Sources.key().to_string(),
+            written: config.place(ListName::Sources, 0).to_string(),
+        }),
+        None => None,
+    };
+    ConfigAnswer {
+        source: source_name,
+        action: verdict.action,
+        reason: verdict.reason,
+        decision,
+    }
+}
+
+fn unspecified(family: Family) -> IpAddr {
+    match family {
+        Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    }
+}
+
+/// Runs `ipmasq explain`.
+pub fn run(args: &ExplainArgs) -> Exit {
+    let agent = running_agent(&state_dir(args.state_dir.as_deref()));
+    let by_hand = args.config.is_some() || args.config_dir.is_some();
+    let judged_by_agent = agent.as_ref().filter(|_| !by_hand);
+    let flags = judged_by_agent
+        .and_then(|a| agent_flags(a, &args.rules))
+        .unwrap_or_else(|| args.rules.clone());
+    let source = match (&args.config_dir, &args.config, judged_by_agent) {
+        (Some(dir), _, _) => ConfigSource::Dir(dir.clone()),
+        (None, Some(file), _) => ConfigSource::File(file.clone()),
+        (None, None, Some(agent)) => agent_config_source(agent),
+        (None, None, None) => ConfigSource::File(DEFAULT_CONFIG_PATH.into()),
+    };
+    let options = flags.config_flags.options();
+    let config = match load_config(&source, &options, by_hand, "explain") {
+        Ok(config) => config,
+        Err(exit) => return exit,
+    };
+    let dst = args.destination;
+    let family = if dst.is_ipv4() {
+        Family::V4
+    } else {
+        Family::V6
+    };
+    if args.from.is_some_and(|s| s.is_ipv4() != dst.is_ipv4()) {
+        eprintln!("ipmasq explain: --from and DEST must be of the same IP family");
+        return Exit::Usage;
+    }
+    let plan = PlanOptions {
+        chain: flags.masq_chain.clone(),
+        random_fully: flags.random_fully,
+        to_ports: flags.to_ports.clone(),
+        enable_ipv6: flags.config_flags.enable_ipv6,
+    };
+    let src = source_address(args.from, &config, family);
+    let packet_src = src.unwrap_or_else(|| unspecified(family));
+    let managed = family == Family::V4 || plan.enable_ipv6;
+    let mut config_verdict =
+        config_answer(&config, source.to_string(), &plan, family, packet_src, dst);
+    if !managed {
+        // Without --enable-ipv6 the agent writes no IPv6 rules at all.
+        config_verdict.action = Action::KeepSource;
+        config_verdict.reason = Reason::OtherFamily;
+        config_verdict.decision = None;
+    }
+
+    let (live, live_unavailable) = if args.no_live {
+        (None, None)
+    } else {
+        live_answer(args, judged_by_agent, &flags, family, packet_src, dst)
+    };
+    if let Some(reason) = &live_unavailable {
+        eprintln!("ipmasq explain: live rules not read: {reason}; answering from the config alone (pass --no-live to skip them)");
+    }
+    let agree = live.as_ref().map(|l| l.action == config_verdict.action);
+    let outcome = match (agree, config_verdict.action) {
+        (Some(false), _) => "disagreement",
+        (_, Action::Masquerade) => "masquerade",
+        (_, Action::KeepSource) => "keep-source",
+    };
+    let report = ExplainReport {
+        schema_version: 1,
+        destination: dst,
+        source: src,
+        source_assumed: args.from.is_none(),
+        family: family.to_string(),
+        outcome,
+        config: config_verdict,
+        live,
+        live_unavailable,
+        agree,
+    };
+    let text = match args.output {
+        OutputFormat::Json => to_json(&report),
+        OutputFormat::Yaml => to_yaml(&report),
+        OutputFormat::Text => to_text(&report, &Styler::for_stdout(args.color)),
+    };
+    print!("{text}");
+    match outcome {
+        "disagreement" => Exit::Disagreement,
+        "masquerade" => Exit::Ok,
+        _ => Exit::Kept,
+    }
+}
+
+/// The live rules' answer from the backend in use (the running agent's, when the mode is left
+/// to auto), or why they could not be read.
+fn live_answer(
+    args: &ExplainArgs,
+    agent: Option<&crate::agent::state::AgentState>,
+    flags: &crate::cli::RuleFlags,
+    family: Family,
+    src: IpAddr,
+    dst: IpAddr,
+) -> (Option<LiveAnswer>, Option<String>) {
+    let agent_choice = agent
+        .filter(|_| {
+            args.backend.iptables_mode == IptablesMode::Auto
+                && args.backend.backend == BackendKind::Iptables
+        })
+        .and_then(|a| choice_by_name(&a.backend));
+    let selected = match agent_choice {
+        Some(choice) => select(choice),
+        None => choose_backend(&args.backend),
+    };
+    let backend = selected.backend.as_ref();
+    let names = crate::plan::Names {
+        chain: flags.masq_chain.clone(),
+    };
+    let inspection = match inspect(backend, family, flags) {
+        Ok(Some(inspection)) => inspection,
+        Ok(None) => return (None, Some(format!("{} tools are not installed", family))),
+        Err(err) => return (None, Some(err.to_string())),
+    };
+    let LiveVerdict {
+        action,
+        rule,
+        reason,
+        unjudged,
+    } = inspection.evaluate(src, dst);
+    let rule = rule.map(|index| {
+        let r = &inspection.rules[index];
+        RuleAnswer {
+            number: r.number,
+            text: r.text.clone(),
+            comment: r.view.comment.clone(),
+            packets: r.counters.map(|c| c.packets),
+            bytes: r.counters.map(|c| c.bytes),
+        }
+    });
+    (
+        Some(LiveAnswer {
+            backend: backend.name(),
+            location: backend.location(&names),
+            action,
+            reason,
+            rule,
+            unjudged: unjudged
+                .into_iter()
+                .map(|i| inspection.rules[i].number)
+                .collect(),
+        }),
+        None,
+    )
+}
+
+fn action_word(action: Action) -> &'static str {
+    match action {
+        Action::Masquerade => "MASQUERADE (the source becomes the node's address)",
+        Action::KeepSource => "keep the source address",
+    }
+}
+
+fn to_text(report: &ExplainReport, style: &Styler) -> String {
+    let mut out = String::new();
+    let from = match (report.source, report.source_assumed) {
+        (Some(src), false) => format!("from {src}"),
+        (Some(src), true) => {
+            format!("from {src} (a pod address of masqueradeSourceCIDRs; set --from to choose)")
+        }
+        (None, _) => "from any source".to_string(),
+    };
+    out.push_str(&format!(
+        "{} {from} ({})\n\n",
+        style.bold(&format!("traffic to {}", report.destination)),
+        report.family
+    ));
+    let c = &report.config;
+    out.push_str(&format!(
+        "{}  {}: {}\n",
+        style.bold("config"),
+        c.source,
+        action_word(c.action)
+    ));
+    let why = match (&c.decision, c.reason) {
+        (_, Reason::OtherFamily) => {
+            "the agent manages no rules of this family (no --enable-ipv6)".to_string()
+        }
+        (Some(d), Reason::SourceNotSelected) => format!(
+            "the source is outside {} [{}] ({})",
+            d.list, d.cidr, d.written
+        ),
+        (Some(d), _) => format!(
+            "decided by {} in {} ({}), the longest matching prefix",
+            d.cidr, d.list, d.written
+        ),
+        (None, _) => "no listed CIDR holds it: everything else is masqueraded".to_string(),
+    };
+    out.push_str(&format!("        {why}\n"));
+    if let Some(live) = &report.live {
+        out.push_str(&format!(
+            "{}    {}, {}: {}\n",
+            style.bold("live"),
+            live.backend,
+            live.location,
+            action_word(live.action)
+        ));
+        let why = match (&live.rule, live.reason) {
+            (_, LiveReason::NotInstalled) => "our rules are not installed".to_string(),
+            (_, LiveReason::NoEntryJump) => "nothing sends traffic to our rules".to_string(),
+            (Some(rule), _) => {
+                let counters = match (rule.packets, rule.bytes) {
+                    (Some(p), Some(b)) => format!(" [{p} packets, {b} bytes]"),
+                    _ => String::new(),
+                };
+                format!("rule {}: {}{counters}", rule.number, rule.text)
+            }
+            (None, _) => "no rule matched: the traffic leaves untouched".to_string(),
+        };
+        out.push_str(&format!("        {why}\n"));
+        if !live.unjudged.is_empty() {
+            out.push_str(&format!(
+                "        rules {:?} have matches explain cannot judge; taken as not matching\n",
+                live.unjudged
+            ));
+        }
+    } else if let Some(reason) = &report.live_unavailable {
+        out.push_str(&format!("{}    not read: {reason}\n", style.bold("live")));
+    }
+    out.push('\n');
+    let verdict = match report.outcome {
+        "disagreement" => style.error(
+            "DISAGREEMENT: the live rules do not do what the config says (is the agent running and in sync? see `ipmasq show`)",
+        ),
+        "masquerade" => style.success("masqueraded"),
+        _ => style.success("source kept"),
+    };
+    out.push_str(&format!("verdict: {verdict}\n"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{check_text, Options};
+
+    fn config(text: &str) -> Config {
+        check_text(text, &Options::default())
+            .config()
+            .cloned()
+            .expect("valid")
+    }
+
+    #[test]
+    fn the_config_answer_names_the_longest_prefix_and_where_it_was_written() {
+        let config = config(
+            "nonMasqueradeCIDRs: [10.0.0.0/8, 10.8.1.0/24]\nforceMasqueradeCIDRs:\n  - 10.8.0.0/16\n",
+        );
+        let plan = PlanOptions::default();
+        let ask = |dst: &str| {
+            config_answer(
+                &config,
+                "cfg".into(),
+                &plan,
+                Family::V4,
+                "10.244.0.5".parse().unwrap(),
+                dst.parse().unwrap(),
+            )
+        };
+        let forced = ask("10.8.3.4");
+        assert_eq!(forced.action, Action::Masquerade);
+        let d = forced.decision.unwrap();
+        assert_eq!(
+            (d.cidr.as_str(), d.list.as_str()),
+            ("10.8.0.0/16", "forceMasqueradeCIDRs")
+        );
+        assert_eq!(d.written, "line 3, column 5");
+        let nested = ask("10.8.1.9");
+        assert_eq!(nested.action, Action::KeepSource);
+        assert_eq!(nested.decision.unwrap().cidr, "10.8.1.0/24");
+        let outside = ask("8.8.8.8");
+        assert_eq!(outside.action, Action::Masquerade);
+        assert!(outside.decision.is_none());
+        assert_eq!(ask("169.254.1.1").decision.unwrap().list, "link-local");
+    }
+
+    #[test]
+    fn a_source_outside_the_scope_is_kept_and_the_default_source_is_a_pod() {
+        let config = config("masqueradeSourceCIDRs: [10.244.0.0/16]\n");
+        assert_eq!(
+            source_address(None, &config, Family::V4),
+            Some("10.244.0.1".parse().unwrap())
+        );
+        assert_eq!(source_address(None, &config, Family::V6), None);
+        let answer = config_answer(
+            &config,
+            "cfg".into(),
+            &PlanOptions::default(),
+            Family::V4,
+            "192.168.5.5".parse().unwrap(),
+            "8.8.8.8".parse().unwrap(),
+        );
+        assert_eq!(answer.action, Action::KeepSource);
+        assert_eq!(answer.reason, Reason::SourceNotSelected);
+        assert_eq!(answer.decision.unwrap().list, "masqueradeSourceCIDRs");
+    }
+}
