@@ -14,17 +14,19 @@ const PATIENCE: Duration = Duration::from_secs(30);
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn golden_nft_scripts_pass_nft_check() {
     let ns = Netns::new("nftcheck");
-    let golden = std::fs::read_to_string(crate::util::data("golden/nft-scripts.txt")).unwrap();
-    let mut checked = 0;
-    for section in golden.split("### ").filter(|s| !s.is_empty()) {
-        let (title, script) = section.split_once('\n').unwrap();
-        let path = super::netns::scratch_file("nft-check", script);
-        let run = ns.exec("nft", &["--check", "-f", &path.display().to_string()]);
-        let _ = std::fs::remove_file(path);
-        assert_eq!(run.code, 0, "{title}: {}", run.stderr);
-        checked += 1;
+    for (file, expected) in [("nft-scripts.txt", 48), ("nft-scripts-extensions.txt", 48)] {
+        let golden = std::fs::read_to_string(crate::util::data(&format!("golden/{file}"))).unwrap();
+        let mut checked = 0;
+        for section in golden.split("### ").filter(|s| !s.is_empty()) {
+            let (title, script) = section.split_once('\n').unwrap();
+            let path = super::netns::scratch_file("nft-check", script);
+            let run = ns.exec("nft", &["--check", "-f", &path.display().to_string()]);
+            let _ = std::fs::remove_file(path);
+            assert_eq!(run.code, 0, "{file}: {title}: {}", run.stderr);
+            checked += 1;
+        }
+        assert_eq!(checked, expected, "{file}");
     }
-    assert_eq!(checked, 48);
 }
 
 /// A running agent on the nftables backend with a fake `nft` first on PATH that counts its

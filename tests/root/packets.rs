@@ -86,6 +86,11 @@ impl Topology {
 
     /// Sends UDP from the pod to `dest` and returns the source address the outside saw.
     fn source_seen(&self, dest: &str) -> String {
+        self.source_seen_from(dest, None)
+    }
+
+    /// Like `source_seen`, sending from the pod's address `from` (it must have it).
+    fn source_seen_from(&self, dest: &str, from: Option<&str>) -> String {
         let port = PORT.fetch_add(1, Ordering::SeqCst);
         let family = if dest.contains(':') {
             "AF_INET6"
@@ -102,9 +107,11 @@ impl Topology {
              print(a[0])\n"
         );
         let (listener, ready) = self.start_receiver(&receiver);
+        let bind = from.map_or(String::new(), |a| format!("s.bind(('{a}',0))\n"));
         let sender = format!(
             "import socket,time\n\
              s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
+             {bind}\
              for _ in range(20):\n    s.sendto(b'ping',('{dest}',{port}))\n    time.sleep(0.05)\n"
         );
         let send = self.pod.exec(super::netns::PYTHON, &["-c", &sender]);
@@ -324,4 +331,99 @@ fn port_ranges_split_in_proportion_nftables() {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn port_ranges_split_in_proportion_iptables() {
     port_ranges_split_in_proportion(&["--iptables-mode=nft"]);
+}
+
+/// The extensions with packets, IPv4 and IPv6: inside the non-masquerade range
+/// 198.51.100.0/24 (2001:db8:f1::/64) the forced 198.51.100.128/25 (2001:db8:f1:0:8000::/65)
+/// is masqueraded, the nested 198.51.100.192/26 (2001:db8:f1:0:c000::/66) inside that is kept
+/// again; and a second pod address outside `masqueradeSourceCIDRs` is not masqueraded even to
+/// an outside destination. Two IPv4 source ranges make iptables write the complement form.
+fn extensions_with_packets(backend_args: &[&str]) {
+    const FORCED_V4: &str = "198.51.100.130";
+    const NESTED_V4: &str = "198.51.100.200";
+    const FORCED_V6: &str = "2001:db8:f1:0:8000::2";
+    const NESTED_V6: &str = "2001:db8:f1:0:c000::2";
+    const UNSCOPED_V4: &str = "192.168.77.3";
+    const UNSCOPED_V6: &str = "2001:db8:77::3";
+    let topo = Topology::new();
+    topo.outside.sh(&format!(
+        "ip addr add {FORCED_V4}/24 dev eth0 && ip addr add {NESTED_V4}/24 dev eth0 && \
+         ip addr add {FORCED_V6}/64 dev eth0 nodad && ip addr add {NESTED_V6}/64 dev eth0 nodad"
+    ));
+    topo.pod.sh(&format!(
+        "ip addr add {UNSCOPED_V4}/24 dev eth0 && ip addr add {UNSCOPED_V6}/64 dev eth0 nodad"
+    ));
+    let config = scratch_file(
+        "packets-extensions",
+        "nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n  - 198.51.100.192/26\n  - 2001:db8:f1::/64\n  - 2001:db8:f1:0:c000::/66\n\
+         forceMasqueradeCIDRs:\n  - 198.51.100.128/25\n  - 2001:db8:f1:0:8000::/65\n\
+         masqueradeSourceCIDRs:\n  - 192.168.77.2/32\n  - 10.244.0.0/16\n  - 2001:db8:77::2/128\n",
+    );
+    let mut args = vec!["agent", "--once", "--enable-ipv6"];
+    args.extend_from_slice(backend_args);
+    let config_arg = format!("--config={}", config.display());
+    args.push(&config_arg);
+    let run = topo.node.ipmasq(&args);
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let what = backend_args.join(" ");
+    assert_eq!(topo.source_seen_from(KEEP_V4, Some(POD_V4)), POD_V4, "{what}: kept range (IPv4)");
+    // Masquerade takes the node's address on the route to the destination: here the one in
+    // 198.51.100.0/24.
+    assert_eq!(topo.source_seen_from(FORCED_V4, Some(POD_V4)), "198.51.100.1", "{what}: forced inside the kept range (IPv4)");
+    assert_eq!(topo.source_seen_from(NESTED_V4, Some(POD_V4)), POD_V4, "{what}: kept inside the forced range (IPv4)");
+    assert_eq!(topo.source_seen_from(MASQ_V4, Some(POD_V4)), NODE_OUT_V4, "{what}: outside (IPv4)");
+    assert_eq!(
+        topo.source_seen_from(MASQ_V4, Some(UNSCOPED_V4)),
+        UNSCOPED_V4,
+        "{what}: a source outside masqueradeSourceCIDRs (IPv4)"
+    );
+    assert_eq!(topo.source_seen_from(KEEP_V6, Some(POD_V6)), POD_V6, "{what}: kept range (IPv6)");
+    assert_eq!(topo.source_seen_from(FORCED_V6, Some(POD_V6)), "2001:db8:f1::1", "{what}: forced (IPv6)");
+    assert_eq!(topo.source_seen_from(NESTED_V6, Some(POD_V6)), POD_V6, "{what}: nested kept (IPv6)");
+    assert_eq!(topo.source_seen_from(MASQ_V6, Some(POD_V6)), NODE_OUT_V6, "{what}: outside (IPv6)");
+    assert_eq!(
+        topo.source_seen_from(MASQ_V6, Some(UNSCOPED_V6)),
+        UNSCOPED_V6,
+        "{what}: a source outside masqueradeSourceCIDRs (IPv6)"
+    );
+    // A second sync finds the rules as written: nothing to apply (the live reading of the
+    // source matches and forced rules equals the plan).
+    let mut dry = vec!["agent", "--dry-run", "--enable-ipv6"];
+    dry.extend_from_slice(backend_args);
+    let config = scratch_file(
+        "packets-extensions-again",
+        "nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n  - 198.51.100.192/26\n  - 2001:db8:f1::/64\n  - 2001:db8:f1:0:c000::/66\n\
+         forceMasqueradeCIDRs:\n  - 198.51.100.128/25\n  - 2001:db8:f1:0:8000::/65\n\
+         masqueradeSourceCIDRs:\n  - 192.168.77.2/32\n  - 10.244.0.0/16\n  - 2001:db8:77::2/128\n",
+    );
+    let config_arg = format!("--config={}", config.display());
+    dry.push(&config_arg);
+    let again = topo.node.ipmasq(&dry);
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(
+        again.stdout.matches("in sync, nothing to apply").count(),
+        2,
+        "{what}: {}",
+        again.stdout
+    );
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn extensions_with_packets_iptables_nft() {
+    extensions_with_packets(&["--iptables-mode=nft"]);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn extensions_with_packets_iptables_legacy() {
+    extensions_with_packets(&["--iptables-mode=legacy"]);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn extensions_with_packets_nftables() {
+    extensions_with_packets(&["--backend=nftables"]);
 }

@@ -645,3 +645,41 @@ fn a_foreign_reference_to_our_chain_is_named_and_nothing_removed() {
     );
     assert!(err.contains("nothing was removed"), "{err}");
 }
+
+/// A config with the extension keys (forced CIDRs nested both ways, one and two source
+/// ranges), rendered as first-sync transactions: its own golden file, so the upstream file
+/// above stays the proof that configs without the keys render exactly as before.
+#[test]
+fn golden_transactions_with_the_extension_keys() {
+    let mut config = Config::defaults(&Options::default());
+    config.non_masquerade_cidrs.extend(
+        ["fd00::/8", "10.8.1.0/24", "fd00:8:1::/48"].map(|c| c.parse::<ipnet::IpNet>().unwrap()),
+    );
+    config.force_masquerade_cidrs = ["10.8.0.0/16", "fd00:8::/32", "169.254.169.254/32"]
+        .map(|c| c.parse().unwrap())
+        .to_vec();
+    let mut out = String::new();
+    for sources in [
+        vec!["10.244.0.0/16", "fd00:244::/48"],
+        vec!["10.244.0.0/16", "192.168.0.0/16", "fd00:244::/48"],
+    ] {
+        for to_ports in ["", "1024-29999,32768-65535"] {
+            let mut config = config.clone();
+            config.masquerade_source_cidrs = sources.iter().map(|c| c.parse().unwrap()).collect();
+            let options = PlanOptions {
+                to_ports: to_ports.parse().unwrap(),
+                enable_ipv6: true,
+                ..PlanOptions::default()
+            };
+            for set in plan(&config, &options) {
+                let desired = Rendered::new(&set);
+                let script = transaction(&desired, &diff(&desired, &LiveChain::default()));
+                out.push_str(&format!(
+                    "### sources={sources:?} to-ports={to_ports:?} family={}\n{script}",
+                    set.family
+                ));
+            }
+        }
+    }
+    crate::backend::golden::check("transactions-extensions.txt", &out);
+}

@@ -105,14 +105,19 @@ impl DesiredTable {
         }];
         let sources = aggregate(ruleset.entry.source_ranges.iter().copied());
         if !sources.is_empty() {
+            // As nft lists them back: a host prefix is a bare address.
+            let spelled = |net: &IpNet| {
+                if net.prefix_len() == net.max_prefix_len() {
+                    net.addr().to_string()
+                } else {
+                    net.to_string()
+                }
+            };
             let listed = match sources.as_slice() {
-                [one] => one.to_string(),
+                [one] => spelled(one),
                 many => format!(
                     "{{ {} }}",
-                    many.iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    many.iter().map(spelled).collect::<Vec<_>>().join(", ")
                 ),
             };
             rules.push(RuleSpec {
