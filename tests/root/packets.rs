@@ -367,21 +367,53 @@ fn extensions_with_packets(backend_args: &[&str]) {
     let _ = std::fs::remove_file(&config);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let what = backend_args.join(" ");
-    assert_eq!(topo.source_seen_from(KEEP_V4, Some(POD_V4)), POD_V4, "{what}: kept range (IPv4)");
+    assert_eq!(
+        topo.source_seen_from(KEEP_V4, Some(POD_V4)),
+        POD_V4,
+        "{what}: kept range (IPv4)"
+    );
     // Masquerade takes the node's address on the route to the destination: here the one in
     // 198.51.100.0/24.
-    assert_eq!(topo.source_seen_from(FORCED_V4, Some(POD_V4)), "198.51.100.1", "{what}: forced inside the kept range (IPv4)");
-    assert_eq!(topo.source_seen_from(NESTED_V4, Some(POD_V4)), POD_V4, "{what}: kept inside the forced range (IPv4)");
-    assert_eq!(topo.source_seen_from(MASQ_V4, Some(POD_V4)), NODE_OUT_V4, "{what}: outside (IPv4)");
+    assert_eq!(
+        topo.source_seen_from(FORCED_V4, Some(POD_V4)),
+        "198.51.100.1",
+        "{what}: forced inside the kept range (IPv4)"
+    );
+    assert_eq!(
+        topo.source_seen_from(NESTED_V4, Some(POD_V4)),
+        POD_V4,
+        "{what}: kept inside the forced range (IPv4)"
+    );
+    assert_eq!(
+        topo.source_seen_from(MASQ_V4, Some(POD_V4)),
+        NODE_OUT_V4,
+        "{what}: outside (IPv4)"
+    );
     assert_eq!(
         topo.source_seen_from(MASQ_V4, Some(UNSCOPED_V4)),
         UNSCOPED_V4,
         "{what}: a source outside masqueradeSourceCIDRs (IPv4)"
     );
-    assert_eq!(topo.source_seen_from(KEEP_V6, Some(POD_V6)), POD_V6, "{what}: kept range (IPv6)");
-    assert_eq!(topo.source_seen_from(FORCED_V6, Some(POD_V6)), "2001:db8:f1::1", "{what}: forced (IPv6)");
-    assert_eq!(topo.source_seen_from(NESTED_V6, Some(POD_V6)), POD_V6, "{what}: nested kept (IPv6)");
-    assert_eq!(topo.source_seen_from(MASQ_V6, Some(POD_V6)), NODE_OUT_V6, "{what}: outside (IPv6)");
+    assert_eq!(
+        topo.source_seen_from(KEEP_V6, Some(POD_V6)),
+        POD_V6,
+        "{what}: kept range (IPv6)"
+    );
+    assert_eq!(
+        topo.source_seen_from(FORCED_V6, Some(POD_V6)),
+        "2001:db8:f1::1",
+        "{what}: forced (IPv6)"
+    );
+    assert_eq!(
+        topo.source_seen_from(NESTED_V6, Some(POD_V6)),
+        POD_V6,
+        "{what}: nested kept (IPv6)"
+    );
+    assert_eq!(
+        topo.source_seen_from(MASQ_V6, Some(POD_V6)),
+        NODE_OUT_V6,
+        "{what}: outside (IPv6)"
+    );
     assert_eq!(
         topo.source_seen_from(MASQ_V6, Some(UNSCOPED_V6)),
         UNSCOPED_V6,
