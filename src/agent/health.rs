@@ -40,6 +40,28 @@ impl Snapshot {
     }
 }
 
+/// Every metric the agent exports, as (name, type, help), read from a rendering of a fresh
+/// agent's metrics: the man page's list can never name a metric that does not exist.
+pub fn metric_catalogue() -> Vec<(String, String, String)> {
+    let mut snapshot = Snapshot::new("iptables-nft".into());
+    snapshot.status.drift_repairs.insert("jump_missing", 0);
+    snapshot.status.rules.insert(crate::plan::Family::V4, 0);
+    let text = metrics_text(&snapshot, snapshot.started, SystemTime::now());
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            out.push((name.to_string(), String::new(), help.to_string()));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            if let Some(entry) = out.iter_mut().find(|(n, _, _)| n == name) {
+                entry.1 = kind.to_string();
+            }
+        }
+    }
+    out
+}
+
 /// How long the loop may go without finishing a pass before it counts as stuck.
 pub fn stall_limit(interval: Duration) -> Duration {
     (interval * MISSED_RESYNCS).max(MIN_STALL)

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+pub mod config_page;
 pub mod docs;
 pub use docs::after_help;
 

@@ -33,8 +33,42 @@ fn roff_text(text: &str) -> String {
     }
 }
 
-/// EXAMPLES, EXIT STATUS, FILES and SEE ALSO, which clap_mangen does not render.
-fn extra_sections(doc: &AppletDoc, see_also: &[&str]) -> String {
+/// Completions for the agent under upstream's name (`ip-masq-agent`, the symlink packages
+/// install): the agent's flags as a command of its own.
+pub const AGENT_COMPLETIONS: [(Shell, &str); 3] = [
+    (Shell::Bash, "ip-masq-agent.bash"),
+    (Shell::Zsh, "_ip-masq-agent"),
+    (Shell::Fish, "ip-masq-agent.fish"),
+];
+
+/// The agent page's HEALTH AND METRICS section: the endpoints, and every metric the agent
+/// exports, read from a rendering of its metrics.
+fn health_section() -> String {
+    let mut out = String::from(".SH \"HEALTH AND METRICS\"\n");
+    out.push_str(&format!(
+        ".PP\n{}\n",
+        roff_text("The agent serves three endpoints on --metrics-addr (default 127.0.0.1:9723; off disables them):")
+    ));
+    for (path, meaning) in [
+        ("/healthz", "200 while the loop is alive; 503 when a pass overruns (three resync intervals, at least a minute). Use it for the liveness probe."),
+        ("/readyz", "200 once the rules of the config in force are installed; 503 with the reason before that, after a failed sync, or while a rejected config keeps the last good one in force. Use it for the readiness probe."),
+        ("/metrics", "Prometheus text format, the metrics below."),
+    ] {
+        out.push_str(&format!(".TP\n.B {path}\n{}\n", roff_text(meaning)));
+    }
+    for (name, kind, help) in crate::agent::health::metric_catalogue() {
+        out.push_str(&format!(
+            ".TP\n.B {} ({kind})\n{}\n",
+            roff_text(&name),
+            roff_text(&help)
+        ));
+    }
+    out
+}
+
+/// EXAMPLES, EXIT STATUS, FILES, `more` (roff: sections of one page only) and SEE ALSO,
+/// which clap_mangen does not render.
+fn extra_sections_with(doc: &AppletDoc, see_also: &[&str], more: &str) -> String {
     let mut out = String::new();
     if !doc.notes.is_empty() {
         out.push_str(".SH NOTES\n");
@@ -60,6 +94,7 @@ fn extra_sections(doc: &AppletDoc, see_also: &[&str]) -> String {
             out.push_str(&format!(".TP\n.I {path}\n{}\n", roff_text(meaning)));
         }
     }
+    out.push_str(more);
     out.push_str(".SH \"SEE ALSO\"\n");
     let refs: Vec<String> = see_also.iter().map(|r| format!(".BR {r}")).collect();
     for (i, r) in refs.iter().enumerate() {
@@ -76,6 +111,16 @@ fn man_page(
     title: &str,
     doc: &AppletDoc,
     see_also: &[&str],
+) -> std::io::Result<Vec<u8>> {
+    man_page_with(command, title, doc, see_also, "")
+}
+
+fn man_page_with(
+    command: clap::Command,
+    title: &str,
+    doc: &AppletDoc,
+    see_also: &[&str],
+    more: &str,
 ) -> std::io::Result<Vec<u8>> {
     let version = command.get_version().unwrap_or_default().to_string();
     let man = clap_mangen::Man::new(command.clone())
@@ -94,7 +139,7 @@ fn man_page(
     if command.get_subcommands().any(|s| !s.is_hide_set()) {
         man.render_subcommands_section(&mut out)?;
     }
-    out.extend_from_slice(extra_sections(doc, see_also).as_bytes());
+    out.extend_from_slice(extra_sections_with(doc, see_also, more).as_bytes());
     Ok(out)
 }
 
@@ -114,7 +159,12 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
         .iter()
         .map(|(name, _)| format!("ipmasq-{name} (8)"))
         .collect();
-    see_also_main.extend(["iptables (8)".into(), "iptables-save (8)".into()]);
+    see_also_main.extend([
+        "ipmasq-config (5)".into(),
+        "iptables (8)".into(),
+        "iptables-save (8)".into(),
+        "nft (8)".into(),
+    ]);
     let refs: Vec<&str> = see_also_main.iter().map(String::as_str).collect();
     files.push((
         "man/ipmasq.8".to_string(),
@@ -135,12 +185,33 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
                 .filter(|(other, _)| *other != name)
                 .map(|(other, _)| format!("ipmasq-{other} (8)")),
         );
+        see_also.push("ipmasq-config (5)".into());
         see_also.push("iptables-restore (8)".into());
         let refs: Vec<&str> = see_also.iter().map(String::as_str).collect();
+        let more = if name == "agent" {
+            health_section()
+        } else {
+            String::new()
+        };
         files.push((
             format!("man/ipmasq-{name}.8"),
-            man_page(sub, &format!("{BINARY_NAME}-{name}"), doc, &refs)?,
+            man_page_with(sub, &format!("{BINARY_NAME}-{name}"), doc, &refs, &more)?,
         ));
+    }
+    files.push((
+        "man/ipmasq-config.5".to_string(),
+        crate::cli::config_page::config_page(cli.get_version().unwrap_or_default()).into_bytes(),
+    ));
+    let mut agent = cli
+        .find_subcommand("agent")
+        .expect("the agent applet")
+        .clone()
+        .name("ip-masq-agent")
+        .bin_name("ip-masq-agent");
+    for (shell, file) in AGENT_COMPLETIONS {
+        let mut out = Vec::new();
+        clap_complete::generate(shell, &mut agent, "ip-masq-agent", &mut out);
+        files.push((format!("completions/{file}"), out));
     }
     for (shell, file) in COMPLETIONS {
         let mut out = Vec::new();
@@ -177,6 +248,75 @@ pub fn run(args: &[std::ffi::OsString]) -> Exit {
         Err(err) => {
             eprintln!("ipmasq generate: {}: {err}", dir.display());
             Exit::Usage
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pages the system provides (with iptables and nftables installed); every other
+    /// reference must be a page we generate.
+    const SYSTEM_PAGES: [&str; 4] = [
+        "iptables (8)",
+        "iptables-save (8)",
+        "iptables-restore (8)",
+        "nft (8)",
+    ];
+
+    #[test]
+    fn every_see_also_names_a_page_that_exists() {
+        let files = generated_files().unwrap();
+        let ours: Vec<String> = files
+            .iter()
+            .filter_map(|(path, _)| path.strip_prefix("man/"))
+            .map(|page| {
+                let (name, section) = page.rsplit_once('.').unwrap();
+                format!("{name} ({section})")
+            })
+            .collect();
+        let mut checked = 0;
+        for (path, contents) in files.iter().filter(|(p, _)| p.starts_with("man/")) {
+            let text = String::from_utf8_lossy(contents);
+            let see_also = text
+                .split(".SH \"SEE ALSO\"")
+                .nth(1)
+                .expect("a SEE ALSO section");
+            for line in see_also.lines().filter(|l| l.starts_with(".BR ")) {
+                let reference = line[4..].trim_end_matches(" ,").replace("\\-", "-");
+                assert!(
+                    ours.contains(&reference) || SYSTEM_PAGES.contains(&reference.as_str()),
+                    "{path} refers to {reference}, which is not a page"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "{checked} references checked");
+    }
+
+    #[test]
+    fn the_agent_page_lists_every_metric_and_the_config_page_every_code() {
+        let files = generated_files().unwrap();
+        let page = |name: &str| {
+            String::from_utf8_lossy(&files.iter().find(|(p, _)| p == name).unwrap().1).into_owned()
+        };
+        let agent = page("man/ipmasq-agent.8");
+        let metrics = crate::agent::health::metric_catalogue();
+        assert!(metrics.len() >= 10, "{metrics:?}");
+        for (name, _, _) in metrics {
+            assert!(
+                agent.contains(&roff_text(&name)),
+                "{name} missing from ipmasq-agent(8)"
+            );
+        }
+        let config = page("man/ipmasq-config.5");
+        for code in crate::config::Code::ALL {
+            assert!(
+                config.contains(&roff_text(code.as_str())),
+                "{} missing",
+                code.as_str()
+            );
         }
     }
 }

@@ -64,6 +64,84 @@ pub enum Code {
 }
 
 impl Code {
+    /// Every code, in documentation order.
+    pub const ALL: [Code; 33] = [
+        Code::Io,
+        Code::YamlSyntax,
+        Code::NotAMapping,
+        Code::UnsupportedKey,
+        Code::WrongType,
+        Code::InvalidCidr,
+        Code::CidrNotAligned,
+        Code::Ipv4MappedCidr,
+        Code::Ipv6NotEnabled,
+        Code::CidrLimitExceeded,
+        Code::NegativeCidrLimit,
+        Code::InvalidDuration,
+        Code::NonPositiveDuration,
+        Code::LinkLocalConflict,
+        Code::ForcedAndKept,
+        Code::NoConfigMap,
+        Code::ConfigMapWithoutConfig,
+        Code::ResyncBelowFloor,
+        Code::UnknownKey,
+        Code::KeyCase,
+        Code::DuplicateKey,
+        Code::ExtraDocument,
+        Code::Yaml11Boolean,
+        Code::DuplicateCidr,
+        Code::CoveredCidr,
+        Code::PaddedPrefix,
+        Code::EmptyCidrList,
+        Code::DeprecatedLinkLocal,
+        Code::ForcedWithoutEffect,
+        Code::EmptySourceList,
+        Code::SourceFamilyUnscoped,
+        Code::NoConfigFiles,
+        Code::IpmasqExtension,
+    ];
+
+    /// The severity a finding with this code has (before `validate --strict`), and what it
+    /// means, for the manual.
+    pub fn describe(self) -> (Severity, &'static str) {
+        use Severity::{Error, Info, Warning};
+        match self {
+            Code::Io => (Error, "the file or directory cannot be read (missing when named explicitly, a FIFO, a directory, over 8 MiB, not UTF-8)"),
+            Code::YamlSyntax => (Error, "not YAML or JSON"),
+            Code::NotAMapping => (Error, "the document is not a mapping of keys to values"),
+            Code::UnsupportedKey => (Error, "a key that is not a plain string"),
+            Code::WrongType => (Error, "a value of the wrong type (a quoted boolean, a CIDR that is not a string, a list written as a scalar)"),
+            Code::InvalidCidr => (Error, "a CIDR that does not parse"),
+            Code::CidrNotAligned => (Error, "a CIDR with host bits set; the hint names the aligned block"),
+            Code::Ipv4MappedCidr => (Error, "an IPv4-mapped IPv6 CIDR; the hint names the IPv4 form"),
+            Code::Ipv6NotEnabled => (Error, "an IPv6 CIDR without --enable-ipv6"),
+            Code::CidrLimitExceeded => (Error, "more CIDRs (non-masquerade plus forced) than cidrLimit"),
+            Code::NegativeCidrLimit => (Error, "a negative cidrLimit"),
+            Code::InvalidDuration => (Error, "a resyncInterval that is not a Go duration"),
+            Code::NonPositiveDuration => (Error, "a zero or negative resyncInterval"),
+            Code::LinkLocalConflict => (Error, "linkLocal contradicts masqLinkLocal"),
+            Code::ForcedAndKept => (Error, "one CIDR both in forceMasqueradeCIDRs and nonMasqueradeCIDRs (also across merged files)"),
+            Code::NoConfigMap => (Error, "a manifest without a ConfigMap"),
+            Code::ConfigMapWithoutConfig => (Error, "a ConfigMap without data.config"),
+            Code::ResyncBelowFloor => (Warning, "a resyncInterval under 100ms; 100ms is used"),
+            Code::UnknownKey => (Warning, "a key the agent does not read (ignored, as upstream); the hint suggests the closest known key"),
+            Code::KeyCase => (Warning, "a key spelt in another case than the canonical one"),
+            Code::DuplicateKey => (Warning, "a key given twice; the last wins"),
+            Code::ExtraDocument => (Warning, "more than one YAML document; only the first is read"),
+            Code::Yaml11Boolean => (Warning, "a YAML 1.1 boolean such as yes or on"),
+            Code::DuplicateCidr => (Warning, "a CIDR listed twice"),
+            Code::CoveredCidr => (Warning, "a CIDR inside another listed one"),
+            Code::PaddedPrefix => (Warning, "a prefix length with a leading zero"),
+            Code::EmptyCidrList => (Warning, "nonMasqueradeCIDRs is empty: everything but link-local is masqueraded"),
+            Code::DeprecatedLinkLocal => (Warning, "non-masquerade-daemon's linkLocal key"),
+            Code::ForcedWithoutEffect => (Warning, "a forced CIDR in no non-masquerade range: it changes nothing"),
+            Code::EmptySourceList => (Warning, "masqueradeSourceCIDRs is empty: every source is considered"),
+            Code::SourceFamilyUnscoped => (Warning, "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped"),
+            Code::NoConfigFiles => (Warning, "a --config-dir without ip-masq* files: the defaults apply"),
+            Code::IpmasqExtension => (Info, "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs)"),
+        }
+    }
+
     /// The code as it appears in text and JSON output.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -48,6 +48,7 @@ fn committed_man_pages_and_completions_are_fresh() {
         [
             "ipmasq-agent.8",
             "ipmasq-cleanup.8",
+            "ipmasq-config.5",
             "ipmasq-explain.8",
             "ipmasq-show.8",
             "ipmasq-validate.8",
@@ -61,21 +62,42 @@ fn man_pages_have_the_sections_and_render_without_warnings() {
     for name in files_in(&repo("man")) {
         let path = repo("man").join(&name);
         let text = std::fs::read_to_string(&path).unwrap();
-        for section in [
-            ".SH NAME",
-            ".SH SYNOPSIS",
-            ".SH DESCRIPTION",
-            ".SH EXAMPLES",
-            ".SH \"EXIT STATUS\"",
-            ".SH \"SEE ALSO\"",
-        ] {
+        // Commands (section 8) have examples and exit statuses; the file format (5) has keys,
+        // diagnostics and an example.
+        let command = name.ends_with(".8");
+        let sections: &[&str] = if command {
+            &[
+                ".SH NAME",
+                ".SH SYNOPSIS",
+                ".SH DESCRIPTION",
+                ".SH EXAMPLES",
+                ".SH \"EXIT STATUS\"",
+                ".SH \"SEE ALSO\"",
+            ]
+        } else {
+            &[
+                ".SH NAME",
+                ".SH SYNOPSIS",
+                ".SH DESCRIPTION",
+                ".SH KEYS",
+                ".SH DIAGNOSTICS",
+                ".SH EXAMPLE",
+                ".SH FILES",
+                ".SH \"SEE ALSO\"",
+            ]
+        };
+        for section in sections {
             assert!(text.contains(section), "{name} lacks {section}");
         }
         let title = text
             .lines()
             .find(|l| l.starts_with(".TH "))
             .expect("a .TH line");
-        assert!(title.contains(" 8 "), "{name} is not in section 8: {title}");
+        let want = if command { " 8 " } else { " 5 " };
+        assert!(
+            title.contains(want),
+            "{name} is not in its section: {title}"
+        );
         // As lintian checks pages: any output on stderr is a warning.
         let out = Command::new("man")
             .args(["--warnings", "-E", "UTF-8", "-l", "-Tutf8", "-Z"])

@@ -1,0 +1,33 @@
+complete -c ip-masq-agent -l config -d 'Config file (YAML or JSON); a missing file means upstream\'s defaults' -r -F
+complete -c ip-masq-agent -l config-dir -d 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2\'s layout: lists united, booleans OR\'d, the shortest resyncInterval); replaces --config' -r -F
+complete -c ip-masq-agent -l resync-interval -d 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2\'s flag) or as a Go duration [default: 60]' -r
+complete -c ip-masq-agent -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
+complete -c ip-masq-agent -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
+complete -c ip-masq-agent -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
+complete -c ip-masq-agent -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
+complete -c ip-masq-agent -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
+complete -c ip-masq-agent -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
+complete -c ip-masq-agent -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+nft\t'iptables-nft (the nf_tables kernel API)'
+legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ip-masq-agent -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)' -r
+complete -c ip-masq-agent -l log-format -d 'Log line format' -r -f -a "text\t''
+json\t''"
+complete -c ip-masq-agent -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
+complete -c ip-masq-agent -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
+complete -c ip-masq-agent -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace' -r
+complete -c ip-masq-agent -l logtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
+complete -c ip-masq-agent -l alsologtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
+complete -c ip-masq-agent -l stderrthreshold -r
+complete -c ip-masq-agent -l log-dir -r
+complete -c ip-masq-agent -l log-file -r
+complete -c ip-masq-agent -l log-file-max-size -r
+complete -c ip-masq-agent -l vmodule -r
+complete -c ip-masq-agent -l log-backtrace-at -r
+complete -c ip-masq-agent -l skip-headers -r
+complete -c ip-masq-agent -l add-dir-header -r
+complete -c ip-masq-agent -l once -d 'Sync once, then exit (0 when the rules are in place)'
+complete -c ip-masq-agent -l dry-run -d 'Print the transaction a sync would apply and exit; change nothing'
+complete -c ip-masq-agent -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ip-masq-agent -s V -l version -d 'Print version'

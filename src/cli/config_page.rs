@@ -1,0 +1,107 @@
+//! The text of `ipmasq-config(5)`, the config file's manual: keys and defaults, the YAML 1.1
+//! and Go rules a file is read by, the extensions, how a directory is merged, and every
+//! diagnostic code (from the code list itself, so none can be missing). `generate` renders it.
+
+use crate::config::{Code, Severity, DEFAULT_CIDR_LIMIT, DEFAULT_CONFIG_PATH, RFC1918_RANGES};
+
+/// Escapes text for roff (see `cmd::generate`).
+fn roff(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with('.') || escaped.starts_with('\'') {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
+}
+
+fn section(out: &mut String, title: &str) {
+    out.push_str(&format!(".SH {title}\n"));
+}
+
+fn paragraph(out: &mut String, text: &str) {
+    out.push_str(&format!(".PP\n{}\n", roff(text)));
+}
+
+fn item(out: &mut String, term: &str, text: &str) {
+    out.push_str(&format!(".TP\n.B {}\n{}\n", roff(term), roff(text)));
+}
+
+/// The whole page, in roff.
+pub fn config_page(version: &str) -> String {
+    let mut out = format!(
+        ".TH IPMASQ-CONFIG 5 \"\" \"ipmasq {version}\" \"File Formats\"\n.SH NAME\nipmasq\\-config \\- the ip\\-masq\\-agent configuration file, as ipmasq reads it\n"
+    );
+    section(&mut out, "SYNOPSIS");
+    paragraph(
+        &mut out,
+        &format!("{DEFAULT_CONFIG_PATH} (upstream's DaemonSet mounts the key `config` of the ConfigMap ip-masq-agent there; the packaged systemd unit reads /etc/ipmasq/config.yaml), or every ip-masq* file of a directory given to agent --config-dir."),
+    );
+    section(&mut out, "DESCRIPTION");
+    paragraph(&mut out, "A YAML 1.1 or JSON mapping. A missing file, an empty one, or one holding only comments or null means the defaults. The agent re-reads it on every change of its directory and every resyncInterval; an invalid file is reported (with file, line, column and a hint) and the last valid config stays in force.");
+    section(&mut out, "KEYS");
+    item(
+        &mut out,
+        "nonMasqueradeCIDRs (list of CIDRs)",
+        &format!("Destinations that keep the pod's source address. Default: {}. A list given replaces the defaults (with agent --nomasq-all-reserved-ranges the defaults also hold the reserved ranges); null and [] mean an empty list: everything but link-local is masqueraded. Entries stay in the order written, repeats included, as upstream writes one rule each.", RFC1918_RANGES.join(", ")),
+    );
+    item(
+        &mut out,
+        "cidrLimit (integer)",
+        &format!("The most CIDRs the lists may hold (nonMasqueradeCIDRs plus forceMasqueradeCIDRs; link-local not counted). Default: {DEFAULT_CIDR_LIMIT}. It applies to the default list too."),
+    );
+    item(
+        &mut out,
+        "masqLinkLocal (boolean)",
+        "Masquerade traffic to 169.254.0.0/16 too. Default: false (link-local keeps its source).",
+    );
+    item(
+        &mut out,
+        "masqLinkLocalIPv6 (boolean)",
+        "Masquerade traffic to fe80::/10 too (with --enable-ipv6). Default: false.",
+    );
+    item(&mut out, "resyncInterval (Go duration)", "How often the file is re-read and the rules re-checked, as Go's time.ParseDuration reads it: 60s, 1m30s, 500ms. Default: 60s (or agent --resync-interval). Below 100ms, 100ms is used.");
+    item(&mut out, "forceMasqueradeCIDRs (list of CIDRs; ipmasq extension)", "Destinations masqueraded even inside a non-masquerade range. The longest matching prefix across both lists decides: 10.0.0.0/8 kept with 10.8.0.0/16 forced masquerades exactly 10.8.0.0/16, and 10.8.1.0/24 kept inside that is kept again. The same CIDR in both lists is an error; a forced CIDR in no non-masquerade range changes nothing and is a warning.");
+    item(&mut out, "masqueradeSourceCIDRs (list of CIDRs; ipmasq extension)", "When given, only traffic from these ranges (the pod CIDRs) is masqueraded; other sources leave untouched. A family without a listed range is not scoped; [] means unset.");
+    item(&mut out, "linkLocal (boolean; deprecated)", "non-masquerade-daemon's key, the inverse of masqLinkLocal; read with a warning, and an error when it contradicts masqLinkLocal.");
+    section(&mut out, "READING RULES");
+    paragraph(&mut out, "As upstream (Go's yaml.v2 into encoding/json): keys match case-insensitively; unknown keys are ignored (with a warning and a did-you-mean); the last of duplicate keys wins; only the first YAML document is read; anchors, aliases and merge keys (<<) work.");
+    paragraph(&mut out, "YAML 1.1 scalars: yes, no, on, off, y and n are booleans; 0x40 and 010 are integers; a quoted value is a string, so masqLinkLocal: \"true\" is an error.");
+    paragraph(&mut out, "A CIDR parses strictly (no leading zeros in an IPv4 octet, no whitespace, prefix in range) and must be aligned: 10.1.2.3/16 is an error that names 10.1.0.0/16. An IPv6 CIDR needs agent --enable-ipv6.");
+    section(&mut out, "EXTENSIONS");
+    paragraph(&mut out, "forceMasqueradeCIDRs and masqueradeSourceCIDRs are ipmasq's own. Upstream ip-masq-agent ignores them, so a file using them means something else there. ipmasq validate reports them at info level (never an error, not even with --strict). A file without them yields exactly upstream's rules.");
+    section(&mut out, "MERGED DIRECTORIES");
+    paragraph(&mut out, "With agent --config-dir DIR (ip-masq-agent-v2's layout: a projected volume of several ConfigMaps), every regular file of DIR whose name starts with ip-masq is read, in name order, and merged: lists are unions in that order with repeats dropped (a list no file gives keeps its default); masqLinkLocal and masqLinkLocalIPv6 are OR'd; the shortest resyncInterval wins; the largest cidrLimit given applies to the merged lists. One invalid file rejects the whole merge, naming the file, line and column; a CIDR forced in one file and non-masquerade in another is an error naming both places. ipmasq validate --merged DIR shows the merged lists with the file and line of every entry.");
+    section(&mut out, "DIAGNOSTICS");
+    paragraph(&mut out, "Every finding has a stable code, printed as severity[code] by ipmasq validate and in the agent's log. Errors reject the config; warnings do not (validate --strict makes them errors); infos never fail.");
+    for code in Code::ALL {
+        let (severity, meaning) = code.describe();
+        let severity = match severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        };
+        item(
+            &mut out,
+            &format!("{} ({severity})", code.as_str()),
+            meaning,
+        );
+    }
+    section(&mut out, "EXAMPLE");
+    out.push_str(".PP\n.RS 4\n.nf\n");
+    out.push_str(&roff("nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 192.168.0.0/16\nforceMasqueradeCIDRs:\n  - 10.8.0.0/16\nmasqLinkLocal: false\nresyncInterval: 60s"));
+    out.push_str("\n.fi\n.RE\n");
+    section(&mut out, "FILES");
+    item(
+        &mut out,
+        DEFAULT_CONFIG_PATH,
+        "the agent's default config path (a ConfigMap volume)",
+    );
+    item(
+        &mut out,
+        "/etc/ipmasq/config.yaml",
+        "the config of the packaged systemd unit",
+    );
+    section(&mut out, "\"SEE ALSO\"");
+    out.push_str(".BR ipmasq (8) ,\n.BR ipmasq\\-agent (8) ,\n.BR ipmasq\\-validate (8) ,\n.BR ipmasq\\-explain (8)\n");
+    out
+}
