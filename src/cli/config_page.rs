@@ -4,15 +4,7 @@
 
 use crate::config::{Code, Severity, DEFAULT_CIDR_LIMIT, DEFAULT_CONFIG_PATH, RFC1918_RANGES};
 
-/// Escapes text for roff (see `cmd::generate`).
-fn roff(text: &str) -> String {
-    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
-    if escaped.starts_with('.') || escaped.starts_with('\'') {
-        format!("\\&{escaped}")
-    } else {
-        escaped
-    }
-}
+use crate::cmd::generate::roff_text as roff;
 
 fn section(out: &mut String, title: &str) {
     out.push_str(&format!(".SH {title}\n"));

@@ -8,12 +8,11 @@
 //! live?: {backend, location, action, reason, rule?, unjudged}, liveUnavailable?, agree?}`,
 //! where `outcome` is `masquerade`, `keep-source` or `disagreement`.
 
-use super::show::{agent_config_source, agent_flags, inspect, load_config};
-use super::{choose_backend, Exit};
+use super::show::{agent_config_source, agent_flags, backend_for, inspect, load_config};
+use super::Exit;
 use crate::agent::state::{running_agent, state_dir};
-use crate::backend::select::{choice_by_name, select};
 use crate::backend::{LiveReason, LiveVerdict};
-use crate::cli::{BackendKind, ExplainArgs, IptablesMode, OutputFormat};
+use crate::cli::{ExplainArgs, OutputFormat};
 use crate::config::{Config, ConfigSource, ListName, DEFAULT_CONFIG_PATH};
 use crate::output::{to_json, to_yaml, Styler};
 use crate::plan::{decide, plan_family, Action, Family, Origin, PlanOptions, Reason};
@@ -256,16 +255,7 @@ fn live_answer(
     src: IpAddr,
     dst: IpAddr,
 ) -> (Option<LiveAnswer>, Option<String>) {
-    let agent_choice = agent
-        .filter(|_| {
-            args.backend.iptables_mode == IptablesMode::Auto
-                && args.backend.backend == BackendKind::Iptables
-        })
-        .and_then(|a| choice_by_name(&a.backend));
-    let selected = match agent_choice {
-        Some(choice) => select(choice),
-        None => choose_backend(&args.backend),
-    };
+    let selected = backend_for(&args.backend, agent);
     let backend = selected.backend.as_ref();
     let names = crate::plan::Names {
         chain: flags.masq_chain.clone(),

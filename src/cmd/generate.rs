@@ -24,7 +24,7 @@ pub const COMPLETIONS: [(Shell, &str); 5] = [
 ];
 
 /// Escapes text for roff: backslashes, and a leading `.` or `'` that would read as a request.
-fn roff_text(text: &str) -> String {
+pub(crate) fn roff_text(text: &str) -> String {
     let escaped = text.replace('\\', "\\e").replace('-', "\\-");
     if escaped.starts_with('.') || escaped.starts_with('\'') {
         format!("\\&{escaped}")

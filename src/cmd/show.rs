@@ -402,6 +402,28 @@ pub(super) fn load_config(
     }
 }
 
+/// The backend to read: the running agent's when the flags leave the choice to auto, else
+/// the one the flags pick.
+pub(super) fn backend_for(
+    flags: &crate::cli::BackendFlags,
+    agent: Option<&AgentState>,
+) -> crate::backend::select::Selected {
+    let agent_choice = agent
+        .filter(|_| {
+            flags.iptables_mode == IptablesMode::Auto
+                && flags.backend == crate::cli::BackendKind::Iptables
+        })
+        .and_then(|a| choice_by_name(&a.backend));
+    match agent_choice {
+        Some(choice) => {
+            let mut selected = select(choice);
+            selected.reason = "the running agent's backend".into();
+            selected
+        }
+        None => choose_backend(flags),
+    }
+}
+
 /// Where a running agent reads its config.
 pub(super) fn agent_config_source(agent: &AgentState) -> config::ConfigSource {
     match &agent.config_dir {
@@ -447,21 +469,7 @@ pub fn run(args: &ShowArgs) -> Exit {
         Some(flags) => flags,
         None => args.rules.clone(),
     };
-    let agent_choice = agent
-        .as_ref()
-        .filter(|_| {
-            args.backend.iptables_mode == IptablesMode::Auto
-                && args.backend.backend == crate::cli::BackendKind::Iptables
-        })
-        .and_then(|a| choice_by_name(&a.backend));
-    let selected = match agent_choice {
-        Some(choice) => {
-            let mut selected = select(choice);
-            selected.reason = "the running agent's backend".into();
-            selected
-        }
-        None => choose_backend(&args.backend),
-    };
+    let selected = backend_for(&args.backend, agent.as_ref());
     let backend = selected.backend.as_ref();
     let mut lives = Vec::new();
     for family in Family::ALL {

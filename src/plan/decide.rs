@@ -113,6 +113,19 @@ pub(crate) mod tests {
         }
     }
 
+    /// The golden files' config with the extension keys: forced CIDRs nested both ways (a
+    /// kept block inside a forced one inside a kept one) and one inside link-local.
+    pub(crate) fn extension_config() -> Config {
+        let mut config = Config::defaults(&Options::default());
+        config.non_masquerade_cidrs.extend(
+            ["fd00::/8", "10.8.1.0/24", "fd00:8:1::/48"].map(|c| c.parse::<IpNet>().unwrap()),
+        );
+        config.force_masquerade_cidrs = ["10.8.0.0/16", "fd00:8::/32", "169.254.169.254/32"]
+            .map(|c| c.parse().unwrap())
+            .to_vec();
+        config
+    }
+
     /// A random config for `family`'s property tests: non-masquerade and forced lists with
     /// overlaps, nesting and repeats (never one CIDR in both: the config refuses that),
     /// sometimes source ranges, random link-local flags.

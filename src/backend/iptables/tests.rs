@@ -651,13 +651,7 @@ fn a_foreign_reference_to_our_chain_is_named_and_nothing_removed() {
 /// above stays the proof that configs without the keys render exactly as before.
 #[test]
 fn golden_transactions_with_the_extension_keys() {
-    let mut config = Config::defaults(&Options::default());
-    config.non_masquerade_cidrs.extend(
-        ["fd00::/8", "10.8.1.0/24", "fd00:8:1::/48"].map(|c| c.parse::<ipnet::IpNet>().unwrap()),
-    );
-    config.force_masquerade_cidrs = ["10.8.0.0/16", "fd00:8::/32", "169.254.169.254/32"]
-        .map(|c| c.parse().unwrap())
-        .to_vec();
+    let config = crate::plan::decide::tests::extension_config();
     let mut out = String::new();
     for sources in [
         vec!["10.244.0.0/16", "fd00:244::/48"],

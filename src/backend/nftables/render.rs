@@ -239,7 +239,5 @@ impl DesiredTable {
     }
 }
 
-/// The smallest sorted list of CIDRs for `nets` (see [`crate::plan::intervals::aggregate`]).
-pub(super) fn aggregate(nets: impl Iterator<Item = IpNet>) -> Vec<IpNet> {
-    crate::plan::intervals::aggregate(nets)
-}
+/// The smallest sorted list of CIDRs for a set of CIDRs: what the interval set holds.
+pub(super) use crate::plan::intervals::aggregate;

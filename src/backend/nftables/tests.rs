@@ -270,13 +270,7 @@ fn forced_cidrs_cut_the_kept_set_into_disjoint_blocks() {
 /// so `nft-scripts.txt` stays the proof that configs without them render as before.
 #[test]
 fn golden_nft_scripts_with_the_extension_keys() {
-    let mut config = Config::defaults(&Options::default());
-    config.non_masquerade_cidrs.extend(
-        ["fd00::/8", "10.8.1.0/24", "fd00:8:1::/48"].map(|c| c.parse::<ipnet::IpNet>().unwrap()),
-    );
-    config.force_masquerade_cidrs = ["10.8.0.0/16", "fd00:8::/32", "169.254.169.254/32"]
-        .map(|c| c.parse().unwrap())
-        .to_vec();
+    let mut config = crate::plan::decide::tests::extension_config();
     config.masquerade_source_cidrs = ["10.244.0.0/16", "192.168.0.0/16", "fd00:244::/48"]
         .map(|c| c.parse().unwrap())
         .to_vec();
