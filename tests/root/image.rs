@@ -1,0 +1,304 @@
+//! The container image scripts/build-image makes, run as a DaemonSet runs it: podman inside a
+//! throwaway network namespace, every capability dropped but NET_ADMIN and NET_RAW, a
+//! read-only root, the ConfigMap mounted at /etc/config. Podman never gets a network of its
+//! own here (`--network=ns:` or `none`): its default network would write the host's firewall.
+//!
+//! scripts/test builds the image first and runs these; without podman it skips them and says
+//! so. `IPMASQ_IMAGE` names another image to test.
+
+use super::agent::configmap_dir;
+use super::netns::{wait_until, Netns};
+use crate::util::{Run, Scratch};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+const ADDR: &str = "127.0.0.1:9723";
+
+fn image() -> String {
+    std::env::var("IPMASQ_IMAGE").unwrap_or_else(|_| "localhost/ipmasq:test".into())
+}
+
+/// Podman as it works on Debian 12 as root here: runc, cgroupfs, no default ulimits (they
+/// exceed what the host allows), given through a containers.conf of the test's own.
+struct Podman {
+    conf: PathBuf,
+}
+
+impl Podman {
+    fn new() -> Podman {
+        super::netns::require_root();
+        let conf = super::netns::scratch_file(
+            "containers.conf",
+            "[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = \"runc\"\n\
+             cgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n",
+        );
+        let podman = Podman { conf };
+        let found = podman.run(&["image", "exists", &image()]);
+        assert_eq!(
+            found.code,
+            0,
+            "the image {} is missing: run scripts/build-image (scripts/test does) — {}",
+            image(),
+            found.stderr
+        );
+        podman
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        Command::new("podman")
+            .args(args)
+            .env("CONTAINERS_CONF", &self.conf)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("podman is not installed ({e}): scripts/test installs it"))
+            .into()
+    }
+}
+
+/// A container, force-removed on drop (so a failing test leaves none behind).
+struct Container<'a> {
+    podman: &'a Podman,
+    name: String,
+}
+
+impl Container<'_> {
+    fn logs(&self) -> String {
+        let run = self.podman.run(&["logs", &self.name]);
+        format!("{}{}", run.stdout, run.stderr)
+    }
+}
+
+impl Drop for Container<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .podman
+            .run(&["rm", "--force", "--time", "0", &self.name]);
+    }
+}
+
+/// `podman run` of the image in `ns` the way the DaemonSet runs it; `extra` goes before the
+/// image (podman's options), `args` after it (the agent's).
+fn run_in<'a>(
+    podman: &'a Podman,
+    ns: &Netns,
+    config_dir: &std::path::Path,
+    extra: &[&str],
+    args: &[&str],
+) -> (Container<'a>, Run) {
+    let name = format!("{}-agent", ns.name);
+    let network = format!("--network=ns:/run/netns/{}", ns.name);
+    let volume = format!("{}:/etc/config:ro", config_dir.display());
+    let mut all = vec![
+        "run",
+        "--name",
+        &name,
+        "--pull=never",
+        &network,
+        "--cap-drop=all",
+        "--cap-add=NET_ADMIN,NET_RAW",
+        "--read-only",
+        "--volume",
+        &volume,
+    ];
+    all.extend_from_slice(extra);
+    let image = image();
+    all.push(&image);
+    all.extend_from_slice(args);
+    let run = podman.run(&all);
+    (Container { podman, name }, run)
+}
+
+fn get(ns: &Netns, path: &str) -> (u16, String) {
+    let script = format!(
+        "import urllib.request, urllib.error\n\
+         try:\n    r = urllib.request.urlopen('http://{ADDR}{path}', timeout=5); print(r.status); print(r.read().decode(), end='')\n\
+         except urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode(), end='')\n\
+         except OSError:\n    print(0)\n"
+    );
+    let run = ns.exec(super::netns::PYTHON, &["-c", &script]);
+    assert_eq!(run.code, 0, "GET {path}: {}", run.stderr);
+    let (code, body) = run.stdout.split_once('\n').unwrap_or((&run.stdout, ""));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+const FIRST: &str = "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\nresyncInterval: 1h\n";
+const SECOND: &str = "nonMasqueradeCIDRs:\n  - 172.16.0.0/12\nresyncInterval: 1h\n";
+
+/// The agent in the image: the chain from the mounted config, a ConfigMap swap applied
+/// without waiting for the hour-long resync, /healthz, and exit 0 on SIGTERM with the rules
+/// left in place (upstream's behaviour).
+#[test]
+#[ignore = "needs root and podman with the image scripts/build-image makes: scripts/test runs it"]
+fn image_runs_the_agent_as_a_daemonset_would() {
+    let podman = Podman::new();
+    let ns = Netns::new("image");
+    let config = Scratch::new("image-config");
+    configmap_dir(&config.path, 1, FIRST);
+    let metrics = format!("--metrics-addr={ADDR}");
+    let (agent, started) = run_in(&podman, &ns, &config.path, &["--detach"], &[&metrics]);
+    assert_eq!(started.code, 0, "podman run: {}", started.stderr);
+
+    let has = |needle: &str| ns.save("nft", false, Some("nat")).contains(needle);
+    assert!(
+        wait_until(PATIENCE, || has("-A IP-MASQ-AGENT -d 10.0.0.0/8 ")),
+        "no chain from the mounted config:\n{}\n{}",
+        ns.save("nft", false, Some("nat")),
+        agent.logs()
+    );
+    let saved = ns.save("nft", false, Some("nat"));
+    assert!(
+        saved.contains("-A POSTROUTING -m comment --comment \"ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom IP-MASQ-AGENT chain\" -m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT"),
+        "{saved}"
+    );
+    assert!(saved.contains("-j MASQUERADE --random-fully"), "{saved}");
+    assert!(wait_until(PATIENCE, || get(&ns, "/healthz") == (200, "ok\n".into())));
+
+    configmap_dir(&config.path, 2, SECOND);
+    assert!(
+        wait_until(PATIENCE, || has("-d 172.16.0.0/12 ")
+            && !has("-d 10.0.0.0/8 ")),
+        "the swapped ConfigMap was not applied:\n{}\n{}",
+        ns.save("nft", false, Some("nat")),
+        agent.logs()
+    );
+    assert_eq!(get(&ns, "/readyz").0, 200, "{}", agent.logs());
+
+    let killed = podman.run(&["kill", "--signal", "TERM", &agent.name]);
+    assert_eq!(killed.code, 0, "podman kill: {}", killed.stderr);
+    let waited = podman.run(&["wait", &agent.name]);
+    assert_eq!(waited.code, 0, "podman wait: {}", waited.stderr);
+    assert_eq!(waited.stdout.trim(), "0", "exit status\n{}", agent.logs());
+    let logs = agent.logs();
+    assert!(
+        logs.contains("stopping; rules stay in place signal=\"SIGTERM\""),
+        "{logs}"
+    );
+    assert!(!logs.contains("ERROR") && !logs.contains("WARN"), "{logs}");
+    assert!(has("-d 172.16.0.0/12 "), "rules stay after SIGTERM");
+}
+
+/// The other backends' tools work inside the image (legacy iptables, nft), IPv6 included,
+/// and the multi-call binary answers under its own name.
+#[test]
+#[ignore = "needs root and podman with the image scripts/build-image makes: scripts/test runs it"]
+fn image_carries_every_backends_tools() {
+    let podman = Podman::new();
+    let config = Scratch::new("image-backends");
+    configmap_dir(&config.path, 1, FIRST);
+
+    let ns = Netns::new("image-legacy");
+    let (agent, run) = run_in(
+        &podman,
+        &ns,
+        &config.path,
+        &[],
+        &["--once", "--iptables-mode=legacy", "--enable-ipv6"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stderr, agent.logs());
+    assert!(ns
+        .save("legacy", false, Some("nat"))
+        .contains("-A IP-MASQ-AGENT -d 10.0.0.0/8 "));
+    let saved6 = ns.save("legacy", true, Some("nat"));
+    assert!(
+        saved6.contains("-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\" -j MASQUERADE"),
+        "{saved6}"
+    );
+    drop(agent);
+
+    let ns = Netns::new("image-nft");
+    let (agent, run) = run_in(
+        &podman,
+        &ns,
+        &config.path,
+        &[],
+        &["--once", "--backend=nftables"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stderr, agent.logs());
+    let listed = ns.exec("nft", &["list", "ruleset"]).stdout;
+    assert!(listed.contains("10.0.0.0/8"), "{listed}");
+    assert!(listed.contains("masquerade"), "{listed}");
+    drop(agent);
+
+    let ns = Netns::new("image-validate");
+    let (validator, run) = run_in(
+        &podman,
+        &ns,
+        &config.path,
+        &["--entrypoint", "/usr/sbin/ipmasq"],
+        &["validate", "/etc/config/ip-masq-agent", "-o", "json"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stderr, validator.logs());
+    assert!(run.stdout.contains("\"valid\": true"), "{}", run.stdout);
+}
+
+/// What the image holds: the agent and its tools, the packages' copyrights and dpkg records
+/// for scanners; no shell, no apt, no docs or locales.
+#[test]
+#[ignore = "needs root and podman with the image scripts/build-image makes: scripts/test runs it"]
+fn image_holds_only_what_the_agent_needs() {
+    let podman = Podman::new();
+    let name = format!("ipmasq-image-contents-{}", std::process::id());
+    let created = podman.run(&["create", "--name", &name, "--network=none", &image()]);
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    let container = Container {
+        podman: &podman,
+        name,
+    };
+    let dir = Scratch::new("image-contents");
+    let tar = dir.path.join("image.tar");
+    let exported = podman.run(&[
+        "export",
+        "--output",
+        &tar.display().to_string(),
+        &container.name,
+    ]);
+    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let listing = Command::new("tar")
+        .arg("-tf")
+        .arg(&tar)
+        .output()
+        .expect("tar -t");
+    let files: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .map(|l| l.trim_start_matches("./").trim_end_matches('/').to_string())
+        .collect();
+    let has = |path: &str| files.iter().any(|f| f == path);
+    for needed in [
+        "usr/sbin/ipmasq",
+        "usr/bin/ip-masq-agent",
+        "usr/sbin/iptables-nft-restore",
+        "usr/sbin/iptables-legacy-save",
+        "usr/sbin/ip6tables-nft-save",
+        "usr/sbin/nft",
+        "var/lib/dpkg/status.d/iptables",
+        "var/lib/dpkg/status.d/nftables",
+        "usr/share/doc/iptables/copyright",
+    ] {
+        assert!(has(needed), "{needed} missing from the image");
+    }
+    for absent in [
+        "usr/bin/sh",
+        "usr/bin/bash",
+        "usr/bin/apt",
+        "usr/bin/dpkg",
+        "usr/bin/perl",
+    ] {
+        assert!(!has(absent), "{absent} is in the image");
+    }
+    let extra_docs: Vec<&String> = files
+        .iter()
+        .filter(|f| {
+            (f.starts_with("usr/share/doc/")
+                && f.matches('/').count() > 3
+                && !f.ends_with("/copyright"))
+                || f.starts_with("usr/share/locale/")
+                || f.starts_with("usr/share/man/")
+        })
+        .collect();
+    assert!(
+        extra_docs.is_empty(),
+        "docs or locales kept: {extra_docs:?}"
+    );
+}
