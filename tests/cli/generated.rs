@@ -1,6 +1,6 @@
 //! The generated man pages and completions: committed copies match a fresh generation, the
 //! pages render with `man` without warnings, each completion script loads in its shell, and
-//! the Containerfile runs the agent as upstream's image does.
+//! the Containerfile only copies onto the imported base and keeps upstream's entrypoint.
 
 use crate::util::{ipmasq, Scratch};
 use std::path::Path;
