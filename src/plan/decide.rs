@@ -236,6 +236,35 @@ pub(crate) mod tests {
         }
     }
 
+    /// Walks `packets` random packets of `set`'s family through `live` (a backend's reading of
+    /// the rules it wrote) and asserts every walk is fully judged and gives both `decide`'s
+    /// verdict and the longest prefix's.
+    pub(crate) fn assert_live_walk_agrees(
+        rng: &mut Rng,
+        config: &Config,
+        set: &Ruleset,
+        live: &crate::backend::Inspection,
+        round: usize,
+        packets: usize,
+    ) {
+        for _ in 0..packets {
+            let dst = rng.addr(set.family);
+            let src = random_source(rng, config, set.family);
+            let walked = live.evaluate(src, dst);
+            assert!(walked.unjudged.is_empty(), "round {round}: {walked:?}");
+            assert_eq!(
+                walked.action,
+                decide(set, src, dst).action,
+                "round {round}: {src} -> {dst}"
+            );
+            assert_eq!(
+                walked.action,
+                longest_prefix_verdict(config, src, dst),
+                "round {round}: {src} -> {dst} with {config:?}"
+            );
+        }
+    }
+
     #[test]
     fn property_decide_is_the_longest_prefix_across_both_lists() {
         let mut rng = Rng(0x5eed_0009_f0ce_d00d);

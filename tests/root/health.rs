@@ -9,10 +9,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const PATIENCE: Duration = Duration::from_secs(20);
-const ADDR: &str = "127.0.0.1:9723";
+pub(super) const ADDR: &str = "127.0.0.1:9723";
 
 /// GET inside the namespace: (status, body).
-fn get(ns: &Netns, path: &str) -> (u16, String) {
+pub(super) fn get(ns: &Netns, path: &str) -> (u16, String) {
     let script = format!(
         "import urllib.request, urllib.error\n\
          try:\n    r = urllib.request.urlopen('http://{ADDR}{path}', timeout=5); print(r.status); print(r.read().decode(), end='')\n\

@@ -7,6 +7,7 @@
 //! so. `IPMASQ_IMAGE` names another image to test.
 
 use super::agent::configmap_dir;
+use super::health::{get, ADDR};
 use super::netns::{wait_until, Netns};
 use crate::util::{Run, Scratch};
 use std::path::PathBuf;
@@ -14,7 +15,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const PATIENCE: Duration = Duration::from_secs(20);
-const ADDR: &str = "127.0.0.1:9723";
 
 fn image() -> String {
     std::env::var("IPMASQ_IMAGE").unwrap_or_else(|_| "localhost/ipmasq:test".into())
@@ -108,19 +108,6 @@ fn run_in<'a>(
     all.extend_from_slice(args);
     let run = podman.run(&all);
     (Container { podman, name }, run)
-}
-
-fn get(ns: &Netns, path: &str) -> (u16, String) {
-    let script = format!(
-        "import urllib.request, urllib.error\n\
-         try:\n    r = urllib.request.urlopen('http://{ADDR}{path}', timeout=5); print(r.status); print(r.read().decode(), end='')\n\
-         except urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode(), end='')\n\
-         except OSError:\n    print(0)\n"
-    );
-    let run = ns.exec(super::netns::PYTHON, &["-c", &script]);
-    assert_eq!(run.code, 0, "GET {path}: {}", run.stderr);
-    let (code, body) = run.stdout.split_once('\n').unwrap_or((&run.stdout, ""));
-    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 const FIRST: &str = "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\nresyncInterval: 1h\n";

@@ -457,8 +457,8 @@ fn iptables_version_names_its_variant() {
 /// random configs and addresses in both families.
 #[test]
 fn property_rendered_rules_agree_with_decide() {
-    use crate::plan::decide::tests::{longest_prefix_verdict, random_config, random_source, Rng};
-    use crate::plan::{decide, Family};
+    use crate::plan::decide::tests::{assert_live_walk_agrees, random_config, Rng};
+    use crate::plan::Family;
     let mut rng = Rng(0x0dd_ba11_cafe_f00d);
     for round in 0..300 {
         let family = if round % 2 == 0 {
@@ -495,24 +495,9 @@ fn property_rendered_rules_agree_with_decide() {
             text: String::new(),
             counters: None,
         });
-        for _ in 0..40 {
-            let dst = rng.addr(family);
-            let src = random_source(&mut rng, &config, family);
-            // Every packet here is TCP, so a protocol match always holds and a probability
-            // match may or may not: either way the rule is a MASQUERADE.
-            let walked = live.evaluate(src, dst);
-            assert!(walked.unjudged.is_empty(), "round {round}: {walked:?}");
-            assert_eq!(
-                walked.action,
-                decide(&set, src, dst).action,
-                "round {round}: {src} -> {dst}"
-            );
-            assert_eq!(
-                walked.action,
-                longest_prefix_verdict(&config, src, dst),
-                "round {round}: {src} -> {dst} with {config:?}"
-            );
-        }
+        // Every packet here is TCP, so a protocol match always holds and a probability
+        // match may or may not: either way the rule is a MASQUERADE.
+        assert_live_walk_agrees(&mut rng, &config, &set, &live, round, 40);
     }
 }
 

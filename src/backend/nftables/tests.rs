@@ -200,8 +200,7 @@ fn aggregation_equals_ipnets() {
 /// prefix's, both families, with forced CIDRs, nesting, repeats and source ranges.
 #[test]
 fn property_the_table_agrees_with_decide() {
-    use crate::plan::decide;
-    use crate::plan::decide::tests::{longest_prefix_verdict, random_config, random_source, Rng};
+    use crate::plan::decide::tests::{assert_live_walk_agrees, random_config, Rng};
     let mut rng = Rng(0x7ab1_e5e7_0f0d_d5ee);
     for round in 0..300 {
         let family = if round % 2 == 0 {
@@ -217,22 +216,7 @@ fn property_the_table_agrees_with_decide() {
         let set = plan_family(&config, &options, family);
         let table = DesiredTable::new(&set).unwrap();
         let live = super::live::LiveTable::written(&table).inspection(String::new());
-        for _ in 0..60 {
-            let dst = rng.addr(family);
-            let src = random_source(&mut rng, &config, family);
-            let walked = live.evaluate(src, dst);
-            assert!(walked.unjudged.is_empty(), "round {round}: {walked:?}");
-            assert_eq!(
-                walked.action,
-                decide(&set, src, dst).action,
-                "round {round}: {src} -> {dst}"
-            );
-            assert_eq!(
-                walked.action,
-                longest_prefix_verdict(&config, src, dst),
-                "round {round}: {src} -> {dst} with {config:?}"
-            );
-        }
+        assert_live_walk_agrees(&mut rng, &config, &set, &live, round, 60);
     }
 }
 
