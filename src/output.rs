@@ -94,30 +94,28 @@ pub fn render_diagnostic(
     let gutter_width = diag.location.map_or(1, |l| l.line.to_string().len());
     let pad = " ".repeat(gutter_width);
     if let (Some(location), Some(source)) = (diag.location, source) {
-        if let Some(line_text) = source.lines().nth(location.line.saturating_sub(1)) {
+        if let Some(line_text) = line_at(source, location) {
             let line_text = line_text.trim_end_matches('\r');
-            let prefix: String = line_text
-                .chars()
-                .take(location.column.saturating_sub(1))
-                .map(|c| if c == '\t' { '\t' } else { ' ' })
-                .collect();
             let covered = source
                 .get(location.offset..location.end_offset)
                 .filter(|t| !t.contains('\n'))
                 .map_or(1, |t| t.chars().count().max(1));
+            let snippet = Snippet::of(line_text, location.column.saturating_sub(1), covered);
             out.push_str(&format!(
-                "{} {line_text}\n",
-                style.gutter(&format!("{:>gutter_width$} |", location.line))
+                "{} {}\n",
+                style.gutter(&format!("{:>gutter_width$} |", location.line)),
+                snippet.text
             ));
-            let carets = "^".repeat(covered);
+            let carets = "^".repeat(snippet.carets);
             let carets = match diag.severity {
                 Severity::Error => style.error(&carets),
                 Severity::Warning => style.warning(&carets),
                 Severity::Info => style.hint(&carets),
             };
             out.push_str(&format!(
-                "{} {prefix}{carets}\n",
-                style.gutter(&format!("{pad} |"))
+                "{} {}{carets}\n",
+                style.gutter(&format!("{pad} |")),
+                snippet.caret_prefix
             ));
         }
     }
@@ -129,6 +127,84 @@ pub fn render_diagnostic(
         ));
     }
     out
+}
+
+/// The source line a location is on, found from its byte offset (no scan from the top, so
+/// rendering many findings of a large file stays linear); by line number when the offset does
+/// not point into the text.
+fn line_at(source: &str, location: crate::config::yaml::Location) -> Option<&str> {
+    let offset = location.offset;
+    if location.line > 0 && offset <= source.len() && source.is_char_boundary(offset) {
+        let start = source[..offset].rfind('\n').map_or(0, |i| i + 1);
+        let end = source[offset..]
+            .find('\n')
+            .map_or(source.len(), |i| offset + i);
+        let counted = location.line == 1 || start > 0;
+        if counted {
+            return Some(&source[start..end]);
+        }
+    }
+    source.lines().nth(location.line.saturating_sub(1))
+}
+
+/// Widest source line shown under a finding, in characters; a longer line is shown as a
+/// window around the finding, so a 4 MB one-line file prints a short snippet, not 4 MB per
+/// finding.
+const SNIPPET_CHARS: usize = 120;
+/// How much of the line before the finding the window keeps.
+const SNIPPET_LEAD: usize = 40;
+
+/// A window of one source line and where the carets go under it.
+struct Snippet {
+    text: String,
+    /// Blanks (tabs kept, so carets line up) up to the finding.
+    caret_prefix: String,
+    carets: usize,
+}
+
+impl Snippet {
+    fn of(line: &str, column: usize, covered: usize) -> Snippet {
+        let total = line.chars().count();
+        let (skip, ellipsis_before) = if total <= SNIPPET_CHARS || column <= SNIPPET_LEAD {
+            (0, false)
+        } else {
+            (column - SNIPPET_LEAD, true)
+        };
+        let window: String = line.chars().skip(skip).take(SNIPPET_CHARS).collect();
+        let ellipsis_after = skip + SNIPPET_CHARS < total;
+        let mut text = String::with_capacity(window.len() + 8);
+        let mut caret_prefix = String::new();
+        if ellipsis_before {
+            text.push('…');
+            caret_prefix.push(' ');
+        }
+        // Control characters in the file are shown escaped (a config cannot recolour the
+        // terminal of whoever validates it); tabs stay, so the carets line up under them.
+        for (i, c) in window.chars().enumerate() {
+            let shown = if c == '\t' {
+                std::borrow::Cow::Borrowed("\t")
+            } else {
+                printable(c.encode_utf8(&mut [0; 4])).into_owned().into()
+            };
+            if i < column - skip {
+                if c == '\t' {
+                    caret_prefix.push('\t');
+                } else {
+                    caret_prefix.extend(std::iter::repeat_n(' ', shown.chars().count()));
+                }
+            }
+            text.push_str(&shown);
+        }
+        if ellipsis_after {
+            text.push('…');
+        }
+        let room = SNIPPET_CHARS.saturating_sub(column - skip).max(1);
+        Snippet {
+            text,
+            caret_prefix,
+            carets: covered.min(room),
+        }
+    }
 }
 
 /// Pretty JSON with a trailing newline.
@@ -205,6 +281,34 @@ mod tests {
              2 |   - 10.1.2.3/16\n\
             \x20 |     ^^^^^^^^^^^\n\
             \x20 = hint: did you mean 10.1.0.0/16?\n"
+        );
+    }
+
+    #[test]
+    fn a_long_line_is_shown_as_a_window_around_the_finding() {
+        let line = format!(
+            "nonMasqueradeCIDRs: [{}]",
+            vec!["10.1.2.3/8"; 20_000].join(", ")
+        );
+        let text = format!("{line}\n");
+        let d = check_text(&text, &Options::default());
+        let out = d
+            .diagnostics()
+            .iter()
+            .map(|diag| render_diagnostic(&Styler::plain(), "c.yaml", Some(&text), diag))
+            .collect::<String>();
+        assert!(out.len() < 10_000, "{} bytes", out.len());
+        assert!(out.contains("more [cidr-not-aligned] findings"), "{out}");
+        // The carets still sit under the finding they mark.
+        let later = d.diagnostics()[5].location.unwrap();
+        let one = render_diagnostic(&Styler::plain(), "c.yaml", Some(&text), &d.diagnostics()[5]);
+        let lines: Vec<&str> = one.lines().collect();
+        let caret_at = lines[2].chars().position(|c| c == '^').unwrap();
+        let shown: String = lines[1].chars().skip(caret_at).collect();
+        assert!(
+            shown.starts_with("10.1.2.3/8"),
+            "{shown:?} (column {})",
+            later.column
         );
     }
 

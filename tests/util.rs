@@ -93,3 +93,32 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+/// Runs `ipmasq ARGS...` and reports its peak resident memory in KiB (the kernel's `ru_maxrss`
+/// of the waited-for child, read by python3's `resource`), with its output.
+pub fn ipmasq_peak_rss(args: &[&str]) -> (Run, u64) {
+    const MEASURE: &str = "import resource, subprocess, sys\n\
+        p = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, capture_output=True)\n\
+        sys.stdout.buffer.write(p.stdout)\n\
+        sys.stderr.buffer.write(p.stderr)\n\
+        sys.stderr.write('\\npeak-rss-kib=%d exit=%d\\n' % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode))\n";
+    let program = binary();
+    let mut full = vec!["-c", MEASURE, program.to_str().expect("UTF-8 path")];
+    full.extend_from_slice(args);
+    let mut run = run_program(Path::new("python3"), &full, None);
+    let tail = run
+        .stderr
+        .rfind("\npeak-rss-kib=")
+        .expect("python3 reports the peak");
+    let report = run.stderr.split_off(tail);
+    let field = |name: &str| -> i64 {
+        let start = report.find(name).expect("field") + name.len();
+        report[start..]
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a number")
+    };
+    run.code = field("exit=") as i32;
+    (run, field("peak-rss-kib=") as u64)
+}

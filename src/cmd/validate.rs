@@ -132,6 +132,13 @@ pub struct JsonDiagnostic {
     pub column: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// On a line that stands for findings not listed (repeats of one code): how many.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub folded: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl From<&Diagnostic> for JsonDiagnostic {
@@ -144,6 +151,7 @@ impl From<&Diagnostic> for JsonDiagnostic {
             line: d.location.map(|l| l.line),
             column: d.location.map(|l| l.column),
             hint: d.hint.clone(),
+            folded: d.folded,
         }
     }
 }
@@ -165,11 +173,16 @@ impl Entry {
                 d.severity = Severity::Error;
             }
         }
-        let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+        let errors = diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(Diagnostic::count)
+            .sum();
         let warnings = diagnostics
             .iter()
             .filter(|d| d.severity == Severity::Warning)
-            .count();
+            .map(Diagnostic::count)
+            .sum();
         let valid = errors == 0 && config.is_some();
         Entry {
             path: path.to_string(),

@@ -3,7 +3,7 @@
 //! key keeps its default) and validating it, collecting every error and warning on the way.
 
 use super::cidr::{has_padded_prefix, parse_cidr, CidrError};
-use super::diagnostic::{Code, Diagnostic};
+use super::diagnostic::{push_finding, Code, Diagnostic};
 use super::duration::{parse_go_duration, GoDuration};
 use super::yaml::{parse_stream, Location, Node, Resolved, Stream, Value, YamlError};
 use super::{default_cidrs, Checked, Config, ListName, Options, Place, Provenance};
@@ -232,7 +232,8 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
         Value::Mapping(entries) => entries,
         Value::Scalar(s) if s.resolve() == Resolved::Null => &[],
         _ => {
-            diags.push(
+            push_finding(
+                &mut diags,
                 Diagnostic::error(
                     Code::NotAMapping,
                     format!(
@@ -250,7 +251,7 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
     let entries = match expand_merge_keys(entries) {
         Ok(entries) => entries,
         Err(d) => {
-            diags.push(d);
+            push_finding(&mut diags, d);
             return Checked::rejected(diags);
         }
     };
@@ -259,7 +260,8 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
     let mut assigned: Vec<(Field, Assigned)> = Vec::new();
     for (key, value, from_merge) in entries {
         let Some(text) = key_text(key) else {
-            diags.push(
+            push_finding(
+                &mut diags,
                 Diagnostic::error(
                     Code::UnsupportedKey,
                     format!("a key must be a plain string, not {}", key.kind_name()),
@@ -280,11 +282,12 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
                     supported_keys().collect::<Vec<_>>().join(", ")
                 ));
             }
-            diags.push(d);
+            push_finding(&mut diags, d);
             continue;
         };
         if text != field.canonical() {
-            diags.push(
+            push_finding(
+                &mut diags,
                 Diagnostic::warning(
                     Code::KeyCase,
                     format!(
@@ -297,7 +300,8 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
             );
         }
         if let Some(effect) = field.extension() {
-            diags.push(
+            push_finding(
+                &mut diags,
                 Diagnostic::info(
                     Code::IpmasqExtension,
                     format!(
@@ -312,7 +316,8 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
         if let Some((_, earlier)) = assigned.iter().find(|(f, _)| *f == field) {
             // Overriding a value brought in by a merge key (`<<`) is what merges are for.
             if !(from_merge || earlier.from_merge) {
-                diags.push(
+                push_finding(
+                    &mut diags,
                     Diagnostic::warning(
                         Code::DuplicateKey,
                         format!(
@@ -467,7 +472,7 @@ pub(super) fn check_across_lists(config: &Config, options: &Options, diags: &mut
         let place = config.place(ListName::Force, i);
         if let Some(&k) = kept.get(forced) {
             let other = config.place(ListName::NonMasquerade, k);
-            diags.push(at(
+            push_finding(diags, at(
                 Diagnostic::error(
                     Code::ForcedAndKept,
                     format!(
@@ -493,7 +498,7 @@ pub(super) fn check_across_lists(config: &Config, options: &Options, diags: &mut
             .any(|k| k.contains(forced) && k != forced)
             || (link_local_kept && family_link_local.contains(forced));
         if !inside_kept {
-            diags.push(at(
+            push_finding(diags, at(
                 Diagnostic::warning(
                     Code::ForcedWithoutEffect,
                     format!(
@@ -517,7 +522,7 @@ pub(super) fn check_across_lists(config: &Config, options: &Options, diags: &mut
                 .iter()
                 .any(|n| n.addr().is_ipv6() == *v6)
             {
-                diags.push(at(
+                push_finding(diags, at(
                     Diagnostic::warning(
                         Code::SourceFamilyUnscoped,
                         format!(
@@ -552,7 +557,7 @@ fn decode_list<'a>(
             if let Some(text) = a.value.as_str() {
                 d = d.hint(format!("write it as a list: `{key}: [{text}]`"));
             }
-            diags.push(d);
+            push_finding(diags, d);
             None
         }
     }
@@ -563,7 +568,7 @@ fn decode_list<'a>(
 fn decode_cidr_list<'a>(a: &Assigned<'a>, diags: &mut Vec<Diagnostic>) -> Option<Vec<&'a Node>> {
     match &a.value.value {
         Value::Scalar(s) if s.resolve() == Resolved::Null => {
-            diags.push(empty_list_warning(a.key.location));
+            push_finding(diags, empty_list_warning(a.key.location));
             Some(Vec::new())
         }
         _ => decode_list(
@@ -581,7 +586,7 @@ fn decode_cidr_limit(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<i64> {
         IntValue::Absent => None,
         IntValue::Int(v) => Some(v),
         IntValue::Invalid => {
-            diags.push(wrong_type(a, "an integer"));
+            push_finding(diags, wrong_type(a, "an integer"));
             None
         }
     }
@@ -611,7 +616,7 @@ fn decode_legacy_link_local(
             Some(m) => {
                 if let Some(masq) = decode_bool(m, &mut Vec::new()) {
                     if masq != replacement {
-                        diags.push(
+                        push_finding(diags,
                             Diagnostic::error(
                                 Code::LinkLocalConflict,
                                 format!(
@@ -628,7 +633,7 @@ fn decode_legacy_link_local(
             None => result = Some(replacement),
         }
     }
-    diags.push(note);
+    push_finding(diags, note);
     result
 }
 
@@ -653,13 +658,13 @@ fn decode_resync(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<GoDuration
         } else {
             d.hint("write a Go duration such as `60s`")
         };
-        diags.push(d);
+        push_finding(diags, d);
         return None;
     };
     match parse_go_duration(text) {
         Ok(d) if d.0 > 0 && d < super::MIN_RESYNC_INTERVAL => {
             let floor = super::MIN_RESYNC_INTERVAL;
-            diags.push(
+            push_finding(diags,
                 Diagnostic::warning(
                     Code::ResyncBelowFloor,
                     format!("{KEY_RESYNC} {d} is below the floor of {floor}; {floor} is used"),
@@ -673,7 +678,8 @@ fn decode_resync(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<GoDuration
         }
         Ok(d) if d.0 > 0 => Some(d),
         Ok(d) => {
-            diags.push(
+            push_finding(
+                diags,
                 Diagnostic::error(
                     Code::NonPositiveDuration,
                     format!("{KEY_RESYNC} must be positive, got {d}"),
@@ -684,7 +690,7 @@ fn decode_resync(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<GoDuration
             None
         }
         Err(err) => {
-            diags.push(
+            push_finding(diags,
                 Diagnostic::error(Code::InvalidDuration, err.to_string())
                     .at(a.value.location)
                     .hint("write a Go duration: a number and a unit (ns, us, ms, s, m, h), e.g. `60s`, `1m30s`"),
@@ -732,7 +738,8 @@ pub(super) fn check_cidr_limit(
 ) {
     let total = count + forced;
     if cidr_limit < 0 {
-        diags.push(
+        push_finding(
+            diags,
             Diagnostic::error(
                 Code::NegativeCidrLimit,
                 format!("{KEY_CIDR_LIMIT} must not be negative, got {cidr_limit}"),
@@ -749,7 +756,7 @@ pub(super) fn check_cidr_limit(
         } else {
             String::new()
         };
-        diags.push(
+        push_finding(diags,
             Diagnostic::error(
                 Code::CidrLimitExceeded,
                 format!(
@@ -781,7 +788,8 @@ fn parse_cidr_nodes(
             Value::Scalar(s) if s.resolve() == Resolved::Null => {
                 written.push((String::new(), Some(node.location)))
             }
-            _ => diags.push(
+            _ => push_finding(
+                diags,
                 Diagnostic::error(
                     Code::WrongType,
                     format!(
@@ -799,7 +807,8 @@ fn parse_cidr_nodes(
         match parse_cidr(text) {
             Ok(net) => {
                 if has_padded_prefix(text) {
-                    diags.push(
+                    push_finding(
+                        diags,
                         Diagnostic::warning(
                             Code::PaddedPrefix,
                             format!("prefix length of {text:?} has a leading zero"),
@@ -809,7 +818,7 @@ fn parse_cidr_nodes(
                     );
                 }
                 if net.addr().is_ipv6() && !options.enable_ipv6 {
-                    diags.push(
+                    push_finding(diags,
                         Diagnostic::error(
                             Code::Ipv6NotEnabled,
                             format!(
@@ -836,7 +845,8 @@ fn parse_cidr_nodes(
                             .to_string(),
                     ),
                 };
-                diags.push(
+                push_finding(
+                    diags,
                     Diagnostic::error(code, err.to_string())
                         .at_opt(*location)
                         .hint(hint),
@@ -892,14 +902,15 @@ fn decode_int(node: &Node) -> IntValue {
 /// A boolean; null keeps the default (None), and so does a wrong value (reported).
 fn decode_bool(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<bool> {
     let Some(scalar) = a.value.as_scalar() else {
-        diags.push(wrong_type(a, "true or false"));
+        push_finding(diags, wrong_type(a, "true or false"));
         return None;
     };
     match scalar.resolve() {
         Resolved::Null => None,
         Resolved::Bool(v) => {
             if scalar.is_yaml11_only_bool() {
-                diags.push(
+                push_finding(
+                    diags,
                     Diagnostic::warning(
                         Code::Yaml11Boolean,
                         format!("`{}` is read as {v} (a YAML 1.1 boolean)", scalar.text),
@@ -921,11 +932,11 @@ fn decode_bool(a: &Assigned, diags: &mut Vec<Diagnostic>) -> Option<bool> {
             ) {
                 d = d.hint(format!("remove the quotes: `{}`", scalar.text));
             }
-            diags.push(d);
+            push_finding(diags, d);
             None
         }
         _ => {
-            diags.push(wrong_type(a, "true or false"));
+            push_finding(diags, wrong_type(a, "true or false"));
             None
         }
     }

@@ -182,6 +182,30 @@ impl Code {
     }
 }
 
+/// Findings of one code listed before the rest are folded into one line ("and N more"): a
+/// file with 52,000 duplicate keys makes 10 warnings and a count, not 52,000 log lines.
+pub const SHOWN_PER_CODE: usize = 10;
+/// The longest message or hint kept, in characters: text quoted from the file (a key, a
+/// CIDR) is cut there, so a 100 kB key never makes a 100 kB log line.
+pub const MAX_TEXT_CHARS: usize = 240;
+
+/// `text` with control characters escaped (a key in the file cannot drive the terminal that
+/// shows the finding), cut to [`MAX_TEXT_CHARS`] characters, marked with an ellipsis and how
+/// much was cut.
+pub fn clip(text: String) -> String {
+    let text = match crate::output::printable(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    };
+    match text.char_indices().nth(MAX_TEXT_CHARS) {
+        None => text,
+        Some((end, _)) => {
+            let cut = text.len() - end;
+            format!("{}… ({cut} more bytes)", &text[..end])
+        }
+    }
+}
+
 /// One finding.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Diagnostic {
@@ -192,6 +216,9 @@ pub struct Diagnostic {
     pub hint: Option<String>,
     /// The file the location is in, when one report covers several files (a merged dir).
     pub file: Option<std::sync::Arc<str>>,
+    /// When this line stands for findings that were not listed (see [`fold_repeats`]): how
+    /// many. 0 for an ordinary finding.
+    pub folded: usize,
 }
 
 impl Diagnostic {
@@ -199,10 +226,11 @@ impl Diagnostic {
         Diagnostic {
             severity: Severity::Error,
             code,
-            message: message.into(),
+            message: clip(message.into()),
             location: None,
             hint: None,
             file: None,
+            folded: 0,
         }
     }
 
@@ -237,8 +265,13 @@ impl Diagnostic {
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
+        self.hint = Some(clip(hint.into()));
         self
+    }
+
+    /// How many findings this line counts for: itself, or the ones it folds.
+    pub fn count(&self) -> usize {
+        self.folded.max(1)
     }
 
     pub fn is_error(&self) -> bool {
@@ -263,5 +296,117 @@ impl Diagnostic {
             out.push(')');
         }
         out
+    }
+}
+
+/// How long a list of findings may grow before its repeats are folded while checking.
+const FOLD_AT: usize = 1024;
+
+/// Adds a finding; when the list has grown long, folds its repeats at once, so a file with
+/// 200,000 bad entries never holds 200,000 findings (amortised: one linear fold per 1,024
+/// findings added at the most, and a fold leaves far fewer).
+pub fn push_finding(diagnostics: &mut Vec<Diagnostic>, finding: Diagnostic) {
+    diagnostics.push(finding);
+    if diagnostics.len() >= FOLD_AT {
+        fold_repeats(diagnostics);
+    }
+}
+
+/// Keeps the first [`SHOWN_PER_CODE`] findings of each code and folds the rest of that code into
+/// one line that says how many there were (at the first one left out, with its severity), so
+/// validity and counts are unchanged. Lines folded before are folded again, never twice.
+/// One pass, linear in the number of findings.
+pub fn fold_repeats(diagnostics: &mut Vec<Diagnostic>) {
+    use std::collections::HashMap;
+    let mut shown: HashMap<Code, usize> = HashMap::new();
+    // Per code: the first finding left out (or an earlier fold) and how many are left out.
+    let mut left_out: HashMap<Code, (Diagnostic, usize)> = HashMap::new();
+    let mut order = Vec::new();
+    diagnostics.retain(|d| {
+        let listed = shown.entry(d.code).or_default();
+        if d.folded == 0 && *listed < SHOWN_PER_CODE {
+            *listed += 1;
+            return true;
+        }
+        match left_out.get_mut(&d.code) {
+            Some((first, n)) => {
+                *n += d.count();
+                if d.severity < first.severity {
+                    first.severity = d.severity;
+                }
+            }
+            None => {
+                order.push(d.code);
+                left_out.insert(d.code, (d.clone(), d.count()));
+            }
+        }
+        false
+    });
+    for code in order {
+        let Some((first, n)) = left_out.remove(&code) else {
+            continue;
+        };
+        let mut line = Diagnostic {
+            message: format!(
+                "and {n} more [{}] finding{} like the ones above, not listed",
+                code.as_str(),
+                if n == 1 { "" } else { "s" }
+            ),
+            hint: Some(format!(
+                "only the first {SHOWN_PER_CODE} of each kind are listed; fix those and check again"
+            )),
+            folded: n,
+            ..first
+        };
+        if line.folded == 0 {
+            line.folded = 1;
+        }
+        diagnostics.push(line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_fold_into_one_counted_line() {
+        let mut diags: Vec<Diagnostic> = (0..52_422)
+            .map(|i| Diagnostic::warning(Code::DuplicateKey, format!("dup {i}")))
+            .chain(std::iter::once(Diagnostic::error(Code::InvalidCidr, "bad")))
+            .collect();
+        fold_repeats(&mut diags);
+        assert_eq!(diags.len(), SHOWN_PER_CODE + 2);
+        let total: usize = diags.iter().map(Diagnostic::count).sum();
+        assert_eq!(total, 52_423);
+        let fold = diags.last().unwrap();
+        assert_eq!(fold.code, Code::DuplicateKey);
+        assert!(
+            fold.message.starts_with("and 52412 more"),
+            "{}",
+            fold.message
+        );
+        // Folding again changes nothing.
+        let before = diags.clone();
+        fold_repeats(&mut diags);
+        assert_eq!(diags, before);
+    }
+
+    #[test]
+    fn long_text_is_clipped() {
+        let d = Diagnostic::warning(Code::UnknownKey, "k".repeat(100_000)).hint("h".repeat(5_000));
+        assert!(
+            d.message.chars().count() < MAX_TEXT_CHARS + 40,
+            "{}",
+            d.message.len()
+        );
+        assert!(
+            d.message.ends_with("(99760 more bytes)"),
+            "{}",
+            &d.message[200..]
+        );
+        assert!(d.hint.unwrap().len() < MAX_TEXT_CHARS + 40);
+        let short = Diagnostic::warning(Code::UnknownKey, "short");
+        assert_eq!(short.message, "short");
     }
 }

@@ -227,7 +227,8 @@ pub struct Checked {
 
 impl Checked {
     /// A decoded config and the findings on the way: kept only if none is an error.
-    pub fn new(candidate: Config, diagnostics: Vec<Diagnostic>) -> Self {
+    pub fn new(candidate: Config, mut diagnostics: Vec<Diagnostic>) -> Self {
+        diagnostic::fold_repeats(&mut diagnostics);
         let valid = !diagnostics.iter().any(Diagnostic::is_error);
         Checked {
             config: valid.then_some(candidate),
@@ -243,6 +244,7 @@ impl Checked {
                 "the config was rejected without a reason (a bug in ipmasq)",
             ));
         }
+        diagnostic::fold_repeats(&mut diagnostics);
         Checked {
             config: None,
             diagnostics,
@@ -270,6 +272,7 @@ impl Checked {
     /// config, so the invariant holds afterwards too.
     pub fn edit_diagnostics(&mut self, edit: impl FnOnce(&mut Vec<Diagnostic>)) {
         edit(&mut self.diagnostics);
+        diagnostic::fold_repeats(&mut self.diagnostics);
         if self.diagnostics.iter().any(Diagnostic::is_error) {
             self.config = None;
         }

@@ -11,6 +11,14 @@ use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, ScanError, Span as
 
 /// Most nodes one document may expand to, aliases included (an alias bomb stops here).
 const MAX_NODES: usize = 300_000;
+/// What one document's tree may cost, in bytes: every node's own size plus its text, charged
+/// again at every alias that copies it, at most this many times the source's size ...
+const TREE_BYTES_PER_SOURCE_BYTE: usize = 32;
+/// ... plus this much, so a short file may still use a few aliases. A 100,000-CIDR list costs
+/// about 7 bytes of tree per byte of source, a mapping of one-letter keys about 40; a scalar
+/// alias bomb (one long string referenced
+/// many times) is refused long before it costs more than a few megabytes.
+const TREE_BYTES_FLOOR: usize = 4 << 20;
 /// Deepest nesting accepted; far beyond any real config, and it keeps drops shallow.
 const MAX_DEPTH: usize = 64;
 
@@ -400,11 +408,15 @@ enum Frame {
 struct Builder<'s> {
     source: &'s str,
     stack: Vec<Frame>,
-    anchors: std::collections::HashMap<usize, Node>,
+    /// Anchored nodes with what one more copy of each costs.
+    anchors: std::collections::HashMap<usize, (Node, Cost)>,
     document_root: Option<Node>,
     document_start: Location,
     in_document: bool,
     nodes: usize,
+    /// Bytes of tree charged so far in this document, and the most it may use.
+    bytes: usize,
+    byte_budget: usize,
 }
 
 impl<'s> Builder<'s> {
@@ -417,6 +429,11 @@ impl<'s> Builder<'s> {
             document_start: Location::default(),
             in_document: false,
             nodes: 0,
+            bytes: 0,
+            byte_budget: source
+                .len()
+                .saturating_mul(TREE_BYTES_PER_SOURCE_BYTE)
+                .saturating_add(TREE_BYTES_FLOOR),
         }
     }
 
@@ -429,6 +446,7 @@ impl<'s> Builder<'s> {
                 self.document_start = location;
                 self.anchors.clear();
                 self.nodes = 0;
+                self.bytes = 0;
             }
             Event::DocumentEnd => {
                 self.in_document = false;
@@ -448,19 +466,26 @@ impl<'s> Builder<'s> {
                     }),
                     location,
                 };
-                self.count(1, location)?;
+                let cost = Cost::of(&node);
+                self.charge(cost, location)?;
                 if anchor != 0 {
                     // The anchor keeps a copy: it costs like the node itself.
-                    self.count(1, location)?;
-                    self.anchors.insert(anchor, node.clone());
+                    self.charge(cost, location)?;
+                    self.anchors.insert(anchor, (node.clone(), cost));
                 }
                 self.attach(node)?;
             }
             Event::Alias(id) => {
-                let node = self.anchors.get(&id).cloned().ok_or_else(|| {
-                    YamlError::at("YAML alias refers to an unknown anchor", location)
-                })?;
-                self.count(count_nodes(&node), location)?;
+                // Charged before the copy is made: a refused alias never allocates.
+                let cost = self
+                    .anchors
+                    .get(&id)
+                    .map(|(_, cost)| *cost)
+                    .ok_or_else(|| {
+                        YamlError::at("YAML alias refers to an unknown anchor", location)
+                    })?;
+                self.charge(cost, location)?;
+                let node = self.anchors[&id].0.clone();
                 self.attach(Node { location, ..node })?;
             }
             Event::SequenceStart(_, anchor, _) => {
@@ -512,10 +537,11 @@ impl<'s> Builder<'s> {
                     None => return Err(YamlError::at("unbalanced YAML collection", location)),
                 };
                 if anchor != 0 {
-                    // The anchor keeps a copy of the whole subtree: count it, or nested
+                    // The anchor keeps a copy of the whole subtree: charge it, or nested
                     // anchors (&a0 [&a1 [ ... ]]) copy it once per level unseen by the budget.
-                    self.count(count_nodes(&node), location)?;
-                    self.anchors.insert(anchor, node.clone());
+                    let cost = Cost::of(&node);
+                    self.charge(cost, location)?;
+                    self.anchors.insert(anchor, (node.clone(), cost));
                 }
                 self.attach(node)?;
             }
@@ -531,7 +557,13 @@ impl<'s> Builder<'s> {
     }
 
     fn open(&mut self, frame: Frame, location: Location) -> Result<(), YamlError> {
-        self.count(1, location)?;
+        self.charge(
+            Cost {
+                nodes: 1,
+                bytes: std::mem::size_of::<Node>(),
+            },
+            location,
+        )?;
         if self.stack.len() >= MAX_DEPTH {
             return Err(YamlError::at(
                 format!("YAML nesting deeper than {MAX_DEPTH} levels"),
@@ -542,11 +574,21 @@ impl<'s> Builder<'s> {
         Ok(())
     }
 
-    fn count(&mut self, n: usize, location: Location) -> Result<(), YamlError> {
-        self.nodes += n;
+    fn charge(&mut self, cost: Cost, location: Location) -> Result<(), YamlError> {
+        self.nodes = self.nodes.saturating_add(cost.nodes);
+        self.bytes = self.bytes.saturating_add(cost.bytes);
         if self.nodes > MAX_NODES {
             return Err(YamlError::at(
                 format!("YAML document expands to more than {MAX_NODES} nodes (alias bomb?)"),
+                location,
+            ));
+        }
+        if self.bytes > self.byte_budget {
+            return Err(YamlError::at(
+                format!(
+                    "YAML document needs more than {} bytes in memory ({TREE_BYTES_PER_SOURCE_BYTE} times its size, plus 4 MiB); an alias copies what it refers to at every use (alias bomb?)",
+                    self.byte_budget
+                ),
                 location,
             ));
         }
@@ -575,15 +617,43 @@ impl<'s> Builder<'s> {
     }
 }
 
-fn count_nodes(node: &Node) -> usize {
-    match &node.value {
-        Value::Scalar(_) => 1,
-        Value::Sequence(items) => 1 + items.iter().map(count_nodes).sum::<usize>(),
-        Value::Mapping(entries) => {
-            1 + entries
-                .iter()
-                .map(|(k, v)| count_nodes(k) + count_nodes(v))
-                .sum::<usize>()
+/// What a node (and everything under it) costs the budget: its nodes, and their bytes in
+/// memory (each node's own size plus the text and tag it owns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Cost {
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Cost {
+    fn of(node: &Node) -> Cost {
+        let own = std::mem::size_of::<Node>();
+        match &node.value {
+            Value::Scalar(s) => Cost {
+                nodes: 1,
+                bytes: own + s.text.len() + s.tag.as_ref().map_or(0, String::len),
+            },
+            Value::Sequence(items) => items.iter().fold(
+                Cost {
+                    nodes: 1,
+                    bytes: own,
+                },
+                |sum, item| sum.plus(Cost::of(item)),
+            ),
+            Value::Mapping(entries) => entries.iter().fold(
+                Cost {
+                    nodes: 1,
+                    bytes: own,
+                },
+                |sum, (k, v)| sum.plus(Cost::of(k)).plus(Cost::of(v)),
+            ),
+        }
+    }
+
+    fn plus(self, other: Cost) -> Cost {
+        Cost {
+            nodes: self.nodes.saturating_add(other.nodes),
+            bytes: self.bytes.saturating_add(other.bytes),
         }
     }
 }
@@ -700,8 +770,43 @@ mod tests {
         let err = parse_stream(&text).unwrap_err();
         assert!(err.message.contains("more than"), "{}", err.message);
         // One anchored list used twice is still fine.
-        let ok = format!("a: &l [{}]\nb: *l\n", vec!["x"; 20_000].join(","));
+        let ok = format!("a: &l [{}]\nb: *l\n", vec!["10.0.0.0/8"; 20_000].join(","));
         assert!(parse_stream(&ok).is_ok());
+    }
+
+    /// One long string referenced many times: few nodes, but every alias copies the string.
+    /// The byte budget refuses it before the copies cost more than a small multiple of the
+    /// file (before, a 130 KB file of this shape took 983 MB).
+    #[test]
+    fn scalar_alias_copies_count_their_bytes() {
+        let big = "x".repeat(100_000);
+        let refs = vec!["*b"; 2_000].join(", ");
+        let text = format!("big: &b {big}\nrefs: [{refs}]\n");
+        assert!(text.len() < 130_000);
+        let err = parse_stream(&text).unwrap_err();
+        assert!(err.message.contains("bytes in memory"), "{}", err.message);
+        // A handful of copies of a short anchor is what aliases are for.
+        let fine = format!(
+            "big: &b {}\nrefs: [{}]\n",
+            "y".repeat(1_000),
+            vec!["*b"; 100].join(", ")
+        );
+        assert!(parse_stream(&fine).is_ok());
+    }
+
+    /// A real large config stays well inside the budget: 100,000 CIDRs, one per line.
+    #[test]
+    fn a_100000_cidr_list_fits_the_budget() {
+        let mut text = String::from("nonMasqueradeCIDRs:\n");
+        for i in 0..100_000u32 {
+            text.push_str(&format!("  - 10.{}.{}.0/24\n", i >> 8 & 0xff, i & 0xff));
+        }
+        let stream = parse_stream(&text).unwrap();
+        let cost = Cost::of(&stream.documents[0]);
+        assert!(
+            cost.bytes < text.len() * TREE_BYTES_PER_SOURCE_BYTE / 2,
+            "{cost:?}"
+        );
     }
 
     #[test]

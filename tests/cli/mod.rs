@@ -3,4 +3,5 @@
 mod dispatch;
 mod extensions;
 mod generated;
+mod hostile_input;
 mod validate;
