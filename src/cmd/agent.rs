@@ -143,7 +143,9 @@ fn dry_run(reconciler: &mut Reconciler) -> Exit {
                             reconciler.backend_name(),
                             report.repairs().join(", ")
                         );
-                        print!("{script}");
+                        for line in script.lines() {
+                            println!("{}", crate::output::printable(line));
+                        }
                     }
                     None => println!(
                         "# {} ({}): in sync, nothing to apply",

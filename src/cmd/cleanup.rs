@@ -169,7 +169,9 @@ pub fn run(args: &CleanupArgs) -> Exit {
                         style.success(&format!("{verb} {}", parts.join(" and ")))
                     );
                     if args.dry_run {
-                        print!("{script}");
+                        for line in script.lines() {
+                            println!("{}", printable(line));
+                        }
                     }
                 } else {
                     println!("{what}: nothing to remove");

@@ -14,7 +14,7 @@ use crate::agent::state::{running_agent, state_dir};
 use crate::backend::{LiveReason, LiveVerdict};
 use crate::cli::{ExplainArgs, OutputFormat};
 use crate::config::{Config, ConfigSource, ListName, DEFAULT_CONFIG_PATH};
-use crate::output::{to_json, to_yaml, Styler};
+use crate::output::{printable, to_json, to_yaml, Styler};
 use crate::plan::{decide, plan_family, Action, Family, Origin, PlanOptions, Reason};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -212,6 +212,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
         live_answer(args, judged_by_agent, &flags, family, packet_src, dst)
     };
     if let Some(reason) = &live_unavailable {
+        let reason = printable(reason);
         eprintln!("ipmasq explain: live rules not read: {reason}; answering from the config alone (pass --no-live to skip them)");
     }
     let agree = live.as_ref().map(|l| l.action == config_verdict.action);
@@ -322,7 +323,7 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
     out.push_str(&format!(
         "{}  {}: {}\n",
         style.bold("config"),
-        c.source,
+        printable(&c.source),
         action_word(c.action)
     ));
     let why = match (&c.decision, c.reason) {
@@ -339,13 +340,13 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         ),
         (None, _) => "no listed CIDR holds it: everything else is masqueraded".to_string(),
     };
-    out.push_str(&format!("        {why}\n"));
+    out.push_str(&format!("        {}\n", printable(&why)));
     if let Some(live) = &report.live {
         out.push_str(&format!(
             "{}    {}, {}: {}\n",
             style.bold("live"),
             live.backend,
-            live.location,
+            printable(&live.location),
             action_word(live.action)
         ));
         let why = match (&live.rule, live.reason) {
@@ -360,7 +361,7 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
             }
             (None, _) => "no rule matched: the traffic leaves untouched".to_string(),
         };
-        out.push_str(&format!("        {why}\n"));
+        out.push_str(&format!("        {}\n", printable(&why)));
         if !live.unjudged.is_empty() {
             out.push_str(&format!(
                 "        rules {:?} have matches explain cannot judge; taken as not matching\n",
@@ -368,7 +369,11 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
             ));
         }
     } else if let Some(reason) = &report.live_unavailable {
-        out.push_str(&format!("{}    not read: {reason}\n", style.bold("live")));
+        out.push_str(&format!(
+            "{}    not read: {}\n",
+            style.bold("live"),
+            printable(reason)
+        ));
     }
     out.push('\n');
     let verdict = match report.outcome {

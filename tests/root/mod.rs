@@ -18,6 +18,7 @@ mod extensions;
 mod faults;
 mod health;
 mod hostile;
+mod hostile_round2;
 mod image;
 mod netns;
 mod nftables;
