@@ -97,15 +97,32 @@ impl Drop for Scratch {
 /// Runs `ipmasq ARGS...` and reports its peak resident memory in KiB (the kernel's `ru_maxrss`
 /// of the waited-for child, read by python3's `resource`), with its output.
 pub fn ipmasq_peak_rss(args: &[&str]) -> (Run, u64) {
+    peak_rss_of(&[], args)
+}
+
+/// [`ipmasq_peak_rss`] inside network namespace `netns`, with `state_dir` as the state
+/// directory (`ip netns exec` runs python3, which runs ipmasq: the peak is ipmasq's alone).
+pub fn ipmasq_peak_rss_in(netns: &str, state_dir: &Path, args: &[&str]) -> (Run, u64) {
+    let env = format!("IPMASQ_STATE_DIR={}", state_dir.display());
+    peak_rss_of(&["ip", "netns", "exec", netns, "env", &env], args)
+}
+
+fn peak_rss_of(wrapper: &[&str], args: &[&str]) -> (Run, u64) {
     const MEASURE: &str = "import resource, subprocess, sys\n\
         p = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, capture_output=True)\n\
         sys.stdout.buffer.write(p.stdout)\n\
         sys.stderr.buffer.write(p.stderr)\n\
         sys.stderr.write('\\npeak-rss-kib=%d exit=%d\\n' % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode))\n";
     let program = binary();
-    let mut full = vec!["-c", MEASURE, program.to_str().expect("UTF-8 path")];
+    let mut full = wrapper.to_vec();
+    full.extend_from_slice(&[
+        "python3",
+        "-c",
+        MEASURE,
+        program.to_str().expect("UTF-8 path"),
+    ]);
     full.extend_from_slice(args);
-    let mut run = run_program(Path::new("python3"), &full, None);
+    let mut run = run_program(Path::new(full[0]), &full[1..], None);
     let tail = run
         .stderr
         .rfind("\npeak-rss-kib=")

@@ -99,15 +99,79 @@ pub fn state_path(dir: &Path) -> PathBuf {
     dir.join(format!("agent-net{inode}.json"))
 }
 
-/// Writes the state atomically (a temporary file renamed into place).
+/// The largest state file read: a real one is under 1 KiB, so anything larger (a sparse 2 GiB
+/// file planted in the directory) is not ours and is not read.
+pub const MAX_STATE_BYTES: u64 = 64 << 10;
+
+/// Opens a file under the state directory without following a symlink at its name (someone
+/// with write access to the directory cannot redirect our writes to another file), and
+/// without blocking on a FIFO; only a regular file is returned.
+fn open_state_file(
+    path: &Path,
+    options: &mut std::fs::OpenOptions,
+) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file; remove it",
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// Writes the state atomically: an exclusive temporary file (never an existing name, never
+/// through a symlink), renamed into place (a rename replaces a planted symlink, it does not
+/// follow it).
 pub fn write(dir: &Path, state: &AgentState) -> std::io::Result<PathBuf> {
+    use std::io::Write;
     std::fs::create_dir_all(dir)?;
     let path = state_path(dir);
-    let temporary = path.with_extension(format!("json.{}", std::process::id()));
+    let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
     let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
-    std::fs::write(&temporary, text + "\n")?;
-    std::fs::rename(&temporary, &path)?;
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode_0644()
+            .open_nofollow(&temporary)
+    };
+    let mut file = match create() {
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Left by an earlier agent with our pid, or planted: unlink the name (never what
+            // it points to) and create our own.
+            std::fs::remove_file(&temporary)?;
+            create()?
+        }
+        other => other?,
+    };
+    let written = file.write_all((text + "\n").as_bytes());
+    drop(file);
+    if let Err(err) = written.and_then(|()| std::fs::rename(&temporary, &path)) {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(err);
+    }
     Ok(path)
+}
+
+/// Creating files under the state directory: mode and no-follow in one place.
+trait StateFileOptions {
+    fn mode_0644(&mut self) -> &mut Self;
+    fn open_nofollow(&mut self, path: &Path) -> std::io::Result<std::fs::File>;
+}
+
+impl StateFileOptions for std::fs::OpenOptions {
+    fn mode_0644(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.mode(0o644)
+    }
+
+    fn open_nofollow(&mut self, path: &Path) -> std::io::Result<std::fs::File> {
+        open_state_file(path, self)
+    }
 }
 
 /// Removes this namespace's state file if it is this process's.
@@ -118,8 +182,16 @@ pub fn remove(dir: &Path) {
     }
 }
 
+/// Reads a state file: a regular file (no symlink followed, a FIFO never waited on) of at most
+/// [`MAX_STATE_BYTES`].
 fn read_file(path: &Path) -> Option<AgentState> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use std::io::Read;
+    let file = open_state_file(path, std::fs::OpenOptions::new().read(true)).ok()?;
+    if file.metadata().ok()?.len() > MAX_STATE_BYTES {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_STATE_BYTES).read_to_string(&mut text).ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -155,17 +227,19 @@ pub fn acquire_lock(
     use std::io::{Read, Seek, Write};
     std::fs::create_dir_all(dir)?;
     let path = lock_path(dir, chain);
+    // No symlink followed (a planted link cannot make us truncate its target), no FIFO.
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)?;
+        .mode_0644()
+        .open_nofollow(&path)?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
+            let _ = (&mut file).take(32).read_to_string(&mut holder);
             on_wait(holder.trim().parse().ok());
             file.lock()?;
         }
@@ -242,6 +316,46 @@ mod tests {
         // Another chain is another lock.
         let _a = acquire_lock(&dir, "A", |_| panic!("no wait")).unwrap();
         let _b = acquire_lock(&dir, "B", |_| panic!("no wait")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A symlink planted at the lock's or the temporary file's name is never followed: the
+    /// file it points to keeps its content; a FIFO or a huge file as the state file is not
+    /// read (and nothing blocks).
+    #[test]
+    fn planted_files_in_the_state_directory_are_not_followed_or_read() {
+        let dir = std::env::temp_dir().join(format!("ipmasq-planted-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let lock = lock_path(&dir, "IP-MASQ-AGENT");
+        std::os::unix::fs::symlink(&victim, &lock).unwrap();
+        assert!(acquire_lock(&dir, "IP-MASQ-AGENT", |_| {}).is_err());
+        let path = state_path(&dir);
+        let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &temporary).unwrap();
+        write(&dir, &sample(std::process::id())).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert!(!temporary.exists());
+        // The state file itself as a symlink to a valid state: not followed.
+        let elsewhere = dir.join("elsewhere.json");
+        std::fs::rename(&path, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert_eq!(read_file(&path), None);
+        std::fs::remove_file(&path).unwrap();
+        // A FIFO: refused at once, never opened for a blocking read.
+        let status = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(running_agent(&dir), None);
+        std::fs::remove_file(&path).unwrap();
+        // A sparse 2 GiB file: not read.
+        let big = std::fs::File::create(&path).unwrap();
+        big.set_len(2 << 30).unwrap();
+        assert_eq!(read_file(&path), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -3,6 +3,10 @@
 //! hanging tool: each is contained, bounded and said clearly.
 
 use super::netns::Netns;
+use std::time::Duration;
+
+/// How long a test waits for an observable event before failing.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A comment holding terminal controls, as a pod owner with CAP_NET_ADMIN on the node could
 /// write: an OSC title change, a bell and a screen clear.
@@ -86,4 +90,105 @@ fn explain_and_cleanup_escape_terminal_controls_from_the_kernel() {
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("\\x1b[2J"), "{}", run.stdout);
     assert_no_controls("cleanup --dry-run", &run.stdout);
+}
+
+/// The state file of the one agent in `ns`, once it has written it.
+fn state_file(ns: &Netns) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(ns.state_dir())
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("agent-net") && n.ends_with(".json")
+            })
+        })
+}
+
+/// Files planted in the state directory by whoever can write it: a symlink at the lock's name
+/// is not followed (its target keeps its bytes), a FIFO in place of the state file makes
+/// neither `show`, `explain` nor the agent's SIGTERM hang, and a sparse 2 GiB state file is
+/// not read.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn planted_state_files_are_not_followed_and_never_block() {
+    let mut ns = Netns::new("planted");
+    let dir = ns.state_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let inode = ns.sh("stat -L -c %i /proc/self/ns/net");
+    let lock = dir.join(format!("agent-net{}-IP-MASQ-AGENT.lock", inode.trim()));
+    std::os::unix::fs::symlink(&victim, &lock).unwrap();
+    let run = ns.ipmasq(&[
+        "agent",
+        "--once",
+        "--iptables-mode=nft",
+        "--config=/nonexistent/x",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot take the node lock"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    std::fs::remove_file(&lock).unwrap();
+
+    let log = dir.join("agent.log");
+    let pid = ns.spawn_ipmasq(
+        &[
+            "agent",
+            "--iptables-mode=nft",
+            "--config=/nonexistent/x",
+            "--metrics-addr=off",
+        ],
+        &log,
+    );
+    assert!(
+        super::netns::wait_until(PATIENCE, || state_file(&ns).is_some()),
+        "no state file; log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let state = state_file(&ns).unwrap();
+    std::fs::remove_file(&state).unwrap();
+    ns.sh(&format!("mkfifo {}", state.display()));
+    for args in [
+        &["show", "--iptables-mode=nft"][..],
+        &["explain", "203.0.113.7", "--iptables-mode=nft"][..],
+    ] {
+        // `timeout` ends a hang with 124: the applet must answer long before.
+        let program = crate::util::binary();
+        let mut full = vec!["10", program.to_str().unwrap()];
+        full.extend_from_slice(args);
+        let run = ns.exec("timeout", &full);
+        assert_ne!(run.code, 124, "{args:?} hung on a FIFO state file");
+        assert!(
+            run.code == 0 || run.code == 10,
+            "{args:?}: {}{}",
+            run.stdout,
+            run.stderr
+        );
+    }
+    super::netns::kill(pid, "TERM");
+    assert_eq!(
+        ns.wait_daemon(pid, PATIENCE),
+        Some(0),
+        "SIGTERM with a FIFO as the state file; log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    std::fs::remove_file(&state).unwrap();
+    let big = std::fs::File::create(&state).unwrap();
+    big.set_len(2 << 30).unwrap();
+    let (run, peak) = crate::util::ipmasq_peak_rss_in(
+        &ns.name,
+        &ns.state_dir(),
+        &["show", "--iptables-mode=nft"],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        peak < 64 << 10,
+        "show read the 2 GiB state file: peak {peak} KiB"
+    );
 }
