@@ -25,8 +25,15 @@ use watch::DirWatch;
 
 /// How long a burst of config-directory events must be quiet before one reload.
 const SETTLE: Duration = Duration::from_millis(20);
-/// With `--cleanup-on-exit`, how long a stop waits for a running pass before cleaning up.
-const STOP_WAIT: Duration = Duration::from_secs(35);
+/// How long a writer may keep the config file open (modified, not closed) before the file is
+/// read as it is.
+const WRITER_DEADLINE: Duration = Duration::from_secs(5);
+/// With `--cleanup-on-exit`, the whole stop (the running pass, then the cleanup) ends within
+/// this, well inside kubelet's default grace period of 30 s: what is not removed by then is
+/// reported and left in place.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(20);
+/// How long a stop waits for a running pass before killing the tool it waits on.
+const PASS_GRACE: Duration = Duration::from_secs(5);
 
 /// How the loop ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -195,6 +202,8 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
         crate::config::ConfigSource::Dir(dir) => DirWatch::for_parts(dir),
     };
     let names = reconciler.settings.plan.names();
+    let backend_name = reconciler.backend_name();
+    let config_in_flux = reconciler.config_in_flux.clone();
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();
@@ -218,11 +227,34 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
             return Ending::SetupFailed(format!("cannot start the reconcile thread: {err}"))
         }
     };
+    // A config change waiting to settle; the loop keeps serving signals meanwhile.
+    let mut settling: Option<watch::Settling> = None;
     let signal_name = loop {
+        let deadline = settling.map(|s| s.deadline(watch.writing(), SETTLE, WRITER_DEADLINE));
+        let settled = async move {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = done_rx.recv() => watch.arm(),
             _ = watch.changed() => {
-                watch.settle(SETTLE).await;
+                let now = tokio::time::Instant::now();
+                settling.get_or_insert_with(|| watch::Settling::new(now)).saw_event(now);
+                // While a writer has the file open, no pass (timer or signal) reads it.
+                let was = config_in_flux.swap(watch.writing(), std::sync::atomic::Ordering::AcqRel);
+                if watch.writing() && !was {
+                    info!("the config file is being rewritten in place; waiting for the writer to close it");
+                }
+            }
+            _ = settled => {
+                if watch.writing() {
+                    warn!(deadline_s = WRITER_DEADLINE.as_secs_f64(), "a writer has kept the config file open past the deadline; reading it as it is");
+                    watch.forget_writer();
+                }
+                settling = None;
+                config_in_flux.store(false, std::sync::atomic::Ordering::Release);
                 let _ = commands.send(Command::Pass(Trigger::ConfigChanged));
             }
             _ = sighup.recv() => {
@@ -241,29 +273,49 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
         signal = signal_name,
         "stopping; removing rules (--cleanup-on-exit)"
     );
+    let stopping = tokio::time::Instant::now();
     let _ = commands.send(Command::Stop);
-    // The running pass (if any) finishes first, so cleanup never races a sync.
-    let joined = tokio::time::timeout(
-        STOP_WAIT,
-        tokio::task::spawn_blocking(move || worker.join()),
-    )
-    .await;
-    let reconciler = match joined {
-        Ok(Ok(Ok(reconciler))) => reconciler,
-        _ => {
-            error!("the reconcile pass did not finish in time; rules were not removed");
-            return Ending::CleanupFailed;
+    // The running pass (if any) ends first, so cleanup never races a sync; a pass wedged in a
+    // tool is ended by killing that tool.
+    let mut worker = tokio::task::spawn_blocking(move || worker.join());
+    if tokio::time::timeout(PASS_GRACE, &mut worker).await.is_err() {
+        let killed = crate::backend::runner::kill_running();
+        warn!(
+            killed,
+            grace_s = PASS_GRACE.as_secs_f64(),
+            "the running pass did not finish in time; stopped the firewall tool it waited on"
+        );
+        let _ = tokio::time::timeout(PASS_GRACE, &mut worker).await;
+    }
+    let remaining = STOP_DEADLINE.saturating_sub(stopping.elapsed());
+    // A backend of the same kind whose every tool gets a share of the time left.
+    let Some(backend) = crate::backend::select::by_name_with_timeout(&backend_name, remaining / 3)
+    else {
+        error!(backend = %backend_name, "cannot clean up: unknown backend; rules were not removed");
+        return Ending::CleanupFailed;
+    };
+    let cleaning = tokio::task::spawn_blocking(move || cleanup(backend.as_ref(), &names));
+    let left = match tokio::time::timeout(remaining, cleaning).await {
+        Ok(Ok(left)) => left,
+        Ok(Err(_)) => vec!["every family (the cleanup panicked)".to_string()],
+        Err(_) => {
+            crate::backend::runner::kill_running();
+            vec![format!(
+                "whatever was not removed when the {}s stop deadline passed",
+                STOP_DEADLINE.as_secs()
+            )]
         }
     };
-    let backend = reconciler.into_backend();
-    let ok = tokio::task::spawn_blocking(move || cleanup(backend.as_ref(), &names))
-        .await
-        .unwrap_or(false);
-    if ok {
-        Ending::Stopped
-    } else {
-        Ending::CleanupFailed
+    if left.is_empty() {
+        return Ending::Stopped;
     }
+    error!(
+        backend = %backend_name,
+        left = %left.join(", "),
+        deadline_s = STOP_DEADLINE.as_secs_f64(),
+        "--cleanup-on-exit: rules left in place; remove them with `ipmasq cleanup`"
+    );
+    Ending::CleanupFailed
 }
 
 fn pass_name(pass: &Pass) -> &'static str {
@@ -275,9 +327,10 @@ fn pass_name(pass: &Pass) -> &'static str {
 }
 
 /// Removes our rules from the backend in use, from every family whose tools are installed
-/// (an IPv6 chain of an earlier `--enable-ipv6` run is ours too).
-pub fn cleanup(backend: &dyn Backend, names: &Names) -> bool {
-    let mut ok = true;
+/// (an IPv6 chain of an earlier `--enable-ipv6` run is ours too). Returns what could not be
+/// removed, one entry per family.
+pub fn cleanup(backend: &dyn Backend, names: &Names) -> Vec<String> {
+    let mut left = Vec::new();
     for family in crate::plan::Family::ALL {
         if !backend.family_available(family) {
             continue;
@@ -292,10 +345,10 @@ pub fn cleanup(backend: &dyn Backend, names: &Names) -> bool {
             ),
             Ok(_) => {}
             Err(err) => {
-                ok = false;
+                left.push(format!("{} rules of {family}", backend.location(names)));
                 error!(backend = %backend.name(), family = %family, error = %err, "cleanup failed");
             }
         }
     }
-    ok
+    left
 }

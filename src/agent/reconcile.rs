@@ -11,6 +11,11 @@ use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
 
+/// How long a config file that was emptied must stay empty before its emptiness is taken as
+/// "use the defaults": a writer that truncates and then writes (`cat > file`) leaves it empty
+/// for a moment, and upstream's defaults in that moment would masquerade what the config keeps.
+pub const BLANK_GRACE: Duration = Duration::from_secs(2);
+
 /// The first retry after a failed sync comes this soon (then 2 s, 4 s, ... up to the interval).
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 
@@ -100,6 +105,13 @@ pub struct Reconciler {
     planned: Option<Vec<crate::plan::Ruleset>>,
     last_error: Option<String>,
     pub status: Status,
+    /// Set while a writer has the config file open (the directory watch sees it modified and
+    /// not yet closed): the file is not read until it is whole.
+    pub config_in_flux: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The last file read had content (so an empty one now is likely a rewrite in progress).
+    had_content: bool,
+    /// Since when the file has been seen empty after having content.
+    blank_since: Option<Instant>,
 }
 
 fn join(nets: &[ipnet::IpNet]) -> String {
@@ -130,16 +142,14 @@ impl Reconciler {
             planned: None,
             last_error: None,
             status: Status::default(),
+            config_in_flux: Default::default(),
+            had_content: false,
+            blank_since: None,
         }
     }
 
     pub fn backend_name(&self) -> String {
         self.backend.name()
-    }
-
-    /// Gives up the backend (for cleanup after the loop ends).
-    pub fn into_backend(self) -> Box<dyn Backend> {
-        self.backend
     }
 
     /// The resync interval of the config in force (upstream's 60s before any is valid).
@@ -152,6 +162,13 @@ impl Reconciler {
     /// Re-reads the config file; the active config changes only to a valid one.
     pub fn reload_config(&mut self) {
         let path = self.settings.config.to_string();
+        if self
+            .config_in_flux
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            debug!(config = %path, "the config file is being written; it is read once the writer closes it");
+            return;
+        }
         let loaded = match config::load_source_unless_unchanged(
             &self.settings.config,
             &self.settings.options,
@@ -181,6 +198,19 @@ impl Reconciler {
                 return;
             }
         };
+        if loaded.blank && self.had_content {
+            let since = *self.blank_since.get_or_insert_with(|| {
+                info!(config = %path, grace_s = BLANK_GRACE.as_secs_f64(), "the config file was emptied; keeping the config in force unless it stays empty (a writer may be rewriting it in place)");
+                Instant::now()
+            });
+            if since.elapsed() < BLANK_GRACE {
+                // Read it again next pass, even if its stamp is unchanged.
+                self.config_cache = None;
+                return;
+            }
+        }
+        self.blank_since = None;
+        self.had_content = loaded.origin == Origin::File && !loaded.blank;
         let checked = loaded.checked;
         match checked.config().cloned() {
             None => {
@@ -282,7 +312,16 @@ impl Reconciler {
     /// How long to wait before the next pass: the resync interval, or, after failed syncs, a
     /// backoff from [`FIRST_RETRY`] doubling per failure, never longer than the interval.
     pub fn next_wait(&self) -> Duration {
-        backoff(self.status.consecutive_failures, self.interval())
+        let wait = backoff(self.status.consecutive_failures, self.interval());
+        match self.blank_since {
+            // Look again when the grace of an emptied file ends.
+            Some(since) => wait.min(
+                BLANK_GRACE
+                    .saturating_sub(since.elapsed())
+                    .max(Duration::from_millis(10)),
+            ),
+            None => wait,
+        }
     }
 
     fn sync(&mut self) -> Pass {
@@ -482,6 +521,50 @@ mod tests {
         assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
         assert_eq!(f.reconciler.interval(), Duration::from_secs(5));
         assert!(f.reconciler.status.not_ready.is_none());
+    }
+
+    /// `cat > file` leaves the file empty for a moment: the config in force stays until the
+    /// file has stayed empty for [`BLANK_GRACE`]; an empty file at start is the defaults.
+    #[test]
+    fn an_emptied_file_is_the_defaults_only_once_it_stays_empty() {
+        let mut f = fixture("emptied");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8, 100.64.0.0/10]\n");
+        f.reconciler.pass();
+        write(&f, "");
+        f.reconciler.pass();
+        assert_eq!(
+            cidr_rules(&f),
+            ["169.254.0.0/16", "10.0.0.0/8", "100.64.0.0/10"]
+        );
+        assert!(f.reconciler.next_wait() <= BLANK_GRACE);
+        // The writer finishes: its config, never the defaults in between.
+        write(&f, "nonMasqueradeCIDRs: [100.64.0.0/10]\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "100.64.0.0/10"]);
+        assert_eq!(f.reconciler.status.configs_accepted, 2);
+        // Emptied for good: the defaults once the grace has passed.
+        write(&f, "");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "100.64.0.0/10"]);
+        f.reconciler.blank_since = Some(Instant::now() - BLANK_GRACE);
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f).len(), 4, "the defaults");
+        // While a writer holds the file, it is not read at all.
+        f.reconciler
+            .config_in_flux
+            .store(true, std::sync::atomic::Ordering::Release);
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f).len(), 4);
+        assert_eq!(f.reconciler.status.configs_rejected, 0);
+    }
+
+    #[test]
+    fn an_empty_file_at_start_is_the_defaults() {
+        let mut f = fixture("empty-start");
+        write(&f, "");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f).len(), 4);
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct DirWatch {
     dir_watch: Option<WatchDescriptor>,
     parent_watch: Option<WatchDescriptor>,
     buffer: Vec<u8>,
+    /// The config file was modified and not closed since: a writer is still at it.
+    writing: bool,
 }
 
 /// Whether an event on `name` (None: the directory itself) can change the config.
@@ -92,6 +94,7 @@ impl DirWatch {
             dir_watch: None,
             parent_watch: None,
             buffer: vec![0; 4096],
+            writing: false,
         };
         watch.arm();
         watch
@@ -195,13 +198,26 @@ impl DirWatch {
                             found.dir_replaced = true;
                         } else if relevant(e.name, file_name, prefix) {
                             found.relevant = true;
+                            // In order: a write opens a rewrite, closing the file ends it.
+                            if e.mask.contains(EventMask::MODIFY) {
+                                found.writing = Some(true);
+                            }
+                            if e.mask.intersects(
+                                EventMask::CLOSE_WRITE | EventMask::MOVED_TO | EventMask::DELETE,
+                            ) {
+                                found.writing = Some(false);
+                            }
                         }
                     }
                 }
                 Ok(found)
             }) {
                 Ok(Ok(found)) => {
+                    if let Some(writing) = found.writing {
+                        self.writing = writing;
+                    }
                     if found.dir_replaced {
+                        self.writing = false;
                         debug!(dir = %self.dir.display(), "config directory replaced; re-arming the watch");
                         self.rearm_dir();
                         return;
@@ -222,15 +238,51 @@ impl DirWatch {
         }
     }
 
-    /// Lets a burst of events settle: returns once no event came for `quiet` (at most
-    /// `quiet * 10` in all).
-    pub async fn settle(&mut self, quiet: Duration) {
-        let deadline = tokio::time::Instant::now() + quiet * 10;
-        loop {
-            let wait = quiet.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-            if wait.is_zero() || tokio::time::timeout(wait, self.changed()).await.is_err() {
-                return;
-            }
+    /// Whether a writer has modified the config file and not yet closed it.
+    pub fn writing(&self) -> bool {
+        self.writing
+    }
+
+    /// Forgets a writer that kept the file open past its deadline (the file is read as is).
+    pub fn forget_writer(&mut self) {
+        self.writing = false;
+    }
+}
+
+/// A config change waiting to settle before it is read: a burst of events must go quiet, and a
+/// writer that has the file open must close it (or outlast its deadline).
+#[derive(Clone, Copy, Debug)]
+pub struct Settling {
+    started: tokio::time::Instant,
+    last_event: tokio::time::Instant,
+}
+
+impl Settling {
+    pub fn new(now: tokio::time::Instant) -> Self {
+        Settling {
+            started: now,
+            last_event: now,
+        }
+    }
+
+    /// Another event of the same change.
+    pub fn saw_event(&mut self, now: tokio::time::Instant) {
+        self.last_event = now;
+    }
+
+    /// When the change is to be read: `quiet` after its last event (a burst is cut off after
+    /// `quiet * 10`), or, while a writer has the file open, at `writer_deadline` after the
+    /// change began (a close is an event, which brings it back to `quiet`).
+    pub fn deadline(
+        &self,
+        writing: bool,
+        quiet: Duration,
+        writer_deadline: Duration,
+    ) -> tokio::time::Instant {
+        if writing {
+            self.started + writer_deadline
+        } else {
+            (self.last_event + quiet).min(self.started + quiet * 10)
         }
     }
 }
@@ -240,6 +292,8 @@ impl DirWatch {
 struct Found {
     relevant: bool,
     dir_replaced: bool,
+    /// Whether the batch leaves a writer at the file (its last modify or close).
+    writing: Option<bool>,
 }
 
 #[cfg(test)]
@@ -315,6 +369,63 @@ mod tests {
             "a write in the recreated directory must be seen"
         );
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A rewrite in place (truncate, write in pieces, close): the watch knows a writer has
+    /// the file open until it closes it, and the change settles only then.
+    #[test]
+    fn a_writer_is_known_until_it_closes_the_file() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("ipmasq-watch3-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config"), "nonMasqueradeCIDRs: [10.0.0.0/8]\n").unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut watch = DirWatch::new(&dir.join("config"));
+            let mut writer = std::fs::File::create(dir.join("config")).unwrap();
+            writer.write_all(b"nonMasqueradeCIDRs: [10.0").unwrap();
+            tokio::time::timeout(Duration::from_secs(10), watch.changed())
+                .await
+                .expect("the truncation wakes the watch");
+            while tokio::time::timeout(Duration::from_millis(50), watch.changed())
+                .await
+                .is_ok()
+            {}
+            assert!(watch.writing(), "modified and still open");
+            writer.write_all(b".0.0/8]\n").unwrap();
+            drop(writer);
+            while watch.writing() {
+                tokio::time::timeout(Duration::from_secs(10), watch.changed())
+                    .await
+                    .expect("closing the file is an event");
+            }
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_change_settles_after_quiet_or_when_the_writer_deadline_passes() {
+        let t0 = tokio::time::Instant::now();
+        let quiet = Duration::from_millis(20);
+        let writer = Duration::from_secs(5);
+        let mut s = Settling::new(t0);
+        assert_eq!(s.deadline(false, quiet, writer), t0 + quiet);
+        s.saw_event(t0 + Duration::from_millis(15));
+        assert_eq!(
+            s.deadline(false, quiet, writer),
+            t0 + Duration::from_millis(35)
+        );
+        s.saw_event(t0 + Duration::from_secs(1));
+        assert_eq!(
+            s.deadline(false, quiet, writer),
+            t0 + quiet * 10,
+            "a burst is cut off"
+        );
+        assert_eq!(s.deadline(true, quiet, writer), t0 + writer);
     }
 
     #[test]

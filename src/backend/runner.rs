@@ -8,6 +8,29 @@ use std::time::{Duration, Instant};
 /// The default deadline for one iptables process.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The tool processes this process is running and has not reaped: a stop that cannot wait
+/// for them kills them (see [`kill_running`]). A pid is removed under the same lock that reaps
+/// it, so a pid here always names our own unreaped child, never a reused pid.
+static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Kills (SIGKILL) every firewall tool this process started that is still running, so a stop
+/// is never held up by a wedged `iptables-restore`; the pass that waits for it then fails at
+/// once. Returns how many were killed.
+pub fn kill_running() -> usize {
+    let pids = running();
+    for &pid in pids.iter() {
+        // SAFETY: kill(2) has no memory effects; the pid is our own unreaped child.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+    pids.len()
+}
+
 /// What a finished process produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Output {
@@ -73,6 +96,7 @@ pub fn run(
         }
         _ => None,
     };
+    running().push(child.id());
     let stdout_reader = spawn_reader(child.stdout.take());
     let stderr_reader = spawn_reader(child.stderr.take());
     let status = wait_with_deadline(&mut child, program, timeout)?;
@@ -107,20 +131,32 @@ fn wait_with_deadline(
 ) -> Result<std::process::ExitStatus, RunError> {
     let start = Instant::now();
     let mut pause = Duration::from_micros(50);
+    let pid = child.id();
+    let forget = |pids: &mut Vec<u32>| pids.retain(|&p| p != pid);
     loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok(status),
-            Ok(None) => {}
-            Err(source) => {
-                return Err(RunError::Spawn {
-                    program: program.to_string(),
-                    source,
-                })
+        {
+            // Reaped and forgotten under one lock: `kill_running` never sees a reaped pid.
+            let mut pids = running();
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    forget(&mut pids);
+                    return Ok(status);
+                }
+                Ok(None) => {}
+                Err(source) => {
+                    forget(&mut pids);
+                    return Err(RunError::Spawn {
+                        program: program.to_string(),
+                        source,
+                    });
+                }
             }
         }
         if start.elapsed() >= timeout {
+            let mut pids = running();
             let _ = child.kill();
             let _ = child.wait();
+            forget(&mut pids);
             return Err(RunError::Timeout {
                 program: program.to_string(),
                 timeout,

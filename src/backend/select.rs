@@ -55,6 +55,18 @@ pub fn select(choice: Choice) -> Selected {
     }
 }
 
+/// The backend of `name` (as [`Backend::name`] spells it) whose tools each get at most
+/// `timeout`: what a stop uses to clean up within its deadline.
+pub fn by_name_with_timeout(name: &str, timeout: std::time::Duration) -> Option<Box<dyn Backend>> {
+    Some(match choice_by_name(name)? {
+        Choice::Nftables => Box::new(Nftables::new().with_timeout(timeout)),
+        Choice::Iptables(IptablesVariant::Legacy) => {
+            Box::new(Iptables::new(Variant::Legacy).with_timeout(timeout))
+        }
+        Choice::Iptables(_) => Box::new(Iptables::new(Variant::Nft).with_timeout(timeout)),
+    })
+}
+
 /// The choice that rebuilds a backend from its name (as the state file records it).
 pub fn choice_by_name(name: &str) -> Option<Choice> {
     match name {

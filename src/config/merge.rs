@@ -262,6 +262,7 @@ pub fn load_dir_unless_unchanged(
     Ok(Some(Loaded {
         origin: Origin::Dir,
         checked,
+        blank: false,
     }))
 }
 

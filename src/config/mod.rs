@@ -369,6 +369,9 @@ pub fn load_source(source: &ConfigSource, options: &Options) -> Result<Loaded, R
 pub struct Loaded {
     pub origin: Origin,
     pub checked: Checked,
+    /// The file exists but holds nothing but white space: what a writer that truncates and
+    /// then writes (`cat > file`) leaves for a moment.
+    pub blank: bool,
 }
 
 /// Loads the config at `path` as the agent does: a missing file means defaults; anything that
@@ -409,6 +412,7 @@ pub fn load_unless_unchanged(
         return Ok(Some(Loaded {
             origin: Origin::Defaults,
             checked: Checked::new(Config::defaults(options), Vec::new()),
+            blank: false,
         }));
     };
     if let Some(c) = cache
@@ -421,6 +425,7 @@ pub fn load_unless_unchanged(
     let loaded = Loaded {
         origin: Origin::File,
         checked: check_text(&text.text, options),
+        blank: text.text.trim().is_empty(),
     };
     *cache = Some(LoadCache {
         text: text.text,

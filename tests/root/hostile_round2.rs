@@ -192,3 +192,164 @@ fn planted_state_files_are_not_followed_and_never_block() {
         "show read the 2 GiB state file: peak {peak} KiB"
     );
 }
+
+/// The config rewritten in place (`cat > file`: truncate, then write) by a writer that pauses
+/// mid-way: the agent neither applies upstream's defaults from the empty file nor the half
+/// written one; it keeps the config in force and takes the new one when the writer closes it.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_config_rewritten_in_place_is_read_only_when_whole() {
+    use std::io::Write;
+    let mut ns = Netns::new("inplace");
+    let dir = crate::util::Scratch::new("inplace");
+    let config = dir.write(
+        "ip-masq-agent",
+        "nonMasqueradeCIDRs: [10.0.0.0/8, 100.64.0.0/10]\nresyncInterval: 1h\n",
+    );
+    let log = dir.path.join("agent.log");
+    let config_flag = format!("--config={}", config.display());
+    let pid = ns.spawn_ipmasq(
+        &[
+            "agent",
+            "--iptables-mode=nft",
+            &config_flag,
+            "--metrics-addr=off",
+        ],
+        &log,
+    );
+    let kept = |ns: &Netns| -> Vec<String> {
+        ns.save("nft", false, Some("nat"))
+            .lines()
+            .filter(|l| l.starts_with("-A IP-MASQ-AGENT -d "))
+            .map(|l| l.split_whitespace().nth(3).unwrap_or("").to_string())
+            .collect()
+    };
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        super::netns::wait_until(PATIENCE, || kept(&ns)
+            == ["169.254.0.0/16", "10.0.0.0/8", "100.64.0.0/10"]),
+        "first config not applied; log:\n{}",
+        log_text()
+    );
+    // Truncate and write half; the writer keeps the file open.
+    let mut writer = std::fs::File::create(&config).unwrap();
+    writer.write_all(b"nonMasqueradeCIDRs: [100.64").unwrap();
+    writer.flush().unwrap();
+    assert!(
+        super::netns::wait_until(PATIENCE, || log_text()
+            .contains("being rewritten in place; waiting for the writer")),
+        "the agent did not see the writer; log:\n{}",
+        log_text()
+    );
+    // A signal-driven pass meanwhile reads nothing: the config in force stays.
+    super::netns::kill(pid, "HUP");
+    assert!(super::netns::wait_until(PATIENCE, || log_text().contains("SIGHUP: re-reading")));
+    assert_eq!(kept(&ns), ["169.254.0.0/16", "10.0.0.0/8", "100.64.0.0/10"]);
+    writer.write_all(b".0.0/10]\nresyncInterval: 1h\n").unwrap();
+    drop(writer);
+    assert!(
+        super::netns::wait_until(PATIENCE, || kept(&ns)
+            == ["169.254.0.0/16", "100.64.0.0/10"]),
+        "the finished config was not applied; log:\n{}",
+        log_text()
+    );
+    let text = log_text();
+    assert!(!text.contains("invalid config rejected"), "{text}");
+    assert_eq!(
+        text.matches("config accepted").count(),
+        2,
+        "only the first and the finished config: {text}"
+    );
+}
+
+/// `--cleanup-on-exit` (the systemd unit sets it) with SIGTERM while `iptables-restore` hangs:
+/// the stop kills the wedged tool, cleans up, and ends within its deadline. When the tool
+/// hangs at every call, the stop still ends within the deadline, exit 1, naming what it left.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn cleanup_on_exit_during_a_hanging_restore_is_bounded() {
+    use std::process::Stdio;
+    for hang_always in [false, true] {
+        let mut ns = Netns::new("stophang");
+        let dir = crate::util::Scratch::new(&format!("stophang-{hang_always}"));
+        let mode = dir.path.join("mode");
+        let hanging = dir.path.join("hanging");
+        std::fs::write(&mode, "ok").unwrap();
+        // In hang mode the fake says so (an observable event), then hangs; "once" goes back
+        // to working for the next call.
+        super::netns::executable(
+            &dir.path.join("iptables-nft-restore"),
+            &format!(
+                "#!/bin/sh\nm=$(cat '{mode}')\nif [ \"$m\" != ok ]; then\n  [ \"$m\" = once ] && echo ok > '{mode}'\n  echo $$ >> '{hanging}'\n  exec sleep 600\nfi\nexec /usr/sbin/iptables-nft-restore \"$@\"\n",
+                mode = mode.display(),
+                hanging = hanging.display()
+            ),
+        );
+        std::fs::write(dir.path.join("config"), "resyncInterval: 1h\n").unwrap();
+        let log = dir.path.join("agent.log");
+        let config = format!("--config={}", dir.path.join("config").display());
+        let child = ns
+            .ipmasq_with_path(
+                &dir.path,
+                &[
+                    "agent",
+                    "--iptables-mode=nft",
+                    &config,
+                    "--cleanup-on-exit",
+                    "--metrics-addr=off",
+                ],
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        ns.adopt(child);
+        let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            super::netns::wait_until(PATIENCE, || log_text().contains("rules installed")),
+            "{}",
+            log_text()
+        );
+        // Drift, and a repair that hangs in iptables-restore.
+        std::fs::write(&mode, if hang_always { "always" } else { "once" }).unwrap();
+        ns.sh("iptables-nft -t nat -D IP-MASQ-AGENT 1");
+        super::netns::kill(pid, "HUP");
+        assert!(super::netns::wait_until(PATIENCE, || hanging.exists()));
+        let stopping = std::time::Instant::now();
+        super::netns::kill(pid, "TERM");
+        // The stop deadline is 20 s; the test waits longer than that, not for speed.
+        let code = ns.wait_daemon(pid, Duration::from_secs(40));
+        let took = stopping.elapsed();
+        let text = log_text();
+        assert!(
+            code.is_some(),
+            "SIGTERM did not end the agent; log:\n{text}"
+        );
+        assert!(
+            took < Duration::from_secs(30),
+            "took {took:?}; log:\n{text}"
+        );
+        let ours = ns.save("nft", false, Some("nat"));
+        if hang_always {
+            assert_eq!(code, Some(1), "{text}");
+            assert!(text.contains("rules left in place"), "{text}");
+            assert!(text.contains("remove them with `ipmasq cleanup`"), "{text}");
+        } else {
+            assert_eq!(code, Some(0), "{text}");
+            assert!(text.contains("stopped the firewall tool"), "{text}");
+            assert!(!ours.contains("IP-MASQ-AGENT"), "rules removed:\n{ours}");
+        }
+        // Every hung tool was ended, none outlives the test.
+        for pid in std::fs::read_to_string(&hanging).unwrap().lines() {
+            assert!(
+                super::netns::wait_until(PATIENCE, || !std::path::Path::new(&format!(
+                    "/proc/{pid}"
+                ))
+                .exists()),
+                "the fake restore {pid} still runs"
+            );
+        }
+    }
+}

@@ -63,6 +63,12 @@ impl Iptables {
         }
     }
 
+    /// The same backend with another deadline for each tool it runs.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     fn failed(&self, program: &str, out: &runner::Output) -> BackendError {
         let stderr = out.stderr.trim();
         let permission = stderr.contains("Permission denied")

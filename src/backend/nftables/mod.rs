@@ -50,6 +50,12 @@ impl Nftables {
         }
     }
 
+    /// The same backend with another deadline for each tool it runs.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     fn written(&self) -> std::sync::MutexGuard<'_, [Option<LiveTable>; 2]> {
         self.written.lock().unwrap_or_else(|e| e.into_inner())
     }
