@@ -218,8 +218,8 @@ mod tests {
         (runtime, addr, shared)
     }
 
-    /// 100 clients that each send one byte of a request head a second (slowloris) hold far
-    /// more than the slots they are given; every real probe must still be answered within a second.
+    /// 400 clients that each send one byte of a request head a second (slowloris) need more
+    /// than the 256 slots; every real probe must still be answered within a second.
     #[test]
     fn probes_are_answered_through_a_slowloris_crowd() {
         let (runtime, addr, _shared) = serving();
@@ -233,7 +233,7 @@ mod tests {
         });
         let (quit, quitting) = std::sync::mpsc::channel::<()>();
         let crowd = std::thread::spawn(move || {
-            let mut slow: Vec<std::net::TcpStream> = (0..100)
+            let mut slow: Vec<std::net::TcpStream> = (0..400)
                 .filter_map(|_| std::net::TcpStream::connect(addr).ok())
                 .collect();
             let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n";
