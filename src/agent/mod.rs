@@ -97,11 +97,20 @@ fn reconcile_thread(
 ) -> Reconciler {
     let _lock = take_node_lock(&state_dir, &state.rules.masq_chain);
     let mut trigger = Trigger::Timer;
+    let mut leftovers_checked = false;
     let mut written: Option<AgentState> = None;
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
         let pass = reconciler.pass();
+        if !leftovers_checked && matches!(pass, Pass::Synced(_)) {
+            // Our rules are in force and we hold the lock: the other kind's may go now.
+            leftovers_checked = true;
+            remove_leftovers_of_other_backends(
+                &reconciler.backend_name(),
+                &reconciler.settings.plan.names(),
+            );
+        }
         {
             let mut snapshot = lock(&shared);
             snapshot.status = reconciler.status.clone();
@@ -316,6 +325,39 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
         "--cleanup-on-exit: rules left in place; remove them with `ipmasq cleanup`"
     );
     Ending::CleanupFailed
+}
+
+/// After a switch of `--backend`, the other kind's rules would still act on traffic (an
+/// iptables chain masquerades what our nftables set exempts): remove them, in both families,
+/// and say so once. Called only by the holder of the node lock, once its own rules are in
+/// force, so a switch leaves no moment without masquerading, and an agent waiting for the
+/// lock (a rollout's new pod) never removes what the old one still maintains.
+pub fn remove_leftovers_of_other_backends(in_use: &str, names: &Names) {
+    use crate::backend::select::{every_backend, same_kind};
+    for other in every_backend() {
+        if same_kind(&other.name(), in_use) {
+            continue;
+        }
+        for family in crate::plan::Family::ALL {
+            if !other.family_available(family) {
+                continue;
+            }
+            let holds = other
+                .inspect(family, names)
+                .is_ok_and(|live| live.holds_anything());
+            if !holds {
+                continue;
+            }
+            match other.cleanup(family, names, false) {
+                Ok(_) => {
+                    info!(backend = %other.name(), %family, now = in_use, "removed the rules another backend left behind")
+                }
+                Err(err) => {
+                    warn!(backend = %other.name(), %family, error = %err, "cannot remove the rules another backend left behind; they still act on traffic")
+                }
+            }
+        }
+    }
 }
 
 fn pass_name(pass: &Pass) -> &'static str {

@@ -111,7 +111,7 @@ pub const AGENT: AppletDoc = AppletDoc {
     notes: &[
         "SIGHUP re-reads the config and re-syncs at once; SIGTERM and SIGINT stop the agent, which removes its rules first only with --cleanup-on-exit.",
         "An invalid config is logged once per change; the last good config stays in force and drift is still repaired with it. A failed sync is retried after 1 s, doubling up to the resync interval.",
-        "--backend=nftables keeps tables ip ipmasq and ip6 ipmasq (chain postrouting at priority srcnat + 10, set nomasq); a switch of backend removes the other backend's rules.",
+        "--backend=nftables keeps tables ip ipmasq and ip6 ipmasq (chain postrouting at priority srcnat + 10, set nomasq); a switch of backend removes the other backend's rules, only once the agent holds the node lock and its own rules are in force, so no flow goes unmasqueraded.",
     ],
 };
 

@@ -5,7 +5,6 @@ use super::{choose_backend, plan_options, rule_settings, Exit};
 use crate::agent::reconcile::{Pass, Reconciler, Settings};
 use crate::agent::state::{state_dir, AgentState};
 use crate::agent::{logging, run_forever, Ending, RunOptions};
-use crate::backend::select::{every_backend, same_kind};
 use crate::cli::AgentArgs;
 use tracing::{error, info, warn};
 
@@ -53,9 +52,6 @@ pub fn run(args: &AgentArgs) -> Exit {
         dry_run = args.dry_run,
         "ipmasq agent starting"
     );
-    if !args.dry_run {
-        remove_leftovers_of_other_backends(&backend_name, &args.rules.masq_chain);
-    }
     let mut reconciler = Reconciler::new(settings, backend);
 
     if args.dry_run {
@@ -67,7 +63,14 @@ pub fn run(args: &AgentArgs) -> Exit {
             args.rules.masq_chain.as_str(),
         );
         return match reconciler.pass() {
-            Pass::Synced(_) => Exit::Ok,
+            Pass::Synced(_) => {
+                // Our rules are in force: now, and only now, the other kind's may go.
+                crate::agent::remove_leftovers_of_other_backends(
+                    &reconciler.backend_name(),
+                    &reconciler.settings.plan.names(),
+                );
+                Exit::Ok
+            }
             Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
         };
     }
@@ -93,39 +96,6 @@ pub fn run(args: &AgentArgs) -> Exit {
         Ending::SetupFailed(reason) => {
             error!("{reason}");
             Exit::Failure
-        }
-    }
-}
-
-/// After a switch of `--backend`, the other kind's rules would still act on traffic (an
-/// iptables chain masquerades what our nftables set exempts): remove them, in both families,
-/// and say so once.
-fn remove_leftovers_of_other_backends(in_use: &str, chain: &crate::plan::ChainName) {
-    let names = crate::plan::Names {
-        chain: chain.clone(),
-    };
-    for other in every_backend() {
-        if same_kind(&other.name(), in_use) {
-            continue;
-        }
-        for family in crate::plan::Family::ALL {
-            if !other.family_available(family) {
-                continue;
-            }
-            let holds = other
-                .inspect(family, &names)
-                .is_ok_and(|live| live.holds_anything());
-            if !holds {
-                continue;
-            }
-            match other.cleanup(family, &names, false) {
-                Ok(_) => {
-                    info!(backend = %other.name(), %family, now = in_use, "removed the rules another backend left behind")
-                }
-                Err(err) => {
-                    warn!(backend = %other.name(), %family, error = %err, "cannot remove the rules another backend left behind; they still act on traffic")
-                }
-            }
         }
     }
 }

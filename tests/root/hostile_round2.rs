@@ -353,3 +353,86 @@ fn cleanup_on_exit_during_a_hanging_restore_is_bounded() {
         }
     }
 }
+
+/// A rollout: the new agent (nftables) starts while the old one (iptables-nft) still runs. The
+/// new one waits for the node lock and removes nothing meanwhile; once the old one has gone
+/// (its rules left in place, as without --cleanup-on-exit), the new one installs its rules,
+/// then removes the old chain, and a later config change is never overridden by it.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_rollout_switch_waits_for_the_lock_and_leaves_no_old_chain() {
+    let mut ns = Netns::new("rollout");
+    let dir = crate::util::Scratch::new("rollout");
+    let config = dir.write(
+        "ip-masq-agent",
+        "nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n",
+    );
+    let config_flag = format!("--config={}", config.display());
+    let old_log = dir.path.join("old.log");
+    let new_log = dir.path.join("new.log");
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let old = ns.spawn_ipmasq(
+        &[
+            "agent",
+            "--iptables-mode=nft",
+            &config_flag,
+            "--metrics-addr=off",
+        ],
+        &old_log,
+    );
+    let iptables_chain = |ns: &Netns| {
+        ns.save("nft", false, Some("nat"))
+            .contains(":IP-MASQ-AGENT")
+    };
+    assert!(super::netns::wait_until(PATIENCE, || iptables_chain(&ns)));
+    let new = ns.spawn_ipmasq(
+        &[
+            "agent",
+            "--backend=nftables",
+            &config_flag,
+            "--metrics-addr=off",
+        ],
+        &new_log,
+    );
+    assert!(
+        super::netns::wait_until(PATIENCE, || read(&new_log).contains("holds the node lock")),
+        "{}",
+        read(&new_log)
+    );
+    assert!(iptables_chain(&ns), "a waiting agent removes nothing");
+    assert!(!read(&new_log).contains("removed the rules another backend"));
+    super::netns::kill(old, "TERM");
+    assert_eq!(ns.wait_daemon(old, PATIENCE), Some(0), "{}", read(&old_log));
+    assert!(
+        super::netns::wait_until(PATIENCE, || read(&new_log)
+            .contains("removed the rules another backend left behind")),
+        "{}",
+        read(&new_log)
+    );
+    assert!(!iptables_chain(&ns), "the old chain is gone");
+    let installed = read(&new_log).find("rules installed").unwrap();
+    let removed = read(&new_log)
+        .find("removed the rules another backend")
+        .unwrap();
+    assert!(
+        installed < removed,
+        "ours first, then theirs: {}",
+        read(&new_log)
+    );
+    // A config change now: applied, and no chain of the old agent overrides it.
+    std::fs::write(
+        &config,
+        "nonMasqueradeCIDRs: [10.0.0.0/8, 203.0.113.0/24]\nresyncInterval: 1h\n",
+    )
+    .unwrap();
+    assert!(
+        super::netns::wait_until(PATIENCE, || ns
+            .sh("nft list set ip ipmasq nomasq")
+            .contains("203.0.113.0/24")),
+        "{}",
+        read(&new_log)
+    );
+    assert!(!iptables_chain(&ns));
+    super::netns::kill(new, "TERM");
+    assert_eq!(ns.wait_daemon(new, PATIENCE), Some(0));
+}

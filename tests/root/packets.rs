@@ -459,3 +459,99 @@ fn extensions_with_packets_iptables_legacy() {
 fn extensions_with_packets_nftables() {
     extensions_with_packets(&["--backend=nftables"]);
 }
+
+/// A switch of backend while a pod opens about 1,000 new flows a second to an outside address:
+/// the new agent installs its rules before it removes the other backend's, so no flow leaves
+/// with the pod's address. Three switches: iptables-nft → nftables, back, and iptables-legacy
+/// (upstream's rules) → nftables.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_backend_switch_leaks_no_flow() {
+    let topo = Topology::new();
+    let config = scratch_file("switch-config", "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
+    let config_flag = format!("--config={}", config.display());
+    let switches: [(&[&str], &[&str]); 3] = [
+        (&["--iptables-mode=nft"], &["--backend=nftables"]),
+        (&["--backend=nftables"], &["--iptables-mode=nft"]),
+        (&["--iptables-mode=legacy"], &["--backend=nftables"]),
+    ];
+    for (from, to) in switches {
+        let once = |backend: &[&str]| {
+            let mut args = vec!["agent", "--once", config_flag.as_str()];
+            args.extend_from_slice(backend);
+            let run = topo.node.ipmasq(&args);
+            assert_eq!(run.code, 0, "{backend:?}: {}", run.stderr);
+            run.stderr
+        };
+        // The old backend's rules, as an agent of that kind left them.
+        topo.node
+            .sh("nft flush ruleset; iptables-legacy -t nat -F; iptables-legacy -t nat -X");
+        once(from);
+        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let receiver = format!(
+            "import socket,json\n\
+             s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.bind(('{MASQ_V4}',{port}))\n\
+             open('READY','w').close()\n\
+             s.settimeout(30)\n\
+             seen={{}}\n\
+             while True:\n    d,a=s.recvfrom(100)\n    if d==b'stop': break\n    seen[a[0]]=seen.get(a[0],0)+1\n\
+             print(json.dumps(seen))\n"
+        );
+        let (listener, ready) = topo.start_receiver(&receiver);
+        let count = scratch_file("switch-count", "0");
+        let stop = scratch_file("switch-stop", "");
+        std::fs::remove_file(&stop).unwrap();
+        // A new socket, so a new flow (and a new NAT decision), every millisecond.
+        let sender = format!(
+            "import socket,time,os\n\
+             n=0\n\
+             deadline=time.time()+60\n\
+             while not os.path.exists('{stop}') and time.time()<deadline:\n    s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n    s.sendto(b'flow',('{MASQ_V4}',{port}))\n    s.close()\n    n+=1\n    if n%100==0: open('{count}','w').write(str(n))\n    time.sleep(0.001)\n\
+             for _ in range(5):\n    socket.socket(socket.AF_INET,socket.SOCK_DGRAM).sendto(b'stop',('{MASQ_V4}',{port}))\n    time.sleep(0.05)\n",
+            stop = stop.display(),
+            count = count.display()
+        );
+        let mut flows = topo
+            .pod
+            .command(std::path::Path::new(super::netns::PYTHON), &["-c", &sender])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the flows");
+        let sent = || -> u64 {
+            std::fs::read_to_string(&count)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        assert!(wait_until(Duration::from_secs(20), || sent() >= 300));
+        let log = once(to);
+        assert!(
+            log.contains("removed the rules another backend left behind"),
+            "{to:?}: {log}"
+        );
+        let after = sent();
+        assert!(wait_until(Duration::from_secs(20), || sent() >= after + 300));
+        std::fs::write(&stop, "").unwrap();
+        let _ = flows.wait();
+        let out = listener.wait_with_output().expect("receiver output");
+        let _ = std::fs::remove_file(&ready);
+        let _ = std::fs::remove_file(&count);
+        let _ = std::fs::remove_file(&stop);
+        let seen: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("receiver: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(
+            seen.get(POD_V4),
+            None,
+            "{from:?} → {to:?}: flows left with the pod's address: {seen}"
+        );
+        assert!(
+            seen[NODE_OUT_V4].as_u64().unwrap_or(0) >= 600,
+            "{from:?} → {to:?}: {seen}"
+        );
+        eprintln!("{from:?} → {to:?}: sources seen {seen}");
+    }
+    let _ = std::fs::remove_file(&config);
+}
