@@ -134,6 +134,19 @@ impl Gate {
         self.known[slot(desired.family)] = generation.map(|g| (g, desired.clone(), rules));
     }
 
+    /// The generation the family's known ruleset was live at.
+    pub fn generation(&self, family: crate::plan::Family) -> Option<u32> {
+        self.known[slot(family)].as_ref().map(|(g, _, _)| *g)
+    }
+
+    /// Moves the family's knowledge to generation `to`: the commits since changed nothing of
+    /// ours (the change notifications say so).
+    pub fn advance(&mut self, family: crate::plan::Family, to: u32) {
+        if let Some((generation, _, _)) = &mut self.known[slot(family)] {
+            *generation = to;
+        }
+    }
+
     /// Forgets a family (after a cleanup).
     pub fn forget(&mut self, family: crate::plan::Family) {
         self.known[slot(family)] = None;

@@ -11,6 +11,7 @@ mod generation;
 pub(crate) mod golden;
 mod iptables;
 mod nftables;
+mod notify;
 pub(crate) mod runner;
 pub mod select;
 

@@ -401,3 +401,89 @@ fn coexistence_switching_and_cleanup() {
     assert_eq!(foreign(), foreign_before, "the foreign table is untouched");
     assert_eq!(kube(), kube_before, "kube-proxy's rules are untouched");
 }
+
+/// A neighbour committing to nf_tables back to back (as kube-proxy's nftables mode does on a
+/// busy cluster) moves the generation id before nearly every pass. The change notifications
+/// say those commits touched nothing of ours: passes neither read the table nor run nft.
+/// A commit that does touch our table is still seen and healed.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_neighbours_commits_cost_no_read() {
+    let cidrs: Vec<String> = (0..2_000)
+        .map(|i| format!("10.{}.{}.0/24", i / 128, i % 128 * 2))
+        .collect();
+    let mut agent = Agent::start(
+        "nftchurn",
+        &format!(
+            "cidrLimit: 5000\nnonMasqueradeCIDRs: [{}]\nresyncInterval: 100ms\n",
+            cidrs.join(", ")
+        ),
+    );
+    assert!(
+        wait_until(PATIENCE, || agent.passes() >= 2),
+        "{}",
+        agent.log()
+    );
+    agent
+        .ns
+        .sh("nft add table ip neighbour && nft add set ip neighbour s '{ type ipv4_addr; }'");
+    let commits = agent.dir.path.join("neighbour-commits");
+    let stop = agent.dir.path.join("neighbour-stop");
+    // Commits as fast as nft can run, up to 20,000, until told to stop.
+    let neighbour = agent
+        .ns
+        .command(
+            std::path::Path::new("sh"),
+            &[
+                "-c",
+                &format!(
+                    "i=0; while [ ! -e '{stop}' ] && [ $i -lt 20000 ]; do i=$((i+1)); nft add element ip neighbour s \"{{ 198.51.$((i / 256 % 256)).$((i % 256)) }}\"; echo $i > '{commits}.tmp' && mv '{commits}.tmp' '{commits}'; done",
+                    stop = stop.display(),
+                    commits = commits.display()
+                ),
+            ],
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed with the namespace if the test fails.
+    agent.ns.adopt(neighbour);
+    let committed = || -> u64 {
+        std::fs::read_to_string(&commits)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(wait_until(PATIENCE, || committed() >= 10));
+    let full_reads = |agent: &Agent| agent.log().matches("sync phases").count();
+    let (reads, runs, passes, commits_before) = (
+        full_reads(&agent),
+        agent.nft_runs(),
+        agent.passes(),
+        committed(),
+    );
+    assert!(wait_until(PATIENCE, || agent.passes() >= passes + 30));
+    let during = (
+        full_reads(&agent) - reads,
+        agent.nft_runs() - runs,
+        committed().saturating_sub(commits_before),
+    );
+    eprintln!(
+        "30 passes while a neighbour committed {} times: {} full reads, {} nft processes",
+        during.2, during.0, during.1
+    );
+    assert!(during.2 >= 30, "the neighbour kept committing: {during:?}");
+    assert_eq!(during.0, 0, "no pass read the table: {during:?}");
+    assert_eq!(during.1, 0, "no pass ran nft: {during:?}");
+    // A touch of our own table amid the churn: seen and healed at the next pass.
+    agent
+        .ns
+        .sh("nft delete element ip ipmasq nomasq '{ 10.0.6.0/24 }'");
+    assert!(
+        wait_until(PATIENCE, || agent.elements().contains("\"10.0.6.0\"")),
+        "not healed: {}",
+        agent.log()
+    );
+    std::fs::write(&stop, "").unwrap();
+}

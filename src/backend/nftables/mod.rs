@@ -14,6 +14,7 @@ mod render;
 pub(crate) use render::TABLE;
 
 use super::generation::{self, Gate};
+use super::notify::Monitor;
 use super::runner::{self, DEFAULT_TIMEOUT};
 use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
 use crate::plan::{Family, Names, Ruleset};
@@ -30,6 +31,10 @@ pub(crate) struct Nftables {
     gate: Mutex<Gate>,
     /// Per family, the table last written or confirmed (what the gate vouches for).
     written: Mutex<[Option<LiveTable>; 2]>,
+    /// nf_tables change notifications, subscribed at the first sync: they tell a neighbour's
+    /// commit (nothing to read) from one that touched our table. None until then, or when
+    /// the subscription failed (every moved generation is then a full read).
+    monitor: Mutex<Option<Result<Monitor, ()>>>,
 }
 
 fn slot(family: Family) -> usize {
@@ -47,6 +52,7 @@ impl Nftables {
             timeout: DEFAULT_TIMEOUT,
             gate: Mutex::new(Gate::default()),
             written: Mutex::new([None, None]),
+            monitor: Mutex::new(None),
         }
     }
 
@@ -62,6 +68,17 @@ impl Nftables {
 
     fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
         self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the notification monitor, subscribing first if this is the first use.
+    fn with_monitor<T>(&self, f: impl FnOnce(&mut Monitor) -> T) -> Option<T> {
+        let mut slot = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
+        let monitor = slot.get_or_insert_with(|| {
+            Monitor::subscribe(TABLE).map_err(|err| {
+                tracing::debug!(error = %err, "cannot subscribe to nf_tables notifications; a moved generation means a full read");
+            })
+        });
+        monitor.as_mut().ok().map(f)
     }
 
     fn failed(&self, out: &runner::Output) -> BackendError {
@@ -139,9 +156,23 @@ impl Backend for Nftables {
 
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         let family = desired.family;
+        // Subscribed before the id is read, so no commit after it goes unnoticed.
+        self.with_monitor(|_| ());
         // Read the id BEFORE the dump, so a change during the dump is never missed. The
         // steady state ends here: an unchanged id and plan, nothing read, nothing built.
         let before = generation::current();
+        // Commits since we knew the table, none of which touched it (a neighbour's): the
+        // table is still what we knew.
+        let known = self.gate().generation(family);
+        if let (Some(now), Some(known)) = (before, known) {
+            if now != known
+                && self
+                    .with_monitor(|m| m.untouched(family, known, now))
+                    .unwrap_or(false)
+            {
+                self.gate().advance(family, now);
+            }
+        }
         let (vouched, steady) = match self.gate().known_at(before, family) {
             Some((ruleset, rules)) => (true, (ruleset == desired).then_some(rules)),
             None => (false, None),
@@ -167,7 +198,11 @@ impl Backend for Nftables {
         };
         let live = match remembered {
             Some(live) => live,
-            None => self.read(family)?.0,
+            None => {
+                let live = self.read(family)?.0;
+                self.with_monitor(|m| m.read_in_full(family));
+                live
+            }
         };
         let observed = started.elapsed();
         let drift = diff(&table, &live);
