@@ -7,6 +7,7 @@
 pub(crate) mod health;
 pub(crate) mod http;
 pub(crate) mod logging;
+pub(crate) mod memory;
 pub(crate) mod reconcile;
 pub(crate) mod state;
 pub(crate) mod watch;

@@ -112,13 +112,28 @@ pub struct Reconciler {
     had_content: bool,
     /// Since when the file has been seen empty after having content.
     blank_since: Option<Instant>,
+    /// The memory the agent may use (its cgroup's limit), read at start; None: no limit.
+    pub memory_limit: Option<u64>,
+    /// Why the config on disk was refused for memory, while it is: the agent is not ready.
+    memory_refusal: Option<String>,
 }
 
+/// Most CIDRs of one list named in a log line; the rest are counted.
+const LOGGED_CIDRS: usize = 20;
+
+/// A list for a log line: the first [`LOGGED_CIDRS`] entries and how many more (a 25,000-CIDR
+/// list is one short line, not 360 kB).
 fn join(nets: &[ipnet::IpNet]) -> String {
-    nets.iter()
+    let mut text = nets
+        .iter()
+        .take(LOGGED_CIDRS)
         .map(ToString::to_string)
         .collect::<Vec<_>>()
-        .join(",")
+        .join(",");
+    if nets.len() > LOGGED_CIDRS {
+        text.push_str(&format!(",... ({} in all)", nets.len()));
+    }
+    text
 }
 
 fn fingerprint(diagnostics: &[Diagnostic]) -> u64 {
@@ -145,6 +160,8 @@ impl Reconciler {
             config_in_flux: Default::default(),
             had_content: false,
             blank_since: None,
+            memory_limit: super::memory::limit(),
+            memory_refusal: None,
         }
     }
 
@@ -212,6 +229,26 @@ impl Reconciler {
         self.blank_since = None;
         self.had_content = loaded.origin == Origin::File && !loaded.blank;
         let checked = loaded.checked;
+        let refusal = checked.config().and_then(|c| self.too_large_for_memory(c));
+        if refusal.is_none() {
+            self.memory_refusal = None;
+        }
+        if let Some(reason) = refusal {
+            let note = fingerprint(&[Diagnostic::error(config::Code::Io, reason.clone())]);
+            if self.last_config_note != Some(note) {
+                self.last_config_note = Some(note);
+                self.status.configs_rejected += 1;
+                let kept = if self.active.is_some() {
+                    "keeping the last good config in force"
+                } else {
+                    "no rules are installed until it fits"
+                };
+                error!(config = %path, reason = %reason, "config refused: it cannot fit the memory this agent has; {kept}");
+            }
+            self.status.config_current = false;
+            self.memory_refusal = Some(reason);
+            return;
+        }
         match checked.config().cloned() {
             None => {
                 let note = fingerprint(checked.diagnostics());
@@ -240,15 +277,10 @@ impl Reconciler {
                             Origin::File => "file",
                             Origin::Dir => "merged files",
                         };
-                        let cidrs: Vec<String> = new
-                            .non_masquerade_cidrs
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect();
                         info!(
                             config = %path,
                             source,
-                            nonMasqueradeCIDRs = %cidrs.join(","),
+                            nonMasqueradeCIDRs = %join(&new.non_masquerade_cidrs),
                             forceMasqueradeCIDRs = %join(&new.force_masquerade_cidrs),
                             masqueradeSourceCIDRs = %join(&new.masquerade_source_cidrs),
                             masqLinkLocal = new.masq_link_local,
@@ -273,6 +305,41 @@ impl Reconciler {
         }
     }
 
+    /// How many CIDRs fit the usable share of `limit` with this backend.
+    pub fn cidrs_that_fit(&self, limit: u64) -> usize {
+        self.backend
+            .memory_model()
+            .ceiling(limit / 100 * super::memory::USABLE_PERCENT)
+    }
+
+    /// Why `config` cannot be applied within the agent's memory limit, if it cannot: its
+    /// estimated peak (agent and tools, with this backend) above the usable share of the limit.
+    fn too_large_for_memory(&self, config: &Config) -> Option<String> {
+        let limit = self.memory_limit?;
+        let usable = limit / 100 * super::memory::USABLE_PERCENT;
+        let cidrs = config.non_masquerade_cidrs.len()
+            + config.force_masquerade_cidrs.len()
+            + config.masquerade_source_cidrs.len();
+        let model = self.backend.memory_model();
+        let needed = model.peak(cidrs);
+        let lighter = if self.backend.name() == "nftables" {
+            ""
+        } else {
+            ", or use --backend=nftables (about a third of the memory per CIDR)"
+        };
+        (needed > usable).then(|| {
+            format!(
+                "{cidrs} CIDRs need about {} at the peak with the {} backend, more than {}% of this agent's memory limit of {} (at most about {} CIDRs fit); raise the container's memory limit to at least {}, shorten the list{lighter}",
+                super::memory::mib(needed),
+                self.backend.name(),
+                super::memory::USABLE_PERCENT,
+                super::memory::mib(limit),
+                self.cidrs_that_fit(limit),
+                super::memory::mib(needed / super::memory::USABLE_PERCENT * 100),
+            )
+        })
+    }
+
     /// One full pass: reload the config, then sync every family against it.
     pub fn pass(&mut self) -> Pass {
         self.reload_config();
@@ -291,13 +358,18 @@ impl Reconciler {
                 self.status.syncs_ok += 1;
                 self.status.consecutive_failures = 0;
                 self.status.last_success = Some(now);
-                self.status.not_ready = None;
+                // Synced with the last good config; a config refused for memory is not ready.
+                self.status.not_ready = self.memory_refusal.clone();
                 for f in families {
                     self.status.rules.insert(f.family, f.rules);
                 }
             }
             Pass::NoValidConfig => {
-                self.status.not_ready = Some("no valid config has been applied yet".to_string());
+                self.status.not_ready = Some(
+                    self.memory_refusal
+                        .clone()
+                        .unwrap_or_else(|| "no valid config has been applied yet".to_string()),
+                );
             }
             Pass::Failed(err) => {
                 self.status.syncs_failed += 1;
@@ -557,6 +629,47 @@ mod tests {
         f.reconciler.pass();
         assert_eq!(cidr_rules(&f).len(), 4);
         assert_eq!(f.reconciler.status.configs_rejected, 0);
+    }
+
+    /// A list whose estimated peak exceeds the memory limit is refused: the last good config
+    /// stays in force, the agent is not ready, and a list that fits is taken again.
+    #[test]
+    fn a_config_that_cannot_fit_the_memory_limit_is_refused() {
+        let mut f = fixture("memory");
+        f.reconciler.memory_limit = Some(64 << 20);
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        assert!(f.reconciler.status.not_ready.is_none());
+        // The fake's model: 8 MiB + 10 MiB per 10,000 CIDRs; 57.6 MiB usable of 64.
+        let many: Vec<String> = (0..60_000u32)
+            .map(|i| format!("10.{}.{}.0/24", i >> 8 & 0xff, i & 0xff))
+            .collect();
+        write(
+            &f,
+            &format!(
+                "cidrLimit: 100000\nnonMasqueradeCIDRs: [{}]\n",
+                many.join(",")
+            ),
+        );
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        let reason = f.reconciler.status.not_ready.clone().unwrap();
+        assert!(
+            reason.contains("more than 90% of this agent's memory limit of 64.0 MiB"),
+            "{reason}"
+        );
+        assert!(reason.contains("at most about 49599 CIDRs fit"), "{reason}");
+        assert_eq!(f.reconciler.status.configs_rejected, 1);
+        assert!(!f.reconciler.status.config_current);
+        f.reconciler.pass();
+        assert_eq!(
+            f.reconciler.status.configs_rejected, 1,
+            "counted once per change"
+        );
+        write(&f, "nonMasqueradeCIDRs: [192.168.0.0/16]\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
+        assert!(f.reconciler.status.not_ready.is_none());
     }
 
     #[test]

@@ -74,6 +74,13 @@ impl FakeBackend {
 }
 
 impl Backend for FakeBackend {
+    fn memory_model(&self) -> super::MemoryModel {
+        super::MemoryModel {
+            base_mib: 8,
+            per_10k_cidrs_mib: 10,
+        }
+    }
+
     fn name(&self) -> String {
         "fake".to_string()
     }

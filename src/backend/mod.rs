@@ -18,6 +18,32 @@ pub mod select;
 use crate::plan::{Action, Family, Names, Ruleset};
 use ipnet::IpNet;
 
+/// The peak memory of the agent and the tools it runs, as `scripts/bench` measures it in a
+/// memory cgroup (first apply or a one-CIDR change, whichever is worse): a base plus a slope
+/// per 10,000 CIDRs, both rounded up from the measurements so the estimate is never below them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryModel {
+    pub base_mib: u64,
+    pub per_10k_cidrs_mib: u64,
+}
+
+impl MemoryModel {
+    /// Estimated peak bytes with `cidrs` CIDRs in the list.
+    pub fn peak(&self, cidrs: usize) -> u64 {
+        let mib = self.base_mib as f64 + self.per_10k_cidrs_mib as f64 * cidrs as f64 / 10_000.0;
+        (mib * 1_048_576.0).ceil() as u64
+    }
+
+    /// The most CIDRs whose estimated peak fits in `bytes`.
+    pub fn ceiling(&self, bytes: u64) -> usize {
+        let mib = bytes as f64 / 1_048_576.0 - self.base_mib as f64;
+        if mib <= 0.0 || self.per_10k_cidrs_mib == 0 {
+            return 0;
+        }
+        (mib / self.per_10k_cidrs_mib as f64 * 10_000.0).floor() as usize
+    }
+}
+
 /// What every backend does. All methods are blocking; the agent calls them off its runtime.
 pub trait Backend: Send {
     /// A short name for logs and metrics, e.g. `iptables-nft`.
@@ -29,6 +55,8 @@ pub trait Backend: Send {
     fn supports_random_fully(&self) -> Result<bool, BackendError> {
         Ok(true)
     }
+    /// How much memory applying a list takes with this backend (see [`MemoryModel`]).
+    fn memory_model(&self) -> MemoryModel;
     /// Where our rules live, for people: `IP-MASQ-AGENT in table nat`.
     fn location(&self, names: &Names) -> String {
         format!("{} in table nat", names.chain)

@@ -53,6 +53,14 @@ pub fn run(args: &AgentArgs) -> Exit {
         "ipmasq agent starting"
     );
     let mut reconciler = Reconciler::new(settings, backend);
+    if let Some(limit) = reconciler.memory_limit {
+        info!(
+            limit = %crate::agent::memory::mib(limit),
+            fits_cidrs = reconciler.cidrs_that_fit(limit),
+            backend = %backend_name,
+            "memory limit found; a config whose estimated peak does not fit is refused"
+        );
+    }
 
     if args.dry_run {
         return dry_run(&mut reconciler);

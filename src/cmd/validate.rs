@@ -110,6 +110,10 @@ pub struct Entry {
     pub warnings: usize,
     pub diagnostics: Vec<JsonDiagnostic>,
     pub effective: Option<Config>,
+    /// Estimated peak memory of the agent and its tools applying this config, per backend
+    /// (MiB), from the benchmark's measurements; set for a valid config.
+    #[serde(rename = "peakMemoryMiB", skip_serializing_if = "Option::is_none")]
+    pub peak_memory_mib: Option<std::collections::BTreeMap<String, f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entries: Option<Vec<MergedEntry>>,
     #[serde(skip)]
@@ -192,6 +196,7 @@ impl Entry {
             errors,
             warnings,
             diagnostics: diagnostics.iter().map(JsonDiagnostic::from).collect(),
+            peak_memory_mib: config.as_ref().filter(|_| valid).map(peak_memory),
             effective: if valid { config } else { None },
             entries: None,
             source,
@@ -208,6 +213,28 @@ impl Entry {
         Entry::new(path, EntryKind::Unreadable, checked, false, None)
     }
 }
+
+/// The CIDRs of a config that weigh on memory (every list the backends render).
+fn cidr_count(config: &Config) -> usize {
+    config.non_masquerade_cidrs.len()
+        + config.force_masquerade_cidrs.len()
+        + config.masquerade_source_cidrs.len()
+}
+
+/// The estimated peak memory (MiB) of applying `config`, per backend.
+fn peak_memory(config: &Config) -> std::collections::BTreeMap<String, f64> {
+    let cidrs = cidr_count(config);
+    crate::backend::select::every_backend()
+        .iter()
+        .map(|b| {
+            let mib = b.memory_model().peak(cidrs) as f64 / 1_048_576.0;
+            (b.name(), (mib * 10.0).round() / 10.0)
+        })
+        .collect()
+}
+
+/// Lists of at least this many CIDRs get the memory estimate in the text report too.
+const MEMORY_NOTE_FROM_CIDRS: usize = 1_000;
 
 /// One thing to validate.
 enum Input {
@@ -438,6 +465,19 @@ impl Report {
                 ),
             };
             out.push_str(&format!("{}: {verdict}\n", style.bold(&label)));
+            if let (Some(config), Some(peaks)) = (&entry.effective, &entry.peak_memory_mib) {
+                let cidrs = cidr_count(config);
+                if cidrs >= MEMORY_NOTE_FROM_CIDRS {
+                    let each: Vec<String> = peaks
+                        .iter()
+                        .map(|(b, m)| format!("{b} {m:.1} MiB"))
+                        .collect();
+                    out.push_str(&format!(
+                        "  peak memory of the agent applying {cidrs} CIDRs (estimate): {}; the shipped DaemonSet allows 64 MiB\n",
+                        each.join(", ")
+                    ));
+                }
+            }
             if let Some(entries) = &entry.entries {
                 out.push_str(&format!("# merged config of {label}, entry by entry\n"));
                 let mut current = None;

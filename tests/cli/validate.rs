@@ -301,3 +301,37 @@ fn yaml_report_is_the_json_document() {
     let from_yaml: Value = serde_saphyr::from_str(&yaml.stdout).unwrap();
     assert_eq!(from_json, from_yaml, "{}", yaml.stdout);
 }
+
+/// A long list: `validate` estimates the agent's peak memory per backend (text and JSON),
+/// so a CI lint sees that 20,000 CIDRs do not fit the shipped 64 MiB with iptables.
+#[test]
+fn a_long_list_reports_the_memory_it_needs_per_backend() {
+    let dir = Scratch::new("memory-estimate");
+    let cidrs: Vec<String> = (0..20_000)
+        .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256))
+        .collect();
+    let file = dir.write(
+        "long.yaml",
+        &format!(
+            "cidrLimit: 20000\nnonMasqueradeCIDRs: [{}]\n",
+            cidrs.join(", ")
+        ),
+    );
+    let run = ipmasq(&["validate", file.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(
+            "peak memory of the agent applying 20000 CIDRs (estimate): iptables-legacy 68.0 MiB, iptables-nft 90.0 MiB, nftables 32.0 MiB"
+        ),
+        "{}",
+        run.stdout
+    );
+    let (_, report) = json(&[file.to_str().unwrap()]);
+    let peaks = &report["results"][0]["peakMemoryMiB"];
+    assert_eq!(peaks["nftables"], 32.0, "{report}");
+    assert_eq!(peaks["iptables-nft"], 90.0, "{report}");
+    // A short list: JSON only, no line in the text.
+    let short = dir.write("short.yaml", "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+    let run = ipmasq(&["validate", short.to_str().unwrap()]);
+    assert!(!run.stdout.contains("peak memory"), "{}", run.stdout);
+}

@@ -436,3 +436,210 @@ fn a_rollout_switch_waits_for_the_lock_and_leaves_no_old_chain() {
     super::netns::kill(new, "TERM");
     assert_eq!(ns.wait_daemon(new, PATIENCE), Some(0));
 }
+
+/// A memory cgroup of the test's own (v1 or v2), removed on drop.
+struct MemoryCgroup {
+    path: std::path::PathBuf,
+    v2: bool,
+}
+
+impl MemoryCgroup {
+    fn new(tag: &str, limit: u64) -> MemoryCgroup {
+        let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let root = if v2 {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/memory"
+        };
+        let path =
+            std::path::Path::new(root).join(format!("ipmasq-test-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        let file = if v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        std::fs::write(path.join(file), limit.to_string()).unwrap();
+        MemoryCgroup { path, v2 }
+    }
+
+    /// How many times the kernel's OOM killer acted in the group.
+    fn oom_kills(&self) -> u64 {
+        let (file, key) = if self.v2 {
+            ("memory.events", "oom_kill ")
+        } else {
+            ("memory.oom_control", "oom_kill ")
+        };
+        std::fs::read_to_string(self.path.join(file))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0)
+    }
+
+    /// Starts `ipmasq ARGS` in `ns`, inside this group from before its exec. (nsenter, not
+    /// `ip netns exec`: that mounts a fresh /sys, hiding the cgroup the agent must read.)
+    fn spawn(&self, ns: &mut Netns, args: &[&str], log: &std::path::Path) -> u32 {
+        let procs = self.path.join("cgroup.procs");
+        let binary = crate::util::binary();
+        let mut full = vec![
+            "-c".to_string(),
+            format!("echo $$ > '{}' && exec \"$@\"", procs.display()),
+            "sh".to_string(),
+            "nsenter".into(),
+            format!("--net=/run/netns/{}", ns.name),
+            binary.display().to_string(),
+        ];
+        full.extend(args.iter().map(|a| a.to_string()));
+        let child = std::process::Command::new("sh")
+            .args(&full)
+            .env("IPMASQ_STATE_DIR", ns.state_dir())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        ns.adopt(child);
+        pid
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        // The namespace (declared after the group) has killed its daemons by now.
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// The last 4,000 bytes of a log, for a failure message.
+fn tail(log: &str) -> String {
+    let start = log.len().saturating_sub(4_000);
+    let start = (start..=log.len())
+        .find(|&i| log.is_char_boundary(i))
+        .unwrap_or(0);
+    log[start..].to_string()
+}
+
+fn cidr_config(count: usize) -> String {
+    let cidrs: Vec<String> = (0..count)
+        .map(|i| {
+            format!(
+                "10.{}.{}.{}/32",
+                2 * i / 65536 % 256,
+                2 * i / 256 % 256,
+                2 * i % 256
+            )
+        })
+        .collect();
+    format!(
+        "cidrLimit: {}\nresyncInterval: 1h\nnonMasqueradeCIDRs: [{}]\n",
+        count.max(64),
+        cidrs.join(", ")
+    )
+}
+
+fn readyz(ns: &Netns) -> (u16, String) {
+    let run = ns.exec(
+        super::netns::PYTHON,
+        &[
+            "-c",
+            "import urllib.request,urllib.error\ntry:\n    r=urllib.request.urlopen('http://127.0.0.1:9723/readyz',timeout=5); print(r.status); print(r.read().decode())\nexcept urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode())",
+        ],
+    );
+    let mut lines = run.stdout.splitn(2, '\n');
+    let code = lines.next().unwrap_or("0").trim().parse().unwrap_or(0);
+    (code, lines.next().unwrap_or_default().to_string())
+}
+
+/// The shipped DaemonSet's 64 MiB, agent and its tools inside: a list the backend cannot
+/// apply in that memory is refused (clear error, last good rules kept, not ready) instead of
+/// an OOM kill on every start; a list that fits is applied within the limit.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn configs_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
+    // iptables-nft: 1,000 CIDRs fit; 25,000 (before: iptables-nft-restore OOM-killed in a loop)
+    // are refused, the 1,000 stay.
+    {
+        let group = MemoryCgroup::new("iptnft", 64 << 20);
+        let mut ns = Netns::new("mem-iptnft");
+        let dir = crate::util::Scratch::new("mem-iptnft");
+        let config = dir.write("ip-masq-agent", &cidr_config(1_000));
+        let log = dir.path.join("agent.log");
+        let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
+        let pid = group.spawn(
+            &mut ns,
+            &[
+                "agent",
+                "--iptables-mode=nft",
+                &format!("--config={}", config.display()),
+            ],
+            &log,
+        );
+        assert!(
+            super::netns::wait_until(PATIENCE, || readyz(&ns).0 == 200),
+            "{}",
+            read()
+        );
+        let rules = |ns: &Netns| {
+            ns.save("nft", false, Some("nat"))
+                .matches("-j RETURN")
+                .count()
+        };
+        assert_eq!(rules(&ns), 1_001);
+        std::fs::write(&config, cidr_config(25_000)).unwrap();
+        assert!(
+            super::netns::wait_until(PATIENCE, || read().contains("config refused")),
+            "{}",
+            read()
+        );
+        let (code, body) = readyz(&ns);
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("25000 CIDRs need about"), "{body}");
+        assert!(
+            read().contains("keeping the last good config in force"),
+            "{}",
+            read()
+        );
+        assert_eq!(rules(&ns), 1_001, "the last good rules stay");
+        assert_eq!(group.oom_kills(), 0, "{}", read());
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+    // nftables: 50,000 CIDRs at start (before: ready at 65.4 of 65.5 MB; 75,000 OOM-killed)
+    // are refused with nothing installed; 30,000 fit and are applied within the limit.
+    {
+        let group = MemoryCgroup::new("nft", 64 << 20);
+        let mut ns = Netns::new("mem-nft");
+        let dir = crate::util::Scratch::new("mem-nft");
+        let config = dir.write("ip-masq-agent", &cidr_config(50_000));
+        let log = dir.path.join("agent.log");
+        let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
+        group.spawn(
+            &mut ns,
+            &[
+                "agent",
+                "--backend=nftables",
+                &format!("--config={}", config.display()),
+            ],
+            &log,
+        );
+        assert!(
+            super::netns::wait_until(PATIENCE, || read()
+                .contains("no rules are installed until it fits")),
+            "{}",
+            read()
+        );
+        assert_eq!(readyz(&ns).0, 503);
+        assert!(!ns
+            .exec("nft", &["list", "tables"])
+            .stdout
+            .contains("ipmasq"));
+        std::fs::write(&config, cidr_config(30_000)).unwrap();
+        assert!(
+            super::netns::wait_until(Duration::from_secs(60), || readyz(&ns).0 == 200),
+            "{}",
+            read()
+        );
+        assert_eq!(group.oom_kills(), 0, "{}", read());
+    }
+}
