@@ -130,9 +130,13 @@ impl Ledger {
         }
     }
 
-    /// Notifications were dropped: every family needs a full read.
+    /// Notifications were dropped: every family needs a full read, and nothing heard so far
+    /// can be framed any more (a commit's touches may have lost their NEWGEN): start afresh.
     pub fn lost(&mut self) {
-        self.lost = [true, true];
+        *self = Ledger {
+            lost: [true, true],
+            ..Ledger::new(&self.table)
+        };
     }
 
     /// The family's table has been read in full: what was lost before the last drain (which
@@ -191,6 +195,15 @@ pub(crate) struct Monitor {
 impl Monitor {
     /// Subscribes; from now on every commit's notifications queue up for [`Monitor::untouched`].
     pub fn subscribe(table: &str) -> io::Result<Monitor> {
+        Ok(Monitor {
+            socket: Self::socket()?,
+            buffer: vec![0; 64 << 10],
+            ledger: Ledger::new(table),
+        })
+    }
+
+    /// A socket in the nf_tables group, with room for a busy neighbour's notifications.
+    fn socket() -> io::Result<Socket> {
         let mut socket = Socket::new(NETLINK_NETFILTER)?;
         socket.bind_auto()?;
         // Root may exceed rmem_max (SO_RCVBUFFORCE); otherwise the ordinary limit applies.
@@ -210,11 +223,17 @@ impl Monitor {
         }
         socket.add_membership(NFNLGRP_NFTABLES)?;
         socket.set_non_blocking(true)?;
-        Ok(Monitor {
-            socket,
-            buffer: vec![0; 64 << 10],
-            ledger: Ledger::new(table),
-        })
+        Ok(socket)
+    }
+
+    /// After a loss: a fresh socket, so what was queued before (commits whose NEWGEN may have
+    /// been dropped) can never be mistaken for a later commit's; every family reads in full.
+    fn renew(&mut self) {
+        self.ledger.lost();
+        match Self::socket() {
+            Ok(socket) => self.socket = socket,
+            Err(err) => tracing::debug!(error = %err, "cannot renew the nf_tables subscription"),
+        }
     }
 
     /// Reads every queued notification without waiting.
@@ -236,7 +255,7 @@ impl Monitor {
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
                 Err(err) => {
                     tracing::debug!(error = %err, "reading nf_tables notifications failed");
-                    self.ledger.lost();
+                    self.renew();
                     return;
                 }
             }
@@ -249,11 +268,19 @@ impl Monitor {
         let deadline = Instant::now() + CATCH_UP;
         loop {
             self.drain();
+            if self.ledger.lost[slot(family)] {
+                return false;
+            }
             if self.ledger.caught_up(to) {
-                return self.ledger.untouched(family, from, to);
+                let untouched = self.ledger.untouched(family, from, to);
+                if !untouched {
+                    tracing::debug!(%family, from, to, ledger = ?self.ledger, "commits since the last read may have touched our table; reading it");
+                }
+                return untouched;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                tracing::debug!(%family, to, latest = ?self.ledger.latest, "the notifications of the current generation did not arrive in time; reading the table");
                 return false;
             }
             let mut poll = libc::pollfd {
@@ -360,12 +387,15 @@ mod tests {
     fn lost_notifications_mean_a_full_read() {
         let mut ledger = Ledger::new("ipmasq");
         ledger.datagram(&newgen(5));
+        // Touches queued before the loss whose NEWGEN was dropped: never pinned on a later
+        // commit.
+        ledger.datagram(&message(NEWSETELEM, NFPROTO_IPV4, &[(1, b"ipmasq\0")]));
         ledger.lost();
         ledger.datagram(&newgen(6));
         assert!(!ledger.untouched(Family::V4, 5, 6));
         ledger.read_in_full(Family::V4);
         ledger.datagram(&newgen(7));
-        assert!(ledger.untouched(Family::V4, 6, 7));
+        assert!(ledger.untouched(Family::V4, 6, 7), "{ledger:?}");
         assert!(!ledger.untouched(Family::V6, 6, 7));
         // More touching commits between two passes than are remembered: a loss.
         for g in 8..8 + TOUCHES_KEPT as u32 + 1 {

@@ -243,7 +243,15 @@ impl Backend for Nftables {
                             detail: format!("{err} (applying: {})", script.trim()),
                         })?;
                 }
-                _ => self.apply(script)?,
+                // A whole table: its notifications (one per element) would overflow the
+                // subscription, so it is set aside for the commit and made anew after it,
+                // before the id is read; the gate trusts the table only if nobody else
+                // committed in between (the id moved by exactly one).
+                _ => {
+                    *self.monitor.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    self.apply(script)?;
+                    self.with_monitor(|_| ());
+                }
             }
             after = Some(generation::current());
         }
