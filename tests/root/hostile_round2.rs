@@ -643,3 +643,89 @@ fn configs_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
         assert_eq!(group.oom_kills(), 0, "{}", read());
     }
 }
+
+/// The scalar alias bomb against the agent itself, in the DaemonSet's 64 MiB (before: 983 MB
+/// for 130 KB, every agent of the fleet OOM-killed on every start): refused with one line,
+/// the agent alive, the kernel's OOM killer never called.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_scalar_alias_bomb_cannot_exhaust_the_agent() {
+    let group = MemoryCgroup::new("alias", 64 << 20);
+    let mut ns = Netns::new("mem-alias");
+    let dir = crate::util::Scratch::new("mem-alias");
+    let bomb = format!(
+        "nonMasqueradeCIDRs: [10.0.0.0/8]\nbig: &b {}\nrefs: [{}]\n",
+        "x".repeat(900_000),
+        vec!["*b"; 16_000].join(", ")
+    );
+    let config = dir.write("ip-masq-agent", &bomb);
+    let log = dir.path.join("agent.log");
+    let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
+    let pid = group.spawn(
+        &mut ns,
+        &[
+            "agent",
+            "--iptables-mode=nft",
+            &format!("--config={}", config.display()),
+        ],
+        &log,
+    );
+    assert!(
+        super::netns::wait_until(PATIENCE, || read().contains("invalid config rejected")),
+        "{}",
+        read()
+    );
+    assert!(read().contains("bytes in memory"), "{}", read());
+    assert_eq!(group.oom_kills(), 0);
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let longest = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    assert!(longest < 2_000, "a log line of {longest} bytes");
+}
+
+/// Log amplification: 52,422 duplicate keys make ten warnings and one counted line per load,
+/// not 52,422; 200,000 misaligned CIDRs on one line make a short error, not 29.5 MB.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn repeated_findings_make_a_bounded_log() {
+    let ns = Netns::new("logamp");
+    let dir = crate::util::Scratch::new("logamp");
+    let dups = dir.write("dups", &"cidrLimit: 64\n".repeat(52_422));
+    let run = ns.ipmasq(&[
+        "agent",
+        "--once",
+        "--iptables-mode=nft",
+        &format!("--config={}", dups.display()),
+    ]);
+    assert_eq!(run.code, 0, "{}", tail(&run.stderr));
+    let warnings = run.stderr.lines().filter(|l| l.contains(" WARN ")).count();
+    assert_eq!(warnings, 11, "{}", tail(&run.stderr));
+    assert!(run
+        .stderr
+        .contains("and 52411 more [duplicate-key] findings"));
+    let misaligned = dir.write(
+        "misaligned",
+        &format!(
+            "cidrLimit: 300000\nnonMasqueradeCIDRs: [{}]\n",
+            vec!["10.1.2.3/8"; 200_000].join(", ")
+        ),
+    );
+    let run = ns.ipmasq(&[
+        "agent",
+        "--once",
+        "--iptables-mode=nft",
+        &format!("--config={}", misaligned.display()),
+    ]);
+    assert_eq!(run.code, 1);
+    let longest = run.stderr.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 8_000, "a log line of {longest} bytes");
+    assert!(
+        run.stderr.contains("more [cidr-not-aligned] findings"),
+        "{}",
+        tail(&run.stderr)
+    );
+}
