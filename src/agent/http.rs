@@ -218,10 +218,12 @@ mod tests {
         (runtime, addr, shared)
     }
 
-    /// 400 clients that each send one byte of a request head a second (slowloris) need more
-    /// than the 256 slots; every real probe must still be answered within a second.
-    #[test]
-    fn probes_are_answered_through_a_slowloris_crowd() {
+    /// The endpoint served on a thread of its own until `stop` is sent.
+    fn serving_on_a_thread() -> (
+        SocketAddr,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ) {
         let (runtime, addr, _shared) = serving();
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let server = std::thread::spawn(move || {
@@ -231,6 +233,14 @@ mod tests {
                 }
             })
         });
+        (addr, stop, server)
+    }
+
+    /// 400 clients that each send one byte of a request head a second (slowloris) need more
+    /// than the 256 slots; every real probe must still be answered within a second.
+    #[test]
+    fn probes_are_answered_through_a_slowloris_crowd() {
+        let (addr, stop, server) = serving_on_a_thread();
         let (quit, quitting) = std::sync::mpsc::channel::<()>();
         let crowd = std::thread::spawn(move || {
             let mut slow: Vec<std::net::TcpStream> = (0..400)
@@ -283,15 +293,7 @@ mod tests {
     /// later, as a loaded kubelet may, is still answered, every time.
     #[test]
     fn probes_that_pause_after_connecting_survive_an_idle_reconnecting_crowd() {
-        let (runtime, addr, _shared) = serving();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let server = std::thread::spawn(move || {
-            runtime.block_on(async {
-                while stopped.try_recv().is_err() {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            })
-        });
+        let (addr, stop, server) = serving_on_a_thread();
         let quit = Arc::new(AtomicBool::new(false));
         let crowd: Vec<_> = (0..100)
             .map(|_| {

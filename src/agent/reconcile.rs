@@ -201,17 +201,14 @@ impl Reconciler {
                 self.config_cache = None;
                 let message = err.to_string();
                 let note = fingerprint(&[Diagnostic::error(config::Code::Io, message.clone())]);
-                if self.last_config_note != Some(note) {
-                    self.last_config_note = Some(note);
-                    self.status.configs_rejected += 1;
-                    let kept = if self.active.is_some() {
+                self.refuse(note, |enforcing| {
+                    let kept = if enforcing {
                         "keeping the rules of the last good config"
                     } else {
                         "no rules are installed until it can be read"
                     };
                     error!(config = %path, error = %message, "cannot read config; {kept}");
-                }
-                self.status.config_current = false;
+                });
                 return;
             }
         };
@@ -235,36 +232,30 @@ impl Reconciler {
         }
         if let Some(reason) = refusal {
             let note = fingerprint(&[Diagnostic::error(config::Code::Io, reason.clone())]);
-            if self.last_config_note != Some(note) {
-                self.last_config_note = Some(note);
-                self.status.configs_rejected += 1;
-                let kept = if self.active.is_some() {
+            self.refuse(note, |enforcing| {
+                let kept = if enforcing {
                     "keeping the last good config in force"
                 } else {
                     "no rules are installed until it fits"
                 };
                 error!(config = %path, reason = %reason, "config refused: it cannot fit the memory this agent has; {kept}");
-            }
-            self.status.config_current = false;
+            });
             self.memory_refusal = Some(reason);
             return;
         }
         match checked.config().cloned() {
             None => {
                 let note = fingerprint(checked.diagnostics());
-                if self.last_config_note != Some(note) {
-                    self.last_config_note = Some(note);
-                    self.status.configs_rejected += 1;
+                self.refuse(note, |enforcing| {
                     let problems: Vec<String> =
                         checked.errors().map(Diagnostic::one_line).collect();
-                    let kept = if self.active.is_some() {
+                    let kept = if enforcing {
                         "keeping the last good config in force"
                     } else {
                         "no rules are installed until it is fixed"
                     };
                     error!(config = %path, errors = %problems.join("; "), "invalid config rejected; {kept}");
-                }
-                self.status.config_current = false;
+                });
             }
             Some(new) => {
                 let note = fingerprint(checked.diagnostics());
@@ -303,6 +294,18 @@ impl Reconciler {
                 self.status.config_current = true;
             }
         }
+    }
+
+    /// A config that cannot be taken (unreadable, invalid, too large): counted and logged
+    /// once per distinct reason (`note`), by `log`, told whether a good config is still in
+    /// force; the config in force stays.
+    fn refuse(&mut self, note: u64, log: impl FnOnce(bool)) {
+        if self.last_config_note != Some(note) {
+            self.last_config_note = Some(note);
+            self.status.configs_rejected += 1;
+            log(self.active.is_some());
+        }
+        self.status.config_current = false;
     }
 
     /// How many CIDRs fit the usable share of `limit` with this backend.
