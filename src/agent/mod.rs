@@ -97,6 +97,7 @@ fn reconcile_thread(
     state_dir: PathBuf,
 ) -> Reconciler {
     let _lock = take_node_lock(&state_dir, &state.rules.masq_chain);
+    reconciler.take_over_leftovers();
     let mut trigger = Trigger::Timer;
     let mut leftovers_checked = false;
     let mut written: Option<AgentState> = None;

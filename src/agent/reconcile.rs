@@ -308,6 +308,14 @@ impl Reconciler {
         self.status.config_current = false;
     }
 
+    /// The node lock is ours: the backend may take over another's leftovers at its first
+    /// install (see [`Backend::take_over_at_first_install`]).
+    pub fn take_over_leftovers(&self) {
+        if !self.settings.dry_run {
+            self.backend.take_over_at_first_install();
+        }
+    }
+
     /// How many CIDRs fit the usable share of `limit` with this backend.
     pub fn cidrs_that_fit(&self, limit: u64) -> usize {
         self.backend

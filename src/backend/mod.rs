@@ -55,6 +55,10 @@ pub trait Backend: Send {
     fn supports_random_fully(&self) -> Result<bool, BackendError> {
         Ok(true)
     }
+    /// Called once by the holder of the node lock before its first sync: where this backend
+    /// can remove another backend's leftovers in the same transaction as its own first
+    /// install, it does so then (nftables takes over iptables-nft's chain and jumps).
+    fn take_over_at_first_install(&self) {}
     /// How much memory applying a list takes with this backend (see [`MemoryModel`]).
     fn memory_model(&self) -> MemoryModel;
     /// Where our rules live, for people: `IP-MASQ-AGENT in table nat`.

@@ -70,6 +70,7 @@ pub fn run(args: &AgentArgs) -> Exit {
             &state_dir(args.state_dir.as_deref()),
             args.rules.masq_chain.as_str(),
         );
+        reconciler.take_over_leftovers();
         return match reconciler.pass() {
             Pass::Synced(_) => {
                 // Our rules are in force: now, and only now, the other kind's may go.

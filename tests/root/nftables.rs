@@ -366,9 +366,11 @@ fn coexistence_switching_and_cleanup() {
         "--config=/nonexistent/x",
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    // iptables-nft's chain lives in nf_tables: taken over in our first install's transaction.
     assert!(
-        run.stderr
-            .contains("removed the rules another backend left behind"),
+        run.stderr.contains(
+            "removed iptables-nft's chain and jumps in the same transaction as this table's first install"
+        ),
         "{}",
         run.stderr
     );

@@ -460,6 +460,54 @@ fn extensions_with_packets_nftables() {
     extensions_with_packets(&["--backend=nftables"]);
 }
 
+/// `nft monitor` in a namespace, counting the commits (new generations) after it started.
+struct CommitWatch {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+impl CommitWatch {
+    /// Starts the monitor and waits until it is seen to listen: a marker commit shows up.
+    fn start(ns: &Netns) -> CommitWatch {
+        let out = scratch_file("monitor", "");
+        let child = ns
+            .command(std::path::Path::new("nft"), &["monitor"])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nft monitor");
+        let watch = CommitWatch { child, out };
+        let read = || std::fs::read_to_string(&watch.out).unwrap_or_default();
+        assert!(wait_until(Duration::from_secs(10), || {
+            ns.sh("nft add table ip commitwatch && nft delete table ip commitwatch");
+            read().contains("delete table ip commitwatch")
+        }));
+        watch
+    }
+
+    /// Commits after the start marker, once an end marker shows they have all been printed.
+    fn commits_since_start(mut self, ns: &Netns) -> usize {
+        ns.sh("nft add table ip commitwatch-end");
+        let read = || std::fs::read_to_string(&self.out).unwrap_or_default();
+        assert!(wait_until(Duration::from_secs(10), || read()
+            .contains("add table ip commitwatch-end")));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        ns.sh("nft delete table ip commitwatch-end");
+        let text = read();
+        let _ = std::fs::remove_file(&self.out);
+        let start = text
+            .rfind("delete table ip commitwatch\n")
+            .expect("start marker");
+        let end = text
+            .find("add table ip commitwatch-end")
+            .expect("end marker");
+        // The start marker's own generation line follows it; the end marker's comes after.
+        text[start..end].matches("# new generation").count() - 1
+    }
+}
+
 /// A switch of backend while a pod opens about 1,000 new flows a second to an outside address:
 /// the new agent installs its rules before it removes the other backend's, so no flow leaves
 /// with the pod's address. Three switches: iptables-nft → nftables, back, and iptables-legacy
@@ -527,10 +575,35 @@ fn a_backend_switch_leaks_no_flow() {
                 .unwrap_or(0)
         };
         assert!(wait_until(Duration::from_secs(20), || sent() >= 300));
+        // iptables-nft → nftables: both live in nf_tables, so ours are installed and theirs
+        // deleted in one transaction: `nft monitor` sees exactly one new generation.
+        let one_batch = from == ["--iptables-mode=nft"];
+        let monitor = one_batch.then(|| CommitWatch::start(&topo.node));
         let log = once(to);
+        if let Some(monitor) = monitor {
+            assert!(log.contains("in the same transaction"), "{log}");
+            assert_eq!(
+                monitor.commits_since_start(&topo.node),
+                1,
+                "one transaction: {log}"
+            );
+        } else {
+            assert!(
+                log.contains("removed the rules another backend left behind"),
+                "{to:?}: {log}"
+            );
+        }
         assert!(
-            log.contains("removed the rules another backend left behind"),
-            "{to:?}: {log}"
+            !topo
+                .node
+                .save("nft", false, Some("nat"))
+                .contains("IP-MASQ-AGENT")
+                && !topo
+                    .node
+                    .save("legacy", false, Some("nat"))
+                    .contains("IP-MASQ-AGENT")
+                || to != ["--backend=nftables"],
+            "no iptables chain is left"
         );
         let after = sent();
         assert!(wait_until(Duration::from_secs(20), || sent() >= after + 300));

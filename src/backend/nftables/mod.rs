@@ -10,6 +10,7 @@ mod diff;
 mod elements;
 mod live;
 mod render;
+mod takeover;
 
 pub(crate) use render::TABLE;
 
@@ -35,6 +36,9 @@ pub(crate) struct Nftables {
     /// commit (nothing to read) from one that touched our table. None until then, or when
     /// the subscription failed (every moved generation is then a full read).
     monitor: Mutex<Option<Result<Monitor, ()>>>,
+    /// Per family: the first install also deletes iptables-nft's chain and jumps, in the same
+    /// transaction (set by the lock holder before its first sync).
+    take_over: Mutex<[bool; 2]>,
 }
 
 fn slot(family: Family) -> usize {
@@ -53,6 +57,7 @@ impl Nftables {
             gate: Mutex::new(Gate::default()),
             written: Mutex::new([None, None]),
             monitor: Mutex::new(None),
+            take_over: Mutex::new([false, false]),
         }
     }
 
@@ -119,6 +124,55 @@ impl Nftables {
         Ok((live, out.stdout))
     }
 
+    /// The deletions of iptables-nft's `chain` and its jumps in `family`, if it left any.
+    fn iptables_nft_leftovers(&self, family: Family, chain: &str) -> Option<String> {
+        let f = family_word(family);
+        let list = |args: &[&str]| {
+            runner::run(&self.nft, args, None, self.timeout)
+                .ok()
+                .filter(|out| out.success)
+                .map(|out| out.stdout)
+                .unwrap_or_default()
+        };
+        let chains = list(&["-j", "list", "chains", f]);
+        let postrouting = list(&["-j", "list", "chain", f, "nat", "POSTROUTING"]);
+        takeover::deletions(family, chain, &chains, &postrouting)
+    }
+
+    /// Applies `script`, our first install, together with the deletion of what iptables-nft
+    /// left when the lock holder asked for it: one transaction. Should the joint one fail (a
+    /// foreign rule still jumps to that chain), ours alone; the leftovers are then removed
+    /// after, in their own transaction.
+    fn apply_taking_over(
+        &self,
+        family: Family,
+        chain: &str,
+        script: &str,
+    ) -> Result<(), BackendError> {
+        let pending = self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)];
+        let leftovers = pending
+            .then(|| self.iptables_nft_leftovers(family, chain))
+            .flatten();
+        let joint = match &leftovers {
+            Some(deletions) => match self.apply(&format!("{script}{deletions}")) {
+                Ok(()) => {
+                    tracing::info!(%family, chain, "removed iptables-nft's chain and jumps in the same transaction as this table's first install");
+                    true
+                }
+                Err(err) => {
+                    tracing::debug!(%family, error = %err, "could not take over iptables-nft's rules in one transaction; installing ours alone");
+                    false
+                }
+            },
+            None => false,
+        };
+        if !joint {
+            self.apply(script)?;
+        }
+        self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)] = false;
+        Ok(())
+    }
+
     /// One `nft -f -` transaction.
     fn apply(&self, script: &str) -> Result<(), BackendError> {
         let out = runner::run(&self.nft, &["-f", "-"], Some(script), self.timeout)?;
@@ -130,6 +184,10 @@ impl Nftables {
 }
 
 impl Backend for Nftables {
+    fn take_over_at_first_install(&self) {
+        *self.take_over.lock().unwrap_or_else(|e| e.into_inner()) = [true, true];
+    }
+
     fn memory_model(&self) -> super::MemoryModel {
         // scripts/bench, worst of first apply and one-CIDR change: 14.1 MiB at 10,000 CIDRs,
         // 127.2 MiB at 100,000 (the first apply's `nft -f` dominates).
@@ -249,7 +307,7 @@ impl Backend for Nftables {
                 // committed in between (the id moved by exactly one).
                 _ => {
                     *self.monitor.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                    self.apply(script)?;
+                    self.apply_taking_over(family, desired.names.chain.as_str(), script)?;
                     self.with_monitor(|_| ());
                 }
             }
