@@ -15,8 +15,11 @@ struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
-/// The highest (peak - live before) / input bytes seen, in hundredths.
+/// The most bytes held for one input, and the highest bytes held per input byte for inputs of
+/// at least [`RATIO_FROM`] bytes (below that the bound's fixed floor dominates), in hundredths.
+static MOST_HELD: AtomicUsize = AtomicUsize::new(0);
 static WORST_RATIO: AtomicUsize = AtomicUsize::new(0);
+const RATIO_FROM: usize = 1024;
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -70,13 +73,15 @@ fuzz_target!(|data: &[u8]| {
         "{} input bytes held {used} bytes at the peak",
         text.len()
     );
-    if !text.is_empty() {
+    if used > MOST_HELD.fetch_max(used, Ordering::Relaxed) {
+        eprintln!("most held: {used} bytes (input of {} bytes)", text.len());
+    }
+    if text.len() >= RATIO_FROM {
         let ratio = used * 100 / text.len();
-        if ratio > WORST_RATIO.fetch_max(ratio, Ordering::Relaxed) && text.len() >= 64 {
+        if ratio > WORST_RATIO.fetch_max(ratio, Ordering::Relaxed) {
             eprintln!(
-                "peak per input byte: {:.2} ({} bytes held for {} input bytes)",
+                "peak per input byte: {:.2} ({used} bytes held for {} input bytes)",
                 ratio as f64 / 100.0,
-                used,
                 text.len()
             );
         }
