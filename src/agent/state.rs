@@ -195,12 +195,39 @@ fn read_file(path: &Path) -> Option<AgentState> {
     serde_json::from_str(&text).ok()
 }
 
-/// The state of the agent running in this network namespace, if one is: the file exists and
-/// names a live process in the same namespace (a stale file of a killed agent is ignored).
+/// The state of the agent running in this network namespace, if one is. The node lock says:
+/// it is held exactly while the agent lives, whatever PID or mount namespace the agent runs
+/// in (a DaemonSet pod's pid 1 is the host's init, always alive), so a state file left by an
+/// agent that was killed (SIGKILL, an OOM kill) is seen as stale. Only without a lock file
+/// (an agent that could not take it) does the recorded pid decide.
 pub fn running_agent(dir: &Path) -> Option<AgentState> {
     let state = read_file(&state_path(dir))?;
-    let ours = netns_inode("self")?;
-    (netns_inode(&state.pid.to_string())? == ours).then_some(state)
+    match lock_held(dir, &state.rules.masq_chain) {
+        Some(held) => held.then_some(state),
+        None => {
+            let ours = netns_inode("self")?;
+            (netns_inode(&state.pid.to_string())? == ours).then_some(state)
+        }
+    }
+}
+
+/// Whether an agent holds the node lock for `chain` in this network namespace; None when
+/// there is no lock file to ask. (A shared lock taken and dropped at once: it never blocks
+/// an agent for longer than that.)
+pub fn lock_held(dir: &Path, chain: &str) -> Option<bool> {
+    let file = open_state_file(
+        &lock_path(dir, chain),
+        std::fs::OpenOptions::new().read(true),
+    )
+    .ok()?;
+    match file.try_lock_shared() {
+        Ok(()) => {
+            let _ = file.unlock();
+            Some(false)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => Some(true),
+        Err(std::fs::TryLockError::Error(_)) => None,
+    }
 }
 
 /// The node lock: while held, no other agent for the same chain in this network namespace
@@ -356,6 +383,31 @@ mod tests {
         let big = std::fs::File::create(&path).unwrap();
         big.set_len(2 << 30).unwrap();
         assert_eq!(read_file(&path), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The node lock, not the pid, says whether the agent lives: a state file whose pid is
+    /// alive (ours here, as a DaemonSet pod's pid 1 always is on the host) but whose lock
+    /// nobody holds is stale.
+    #[test]
+    fn liveness_is_the_node_lock_not_the_pid() {
+        let dir = std::env::temp_dir().join(format!("ipmasq-live-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = sample(std::process::id());
+        write(&dir, &state).unwrap();
+        let lock = acquire_lock(&dir, "IP-MASQ-AGENT", |_| panic!("free")).unwrap();
+        assert_eq!(lock_held(&dir, "IP-MASQ-AGENT"), Some(true));
+        assert_eq!(running_agent(&dir), Some(state.clone()));
+        drop(lock);
+        assert_eq!(lock_held(&dir, "IP-MASQ-AGENT"), Some(false));
+        assert_eq!(
+            running_agent(&dir),
+            None,
+            "the agent died: its state is stale"
+        );
+        // Asking never leaves the lock taken.
+        let again = acquire_lock(&dir, "IP-MASQ-AGENT", |_| panic!("free")).unwrap();
+        drop(again);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

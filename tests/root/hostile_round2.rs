@@ -723,3 +723,54 @@ fn repeated_findings_make_a_bounded_log() {
         tail(&run.stderr)
     );
 }
+
+/// An agent killed outright (SIGKILL, or an OOM kill at the DaemonSet's limit) leaves its state
+/// file behind. Its recorded pid may be alive in this network namespace (a pod's pid 1 is the
+/// host's init): the node lock, which died with the agent, says it is stale, and `show` no
+/// longer judges the live rules against a dead agent's settings.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_killed_agents_state_is_stale_whatever_its_pid() {
+    let mut ns = Netns::new("stale");
+    let dir = crate::util::Scratch::new("stale");
+    let config = dir.write("ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+    let log = dir.path.join("agent.log");
+    let pid = ns.spawn_ipmasq(
+        &[
+            "agent",
+            "--iptables-mode=nft",
+            &format!("--config={}", config.display()),
+            "--metrics-addr=off",
+        ],
+        &log,
+    );
+    assert!(super::netns::wait_until(PATIENCE, || state_file(&ns).is_some()));
+    let agent_of = |ns: &Netns| -> serde_json::Value {
+        let run = ns.ipmasq(&["show", "-o", "json", "--iptables-mode=nft"]);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", run.stdout, run.stderr));
+        report["agent"].clone()
+    };
+    assert_eq!(agent_of(&ns)["pid"], pid);
+    super::netns::kill(pid, "KILL");
+    ns.wait_daemon(pid, PATIENCE).expect("killed");
+    let state = state_file(&ns).expect("a killed agent leaves its state file");
+    // A process alive in this namespace takes the recorded pid's place.
+    let sleeper = ns
+        .command(std::path::Path::new("sleep"), &["600"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let alive = sleeper.id();
+    ns.adopt(sleeper);
+    let text = std::fs::read_to_string(&state).unwrap();
+    let mut recorded: serde_json::Value = serde_json::from_str(&text).unwrap();
+    recorded["pid"] = alive.into();
+    std::fs::write(&state, recorded.to_string()).unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{alive}")).exists());
+    assert_eq!(
+        agent_of(&ns),
+        serde_json::Value::Null,
+        "a dead agent is not running"
+    );
+}
