@@ -67,6 +67,16 @@ pub fn by_name_with_timeout(name: &str, timeout: std::time::Duration) -> Option<
     })
 }
 
+/// The flag that chooses the backend named `name` (as [`Backend::name`] spells it), for the
+/// commands the tools suggest: every suggested command must parse.
+pub fn flag_for(name: &str) -> Option<&'static str> {
+    Some(match choice_by_name(name)? {
+        Choice::Nftables => "--backend=nftables",
+        Choice::Iptables(IptablesVariant::Legacy) => "--iptables-mode=legacy",
+        Choice::Iptables(_) => "--iptables-mode=nft",
+    })
+}
+
 /// The choice that rebuilds a backend from its name (as the state file records it).
 pub fn choice_by_name(name: &str) -> Option<Choice> {
     match name {

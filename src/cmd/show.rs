@@ -336,14 +336,19 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
         }
     }
     for elsewhere in &report.also_installed_in {
+        let why = if crate::backend::select::same_kind(&elsewhere.backend, &report.backend) {
+            "rules in two variants mean two agents or a changed mode"
+        } else {
+            "rules of two backends mean two agents or a switch of --backend"
+        };
+        let flag = crate::backend::select::flag_for(&elsewhere.backend).unwrap_or_default();
         out.push_str(&format!(
             "\n{}\n",
             style.error(&format!(
-                "{} also exists in {} ({}): rules in two variants mean two agents or a changed mode; remove the stale copy with `ipmasq cleanup --all-variants=false --iptables-mode={}`",
+                "{} also exists in {} ({}): {why}; remove the stale copy with `ipmasq cleanup --all-variants=false {flag}`",
                 report.chain,
                 elsewhere.backend,
                 elsewhere.families.join(", "),
-                elsewhere.backend.trim_start_matches("iptables-")
             ))
         ));
     }

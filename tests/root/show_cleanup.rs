@@ -254,3 +254,68 @@ fn show_and_cleanup_without_iptables_say_so() {
     }
     let _ = std::fs::remove_dir(empty);
 }
+
+/// The command `show` suggests for a stale copy in another backend, run as printed: it must
+/// parse and remove that copy (before, it read `--iptables-mode=nftables`, which clap
+/// rejects). An nftables table seen from iptables, and an iptables-legacy chain seen from
+/// iptables-nft.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn the_suggested_cleanup_command_parses_and_removes_the_stale_copy() {
+    let cases: [(&str, &str, &str); 2] = [
+        (
+            "--backend=nftables",
+            "--iptables-mode=nft",
+            "--backend=nftables",
+        ),
+        (
+            "--iptables-mode=legacy",
+            "--iptables-mode=nft",
+            "--iptables-mode=legacy",
+        ),
+    ];
+    for (stale, current, flag) in cases {
+        let ns = Netns::new("suggest");
+        let run = ns.ipmasq(&["agent", "--once", "--config=/nonexistent/x", stale]);
+        assert_eq!(run.code, 0, "{stale}: {}", run.stderr);
+        // An agent of another backend removes our table at its first sync: keep a copy to
+        // put back, as a node with two agents would have it.
+        let table = ns.exec("nft", &["list", "table", "ip", "ipmasq"]).stdout;
+        let run = ns.ipmasq(&["agent", "--once", "--config=/nonexistent/x", current]);
+        assert_eq!(run.code, 0, "{current}: {}", run.stderr);
+        if stale == "--backend=nftables" {
+            let copy = super::netns::scratch_file("stale-table", &table);
+            ns.sh(&format!("nft -f {}", copy.display()));
+            let _ = std::fs::remove_file(copy);
+        }
+        let run = ns.ipmasq(&["show", current, "--color=never"]);
+        let line = run
+            .stdout
+            .lines()
+            .find(|l| l.contains("remove the stale copy with"))
+            .unwrap_or_else(|| panic!("no suggestion: {}", run.stdout));
+        let command = line
+            .split('`')
+            .nth(1)
+            .unwrap_or_else(|| panic!("no command in: {line}"));
+        assert_eq!(
+            command,
+            format!("ipmasq cleanup --all-variants=false {flag}"),
+            "{line}"
+        );
+        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+        let cleaned = ns.ipmasq(&args);
+        assert_eq!(
+            cleaned.code, 0,
+            "{command}: {}{}",
+            cleaned.stdout, cleaned.stderr
+        );
+        let again = ns.ipmasq(&["show", current, "--color=never"]);
+        assert!(
+            !again.stdout.contains("remove the stale copy"),
+            "{command} left it: {}",
+            again.stdout
+        );
+        assert_eq!(again.code, 0, "ours stays: {}", again.stdout);
+    }
+}
