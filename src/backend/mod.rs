@@ -59,6 +59,19 @@ pub trait Backend: Send {
     /// can remove another backend's leftovers in the same transaction as its own first
     /// install, it does so then (nftables takes over iptables-nft's chain and jumps).
     fn take_over_at_first_install(&self) {}
+    /// What a cleanup of `family` removed (or would remove), in this backend's own words:
+    /// `1 jump from POSTROUTING and chain IP-MASQ-AGENT`, `table ip ipmasq`.
+    fn removed_words(&self, report: &CleanupReport, names: &Names) -> String {
+        let mut parts = Vec::new();
+        if report.jumps_removed > 0 {
+            let s = if report.jumps_removed == 1 { "" } else { "s" };
+            parts.push(format!("{} jump{s} from POSTROUTING", report.jumps_removed));
+        }
+        if report.chain_removed {
+            parts.push(format!("chain {}", names.chain));
+        }
+        parts.join(" and ")
+    }
     /// How much memory applying a list takes with this backend (see [`MemoryModel`]).
     fn memory_model(&self) -> MemoryModel;
     /// Where our rules live, for people: `IP-MASQ-AGENT in table nat`.

@@ -1,6 +1,7 @@
-//! `ipmasq cleanup`: removes every POSTROUTING jump to our chain, then the chain, in one
-//! transaction per family and iptables variant that holds them. Nothing to remove is success;
-//! every failure is reported. `agent --cleanup-on-exit` runs the same code.
+//! `ipmasq cleanup`: removes what we own from every backend that holds it (iptables: every
+//! POSTROUTING jump to our chain, then the chain; nftables: our table), in one transaction per
+//! family and backend, and says so in each backend's own words. Nothing to remove is success;
+//! every failure is reported. `agent --cleanup-on-exit` removes through the same backends.
 //!
 //! JSON report (schemaVersion 1): `{schemaVersion, chain, dryRun, removedAnything, steps:
 //! [{backend, family, jumpsRemoved, chainRemoved, transaction, error}]}`.
@@ -10,7 +11,7 @@ use crate::agent::state::{running_agent, state_dir};
 use crate::backend::select::every_backend;
 use crate::backend::{Backend, BackendError, CleanupReport};
 use crate::cli::{CleanupArgs, OutputFormat};
-use crate::output::{plural, printable, to_json, to_yaml, Styler};
+use crate::output::{printable, to_json, to_yaml, Styler};
 use crate::plan::{Family, Names};
 use serde::Serialize;
 
@@ -40,6 +41,8 @@ struct CleanupStep {
     backend: String,
     family: Family,
     outcome: Result<CleanupReport, BackendError>,
+    /// What was removed, in the backend's own words (a chain and its jumps; a table).
+    removed: String,
 }
 
 impl From<&CleanupStep> for StepReport {
@@ -78,10 +81,16 @@ fn cleanup_everywhere(
             if !backend.family_available(family) {
                 continue;
             }
+            let outcome = backend.cleanup(family, names, dry_run);
+            let removed = outcome
+                .as_ref()
+                .map(|report| backend.removed_words(report, names))
+                .unwrap_or_default();
             steps.push(CleanupStep {
                 backend: backend.name(),
                 family,
-                outcome: backend.cleanup(family, names, dry_run),
+                outcome,
+                removed,
             });
         }
     }
@@ -149,24 +158,14 @@ pub fn run(args: &CleanupArgs) -> Exit {
             } else {
                 "removed"
             };
-            for r in reports {
+            for (i, r) in reports.iter().enumerate() {
                 let what = style.bold(&format!("{} {}", r.backend, r.family));
                 if let Some(err) = &r.error {
                     println!("{what}: {} {}", style.error("error:"), printable(err));
-                } else if let Some(script) = &r.transaction {
-                    let mut parts = Vec::new();
-                    if r.jumps_removed > 0 {
-                        parts.push(format!(
-                            "{} from POSTROUTING",
-                            plural(r.jumps_removed, "jump")
-                        ));
-                    }
-                    if r.chain_removed {
-                        parts.push(format!("chain {}", args.masq_chain));
-                    }
+                } else if let (Some(script), Some(step)) = (&r.transaction, steps.get(i)) {
                     println!(
                         "{what}: {}",
-                        style.success(&format!("{verb} {}", parts.join(" and ")))
+                        style.success(&format!("{verb} {}", step.removed))
                     );
                     if args.dry_run {
                         for line in script.lines() {
@@ -179,7 +178,7 @@ pub fn run(args: &CleanupArgs) -> Exit {
             }
             if !removed_anything && errors.is_empty() {
                 println!(
-                    "ipmasq cleanup: nothing to remove ({} is in no nat table)",
+                    "ipmasq cleanup: nothing to remove (no {} chain in a nat table, no ipmasq table)",
                     args.masq_chain
                 );
             }

@@ -310,6 +310,13 @@ fn the_suggested_cleanup_command_parses_and_removes_the_stale_copy() {
             "{command}: {}{}",
             cleaned.stdout, cleaned.stderr
         );
+        // Each backend's removal in its own words.
+        let said = if flag == "--backend=nftables" {
+            "nftables ipv4: removed table ip ipmasq\n"
+        } else {
+            "iptables-legacy ipv4: removed 1 jump from POSTROUTING and chain IP-MASQ-AGENT\n"
+        };
+        assert!(cleaned.stdout.contains(said), "{}", cleaned.stdout);
         let again = ns.ipmasq(&["show", current, "--color=never"]);
         assert!(
             !again.stdout.contains("remove the stale copy"),

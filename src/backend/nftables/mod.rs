@@ -184,6 +184,14 @@ impl Nftables {
 }
 
 impl Backend for Nftables {
+    fn removed_words(&self, report: &CleanupReport, _names: &Names) -> String {
+        if report.chain_removed {
+            format!("table {} {TABLE}", family_word(report.family))
+        } else {
+            String::new()
+        }
+    }
+
     fn take_over_at_first_install(&self) {
         *self.take_over.lock().unwrap_or_else(|e| e.into_inner()) = [true, true];
     }
