@@ -8,14 +8,32 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use std::io;
 
 /// nfnetlink subsystem of nf_tables.
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFT_MSG_NEWGEN: u16 = 15;
+pub(super) const NFNL_SUBSYS_NFTABLES: u16 = 10;
+/// A commit's new generation: GETGEN's reply, and the last notification of every commit.
+pub(super) const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
-const NFTA_GEN_ID: u16 = 1;
+pub(super) const NFTA_GEN_ID: u16 = 1;
 const NLM_F_REQUEST: u16 = 1;
 const NLMSG_ERROR: u16 = 2;
-const NLMSG_HDRLEN: usize = 16;
-const NFGENMSG_LEN: usize = 4;
+pub(super) const NLMSG_HDRLEN: usize = 16;
+pub(super) const NFGENMSG_LEN: usize = 4;
+
+/// The value of the first netlink attribute of type `wanted` in `attrs` (flags masked off);
+/// None when there is none or the attributes do not frame.
+pub(super) fn attribute(mut attrs: &[u8], wanted: u16) -> Option<&[u8]> {
+    while attrs.len() >= 4 {
+        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
+        if len < 4 || len > attrs.len() {
+            return None;
+        }
+        if kind == wanted {
+            return Some(&attrs[4..len]);
+        }
+        attrs = attrs.get((len + 3) & !3..).unwrap_or_default();
+    }
+    None
+}
 
 /// The GETGEN request: a netlink header and an nfgenmsg, nothing else.
 fn request(seq: u32) -> Vec<u8> {
@@ -51,20 +69,9 @@ fn parse_reply(buf: &[u8]) -> io::Result<u32> {
     if kind != (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN {
         return Err(bad(&format!("unexpected message type {kind:#x}")));
     }
-    let mut attrs = msg.get(NLMSG_HDRLEN + NFGENMSG_LEN..).unwrap_or_default();
-    while attrs.len() >= 4 {
-        let nla_len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
-        let nla_type = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
-        if nla_len < 4 || nla_len > attrs.len() {
-            break;
-        }
-        if nla_type == NFTA_GEN_ID && nla_len >= 8 {
-            return Ok(u32::from_be_bytes(attrs[4..8].try_into().expect("4 bytes")));
-        }
-        attrs = &attrs[(nla_len + 3) & !3..];
-        if attrs.is_empty() {
-            break;
-        }
+    let attrs = msg.get(NLMSG_HDRLEN + NFGENMSG_LEN..).unwrap_or_default();
+    if let Some(id) = attribute(attrs, NFTA_GEN_ID).and_then(|v| v.get(..4)) {
+        return Ok(u32::from_be_bytes(id.try_into().expect("4 bytes")));
     }
     Err(bad("no NFTA_GEN_ID"))
 }

@@ -4,6 +4,9 @@
 //! leaves our table as we last saw it, and the pass needs no re-read. Lost notifications
 //! (ENOBUFS) or a generation whose notifications do not arrive in time mean one full read.
 
+use super::generation::{
+    attribute, NFGENMSG_LEN, NFNL_SUBSYS_NFTABLES, NFTA_GEN_ID, NFT_MSG_NEWGEN, NLMSG_HDRLEN,
+};
 use crate::plan::Family;
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use std::io;
@@ -12,15 +15,9 @@ use std::time::{Duration, Instant};
 
 /// The nfnetlink multicast group of nf_tables object changes.
 const NFNLGRP_NFTABLES: u32 = 7;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-/// Sent once per commit, after the commit's object notifications, with the new generation.
-const NFT_MSG_NEWGEN: u16 = 15;
-const NFTA_GEN_ID: u16 = 1;
 /// In every object notification (table, chain, rule, set, element, object, flowtable), the
 /// attribute of type 1 is the table's name.
 const NFTA_TABLE_NAME_ATTR: u16 = 1;
-const NLMSG_HDRLEN: usize = 16;
-const NFGENMSG_LEN: usize = 4;
 const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
 /// Room for notifications between two passes; beyond it the kernel drops them and says so.
@@ -167,22 +164,6 @@ impl Ledger {
             latest == to || after_and_up_to(latest, to, to.wrapping_add(1 << 30))
         })
     }
-}
-
-/// The value of the first attribute of type `wanted`.
-fn attribute(mut attrs: &[u8], wanted: u16) -> Option<&[u8]> {
-    while attrs.len() >= 4 {
-        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
-        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
-        if len < 4 || len > attrs.len() {
-            return None;
-        }
-        if kind == wanted {
-            return Some(&attrs[4..len]);
-        }
-        attrs = attrs.get((len + 3) & !3..).unwrap_or_default();
-    }
-    None
 }
 
 /// A subscription to the nf_tables notifications of this network namespace.

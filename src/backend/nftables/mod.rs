@@ -75,6 +75,11 @@ impl Nftables {
         self.gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Subscribes to the change notifications unless already subscribed.
+    fn subscribe(&self) {
+        self.with_monitor(|_| ());
+    }
+
     /// Runs `f` on the notification monitor, subscribing first if this is the first use.
     fn with_monitor<T>(&self, f: impl FnOnce(&mut Monitor) -> T) -> Option<T> {
         let mut slot = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
@@ -232,7 +237,7 @@ impl Backend for Nftables {
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         let family = desired.family;
         // Subscribed before the id is read, so no commit after it goes unnoticed.
-        self.with_monitor(|_| ());
+        self.subscribe();
         // Read the id BEFORE the dump, so a change during the dump is never missed. The
         // steady state ends here: an unchanged id and plan, nothing read, nothing built.
         let before = generation::current();
@@ -316,7 +321,7 @@ impl Backend for Nftables {
                 _ => {
                     *self.monitor.lock().unwrap_or_else(|e| e.into_inner()) = None;
                     self.apply_taking_over(family, desired.names.chain.as_str(), script)?;
-                    self.with_monitor(|_| ());
+                    self.subscribe();
                 }
             }
             after = Some(generation::current());
