@@ -81,9 +81,56 @@ pub fn run_forever(reconciler: Reconciler, options: RunOptions) -> Ending {
         Err(err) => return Ending::SetupFailed(format!("cannot start the runtime: {err}")),
     };
     let state_dir = options.state_dir.clone();
-    let ending = runtime.block_on(run_loop(reconciler, options));
-    state::remove(&state_dir);
+    let instance = options.state.instance.clone();
+    let held = HeldLock::default();
+    let ending = runtime.block_on(run_loop(reconciler, options, held.clone()));
+    // A clean exit leaves no trace: the state files, then the lock (its file unlinked while
+    // still held, so a successor waiting on it takes a fresh one).
+    state::remove(&state_dir, &instance);
+    if let Some(lock) = held.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        lock.release();
+    }
     ending
+}
+
+/// The node lock once the reconcile thread has it: held until the process has cleaned up
+/// (a successor must not start before `--cleanup-on-exit` is done with the rules).
+type HeldLock = Arc<Mutex<Option<state::NodeLock>>>;
+
+/// Records the config in force next to the state file when it is newly read: the checked
+/// config itself (so `show` and `explain` on the host judge against exactly it) and, in the
+/// state, where and when it was read.
+fn record_config(reconciler: &Reconciler, state: &mut AgentState, state_dir: &std::path::Path) {
+    let (Some(config), Some(read)) = (&reconciler.active, &reconciler.active_read) else {
+        return;
+    };
+    let read_at = crate::config::digest::rfc3339_utc(read.at);
+    let current = state.config_read.as_ref();
+    if current.is_some_and(|r| r.read_at == read_at && r.digest == read.digest) {
+        return;
+    }
+    let applied = state::AppliedConfig::of(config, read.digest.clone());
+    match state::write_applied(state_dir, &applied) {
+        Ok(path) => {
+            state.config_read = Some(state::ConfigRecord {
+                path: state
+                    .config_dir
+                    .clone()
+                    .unwrap_or_else(|| state.config.clone()),
+                source: state.config_source.clone(),
+                digest: read.digest.clone(),
+                read_at,
+                applied: path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            });
+        }
+        Err(err) => {
+            warn!(dir = %state_dir.display(), error = %err, "cannot record the config in force; `ipmasq show` and `explain` will read the config path themselves");
+            state.config_read = None;
+        }
+    }
 }
 
 /// The reconcile thread: a pass, then wait for a command or the interval, until stopped.
@@ -93,10 +140,11 @@ fn reconcile_thread(
     commands: mpsc::Receiver<Command>,
     shared: http::Shared,
     passes_done: tokio::sync::mpsc::UnboundedSender<()>,
-    mut state: AgentState,
-    state_dir: PathBuf,
+    (mut state, state_dir): (AgentState, PathBuf),
+    held: HeldLock,
 ) -> Reconciler {
-    let _lock = take_node_lock(&state_dir, &state.rules.masq_chain);
+    let node_lock = take_node_lock(&state_dir, &state.rules.masq_chain);
+    *held.lock().unwrap_or_else(|e| e.into_inner()) = node_lock;
     reconciler.take_over_leftovers();
     let mut trigger = Trigger::Timer;
     let mut leftovers_checked = false;
@@ -109,7 +157,7 @@ fn reconcile_thread(
             // Our rules are in force and we hold the lock: the other kind's may go now.
             leftovers_checked = true;
             remove_leftovers_of_other_backends(
-                &reconciler.backend_name(),
+                reconciler.backend_id(),
                 &reconciler.settings.plan.names(),
             );
         }
@@ -132,6 +180,7 @@ fn reconcile_thread(
                 crate::config::Origin::Dir => "merged files".into(),
             };
         }
+        record_config(&reconciler, &mut state, &state_dir);
         if written.as_ref() != Some(&state) {
             match state::write(&state_dir, &state) {
                 Ok(path) => debug!(path = %path.display(), "state file written"),
@@ -183,7 +232,7 @@ fn lock(shared: &http::Shared) -> std::sync::MutexGuard<'_, health::Snapshot> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
+async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -> Ending {
     let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -213,7 +262,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
         crate::config::ConfigSource::Dir(dir) => DirWatch::for_parts(dir),
     };
     let names = reconciler.settings.plan.names();
-    let backend_name = reconciler.backend_name();
+    let backend_id = reconciler.backend_id();
     let config_in_flux = reconciler.config_in_flux.clone();
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -228,8 +277,8 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
                 command_rx,
                 thread_shared,
                 done_tx,
-                state,
-                state_dir,
+                (state, state_dir),
+                held,
             )
         });
     let worker = match worker {
@@ -300,11 +349,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
     }
     let remaining = STOP_DEADLINE.saturating_sub(stopping.elapsed());
     // A backend of the same kind whose every tool gets a share of the time left.
-    let Some(backend) = crate::backend::select::by_name_with_timeout(&backend_name, remaining / 3)
-    else {
-        error!(backend = %backend_name, "cannot clean up: unknown backend; rules were not removed");
-        return Ending::CleanupFailed;
-    };
+    let backend = crate::backend::select::by_id_with_timeout(backend_id, remaining / 3);
     let cleaning = tokio::task::spawn_blocking(move || cleanup(backend.as_ref(), &names));
     let left = match tokio::time::timeout(remaining, cleaning).await {
         Ok(Ok(left)) => left,
@@ -321,7 +366,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
         return Ending::Stopped;
     }
     error!(
-        backend = %backend_name,
+        backend = %backend_id,
         left = %left.join(", "),
         deadline_s = STOP_DEADLINE.as_secs_f64(),
         "--cleanup-on-exit: rules left in place; remove them with `ipmasq cleanup`"
@@ -334,10 +379,10 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions) -> Ending {
 /// and say so once. Called only by the holder of the node lock, once its own rules are in
 /// force, so a switch leaves no moment without masquerading, and an agent waiting for the
 /// lock (a rollout's new pod) never removes what the old one still maintains.
-pub fn remove_leftovers_of_other_backends(in_use: &str, names: &Names) {
-    use crate::backend::select::{every_backend, same_kind};
+pub fn remove_leftovers_of_other_backends(in_use: crate::backend::BackendId, names: &Names) {
+    use crate::backend::select::every_backend;
     for other in every_backend() {
-        if same_kind(&other.name(), in_use) {
+        if other.id().kind() == in_use.kind() {
             continue;
         }
         for family in crate::plan::Family::ALL {
@@ -352,7 +397,7 @@ pub fn remove_leftovers_of_other_backends(in_use: &str, names: &Names) {
             }
             match other.cleanup(family, names, false) {
                 Ok(_) => {
-                    info!(backend = %other.name(), %family, now = in_use, "removed the rules another backend left behind")
+                    info!(backend = %other.name(), %family, now = %in_use, "removed the rules another backend left behind")
                 }
                 Err(err) => {
                     warn!(backend = %other.name(), %family, error = %err, "cannot remove the rules another backend left behind; they still act on traffic")

@@ -87,6 +87,13 @@ pub enum Pass {
     Failed(BackendError),
 }
 
+/// When the bytes of the config in force were read, and their digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActiveRead {
+    pub digest: Option<String>,
+    pub at: std::time::SystemTime,
+}
+
 /// The reconcile loop's state.
 pub struct Reconciler {
     pub settings: Settings,
@@ -95,6 +102,8 @@ pub struct Reconciler {
     pub active: Option<Config>,
     /// Where the active config came from.
     pub active_origin: Option<Origin>,
+    /// The digest of the active config's bytes and when they were read.
+    pub active_read: Option<ActiveRead>,
     /// Fingerprint of the last config problem logged, so each is logged once per change.
     last_config_note: Option<u64>,
     /// The last file read and its result: unchanged bytes are not parsed again.
@@ -151,6 +160,7 @@ impl Reconciler {
             backend,
             active: None,
             active_origin: None,
+            active_read: None,
             last_config_note: None,
             config_cache: None,
             config_parses_skipped: 0,
@@ -167,6 +177,10 @@ impl Reconciler {
 
     pub fn backend_name(&self) -> String {
         self.backend.name()
+    }
+
+    pub fn backend_id(&self) -> crate::backend::BackendId {
+        self.backend.id()
     }
 
     /// The resync interval of the config in force (upstream's 60s before any is valid).
@@ -291,6 +305,10 @@ impl Reconciler {
                 }
                 self.active = Some(new);
                 self.active_origin = Some(loaded.origin);
+                self.active_read = Some(ActiveRead {
+                    digest: loaded.digest,
+                    at: std::time::SystemTime::now(),
+                });
                 self.status.config_current = true;
             }
         }

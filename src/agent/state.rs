@@ -66,8 +66,8 @@ pub struct AgentState {
     pub schema_version: u32,
     pub pid: u32,
     pub version: String,
-    /// The backend in use, by name (`iptables-nft`, `iptables-legacy`).
-    pub backend: String,
+    /// The backend in use (`iptables-nft`, `iptables-legacy`, `nftables`).
+    pub backend: crate::backend::BackendId,
     pub backend_choice: String,
     pub config: String,
     /// `--config-dir`, when the agent merges a directory instead of reading `config`.
@@ -76,6 +76,138 @@ pub struct AgentState {
     /// `file` or `defaults` (no file at the path), as of the last accepted config.
     pub config_source: String,
     pub rules: RuleSettings,
+    /// Who this agent is, whatever its pid: a DaemonSet pod is pid 1 in every rollout, so
+    /// only this token tells one agent's files from its successor's.
+    #[serde(default)]
+    pub instance: String,
+    /// The config in force as the agent read it, when it has accepted one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_read: Option<ConfigRecord>,
+}
+
+/// Where the config in force came from, as the agent saw it (its path is in the agent's own
+/// mount namespace: a pod's `/etc/config` is not the host's).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigRecord {
+    /// The file or directory the agent read, as the agent names it.
+    pub path: String,
+    /// `file`, `defaults` (no file at the path) or `merged files`.
+    pub source: String,
+    /// SHA-256 of the bytes read (`sha256sum` of the file); none for the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// When it was read (RFC 3339, UTC).
+    pub read_at: String,
+    /// The file next to the state file that holds the checked config itself.
+    pub applied: String,
+}
+
+/// The checked config the agent enforces, as the applied-config file holds it: the config in
+/// the config file's own keys (so it is checked again by the same code when read back) and
+/// where each list entry was written.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedConfig {
+    pub schema_version: u32,
+    pub digest: Option<String>,
+    pub config: serde_json::Value,
+    /// Per list key, one `[file or null, line, column]` (or null) per entry.
+    #[serde(default)]
+    pub places: std::collections::BTreeMap<String, Vec<Option<RecordedPlace>>>,
+}
+
+/// Where one list entry was written: `(file, line, column)`.
+pub type RecordedPlace = (Option<String>, usize, usize);
+
+impl AppliedConfig {
+    /// The record of `config`, read with digest `digest`.
+    pub fn of(config: &crate::config::Config, digest: Option<String>) -> Self {
+        use crate::config::ListName;
+        let mut places = std::collections::BTreeMap::new();
+        for (list, entries) in [
+            (ListName::NonMasquerade, &config.provenance.non_masquerade),
+            (ListName::Force, &config.provenance.force),
+            (ListName::Sources, &config.provenance.sources),
+        ] {
+            let recorded: Vec<Option<RecordedPlace>> = entries
+                .iter()
+                .map(|p| {
+                    p.location
+                        .map(|l| (p.file.as_deref().map(str::to_string), l.line, l.column))
+                })
+                .collect();
+            if !recorded.is_empty() {
+                places.insert(list.key().to_string(), recorded);
+            }
+        }
+        AppliedConfig {
+            schema_version: 1,
+            digest,
+            config: serde_json::to_value(config).unwrap_or(serde_json::Value::Null),
+            places,
+        }
+    }
+
+    /// The config again, checked by this binary's own checker with `options`, its entries'
+    /// places restored; the reason when this binary cannot take it (another version's keys).
+    pub fn restore(
+        &self,
+        options: &crate::config::Options,
+    ) -> Result<crate::config::Config, String> {
+        use crate::config::{ListName, Place};
+        let text = self.config.to_string();
+        let checked = crate::config::check_text(&text, options);
+        let Some(mut config) = checked.config().cloned() else {
+            let problems: Vec<String> = checked
+                .errors()
+                .map(crate::config::Diagnostic::one_line)
+                .collect();
+            return Err(problems.join("; "));
+        };
+        let restore = |list: ListName, into: &mut Vec<Place>| {
+            let Some(recorded) = self.places.get(list.key()) else {
+                return;
+            };
+            if recorded.len() != into.len() {
+                return;
+            }
+            for (place, recorded) in into.iter_mut().zip(recorded) {
+                *place = match recorded {
+                    Some((file, line, column)) => Place {
+                        file: file.as_deref().map(std::sync::Arc::from),
+                        location: Some(crate::config::yaml::Location {
+                            line: *line,
+                            column: *column,
+                            ..Default::default()
+                        }),
+                    },
+                    None => Place::default(),
+                };
+            }
+        };
+        let provenance = &mut config.provenance;
+        restore(ListName::NonMasquerade, &mut provenance.non_masquerade);
+        restore(ListName::Force, &mut provenance.force);
+        restore(ListName::Sources, &mut provenance.sources);
+        Ok(config)
+    }
+}
+
+/// A token no other agent has: 16 random bytes from the kernel, as hex (the pid and the time
+/// when the kernel cannot give them).
+pub fn new_instance() -> String {
+    let mut bytes = [0u8; 16];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer it is given.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if filled == bytes.len() as isize {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    } else {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{}-{nanos}", std::process::id())
+    }
 }
 
 /// The state directory in force: the flag, else the environment, else the default.
@@ -127,11 +259,74 @@ fn open_state_file(
 /// through a symlink), renamed into place (a rename replaces a planted symlink, it does not
 /// follow it).
 pub fn write(dir: &Path, state: &AgentState) -> std::io::Result<PathBuf> {
+    let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
+    let path = state_path(dir);
+    write_atomically(dir, &path, (text + "\n").as_bytes())?;
+    Ok(path)
+}
+
+/// The applied-config file of this network namespace in `dir`.
+pub fn applied_path(dir: &Path) -> PathBuf {
+    let inode = netns_inode("self").unwrap_or_else(|| "unknown".into());
+    dir.join(format!("agent-net{inode}-config.json"))
+}
+
+/// Writes the checked config in force next to the state file (see [`AppliedConfig`]).
+pub fn write_applied(dir: &Path, applied: &AppliedConfig) -> std::io::Result<PathBuf> {
+    let text = serde_json::to_string(applied).map_err(std::io::Error::other)?;
+    let path = applied_path(dir);
+    write_atomically(dir, &path, (text + "\n").as_bytes())?;
+    Ok(path)
+}
+
+/// The largest applied-config file read: the checked form of the largest config the agent
+/// takes ([`crate::config::MAX_CONFIG_BYTES`]) with a place per entry stays well below it.
+pub const MAX_APPLIED_BYTES: u64 = 48 << 20;
+
+/// Reads the applied config the state names, when it is there and this binary can read it.
+pub fn read_applied(dir: &Path, record: &ConfigRecord) -> Result<AppliedConfig, String> {
+    use std::io::Read;
+    let name = Path::new(&record.applied).file_name().ok_or_else(|| {
+        format!(
+            "the state names no applied-config file ({:?})",
+            record.applied
+        )
+    })?;
+    let path = dir.join(name);
+    let file = open_state_file(&path, std::fs::OpenOptions::new().read(true))
+        .map_err(|err| format!("{}: {err}", path.display()))?;
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    if size > MAX_APPLIED_BYTES {
+        return Err(format!(
+            "{}: {size} bytes, more than the {MAX_APPLIED_BYTES} an applied config can be",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_APPLIED_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|err| format!("{}: {err}", path.display()))?;
+    let applied: AppliedConfig =
+        serde_json::from_str(&text).map_err(|err| format!("{}: {err}", path.display()))?;
+    if applied.digest != record.digest {
+        return Err(format!(
+            "{} holds another config than the state file names (being rewritten?); run again",
+            path.display()
+        ));
+    }
+    Ok(applied)
+}
+
+/// Writes `bytes` to `path` (in `dir`) through an exclusive temporary file renamed into place.
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(dir)?;
-    let path = state_path(dir);
-    let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    let text = serde_json::to_string_pretty(state).map_err(std::io::Error::other)?;
+    let mut extension = path
+        .extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    extension.push_str(&format!(".{}.tmp", std::process::id()));
+    let temporary = path.with_extension(extension);
     let create = || {
         std::fs::OpenOptions::new()
             .write(true)
@@ -148,13 +343,13 @@ pub fn write(dir: &Path, state: &AgentState) -> std::io::Result<PathBuf> {
         }
         other => other?,
     };
-    let written = file.write_all((text + "\n").as_bytes());
+    let written = file.write_all(bytes);
     drop(file);
-    if let Err(err) = written.and_then(|()| std::fs::rename(&temporary, &path)) {
+    if let Err(err) = written.and_then(|()| std::fs::rename(&temporary, path)) {
         let _ = std::fs::remove_file(&temporary);
         return Err(err);
     }
-    Ok(path)
+    Ok(())
 }
 
 /// Creating files under the state directory: mode and no-follow in one place.
@@ -174,10 +369,12 @@ impl StateFileOptions for std::fs::OpenOptions {
     }
 }
 
-/// Removes this namespace's state file if it is this process's.
-pub fn remove(dir: &Path) {
+/// Removes this namespace's state file and applied config if they are this agent's (by its
+/// instance token: a pod's successor is pid 1 too).
+pub fn remove(dir: &Path, instance: &str) {
     let path = state_path(dir);
-    if read_file(&path).is_some_and(|s| s.pid == std::process::id()) {
+    if read_file(&path).is_some_and(|s| s.instance == instance) {
+        let _ = std::fs::remove_file(applied_path(dir));
         let _ = std::fs::remove_file(path);
     }
 }
@@ -195,19 +392,54 @@ fn read_file(path: &Path) -> Option<AgentState> {
     serde_json::from_str(&text).ok()
 }
 
-/// The state of the agent running in this network namespace, if one is. The node lock says:
-/// it is held exactly while the agent lives, whatever PID or mount namespace the agent runs
-/// in (a DaemonSet pod's pid 1 is the host's init, always alive), so a state file left by an
-/// agent that was killed (SIGKILL, an OOM kill) is seen as stale. Only without a lock file
-/// (an agent that could not take it) does the recorded pid decide.
-pub fn running_agent(dir: &Path) -> Option<AgentState> {
-    let state = read_file(&state_path(dir))?;
-    match lock_held(dir, &state.rules.masq_chain) {
-        Some(held) => held.then_some(state),
-        None => {
-            let ours = netns_inode("self")?;
-            (netns_inode(&state.pid.to_string())? == ours).then_some(state)
+/// What the state directory says about an agent in this network namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentLookup {
+    /// An agent holds the node lock: this is what it enforces.
+    Running(AgentState),
+    /// A state file nobody's lock backs: an agent that died (SIGKILL, an OOM kill).
+    Stale(AgentState),
+    /// No state file.
+    Absent,
+}
+
+impl AgentLookup {
+    /// The running agent, if one is.
+    pub fn running(&self) -> Option<&AgentState> {
+        match self {
+            AgentLookup::Running(state) => Some(state),
+            _ => None,
         }
+    }
+}
+
+/// Looks for the agent of this network namespace. The node lock says whether it runs: it is
+/// held exactly while the agent lives, whatever PID or mount namespace the agent runs in (a
+/// DaemonSet pod's pid 1 is the host's init, always alive), so a state file left by an agent
+/// that was killed is stale. Only without a lock file (an agent that could not take it) does
+/// the recorded pid decide.
+pub fn find_agent(dir: &Path) -> AgentLookup {
+    let Some(state) = read_file(&state_path(dir)) else {
+        return AgentLookup::Absent;
+    };
+    let alive = match lock_held(dir, &state.rules.masq_chain) {
+        Some(held) => held,
+        None => netns_inode("self")
+            .zip(netns_inode(&state.pid.to_string()))
+            .is_some_and(|(ours, theirs)| ours == theirs),
+    };
+    if alive {
+        AgentLookup::Running(state)
+    } else {
+        AgentLookup::Stale(state)
+    }
+}
+
+/// The state of the agent running in this network namespace, if one is (see [`find_agent`]).
+pub fn running_agent(dir: &Path) -> Option<AgentState> {
+    match find_agent(dir) {
+        AgentLookup::Running(state) => Some(state),
+        _ => None,
     }
 }
 
@@ -234,8 +466,27 @@ pub fn lock_held(dir: &Path, chain: &str) -> Option<bool> {
 /// writes. A second agent (a rolling update's surge pod, a hand-started copy) waits for it, so
 /// two agents never both "repair" each other's jump away.
 pub struct NodeLock {
-    _file: std::fs::File,
+    file: std::fs::File,
     pub path: PathBuf,
+}
+
+impl NodeLock {
+    /// Gives the lock up on a clean exit, removing its file first: the name is unlinked while
+    /// still held, and a waiter that then gets the lock on the unlinked file sees that and
+    /// opens the name afresh (see [`acquire_lock`]), so two agents never both hold it.
+    pub fn release(self) {
+        let _ = std::fs::remove_file(&self.path);
+        drop(self.file);
+    }
+}
+
+/// Whether `file` is still the file at `path` (not unlinked or replaced since it was opened).
+fn still_at(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(held), Ok(named)) => held.dev() == named.dev() && held.ino() == named.ino(),
+        _ => false,
+    }
 }
 
 /// The lock file for `chain` in this network namespace.
@@ -254,28 +505,38 @@ pub fn acquire_lock(
     use std::io::{Read, Seek, Write};
     std::fs::create_dir_all(dir)?;
     let path = lock_path(dir, chain);
-    // No symlink followed (a planted link cannot make us truncate its target), no FIFO.
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode_0644()
-        .open_nofollow(&path)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = (&mut file).take(32).read_to_string(&mut holder);
-            on_wait(holder.trim().parse().ok());
-            file.lock()?;
+    let mut on_wait = Some(on_wait);
+    loop {
+        // No symlink followed (a planted link cannot make us truncate its target), no FIFO.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode_0644()
+            .open_nofollow(&path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = (&mut file).take(32).read_to_string(&mut holder);
+                if let Some(tell) = on_wait.take() {
+                    tell(holder.trim().parse().ok());
+                }
+                file.lock()?;
+            }
+            Err(std::fs::TryLockError::Error(err)) => return Err(err),
         }
-        Err(std::fs::TryLockError::Error(err)) => return Err(err),
+        // The holder removed the file as it exited: this lock is on a name nobody else
+        // will open; take the new one.
+        if !still_at(&file, &path) {
+            continue;
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())?;
+        return Ok(NodeLock { file, path });
     }
-    file.set_len(0)?;
-    file.rewind()?;
-    writeln!(file, "{}", std::process::id())?;
-    Ok(NodeLock { _file: file, path })
 }
 
 #[cfg(test)]
@@ -287,7 +548,7 @@ mod tests {
             schema_version: 1,
             pid,
             version: "0".into(),
-            backend: "iptables-nft".into(),
+            backend: crate::backend::BackendId::IptablesNft,
             backend_choice: "auto".into(),
             config: "/etc/config/ip-masq-agent".into(),
             config_dir: None,
@@ -299,6 +560,8 @@ mod tests {
                 random_fully: true,
                 to_ports: String::new(),
             },
+            instance: format!("test-{pid}"),
+            config_read: None,
         }
     }
 
@@ -313,8 +576,11 @@ mod tests {
             .unwrap()
             .to_string_lossy()
             .starts_with("agent-net"));
-        assert_eq!(running_agent(&dir), Some(state));
-        remove(&dir);
+        assert_eq!(running_agent(&dir), Some(state.clone()));
+        // Another agent with the same pid (a pod's successor, pid 1 too) leaves it alone.
+        remove(&dir, "another instance");
+        assert_eq!(running_agent(&dir), Some(state.clone()));
+        remove(&dir, &state.instance);
         assert_eq!(running_agent(&dir), None);
         // A file left by a process that is gone is not a running agent.
         write(&dir, &sample(u32::MAX - 1)).unwrap();

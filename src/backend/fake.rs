@@ -81,8 +81,8 @@ impl Backend for FakeBackend {
         }
     }
 
-    fn name(&self) -> String {
-        "fake".to_string()
+    fn id(&self) -> super::BackendId {
+        super::BackendId::Fake
     }
 
     fn accepts(&self, _names: &Names) -> Result<(), String> {

@@ -9,11 +9,14 @@ pub(crate) mod fake;
 mod generation;
 #[cfg(test)]
 pub(crate) mod golden;
+mod id;
 mod iptables;
 mod nftables;
 mod notify;
 pub(crate) mod runner;
 pub mod select;
+
+pub use id::BackendId;
 
 use crate::plan::{Action, Family, Names, Ruleset};
 use ipnet::IpNet;
@@ -46,8 +49,12 @@ impl MemoryModel {
 
 /// What every backend does. All methods are blocking; the agent calls them off its runtime.
 pub trait Backend: Send {
-    /// A short name for logs and metrics, e.g. `iptables-nft`.
-    fn name(&self) -> String;
+    /// Which backend this is.
+    fn id(&self) -> BackendId;
+    /// Its name for logs and metrics, e.g. `iptables-nft` (the id's one spelling).
+    fn name(&self) -> String {
+        self.id().to_string()
+    }
     /// Whether this backend can install rules under `names` (e.g. iptables' 28-character
     /// chain limit); the reason when it cannot.
     fn accepts(&self, names: &Names) -> Result<(), String>;

@@ -3,7 +3,7 @@
 
 use super::iptables::{detect_variant, Iptables, Variant};
 use super::nftables::Nftables;
-use super::Backend;
+use super::{Backend, BackendId};
 
 /// Which backend to drive, as the user chose it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,35 +55,22 @@ pub fn select(choice: Choice) -> Selected {
     }
 }
 
-/// The backend of `name` (as [`Backend::name`] spells it) whose tools each get at most
-/// `timeout`: what a stop uses to clean up within its deadline.
-pub fn by_name_with_timeout(name: &str, timeout: std::time::Duration) -> Option<Box<dyn Backend>> {
-    Some(match choice_by_name(name)? {
-        Choice::Nftables => Box::new(Nftables::new().with_timeout(timeout)),
-        Choice::Iptables(IptablesVariant::Legacy) => {
-            Box::new(Iptables::new(Variant::Legacy).with_timeout(timeout))
-        }
-        Choice::Iptables(_) => Box::new(Iptables::new(Variant::Nft).with_timeout(timeout)),
-    })
+/// The backend `id` whose tools each get at most `timeout`: what a stop uses to clean up
+/// within its deadline.
+pub fn by_id_with_timeout(id: BackendId, timeout: std::time::Duration) -> Box<dyn Backend> {
+    match id {
+        BackendId::Nftables => Box::new(Nftables::new().with_timeout(timeout)),
+        BackendId::IptablesLegacy => Box::new(Iptables::new(Variant::Legacy).with_timeout(timeout)),
+        _ => Box::new(Iptables::new(Variant::Nft).with_timeout(timeout)),
+    }
 }
 
-/// The flag that chooses the backend named `name` (as [`Backend::name`] spells it), for the
-/// commands the tools suggest: every suggested command must parse.
-pub fn flag_for(name: &str) -> Option<&'static str> {
-    Some(match choice_by_name(name)? {
-        Choice::Nftables => "--backend=nftables",
-        Choice::Iptables(IptablesVariant::Legacy) => "--iptables-mode=legacy",
-        Choice::Iptables(_) => "--iptables-mode=nft",
-    })
-}
-
-/// The choice that rebuilds a backend from its name (as the state file records it).
-pub fn choice_by_name(name: &str) -> Option<Choice> {
-    match name {
-        "iptables-nft" => Some(Choice::Iptables(IptablesVariant::Nft)),
-        "iptables-legacy" => Some(Choice::Iptables(IptablesVariant::Legacy)),
-        "nftables" => Some(Choice::Nftables),
-        _ => None,
+/// The choice that rebuilds a backend from its id (as the state file records it).
+pub fn choice_of(id: BackendId) -> Choice {
+    match id {
+        BackendId::Nftables => Choice::Nftables,
+        BackendId::IptablesLegacy => Choice::Iptables(IptablesVariant::Legacy),
+        _ => Choice::Iptables(IptablesVariant::Nft),
     }
 }
 
@@ -95,10 +82,4 @@ pub fn every_backend() -> Vec<Box<dyn Backend>> {
         Box::new(Iptables::new(Variant::Legacy)),
         Box::new(Nftables::new()),
     ]
-}
-
-/// Whether two backend names are of the same kind (the iptables variants are one kind): a
-/// backend of another kind holding our rules is a leftover of a switch.
-pub fn same_kind(a: &str, b: &str) -> bool {
-    a.starts_with("iptables") == b.starts_with("iptables")
 }

@@ -37,6 +37,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         dry_run: args.dry_run,
     };
     let backend_name = backend.name();
+    let backend_id = backend.id();
     info!(
         version = env!("CARGO_PKG_VERSION"),
         backend = %backend_name,
@@ -66,22 +67,26 @@ pub fn run(args: &AgentArgs) -> Exit {
         return dry_run(&mut reconciler);
     }
     if args.once {
-        let _lock = crate::agent::take_node_lock(
+        let lock = crate::agent::take_node_lock(
             &state_dir(args.state_dir.as_deref()),
             args.rules.masq_chain.as_str(),
         );
         reconciler.take_over_leftovers();
-        return match reconciler.pass() {
+        let exit = match reconciler.pass() {
             Pass::Synced(_) => {
                 // Our rules are in force: now, and only now, the other kind's may go.
                 crate::agent::remove_leftovers_of_other_backends(
-                    &reconciler.backend_name(),
+                    reconciler.backend_id(),
                     &reconciler.settings.plan.names(),
                 );
                 Exit::Ok
             }
             Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
         };
+        if let Some(lock) = lock {
+            lock.release();
+        }
+        return exit;
     }
     let options = RunOptions {
         cleanup_on_exit: args.cleanup_on_exit,
@@ -91,12 +96,14 @@ pub fn run(args: &AgentArgs) -> Exit {
             schema_version: 1,
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            backend: backend_name,
+            backend: backend_id,
             backend_choice: selected.reason,
             config: args.config.display().to_string(),
             config_dir: args.config_dir.as_ref().map(|d| d.display().to_string()),
             config_source: "unknown".into(),
             rules: rule_settings(&args.rules),
+            instance: crate::agent::state::new_instance(),
+            config_read: None,
         },
     };
     match run_forever(reconciler, options) {

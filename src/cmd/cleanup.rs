@@ -9,7 +9,7 @@
 use super::{choose_backend, Exit};
 use crate::agent::state::{running_agent, state_dir};
 use crate::backend::select::every_backend;
-use crate::backend::{Backend, BackendError, CleanupReport};
+use crate::backend::{Backend, BackendError, BackendId, CleanupReport};
 use crate::cli::{CleanupArgs, OutputFormat};
 use crate::output::{printable, to_json, to_yaml, Styler};
 use crate::plan::{Family, Names};
@@ -28,7 +28,7 @@ struct Report {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct StepReport {
-    backend: String,
+    backend: BackendId,
     family: String,
     jumps_removed: usize,
     chain_removed: bool,
@@ -38,7 +38,7 @@ struct StepReport {
 
 /// One family of one backend, as cleaned (or not).
 struct CleanupStep {
-    backend: String,
+    backend: BackendId,
     family: Family,
     outcome: Result<CleanupReport, BackendError>,
     /// What was removed, in the backend's own words (a chain and its jumps; a table).
@@ -57,7 +57,7 @@ impl From<&CleanupStep> for StepReport {
             Err(err) => (0, false, None, Some(err.to_string())),
         };
         StepReport {
-            backend: step.backend.clone(),
+            backend: step.backend,
             family: step.family.to_string(),
             jumps_removed: jumps,
             chain_removed: chain,
@@ -87,7 +87,7 @@ fn cleanup_everywhere(
                 .map(|report| backend.removed_words(report, names))
                 .unwrap_or_default();
             steps.push(CleanupStep {
-                backend: backend.name(),
+                backend: backend.id(),
                 family,
                 outcome,
                 removed,

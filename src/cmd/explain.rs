@@ -8,9 +8,8 @@
 //! live?: {backend, location, action, reason, rule?, unjudged}, liveUnavailable?, agree?}`,
 //! where `outcome` is `masquerade`, `keep-source` or `disagreement`.
 
-use super::show::{agent_config_source, agent_flags, backend_for, inspect, load_config};
+use super::node::{Node, Query};
 use super::Exit;
-use crate::agent::state::{running_agent, state_dir};
 use crate::backend::{LiveReason, LiveVerdict};
 use crate::cli::{ExplainArgs, OutputFormat};
 use crate::config::{Config, ConfigSource, ListName, DEFAULT_CONFIG_PATH};
@@ -63,7 +62,7 @@ struct DecisionAnswer {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct LiveAnswer {
-    backend: String,
+    backend: crate::backend::BackendId,
     location: String,
     action: Action,
     reason: LiveReason,
@@ -161,23 +160,33 @@ fn unspecified(family: Family) -> IpAddr {
 
 /// Runs `ipmasq explain`.
 pub fn run(args: &ExplainArgs) -> Exit {
-    let agent = running_agent(&state_dir(args.state_dir.as_deref()));
-    let by_hand = args.config.is_some() || args.config_dir.is_some();
-    let judged_by_agent = agent.as_ref().filter(|_| !by_hand);
-    let flags = judged_by_agent
-        .and_then(|a| agent_flags(a, &args.rules))
-        .unwrap_or_else(|| args.rules.clone());
-    let source = match (&args.config_dir, &args.config, judged_by_agent) {
-        (Some(dir), _, _) => ConfigSource::Dir(dir.clone()),
-        (None, Some(file), _) => ConfigSource::File(file.clone()),
-        (None, None, Some(agent)) => agent_config_source(agent),
-        (None, None, None) => ConfigSource::File(DEFAULT_CONFIG_PATH.into()),
+    let given = match (&args.config_dir, &args.config) {
+        (Some(dir), _) => Some(ConfigSource::Dir(dir.clone())),
+        (None, Some(file)) => Some(ConfigSource::File(file.clone())),
+        (None, None) => None,
     };
-    let options = flags.config_flags.options();
-    let config = match load_config(&source, &options, by_hand, "explain") {
-        Ok(config) => config,
+    let query = Query {
+        applet: "explain",
+        state_dir: args.state_dir.as_deref(),
+        backend: &args.backend,
+        rules: &args.rules,
+        config: given,
+        fallback: Some(ConfigSource::File(DEFAULT_CONFIG_PATH.into())),
+    };
+    let node = Node::resolve(&query);
+    let judgement = match node.judgement(&query) {
+        Ok(Some(judgement)) => judgement,
+        Ok(None) => {
+            eprintln!("ipmasq explain: no config to judge against (pass --config FILE)");
+            return Exit::Usage;
+        }
         Err(exit) => return exit,
     };
+    if let Some(note) = &judgement.note {
+        eprintln!("ipmasq explain: {}", printable(note));
+    }
+    let config = &judgement.config;
+    let flags = &node.flags;
     let dst = args.destination;
     let family = if dst.is_ipv4() {
         Family::V4
@@ -194,11 +203,17 @@ pub fn run(args: &ExplainArgs) -> Exit {
         to_ports: flags.to_ports.clone(),
         enable_ipv6: flags.config_flags.enable_ipv6,
     };
-    let src = source_address(args.from, &config, family);
+    let src = source_address(args.from, config, family);
     let packet_src = src.unwrap_or_else(|| unspecified(family));
     let managed = family == Family::V4 || plan.enable_ipv6;
-    let mut config_verdict =
-        config_answer(&config, source.to_string(), &plan, family, packet_src, dst);
+    let mut config_verdict = config_answer(
+        config,
+        judgement.described(),
+        &plan,
+        family,
+        packet_src,
+        dst,
+    );
     if !managed {
         // Without --enable-ipv6 the agent writes no IPv6 rules at all.
         config_verdict.action = Action::KeepSource;
@@ -209,7 +224,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
     let (live, live_unavailable) = if args.no_live {
         (None, None)
     } else {
-        live_answer(args, judged_by_agent, &flags, family, packet_src, dst)
+        live_answer(&node, family, packet_src, dst)
     };
     if let Some(reason) = &live_unavailable {
         let reason = printable(reason);
@@ -249,19 +264,16 @@ pub fn run(args: &ExplainArgs) -> Exit {
 /// The live rules' answer from the backend in use (the running agent's, when the mode is left
 /// to auto), or why they could not be read.
 fn live_answer(
-    args: &ExplainArgs,
-    agent: Option<&crate::agent::state::AgentState>,
-    flags: &crate::cli::RuleFlags,
+    node: &Node,
     family: Family,
     src: IpAddr,
     dst: IpAddr,
 ) -> (Option<LiveAnswer>, Option<String>) {
-    let selected = backend_for(&args.backend, agent);
-    let backend = selected.backend.as_ref();
+    let backend = node.backend();
     let names = crate::plan::Names {
-        chain: flags.masq_chain.clone(),
+        chain: node.flags.masq_chain.clone(),
     };
-    let inspection = match inspect(backend, family, flags) {
+    let inspection = match node.inspect(family) {
         Ok(Some(inspection)) => inspection,
         Ok(None) => return (None, Some(format!("{} tools are not installed", family))),
         Err(err) => return (None, Some(err.to_string())),
@@ -284,7 +296,7 @@ fn live_answer(
     });
     (
         Some(LiveAnswer {
-            backend: backend.name(),
+            backend: backend.id(),
             location: backend.location(&names),
             action,
             reason,

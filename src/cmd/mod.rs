@@ -4,6 +4,7 @@ pub(crate) mod agent;
 pub(crate) mod cleanup;
 pub(crate) mod explain;
 pub(crate) mod generate;
+pub(crate) mod node;
 pub(crate) mod show;
 pub(crate) mod validate;
 

@@ -7,13 +7,14 @@
 //! protocol, toPorts, randomFully, probability, comment, other, packets, bytes, rule}]}],
 //! sync: null | {config, inSync, differences: [{family, kind, position, detail}]}}`.
 
-use super::{choose_backend, plan_options, Exit};
-use crate::agent::state::{running_agent, state_dir, AgentState};
-use crate::backend::select::{choice_by_name, every_backend, select};
-use crate::backend::{Backend, BackendError, Difference, Inspection, RuleView};
-use crate::cli::{IptablesMode, OutputFormat, RuleFlags, ShowArgs};
-use crate::config::{self, Config};
-use crate::output::{plural, printable, render_diagnostic, to_json, to_yaml, Styler};
+use super::node::{inspect, Judgement, Node, Query};
+use super::{plan_options, Exit};
+use crate::agent::state::{AgentLookup, AgentState};
+use crate::backend::select::every_backend;
+use crate::backend::{Backend, BackendId, Difference, Inspection, RuleView};
+use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
+use crate::config;
+use crate::output::{plural, printable, to_json, to_yaml, Styler};
 use crate::plan::{plan_family, Family};
 use serde::Serialize;
 use tabled::builder::Builder;
@@ -29,7 +30,7 @@ const OPTIONS_COLUMN: usize = 4;
 #[serde(rename_all = "camelCase")]
 pub struct ShowReport {
     pub schema_version: u32,
-    pub backend: String,
+    pub backend: BackendId,
     pub backend_choice: String,
     pub chain: String,
     /// Where our rules live in this backend, for people.
@@ -46,12 +47,15 @@ pub struct ShowReport {
     pub also_installed_in: Vec<Elsewhere>,
     /// The running agent this report was judged against, if one was found.
     pub agent: Option<AgentState>,
+    /// A state file no running agent backs: the last state of an agent that died.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_agent: Option<AgentState>,
 }
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Elsewhere {
-    pub backend: String,
+    pub backend: BackendId,
     pub families: Vec<String>,
 }
 
@@ -90,6 +94,11 @@ pub struct RuleReport {
 #[serde(rename_all = "camelCase")]
 pub struct SyncVerdict {
     pub config: String,
+    /// The config with its story (`PATH (as the agent read it at TIME, sha256 …)`).
+    pub judged_against: String,
+    /// Where the config came from, when that needs saying.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     pub in_sync: bool,
     pub differences: Vec<DifferenceReport>,
     /// Flags given here that differ from the running agent's: `(flag, here, agent)`.
@@ -257,100 +266,14 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
     );
     for family in &report.families {
         out.push('\n');
-        if !family.installed && !family.jump.present {
-            out.push_str(&format!(
-                "{} {}\n",
-                style.bold(&format!("{}:", family.family)),
-                style.warning("not installed")
-            ));
-            continue;
-        }
-        let jump = match family.jump.copies {
-            0 => style.error("no POSTROUTING jump to this chain"),
-            1 => format!(
-                "{} at rule {} of {}",
-                report.entry_phrase, family.jump.positions[0], family.jump.postrouting_rules
-            ),
-            n => style.warning(&format!(
-                "{} {n} times, at rules {:?} of {}",
-                report.entry_phrase, family.jump.positions, family.jump.postrouting_rules
-            )),
-        };
-        let chain_state = if family.installed {
-            plural(family.rules.len(), "rule")
-        } else {
-            style.error("chain missing")
-        };
-        out.push_str(&format!(
-            "{} {chain_state}; {jump}\n",
-            style.bold(&format!("{}:", family.family))
-        ));
-        if family.installed {
-            out.push_str(&table(family, wide));
-        }
+        out.push_str(&family_text(report, family, style, wide));
     }
+    out.push_str(&agent_text(report, style));
     if let Some(sync) = &report.sync {
-        out.push('\n');
-        if let Some(agent) = &report.agent {
-            out.push_str(&format!(
-                "{} pid {}, {}, config {} ({})\n",
-                style.bold("agent:  "),
-                agent.pid,
-                printable(&agent.backend),
-                printable(&agent.config),
-                printable(&agent.config_source)
-            ));
-        }
-        for flag in &sync.flags_differ_from_agent {
-            out.push_str(&format!(
-                "{}\n",
-                style.warning(&format!(
-                    "{} is {} here but {} in the running agent: this verdict is not the agent's",
-                    flag.flag, flag.here, flag.agent
-                ))
-            ));
-        }
-        if sync.in_sync {
-            out.push_str(&format!(
-                "{} {}\n",
-                style.bold(&format!("sync with {}:", sync.config)),
-                style.success("in sync")
-            ));
-        } else {
-            out.push_str(&format!(
-                "{} {}\n",
-                style.bold(&format!("sync with {}:", sync.config)),
-                style.error(&format!(
-                    "drifted ({})",
-                    plural(sync.differences.len(), "difference")
-                ))
-            ));
-            for d in &sync.differences {
-                out.push_str(&format!(
-                    "  {}: {}: {}\n",
-                    d.family,
-                    d.kind,
-                    printable(&d.detail)
-                ));
-            }
-        }
+        out.push_str(&sync_text(sync, style));
     }
     for elsewhere in &report.also_installed_in {
-        let why = if crate::backend::select::same_kind(&elsewhere.backend, &report.backend) {
-            "rules in two variants mean two agents or a changed mode"
-        } else {
-            "rules of two backends mean two agents or a switch of --backend"
-        };
-        let flag = crate::backend::select::flag_for(&elsewhere.backend).unwrap_or_default();
-        out.push_str(&format!(
-            "\n{}\n",
-            style.error(&format!(
-                "{} also exists in {} ({}): {why}; remove the stale copy with `ipmasq cleanup --all-variants=false {flag}`",
-                report.chain,
-                elsewhere.backend,
-                elsewhere.families.join(", "),
-            ))
-        ));
+        out.push_str(&elsewhere_text(report, elsewhere, style));
     }
     if !report.installed {
         out.push_str(&format!(
@@ -364,121 +287,132 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
     out
 }
 
-/// Loads a config as the agent would; prints its problems (as `applet`) and returns the exit
-/// code when it is invalid. `must_exist`: a path given by hand must name a file (the agent
-/// would fall back to defaults, which is rarely what a typo meant).
-pub(super) fn load_config(
-    source: &config::ConfigSource,
-    options: &config::Options,
-    must_exist: bool,
-    applet: &str,
-) -> Result<Config, Exit> {
-    let path = source.path();
-    if must_exist && std::fs::symlink_metadata(path).is_err() {
-        eprintln!(
-            "ipmasq {applet}: {}: no such file or directory (the agent would use the defaults; to judge against them, omit the flag while no agent runs)",
-            path.display()
-        );
-        return Err(Exit::Usage);
+/// One family: its state line and, when installed, its rule table.
+fn family_text(report: &ShowReport, family: &FamilyReport, style: &Styler, wide: bool) -> String {
+    let name = style.bold(&format!("{}:", family.family));
+    if !family.installed && !family.jump.present {
+        return format!("{name} {}\n", style.warning("not installed"));
     }
-    match config::load_source(source, options) {
-        Err(err) => {
-            eprintln!("ipmasq {applet}: {err}");
-            Err(Exit::Usage)
-        }
-        Ok(loaded) => match loaded.checked.config().cloned() {
-            Some(config) => Ok(config),
-            None => {
-                let text = match source {
-                    config::ConfigSource::File(p) => std::fs::read_to_string(p).ok(),
-                    config::ConfigSource::Dir(_) => None,
-                };
-                let name = path.display().to_string();
-                for d in loaded.checked.errors() {
-                    eprint!(
-                        "{}",
-                        render_diagnostic(&Styler::plain(), &name, text.as_deref(), d)
-                    );
-                }
-                eprintln!("ipmasq {applet}: {source} is invalid (the agent would keep its last good config)");
-                Err(Exit::Usage)
-            }
-        },
-    }
-}
-
-/// The backend to read: the running agent's when the flags leave the choice to auto, else
-/// the one the flags pick.
-pub(super) fn backend_for(
-    flags: &crate::cli::BackendFlags,
-    agent: Option<&AgentState>,
-) -> crate::backend::select::Selected {
-    let agent_choice = agent
-        .filter(|_| {
-            flags.iptables_mode == IptablesMode::Auto
-                && flags.backend == crate::cli::BackendKind::Iptables
-        })
-        .and_then(|a| choice_by_name(&a.backend));
-    match agent_choice {
-        Some(choice) => {
-            let mut selected = select(choice);
-            selected.reason = "the running agent's backend".into();
-            selected
-        }
-        None => choose_backend(flags),
-    }
-}
-
-/// Where a running agent reads its config.
-pub(super) fn agent_config_source(agent: &AgentState) -> config::ConfigSource {
-    match &agent.config_dir {
-        Some(dir) => config::ConfigSource::Dir(dir.into()),
-        None => config::ConfigSource::File(agent.config.clone().into()),
-    }
-}
-
-/// Reads one family; IPv6 counts as absent when its tools are not installed (a missing IPv4
-/// tool is an error worth its own exit status).
-pub(super) fn inspect(
-    backend: &dyn Backend,
-    family: Family,
-    flags: &RuleFlags,
-) -> Result<Option<Inspection>, BackendError> {
-    if family == Family::V6 && !backend.family_available(family) {
-        return Ok(None);
-    }
-    let names = crate::plan::Names {
-        chain: flags.masq_chain.clone(),
+    let jump = match family.jump.copies {
+        0 => style.error("no POSTROUTING jump to this chain"),
+        1 => format!(
+            "{} at rule {} of {}",
+            report.entry_phrase, family.jump.positions[0], family.jump.postrouting_rules
+        ),
+        n => style.warning(&format!(
+            "{} {n} times, at rules {:?} of {}",
+            report.entry_phrase, family.jump.positions, family.jump.postrouting_rules
+        )),
     };
-    backend.inspect(family, &names).map(Some)
+    let chain_state = if family.installed {
+        plural(family.rules.len(), "rule")
+    } else {
+        style.error("chain missing")
+    };
+    let mut out = format!("{name} {chain_state}; {jump}\n");
+    if family.installed {
+        out.push_str(&table(family, wide));
+    }
+    out
 }
 
-/// The rule flags of a running agent, as `show` would take them on its command line.
-pub(super) fn agent_flags(agent: &AgentState, given: &RuleFlags) -> Option<RuleFlags> {
-    let mut flags = given.clone();
-    flags.masq_chain = agent.rules.masq_chain.parse().ok()?;
-    flags.config_flags.enable_ipv6 = agent.rules.enable_ipv6;
-    flags.config_flags.nomasq_all_reserved_ranges = agent.rules.nomasq_all_reserved_ranges;
-    flags.random_fully = agent.rules.random_fully;
-    flags.to_ports = agent.rules.to_ports.parse().ok()?;
-    Some(flags)
+/// The agent the verdict is judged against, or the stale state of one that died.
+fn agent_text(report: &ShowReport, style: &Styler) -> String {
+    if let Some(agent) = &report.agent {
+        return format!(
+            "\n{} pid {}, {}, config {} ({})\n",
+            style.bold("agent:  "),
+            agent.pid,
+            agent.backend,
+            printable(&agent.config),
+            printable(&agent.config_source)
+        );
+    }
+    match &report.stale_agent {
+        Some(stale) => format!(
+            "\n{} {}\n",
+            style.bold("agent:  "),
+            style.warning(&format!(
+                "no agent running (stale state of an agent that died: pid {}, {})",
+                stale.pid, stale.backend
+            ))
+        ),
+        None => String::new(),
+    }
+}
+
+/// The verdict against a config: in sync, or every difference.
+fn sync_text(sync: &SyncVerdict, style: &Styler) -> String {
+    let mut out = String::new();
+    if let Some(note) = &sync.note {
+        out.push_str(&format!("{}\n", style.warning(&printable(note))));
+    }
+    for flag in &sync.flags_differ_from_agent {
+        out.push_str(&format!(
+            "{}\n",
+            style.warning(&format!(
+                "{} is {} here but {} in the running agent: this verdict is not the agent's",
+                flag.flag, flag.here, flag.agent
+            ))
+        ));
+    }
+    let heading = style.bold(&format!("sync with {}:", printable(&sync.judged_against)));
+    if sync.in_sync {
+        out.push_str(&format!("{heading} {}\n", style.success("in sync")));
+        return out;
+    }
+    out.push_str(&format!(
+        "{heading} {}\n",
+        style.error(&format!(
+            "drifted ({})",
+            plural(sync.differences.len(), "difference")
+        ))
+    ));
+    for d in &sync.differences {
+        out.push_str(&format!(
+            "  {}: {}: {}\n",
+            d.family,
+            d.kind,
+            printable(&d.detail)
+        ));
+    }
+    out
+}
+
+/// Our rules in another backend too, and the command that removes that copy.
+fn elsewhere_text(report: &ShowReport, elsewhere: &Elsewhere, style: &Styler) -> String {
+    let why = if elsewhere.backend.kind() == report.backend.kind() {
+        "rules in two variants mean two agents or a changed mode"
+    } else {
+        "rules of two backends mean two agents or a switch of --backend"
+    };
+    let flag = elsewhere.backend.flag();
+    format!(
+        "\n{}\n",
+        style.error(&format!(
+            "{} also exists in {} ({}): {why}; remove the stale copy with `ipmasq cleanup --all-variants=false {flag}`",
+            report.chain,
+            elsewhere.backend,
+            elsewhere.families.join(", "),
+        ))
+    )
 }
 
 /// Runs `ipmasq show`.
 pub fn run(args: &ShowArgs) -> Exit {
-    let agent = running_agent(&state_dir(args.state_dir.as_deref()));
-    // Judge against the running agent unless told otherwise: its backend (when the mode is
-    // left to auto), and, without --config, its config and flags.
-    let judged_by_agent = agent.as_ref().filter(|_| args.config.is_none());
-    let flags = match judged_by_agent.and_then(|a| agent_flags(a, &args.rules)) {
-        Some(flags) => flags,
-        None => args.rules.clone(),
+    let query = Query {
+        applet: "show",
+        state_dir: args.state_dir.as_deref(),
+        backend: &args.backend,
+        rules: &args.rules,
+        config: args.config.clone().map(config::ConfigSource::File),
+        fallback: None,
     };
-    let selected = backend_for(&args.backend, agent.as_ref());
-    let backend = selected.backend.as_ref();
+    let node = Node::resolve(&query);
+    let backend = node.backend();
     let mut lives = Vec::new();
     for family in Family::ALL {
-        match inspect(backend, family, &flags) {
+        match node.inspect(family) {
             Ok(Some(live)) => lives.push((family, live)),
             Ok(None) => {}
             Err(err) => {
@@ -487,75 +421,18 @@ pub fn run(args: &ShowArgs) -> Exit {
             }
         }
     }
-    // The whole node: does any other backend hold our chain too?
-    let mut also_installed_in = Vec::new();
-    for other in every_backend() {
-        if other.name() == backend.name() {
-            continue;
-        }
-        let families: Vec<String> = Family::ALL
-            .into_iter()
-            .filter(|&f| {
-                matches!(inspect(other.as_ref(), f, &flags), Ok(Some(live)) if live.holds_anything())
-            })
-            .map(|f| f.to_string())
-            .collect();
-        if !families.is_empty() {
-            also_installed_in.push(Elsewhere {
-                backend: other.name(),
-                families,
-            });
-        }
-    }
-    let config_path = args
-        .config
-        .clone()
-        .map(config::ConfigSource::File)
-        .or_else(|| judged_by_agent.map(agent_config_source));
-    let sync = match &config_path {
-        None => None,
-        Some(path) => {
-            let options = flags.config_flags.options();
-            let config = match load_config(path, &options, args.config.is_some(), "show") {
-                Ok(config) => config,
-                Err(exit) => return exit,
-            };
-            let (plan, _) = plan_options(&flags, backend);
-            let mut differences = Vec::new();
-            for family in crate::plan::families(&plan) {
-                let desired = plan_family(&config, &plan, family);
-                let live = lives
-                    .iter()
-                    .find(|(f, _)| *f == family)
-                    .map(|(_, l)| l.clone())
-                    .unwrap_or_default();
-                differences.extend(
-                    backend
-                        .compare(&desired, &live)
-                        .iter()
-                        .map(DifferenceReport::from),
-                );
-            }
-            let flags_differ_from_agent = match (&agent, args.config.is_some()) {
-                (Some(agent), true) => super::rule_settings(&flags)
-                    .differences(&agent.rules)
-                    .into_iter()
-                    .map(|(flag, here, theirs)| FlagDifference {
-                        flag: flag.to_string(),
-                        here,
-                        agent: theirs,
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
-            Some(SyncVerdict {
-                config: path.to_string(),
-                in_sync: differences.is_empty(),
-                differences,
-                flags_differ_from_agent,
-            })
-        }
+    let also_installed_in = elsewhere(backend, &node.flags);
+    let sync = match node.judgement(&query) {
+        Err(exit) => return exit,
+        Ok(None) => None,
+        Ok(Some(judgement)) => Some(sync_verdict(
+            &node,
+            &judgement,
+            &lives,
+            args.config.is_some(),
+        )),
     };
+    let flags = &node.flags;
     let families: Vec<FamilyReport> = lives
         .iter()
         .filter(|(family, live)| {
@@ -563,10 +440,15 @@ pub fn run(args: &ShowArgs) -> Exit {
         })
         .map(|(family, live)| family_report(*family, live))
         .collect();
+    let (agent, stale_agent) = match &node.agent {
+        AgentLookup::Running(state) => (Some(state.clone()), None),
+        AgentLookup::Stale(state) => (None, Some(state.clone())),
+        AgentLookup::Absent => (None, None),
+    };
     let report = ShowReport {
         schema_version: 1,
-        backend: backend.name(),
-        backend_choice: selected.reason,
+        backend: backend.id(),
+        backend_choice: node.selected.reason.clone(),
         chain: flags.masq_chain.to_string(),
         location: backend.location(&crate::plan::Names {
             chain: flags.masq_chain.clone(),
@@ -577,6 +459,7 @@ pub fn run(args: &ShowArgs) -> Exit {
         sync,
         also_installed_in,
         agent,
+        stale_agent,
     };
     let text = match args.output {
         OutputFormat::Json => to_json(&report),
@@ -592,6 +475,76 @@ pub fn run(args: &ShowArgs) -> Exit {
         Exit::Failure
     } else {
         Exit::Ok
+    }
+}
+
+/// The whole node: every other backend that holds our chain (or table) too.
+fn elsewhere(backend: &dyn Backend, flags: &RuleFlags) -> Vec<Elsewhere> {
+    let mut found = Vec::new();
+    for other in every_backend() {
+        if other.id() == backend.id() {
+            continue;
+        }
+        let families: Vec<String> = Family::ALL
+            .into_iter()
+            .filter(|&f| {
+                matches!(inspect(other.as_ref(), f, flags), Ok(Some(live)) if live.holds_anything())
+            })
+            .map(|f| f.to_string())
+            .collect();
+        if !families.is_empty() {
+            found.push(Elsewhere {
+                backend: other.id(),
+                families,
+            });
+        }
+    }
+    found
+}
+
+/// The live rules judged against a config: every difference, per planned family.
+fn sync_verdict(
+    node: &Node,
+    judgement: &Judgement,
+    lives: &[(Family, Inspection)],
+    config_given: bool,
+) -> SyncVerdict {
+    let backend = node.backend();
+    let (plan, _) = plan_options(&node.flags, backend);
+    let mut differences = Vec::new();
+    for family in crate::plan::families(&plan) {
+        let desired = plan_family(&judgement.config, &plan, family);
+        let live = lives
+            .iter()
+            .find(|(f, _)| *f == family)
+            .map(|(_, l)| l.clone())
+            .unwrap_or_default();
+        differences.extend(
+            backend
+                .compare(&desired, &live)
+                .iter()
+                .map(DifferenceReport::from),
+        );
+    }
+    let flags_differ_from_agent = match (node.agent.running(), config_given) {
+        (Some(agent), true) => super::rule_settings(&node.flags)
+            .differences(&agent.rules)
+            .into_iter()
+            .map(|(flag, here, theirs)| FlagDifference {
+                flag: flag.to_string(),
+                here,
+                agent: theirs,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    SyncVerdict {
+        config: judgement.source.clone(),
+        judged_against: judgement.described(),
+        note: judgement.note.clone(),
+        in_sync: differences.is_empty(),
+        differences,
+        flags_differ_from_agent,
     }
 }
 

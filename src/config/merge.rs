@@ -253,6 +253,14 @@ pub fn load_dir_unless_unchanged(
     }
     let parts = read_parts(&paths, &texts, options);
     let checked = merge(dir, &parts, options);
+    let listing: String = paths
+        .iter()
+        .zip(&texts)
+        .map(|(path, text)| {
+            let bytes = text.as_deref().unwrap_or_default().as_bytes();
+            format!("{}  {}\n", super::digest::sha256_hex(bytes), path.display())
+        })
+        .collect();
     *cache = Some(DirCache {
         options: *options,
         paths,
@@ -263,6 +271,7 @@ pub fn load_dir_unless_unchanged(
         origin: Origin::Dir,
         checked,
         blank: false,
+        digest: Some(super::digest::sha256_hex(listing.as_bytes())),
     }))
 }
 

@@ -5,6 +5,7 @@
 mod check;
 pub mod cidr;
 mod diagnostic;
+pub mod digest;
 pub mod duration;
 pub mod manifest;
 pub mod merge;
@@ -372,6 +373,9 @@ pub struct Loaded {
     /// The file exists but holds nothing but white space: what a writer that truncates and
     /// then writes (`cat > file`) leaves for a moment.
     pub blank: bool,
+    /// The SHA-256 of the bytes read (`sha256sum FILE`); for a merged directory, of
+    /// `sha256sum`'s lines for its parts; None for the defaults.
+    pub digest: Option<String>,
 }
 
 /// Loads the config at `path` as the agent does: a missing file means defaults; anything that
@@ -413,6 +417,7 @@ pub fn load_unless_unchanged(
             origin: Origin::Defaults,
             checked: Checked::new(Config::defaults(options), Vec::new()),
             blank: false,
+            digest: None,
         }));
     };
     if let Some(c) = cache
@@ -426,6 +431,7 @@ pub fn load_unless_unchanged(
         origin: Origin::File,
         checked: check_text(&text.text, options),
         blank: text.text.trim().is_empty(),
+        digest: Some(digest::sha256_hex(text.text.as_bytes())),
     };
     *cache = Some(LoadCache {
         text: text.text,

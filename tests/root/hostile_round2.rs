@@ -101,7 +101,7 @@ fn state_file(ns: &Netns) -> Option<std::path::PathBuf> {
         .find(|p| {
             p.file_name().is_some_and(|n| {
                 let n = n.to_string_lossy();
-                n.starts_with("agent-net") && n.ends_with(".json")
+                n.starts_with("agent-net") && n.ends_with(".json") && !n.ends_with("-config.json")
             })
         })
 }

@@ -22,6 +22,7 @@ mod hostile_round2;
 mod image;
 mod netns;
 mod nftables;
+mod node;
 mod packets;
 mod seam;
 mod show_cleanup;

@@ -185,8 +185,11 @@ impl Backend for Iptables {
         }
     }
 
-    fn name(&self) -> String {
-        format!("iptables-{}", self.variant.as_str())
+    fn id(&self) -> super::BackendId {
+        match self.variant {
+            Variant::Nft => super::BackendId::IptablesNft,
+            Variant::Legacy => super::BackendId::IptablesLegacy,
+        }
     }
 
     fn accepts(&self, names: &Names) -> Result<(), String> {

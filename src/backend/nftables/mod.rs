@@ -210,8 +210,8 @@ impl Backend for Nftables {
         }
     }
 
-    fn name(&self) -> String {
-        "nftables".to_string()
+    fn id(&self) -> super::BackendId {
+        super::BackendId::Nftables
     }
 
     fn accepts(&self, _names: &Names) -> Result<(), String> {
