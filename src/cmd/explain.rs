@@ -70,6 +70,21 @@ struct LiveAnswer {
     rule: Option<RuleAnswer>,
     /// Rule numbers whose matches could not be judged (taken as not matching).
     unjudged: Vec<usize>,
+    /// The rule before ours (another table's chain, a POSTROUTING rule above our jump) that
+    /// decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decided_before: Option<BeforeAnswer>,
+    /// Rules before ours that this walk cannot judge: they may decide first.
+    may_decide_first: Vec<BeforeAnswer>,
+}
+
+/// A rule that runs before ours.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BeforeAnswer {
+    place: String,
+    number: usize,
+    text: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -158,6 +173,12 @@ fn unspecified(family: Family) -> IpAddr {
     }
 }
 
+/// Whether `addr` is an address of this node (in this network namespace), as the kernel
+/// says: only a local address can be bound.
+fn is_local_address(addr: IpAddr) -> bool {
+    std::net::UdpSocket::bind((addr, 0)).is_ok()
+}
+
 /// Runs `ipmasq explain`.
 pub fn run(args: &ExplainArgs) -> Exit {
     let given = match (&args.config_dir, &args.config) {
@@ -205,6 +226,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
     };
     let src = source_address(args.from, config, family);
     let packet_src = src.unwrap_or_else(|| unspecified(family));
+    let local = is_local_address(dst);
     let managed = family == Family::V4 || plan.enable_ipv6;
     let mut config_verdict = config_answer(
         config,
@@ -219,12 +241,17 @@ pub fn run(args: &ExplainArgs) -> Exit {
         config_verdict.action = Action::KeepSource;
         config_verdict.reason = Reason::OtherFamily;
         config_verdict.decision = None;
+    } else if local {
+        // Every backend lets local destinations leave before the decisions.
+        config_verdict.action = Action::KeepSource;
+        config_verdict.reason = Reason::LocalDestination;
+        config_verdict.decision = None;
     }
 
     let (live, live_unavailable) = if args.no_live {
         (None, None)
     } else {
-        live_answer(&node, family, packet_src, dst)
+        live_answer(&node, family, packet_src, (dst, local))
     };
     if let Some(reason) = &live_unavailable {
         let reason = printable(reason);
@@ -267,7 +294,7 @@ fn live_answer(
     node: &Node,
     family: Family,
     src: IpAddr,
-    dst: IpAddr,
+    (dst, local): (IpAddr, bool),
 ) -> (Option<LiveAnswer>, Option<String>) {
     let backend = node.backend();
     let names = crate::plan::Names {
@@ -283,13 +310,24 @@ fn live_answer(
         rule,
         reason,
         unjudged,
-    } = inspection.evaluate(src, dst);
+        decided_before,
+        may_decide_first,
+    } = inspection.evaluate(src, dst, local);
+    let before = |(stage, index): (usize, usize)| {
+        let stage = &inspection.before[stage];
+        let rule = &stage.rules[index];
+        BeforeAnswer {
+            place: stage.place.clone(),
+            number: rule.number,
+            text: rule.text.clone(),
+        }
+    };
     let rule = rule.map(|index| {
         let r = &inspection.rules[index];
         RuleAnswer {
             number: r.number,
             text: r.text.clone(),
-            comment: r.view.comment.clone(),
+            comment: r.comment.clone(),
             packets: r.counters.map(|c| c.packets),
             bytes: r.counters.map(|c| c.bytes),
         }
@@ -305,6 +343,8 @@ fn live_answer(
                 .into_iter()
                 .map(|i| inspection.rules[i].number)
                 .collect(),
+            decided_before: decided_before.map(before),
+            may_decide_first: may_decide_first.into_iter().map(before).collect(),
         }),
         None,
     )
@@ -342,6 +382,9 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         (_, Reason::OtherFamily) => {
             "the agent manages no rules of this family (no --enable-ipv6)".to_string()
         }
+        (_, Reason::LocalDestination) => {
+            "it is an address of this node: local traffic is never masqueraded".to_string()
+        }
         (Some(d), Reason::SourceNotSelected) => format!(
             "the source is outside {} [{}] ({})",
             d.list, d.cidr, d.written
@@ -364,6 +407,17 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         let why = match (&live.rule, live.reason) {
             (_, LiveReason::NotInstalled) => "our rules are not installed".to_string(),
             (_, LiveReason::NoEntryJump) => "nothing sends traffic to our rules".to_string(),
+            (_, LiveReason::DecidedBefore) => match &live.decided_before {
+                Some(b) => format!(
+                    "decided before our rules, by {} rule {}: {}",
+                    b.place, b.number, b.text
+                ),
+                None => "decided before our rules".to_string(),
+            },
+            (_, LiveReason::LocalDestination) => {
+                "it is an address of this node: local destinations leave before our rules"
+                    .to_string()
+            }
             (Some(rule), _) => {
                 let counters = match (rule.packets, rule.bytes) {
                     (Some(p), Some(b)) => format!(" [{p} packets, {b} bytes]"),
@@ -374,6 +428,14 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
             (None, _) => "no rule matched: the traffic leaves untouched".to_string(),
         };
         out.push_str(&format!("        {}\n", printable(&why)));
+        for b in &live.may_decide_first {
+            out.push_str(&format!(
+                "        {} rule {} runs first and may decide (explain cannot judge it): {}\n",
+                printable(&b.place),
+                b.number,
+                printable(&b.text)
+            ));
+        }
         if !live.unjudged.is_empty() {
             out.push_str(&format!(
                 "        rules {:?} have matches explain cannot judge; taken as not matching\n",

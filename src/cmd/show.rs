@@ -11,7 +11,9 @@ use super::node::{inspect, Judgement, Node, Query};
 use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState};
 use crate::backend::select::every_backend;
-use crate::backend::{Backend, BackendId, Difference, Inspection, RuleView};
+use crate::backend::{
+    Backend, BackendId, BackendKind, Difference, Entry, Inspection, LiveRule, Verdict,
+};
 use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
 use crate::config;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
@@ -35,9 +37,6 @@ pub struct ShowReport {
     pub chain: String,
     /// Where our rules live in this backend, for people.
     pub location: String,
-    /// What an entry jump is called in this backend, for people.
-    #[serde(skip)]
-    pub entry_phrase: &'static str,
     /// Whether our chain exists in any family.
     pub installed: bool,
     pub families: Vec<FamilyReport>,
@@ -64,7 +63,21 @@ pub struct Elsewhere {
 pub struct FamilyReport {
     pub family: String,
     pub installed: bool,
+    /// How traffic reaches our rules: `{"hooked": {"skipsLocal": true}}`, `"not-hooked"`, …
+    pub entry: Entry,
+    /// What a packet meets at the same hook before our rules.
+    pub before: Vec<BeforeReport>,
     pub jump: JumpReport,
+    pub rules: Vec<RuleReport>,
+}
+
+/// Rules that run before ours: another table's nat postrouting chain, or POSTROUTING's rules
+/// above our jump.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BeforeReport {
+    pub place: String,
+    pub priority: Option<i64>,
     pub rules: Vec<RuleReport>,
 }
 
@@ -78,12 +91,86 @@ pub struct JumpReport {
     pub postrouting_rules: usize,
 }
 
+/// One live rule in words, for the table and the JSON (whose `action` keeps upstream's
+/// words on every backend; `verdict` is the typed one).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleWords {
+    /// `keep`, `masquerade` or `foreign`.
+    pub verdict: &'static str,
+    /// `RETURN`, `MASQUERADE`, or what a foreign rule does.
+    pub action: String,
+    /// Source match: CIDRs joined by `,`, with a leading `!` when negated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub destination: Option<String>,
+    pub protocol: Option<String>,
+    pub to_ports: Option<String>,
+    pub random_fully: bool,
+    /// The share of flows, as iptables prints it (`0.46929256292`).
+    pub probability: Option<String>,
+    pub comment: Option<String>,
+    /// Matches no tool here can judge, as the backend prints them.
+    pub other: Vec<String>,
+}
+
+impl RuleWords {
+    fn of(rule: &LiveRule) -> Self {
+        let m = &rule.matches;
+        let mut words = RuleWords {
+            source: m.source.as_ref().map(ToString::to_string),
+            destination: m.destination.as_ref().map(ToString::to_string),
+            protocol: (!m.protocols.is_empty()).then(|| m.protocols.join(",")),
+            comment: rule.comment.clone(),
+            other: m.unjudged.clone(),
+            ..RuleWords::default()
+        };
+        match &rule.verdict {
+            Verdict::Keep => {
+                words.verdict = "keep";
+                words.action = "RETURN".into();
+            }
+            Verdict::Masquerade {
+                ports,
+                weight,
+                fully_random,
+            } => {
+                words.verdict = "masquerade";
+                words.action = "MASQUERADE".into();
+                words.to_ports = ports.map(|(a, b)| {
+                    if a == b {
+                        a.to_string()
+                    } else {
+                        format!("{a}-{b}")
+                    }
+                });
+                words.probability = weight.map(|w| format!("{:.11}", w.share()));
+                words.random_fully = *fully_random;
+            }
+            Verdict::Foreign(what) => {
+                words.verdict = "foreign";
+                words.action = what.clone();
+            }
+        }
+        words
+    }
+
+    /// The ACTION column in the backend's own words.
+    fn action_for(&self, kind: BackendKind) -> String {
+        match (kind, self.verdict) {
+            (BackendKind::Nftables, "keep") => "return".into(),
+            (BackendKind::Nftables, "masquerade") => "masquerade".into(),
+            _ => self.action.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuleReport {
     pub number: usize,
     #[serde(flatten)]
-    pub view: RuleView,
+    pub view: RuleWords,
     pub packets: Option<u64>,
     pub bytes: Option<u64>,
     /// The rule as the backend prints it.
@@ -119,7 +206,7 @@ pub struct FlagDifference {
 pub struct DifferenceReport {
     pub family: String,
     /// `chain-missing`, `missing-rule`, `extra-rule`, `out-of-order`, `jump-missing`,
-    /// `jump-duplicated` or `jump-stale`.
+    /// `jump-duplicated`, `jump-stale`, `local-skip-missing`, `hook-differs` or `set-differs`.
     pub kind: &'static str,
     /// Rule number (in the plan for missing rules, live otherwise), or POSTROUTING position.
     pub position: Option<usize>,
@@ -137,25 +224,36 @@ impl From<&Difference> for DifferenceReport {
     }
 }
 
+fn rule_report(rule: &LiveRule) -> RuleReport {
+    RuleReport {
+        number: rule.number,
+        view: RuleWords::of(rule),
+        packets: rule.counters.map(|c| c.packets),
+        bytes: rule.counters.map(|c| c.bytes),
+        rule: rule.text.clone(),
+    }
+}
+
 fn family_report(family: Family, live: &Inspection) -> FamilyReport {
-    let rules = live
-        .rules
+    let rules = live.rules.iter().map(rule_report).collect();
+    let before = live
+        .before
         .iter()
-        .map(|rule| RuleReport {
-            number: rule.number,
-            view: rule.view.clone(),
-            packets: rule.counters.map(|c| c.packets),
-            bytes: rule.counters.map(|c| c.bytes),
-            rule: rule.text.clone(),
+        .map(|stage| BeforeReport {
+            place: stage.place.clone(),
+            priority: stage.priority,
+            rules: stage.rules.iter().map(rule_report).collect(),
         })
         .collect();
     FamilyReport {
         family: family.to_string(),
         installed: live.installed,
+        entry: live.entry(),
+        before,
         jump: JumpReport {
             present: !live.entry_jumps.is_empty(),
             copies: live.entry_jumps.len(),
-            positions: live.entry_jumps.iter().map(|j| j.position).collect(),
+            positions: live.entry_jumps.iter().filter_map(|j| j.position).collect(),
             postrouting_rules: live.hook_rules,
         },
         rules,
@@ -181,7 +279,7 @@ fn human(n: Option<u64>) -> String {
     n.to_string()
 }
 
-fn table(family: &FamilyReport, wide: bool) -> String {
+fn table(family: &FamilyReport, wide: bool, kind: BackendKind) -> String {
     let mut builder = Builder::default();
     let mut header = vec![
         "#",
@@ -222,7 +320,7 @@ fn table(family: &FamilyReport, wide: bool) -> String {
         options_width = options_width.max(options.chars().count());
         let mut row = vec![
             rule.number.to_string(),
-            v.action.clone(),
+            v.action_for(kind),
             v.destination.clone().unwrap_or_else(|| "any".into()),
             ports,
             options,
@@ -293,27 +391,70 @@ fn family_text(report: &ShowReport, family: &FamilyReport, style: &Styler, wide:
     if !family.installed && !family.jump.present {
         return format!("{name} {}\n", style.warning("not installed"));
     }
-    let jump = match family.jump.copies {
-        0 => style.error("no POSTROUTING jump to this chain"),
-        1 => format!(
-            "{} at rule {} of {}",
-            report.entry_phrase, family.jump.positions[0], family.jump.postrouting_rules
-        ),
-        n => style.warning(&format!(
-            "{} {n} times, at rules {:?} of {}",
-            report.entry_phrase, family.jump.positions, family.jump.postrouting_rules
-        )),
-    };
+    let kind = report.backend.kind();
     let chain_state = if family.installed {
         plural(family.rules.len(), "rule")
     } else {
         style.error("chain missing")
     };
-    let mut out = format!("{name} {chain_state}; {jump}\n");
+    let entry = entry_text(kind, family, style);
+    let mut out = format!("{name} {chain_state}; {entry}\n");
+    for stage in &family.before {
+        let priority = stage
+            .priority
+            .map(|p| format!(" (priority {p})"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  runs first: {}{priority}, {}\n",
+            printable(&stage.place),
+            plural(stage.rules.len(), "rule")
+        ));
+        for rule in &stage.rules {
+            out.push_str(&format!("    {}: {}\n", rule.number, printable(&rule.rule)));
+        }
+    }
     if family.installed {
-        out.push_str(&table(family, wide));
+        out.push_str(&table(family, wide, kind));
     }
     out
+}
+
+/// How traffic reaches our rules, in the backend's own words.
+fn entry_text(kind: BackendKind, family: &FamilyReport, style: &Styler) -> String {
+    let jump = &family.jump;
+    match (kind, family.entry) {
+        (BackendKind::Iptables, Entry::NotHooked) => {
+            style.error("no POSTROUTING jump to this chain")
+        }
+        (BackendKind::Iptables, Entry::Hooked { skips_local }) => {
+            let at = format!(
+                "POSTROUTING jumps here at rule {} of {}",
+                jump.positions.first().copied().unwrap_or(0),
+                jump.postrouting_rules
+            );
+            if skips_local {
+                at
+            } else {
+                style.error(&format!("{at}, for local destinations too (no `-m addrtype ! --dst-type LOCAL`)"))
+            }
+        }
+        (BackendKind::Iptables, Entry::HookedMoreThanOnce { copies, .. }) => {
+            style.warning(&format!(
+                "POSTROUTING jumps here {copies} times, at rules {:?} of {}",
+                jump.positions, jump.postrouting_rules
+            ))
+        }
+        (BackendKind::Nftables, Entry::NotHooked) => {
+            style.error("the chain is not hooked at postrouting: nothing sends traffic to our rules")
+        }
+        (BackendKind::Nftables, Entry::Hooked { skips_local: true })
+        | (BackendKind::Nftables, Entry::HookedMoreThanOnce { skips_local: true, .. }) => {
+            "hooked at postrouting; local destinations leave first".to_string()
+        }
+        (BackendKind::Nftables, _) => style.error(
+            "hooked at postrouting, but `fib daddr type local return` is not the first rule: local destinations are masqueraded too",
+        ),
+    }
 }
 
 /// The agent the verdict is judged against, or the stale state of one that died.
@@ -453,7 +594,6 @@ pub fn run(args: &ShowArgs) -> Exit {
         location: backend.location(&crate::plan::Names {
             chain: flags.masq_chain.clone(),
         }),
-        entry_phrase: backend.entry_phrase(),
         installed: lives.iter().any(|(_, l)| l.installed),
         families,
         sync,
@@ -551,53 +691,64 @@ fn sync_verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Counters, EntryJump, LiveRule};
+    use crate::backend::{AddressMatch, Counters, EntryJump, LiveRule, Matches, Weight};
 
-    fn rule(number: usize, view: RuleView, counters: Counters) -> LiveRule {
+    fn ret(destination: &str) -> LiveRule {
         LiveRule {
-            number,
-            view,
-            decision: None,
-            counters: Some(counters),
+            number: 0,
+            matches: Matches {
+                destination: Some(AddressMatch {
+                    negated: false,
+                    nets: vec![destination.parse().unwrap()],
+                }),
+                ..Matches::default()
+            },
+            verdict: Verdict::Keep,
+            comment: Some("ip-masq-agent: local traffic is not subject to MASQUERADE".into()),
+            counters: None,
             text: String::new(),
         }
     }
 
-    fn ret(destination: &str) -> RuleView {
-        RuleView {
-            action: "RETURN".into(),
-            destination: Some(destination.into()),
-            comment: Some("ip-masq-agent: local traffic is not subject to MASQUERADE".into()),
-            ..RuleView::default()
+    fn masq(protocol: Option<&str>, ports: Option<(u16, u16)>, weight: Option<Weight>) -> LiveRule {
+        LiveRule {
+            number: 0,
+            matches: Matches {
+                protocols: protocol.map(|p| vec![p.to_string()]).unwrap_or_default(),
+                ..Matches::default()
+            },
+            verdict: Verdict::Masquerade {
+                ports,
+                weight,
+                fully_random: true,
+            },
+            comment: None,
+            counters: None,
+            text: String::new(),
         }
     }
 
-    fn masq(protocol: Option<&str>, ports: Option<&str>, probability: Option<&str>) -> RuleView {
-        RuleView {
-            action: "MASQUERADE".into(),
-            protocol: protocol.map(Into::into),
-            to_ports: ports.map(Into::into),
-            probability: probability.map(Into::into),
-            random_fully: true,
-            ..RuleView::default()
-        }
-    }
-
-    fn inspection(views: Vec<RuleView>, counters: Counters) -> Inspection {
+    fn inspection(rules: Vec<LiveRule>, counters: Counters) -> Inspection {
         Inspection {
             installed: true,
-            rules: views
+            rules: rules
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| rule(i + 1, v, counters))
+                .map(|(i, r)| LiveRule {
+                    number: i + 1,
+                    counters: Some(counters),
+                    ..r
+                })
                 .collect(),
             entry_jumps: vec![EntryJump {
-                position: 1,
+                position: Some(1),
                 text: String::new(),
                 counters: None,
+                skips_local: true,
             }],
             hook_rules: 1,
-            raw: None,
+            reading: None,
+            before: Vec::new(),
         }
     }
 
@@ -617,7 +768,7 @@ mod tests {
             },
         );
         let report = family_report(Family::V4, &live);
-        let text = table(&report, false);
+        let text = table(&report, false, BackendKind::Iptables);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("192.168.0.0/16"));
         assert!(text.contains("123.5M"), "{text}");
@@ -627,9 +778,13 @@ mod tests {
     fn a_hostile_comment_reaches_the_terminal_escaped() {
         let mut view = ret("10.0.0.0/8");
         view.comment = Some("\u{1b}]0;pwned\u{7}\u{1b}[2J".into());
-        view.other = vec!["\u{1b}[31m".into()];
+        view.matches.unjudged = vec!["\u{1b}[31m".into()];
         let live = inspection(vec![view], Counters::default());
-        let text = table(&family_report(Family::V4, &live), true);
+        let text = table(
+            &family_report(Family::V4, &live),
+            true,
+            BackendKind::Iptables,
+        );
         assert!(!text.contains('\u{1b}'), "{text:?}");
         assert!(text.contains("\\x1b]0;pwned\\x07"), "{text}");
     }
@@ -640,10 +795,13 @@ mod tests {
         for protocol in ["tcp", "udp", "sctp"] {
             views.push(masq(
                 Some(protocol),
-                Some("1024-29999"),
-                Some("0.46929256292"),
+                Some((1024, 29999)),
+                Some(Weight {
+                    taken: 46_929_256_292,
+                    of: 100_000_000_000,
+                }),
             ));
-            views.push(masq(Some(protocol), Some("32768-65535"), None));
+            views.push(masq(Some(protocol), Some((32768, 65535)), None));
         }
         views.push(masq(None, None, None));
         let live = inspection(
@@ -653,7 +811,11 @@ mod tests {
                 bytes: 999_999_999,
             },
         );
-        let text = table(&family_report(Family::V4, &live), false);
+        let text = table(
+            &family_report(Family::V4, &live),
+            false,
+            BackendKind::Nftables,
+        );
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("tcp 1024-29999"), "{text}");
         assert!(text.contains("p=0.4693"), "{text}");

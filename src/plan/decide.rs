@@ -17,6 +17,9 @@ pub enum Reason {
     DecisionMatched,
     /// No decision matched: the masquerade request applies.
     NoDecisionMatched,
+    /// The destination is an address of this node: it never enters the ruleset (the
+    /// kernel's check, not `decide`'s; `explain` asks the kernel).
+    LocalDestination,
 }
 
 /// The verdict for one packet.
@@ -250,7 +253,7 @@ pub(crate) mod tests {
         for _ in 0..packets {
             let dst = rng.addr(set.family);
             let src = random_source(rng, config, set.family);
-            let walked = live.evaluate(src, dst);
+            let walked = live.evaluate(src, dst, false);
             assert!(walked.unjudged.is_empty(), "round {round}: {walked:?}");
             assert_eq!(
                 walked.action,

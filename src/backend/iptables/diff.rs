@@ -2,8 +2,8 @@
 //! and the repair it calls for; then the one iptables-restore transaction that makes it.
 
 use super::render::{Rendered, POSTROUTING};
-use super::saved::{describe_rule, Jump, LiveChain};
-use crate::backend::{Difference, DriftKind, RuleView};
+use super::saved::{describe_rule, Described, Jump, LiveChain};
+use crate::backend::{Difference, DriftKind, Verdict};
 use crate::plan::ChainName;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -62,16 +62,38 @@ impl Drift {
 }
 
 /// A rule in a few words: `RETURN 10.0.0.0/8`, `MASQUERADE tcp 1024-29999 random-fully`.
-fn summary(view: &RuleView) -> String {
-    let mut parts = vec![view.action.clone()];
-    parts.extend(view.destination.clone());
-    parts.extend(view.protocol.clone());
-    parts.extend(view.to_ports.clone());
-    parts.extend(view.probability.as_ref().map(|p| format!("p={p}")));
-    if view.random_fully {
+fn summary(rule: &Described) -> String {
+    let mut parts = Vec::new();
+    let (ports, weight, fully_random) = match &rule.verdict {
+        Some(Verdict::Keep) => {
+            parts.push("RETURN".to_string());
+            (None, None, false)
+        }
+        Some(Verdict::Masquerade {
+            ports,
+            weight,
+            fully_random,
+        }) => {
+            parts.push("MASQUERADE".to_string());
+            (*ports, *weight, *fully_random)
+        }
+        Some(Verdict::Foreign(target)) => {
+            parts.push(target.clone());
+            (None, None, false)
+        }
+        None => {
+            parts.push(String::new());
+            (None, None, false)
+        }
+    };
+    parts.extend(rule.matches.destination.as_ref().map(ToString::to_string));
+    parts.extend(rule.matches.protocols.iter().cloned());
+    parts.extend(ports.map(|(a, b)| format!("{a}-{b}")));
+    parts.extend(weight.map(|w| format!("p={:.11}", w.share())));
+    if fully_random {
         parts.push("random-fully".into());
     }
-    parts.extend(view.other.iter().cloned());
+    parts.extend(rule.matches.unjudged.iter().cloned());
     parts.join(" ")
 }
 

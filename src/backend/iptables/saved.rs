@@ -3,8 +3,11 @@
 //! [`Inspection`].
 
 use super::render::POSTROUTING;
-use crate::backend::{Counters, EntryJump, Inspection, LiveDecision, LiveRule, RuleView};
-use crate::plan::{Action, ChainName};
+use crate::backend::{
+    AddressMatch, Before, Counters, EntryJump, Inspection, LiveRule, Matches, Verdict, Weight,
+};
+use crate::plan::ChainName;
+use ipnet::IpNet;
 use std::borrow::Cow;
 
 /// A POSTROUTING rule that jumps to our chain.
@@ -32,6 +35,8 @@ pub(super) struct LiveChain<'a> {
     pub postrouting_rules: usize,
     /// Rules of other nat chains that jump to ours (not ours: they keep our chain in use).
     pub references: Vec<String>,
+    /// POSTROUTING rules above our first jump (position, rule, counters): they run first.
+    pub before: Vec<(usize, Cow<'a, str>, Option<Counters>)>,
 }
 
 /// Splits `[packets:bytes] rest` (a `-c` save line) into counters and the rule.
@@ -95,6 +100,9 @@ pub(super) fn parse_saved<'a>(saved: &'a str, chain: &ChainName) -> LiveChain<'a
                     spec: keep(spec),
                     counters,
                 });
+            } else if live.jumps.is_empty() {
+                live.before
+                    .push((live.postrouting_rules, keep(spec), counters));
             }
         } else if line.starts_with("-A ") && jump_target(line).is_some_and(|t| t == chain.as_str())
         {
@@ -149,11 +157,14 @@ impl<'a> LiveChain<'a> {
                 .iter()
                 .enumerate()
                 .map(|(i, line)| {
-                    let view = describe_rule(line);
+                    let described = describe_rule(line);
                     LiveRule {
                         number: i + 1,
-                        decision: live_decision(&view),
-                        view,
+                        matches: described.matches,
+                        verdict: described
+                            .verdict
+                            .unwrap_or_else(|| Verdict::Foreign("no target".into())),
+                        comment: described.comment,
                         counters: self.counters.get(i).copied().flatten(),
                         text: line.to_string(),
                     }
@@ -163,14 +174,46 @@ impl<'a> LiveChain<'a> {
                 .jumps
                 .iter()
                 .map(|j| EntryJump {
-                    position: j.position,
+                    position: Some(j.position),
                     text: j.spec.to_string(),
                     counters: j.counters,
+                    skips_local: skips_local(&j.spec),
                 })
                 .collect(),
             hook_rules: self.postrouting_rules,
-            raw: None,
+            reading: None,
+            before: self.before_us(),
         }
+    }
+
+    /// POSTROUTING's rules above our first jump, typed (none when nothing jumps to us).
+    fn before_us(&self) -> Vec<Before> {
+        if self.jumps.is_empty() || self.before.is_empty() {
+            return Vec::new();
+        }
+        let rules = self
+            .before
+            .iter()
+            .map(|(position, spec, counters)| {
+                let described = describe_rule(spec);
+                LiveRule {
+                    number: *position,
+                    matches: described.matches,
+                    verdict: described
+                        .verdict
+                        .unwrap_or_else(|| Verdict::Foreign("no target".into())),
+                    comment: described.comment,
+                    counters: *counters,
+                    text: format!("-A {POSTROUTING} {spec}"),
+                }
+            })
+            .collect();
+        vec![Before {
+            place: POSTROUTING.to_string(),
+            priority: None,
+            rules,
+            keep_ends_walk: true,
+        }]
     }
 
     /// Back from the neutral view (it keeps the saved text of every rule and jump).
@@ -187,102 +230,135 @@ impl<'a> LiveChain<'a> {
                 .entry_jumps
                 .iter()
                 .map(|j| Jump {
-                    position: j.position,
+                    position: j.position.unwrap_or(0),
                     spec: Cow::Borrowed(j.text.as_str()),
                     counters: j.counters,
                 })
                 .collect(),
             postrouting_rules: live.hook_rules,
             references: Vec::new(),
+            before: Vec::new(),
         }
     }
 }
 
-/// The plan decision a rule implements, when it is one of the shapes we write.
-fn live_decision(view: &RuleView) -> Option<LiveDecision> {
-    if !view.other.is_empty() {
-        return None;
+/// Whether a POSTROUTING jump lets local destinations pass (`-m addrtype ! --dst-type LOCAL`).
+fn skips_local(spec: &str) -> bool {
+    let tokens = tokenize(spec);
+    tokens
+        .windows(3)
+        .any(|w| w[0] == "!" && w[1] == "--dst-type" && w[2] == "LOCAL")
+}
+
+/// A saved rule taken apart: typed matches, verdict and comment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Described {
+    pub matches: Matches,
+    pub verdict: Option<Verdict>,
+    pub comment: Option<String>,
+}
+
+/// `10.0.0.0/8` or `10.0.0.0/8,192.168.0.0/16` (iptables-save prints one per rule; a hand
+/// edit may list several), bare addresses as host prefixes.
+fn address_list(text: &str, negated: bool) -> Option<AddressMatch> {
+    let nets = text
+        .split(',')
+        .map(|item| {
+            item.parse::<IpNet>()
+                .or_else(|_| item.parse::<std::net::IpAddr>().map(IpNet::from))
+                .ok()
+        })
+        .collect::<Option<Vec<IpNet>>>()?;
+    Some(AddressMatch { negated, nets })
+}
+
+/// `--probability 0.46929256292` as an exact fraction of 10^digits.
+pub(super) fn weight_of(text: &str) -> Option<Weight> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = u32::try_from(fraction.len()).ok().filter(|d| *d <= 18)?;
+    let of = 10u64.pow(digits);
+    let taken = whole.parse::<u64>().ok()? * of + fraction.parse::<u64>().unwrap_or(0);
+    Some(Weight { taken, of })
+}
+
+/// `1024-29999` or `1024`.
+pub(super) fn port_range(text: &str) -> Option<(u16, u16)> {
+    match text.split_once('-') {
+        Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+        None => {
+            let port = text.parse().ok()?;
+            Some((port, port))
+        }
     }
-    let destination = match &view.destination {
-        Some(text) => Some(text.parse().ok()?),
-        None => None,
-    };
-    let action = match view.action.as_str() {
-        "RETURN" if destination.is_some() && view.protocol.is_none() => Action::KeepSource,
-        "MASQUERADE" => Action::Masquerade,
-        _ => return None,
-    };
-    Some(LiveDecision {
-        destination,
-        action,
-    })
 }
 
 /// Takes a saved `-A CHAIN ...` line apart.
-pub(super) fn describe_rule(line: &str) -> RuleView {
+pub(super) fn describe_rule(line: &str) -> Described {
     let tokens = tokenize(line);
-    let mut view = RuleView::default();
-    let mut i = 0;
+    let mut out = Described::default();
+    let (mut target, mut ports, mut weight, mut fully_random) = (None, None, None, false);
     // Skip "-A CHAIN".
-    if tokens.first().map(String::as_str) == Some("-A") {
-        i = 2;
-    }
-    let value = |i: usize| tokens.get(i + 1).cloned();
+    let mut i = if tokens.first().map(String::as_str) == Some("-A") {
+        2
+    } else {
+        0
+    };
+    let at = |k: usize| tokens.get(k).map(String::as_str);
     while i < tokens.len() {
-        let token = tokens[i].as_str();
-        let step = match token {
-            "-s" => {
-                view.source = value(i);
-                2
+        let negated = at(i) == Some("!");
+        let option = if negated { at(i + 1) } else { at(i) };
+        let value = if negated { at(i + 2) } else { at(i + 1) };
+        let width = if negated { 3 } else { 2 };
+        let judged = match (option, value) {
+            (Some("-s"), Some(v)) => address_list(v, negated).map(|m| out.matches.source = Some(m)),
+            (Some("-d"), Some(v)) => {
+                address_list(v, negated).map(|m| out.matches.destination = Some(m))
             }
-            "!" if tokens.get(i + 1).map(String::as_str) == Some("-s") => {
-                view.source = tokens.get(i + 2).map(|s| format!("!{s}"));
-                3
+            (Some("-p"), Some(v)) if !negated => {
+                out.matches.protocols = vec![v.to_string()];
+                Some(())
             }
-            "-d" => {
-                view.destination = value(i);
-                2
+            (Some("-j"), Some(v)) if !negated => {
+                if v != "RETURN" && v != "MASQUERADE" {
+                    // Another target: what follows are its own options.
+                    target = Some(tokens[i + 1..].join(" "));
+                    break;
+                }
+                target = Some(v.to_string());
+                Some(())
             }
-            "-p" => {
-                view.protocol = value(i);
-                2
+            (Some("--to-ports"), Some(v)) if !negated => port_range(v).map(|p| ports = Some(p)),
+            (Some("--probability"), Some(v)) if !negated => weight_of(v).map(|w| weight = Some(w)),
+            (Some("--comment"), Some(v)) if !negated => {
+                out.comment = Some(v.to_string());
+                Some(())
             }
-            "-j" => {
-                view.action = value(i).unwrap_or_default();
-                2
+            (Some("-m"), Some("comment" | "statistic")) if !negated => Some(()),
+            (Some("--mode"), Some("random")) if !negated => Some(()),
+            (Some("--random-fully"), _) if !negated => {
+                fully_random = true;
+                i += 1;
+                continue;
             }
-            "--to-ports" => {
-                view.to_ports = value(i);
-                2
-            }
-            "--random-fully" => {
-                view.random_fully = true;
-                1
-            }
-            "--probability" => {
-                view.probability = value(i);
-                2
-            }
-            "--comment" => {
-                view.comment = value(i);
-                2
-            }
-            "-m" if matches!(
-                tokens.get(i + 1).map(String::as_str),
-                Some("comment" | "statistic")
-            ) =>
-            {
-                2
-            }
-            "--mode" if tokens.get(i + 1).map(String::as_str) == Some("random") => 2,
-            _ => {
-                view.other.push(token.to_string());
-                1
-            }
+            _ => None,
         };
-        i += step;
+        if judged.is_some() {
+            i += width;
+        } else {
+            out.matches.unjudged.push(tokens[i].clone());
+            i += 1;
+        }
     }
-    view
+    out.verdict = target.map(|t| match t.as_str() {
+        "RETURN" => Verdict::Keep,
+        "MASQUERADE" => Verdict::Masquerade {
+            ports,
+            weight,
+            fully_random,
+        },
+        _ => Verdict::Foreign(t),
+    });
+    out
 }
 
 /// The target of a saved rule's `-j`/`-g`, if any.

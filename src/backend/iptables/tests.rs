@@ -412,14 +412,26 @@ fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
         backend.compare(set, &inspection),
         diff(&Rendered::new(set), &live).differences
     );
-    // Our rules map back to plan decisions.
+    // Our rules are typed: a keep for a destination, a masquerade for the rest.
+    let first = &inspection.rules[0];
+    assert_eq!(first.verdict, crate::backend::Verdict::Keep);
     assert_eq!(
-        inspection.rules[0].decision.unwrap().destination,
-        Some("169.254.0.0/16".parse().unwrap())
+        first.matches.destination.as_ref().map(|d| d.nets.clone()),
+        Some(vec!["169.254.0.0/16".parse().unwrap()])
     );
+    assert!(matches!(
+        inspection.rules.last().unwrap().verdict,
+        crate::backend::Verdict::Masquerade {
+            fully_random: true,
+            ..
+        }
+    ));
     assert_eq!(
-        inspection.rules.last().unwrap().decision.unwrap().action,
-        crate::plan::Action::Masquerade
+        inspection.entry(),
+        crate::backend::Entry::HookedMoreThanOnce {
+            copies: 2,
+            skips_local: true
+        }
     );
 }
 
@@ -491,9 +503,10 @@ fn property_rendered_rules_agree_with_decide() {
         }
         .inspection();
         live.entry_jumps.push(crate::backend::EntryJump {
-            position: 1,
+            position: Some(1),
             text: String::new(),
             counters: None,
+            skips_local: true,
         });
         // Every packet here is TCP, so a protocol match always holds and a probability
         // match may or may not: either way the rule is a MASQUERADE.
@@ -522,9 +535,16 @@ fn extensions_change_the_chain_only_when_used() {
             let v = describe_rule(l);
             format!(
                 "{} {} {}",
-                v.source.unwrap_or_default(),
-                v.destination.unwrap_or_default(),
-                v.action
+                v.matches.source.map(|m| m.to_string()).unwrap_or_default(),
+                v.matches
+                    .destination
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+                match v.verdict {
+                    Some(crate::backend::Verdict::Keep) => "RETURN",
+                    Some(crate::backend::Verdict::Masquerade { .. }) => "MASQUERADE",
+                    _ => "other",
+                }
             )
         })
         .collect();
@@ -549,7 +569,14 @@ fn extensions_change_the_chain_only_when_used() {
     let gates: Vec<ipnet::Ipv4Net> = lines
         .iter()
         .filter(|l| l.contains("masqueradeSourceCIDRs"))
-        .map(|l| describe_rule(l).source.unwrap().parse().unwrap())
+        .map(|l| {
+            let source = describe_rule(l).matches.source.unwrap();
+            assert!(!source.negated, "{l}");
+            match source.nets[..] {
+                [ipnet::IpNet::V4(net)] => net,
+                _ => panic!("one IPv4 range: {l}"),
+            }
+        })
         .collect();
     let sources: Vec<ipnet::Ipv4Net> = vec![
         "10.244.0.0/16".parse().unwrap(),

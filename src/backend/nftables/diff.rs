@@ -68,7 +68,7 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
     {
         recreate = true;
         out.push(d(
-            DriftKind::JumpStale,
+            DriftKind::HookDiffers,
             None,
             format!(
                 "chain hooked as type {} hook {} priority {} policy {}, planned nat postrouting {PRIORITY_VALUE} accept",
@@ -91,7 +91,7 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         {
             recreate = true;
             out.push(d(
-                DriftKind::ExtraRule,
+                DriftKind::SetDiffers,
                 None,
                 format!(
                     "set {SET} is type {kind} flags {flags:?}, planned {} interval",
@@ -149,37 +149,36 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         [] => {
             rewrite = true;
             out.push(d(
-                DriftKind::JumpMissing,
-                None,
-                "no `fib daddr type local return` rule: local destinations would be masqueraded"
-                    .into(),
+                DriftKind::LocalSkipMissing,
+                Some(1),
+                "no `fib daddr type local return` rule: local destinations are masqueraded".into(),
             ));
         }
         [1] => {
             if live.rules[0].comment.as_deref() != Some(entry.comment.as_str()) {
                 rewrite = true;
                 out.push(d(
-                    DriftKind::JumpStale,
+                    DriftKind::ExtraRule,
                     Some(1),
-                    "the entry rule's comment differs".into(),
+                    "the local-skip rule's comment differs from the planned one".into(),
                 ));
             }
         }
         [other] => {
             rewrite = true;
             out.push(d(
-                DriftKind::JumpStale,
+                DriftKind::LocalSkipMissing,
                 Some(*other),
-                format!("the entry rule is rule {other}, not the first"),
+                format!("`fib daddr type local return` is rule {other}, not the first: local destinations meet the rules before it"),
             ));
         }
         [_, second, ..] => {
             rewrite = true;
             out.push(d(
-                DriftKind::JumpDuplicated,
+                DriftKind::ExtraRule,
                 Some(*second),
                 format!(
-                    "the entry rule is there {} times (rules {entries:?})",
+                    "`fib daddr type local return` is there {} times (rules {entries:?})",
                     entries.len()
                 ),
             ));

@@ -2,9 +2,10 @@
 //! elements, and every rule as the same canonical text the desired model uses, with its
 //! counters. Also the neutral [`Inspection`] made from it.
 
-use super::render::{CHAIN, NON_MASQ_COMMENT, SET};
-use crate::backend::{Counters, EntryJump, Inspection, LiveDecision, LiveRule, RuleView};
-use crate::plan::Action;
+use super::render::{CHAIN, SET};
+use crate::backend::{
+    AddressMatch, Before, Counters, EntryJump, Inspection, LiveRule, Matches, Verdict, Weight,
+};
 use ipnet::IpNet;
 use serde_json::Value;
 
@@ -81,7 +82,21 @@ fn statements(exprs: &[Value]) -> (String, Option<Counters>) {
                 Some("counter".to_string())
             }
             "return" => Some("return".to_string()),
+            "accept" => Some("accept".to_string()),
+            "drop" => Some("drop".to_string()),
             "masquerade" => Some(masquerade_text(body)),
+            "snat" => Some(format!(
+                "snat to {}",
+                body.get("addr")
+                    .map(|a| a.as_str().map_or_else(|| a.to_string(), str::to_string))
+                    .unwrap_or_default()
+            )),
+            "jump" | "goto" => Some(format!(
+                "{kind} {}",
+                body.get("target")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            )),
             _ => None,
         };
         words.push(text.unwrap_or_else(|| expr.to_string()));
@@ -294,49 +309,56 @@ impl LiveTable {
         }
     }
 
-    /// The neutral view: the entry rule (`fib daddr type local return`) as the entry jump,
-    /// one RETURN per set element, then the other rules.
-    pub fn inspection(&self, raw: String) -> Inspection {
-        let mut rules = Vec::new();
+    /// The neutral view: the chain's postrouting hook is the way in, with the local skip
+    /// when `fib daddr type local return` is the first rule; one keep rule per set element;
+    /// the other rules typed. The reading itself goes along for `compare`.
+    pub fn inspection(&self) -> Inspection {
+        let hooked = self.table_exists
+            && self
+                .chain
+                .as_ref()
+                .is_some_and(|c| c.kind == "nat" && c.hook == "postrouting");
+        let is_local_skip = |r: &LiveRuleSpec| r.statements.starts_with(LOCAL_SKIP);
+        let skip = self.rules.first().filter(|r| is_local_skip(r));
         let mut entry_jumps = Vec::new();
-        for (i, rule) in self.rules.iter().enumerate() {
-            if rule.statements.starts_with("fib daddr type local return") {
-                entry_jumps.push(EntryJump {
-                    position: i + 1,
-                    text: rule.statements.clone(),
-                    counters: rule.counters,
-                });
-                continue;
-            }
-            if rule.statements.ends_with(&format!("@{SET} return")) {
+        if let (true, Some(chain)) = (hooked, &self.chain) {
+            entry_jumps.push(EntryJump {
+                position: None,
+                text: format!(
+                    "type {} hook {} priority {}",
+                    chain.kind, chain.hook, chain.priority
+                ),
+                counters: skip.and_then(|r| r.counters),
+                skips_local: skip.is_some(),
+            });
+        }
+        let mut rules = Vec::new();
+        let owned = self.rules.iter().skip(usize::from(skip.is_some()));
+        for rule in owned {
+            let described = describe(&rule.statements);
+            if described.set_lookup {
                 for element in &self.elements {
+                    let mut matches = described.matches.clone();
+                    matches.destination = Some(AddressMatch {
+                        negated: false,
+                        nets: vec![*element],
+                    });
                     rules.push(LiveRule {
                         number: rules.len() + 1,
-                        view: RuleView {
-                            action: "RETURN".into(),
-                            destination: Some(element.to_string()),
-                            comment: Some(NON_MASQ_COMMENT.into()),
-                            ..RuleView::default()
-                        },
-                        decision: Some(LiveDecision {
-                            destination: Some(*element),
-                            action: Action::KeepSource,
-                        }),
+                        matches,
+                        verdict: described.verdict.clone(),
+                        comment: rule.comment.clone(),
                         counters: None,
                         text: format!("element {element} of set {SET}"),
                     });
                 }
                 continue;
             }
-            let view = describe(rule);
-            let decision = (view.action == "MASQUERADE").then_some(LiveDecision {
-                destination: None,
-                action: Action::Masquerade,
-            });
             rules.push(LiveRule {
                 number: rules.len() + 1,
-                view,
-                decision,
+                matches: described.matches,
+                verdict: described.verdict,
+                comment: rule.comment.clone(),
                 counters: rule.counters,
                 text: rule.statements.clone(),
             });
@@ -346,79 +368,194 @@ impl LiveTable {
             rules,
             entry_jumps,
             hook_rules: self.rules.len(),
-            raw: Some(raw),
+            reading: Some(std::sync::Arc::new(self.clone())),
+            before: Vec::new(),
         }
     }
 }
 
-/// A masquerade (or foreign) rule taken apart for `show`'s table.
-fn describe(rule: &LiveRuleSpec) -> RuleView {
-    let words: Vec<&str> = rule.statements.split_whitespace().collect();
-    let mut view = RuleView {
-        comment: rule.comment.clone(),
-        ..RuleView::default()
+/// The rule that lets local destinations leave before our other rules.
+pub(super) const LOCAL_SKIP: &str = "fib daddr type local return";
+
+/// A rule's canonical statements taken apart.
+struct Described {
+    matches: Matches,
+    verdict: Verdict,
+    /// `daddr @nomasq`: the rule stands for one rule per element.
+    set_lookup: bool,
+}
+
+/// `10.0.0.0/8`, `{ 10.0.0.0/8, 192.168.0.1 }` (bare addresses are host prefixes); the words
+/// taken, or None when they are not addresses.
+fn addresses(words: &[&str]) -> Option<(Vec<IpNet>, usize)> {
+    let parse = |w: &str| {
+        w.parse::<IpNet>()
+            .or_else(|_| w.parse::<std::net::IpAddr>().map(IpNet::from))
+            .ok()
     };
+    if words.first() != Some(&"{") {
+        return Some((vec![parse(words.first()?)?], 1));
+    }
+    let end = words.iter().position(|w| *w == "}")?;
+    let nets = words[1..end]
+        .iter()
+        .map(|w| w.trim_end_matches(','))
+        .filter(|w| !w.is_empty())
+        .map(parse)
+        .collect::<Option<Vec<_>>>()?;
+    Some((nets, end + 1))
+}
+
+/// Takes canonical statements apart (the form `statements` writes and `render` plans).
+fn describe(statements: &str) -> Described {
+    let words: Vec<&str> = statements.split_whitespace().collect();
+    let mut matches = Matches::default();
+    let mut verdict = None;
+    let mut set_lookup = false;
+    let (mut ports, mut weight, mut fully_random) = (None, None, false);
     let mut i = 0;
     while i < words.len() {
-        match words[i] {
-            "masquerade" => view.action = "MASQUERADE".into(),
-            "return" => view.action = "RETURN".into(),
-            "fully-random" => view.random_fully = true,
-            "counter" => {}
-            "ip" | "ip6" if words.get(i + 1) == Some(&"saddr") => {
-                // ip saddr [!=] (CIDR | { CIDR, ... })
-                let mut k = i + 2;
-                let negated = words.get(k) == Some(&"!=");
-                if negated {
-                    k += 1;
+        let rest = &words[i..];
+        let taken = match rest {
+            ["ip" | "ip6", side @ ("saddr" | "daddr"), tail @ ..] => {
+                let negated = tail.first() == Some(&"!=");
+                let tail = &tail[usize::from(negated)..];
+                if *side == "daddr" && tail.first() == Some(&format!("@{SET}").as_str()) {
+                    set_lookup = true;
+                    Some(3)
+                } else {
+                    addresses(tail).map(|(nets, used)| {
+                        let found = Some(AddressMatch { negated, nets });
+                        if *side == "saddr" {
+                            matches.source = found;
+                        } else {
+                            matches.destination = found;
+                        }
+                        2 + usize::from(negated) + used
+                    })
                 }
-                let mut nets = Vec::new();
-                while let Some(w) = words.get(k) {
-                    let w = w.trim_matches(|c| c == '{' || c == ',' || c == '}');
-                    if w.parse::<IpNet>().is_ok() || w.parse::<std::net::IpAddr>().is_ok() {
-                        nets.push(w.to_string());
-                    } else if !w.is_empty() {
-                        break;
-                    }
-                    k += 1;
-                }
-                view.source = Some(format!(
-                    "{}{}",
-                    if negated { "!" } else { "" },
-                    nets.join(",")
-                ));
-                i = k - 1;
             }
-            "to" => {
-                view.to_ports = words
-                    .get(i + 1)
-                    .map(|p| p.trim_start_matches(':').to_string());
-                i += 1;
-            }
-            "meta" if words.get(i + 1) == Some(&"l4proto") => {
-                let end = words[i..]
+            ["meta", "l4proto", tail @ ..] => {
+                let (list, used) = if tail.first() == Some(&"{") {
+                    let end = tail.iter().position(|w| *w == "}").unwrap_or(tail.len());
+                    (&tail[1..end], end + 1)
+                } else {
+                    (&tail[..tail.len().min(1)], 1)
+                };
+                matches.protocols = list
                     .iter()
-                    .position(|w| *w == "}")
-                    .map_or(words.len(), |p| i + p);
-                let protocols: Vec<&str> = words[i + 2..end]
-                    .iter()
-                    .map(|w| w.trim_matches(|c| c == '{' || c == ',' || c == '}'))
+                    .map(|w| w.trim_end_matches(',').to_string())
                     .filter(|w| !w.is_empty())
                     .collect();
-                view.protocol = Some(protocols.join(","));
-                i = end;
+                Some(2 + used)
             }
-            "numgen" => {
-                // numgen random mod OF < TAKEN
-                let number = |k: usize| words.get(k).and_then(|w| w.parse::<f64>().ok());
-                if let (Some(of), Some(taken)) = (number(i + 3), number(i + 5)) {
-                    view.probability = Some(format!("{:.11}", taken / of));
+            ["numgen", "random", "mod", of, "<", taken, ..] => match (of.parse(), taken.parse()) {
+                (Ok(of), Ok(taken)) => {
+                    weight = Some(Weight { taken, of });
+                    Some(6)
                 }
-                i += 5;
+                _ => None,
+            },
+            ["counter", ..] => Some(1),
+            ["return", ..] => {
+                verdict = Some(Verdict::Keep);
+                Some(1)
             }
-            other => view.other.push(other.to_string()),
+            ["masquerade", ..] => {
+                verdict = Some(Verdict::Masquerade {
+                    ports: None,
+                    weight: None,
+                    fully_random: false,
+                });
+                Some(1)
+            }
+            ["to", range, ..] if verdict.is_some() => {
+                ports = range
+                    .trim_start_matches(':')
+                    .split_once('-')
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                    .or_else(|| {
+                        let port = range.trim_start_matches(':').parse().ok()?;
+                        Some((port, port))
+                    });
+                Some(2)
+            }
+            ["fully-random", ..] => {
+                fully_random = true;
+                Some(1)
+            }
+            _ => None,
+        };
+        match taken {
+            Some(n) => i += n,
+            None if verdict.is_none() && is_statement(words[i]) => {
+                verdict = Some(Verdict::Foreign(words[i..].join(" ")));
+                break;
+            }
+            None => {
+                matches.unjudged.push(words[i].to_string());
+                i += 1;
+            }
         }
-        i += 1;
     }
-    view
+    let verdict = match verdict {
+        Some(Verdict::Masquerade { .. }) => Verdict::Masquerade {
+            ports,
+            weight,
+            fully_random,
+        },
+        Some(verdict) => verdict,
+        None => Verdict::Foreign("no verdict".into()),
+    };
+    Described {
+        matches,
+        verdict,
+        set_lookup,
+    }
+}
+
+/// Words that begin a statement which decides (or rewrites) rather than matches.
+fn is_statement(word: &str) -> bool {
+    matches!(
+        word,
+        "snat" | "dnat" | "accept" | "drop" | "jump" | "goto" | "reject" | "redirect" | "notrack"
+    )
+}
+
+/// Another table's nat postrouting base chain, from `nft -j list chain FAMILY TABLE NAME`:
+/// its rules typed (what this tool cannot judge stays as the backend prints it).
+pub(super) fn foreign_chain(json: &str, family: &str, table: &str, name: &str) -> Option<Before> {
+    let root: Value = serde_json::from_str(json).ok()?;
+    let mut priority = None;
+    let mut rules = Vec::new();
+    for item in root.get("nftables")?.as_array()? {
+        if let Some(chain) = item.get("chain") {
+            priority = chain.get("prio").and_then(Value::as_i64);
+        } else if let Some(rule) = item.get("rule") {
+            let exprs = rule
+                .get("expr")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let (text, counters) = statements(exprs);
+            let described = describe(&text);
+            rules.push(LiveRule {
+                number: rules.len() + 1,
+                matches: described.matches,
+                verdict: described.verdict,
+                comment: rule
+                    .get("comment")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                counters,
+                text,
+            });
+        }
+    }
+    Some(Before {
+        place: format!("table {family} {table} chain {name}"),
+        priority,
+        rules,
+        keep_ends_walk: false,
+    })
 }

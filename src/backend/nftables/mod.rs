@@ -129,6 +129,57 @@ impl Nftables {
         Ok((live, out.stdout))
     }
 
+    /// Every other nat postrouting base chain of `family` (and of `inet`) that a packet meets
+    /// before ours: a lower priority, or the same (whose order nobody promises), in order.
+    fn before_us(&self, family: Family) -> Vec<super::Before> {
+        let listed = runner::run(&self.nft, &["-j", "list", "chains"], None, self.timeout)
+            .ok()
+            .filter(|out| out.success)
+            .map(|out| out.stdout)
+            .unwrap_or_default();
+        let Ok(root) = serde_json::from_str::<serde_json::Value>(&listed) else {
+            return Vec::new();
+        };
+        let ours = family_word(family);
+        let mut found: Vec<(i64, String, String, String)> = root
+            .get("nftables")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item.get("chain"))
+            .filter_map(|chain| {
+                let text = |key: &str| chain.get(key).and_then(serde_json::Value::as_str);
+                let chain_family = text("family")?;
+                let table = text("table")?;
+                let before = text("hook")? == "postrouting"
+                    && text("type")? == "nat"
+                    && (chain_family == ours || chain_family == "inet")
+                    && !(chain_family == ours && table == TABLE);
+                let priority = chain.get("prio").and_then(serde_json::Value::as_i64)?;
+                if !before || priority > render::PRIORITY_VALUE {
+                    return None;
+                }
+                let name = text("name")?.to_string();
+                Some((priority, chain_family.to_string(), table.to_string(), name))
+            })
+            .collect();
+        found.sort();
+        found
+            .into_iter()
+            .filter_map(|(_, chain_family, table, name)| {
+                let out = runner::run(
+                    &self.nft,
+                    &["-j", "list", "chain", &chain_family, &table, &name],
+                    None,
+                    self.timeout,
+                )
+                .ok()
+                .filter(|out| out.success)?;
+                live::foreign_chain(&out.stdout, &chain_family, &table, &name)
+            })
+            .collect()
+    }
+
     /// The deletions of iptables-nft's `chain` and its jumps in `family`, if it left any.
     fn iptables_nft_leftovers(&self, family: Family, chain: &str) -> Option<String> {
         let f = family_word(family);
@@ -224,10 +275,6 @@ impl Backend for Nftables {
             render::CHAIN,
             render::PRIORITY
         )
-    }
-
-    fn entry_phrase(&self) -> &'static str {
-        "local destinations leave"
     }
 
     fn family_available(&self, _family: Family) -> bool {
@@ -347,8 +394,9 @@ impl Backend for Nftables {
     }
 
     fn inspect(&self, family: Family, _names: &Names) -> Result<Inspection, BackendError> {
-        let (live, raw) = self.read(family)?;
-        Ok(live.inspection(raw))
+        let mut inspection = self.read(family)?.0.inspection();
+        inspection.before = self.before_us(family);
+        Ok(inspection)
     }
 
     fn compare(&self, desired: &Ruleset, live: &Inspection) -> Vec<Difference> {
@@ -363,10 +411,12 @@ impl Backend for Nftables {
                 }]
             }
         };
-        let reading = match live.raw.as_deref() {
-            Some(raw) if !raw.is_empty() => parse(raw).unwrap_or_default(),
-            _ => LiveTable::default(),
-        };
+        let reading = live
+            .reading
+            .as_ref()
+            .and_then(|r| r.downcast_ref::<LiveTable>())
+            .cloned()
+            .unwrap_or_default();
         diff(&table, &reading).differences
     }
 

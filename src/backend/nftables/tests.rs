@@ -68,7 +68,7 @@ fn rule_and_hook_drift_rewrite_or_recreate() {
     let mut live = parse(&listed()).unwrap();
     live.rules.remove(0);
     let drift = diff(&table, &live);
-    assert_eq!(drift.differences[0].kind, DriftKind::JumpMissing);
+    assert_eq!(drift.differences[0].kind, DriftKind::LocalSkipMissing);
     assert_eq!(drift.repair, Repair::Rewrite);
     let mut live = parse(&listed()).unwrap();
     live.rules.swap(2, 3);
@@ -79,7 +79,7 @@ fn rule_and_hook_drift_rewrite_or_recreate() {
     let mut live = parse(&listed()).unwrap();
     live.chain.as_mut().unwrap().priority = 100;
     let drift = diff(&table, &live);
-    assert_eq!(drift.differences[0].kind, DriftKind::JumpStale);
+    assert_eq!(drift.differences[0].kind, DriftKind::HookDiffers);
     assert_eq!(drift.repair, Repair::Recreate);
     let drift = diff(&table, &Default::default());
     assert_eq!(
@@ -215,7 +215,7 @@ fn property_the_table_agrees_with_decide() {
         };
         let set = plan_family(&config, &options, family);
         let table = DesiredTable::new(&set).unwrap();
-        let live = super::live::LiveTable::written(&table).inspection(String::new());
+        let live = super::live::LiveTable::written(&table).inspection();
         assert_live_walk_agrees(&mut rng, &config, &set, &live, round, 60);
     }
 }
