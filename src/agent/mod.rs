@@ -380,31 +380,28 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
 /// force, so a switch leaves no moment without masquerading, and an agent waiting for the
 /// lock (a rollout's new pod) never removes what the old one still maintains.
 pub fn remove_leftovers_of_other_backends(in_use: crate::backend::BackendId, names: &Names) {
-    use crate::backend::select::every_backend;
-    for other in every_backend() {
-        if other.id().kind() == in_use.kind() {
-            continue;
+    use crate::backend::select::{every_backend, sweep};
+    let others: Vec<Box<dyn Backend>> = every_backend()
+        .into_iter()
+        .filter(|other| other.id().kind() != in_use.kind())
+        .collect();
+    sweep(&others, |other, family| {
+        let holds = other
+            .inspect(family, names)
+            .is_ok_and(|live| live.holds_anything());
+        if !holds {
+            return None::<()>;
         }
-        for family in crate::plan::Family::ALL {
-            if !other.family_available(family) {
-                continue;
+        match other.cleanup(family, names, false) {
+            Ok(_) => {
+                info!(backend = %other.name(), %family, now = %in_use, "removed the rules another backend left behind")
             }
-            let holds = other
-                .inspect(family, names)
-                .is_ok_and(|live| live.holds_anything());
-            if !holds {
-                continue;
-            }
-            match other.cleanup(family, names, false) {
-                Ok(_) => {
-                    info!(backend = %other.name(), %family, now = %in_use, "removed the rules another backend left behind")
-                }
-                Err(err) => {
-                    warn!(backend = %other.name(), %family, error = %err, "cannot remove the rules another backend left behind; they still act on traffic")
-                }
+            Err(err) => {
+                warn!(backend = %other.name(), %family, error = %err, "cannot remove the rules another backend left behind; they still act on traffic")
             }
         }
-    }
+        None
+    });
 }
 
 fn pass_name(pass: &Pass) -> &'static str {
@@ -428,8 +425,7 @@ pub fn cleanup(backend: &dyn Backend, names: &Names) -> Vec<String> {
             Ok(done) if done.transaction.is_some() => info!(
                 backend = %backend.name(),
                 family = %family,
-                jumps_removed = done.jumps_removed,
-                chain_removed = done.chain_removed,
+                removed = %crate::output::removed_words(&done.removed),
                 "rules removed"
             ),
             Ok(_) => {}

@@ -485,7 +485,7 @@ impl Reconciler {
             debug!(family = %d.family, kind = d.kind.as_str(), detail = %d.detail, "difference");
         }
         if report.installed_fresh() {
-            info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, chain = %self.settings.plan.chain, drift = %repairs.join(","), elapsed_ms, "rules installed");
+            info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, location = %self.backend.location(&self.settings.plan.names()), drift = %repairs.join(","), elapsed_ms, "rules installed");
         } else {
             info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, repaired = %repairs.join(","), elapsed_ms, "rules repaired");
         }

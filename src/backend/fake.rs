@@ -149,8 +149,14 @@ impl Backend for FakeBackend {
         }
         Ok(CleanupReport {
             family,
-            jumps_removed: live.jumps,
-            chain_removed: live.ruleset.is_some(),
+            removed: if anything {
+                vec![super::Removed::Chain {
+                    chain: "fake".into(),
+                    jumps: live.jumps,
+                }]
+            } else {
+                Vec::new()
+            },
             transaction: anything.then(|| "remove".to_string()),
         })
     }

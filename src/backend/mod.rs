@@ -66,19 +66,6 @@ pub trait Backend: Send {
     /// can remove another backend's leftovers in the same transaction as its own first
     /// install, it does so then (nftables takes over iptables-nft's chain and jumps).
     fn take_over_at_first_install(&self) {}
-    /// What a cleanup of `family` removed (or would remove), in this backend's own words:
-    /// `1 jump from POSTROUTING and chain IP-MASQ-AGENT`, `table ip ipmasq`.
-    fn removed_words(&self, report: &CleanupReport, names: &Names) -> String {
-        let mut parts = Vec::new();
-        if report.jumps_removed > 0 {
-            let s = if report.jumps_removed == 1 { "" } else { "s" };
-            parts.push(format!("{} jump{s} from POSTROUTING", report.jumps_removed));
-        }
-        if report.chain_removed {
-            parts.push(format!("chain {}", names.chain));
-        }
-        parts.join(" and ")
-    }
     /// How much memory applying a list takes with this backend (see [`MemoryModel`]).
     fn memory_model(&self) -> MemoryModel;
     /// Where our rules live, for people: `IP-MASQ-AGENT in table nat`.
@@ -591,12 +578,25 @@ impl Inspection {
     }
 }
 
+/// One object a cleanup removed (or would remove), typed, so each backend is described in its
+/// own words by the one who prints it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Removed {
+    /// An iptables chain of the nat table, with the POSTROUTING jumps to it.
+    Chain { chain: String, jumps: usize },
+    /// Jumps from POSTROUTING to a chain that does not exist.
+    Jumps { chain: String, jumps: usize },
+    /// An nftables table (`ip ipmasq`), with everything in it.
+    Table { family: String, table: String },
+}
+
 /// The result of removing what we own for one family.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CleanupReport {
     pub family: Family,
-    pub jumps_removed: usize,
-    pub chain_removed: bool,
+    /// Empty when there was nothing to remove.
+    pub removed: Vec<Removed>,
     /// The transaction that was (or would be) applied; None when there was nothing.
     pub transaction: Option<String>,
 }

@@ -4,6 +4,7 @@
 use super::iptables::{detect_variant, Iptables, Variant};
 use super::nftables::Nftables;
 use super::{Backend, BackendId};
+use crate::plan::Family;
 
 /// Which backend to drive, as the user chose it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,4 +83,22 @@ pub fn every_backend() -> Vec<Box<dyn Backend>> {
         Box::new(Iptables::new(Variant::Legacy)),
         Box::new(Nftables::new()),
     ]
+}
+
+/// Visits every family of every backend given whose tools are installed, collecting what
+/// `visit` returns: the one sweep over the node behind `show`'s leftovers, `cleanup`, and the
+/// agent's removal of another backend's rules.
+pub fn sweep<T>(
+    backends: &[Box<dyn Backend>],
+    mut visit: impl FnMut(&dyn Backend, Family) -> Option<T>,
+) -> Vec<T> {
+    let mut found = Vec::new();
+    for backend in backends {
+        for family in Family::ALL {
+            if backend.family_available(family) {
+                found.extend(visit(backend.as_ref(), family));
+            }
+        }
+    }
+    found
 }

@@ -8,10 +8,10 @@
 
 use super::{choose_backend, Exit};
 use crate::agent::state::{running_agent, state_dir};
-use crate::backend::select::every_backend;
-use crate::backend::{Backend, BackendError, BackendId, CleanupReport};
+use crate::backend::select::{every_backend, sweep};
+use crate::backend::{Backend, BackendError, BackendId, CleanupReport, Removed};
 use crate::cli::{CleanupArgs, OutputFormat};
-use crate::output::{printable, to_json, to_yaml, Styler};
+use crate::output::{printable, removed_words, to_json, to_yaml, Styler};
 use crate::plan::{Family, Names};
 use serde::Serialize;
 
@@ -32,6 +32,9 @@ struct StepReport {
     family: String,
     jumps_removed: usize,
     chain_removed: bool,
+    /// What was (or would be) removed, typed: `{kind: chain, chain, jumps}`, `{kind: table,
+    /// family, table}`.
+    removed: Vec<Removed>,
     transaction: Option<String>,
     error: Option<String>,
 }
@@ -41,26 +44,31 @@ struct CleanupStep {
     backend: BackendId,
     family: Family,
     outcome: Result<CleanupReport, BackendError>,
-    /// What was removed, in the backend's own words (a chain and its jumps; a table).
-    removed: String,
 }
 
 impl From<&CleanupStep> for StepReport {
     fn from(step: &CleanupStep) -> Self {
-        let (jumps, chain, transaction, error) = match &step.outcome {
-            Ok(done) => (
-                done.jumps_removed,
-                done.chain_removed,
-                done.transaction.clone(),
-                None,
-            ),
-            Err(err) => (0, false, None, Some(err.to_string())),
+        let (removed, transaction, error) = match &step.outcome {
+            Ok(done) => (done.removed.clone(), done.transaction.clone(), None),
+            Err(err) => (Vec::new(), None, Some(err.to_string())),
         };
+        // Kept from schema 1: an nftables table counts as its chain and its hook.
+        let jumps = removed
+            .iter()
+            .map(|r| match r {
+                Removed::Chain { jumps, .. } | Removed::Jumps { jumps, .. } => *jumps,
+                Removed::Table { .. } => 1,
+            })
+            .sum();
+        let chain = removed
+            .iter()
+            .any(|r| matches!(r, Removed::Chain { .. } | Removed::Table { .. }));
         StepReport {
             backend: step.backend,
             family: step.family.to_string(),
             jumps_removed: jumps,
             chain_removed: chain,
+            removed,
             transaction,
             error,
         }
@@ -75,26 +83,13 @@ fn cleanup_everywhere(
     names: &Names,
     dry_run: bool,
 ) -> Vec<CleanupStep> {
-    let mut steps = Vec::new();
-    for backend in backends {
-        for family in Family::ALL {
-            if !backend.family_available(family) {
-                continue;
-            }
-            let outcome = backend.cleanup(family, names, dry_run);
-            let removed = outcome
-                .as_ref()
-                .map(|report| backend.removed_words(report, names))
-                .unwrap_or_default();
-            steps.push(CleanupStep {
-                backend: backend.id(),
-                family,
-                outcome,
-                removed,
-            });
-        }
-    }
-    steps
+    sweep(backends, |backend, family| {
+        Some(CleanupStep {
+            backend: backend.id(),
+            family,
+            outcome: backend.cleanup(family, names, dry_run),
+        })
+    })
 }
 
 /// The exit code for a set of failures: a shared specific cause, or plain failure.
@@ -158,14 +153,14 @@ pub fn run(args: &CleanupArgs) -> Exit {
             } else {
                 "removed"
             };
-            for (i, r) in reports.iter().enumerate() {
+            for r in reports {
                 let what = style.bold(&format!("{} {}", r.backend, r.family));
                 if let Some(err) = &r.error {
                     println!("{what}: {} {}", style.error("error:"), printable(err));
-                } else if let (Some(script), Some(step)) = (&r.transaction, steps.get(i)) {
+                } else if let Some(script) = &r.transaction {
                     println!(
                         "{what}: {}",
-                        style.success(&format!("{verb} {}", step.removed))
+                        style.success(&format!("{verb} {}", removed_words(&r.removed)))
                     );
                     if args.dry_run {
                         for line in script.lines() {

@@ -10,7 +10,7 @@
 use super::node::{inspect, Judgement, Node, Query};
 use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState};
-use crate::backend::select::every_backend;
+use crate::backend::select::{every_backend, sweep};
 use crate::backend::{
     Backend, BackendId, BackendKind, Difference, Entry, Inspection, LiveRule, Verdict,
 };
@@ -620,23 +620,22 @@ pub fn run(args: &ShowArgs) -> Exit {
 
 /// The whole node: every other backend that holds our chain (or table) too.
 fn elsewhere(backend: &dyn Backend, flags: &RuleFlags) -> Vec<Elsewhere> {
-    let mut found = Vec::new();
-    for other in every_backend() {
-        if other.id() == backend.id() {
-            continue;
-        }
-        let families: Vec<String> = Family::ALL
-            .into_iter()
-            .filter(|&f| {
-                matches!(inspect(other.as_ref(), f, flags), Ok(Some(live)) if live.holds_anything())
-            })
-            .map(|f| f.to_string())
-            .collect();
-        if !families.is_empty() {
-            found.push(Elsewhere {
-                backend: other.id(),
-                families,
-            });
+    let others: Vec<Box<dyn Backend>> = every_backend()
+        .into_iter()
+        .filter(|other| other.id() != backend.id())
+        .collect();
+    let holding = sweep(&others, |other, family| {
+        matches!(inspect(other, family, flags), Ok(Some(live)) if live.holds_anything())
+            .then_some((other.id(), family))
+    });
+    let mut found: Vec<Elsewhere> = Vec::new();
+    for (id, family) in holding {
+        match found.iter_mut().find(|e| e.backend == id) {
+            Some(e) => e.families.push(family.to_string()),
+            None => found.push(Elsewhere {
+                backend: id,
+                families: vec![family.to_string()],
+            }),
         }
     }
     found

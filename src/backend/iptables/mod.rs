@@ -14,7 +14,7 @@ pub(crate) use tools::{detect_variant, Variant};
 use super::generation::{self, Gate};
 use super::runner::{self, RunError, DEFAULT_TIMEOUT};
 use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
-use crate::plan::{Family, Names, Ruleset};
+use crate::plan::{ChainName, Family, Names, Ruleset};
 use diff::{cleanup_transaction, diff, transaction};
 use render::Rendered;
 use saved::{parse_saved, LiveChain};
@@ -317,10 +317,19 @@ impl Backend for Iptables {
         }
         Ok(CleanupReport {
             family,
-            jumps_removed: live.jumps.len(),
-            chain_removed: live.chain_exists,
+            removed: removed(&names.chain, live.chain_exists, live.jumps.len()),
             transaction: cleanup.script,
         })
+    }
+}
+
+/// What removing our chain (when it exists) and its `jumps` removes, typed.
+fn removed(chain: &ChainName, exists: bool, jumps: usize) -> Vec<super::Removed> {
+    let chain = chain.to_string();
+    match (exists, jumps) {
+        (true, jumps) => vec![super::Removed::Chain { chain, jumps }],
+        (false, 0) => Vec::new(),
+        (false, jumps) => vec![super::Removed::Jumps { chain, jumps }],
     }
 }
 

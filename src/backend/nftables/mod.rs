@@ -240,14 +240,6 @@ impl Nftables {
 }
 
 impl Backend for Nftables {
-    fn removed_words(&self, report: &CleanupReport, _names: &Names) -> String {
-        if report.chain_removed {
-            format!("table {} {TABLE}", family_word(report.family))
-        } else {
-            String::new()
-        }
-    }
-
     fn take_over_at_first_install(&self) {
         *self.take_over.lock().unwrap_or_else(|e| e.into_inner()) = [true, true];
     }
@@ -441,8 +433,14 @@ impl Backend for Nftables {
         }
         Ok(CleanupReport {
             family,
-            jumps_removed: usize::from(live.table_exists),
-            chain_removed: live.table_exists,
+            removed: live
+                .table_exists
+                .then(|| super::Removed::Table {
+                    family: family_word(family).to_string(),
+                    table: TABLE.to_string(),
+                })
+                .into_iter()
+                .collect(),
             transaction: script,
         })
     }
