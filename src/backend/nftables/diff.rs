@@ -32,203 +32,224 @@ pub(super) struct Drift {
     pub repair: Repair,
 }
 
-pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
-    let family = desired.family;
-    let d = |kind, position, detail: String| Difference {
-        family,
-        kind,
-        position,
-        detail,
-    };
-    let mut out = Vec::new();
-    let Some(chain) = live.chain.as_ref().filter(|_| live.table_exists) else {
-        out.push(d(
-            DriftKind::ChainMissing,
-            None,
-            format!(
-                "table {} ipmasq or its chain does not exist",
-                super::render::family_word(family)
-            ),
-        ));
-        out.push(d(
-            DriftKind::JumpMissing,
-            None,
-            "no postrouting hook of ours".into(),
-        ));
-        return Drift {
-            differences: out,
-            repair: Repair::Rewrite,
-        };
-    };
-    let mut recreate = false;
-    if chain.kind != "nat"
-        || chain.hook != "postrouting"
-        || chain.priority != PRIORITY_VALUE
-        || chain.policy != "accept"
-    {
-        recreate = true;
-        out.push(d(
-            DriftKind::HookDiffers,
-            None,
-            format!(
-                "chain hooked as type {} hook {} priority {} policy {}, planned nat postrouting {PRIORITY_VALUE} accept",
-                chain.kind, chain.hook, chain.priority, chain.policy
-            ),
-        ));
+/// The differences found so far and how deep a repair they need.
+struct Findings {
+    family: crate::plan::Family,
+    out: Vec<Difference>,
+    rewrite: bool,
+    recreate: bool,
+}
+
+impl Findings {
+    fn push(&mut self, kind: DriftKind, position: Option<usize>, detail: String) {
+        self.out.push(Difference {
+            family: self.family,
+            kind,
+            position,
+            detail,
+        });
     }
-    let mut rewrite = false;
-    match &live.set {
-        None => {
-            rewrite = true;
-            out.push(d(
-                DriftKind::MissingRule,
-                None,
-                format!("set {SET} does not exist"),
-            ));
-        }
-        Some((kind, flags))
-            if kind != address_type(family) || flags != &["interval".to_string()] =>
+
+    /// The chain's hook: another type, hook, priority or policy needs the table recreated.
+    fn hook(&mut self, chain: &super::live::ChainHook) {
+        if chain.kind != "nat"
+            || chain.hook != "postrouting"
+            || chain.priority != PRIORITY_VALUE
+            || chain.policy != "accept"
         {
-            recreate = true;
-            out.push(d(
-                DriftKind::SetDiffers,
+            self.recreate = true;
+            self.push(
+                DriftKind::HookDiffers,
                 None,
                 format!(
-                    "set {SET} is type {kind} flags {flags:?}, planned {} interval",
-                    address_type(family)
+                    "chain hooked as type {} hook {} priority {} policy {}, planned nat postrouting {PRIORITY_VALUE} accept",
+                    chain.kind, chain.hook, chain.priority, chain.policy
                 ),
-            ));
+            );
         }
-        Some(_) => {}
     }
-    // Elements: both lists are sorted, so one merge finds what to add and what to remove.
-    let (add, remove) = sorted_difference(&desired.elements, &live.elements);
-    for (kind, list, verb) in [
-        (DriftKind::MissingRule, &add, "missing from"),
-        (DriftKind::ExtraRule, &remove, "not planned in"),
-    ] {
-        for net in list.iter().take(ITEMISED_ELEMENTS) {
-            out.push(d(kind, None, format!("{net} {verb} set {SET}")));
+
+    /// The set itself: missing (rewrite) or of another type (recreate).
+    fn set(&mut self, live: &LiveTable) {
+        let family = self.family;
+        match &live.set {
+            None => {
+                self.rewrite = true;
+                self.push(
+                    DriftKind::MissingRule,
+                    None,
+                    format!("set {SET} does not exist"),
+                );
+            }
+            Some((kind, flags))
+                if kind != address_type(family) || flags != &["interval".to_string()] =>
+            {
+                self.recreate = true;
+                self.push(
+                    DriftKind::SetDiffers,
+                    None,
+                    format!(
+                        "set {SET} is type {kind} flags {flags:?}, planned {} interval",
+                        address_type(family)
+                    ),
+                );
+            }
+            Some(_) => {}
         }
-        if list.len() > ITEMISED_ELEMENTS {
-            out.push(d(
-                kind,
+    }
+
+    /// The set's elements: itemised up to a limit, then summed up.
+    fn elements(&mut self, add: &[IpNet], remove: &[IpNet], odd: &[String]) {
+        for (kind, list, verb) in [
+            (DriftKind::MissingRule, add, "missing from"),
+            (DriftKind::ExtraRule, remove, "not planned in"),
+        ] {
+            for net in list.iter().take(ITEMISED_ELEMENTS) {
+                self.push(kind, None, format!("{net} {verb} set {SET}"));
+            }
+            if list.len() > ITEMISED_ELEMENTS {
+                self.push(
+                    kind,
+                    None,
+                    format!(
+                        "and {} more elements {verb} set {SET}",
+                        list.len() - ITEMISED_ELEMENTS
+                    ),
+                );
+            }
+        }
+        if !odd.is_empty() {
+            self.rewrite = true;
+            self.push(
+                DriftKind::ExtraRule,
                 None,
                 format!(
-                    "and {} more elements {verb} set {SET}",
-                    list.len() - ITEMISED_ELEMENTS
+                    "set {SET} holds elements we do not write: {}",
+                    odd.join(", ")
                 ),
-            ));
+            );
         }
     }
-    if !live.odd_elements.is_empty() {
-        rewrite = true;
-        out.push(d(
-            DriftKind::ExtraRule,
-            None,
-            format!(
-                "set {SET} holds elements we do not write: {}",
-                live.odd_elements.join(", ")
+
+    /// The local-skip rule (`fib daddr type local return`): first, once, with our comment.
+    fn local_skip(&mut self, entry: &super::render::RuleSpec, live: &LiveTable) {
+        let entries: Vec<usize> = live
+            .rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.statements == entry.statements)
+            .map(|(i, _)| i + 1)
+            .collect();
+        match entries.as_slice() {
+            [1] if live.rules[0].comment.as_deref() == Some(entry.comment.as_str()) => return,
+            [1] => self.push(
+                DriftKind::ExtraRule,
+                Some(1),
+                "the local-skip rule's comment differs from the planned one".into(),
             ),
-        ));
-    }
-    // Rules, the entry rule first.
-    let (entry, rest) = desired
-        .rules
-        .split_first()
-        .expect("the entry rule is always planned");
-    let is_entry = |statements: &str| statements == entry.statements;
-    let entries: Vec<usize> = live
-        .rules
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| is_entry(&r.statements))
-        .map(|(i, _)| i + 1)
-        .collect();
-    match entries.as_slice() {
-        [] => {
-            rewrite = true;
-            out.push(d(
+            [] => self.push(
                 DriftKind::LocalSkipMissing,
                 Some(1),
                 "no `fib daddr type local return` rule: local destinations are masqueraded".into(),
-            ));
-        }
-        [1] => {
-            if live.rules[0].comment.as_deref() != Some(entry.comment.as_str()) {
-                rewrite = true;
-                out.push(d(
-                    DriftKind::ExtraRule,
-                    Some(1),
-                    "the local-skip rule's comment differs from the planned one".into(),
-                ));
-            }
-        }
-        [other] => {
-            rewrite = true;
-            out.push(d(
+            ),
+            [other] => self.push(
                 DriftKind::LocalSkipMissing,
                 Some(*other),
                 format!("`fib daddr type local return` is rule {other}, not the first: local destinations meet the rules before it"),
-            ));
-        }
-        [_, second, ..] => {
-            rewrite = true;
-            out.push(d(
+            ),
+            [_, second, ..] => self.push(
                 DriftKind::ExtraRule,
                 Some(*second),
                 format!(
                     "`fib daddr type local return` is there {} times (rules {entries:?})",
                     entries.len()
                 ),
-            ));
+            ),
         }
+        self.rewrite = true;
     }
-    let want_rules: Vec<(&str, &str)> = rest
-        .iter()
-        .map(|r| (r.statements.as_str(), r.comment.as_str()))
-        .collect();
-    let have_rules: Vec<(&str, &str)> = live
-        .rules
-        .iter()
-        .filter(|r| !is_entry(&r.statements))
-        .map(|r| (r.statements.as_str(), r.comment.as_deref().unwrap_or("")))
-        .collect();
-    if want_rules != have_rules {
-        rewrite = true;
-        let mut missing = Vec::new();
-        let mut extra = Vec::new();
-        for (i, rule) in want_rules.iter().enumerate() {
-            if !have_rules.contains(rule) {
-                missing.push(d(
-                    DriftKind::MissingRule,
-                    Some(i + 2),
-                    format!("rule {} missing: {}", i + 2, rule.0),
-                ));
-            }
+
+    /// The other rules, in order: missing, extra, or only out of order.
+    fn rules(&mut self, want: &[(&str, &str)], have: &[(&str, &str)]) {
+        if want == have {
+            return;
         }
-        for (i, rule) in have_rules.iter().enumerate() {
-            if !want_rules.contains(rule) {
-                extra.push(d(
-                    DriftKind::ExtraRule,
-                    Some(i + 2),
-                    format!("rule {} not planned: {}", i + 2, rule.0),
-                ));
-            }
-        }
+        self.rewrite = true;
+        let missing: Vec<usize> = (0..want.len())
+            .filter(|&i| !have.contains(&want[i]))
+            .collect();
+        let extra: Vec<usize> = (0..have.len())
+            .filter(|&i| !want.contains(&have[i]))
+            .collect();
         if missing.is_empty() && extra.is_empty() {
-            out.push(d(
+            self.push(
                 DriftKind::OutOfOrder,
                 None,
                 "the rules are in another order".into(),
-            ));
+            );
         }
-        out.extend(missing);
-        out.extend(extra);
+        for i in missing {
+            let detail = format!("rule {} missing: {}", i + 2, want[i].0);
+            self.push(DriftKind::MissingRule, Some(i + 2), detail);
+        }
+        for i in extra {
+            let detail = format!("rule {} not planned: {}", i + 2, have[i].0);
+            self.push(DriftKind::ExtraRule, Some(i + 2), detail);
+        }
     }
-    let repair = if recreate {
+}
+
+pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
+    let mut found = Findings {
+        family: desired.family,
+        out: Vec::new(),
+        rewrite: false,
+        recreate: false,
+    };
+    let Some(chain) = live.chain.as_ref().filter(|_| live.table_exists) else {
+        let table = format!(
+            "table {} ipmasq",
+            super::render::family_word(desired.family)
+        );
+        found.push(
+            DriftKind::ChainMissing,
+            None,
+            format!("{table} or its chain does not exist"),
+        );
+        found.push(
+            DriftKind::JumpMissing,
+            None,
+            "no postrouting hook of ours".into(),
+        );
+        return Drift {
+            differences: found.out,
+            repair: Repair::Rewrite,
+        };
+    };
+    found.hook(chain);
+    found.set(live);
+    // Elements: both lists are sorted, so one merge finds what to add and what to remove.
+    let (add, remove) = sorted_difference(&desired.elements, &live.elements);
+    found.elements(&add, &remove, &live.odd_elements);
+    let (entry, rest) = desired
+        .rules
+        .split_first()
+        .expect("the entry rule is always planned");
+    found.local_skip(entry, live);
+    let want: Vec<(&str, &str)> = rest
+        .iter()
+        .map(|r| (r.statements.as_str(), r.comment.as_str()))
+        .collect();
+    let have: Vec<(&str, &str)> = live
+        .rules
+        .iter()
+        .filter(|r| r.statements != entry.statements)
+        .map(|r| (r.statements.as_str(), r.comment.as_deref().unwrap_or("")))
+        .collect();
+    found.rules(&want, &have);
+    let repair = if found.recreate {
         Repair::Recreate
-    } else if rewrite {
+    } else if found.rewrite {
         Repair::Rewrite
     } else if !add.is_empty() || !remove.is_empty() {
         Repair::Elements { remove, add }
@@ -236,7 +257,7 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         Repair::None
     };
     Drift {
-        differences: out,
+        differences: found.out,
         repair,
     }
 }

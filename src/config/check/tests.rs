@@ -1,7 +1,7 @@
 //! One test (at least) per upstream edge case of the config file.
 
 use super::*;
-use crate::config::{Severity, DEFAULT_RESYNC_INTERVAL, RESERVED_RANGES, RFC1918_RANGES};
+use crate::config::{ListName, Severity, DEFAULT_RESYNC_INTERVAL, RESERVED_RANGES, RFC1918_RANGES};
 
 const V4: Options = Options {
     enable_ipv6: false,

@@ -1,0 +1,269 @@
+//! The keys of a config document: which field each selects (case-insensitively, as Go's
+//! `encoding/json`), merge keys expanded as yaml.v2 does, and each field assigned once with a
+//! finding for every unknown, mis-cased, extension or repeated key.
+
+use crate::config::diagnostic::{push_finding, Code, Diagnostic};
+use crate::config::yaml::{Node, Value};
+
+/// The keys upstream reads, spelled as upstream's JSON tags spell them.
+pub(super) const KEY_CIDRS: &str = "nonMasqueradeCIDRs";
+pub(super) const KEY_CIDR_LIMIT: &str = "cidrLimit";
+pub(super) const KEY_MASQ_LINK_LOCAL: &str = "masqLinkLocal";
+pub(super) const KEY_MASQ_LINK_LOCAL_V6: &str = "masqLinkLocalIPv6";
+pub(super) const KEY_RESYNC: &str = "resyncInterval";
+/// non-masquerade-daemon's key, the inverse of `masqLinkLocal`; accepted with a warning.
+pub(super) const KEY_LEGACY_LINK_LOCAL: &str = "linkLocal";
+/// ipmasq extensions (upstream ignores them as unknown keys).
+pub(super) const KEY_FORCE: &str = "forceMasqueradeCIDRs";
+pub(super) const KEY_SOURCES: &str = "masqueradeSourceCIDRs";
+
+/// The keys we suggest and list in hints: every field but the deprecated `linkLocal`.
+pub(super) fn supported_keys() -> impl Iterator<Item = &'static str> {
+    Field::ALL
+        .into_iter()
+        .filter(|f| *f != Field::LegacyLinkLocal)
+        .map(Field::canonical)
+}
+
+/// Which known field a key selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Field {
+    Cidrs,
+    CidrLimit,
+    MasqLinkLocal,
+    MasqLinkLocalV6,
+    Resync,
+    LegacyLinkLocal,
+    Force,
+    Sources,
+}
+
+impl Field {
+    /// Every field the config file has: the one list of them.
+    const ALL: [Field; 8] = [
+        Field::Cidrs,
+        Field::CidrLimit,
+        Field::MasqLinkLocal,
+        Field::MasqLinkLocalV6,
+        Field::Resync,
+        Field::LegacyLinkLocal,
+        Field::Force,
+        Field::Sources,
+    ];
+
+    /// What an ipmasq extension does, for the note that upstream ignores it.
+    fn extension(self) -> Option<&'static str> {
+        match self {
+            Field::Force => Some("with upstream's image these destinations keep the pod's address"),
+            Field::Sources => {
+                Some("with upstream's image traffic from every source is masqueraded")
+            }
+            _ => None,
+        }
+    }
+
+    fn canonical(self) -> &'static str {
+        match self {
+            Field::Cidrs => KEY_CIDRS,
+            Field::CidrLimit => KEY_CIDR_LIMIT,
+            Field::MasqLinkLocal => KEY_MASQ_LINK_LOCAL,
+            Field::MasqLinkLocalV6 => KEY_MASQ_LINK_LOCAL_V6,
+            Field::Resync => KEY_RESYNC,
+            Field::LegacyLinkLocal => KEY_LEGACY_LINK_LOCAL,
+            Field::Force => KEY_FORCE,
+            Field::Sources => KEY_SOURCES,
+        }
+    }
+
+    /// Go's `encoding/json` matches field names case-insensitively.
+    fn from_key(key: &str) -> Option<Field> {
+        let folded = key.to_lowercase();
+        Field::ALL
+            .into_iter()
+            .find(|f| f.canonical().to_lowercase() == folded)
+    }
+}
+
+/// The value a key was given, and where.
+pub(super) struct Assigned<'a> {
+    pub key: &'a Node,
+    pub value: &'a Node,
+    /// Brought in by a YAML merge key (`<<: *anchor`).
+    pub from_merge: bool,
+}
+
+/// Expands YAML merge keys as yaml.v2 does when upstream reads the file: `<<: {map}` or
+/// `<<: [map, ...]` splices the merged entries in place (of a list, the earlier maps win),
+/// so with last-wins a key after the merge overrides it and one before it is overridden.
+pub(super) fn expand_merge_keys(
+    entries: &[(Node, Node)],
+) -> Result<Vec<(&Node, &Node, bool)>, Diagnostic> {
+    fn is_merge(key: &Node) -> bool {
+        key.as_scalar()
+            .is_some_and(|s| s.text == "<<" && s.style == super::super::yaml::Style::Plain)
+    }
+    fn splice<'a>(
+        value: &'a Node,
+        out: &mut Vec<(&'a Node, &'a Node, bool)>,
+        depth: usize,
+    ) -> Result<(), Diagnostic> {
+        let wrong = || {
+            Diagnostic::error(
+                Code::WrongType,
+                "a merge key (<<) must be followed by a mapping or a list of mappings",
+            )
+            .at(value.location)
+        };
+        if depth > 16 {
+            return Err(wrong());
+        }
+        match &value.value {
+            Value::Mapping(entries) => {
+                for (k, v) in entries {
+                    if is_merge(k) {
+                        splice(v, out, depth + 1)?;
+                    } else {
+                        out.push((k, v, true));
+                    }
+                }
+                Ok(())
+            }
+            Value::Sequence(items) => {
+                for item in items.iter().rev() {
+                    if !matches!(item.value, Value::Mapping(_)) {
+                        return Err(wrong());
+                    }
+                    splice(item, out, depth + 1)?;
+                }
+                Ok(())
+            }
+            Value::Scalar(_) => Err(wrong()),
+        }
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        if is_merge(key) {
+            splice(value, &mut out, 0)?;
+        } else {
+            out.push((key, value, false));
+        }
+    }
+    Ok(out)
+}
+
+/// The key's text as Go would see it after yaml.v2 → JSON (non-string scalars stringified).
+pub(super) fn key_text(key: &Node) -> Option<&str> {
+    key.as_scalar().map(|s| s.text.as_str())
+}
+
+/// The fields given, each once (the last occurrence of a key wins, as in Go), with a finding
+/// for every key that is not a plain string, unknown, spelled in another case, an ipmasq
+/// extension, or given again.
+pub(super) fn assign_fields<'a>(
+    entries: Vec<(&'a Node, &'a Node, bool)>,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<(Field, Assigned<'a>)> {
+    // Remember every spelling's first position for messages.
+    let mut assigned: Vec<(Field, Assigned)> = Vec::new();
+    for (key, value, from_merge) in entries {
+        let Some(text) = key_text(key) else {
+            push_finding(
+                diags,
+                Diagnostic::error(
+                    Code::UnsupportedKey,
+                    format!("a key must be a plain string, not {}", key.kind_name()),
+                )
+                .at(key.location),
+            );
+            continue;
+        };
+        let Some(field) = Field::from_key(text) else {
+            let mut d =
+                Diagnostic::warning(Code::UnknownKey, format!("unknown key `{text}` is ignored"))
+                    .at(key.location);
+            if let Some(suggestion) = suggest_key(text) {
+                d = d.hint(format!("did you mean {suggestion}?"));
+            } else {
+                d = d.hint(format!(
+                    "known keys: {}",
+                    supported_keys().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            push_finding(diags, d);
+            continue;
+        };
+        if text != field.canonical() {
+            push_finding(
+                diags,
+                Diagnostic::warning(
+                    Code::KeyCase,
+                    format!(
+                        "key `{text}` is read as `{}` (keys match case-insensitively)",
+                        field.canonical()
+                    ),
+                )
+                .at(key.location)
+                .hint(format!("write `{}`", field.canonical())),
+            );
+        }
+        if let Some(effect) = field.extension() {
+            push_finding(
+                diags,
+                Diagnostic::info(
+                    Code::IpmasqExtension,
+                    format!(
+                        "`{}` is an ipmasq extension, not understood by upstream ip-masq-agent",
+                        field.canonical()
+                    ),
+                )
+                .at(key.location)
+                .hint(effect),
+            );
+        }
+        if let Some((_, earlier)) = assigned.iter().find(|(f, _)| *f == field) {
+            // Overriding a value brought in by a merge key (`<<`) is what merges are for.
+            if !(from_merge || earlier.from_merge) {
+                push_finding(
+                    diags,
+                    Diagnostic::warning(
+                        Code::DuplicateKey,
+                        format!(
+                            "`{}` is given again (first at line {}); the last value wins",
+                            field.canonical(),
+                            earlier.key.location.line
+                        ),
+                    )
+                    .at(key.location)
+                    .hint("delete the earlier entry"),
+                );
+            }
+            assigned.retain(|(f, _)| *f != field);
+        }
+        assigned.push((
+            field,
+            Assigned {
+                key,
+                value,
+                from_merge,
+            },
+        ));
+    }
+    assigned
+}
+
+/// The known key closest to a misspelt one, if any is close enough to be a likely typo.
+pub fn suggest_key(key: &str) -> Option<&'static str> {
+    let folded = key.to_lowercase();
+    supported_keys()
+        .map(|known| {
+            let k = known.to_lowercase();
+            (strsim::levenshtein(&folded, &k), known, k)
+        })
+        .filter(|(distance, _, k)| {
+            let longest = folded.chars().count().max(k.chars().count());
+            *distance <= (longest / 3).max(2)
+                || (folded.len() >= 5 && (k.starts_with(&folded) || folded.starts_with(k.as_str())))
+        })
+        .min_by_key(|(distance, _, _)| *distance)
+        .map(|(_, known, _)| known)
+}

@@ -1,0 +1,228 @@
+//! Decoding a YAML/JSON document into a [`Config`] with upstream's semantics (Go's yaml.v2 +
+//! `encoding/json`: case-insensitive keys, unknown keys ignored, last duplicate wins, an absent
+//! key keeps its default) and validating it, collecting every error and warning on the way.
+
+mod decode;
+mod keys;
+mod lists;
+
+use super::diagnostic::{push_finding, Code, Diagnostic};
+use super::yaml::{parse_stream, Location, Node, Resolved, Stream, Value, YamlError};
+use super::{Checked, Config, Options, Place, Provenance};
+use decode::*;
+use ipnet::IpNet;
+pub use keys::suggest_key;
+use keys::*;
+use lists::*;
+pub(super) use lists::{check_across_lists, check_cidr_limit};
+
+/// Parses and checks a config text (YAML 1.1 or JSON).
+pub fn check_text(text: &str, options: &Options) -> Checked {
+    check_parsed(&parse_stream(text), options)
+}
+
+/// Checks an already-parsed stream (its first document is the config).
+pub fn check_parsed(parsed: &Result<Stream, YamlError>, options: &Options) -> Checked {
+    let stream = match parsed {
+        Ok(stream) => stream,
+        Err(err) => {
+            return Checked::rejected(vec![Diagnostic::error(
+                Code::YamlSyntax,
+                err.message.clone(),
+            )
+            .at(err.location)])
+        }
+    };
+    let mut diagnostics = Vec::new();
+    if let Some(extra) = stream.documents.get(1) {
+        diagnostics.push(
+            Diagnostic::warning(
+                Code::ExtraDocument,
+                format!(
+                    "only the first YAML document is read; {} more ignored",
+                    stream.documents.len() - 1
+                ),
+            )
+            .at(extra.location)
+            .hint("remove the `---` separator and everything after it, or merge the documents"),
+        );
+    }
+    if let Some(err) = &stream.trailing_error {
+        diagnostics.push(
+            Diagnostic::warning(
+                Code::ExtraDocument,
+                format!(
+                    "{} (in a later document, which the agent ignores)",
+                    err.message
+                ),
+            )
+            .at(err.location),
+        );
+    }
+    let empty = Node {
+        value: Value::Scalar(super::yaml::Scalar {
+            text: String::new(),
+            style: super::yaml::Style::Plain,
+            tag: None,
+        }),
+        location: Location {
+            line: 1,
+            column: 1,
+            ..Location::default()
+        },
+    };
+    let root = stream.documents.first().unwrap_or(&empty);
+    let mut checked = check_document(root, options);
+    checked.edit_diagnostics(|found| {
+        diagnostics.append(found);
+        // Report in reading order; findings without a position first.
+        diagnostics.sort_by_key(|d| d.location.map(|l| (l.line, l.column)));
+        std::mem::swap(found, &mut diagnostics);
+    });
+    checked
+}
+
+/// Checks one already-parsed document (a config file's first document or a ConfigMap's
+/// embedded `data.config`).
+pub fn check_document(root: &Node, options: &Options) -> Checked {
+    let mut diags = Vec::new();
+    let entries: &[(Node, Node)] = match &root.value {
+        Value::Mapping(entries) => entries,
+        Value::Scalar(s) if s.resolve() == Resolved::Null => &[],
+        _ => {
+            push_finding(
+                &mut diags,
+                Diagnostic::error(
+                    Code::NotAMapping,
+                    format!(
+                        "the config must be a mapping of keys to values, but this document is {}",
+                        root.kind_name()
+                    ),
+                )
+                .at(root.location)
+                .hint("start with a key, e.g. `nonMasqueradeCIDRs: [10.0.0.0/8]`"),
+            );
+            return Checked::rejected(diags);
+        }
+    };
+    let entries = match expand_merge_keys(entries) {
+        Ok(entries) => entries,
+        Err(d) => {
+            push_finding(&mut diags, d);
+            return Checked::rejected(diags);
+        }
+    };
+    let assigned = assign_fields(entries, &mut diags);
+    let get = |field: Field| assigned.iter().find(|(f, _)| *f == field).map(|(_, a)| a);
+    // One decoder per field; each reports its own findings. Validity is not book-kept here:
+    // `Checked::new` keeps the config exactly when no finding is an error.
+    let mut config = Config::defaults(options);
+    decode_scalars(&get, &mut config, &mut diags);
+    decode_lists(&get, options, &mut config, &mut diags);
+    if !options.merging {
+        check_across_lists(&config, options, &mut diags);
+    }
+    Checked::new(config, diags)
+}
+
+/// A field's assignment, if the document gave it.
+type Lookup<'g, 'a> = dyn Fn(Field) -> Option<&'g Assigned<'a>> + 'g;
+
+/// The scalar fields: `cidrLimit`, the link-local flags (and the legacy `linkLocal`),
+/// `resyncInterval`.
+fn decode_scalars(get: &Lookup<'_, '_>, config: &mut Config, diags: &mut Vec<Diagnostic>) {
+    if let Some(limit) = get(Field::CidrLimit).and_then(|a| decode_cidr_limit(a, diags)) {
+        config.cidr_limit = limit;
+    }
+    if let Some(v) = get(Field::MasqLinkLocal).and_then(|a| decode_bool(a, diags)) {
+        config.masq_link_local = v;
+    }
+    if let Some(v) = get(Field::MasqLinkLocalV6).and_then(|a| decode_bool(a, diags)) {
+        config.masq_link_local_ipv6 = v;
+    }
+    if let Some(a) = get(Field::LegacyLinkLocal) {
+        if let Some(v) = decode_legacy_link_local(a, get(Field::MasqLinkLocal), diags) {
+            config.masq_link_local = v;
+        }
+    }
+    if let Some(d) = get(Field::Resync).and_then(|a| decode_resync(a, diags)) {
+        config.resync_interval = d;
+    }
+}
+
+/// The three lists, checked against the limit and the flags, with where each entry was
+/// written.
+fn decode_lists(
+    get: &Lookup<'_, '_>,
+    options: &Options,
+    config: &mut Config,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let cidr_nodes = get(Field::Cidrs).and_then(|a| decode_cidr_list(a, diags));
+    let force_nodes = get(Field::Force).and_then(|a| decode_list(a, KEY_FORCE, None, diags));
+    let source_nodes = get(Field::Sources).and_then(|a| {
+        let empty = Diagnostic::warning(
+            Code::EmptySourceList,
+            format!("`{KEY_SOURCES}` is empty: traffic from every source is considered, as without the key"),
+        )
+        .at(a.key.location)
+        .hint("list your pod ranges, or remove the key");
+        decode_list(a, KEY_SOURCES, Some(empty), diags)
+    });
+    let force = force_nodes
+        .as_deref()
+        .map(|nodes| parse_cidr_nodes(nodes, KEY_FORCE, options, diags))
+        .unwrap_or_default();
+    let sources = source_nodes
+        .as_deref()
+        .map(|nodes| parse_cidr_nodes(nodes, KEY_SOURCES, options, diags))
+        .unwrap_or_default();
+    for list in [&force, &sources] {
+        overlap_warnings(list, diags);
+    }
+    // Cross-field: the CIDR list against the limit and the flags.
+    let limit_location = get(Field::CidrLimit)
+        .map(|a| a.value.location)
+        .or_else(|| get(Field::Cidrs).map(|a| a.key.location));
+    let non_masquerade = check_cidrs(
+        cidr_nodes.as_deref(),
+        config.cidr_limit,
+        limit_location,
+        force.len(),
+        options,
+        diags,
+    );
+    let given = cidr_nodes.is_some();
+    let places = |list: &[(IpNet, Option<Location>)]| -> Vec<Place> {
+        list.iter()
+            .map(|(_, location)| Place {
+                file: None,
+                location: *location,
+            })
+            .collect()
+    };
+    config.provenance = Provenance {
+        non_masquerade: if given {
+            places(&non_masquerade)
+        } else {
+            Vec::new()
+        },
+        force: places(&force),
+        sources: places(&sources),
+        gave_non_masquerade_cidrs: given,
+        gave_cidr_limit: get(Field::CidrLimit).is_some(),
+        gave_resync_interval: get(Field::Resync).is_some(),
+    };
+    config.non_masquerade_cidrs = non_masquerade.into_iter().map(|(n, _)| n).collect();
+    config.force_masquerade_cidrs = dedup(
+        force.into_iter().map(|(n, _)| n),
+        &mut config.provenance.force,
+    );
+    config.masquerade_source_cidrs = dedup(
+        sources.into_iter().map(|(n, _)| n),
+        &mut config.provenance.sources,
+    );
+}
+
+#[cfg(test)]
+mod tests;
