@@ -137,7 +137,24 @@ fn seconds_gauge(value: f64) -> Gauge<f64, AtomicU64> {
 pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> String {
     let status = &snapshot.status;
     let mut registry = Registry::with_prefix("ipmasq");
+    register_syncs(&mut registry, status);
+    register_config(&mut registry, status);
+    register_last_success(&mut registry, status, now, wall);
+    register_rules(&mut registry, snapshot);
+    register_failures(&mut registry, status);
+    let up = Gauge::<i64>::default();
+    up.set(i64::from(readiness(snapshot).is_ok()));
+    registry.register("ready", "1 when /readyz would answer 200", up);
 
+    let mut text = String::new();
+    if prometheus_client::encoding::text::encode(&mut text, &registry).is_err() {
+        text = "# EOF\n".to_string();
+    }
+    text
+}
+
+/// Passes by result, their duration, and drift repaired by kind.
+fn register_syncs(registry: &mut Registry, status: &Status) {
     let syncs = Family::<ResultLabel, Counter>::default();
     syncs
         .get_or_create(&ResultLabel { result: "success" })
@@ -166,7 +183,10 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
         "Drift repaired, by kind (chain_missing, rules_differ, jump_missing, jump_duplicate, jump_stale)",
         repairs,
     );
+}
 
+/// Config changes by result, and whether the file on disk is in force.
+fn register_config(registry: &mut Registry, status: &Status) {
     let reloads = Family::<ResultLabel, Counter>::default();
     reloads
         .get_or_create(&ResultLabel { result: "accepted" })
@@ -187,7 +207,10 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
         "1 when the config in force is the file on disk, 0 while an invalid file is ignored",
         current,
     );
+}
 
+/// The age and time of the last successful sync, once there was one.
+fn register_last_success(registry: &mut Registry, status: &Status, now: Instant, wall: SystemTime) {
     if let Some(last) = status.last_success {
         let age = now.saturating_duration_since(last).as_secs_f64();
         registry.register(
@@ -206,7 +229,11 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
             seconds_gauge(epoch),
         );
     }
+}
 
+/// Rules by family and backend, the list's size, and the build.
+fn register_rules(registry: &mut Registry, snapshot: &Snapshot) {
+    let status = &snapshot.status;
     let rules = Family::<RulesLabel, Gauge>::default();
     for (family, n) in &status.rules {
         rules
@@ -241,7 +268,10 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
         "Always 1; labels carry the version and backend",
         info,
     );
+}
 
+/// Failures in a row and the back-off before the next try.
+fn register_failures(registry: &mut Registry, status: &Status) {
     let failures = Gauge::<i64>::default();
     failures.set(i64::from(status.consecutive_failures));
     registry.register(
@@ -259,16 +289,6 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
         "Seconds until a failed sync is retried (doubling from 1 up to the resync interval); 0 when the last sync succeeded",
         seconds_gauge(retry),
     );
-
-    let up = Gauge::<i64>::default();
-    up.set(i64::from(readiness(snapshot).is_ok()));
-    registry.register("ready", "1 when /readyz would answer 200", up);
-
-    let mut text = String::new();
-    if prometheus_client::encoding::text::encode(&mut text, &registry).is_err() {
-        text = "# EOF\n".to_string();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -245,16 +245,8 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let shared: http::Shared =
         Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_name())));
     if let Some(addr) = options.metrics_addr {
-        match http::bind(addr).await {
-            Ok(listener) => {
-                info!(address = %addr, "serving /healthz, /readyz and /metrics");
-                tokio::spawn(http::serve(listener, shared.clone()));
-            }
-            Err(err) => {
-                return Ending::SetupFailed(format!(
-                    "cannot listen on {addr} for health and metrics: {err} (choose another --metrics-addr, or off)"
-                ))
-            }
+        if let Err(ending) = serve_health(addr, &shared).await {
+            return ending;
         }
     }
     let mut watch = match &reconciler.settings.config {
@@ -333,6 +325,31 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         signal = signal_name,
         "stopping; removing rules (--cleanup-on-exit)"
     );
+    stop_and_clean_up(commands, worker, backend_id, names).await
+}
+
+/// Serves `/healthz`, `/readyz` and `/metrics` on `addr` from the shared snapshot.
+async fn serve_health(addr: std::net::SocketAddr, shared: &http::Shared) -> Result<(), Ending> {
+    match http::bind(addr).await {
+        Ok(listener) => {
+            info!(address = %addr, "serving /healthz, /readyz and /metrics");
+            tokio::spawn(http::serve(listener, shared.clone()));
+            Ok(())
+        }
+        Err(err) => Err(Ending::SetupFailed(format!(
+            "cannot listen on {addr} for health and metrics: {err} (choose another --metrics-addr, or off)"
+        ))),
+    }
+}
+
+/// `--cleanup-on-exit`: ends the running pass (killing a wedged tool after a grace), then
+/// removes our rules within the stop deadline, with a backend whose tools share the time left.
+async fn stop_and_clean_up(
+    commands: mpsc::Sender<Command>,
+    worker: std::thread::JoinHandle<Reconciler>,
+    backend_id: crate::backend::BackendId,
+    names: Names,
+) -> Ending {
     let stopping = tokio::time::Instant::now();
     let _ = commands.send(Command::Stop);
     // The running pass (if any) ends first, so cleanup never races a sync; a pass wedged in a

@@ -271,47 +271,57 @@ impl Reconciler {
                     error!(config = %path, errors = %problems.join("; "), "invalid config rejected; {kept}");
                 });
             }
-            Some(new) => {
-                let note = fingerprint(checked.diagnostics());
-                let changed = self.active.as_ref() != Some(&new);
-                if changed || self.last_config_note != Some(note) {
-                    if changed {
-                        self.status.configs_accepted += 1;
-                        let source = match loaded.origin {
-                            Origin::Defaults => "defaults (no config file)",
-                            Origin::File => "file",
-                            Origin::Dir => "merged files",
-                        };
-                        info!(
-                            config = %path,
-                            source,
-                            nonMasqueradeCIDRs = %join(&new.non_masquerade_cidrs),
-                            forceMasqueradeCIDRs = %join(&new.force_masquerade_cidrs),
-                            masqueradeSourceCIDRs = %join(&new.masquerade_source_cidrs),
-                            masqLinkLocal = new.masq_link_local,
-                            masqLinkLocalIPv6 = new.masq_link_local_ipv6,
-                            resyncInterval = %new.resync_interval,
-                            "config accepted"
-                        );
-                    }
-                    for warning in checked.warnings() {
-                        warn!(config = %path, "{}", warning.one_line());
-                    }
-                    self.last_config_note = Some(note);
-                }
-                self.status.non_masquerade_cidrs = new.non_masquerade_cidrs.len();
-                if changed {
-                    self.planned = None;
-                }
-                self.active = Some(new);
-                self.active_origin = Some(loaded.origin);
-                self.active_read = Some(ActiveRead {
-                    digest: loaded.digest,
-                    at: std::time::SystemTime::now(),
-                });
-                self.status.config_current = true;
-            }
+            Some(new) => self.accept(new, &checked, (loaded.origin, loaded.digest)),
         }
+    }
+
+    /// Takes a valid config into force; logs it when it changed (and its warnings when they
+    /// did), and notes where and when its bytes were read.
+    fn accept(
+        &mut self,
+        new: Config,
+        checked: &config::Checked,
+        (origin, digest): (Origin, Option<String>),
+    ) {
+        let path = self.settings.config.to_string();
+        let note = fingerprint(checked.diagnostics());
+        let changed = self.active.as_ref() != Some(&new);
+        if changed || self.last_config_note != Some(note) {
+            if changed {
+                self.status.configs_accepted += 1;
+                let source = match origin {
+                    Origin::Defaults => "defaults (no config file)",
+                    Origin::File => "file",
+                    Origin::Dir => "merged files",
+                };
+                info!(
+                    config = %path,
+                    source,
+                    nonMasqueradeCIDRs = %join(&new.non_masquerade_cidrs),
+                    forceMasqueradeCIDRs = %join(&new.force_masquerade_cidrs),
+                    masqueradeSourceCIDRs = %join(&new.masquerade_source_cidrs),
+                    masqLinkLocal = new.masq_link_local,
+                    masqLinkLocalIPv6 = new.masq_link_local_ipv6,
+                    resyncInterval = %new.resync_interval,
+                    "config accepted"
+                );
+            }
+            for warning in checked.warnings() {
+                warn!(config = %path, "{}", warning.one_line());
+            }
+            self.last_config_note = Some(note);
+        }
+        self.status.non_masquerade_cidrs = new.non_masquerade_cidrs.len();
+        if changed {
+            self.planned = None;
+        }
+        self.active = Some(new);
+        self.active_origin = Some(origin);
+        self.active_read = Some(ActiveRead {
+            digest,
+            at: std::time::SystemTime::now(),
+        });
+        self.status.config_current = true;
     }
 
     /// A config that cannot be taken (unreadable, invalid, too large): counted and logged

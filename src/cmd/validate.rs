@@ -424,19 +424,7 @@ impl Report {
     pub fn to_text(&self, style: &Styler, print_effective: bool) -> String {
         let mut out = String::new();
         for entry in &self.results {
-            let label = match &entry.config_map {
-                Some(cm) => format!(
-                    "{} (ConfigMap {}{}, document {})",
-                    entry.path,
-                    cm.namespace
-                        .as_deref()
-                        .map(|n| format!("{n}/"))
-                        .unwrap_or_default(),
-                    cm.name.as_deref().unwrap_or("(unnamed)"),
-                    cm.document
-                ),
-                None => entry.path.clone(),
-            };
+            let label = entry_label(entry);
             for diag in &entry.raw {
                 out.push_str(&render_diagnostic(
                     style,
@@ -445,77 +433,13 @@ impl Report {
                     diag,
                 ));
             }
-            let verdict = match (entry.kind, entry.valid) {
-                (EntryKind::Defaults, _) => format!(
-                    "{} (no file: the agent runs on upstream defaults)",
-                    style.success("valid")
-                ),
-                (_, true) if entry.warnings == 0 => style.success("valid"),
-                (_, true) => format!(
-                    "{} ({})",
-                    style.success("valid"),
-                    plural(entry.warnings, "warning")
-                ),
-                (EntryKind::Unreadable, false) => style.error("unreadable"),
-                (_, false) => format!(
-                    "{} ({}, {})",
-                    style.error("invalid"),
-                    plural(entry.errors, "error"),
-                    plural(entry.warnings, "warning")
-                ),
-            };
-            out.push_str(&format!("{}: {verdict}\n", style.bold(&label)));
-            if let (Some(config), Some(peaks)) = (&entry.effective, &entry.peak_memory_mib) {
-                let cidrs = cidr_count(config);
-                if cidrs >= MEMORY_NOTE_FROM_CIDRS {
-                    let each: Vec<String> = peaks
-                        .iter()
-                        .map(|(b, m)| format!("{b} {m:.1} MiB"))
-                        .collect();
-                    out.push_str(&format!(
-                        "  peak memory of the agent applying {cidrs} CIDRs (estimate): {}; the shipped DaemonSet allows 64 MiB\n",
-                        each.join(", ")
-                    ));
-                }
-            }
-            if let Some(entries) = &entry.entries {
-                out.push_str(&format!("# merged config of {label}, entry by entry\n"));
-                let mut current = None;
-                for e in entries {
-                    if current != Some(e.list) {
-                        out.push_str(&format!("{}:\n", e.list.key()));
-                        current = Some(e.list);
-                    }
-                    let place = crate::config::Place {
-                        file: e.file.as_deref().map(Into::into),
-                        location: e.line.map(|line| crate::config::yaml::Location {
-                            line,
-                            column: e.column.unwrap_or(1),
-                            ..Default::default()
-                        }),
-                    };
-                    out.push_str(&format!("  - {:<20} # {place}\n", e.cidr));
-                }
-                if entry.entries.as_ref().is_some_and(|e| {
-                    !e.iter()
-                        .any(|x| x.list == crate::config::ListName::NonMasquerade)
-                }) {
-                    out.push_str("nonMasqueradeCIDRs: [] # no file lists any\n");
-                }
-                if let Some(config) = &entry.effective {
-                    let kept_from_defaults = !config.provenance.gave_non_masquerade_cidrs;
-                    if kept_from_defaults {
-                        out.push_str("# nonMasqueradeCIDRs above are upstream's defaults: no file sets the key\n");
-                    }
-                    out.push_str(&format!(
-                        "cidrLimit: {}\nmasqLinkLocal: {}\nmasqLinkLocalIPv6: {}\nresyncInterval: {}\n",
-                        config.cidr_limit,
-                        config.masq_link_local,
-                        config.masq_link_local_ipv6,
-                        config.resync_interval
-                    ));
-                }
-            }
+            out.push_str(&format!(
+                "{}: {}\n",
+                style.bold(&label),
+                verdict(entry, style)
+            ));
+            out.push_str(&memory_note(entry));
+            out.push_str(&merged_listing(entry, &label));
             if print_effective {
                 if let Some(config) = &entry.effective {
                     out.push_str(&format!("# effective config of {label}\n"));
@@ -533,6 +457,111 @@ impl Report {
         }
         out
     }
+}
+
+/// How an entry is named in the report: its path, and the ConfigMap and document it is.
+fn entry_label(entry: &Entry) -> String {
+    match &entry.config_map {
+        Some(cm) => format!(
+            "{} (ConfigMap {}{}, document {})",
+            entry.path,
+            cm.namespace
+                .as_deref()
+                .map(|n| format!("{n}/"))
+                .unwrap_or_default(),
+            cm.name.as_deref().unwrap_or("(unnamed)"),
+            cm.document
+        ),
+        None => entry.path.clone(),
+    }
+}
+
+/// `valid`, `valid (2 warnings)`, `invalid (1 error, 0 warnings)`, `unreadable`.
+fn verdict(entry: &Entry, style: &Styler) -> String {
+    match (entry.kind, entry.valid) {
+        (EntryKind::Defaults, _) => format!(
+            "{} (no file: the agent runs on upstream defaults)",
+            style.success("valid")
+        ),
+        (_, true) if entry.warnings == 0 => style.success("valid"),
+        (_, true) => format!(
+            "{} ({})",
+            style.success("valid"),
+            plural(entry.warnings, "warning")
+        ),
+        (EntryKind::Unreadable, false) => style.error("unreadable"),
+        (_, false) => format!(
+            "{} ({}, {})",
+            style.error("invalid"),
+            plural(entry.errors, "error"),
+            plural(entry.warnings, "warning")
+        ),
+    }
+}
+
+/// The agent's estimated peak memory, for lists large enough to matter.
+fn memory_note(entry: &Entry) -> String {
+    let mut out = String::new();
+    if let (Some(config), Some(peaks)) = (&entry.effective, &entry.peak_memory_mib) {
+        let cidrs = cidr_count(config);
+        if cidrs >= MEMORY_NOTE_FROM_CIDRS {
+            let each: Vec<String> = peaks
+                .iter()
+                .map(|(b, m)| format!("{b} {m:.1} MiB"))
+                .collect();
+            out.push_str(&format!(
+                "  peak memory of the agent applying {cidrs} CIDRs (estimate): {}; the shipped DaemonSet allows 64 MiB\n",
+                each.join(", ")
+            ));
+        }
+    }
+    out
+}
+
+/// `--merged`: every entry of the merged config with the file and line it came from.
+fn merged_listing(entry: &Entry, label: &str) -> String {
+    let mut out = String::new();
+    if let Some(entries) = &entry.entries {
+        out.push_str(&format!("# merged config of {label}, entry by entry\n"));
+        let mut current = None;
+        for e in entries {
+            if current != Some(e.list) {
+                out.push_str(&format!("{}:\n", e.list.key()));
+                current = Some(e.list);
+            }
+            let place = crate::config::Place {
+                file: e.file.as_deref().map(Into::into),
+                location: e.line.map(|line| crate::config::yaml::Location {
+                    line,
+                    column: e.column.unwrap_or(1),
+                    ..Default::default()
+                }),
+            };
+            out.push_str(&format!("  - {:<20} # {place}\n", e.cidr));
+        }
+        if entry.entries.as_ref().is_some_and(|e| {
+            !e.iter()
+                .any(|x| x.list == crate::config::ListName::NonMasquerade)
+        }) {
+            out.push_str("nonMasqueradeCIDRs: [] # no file lists any\n");
+        }
+        if let Some(config) = &entry.effective {
+            let kept_from_defaults = !config.provenance.gave_non_masquerade_cidrs;
+            if kept_from_defaults {
+                out.push_str(
+                    "# nonMasqueradeCIDRs above are upstream's defaults: no file sets the key\n",
+                );
+            }
+            out.push_str(&format!(
+                "cidrLimit: {}\nmasqLinkLocal: {}\nmasqLinkLocalIPv6: {}\nresyncInterval: {}\n",
+                config.cidr_limit,
+                config.masq_link_local,
+                config.masq_link_local_ipv6,
+                config.resync_interval
+            ));
+        }
+    }
+    out
 }
 
 /// Runs `ipmasq validate`.

@@ -458,36 +458,14 @@ impl<'s> Builder<'s> {
             }
             Event::Scalar(text, style, anchor, tag) => {
                 let tag = tag.and_then(|t| t.core_suffix().map(str::to_string));
-                let node = Node {
-                    value: Value::Scalar(Scalar {
-                        text: text.into_owned(),
-                        style: style.into(),
-                        tag,
-                    }),
-                    location,
+                let scalar = Scalar {
+                    text: text.into_owned(),
+                    style: style.into(),
+                    tag,
                 };
-                let cost = Cost::of(&node);
-                self.charge(cost, location)?;
-                if anchor != 0 {
-                    // The anchor keeps a copy: it costs like the node itself.
-                    self.charge(cost, location)?;
-                    self.anchors.insert(anchor, (node.clone(), cost));
-                }
-                self.attach(node)?;
+                self.scalar(scalar, anchor, location)?;
             }
-            Event::Alias(id) => {
-                // Charged before the copy is made: a refused alias never allocates.
-                let cost = self
-                    .anchors
-                    .get(&id)
-                    .map(|(_, cost)| *cost)
-                    .ok_or_else(|| {
-                        YamlError::at("YAML alias refers to an unknown anchor", location)
-                    })?;
-                self.charge(cost, location)?;
-                let node = self.anchors[&id].0.clone();
-                self.attach(Node { location, ..node })?;
-            }
+            Event::Alias(id) => self.alias(id, location)?,
             Event::SequenceStart(_, anchor, _) => {
                 self.open(
                     Frame::Sequence {
@@ -509,42 +487,7 @@ impl<'s> Builder<'s> {
                     location,
                 )?;
             }
-            Event::SequenceEnd | Event::MappingEnd => {
-                let (node, anchor) = match self.stack.pop() {
-                    Some(Frame::Sequence {
-                        items,
-                        location,
-                        anchor,
-                    }) => (
-                        Node {
-                            value: Value::Sequence(items),
-                            location,
-                        },
-                        anchor,
-                    ),
-                    Some(Frame::Mapping {
-                        entries,
-                        location,
-                        anchor,
-                        ..
-                    }) => (
-                        Node {
-                            value: Value::Mapping(entries),
-                            location,
-                        },
-                        anchor,
-                    ),
-                    None => return Err(YamlError::at("unbalanced YAML collection", location)),
-                };
-                if anchor != 0 {
-                    // The anchor keeps a copy of the whole subtree: charge it, or nested
-                    // anchors (&a0 [&a1 [ ... ]]) copy it once per level unseen by the budget.
-                    let cost = Cost::of(&node);
-                    self.charge(cost, location)?;
-                    self.anchors.insert(anchor, (node.clone(), cost));
-                }
-                self.attach(node)?;
-            }
+            Event::SequenceEnd | Event::MappingEnd => self.close(location)?,
             Event::UnresolvedAlias(_) => {
                 return Err(YamlError::at(
                     "YAML alias refers to an unknown anchor",
@@ -554,6 +497,77 @@ impl<'s> Builder<'s> {
             _ => {}
         }
         Ok(None)
+    }
+
+    /// A scalar, charged (twice when an anchor keeps a copy) and attached.
+    fn scalar(
+        &mut self,
+        scalar: Scalar,
+        anchor: usize,
+        location: Location,
+    ) -> Result<(), YamlError> {
+        let node = Node {
+            value: Value::Scalar(scalar),
+            location,
+        };
+        let cost = Cost::of(&node);
+        self.charge(cost, location)?;
+        if anchor != 0 {
+            // The anchor keeps a copy: it costs like the node itself.
+            self.charge(cost, location)?;
+            self.anchors.insert(anchor, (node.clone(), cost));
+        }
+        self.attach(node)
+    }
+
+    /// An alias: charged before the copy is made, so a refused alias never allocates.
+    fn alias(&mut self, id: usize, location: Location) -> Result<(), YamlError> {
+        let cost = self
+            .anchors
+            .get(&id)
+            .map(|(_, cost)| *cost)
+            .ok_or_else(|| YamlError::at("YAML alias refers to an unknown anchor", location))?;
+        self.charge(cost, location)?;
+        let node = self.anchors[&id].0.clone();
+        self.attach(Node { location, ..node })
+    }
+
+    /// The end of a sequence or mapping: the collection becomes a node, anchored and attached.
+    fn close(&mut self, location: Location) -> Result<(), YamlError> {
+        let (node, anchor) = match self.stack.pop() {
+            Some(Frame::Sequence {
+                items,
+                location,
+                anchor,
+            }) => (
+                Node {
+                    value: Value::Sequence(items),
+                    location,
+                },
+                anchor,
+            ),
+            Some(Frame::Mapping {
+                entries,
+                location,
+                anchor,
+                ..
+            }) => (
+                Node {
+                    value: Value::Mapping(entries),
+                    location,
+                },
+                anchor,
+            ),
+            None => return Err(YamlError::at("unbalanced YAML collection", location)),
+        };
+        if anchor != 0 {
+            // The anchor keeps a copy of the whole subtree: charge it, or nested
+            // anchors (&a0 [&a1 [ ... ]]) copy it once per level unseen by the budget.
+            let cost = Cost::of(&node);
+            self.charge(cost, location)?;
+            self.anchors.insert(anchor, (node.clone(), cost));
+        }
+        self.attach(node)
     }
 
     fn open(&mut self, frame: Frame, location: Location) -> Result<(), YamlError> {
