@@ -292,6 +292,17 @@ impl Weight {
     }
 }
 
+/// A port range as both backends print it: `1024-29999`, or one port (`80`).
+pub(crate) fn port_range(text: &str) -> Option<(u16, u16)> {
+    match text.split_once('-') {
+        Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+        None => {
+            let port = text.parse().ok()?;
+            Some((port, port))
+        }
+    }
+}
+
 /// What a live rule does with a packet it matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {

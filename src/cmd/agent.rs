@@ -67,26 +67,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         return dry_run(&mut reconciler);
     }
     if args.once {
-        let lock = crate::agent::take_node_lock(
-            &state_dir(args.state_dir.as_deref()),
-            args.rules.masq_chain.as_str(),
-        );
-        reconciler.take_over_leftovers();
-        let exit = match reconciler.pass() {
-            Pass::Synced(_) => {
-                // Our rules are in force: now, and only now, the other kind's may go.
-                crate::agent::remove_leftovers_of_other_backends(
-                    reconciler.backend_id(),
-                    &reconciler.settings.plan.names(),
-                );
-                Exit::Ok
-            }
-            Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
-        };
-        if let Some(lock) = lock {
-            lock.release();
-        }
-        return exit;
+        return once(args, &mut reconciler);
     }
     let options = RunOptions {
         cleanup_on_exit: args.cleanup_on_exit,
@@ -114,6 +95,31 @@ pub fn run(args: &AgentArgs) -> Exit {
             Exit::Failure
         }
     }
+}
+
+/// `--once`: one pass under the node lock; then, once our rules are in force, the other
+/// kind's leftovers go.
+fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
+    let lock = crate::agent::take_node_lock(
+        &state_dir(args.state_dir.as_deref()),
+        args.rules.masq_chain.as_str(),
+    );
+    reconciler.take_over_leftovers();
+    let exit = match reconciler.pass() {
+        Pass::Synced(_) => {
+            // Our rules are in force: now, and only now, the other kind's may go.
+            crate::agent::remove_leftovers_of_other_backends(
+                reconciler.backend_id(),
+                &reconciler.settings.plan.names(),
+            );
+            Exit::Ok
+        }
+        Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
+    };
+    if let Some(lock) = lock {
+        lock.release();
+    }
+    exit
 }
 
 /// One pass that writes nothing; prints each family's transaction (or that it is in sync).

@@ -8,7 +8,7 @@
 //! live?: {backend, location, action, reason, rule?, unjudged}, liveUnavailable?, agree?}`,
 //! where `outcome` is `masquerade`, `keep-source` or `disagreement`.
 
-use super::node::{Node, Query};
+use super::node::{Judgement, Node, Query};
 use super::Exit;
 use crate::backend::{LiveReason, LiveVerdict};
 use crate::cli::{ExplainArgs, OutputFormat};
@@ -179,8 +179,8 @@ fn is_local_address(addr: IpAddr) -> bool {
     std::net::UdpSocket::bind((addr, 0)).is_ok()
 }
 
-/// Runs `ipmasq explain`.
-pub fn run(args: &ExplainArgs) -> Exit {
+/// The node resolved once, and the config to judge against (its story said on stderr).
+fn resolve(args: &ExplainArgs) -> Result<(Node, Judgement), Exit> {
     let given = match (&args.config_dir, &args.config) {
         (Some(dir), _) => Some(ConfigSource::Dir(dir.clone())),
         (None, Some(file)) => Some(ConfigSource::File(file.clone())),
@@ -195,17 +195,54 @@ pub fn run(args: &ExplainArgs) -> Exit {
         fallback: Some(ConfigSource::File(DEFAULT_CONFIG_PATH.into())),
     };
     let node = Node::resolve(&query);
-    let judgement = match node.judgement(&query) {
-        Ok(Some(judgement)) => judgement,
-        Ok(None) => {
+    let judgement = match node.judgement(&query)? {
+        Some(judgement) => judgement,
+        None => {
             eprintln!("ipmasq explain: no config to judge against (pass --config FILE)");
-            return Exit::Usage;
+            return Err(Exit::Usage);
         }
-        Err(exit) => return exit,
     };
     if let Some(note) = &judgement.note {
         eprintln!("ipmasq explain: {}", printable(note));
     }
+    Ok((node, judgement))
+}
+
+/// The config's answer for a packet: `decide` on the plan, except that without
+/// --enable-ipv6 no IPv6 rules exist and that a local destination never meets the rules.
+fn config_verdict(
+    (config, described): (&Config, String),
+    plan: &PlanOptions,
+    (src, dst): (IpAddr, IpAddr),
+    local: bool,
+) -> ConfigAnswer {
+    let family = if dst.is_ipv4() {
+        Family::V4
+    } else {
+        Family::V6
+    };
+    let managed = family == Family::V4 || plan.enable_ipv6;
+    let mut answer = config_answer(config, described, plan, family, src, dst);
+    if !managed {
+        // Without --enable-ipv6 the agent writes no IPv6 rules at all.
+        answer.action = Action::KeepSource;
+        answer.reason = Reason::OtherFamily;
+        answer.decision = None;
+    } else if local {
+        // Every backend lets local destinations leave before the decisions.
+        answer.action = Action::KeepSource;
+        answer.reason = Reason::LocalDestination;
+        answer.decision = None;
+    }
+    answer
+}
+
+/// Runs `ipmasq explain`.
+pub fn run(args: &ExplainArgs) -> Exit {
+    let (node, judgement) = match resolve(args) {
+        Ok(resolved) => resolved,
+        Err(exit) => return exit,
+    };
     let config = &judgement.config;
     let flags = &node.flags;
     let dst = args.destination;
@@ -227,26 +264,12 @@ pub fn run(args: &ExplainArgs) -> Exit {
     let src = source_address(args.from, config, family);
     let packet_src = src.unwrap_or_else(|| unspecified(family));
     let local = is_local_address(dst);
-    let managed = family == Family::V4 || plan.enable_ipv6;
-    let mut config_verdict = config_answer(
-        config,
-        judgement.described(),
+    let config_verdict = config_verdict(
+        (config, judgement.described()),
         &plan,
-        family,
-        packet_src,
-        dst,
+        (packet_src, dst),
+        local,
     );
-    if !managed {
-        // Without --enable-ipv6 the agent writes no IPv6 rules at all.
-        config_verdict.action = Action::KeepSource;
-        config_verdict.reason = Reason::OtherFamily;
-        config_verdict.decision = None;
-    } else if local {
-        // Every backend lets local destinations leave before the decisions.
-        config_verdict.action = Action::KeepSource;
-        config_verdict.reason = Reason::LocalDestination;
-        config_verdict.decision = None;
-    }
 
     let (live, live_unavailable) = if args.no_live {
         (None, None)
@@ -396,6 +419,23 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         (None, _) => "no listed CIDR holds it: everything else is masqueraded".to_string(),
     };
     out.push_str(&format!("        {}\n", printable(&why)));
+    out.push_str(&live_text(report, style));
+    out.push('\n');
+    let verdict = match report.outcome {
+        "disagreement" => style.error(
+            "DISAGREEMENT: the live rules do not do what the config says (is the agent running and in sync? see `ipmasq show`)",
+        ),
+        "masquerade" => style.success("masqueraded"),
+        _ => style.success("source kept"),
+    };
+    out.push_str(&format!("verdict: {verdict}\n"));
+    out
+}
+
+/// The live rules' answer: the backend, the rule (or what ran before us) that decided, and
+/// what could not be judged.
+fn live_text(report: &ExplainReport, style: &Styler) -> String {
+    let mut out = String::new();
     if let Some(live) = &report.live {
         out.push_str(&format!(
             "{}    {}, {}: {}\n",
@@ -449,15 +489,6 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
             printable(reason)
         ));
     }
-    out.push('\n');
-    let verdict = match report.outcome {
-        "disagreement" => style.error(
-            "DISAGREEMENT: the live rules do not do what the config says (is the agent running and in sync? see `ipmasq show`)",
-        ),
-        "masquerade" => style.success("masqueraded"),
-        _ => style.success("source kept"),
-    };
-    out.push_str(&format!("verdict: {verdict}\n"));
     out
 }
 

@@ -96,38 +96,10 @@ fn union_into(
     }
 }
 
-/// Merges checked parts. Every finding of every part is kept, named by its file; the merge
-/// has a config only when no part and no check of the merged lists has an error.
-pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
-    let mut diagnostics: Vec<Diagnostic> = Vec::new();
-    for part in parts {
-        diagnostics.extend(
-            part.checked
-                .diagnostics()
-                .iter()
-                .cloned()
-                .map(|d| d.in_file(part.name.clone())),
-        );
-    }
-    if parts.is_empty() {
-        diagnostics.push(
-            Diagnostic::warning(
-                Code::NoConfigFiles,
-                format!(
-                    "{} holds no file whose name starts with `{PREFIX}`: upstream's defaults apply",
-                    dir.display()
-                ),
-            )
-            .hint("mount the ConfigMaps there (their keys must start with `ip-masq`)"),
-        );
-    }
-    let configs: Vec<(&Arc<str>, &Config)> = parts
-        .iter()
-        .filter_map(|p| p.checked.config().map(|c| (&p.name, c)))
-        .collect();
-    if configs.len() < parts.len() {
-        return Checked::rejected(diagnostics);
-    }
+/// The configs of the parts as one: lists as unions in file order without repeats (each
+/// entry's file and place kept), booleans OR'd, the largest `cidrLimit` and the shortest
+/// `resyncInterval` given.
+fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config {
     let mut merged = Config::defaults(options);
     let mut provenance = Provenance::default();
     let (mut kept, mut forced, mut sources) = (Vec::new(), Vec::new(), Vec::new());
@@ -135,7 +107,7 @@ pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
         (HashSet::new(), HashSet::new(), HashSet::new());
     let mut limit: Option<i64> = None;
     let mut resync = None;
-    for (file, config) in &configs {
+    for (file, config) in configs {
         let given = &config.provenance;
         if given.gave_non_masquerade_cidrs {
             provenance.gave_non_masquerade_cidrs = true;
@@ -193,6 +165,42 @@ pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
         merged.resync_interval = resync;
     }
     merged.provenance = provenance;
+    merged
+}
+
+/// Merges checked parts. Every finding of every part is kept, named by its file; the merge
+/// has a config only when no part and no check of the merged lists has an error.
+pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
+    let mut diagnostics: Vec<Diagnostic> = Vec::new();
+    for part in parts {
+        diagnostics.extend(
+            part.checked
+                .diagnostics()
+                .iter()
+                .cloned()
+                .map(|d| d.in_file(part.name.clone())),
+        );
+    }
+    if parts.is_empty() {
+        diagnostics.push(
+            Diagnostic::warning(
+                Code::NoConfigFiles,
+                format!(
+                    "{} holds no file whose name starts with `{PREFIX}`: upstream's defaults apply",
+                    dir.display()
+                ),
+            )
+            .hint("mount the ConfigMaps there (their keys must start with `ip-masq`)"),
+        );
+    }
+    let configs: Vec<(&Arc<str>, &Config)> = parts
+        .iter()
+        .filter_map(|p| p.checked.config().map(|c| (&p.name, c)))
+        .collect();
+    if configs.len() < parts.len() {
+        return Checked::rejected(diagnostics);
+    }
+    let merged = merge_configs(&configs, options);
     let mut found = Vec::new();
     check_cidr_limit(
         merged.non_masquerade_cidrs.len(),

@@ -1,5 +1,7 @@
-//! Tests of the command line itself: multi-call dispatch and `validate`.
+//! Tests that need no privileges: the command line itself (multi-call dispatch, `validate`,
+//! generated files) and the shape of the code.
 
+mod code_shape;
 mod dispatch;
 mod extensions;
 mod generated;

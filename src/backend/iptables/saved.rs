@@ -281,17 +281,6 @@ pub(super) fn weight_of(text: &str) -> Option<Weight> {
     Some(Weight { taken, of })
 }
 
-/// `1024-29999` or `1024`.
-pub(super) fn port_range(text: &str) -> Option<(u16, u16)> {
-    match text.split_once('-') {
-        Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
-        None => {
-            let port = text.parse().ok()?;
-            Some((port, port))
-        }
-    }
-}
-
 /// Takes a saved `-A CHAIN ...` line apart.
 pub(super) fn describe_rule(line: &str) -> Described {
     let tokens = tokenize(line);
@@ -327,7 +316,9 @@ pub(super) fn describe_rule(line: &str) -> Described {
                 target = Some(v.to_string());
                 Some(())
             }
-            (Some("--to-ports"), Some(v)) if !negated => port_range(v).map(|p| ports = Some(p)),
+            (Some("--to-ports"), Some(v)) if !negated => {
+                crate::backend::port_range(v).map(|p| ports = Some(p))
+            }
             (Some("--probability"), Some(v)) if !negated => weight_of(v).map(|w| weight = Some(w)),
             (Some("--comment"), Some(v)) if !negated => {
                 out.comment = Some(v.to_string());

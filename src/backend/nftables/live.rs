@@ -417,36 +417,24 @@ fn describe(statements: &str) -> Described {
     while i < words.len() {
         let rest = &words[i..];
         let taken = match rest {
-            ["ip" | "ip6", side @ ("saddr" | "daddr"), tail @ ..] => {
-                let negated = tail.first() == Some(&"!=");
-                let tail = &tail[usize::from(negated)..];
-                if *side == "daddr" && tail.first() == Some(&format!("@{SET}").as_str()) {
+            ["ip" | "ip6", side @ ("saddr" | "daddr"), tail @ ..] => match address_match(tail) {
+                Some((AddressWords::SetLookup, used)) if *side == "daddr" => {
                     set_lookup = true;
-                    Some(3)
-                } else {
-                    addresses(tail).map(|(nets, used)| {
-                        let found = Some(AddressMatch { negated, nets });
-                        if *side == "saddr" {
-                            matches.source = found;
-                        } else {
-                            matches.destination = found;
-                        }
-                        2 + usize::from(negated) + used
-                    })
+                    Some(2 + used)
                 }
-            }
+                Some((AddressWords::Match(found), used)) => {
+                    if *side == "saddr" {
+                        matches.source = Some(found);
+                    } else {
+                        matches.destination = Some(found);
+                    }
+                    Some(2 + used)
+                }
+                _ => None,
+            },
             ["meta", "l4proto", tail @ ..] => {
-                let (list, used) = if tail.first() == Some(&"{") {
-                    let end = tail.iter().position(|w| *w == "}").unwrap_or(tail.len());
-                    (&tail[1..end], end + 1)
-                } else {
-                    (&tail[..tail.len().min(1)], 1)
-                };
-                matches.protocols = list
-                    .iter()
-                    .map(|w| w.trim_end_matches(',').to_string())
-                    .filter(|w| !w.is_empty())
-                    .collect();
+                let (protocols, used) = protocol_list(tail);
+                matches.protocols = protocols;
                 Some(2 + used)
             }
             ["numgen", "random", "mod", of, "<", taken, ..] => match (of.parse(), taken.parse()) {
@@ -470,14 +458,7 @@ fn describe(statements: &str) -> Described {
                 Some(1)
             }
             ["to", range, ..] if verdict.is_some() => {
-                ports = range
-                    .trim_start_matches(':')
-                    .split_once('-')
-                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
-                    .or_else(|| {
-                        let port = range.trim_start_matches(':').parse().ok()?;
-                        Some((port, port))
-                    });
+                ports = crate::backend::port_range(range.trim_start_matches(':'));
                 Some(2)
             }
             ["fully-random", ..] => {
@@ -512,6 +493,43 @@ fn describe(statements: &str) -> Described {
         verdict,
         set_lookup,
     }
+}
+
+/// What follows `ip saddr` / `ip daddr`.
+enum AddressWords {
+    Match(AddressMatch),
+    /// `@nomasq`: our set.
+    SetLookup,
+}
+
+/// `[!=] (CIDR | { CIDR, ... } | @nomasq)`, and how many words it took.
+fn address_match(tail: &[&str]) -> Option<(AddressWords, usize)> {
+    let negated = tail.first() == Some(&"!=");
+    let tail = &tail[usize::from(negated)..];
+    if !negated && tail.first() == Some(&format!("@{SET}").as_str()) {
+        return Some((AddressWords::SetLookup, 1));
+    }
+    let (nets, used) = addresses(tail)?;
+    Some((
+        AddressWords::Match(AddressMatch { negated, nets }),
+        usize::from(negated) + used,
+    ))
+}
+
+/// `{ tcp, udp, sctp }` or `tcp`, and how many words it took.
+fn protocol_list(tail: &[&str]) -> (Vec<String>, usize) {
+    let (list, used) = if tail.first() == Some(&"{") {
+        let end = tail.iter().position(|w| *w == "}").unwrap_or(tail.len());
+        (&tail[1..end], end + 1)
+    } else {
+        (&tail[..tail.len().min(1)], 1)
+    };
+    let protocols = list
+        .iter()
+        .map(|w| w.trim_end_matches(',').to_string())
+        .filter(|w| !w.is_empty())
+        .collect();
+    (protocols, used)
 }
 
 /// Words that begin a statement which decides (or rewrites) rather than matches.

@@ -107,6 +107,29 @@ impl Nftables {
         }
     }
 
+    /// Whether the gate still vouches for the table at generation `before` (advanced past
+    /// commits the monitor saw leave it untouched), and, when `desired` is what it vouches for,
+    /// its rule count: the steady state.
+    fn vouch(&self, desired: &Ruleset, before: Option<u32>) -> (bool, Option<usize>) {
+        let family = desired.family;
+        // Commits since we knew the table, none of which touched it (a neighbour's): the
+        // table is still what we knew.
+        let known = self.gate().generation(family);
+        if let (Some(now), Some(known)) = (before, known) {
+            if now != known
+                && self
+                    .with_monitor(|m| m.untouched(family, known, now))
+                    .unwrap_or(false)
+            {
+                self.gate().advance(family, now);
+            }
+        }
+        match self.gate().known_at(before, family) {
+            Some((ruleset, rules)) => (true, (ruleset == desired).then_some(rules)),
+            None => (false, None),
+        }
+    }
+
     /// `nft -j list table FAMILY ipmasq`; an absent table is an empty reading.
     fn read(&self, family: Family) -> Result<(LiveTable, String), BackendError> {
         let out = runner::run(
@@ -280,22 +303,7 @@ impl Backend for Nftables {
         // Read the id BEFORE the dump, so a change during the dump is never missed. The
         // steady state ends here: an unchanged id and plan, nothing read, nothing built.
         let before = generation::current();
-        // Commits since we knew the table, none of which touched it (a neighbour's): the
-        // table is still what we knew.
-        let known = self.gate().generation(family);
-        if let (Some(now), Some(known)) = (before, known) {
-            if now != known
-                && self
-                    .with_monitor(|m| m.untouched(family, known, now))
-                    .unwrap_or(false)
-            {
-                self.gate().advance(family, now);
-            }
-        }
-        let (vouched, steady) = match self.gate().known_at(before, family) {
-            Some((ruleset, rules)) => (true, (ruleset == desired).then_some(rules)),
-            None => (false, None),
-        };
+        let (vouched, steady) = self.vouch(desired, before);
         if let Some(rules) = steady {
             return Ok(SyncReport {
                 family,
