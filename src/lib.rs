@@ -10,3 +10,4 @@ pub mod cmd;
 pub mod config;
 pub(crate) mod output;
 pub(crate) mod plan;
+pub(crate) mod text;

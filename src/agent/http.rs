@@ -18,8 +18,6 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::net::TcpListener;
 use tracing::debug;
 
-/// Where the endpoint listens unless `--metrics-addr` says otherwise.
-pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9723";
 /// A client must send its request headers within this time.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection lives at most this long, whatever it does.

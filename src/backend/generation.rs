@@ -4,49 +4,16 @@
 //! nothing changed since it was read. Both the nftables backend and the iptables-nft variant
 //! gate their passes on it; iptables-legacy's writes do not move it.
 
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+use super::netlink::{
+    attribute, error_code, message, Requester, NFGENMSG_LEN, NFNL_SUBSYS_NFTABLES, NFTA_GEN_ID,
+    NFT_MSG_GETGEN, NFT_MSG_NEWGEN, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_REQUEST,
+};
 use std::io;
-
-/// nfnetlink subsystem of nf_tables.
-pub(super) const NFNL_SUBSYS_NFTABLES: u16 = 10;
-/// A commit's new generation: GETGEN's reply, and the last notification of every commit.
-pub(super) const NFT_MSG_NEWGEN: u16 = 15;
-const NFT_MSG_GETGEN: u16 = 16;
-pub(super) const NFTA_GEN_ID: u16 = 1;
-const NLM_F_REQUEST: u16 = 1;
-const NLMSG_ERROR: u16 = 2;
-pub(super) const NLMSG_HDRLEN: usize = 16;
-pub(super) const NFGENMSG_LEN: usize = 4;
-
-/// The value of the first netlink attribute of type `wanted` in `attrs` (flags masked off);
-/// None when there is none or the attributes do not frame.
-pub(super) fn attribute(mut attrs: &[u8], wanted: u16) -> Option<&[u8]> {
-    while attrs.len() >= 4 {
-        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
-        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
-        if len < 4 || len > attrs.len() {
-            return None;
-        }
-        if kind == wanted {
-            return Some(&attrs[4..len]);
-        }
-        attrs = attrs.get((len + 3) & !3..).unwrap_or_default();
-    }
-    None
-}
 
 /// The GETGEN request: a netlink header and an nfgenmsg, nothing else.
 fn request(seq: u32) -> Vec<u8> {
-    let len = (NLMSG_HDRLEN + NFGENMSG_LEN) as u32;
-    let mut msg = Vec::with_capacity(len as usize);
-    msg.extend_from_slice(&len.to_ne_bytes());
-    msg.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN).to_ne_bytes());
-    msg.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    msg.extend_from_slice(&seq.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    // nfgenmsg: AF_UNSPEC, NFNETLINK_V0, res_id 0.
-    msg.extend_from_slice(&[0, 0, 0, 0]);
-    msg
+    let kind = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN;
+    message(kind, NLM_F_REQUEST, seq, (0, 0), &[])
 }
 
 /// The generation id in a NEWGEN reply, or the error the kernel answered with.
@@ -60,10 +27,7 @@ fn parse_reply(buf: &[u8]) -> io::Result<u32> {
     let kind = u16::from_ne_bytes(buf[4..6].try_into().expect("2 bytes"));
     let msg = buf.get(..len.min(buf.len())).ok_or_else(|| bad("length"))?;
     if kind == NLMSG_ERROR {
-        let code = msg
-            .get(NLMSG_HDRLEN..NLMSG_HDRLEN + 4)
-            .map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes")))
-            .ok_or_else(|| bad("short error"))?;
+        let code = error_code(msg).ok_or_else(|| bad("short error"))?;
         return Err(io::Error::from_raw_os_error(-code));
     }
     if kind != (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN {
@@ -78,12 +42,9 @@ fn parse_reply(buf: &[u8]) -> io::Result<u32> {
 
 /// The current ruleset generation id of this network namespace.
 pub(crate) fn generation() -> io::Result<u32> {
-    let mut socket = Socket::new(NETLINK_NETFILTER)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    socket.send(&request(1), 0)?;
-    let (reply, _) = socket.recv_from_full()?;
-    parse_reply(&reply)
+    let requester = Requester::open()?;
+    requester.send(&request(1))?;
+    parse_reply(&requester.receive()?)
 }
 
 /// What a backend knows to be live for one family: the generation id after its own last

@@ -94,27 +94,4 @@ mod tests {
         }
         assert!("iptables".parse::<BackendId>().is_err());
     }
-
-    #[test]
-    fn every_suggested_flag_parses_and_chooses_that_backend() {
-        use clap::Parser;
-        for id in BackendId::ALL {
-            let cli = crate::cli::Cli::try_parse_from(["ipmasq", "cleanup", id.flag()])
-                .unwrap_or_else(|e| panic!("{}: {e}", id.flag()));
-            let Some(crate::cli::Applet::Cleanup(args)) = cli.applet else {
-                panic!("cleanup")
-            };
-            let choice = crate::cmd::backend_choice(&args.backend);
-            let expected = match id {
-                BackendId::Nftables => super::super::select::Choice::Nftables,
-                BackendId::IptablesLegacy => super::super::select::Choice::Iptables(
-                    super::super::select::IptablesVariant::Legacy,
-                ),
-                _ => super::super::select::Choice::Iptables(
-                    super::super::select::IptablesVariant::Nft,
-                ),
-            };
-            assert_eq!(choice, expected, "{id}");
-        }
-    }
 }

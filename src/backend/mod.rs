@@ -11,6 +11,7 @@ mod generation;
 pub(crate) mod golden;
 mod id;
 mod iptables;
+mod netlink;
 mod nftables;
 mod notify;
 pub(crate) mod runner;
@@ -163,7 +164,8 @@ impl DriftKind {
     }
 
     /// The repair this difference needs, as the metrics' `kind` label and the logs name it
-    /// (documented since step 4: a rule-level difference is repaired by `rules_differ`).
+    /// (documented since the metrics shipped: a rule-level difference is repaired by
+    /// `rules_differ`).
     pub fn repair(self) -> &'static str {
         match self {
             DriftKind::ChainMissing => "chain_missing",

@@ -4,7 +4,7 @@
 //! leaves our table as we last saw it, and the pass needs no re-read. Lost notifications
 //! (ENOBUFS) or a generation whose notifications do not arrive in time mean one full read.
 
-use super::generation::{
+use super::netlink::{
     attribute, NFGENMSG_LEN, NFNL_SUBSYS_NFTABLES, NFTA_GEN_ID, NFT_MSG_NEWGEN, NLMSG_HDRLEN,
 };
 use crate::plan::Family;

@@ -4,7 +4,7 @@
 
 use crate::config::{Code, Severity, DEFAULT_CIDR_LIMIT, DEFAULT_CONFIG_PATH, RFC1918_RANGES};
 
-use crate::cmd::generate::roff_text as roff;
+use super::docs::roff_text as roff;
 
 fn section(out: &mut String, title: &str) {
     out.push_str(&format!(".SH {title}\n"));

@@ -250,3 +250,13 @@ pub fn after_help(doc: &AppletDoc) -> String {
     }
     out
 }
+
+/// Escapes text for roff: backslashes, and a leading `.` or `'` that would read as a request.
+pub(crate) fn roff_text(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with('.') || escaped.starts_with('\'') {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
+}

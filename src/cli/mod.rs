@@ -10,6 +10,9 @@ pub mod config_page;
 pub mod docs;
 pub use docs::after_help;
 
+/// Where the endpoint listens unless `--metrics-addr` says otherwise.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9723";
+
 /// The applets, sorted as `--list` prints them: the subcommands of the one clap definition.
 pub fn applets() -> Vec<String> {
     use clap::CommandFactory;
@@ -202,7 +205,7 @@ pub struct AgentArgs {
     #[arg(
         long,
         value_name = "HOST:PORT|off",
-        default_value = crate::agent::http::DEFAULT_METRICS_ADDR,
+        default_value = DEFAULT_METRICS_ADDR,
         value_parser = parse_metrics_addr
     )]
     pub metrics_addr: MetricsAddr,

@@ -4,7 +4,7 @@
 //! with a fresh generation.
 
 use super::Exit;
-use crate::cli::docs::{self, AppletDoc};
+use crate::cli::docs::{self, roff_text, AppletDoc};
 use crate::cli::{Cli, BINARY_NAME};
 use clap::CommandFactory;
 use clap_complete::Shell;
@@ -22,16 +22,6 @@ pub const COMPLETIONS: [(Shell, &str); 5] = [
     (Shell::Elvish, "ipmasq.elv"),
     (Shell::PowerShell, "_ipmasq.ps1"),
 ];
-
-/// Escapes text for roff: backslashes, and a leading `.` or `'` that would read as a request.
-pub(crate) fn roff_text(text: &str) -> String {
-    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
-    if escaped.starts_with('.') || escaped.starts_with('\'') {
-        format!("\\&{escaped}")
-    } else {
-        escaped
-    }
-}
 
 /// Completions for the agent under upstream's name (`ip-masq-agent`, the symlink packages
 /// install): the agent's flags as a command of its own.

@@ -291,3 +291,31 @@ pub fn load_config(
     eprintln!("ipmasq {applet}: {source} is invalid (the agent would keep its last good config)");
     Err(Exit::Usage)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::BackendId;
+
+    #[test]
+    fn every_suggested_flag_parses_and_chooses_that_backend() {
+        use clap::Parser;
+        for id in BackendId::ALL {
+            let cli = crate::cli::Cli::try_parse_from(["ipmasq", "cleanup", id.flag()])
+                .unwrap_or_else(|e| panic!("{}: {e}", id.flag()));
+            let Some(crate::cli::Applet::Cleanup(args)) = cli.applet else {
+                panic!("cleanup")
+            };
+            let choice = crate::cmd::backend_choice(&args.backend);
+            let expected = match id {
+                BackendId::Nftables => crate::backend::select::Choice::Nftables,
+                BackendId::IptablesLegacy => crate::backend::select::Choice::Iptables(
+                    crate::backend::select::IptablesVariant::Legacy,
+                ),
+                _ => crate::backend::select::Choice::Iptables(
+                    crate::backend::select::IptablesVariant::Nft,
+                ),
+            };
+            assert_eq!(choice, expected, "{id}");
+        }
+    }
+}

@@ -193,7 +193,7 @@ pub const MAX_TEXT_CHARS: usize = 240;
 /// shows the finding), cut to [`MAX_TEXT_CHARS`] characters, marked with an ellipsis and how
 /// much was cut.
 pub fn clip(text: String) -> String {
-    let text = match crate::output::printable(&text) {
+    let text = match crate::text::printable(&text) {
         std::borrow::Cow::Borrowed(_) => text,
         std::borrow::Cow::Owned(escaped) => escaped,
     };

@@ -1,5 +1,5 @@
 //! What a ruleset does with one packet. This is the single source of truth for a verdict:
-//! backends are tested to agree with it, and `explain` (step 9) reports through it.
+//! backends are tested to agree with it, and `explain` reports through it.
 #![cfg_attr(not(test), allow(dead_code))]
 
 use super::{Action, Ruleset};

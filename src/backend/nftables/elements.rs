@@ -4,20 +4,17 @@
 //! carries. Each CIDR is an interval: a start element and, unless it reaches the end of the
 //! address space, an interval-end element at the first address after it.
 
+use crate::backend::netlink::{
+    attr, cstring, error_code, message, messages, nested, Requester, NFNL_SUBSYS_NFTABLES,
+    NLMSG_ERROR, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
+};
 use ipnet::IpNet;
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use std::io;
 
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_DELSETELEM: u16 = 14;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_CREATE: u16 = 0x400;
-const NLMSG_ERROR: u16 = 2;
-const NLA_F_NESTED: u16 = 0x8000;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
@@ -31,44 +28,6 @@ const NFPROTO_IPV6: u8 = 10;
 /// More changes than this go through the whole-table transaction instead (one netlink
 /// message must fit the socket's buffer).
 pub(super) const MAX_BATCH_CIDRS: usize = 2000;
-
-/// Appends one netlink attribute, padded to 4 bytes.
-fn attr(buf: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-    let len = 4 + payload.len();
-    buf.extend_from_slice(&(len as u16).to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(payload);
-    buf.resize(buf.len() + (4 - len % 4) % 4, 0);
-}
-
-/// A nested attribute built by `fill`.
-fn nested(buf: &mut Vec<u8>, kind: u16, fill: impl FnOnce(&mut Vec<u8>)) {
-    let mut inner = Vec::new();
-    fill(&mut inner);
-    attr(buf, kind | NLA_F_NESTED, &inner);
-}
-
-fn cstring(text: &str) -> Vec<u8> {
-    let mut bytes = text.as_bytes().to_vec();
-    bytes.push(0);
-    bytes
-}
-
-/// One netlink message: header, nfgenmsg, attributes.
-fn message(kind: u16, flags: u16, seq: u32, family: u8, res_id: u16, attrs: &[u8]) -> Vec<u8> {
-    let len = 16 + 4 + attrs.len();
-    let mut msg = Vec::with_capacity(len);
-    msg.extend_from_slice(&(len as u32).to_ne_bytes());
-    msg.extend_from_slice(&kind.to_ne_bytes());
-    msg.extend_from_slice(&flags.to_ne_bytes());
-    msg.extend_from_slice(&seq.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    msg.push(family);
-    msg.push(0);
-    msg.extend_from_slice(&res_id.to_be_bytes());
-    msg.extend_from_slice(attrs);
-    msg
-}
 
 /// The key bytes of an address (network order), and of the first address after a network
 /// (None past the end of the address space).
@@ -131,8 +90,7 @@ pub(super) fn batch(
         NFNL_MSG_BATCH_BEGIN,
         NLM_F_REQUEST,
         1,
-        0,
-        NFNL_SUBSYS_NFTABLES,
+        (0, NFNL_SUBSYS_NFTABLES),
         &[],
     );
     let mut seq = 2;
@@ -156,8 +114,7 @@ pub(super) fn batch(
             (NFNL_SUBSYS_NFTABLES << 8) | kind,
             flags,
             seq,
-            family,
-            0,
+            (family, 0),
             &attrs,
         ));
         seq += 1;
@@ -167,8 +124,7 @@ pub(super) fn batch(
         NFNL_MSG_BATCH_END,
         NLM_F_REQUEST,
         seq,
-        0,
-        NFNL_SUBSYS_NFTABLES,
+        (0, NFNL_SUBSYS_NFTABLES),
         &[],
     ));
     (buf, acks)
@@ -187,27 +143,19 @@ pub(super) fn apply(
     if acks == 0 {
         return Ok(());
     }
-    let mut socket = Socket::new(NETLINK_NETFILTER)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    socket.send(&buf, 0)?;
+    let requester = Requester::open()?;
+    requester.send(&buf)?;
     while acks > 0 {
-        let (reply, _) = socket.recv_from_full()?;
-        let mut rest = reply.as_slice();
-        while rest.len() >= 16 {
-            let len = u32::from_ne_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
-            let kind = u16::from_ne_bytes(rest[4..6].try_into().expect("2 bytes"));
-            if len < 16 || len > rest.len() {
-                break;
+        let reply = requester.receive()?;
+        for (kind, msg) in messages(&reply) {
+            if kind != NLMSG_ERROR {
+                continue;
             }
-            if kind == NLMSG_ERROR && len >= 20 {
-                let code = i32::from_ne_bytes(rest[16..20].try_into().expect("4 bytes"));
-                if code != 0 {
-                    return Err(io::Error::from_raw_os_error(-code));
-                }
-                acks -= 1;
+            match error_code(msg) {
+                Some(0) => acks -= 1,
+                Some(code) => return Err(io::Error::from_raw_os_error(-code)),
+                None => {}
             }
-            rest = &rest[(len + 3) & !3..];
         }
     }
     Ok(())
