@@ -369,4 +369,6 @@ impl From<RunError> for BackendError {
 }
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;

@@ -455,4 +455,6 @@ impl Backend for Nftables {
 }
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;
