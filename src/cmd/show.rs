@@ -374,11 +374,17 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
         out.push_str(&elsewhere_text(report, elsewhere, style));
     }
     if !report.installed {
+        let missing = match report.backend.kind() {
+            BackendKind::Iptables => format!(
+                "no {} chain in the nat table of {}",
+                report.chain, report.backend
+            ),
+            BackendKind::Nftables => "no table ip ipmasq with its postrouting chain".to_string(),
+        };
         out.push_str(&format!(
             "\n{}\n",
             style.warning(&format!(
-                "ip-masq-agent rules are not installed (no {} chain in the nat table of {})",
-                report.chain, report.backend
+                "ip-masq-agent rules are not installed ({missing})"
             ))
         ));
     }

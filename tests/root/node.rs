@@ -30,7 +30,8 @@ impl Pod {
         std::fs::create_dir_all(&pod_etc).unwrap();
         let log = std::env::temp_dir().join(format!("{}-{tag}-pod.log", ns.name));
         let script = format!(
-            "mount -t tmpfs pod-config '{etc}' && printf '%s' '{POD_CONFIG}' > '{etc}/ip-masq-agent' && exec '{bin}' agent {backend} --config='{etc}/ip-masq-agent' --metrics-addr=off",
+            "mount -t tmpfs pod-config '{etc}' && printf '%s' '{config}' > '{etc}/ip-masq-agent' && exec '{bin}' agent {backend} --config='{etc}/ip-masq-agent' --metrics-addr=off",
+            config = if tag == "m" { MATRIX_CONFIG } else { POD_CONFIG },
             etc = pod_etc.display(),
             bin = crate::util::binary().display(),
         );
@@ -280,3 +281,348 @@ every_backend!(
     a_pods_agent_is_judged_on_the_host,
     a_missing_record_is_said_not_replaced_by_defaults,
 );
+
+/// How the agent runs in the matrix.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Deployment {
+    /// On the host (a systemd unit): its config path is the host's.
+    Host,
+    /// As a DaemonSet pod: its own PID and mount namespaces, its config where the host
+    /// cannot see it.
+    Pod,
+}
+
+/// One damage done by hand to the live rules, as the nft or iptables CLI would.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Case {
+    InSync,
+    MasqueradeRuleDeleted,
+    SetElementDeleted,
+    LocalSkipDeleted,
+    EntryDeleted,
+    RecordedConfigMissing,
+    StaleState,
+}
+
+/// The matrix's config: 10.0.0.0/8 and 100.64.0.0/10 kept, an hour between passes (only a
+/// SIGHUP repairs, so a damage stays while the tools look at it).
+const MATRIX_CONFIG: &str =
+    "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 100.64.0.0/10\nresyncInterval: 1h\n";
+
+fn damage(ns: &Netns, backend: &str, case: Case) {
+    let nft = backend == "--backend=nftables";
+    let tool = if backend.ends_with("legacy") {
+        "iptables-legacy"
+    } else {
+        "iptables-nft"
+    };
+    let script = match (case, nft) {
+        (Case::MasqueradeRuleDeleted, true) => {
+            "nft -a list chain ip ipmasq postrouting | grep 'masquerade' | sed 's/.*# handle //' | \
+             while read h; do nft delete rule ip ipmasq postrouting handle $h; done"
+                .to_string()
+        }
+        (Case::MasqueradeRuleDeleted, false) => format!(
+            "{tool} -t nat -S IP-MASQ-AGENT | grep -- '-j MASQUERADE' | sed 's/^-A/-D/' | \
+             while read r; do eval {tool} -t nat $r; done"
+        ),
+        (Case::SetElementDeleted, true) => {
+            "nft delete element ip ipmasq nomasq '{ 10.0.0.0/8 }'".to_string()
+        }
+        (Case::SetElementDeleted, false) => format!(
+            "{tool} -t nat -S IP-MASQ-AGENT | grep -- '-d 10.0.0.0/8' | sed 's/^-A/-D/' | \
+             while read r; do eval {tool} -t nat $r; done"
+        ),
+        (Case::LocalSkipDeleted, true) => {
+            "h=$(nft -a list chain ip ipmasq postrouting | grep 'fib daddr type local return' | \
+             sed 's/.*# handle //'); nft delete rule ip ipmasq postrouting handle $h"
+                .to_string()
+        }
+        (Case::LocalSkipDeleted, false) => format!(
+            "{tool} -t nat -S POSTROUTING | grep -- '-j IP-MASQ-AGENT' | sed 's/^-A/-D/' | \
+             while read r; do eval {tool} -t nat $r; done; {tool} -t nat -A POSTROUTING -j IP-MASQ-AGENT"
+        ),
+        (Case::EntryDeleted, true) => {
+            "nft flush chain ip ipmasq postrouting && nft delete chain ip ipmasq postrouting".to_string()
+        }
+        (Case::EntryDeleted, false) => format!(
+            "{tool} -t nat -S POSTROUTING | grep -- '-j IP-MASQ-AGENT' | sed 's/^-A/-D/' | \
+             while read r; do eval {tool} -t nat $r; done"
+        ),
+        _ => return,
+    };
+    ns.sh(&script);
+}
+
+/// What the tools must say in one case: `show`'s exit and the end of its verdict line (None:
+/// no verdict line), and `explain`'s exit and verdict for 203.0.113.9 and 10.1.2.3.
+struct Expected {
+    show: (i32, Option<&'static str>),
+    outside: (i32, &'static str),
+    kept: (i32, &'static str),
+}
+
+fn expected(case: Case, deployment: Deployment, nft: bool) -> Expected {
+    const MASQ: (i32, &str) = (0, "verdict: masqueraded");
+    const KEPT: (i32, &str) = (10, "verdict: source kept");
+    const DISAGREE: (i32, &str) = (11, "verdict: DISAGREEMENT");
+    const USAGE: (i32, &str) = (2, "");
+    let drifted = |n: &'static str| (1, Some(n));
+    match case {
+        Case::InSync => Expected {
+            show: (0, Some(": in sync")),
+            outside: MASQ,
+            kept: KEPT,
+        },
+        Case::MasqueradeRuleDeleted => Expected {
+            show: drifted(": drifted (1 difference)"),
+            outside: DISAGREE,
+            kept: KEPT,
+        },
+        // iptables has no set: the RETURN rule for 10.0.0.0/8 is deleted.
+        Case::SetElementDeleted => Expected {
+            show: drifted(": drifted (1 difference)"),
+            outside: MASQ,
+            kept: DISAGREE,
+        },
+        // iptables: the planned jump is missing and one of another spelling is there.
+        Case::LocalSkipDeleted => Expected {
+            show: drifted(if nft {
+                ": drifted (1 difference)"
+            } else {
+                ": drifted (2 differences)"
+            }),
+            outside: MASQ,
+            kept: KEPT,
+        },
+        Case::EntryDeleted => Expected {
+            show: if nft {
+                (3, Some(": drifted (2 differences)"))
+            } else {
+                drifted(": drifted (1 difference)")
+            },
+            outside: DISAGREE,
+            kept: KEPT,
+        },
+        Case::RecordedConfigMissing => match deployment {
+            Deployment::Host => Expected {
+                show: (0, Some(": in sync")),
+                outside: MASQ,
+                kept: KEPT,
+            },
+            Deployment::Pod => Expected {
+                show: (2, None),
+                outside: USAGE,
+                kept: USAGE,
+            },
+        },
+        // No agent: nothing to judge `show` against; explain falls back to upstream's defaults
+        // at the default path (10.1.2.3 is in them too).
+        Case::StaleState => Expected {
+            show: (0, None),
+            outside: MASQ,
+            kept: KEPT,
+        },
+    }
+}
+
+/// Every `ipmasq …` command an output suggests between backticks.
+fn suggested_commands(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|c| c.starts_with("ipmasq "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn matrix(backend: &'static str, deployment: Deployment) -> Vec<String> {
+    let nft = backend == "--backend=nftables";
+    let mut ns = Netns::new("matrix");
+    // One directory per test thread: the matrix runs its backends in parallel.
+    let tag = format!(
+        "matrix-{}-{deployment:?}",
+        backend.trim_start_matches("--").replace('=', "-")
+    );
+    let host_dir = crate::util::Scratch::new(&tag);
+    let host_config = host_dir.write("ip-masq-agent", MATRIX_CONFIG);
+    let (agent_pid, pod) = match deployment {
+        Deployment::Host => {
+            let log = host_dir.path.join("agent.log");
+            let pid = ns.spawn_ipmasq(
+                &[
+                    "agent",
+                    backend,
+                    &format!("--config={}", host_config.display()),
+                    "--metrics-addr=off",
+                ],
+                &log,
+            );
+            (pid, None)
+        }
+        Deployment::Pod => {
+            let pod = Pod::start(&mut ns, backend, "m");
+            (pod.host_pid(), Some(pod))
+        }
+    };
+    assert!(wait_until(PATIENCE, || state(&ns)
+        .is_some_and(|s| s["configRead"].is_object())));
+    let mut table = Vec::new();
+    let cases = [
+        Case::InSync,
+        Case::MasqueradeRuleDeleted,
+        Case::SetElementDeleted,
+        Case::LocalSkipDeleted,
+        Case::EntryDeleted,
+        Case::RecordedConfigMissing,
+        Case::StaleState,
+    ];
+    for case in cases {
+        match case {
+            Case::RecordedConfigMissing => {
+                let applied = state_files(&ns)
+                    .into_iter()
+                    .find(|n| n.ends_with("-config.json"))
+                    .unwrap();
+                std::fs::remove_file(ns.state_dir().join(applied)).unwrap();
+            }
+            Case::StaleState => {
+                kill(agent_pid, "KILL");
+                // Dead once its node lock is free (a killed child stays a zombie until reaped).
+                assert!(wait_until(PATIENCE, || ns
+                    .ipmasq(&["show", backend])
+                    .stdout
+                    .contains("no agent running (stale state")));
+            }
+            _ => damage(&ns, backend, case),
+        }
+        let want = expected(case, deployment, nft);
+        let show = ns.ipmasq(&["show", backend, "--color=never"]);
+        let verdict_line = show
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("sync with "))
+            .map(str::to_string);
+        assert_eq!(
+            show.code, want.show.0,
+            "{case:?} show: {}{}",
+            show.stdout, show.stderr
+        );
+        match want.show.1 {
+            Some(end) => assert!(
+                verdict_line.as_deref().is_some_and(|l| l.ends_with(end)),
+                "{case:?}: {verdict_line:?}\n{}",
+                show.stdout
+            ),
+            None => assert_eq!(verdict_line, None, "{case:?}: {}", show.stdout),
+        }
+        let mut row = format!(
+            "| {backend} | {deployment:?} | {case:?} | show {} `{}` |",
+            show.code,
+            verdict_line
+                .as_deref()
+                .map_or("-", |l| l.rsplit(": ").next().unwrap_or(l))
+        );
+        for (dest, (code, line)) in [("203.0.113.9", want.outside), ("10.1.2.3", want.kept)] {
+            let run = ns.ipmasq(&["explain", backend, dest, "--color=never"]);
+            assert_eq!(
+                run.code, code,
+                "{case:?} explain {dest}: {}{}",
+                run.stdout, run.stderr
+            );
+            if !line.is_empty() {
+                assert!(
+                    run.stdout.lines().any(|l| l.starts_with(line)),
+                    "{case:?} {dest}: {}",
+                    run.stdout
+                );
+            }
+            row.push_str(&format!(" explain {dest} {code} |"));
+            for command in suggested_commands(&format!("{}{}", run.stdout, run.stderr)) {
+                let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+                let ran = ns.ipmasq(&words);
+                assert_ne!(
+                    ran.code, 2,
+                    "suggested `{command}` must parse: {}",
+                    ran.stderr
+                );
+            }
+        }
+        let cleanup = ns.ipmasq(&["cleanup", "--dry-run", "--all-variants=false", backend]);
+        assert_eq!(
+            cleanup.code, 0,
+            "{case:?} cleanup: {}{}",
+            cleanup.stdout, cleanup.stderr
+        );
+        let would = cleanup
+            .stdout
+            .lines()
+            .find(|l| l.contains("ipv4:"))
+            .unwrap_or_default()
+            .to_string();
+        let words = if nft {
+            "would remove table ip ipmasq"
+        } else if case == Case::EntryDeleted {
+            "would remove chain IP-MASQ-AGENT"
+        } else {
+            "would remove 1 jump from POSTROUTING and chain IP-MASQ-AGENT"
+        };
+        if !(nft && case == Case::EntryDeleted) {
+            assert!(
+                would.ends_with(words),
+                "{case:?} cleanup: {}",
+                cleanup.stdout
+            );
+        }
+        row.push_str(&format!(
+            " cleanup `{}` |",
+            would.split(": ").nth(1).unwrap_or("-")
+        ));
+        for command in suggested_commands(&format!("{}{}", show.stdout, show.stderr)) {
+            let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+            let ran = ns.ipmasq(&words);
+            assert_ne!(
+                ran.code, 2,
+                "suggested `{command}` must parse: {}",
+                ran.stderr
+            );
+        }
+        table.push(row);
+        // Repair (a SIGHUP makes the agent pass) before the next damage.
+        if !matches!(case, Case::RecordedConfigMissing | Case::StaleState) {
+            kill(agent_pid, "HUP");
+            assert!(
+                wait_until(PATIENCE, || ns.ipmasq(&["show", backend]).code == 0),
+                "{case:?}: the agent did not repair"
+            );
+        }
+    }
+    drop(pod);
+    table
+}
+
+fn matrix_test(backend: &'static str) {
+    let mut rows = Vec::new();
+    for deployment in [Deployment::Host, Deployment::Pod] {
+        rows.extend(matrix(backend, deployment));
+    }
+    eprintln!("{}", rows.join("\n"));
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn matrix_iptables_nft() {
+    matrix_test("--iptables-mode=nft");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn matrix_iptables_legacy() {
+    matrix_test("--iptables-mode=legacy");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn matrix_nftables() {
+    matrix_test("--backend=nftables");
+}
