@@ -109,6 +109,25 @@ pub(super) fn error_code(msg: &[u8]) -> Option<i32> {
         .map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes")))
 }
 
+/// Sets a `SOL_SOCKET` option of `socket` to `value`.
+pub(super) fn set_option<T>(socket: &Socket, option: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: setsockopt reads `size_of::<T>()` bytes of `value`; the fd is the socket's own.
+    let set = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if set == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A request socket to nf_tables whose receives give up after [`REPLY_DEADLINE`].
 pub(super) struct Requester {
     socket: Socket,
@@ -123,19 +142,7 @@ impl Requester {
             tv_sec: REPLY_DEADLINE.as_secs() as libc::time_t,
             tv_usec: 0,
         };
-        // SAFETY: a valid socket, and a timeval of the size given.
-        let set = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&timeout as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if set != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        set_option(&socket, libc::SO_RCVTIMEO, &timeout)?;
         Ok(Requester { socket })
     }
 

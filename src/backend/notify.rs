@@ -5,7 +5,8 @@
 //! (ENOBUFS) or a generation whose notifications do not arrive in time mean one full read.
 
 use super::netlink::{
-    attribute, NFGENMSG_LEN, NFNL_SUBSYS_NFTABLES, NFTA_GEN_ID, NFT_MSG_NEWGEN, NLMSG_HDRLEN,
+    attribute, set_option, NFGENMSG_LEN, NFNL_SUBSYS_NFTABLES, NFTA_GEN_ID, NFT_MSG_NEWGEN,
+    NLMSG_HDRLEN,
 };
 use crate::plan::Family;
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
@@ -189,17 +190,7 @@ impl Monitor {
         socket.bind_auto()?;
         // Root may exceed rmem_max (SO_RCVBUFFORCE); otherwise the ordinary limit applies.
         let size = RECEIVE_BUFFER as libc::c_int;
-        // SAFETY: setsockopt reads `size` for the length given; the fd is the socket's own.
-        let forced = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if forced != 0 {
+        if set_option(&socket, libc::SO_RCVBUFFORCE, &size).is_err() {
             socket.set_rx_buf_sz(RECEIVE_BUFFER)?;
         }
         socket.add_membership(NFNLGRP_NFTABLES)?;

@@ -66,6 +66,16 @@ impl Pod {
         found.unwrap()
     }
 
+    /// Waits until the agent has recorded the config it enforces.
+    fn wait_recorded(&self, ns: &Netns) {
+        assert!(
+            wait_until(PATIENCE, || state(ns)
+                .is_some_and(|s| s["configRead"].is_object())),
+            "the agent recorded its config:\n{}",
+            self.log()
+        );
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -113,12 +123,7 @@ fn json(run: &crate::util::Run) -> Value {
 fn a_pods_agent_is_judged_on_the_host(backend: &str) {
     let mut ns = Netns::new("pod");
     let pod = Pod::start(&mut ns, backend, "a");
-    assert!(
-        wait_until(PATIENCE, || state(&ns)
-            .is_some_and(|s| s["configRead"].is_object())),
-        "the agent recorded its config:\n{}",
-        pod.log()
-    );
+    pod.wait_recorded(&ns);
     let recorded = state(&ns).unwrap();
     assert_eq!(recorded["pid"], 1, "a pod's agent is pid 1: {recorded}");
     let pod_config = format!("{}/ip-masq-agent", pod.pod_etc.display());
@@ -227,12 +232,7 @@ fn a_pods_agent_is_judged_on_the_host(backend: &str) {
 fn a_missing_record_is_said_not_replaced_by_defaults(backend: &str) {
     let mut ns = Netns::new("podgone");
     let pod = Pod::start(&mut ns, backend, "c");
-    assert!(
-        wait_until(PATIENCE, || state(&ns)
-            .is_some_and(|s| s["configRead"].is_object())),
-        "{}",
-        pod.log()
-    );
+    pod.wait_recorded(&ns);
     let applied = state_files(&ns)
         .into_iter()
         .find(|n| n.ends_with("-config.json"))
@@ -426,6 +426,19 @@ fn expected(case: Case, deployment: Deployment, nft: bool) -> Expected {
     }
 }
 
+/// Runs every `ipmasq …` command `output` suggests: each must parse.
+fn run_suggested(ns: &Netns, output: &crate::util::Run) {
+    for command in suggested_commands(&format!("{}{}", output.stdout, output.stderr)) {
+        let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+        let ran = ns.ipmasq(&words);
+        assert_ne!(
+            ran.code, 2,
+            "suggested `{command}` must parse: {}",
+            ran.stderr
+        );
+    }
+}
+
 /// Every `ipmasq …` command an output suggests between backticks.
 fn suggested_commands(text: &str) -> Vec<String> {
     text.split('`')
@@ -538,15 +551,7 @@ fn matrix(backend: &'static str, deployment: Deployment) -> Vec<String> {
                 );
             }
             row.push_str(&format!(" explain {dest} {code} |"));
-            for command in suggested_commands(&format!("{}{}", run.stdout, run.stderr)) {
-                let words: Vec<&str> = command.split_whitespace().skip(1).collect();
-                let ran = ns.ipmasq(&words);
-                assert_ne!(
-                    ran.code, 2,
-                    "suggested `{command}` must parse: {}",
-                    ran.stderr
-                );
-            }
+            run_suggested(&ns, &run);
         }
         let cleanup = ns.ipmasq(&["cleanup", "--dry-run", "--all-variants=false", backend]);
         assert_eq!(
@@ -567,26 +572,16 @@ fn matrix(backend: &'static str, deployment: Deployment) -> Vec<String> {
         } else {
             "would remove 1 jump from POSTROUTING and chain IP-MASQ-AGENT"
         };
-        if !(nft && case == Case::EntryDeleted) {
-            assert!(
-                would.ends_with(words),
-                "{case:?} cleanup: {}",
-                cleanup.stdout
-            );
-        }
+        assert!(
+            would.ends_with(words),
+            "{case:?} cleanup: {}",
+            cleanup.stdout
+        );
         row.push_str(&format!(
             " cleanup `{}` |",
             would.split(": ").nth(1).unwrap_or("-")
         ));
-        for command in suggested_commands(&format!("{}{}", show.stdout, show.stderr)) {
-            let words: Vec<&str> = command.split_whitespace().skip(1).collect();
-            let ran = ns.ipmasq(&words);
-            assert_ne!(
-                ran.code, 2,
-                "suggested `{command}` must parse: {}",
-                ran.stderr
-            );
-        }
+        run_suggested(&ns, &show);
         table.push(row);
         // Repair (a SIGHUP makes the agent pass) before the next damage.
         if !matches!(case, Case::RecordedConfigMissing | Case::StaleState) {

@@ -651,6 +651,17 @@ fn explained(
         .unwrap_or_else(|e| panic!("{e}: {}{}", run.stdout, run.stderr))
 }
 
+/// One pass of the agent in the node namespace with `backend` and `config`.
+fn install_once(topo: &Topology, backend: &str, config: &std::path::Path) {
+    let run = topo.node.ipmasq(&[
+        "agent",
+        "--once",
+        backend,
+        &format!("--config={}", config.display()),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
 /// Whether the outside's view agrees with a live verdict: a kept source is the pod's, a
 /// rewritten one is any of the node's (masquerade picks the address of the outgoing route).
 fn agrees(live_action: &serde_json::Value, seen: &str) -> bool {
@@ -675,15 +686,7 @@ fn damaged_nftables_tables_are_explained_as_packets_see_them() {
     let topo = Topology::new();
     let config = scratch_file("damaged-config", CONFIG_V4);
     let backend = "--backend=nftables";
-    let install = |topo: &Topology| {
-        let run = topo.node.ipmasq(&[
-            "agent",
-            "--once",
-            backend,
-            &format!("--config={}", config.display()),
-        ]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
-    };
+    let install = |topo: &Topology| install_once(topo, backend, &config);
     let handle_of = |topo: &Topology, needle: &str| -> String {
         let listed = topo.node.sh("nft -a list chain ip ipmasq postrouting");
         let line = listed
@@ -765,13 +768,7 @@ fn rules_above_our_jump_are_explained_as_packets_see_them() {
     let topo = Topology::new();
     let config = scratch_file("above-config", CONFIG_V4);
     let backend = "--iptables-mode=nft";
-    let run = topo.node.ipmasq(&[
-        "agent",
-        "--once",
-        backend,
-        &format!("--config={}", config.display()),
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    install_once(&topo, backend, &config);
     topo.node.sh(&format!(
         "iptables-nft -t nat -N KUBE-POSTROUTING && \
          iptables-nft -t nat -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN && \
