@@ -804,3 +804,39 @@ fn rules_above_our_jump_are_explained_as_packets_see_them() {
     );
     let _ = std::fs::remove_file(&config);
 }
+
+/// With an iptables backend, another table's nf_tables nat chain at an earlier priority runs
+/// before iptables' own POSTROUTING: `explain` reads it too (through `nft`), and the packets
+/// agree.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn nft_chains_before_iptables_are_explained_as_packets_see_them() {
+    let topo = Topology::new();
+    let config = scratch_file("nft-before-config", CONFIG_V4);
+    for backend in ["--iptables-mode=nft", "--iptables-mode=legacy"] {
+        let _ = topo.node.exec("nft", &["delete", "table", "ip", "foreign"]);
+        install_once(&topo, backend, &config);
+        topo.node.sh(&format!(
+            "nft add table ip foreign && \
+             nft add chain ip foreign post '{{ type nat hook postrouting priority 50; }}' && \
+             nft add rule ip foreign post ip daddr {KEEP_V4} snat to {NODE_OUT_V4}"
+        ));
+        let answer = explained(&topo, backend, &config, KEEP_V4);
+        let live = &answer["live"];
+        let seen = topo.source_seen(KEEP_V4);
+        assert!(
+            agrees(&live["action"], &seen),
+            "{backend}: seen {seen}: {answer}"
+        );
+        assert_eq!(live["reason"], "decided-before", "{backend}: {answer}");
+        assert_eq!(
+            live["decidedBefore"]["place"],
+            "table ip foreign chain post"
+        );
+        let run = topo
+            .node
+            .ipmasq(&["cleanup", "--all-variants=false", backend]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    let _ = std::fs::remove_file(&config);
+}

@@ -291,7 +291,18 @@ impl Backend for Iptables {
     }
 
     fn inspect(&self, family: Family, names: &Names) -> Result<Inspection, BackendError> {
-        Ok(parse_saved(&self.read(family)?, &names.chain).inspection())
+        let mut inspection = parse_saved(&self.read(family)?, &names.chain).inspection();
+        // nf_tables chains of other tables at srcnat or earlier run before iptables' own nat
+        // POSTROUTING (iptables-nft's is table `nat`; legacy's is no nf_tables table at all).
+        let own = match self.variant {
+            Variant::Nft => "nat",
+            Variant::Legacy => "",
+        };
+        let mut before =
+            super::nftables::nat_chains_before("nft", self.timeout, family, (SRCNAT, own));
+        before.append(&mut inspection.before);
+        inspection.before = before;
+        Ok(inspection)
     }
 
     fn compare(&self, desired: &Ruleset, live: &Inspection) -> Vec<Difference> {
@@ -322,6 +333,9 @@ impl Backend for Iptables {
         })
     }
 }
+
+/// The priority of iptables' nat POSTROUTING (NF_IP_PRI_NAT_SRC), in both variants.
+const SRCNAT: i64 = 100;
 
 /// What removing our chain (when it exists) and its `jumps` removes, typed.
 fn removed(chain: &ChainName, exists: bool, jumps: usize) -> Vec<super::Removed> {

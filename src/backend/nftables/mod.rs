@@ -152,55 +152,14 @@ impl Nftables {
         Ok((live, out.stdout))
     }
 
-    /// Every other nat postrouting base chain of `family` (and of `inet`) that a packet meets
-    /// before ours: a lower priority, or the same (whose order nobody promises), in order.
+    /// Every other nat postrouting base chain that a packet meets before ours.
     fn before_us(&self, family: Family) -> Vec<super::Before> {
-        let listed = runner::run(&self.nft, &["-j", "list", "chains"], None, self.timeout)
-            .ok()
-            .filter(|out| out.success)
-            .map(|out| out.stdout)
-            .unwrap_or_default();
-        let Ok(root) = serde_json::from_str::<serde_json::Value>(&listed) else {
-            return Vec::new();
-        };
-        let ours = family_word(family);
-        let mut found: Vec<(i64, String, String, String)> = root
-            .get("nftables")
-            .and_then(serde_json::Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|item| item.get("chain"))
-            .filter_map(|chain| {
-                let text = |key: &str| chain.get(key).and_then(serde_json::Value::as_str);
-                let chain_family = text("family")?;
-                let table = text("table")?;
-                let before = text("hook")? == "postrouting"
-                    && text("type")? == "nat"
-                    && (chain_family == ours || chain_family == "inet")
-                    && !(chain_family == ours && table == TABLE);
-                let priority = chain.get("prio").and_then(serde_json::Value::as_i64)?;
-                if !before || priority > render::PRIORITY_VALUE {
-                    return None;
-                }
-                let name = text("name")?.to_string();
-                Some((priority, chain_family.to_string(), table.to_string(), name))
-            })
-            .collect();
-        found.sort();
-        found
-            .into_iter()
-            .filter_map(|(_, chain_family, table, name)| {
-                let out = runner::run(
-                    &self.nft,
-                    &["-j", "list", "chain", &chain_family, &table, &name],
-                    None,
-                    self.timeout,
-                )
-                .ok()
-                .filter(|out| out.success)?;
-                live::foreign_chain(&out.stdout, &chain_family, &table, &name)
-            })
-            .collect()
+        nat_chains_before(
+            &self.nft,
+            self.timeout,
+            family,
+            (render::PRIORITY_VALUE, TABLE),
+        )
     }
 
     /// The deletions of iptables-nft's `chain` and its jumps in `family`, if it left any.
@@ -260,6 +219,64 @@ impl Nftables {
         }
         Ok(())
     }
+}
+
+/// Every nat postrouting base chain of `family` (and of `inet`) at `limit` or an earlier
+/// priority (the same priority: whose order nobody promises), other than table `own` of
+/// `family`, in the order a packet meets them, with their rules typed. Empty when `nft` is not
+/// installed or cannot list (the observation then has what the backend itself reads).
+pub(crate) fn nat_chains_before(
+    nft: &str,
+    timeout: std::time::Duration,
+    family: Family,
+    (limit, own): (i64, &str),
+) -> Vec<super::Before> {
+    let listed = runner::run(nft, &["-j", "list", "chains"], None, timeout)
+        .ok()
+        .filter(|out| out.success)
+        .map(|out| out.stdout)
+        .unwrap_or_default();
+    let Ok(root) = serde_json::from_str::<serde_json::Value>(&listed) else {
+        return Vec::new();
+    };
+    let ours = family_word(family);
+    let mut found: Vec<(i64, String, String, String)> = root
+        .get("nftables")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.get("chain"))
+        .filter_map(|chain| {
+            let text = |key: &str| chain.get(key).and_then(serde_json::Value::as_str);
+            let chain_family = text("family")?;
+            let table = text("table")?;
+            let before = text("hook")? == "postrouting"
+                && text("type")? == "nat"
+                && (chain_family == ours || chain_family == "inet")
+                && !(chain_family == ours && table == own);
+            let priority = chain.get("prio").and_then(serde_json::Value::as_i64)?;
+            if !before || priority > limit {
+                return None;
+            }
+            let name = text("name")?.to_string();
+            Some((priority, chain_family.to_string(), table.to_string(), name))
+        })
+        .collect();
+    found.sort();
+    found
+        .into_iter()
+        .filter_map(|(_, chain_family, table, name)| {
+            let out = runner::run(
+                nft,
+                &["-j", "list", "chain", &chain_family, &table, &name],
+                None,
+                timeout,
+            )
+            .ok()
+            .filter(|out| out.success)?;
+            live::foreign_chain(&out.stdout, &chain_family, &table, &name)
+        })
+        .collect()
 }
 
 impl Backend for Nftables {
