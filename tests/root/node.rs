@@ -38,7 +38,16 @@ impl Pod {
         let child = ns
             .command(
                 Path::new("unshare"),
-                &["--pid", "--mount", "--fork", "sh", "-c", &script],
+                // --kill-child: when unshare is killed (the test's clean-up), so is the pod.
+                &[
+                    "--pid",
+                    "--mount",
+                    "--fork",
+                    "--kill-child",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
             )
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
