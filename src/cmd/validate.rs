@@ -354,6 +354,23 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> Ve
     )]
 }
 
+/// Nothing on standard input: in `kubectl get cm … | ipmasq validate -` that is a failed
+/// kubectl, never a valid config.
+fn empty_input(strict: bool) -> Entry {
+    let finding = crate::config::Diagnostic::error(
+        crate::config::Code::EmptyInput,
+        "no input — did the command before the pipe fail?",
+    )
+    .hint("check the command that feeds `ipmasq validate -` (with `set -o pipefail` its failure fails the pipe), or pass the file itself");
+    Entry::new(
+        STDIN_NAME,
+        EntryKind::Config,
+        Checked::rejected(vec![finding]),
+        strict,
+        None,
+    )
+}
+
 /// Builds the report for the given arguments (reads the inputs, writes nothing).
 pub fn build_report(args: &ValidateArgs) -> Report {
     let options = args.config.options();
@@ -375,6 +392,9 @@ pub fn build_report(args: &ValidateArgs) -> Report {
             }
             Ok(Input::Stdin) => {
                 match read_limited(std::io::stdin().lock(), Path::new(STDIN_NAME)) {
+                    Ok(text) if text.text.trim().is_empty() => {
+                        results.push(empty_input(args.strict));
+                    }
                     Ok(text) => {
                         results.extend(check_source(STDIN_NAME, text.text, &options, args.strict))
                     }

@@ -37,6 +37,8 @@ pub enum Code {
     LinkLocalConflict,
     NoConfigMap,
     ConfigMapWithoutConfig,
+    /// Nothing at all to check (an empty pipe: the command before it failed).
+    EmptyInput,
     // Warnings.
     UnknownKey,
     KeyCase,
@@ -61,11 +63,13 @@ pub enum Code {
     // Infos.
     /// A key upstream ip-masq-agent does not read.
     IpmasqExtension,
+    /// A ConfigMap key read as one file of a `--config-dir` merge (ip-masq-agent-v2).
+    ConfigDirKey,
 }
 
 impl Code {
     /// Every code, in documentation order.
-    pub const ALL: [Code; 33] = [
+    pub const ALL: [Code; 35] = [
         Code::Io,
         Code::YamlSyntax,
         Code::NotAMapping,
@@ -83,6 +87,7 @@ impl Code {
         Code::ForcedAndKept,
         Code::NoConfigMap,
         Code::ConfigMapWithoutConfig,
+        Code::EmptyInput,
         Code::ResyncBelowFloor,
         Code::UnknownKey,
         Code::KeyCase,
@@ -99,6 +104,7 @@ impl Code {
         Code::SourceFamilyUnscoped,
         Code::NoConfigFiles,
         Code::IpmasqExtension,
+        Code::ConfigDirKey,
     ];
 
     /// The severity a finding with this code has (before `validate --strict`), and what it
@@ -123,6 +129,7 @@ impl Code {
             Code::ForcedAndKept => (Error, "one CIDR both in forceMasqueradeCIDRs and nonMasqueradeCIDRs (also across merged files)"),
             Code::NoConfigMap => (Error, "a manifest without a ConfigMap"),
             Code::ConfigMapWithoutConfig => (Error, "a ConfigMap without data.config"),
+            Code::EmptyInput => (Error, "nothing on standard input (did the command before the pipe fail?)"),
             Code::ResyncBelowFloor => (Warning, "a resyncInterval under 100ms; 100ms is used"),
             Code::UnknownKey => (Warning, "a key the agent does not read (ignored, as upstream); the hint suggests the closest known key"),
             Code::KeyCase => (Warning, "a key spelt in another case than the canonical one"),
@@ -139,6 +146,7 @@ impl Code {
             Code::SourceFamilyUnscoped => (Warning, "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped"),
             Code::NoConfigFiles => (Warning, "a --config-dir without ip-masq* files: the defaults apply"),
             Code::IpmasqExtension => (Info, "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs)"),
+            Code::ConfigDirKey => (Info, "a ConfigMap key starting with ip-masq, read as one file of a --config-dir merge (ip-masq-agent-v2); upstream's v1 DaemonSet mounts only data.config"),
         }
     }
 
@@ -162,6 +170,7 @@ impl Code {
             Code::LinkLocalConflict => "link-local-conflict",
             Code::NoConfigMap => "no-configmap",
             Code::ConfigMapWithoutConfig => "configmap-without-config",
+            Code::EmptyInput => "empty-input",
             Code::UnknownKey => "unknown-key",
             Code::KeyCase => "key-case",
             Code::DuplicateKey => "duplicate-key",
@@ -178,6 +187,7 @@ impl Code {
             Code::ForcedAndKept => "forced-and-kept",
             Code::NoConfigFiles => "no-config-files",
             Code::IpmasqExtension => "ipmasq-extension",
+            Code::ConfigDirKey => "config-dir-key",
         }
     }
 }

@@ -2,8 +2,10 @@
 //! `kind: List`) and check their `data.config`, the key upstream's DaemonSet mounts as
 //! `/etc/config/ip-masq-agent`, reporting positions inside the manifest itself.
 
+use super::merge::{self, Part};
 use super::yaml::{Location, Node, Style, Value};
 use super::{check_text, Checked, Code, Diagnostic, Options};
+use std::path::Path;
 
 /// The ConfigMap data key that the DaemonSet mounts as the agent's config file.
 pub const CONFIG_KEY: &str = "config";
@@ -26,14 +28,19 @@ pub struct ConfigMapResult {
     pub checked: Checked,
 }
 
-/// Checks every ConfigMap of a manifest stream that holds `data.config` or is named
-/// `ip-masq-agent`. Diagnostics are located in the manifest's own text.
+/// Checks every ConfigMap of a manifest stream: its `data.config` (upstream's DaemonSet
+/// mounts it as the config file), and its keys starting with `ip-masq` (ip-masq-agent-v2
+/// projects each as one file of a `--config-dir`), which are merged as `--config-dir` merges
+/// them, across every ConfigMap of the stream. `binaryData` keys count the same (kubelet
+/// mounts them alike). A ConfigMap named `ip-masq-agent` with none of these is an error.
+/// Diagnostics are located in the manifest's own text.
 pub fn check_manifest(
     source: &str,
     documents: &[Node],
     options: &Options,
 ) -> Result<Vec<ConfigMapResult>, Diagnostic> {
     let mut results = Vec::new();
+    let mut parts: Vec<(usize, Part)> = Vec::new();
     for (index, doc) in documents.iter().enumerate() {
         let mut objects = Vec::new();
         collect_objects(doc, &mut objects);
@@ -49,60 +56,219 @@ pub fn check_manifest(
                     .map(str::to_string)
             };
             let name = field("name");
-            let config = object.get("data").and_then(|d| d.get(CONFIG_KEY));
-            if config.is_none() && name.as_deref() != Some(CONFIGMAP_NAME) {
-                continue;
-            }
-            let checked = match config {
-                Some(value) => check_embedded(source, value, options),
-                None => {
-                    let keys: Vec<String> = object
-                        .get("data")
-                        .and_then(Node::as_mapping)
-                        .map(|m| {
-                            m.iter()
-                                .filter_map(|(k, _)| k.as_str().map(str::to_string))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let hint = match keys.as_slice() {
-                        [] => format!("add `data.{CONFIG_KEY}` holding the agent's YAML config"),
-                        [only] => format!("rename data key `{only}` to `{CONFIG_KEY}`"),
-                        _ => format!(
-                            "the agent reads only `data.{CONFIG_KEY}`; found {}",
-                            keys.join(", ")
-                        ),
-                    };
-                    Checked::rejected(vec![Diagnostic::error(
-                            Code::ConfigMapWithoutConfig,
-                            format!(
-                                "ConfigMap {} has no `data.{CONFIG_KEY}` key, which the DaemonSet mounts as the agent's config",
-                                name.as_deref().unwrap_or("(unnamed)")
-                            ),
-                        )
-                        .at(object.location)
-                        .hint(hint)])
+            let keys = config_keys(object);
+            for key in &keys {
+                let checked = key.check(source, options);
+                if key.name == CONFIG_KEY {
+                    results.push(ConfigMapResult {
+                        namespace: field("namespace"),
+                        name: name.clone(),
+                        document: index + 1,
+                        checked,
+                    });
+                } else {
+                    let part = format!(
+                        "ConfigMap {}/{}",
+                        name.as_deref().unwrap_or("(unnamed)"),
+                        key.name
+                    );
+                    parts.push((
+                        index + 1,
+                        Part {
+                            name: part.into(),
+                            checked,
+                        },
+                    ));
                 }
-            };
-            results.push(ConfigMapResult {
-                namespace: field("namespace"),
-                name,
-                document: index + 1,
-                checked,
-            });
+            }
+            if keys.is_empty() && name.as_deref() == Some(CONFIGMAP_NAME) {
+                results.push(ConfigMapResult {
+                    namespace: field("namespace"),
+                    name: name.clone(),
+                    document: index + 1,
+                    checked: without_config(object, name.as_deref()),
+                });
+            }
         }
+    }
+    if let Some(&(document, _)) = parts.first() {
+        let names: Vec<&str> = parts
+            .iter()
+            .map(|(_, p)| p.name.trim_start_matches("ConfigMap "))
+            .collect();
+        let parts: Vec<Part> = parts.iter().map(|(_, p)| p.clone()).collect();
+        let mut checked = merge::merge(Path::new("the manifest"), &parts, options);
+        checked.edit_diagnostics(|d| d.retain(|d| d.code != Code::NoConfigFiles));
+        results.push(ConfigMapResult {
+            namespace: None,
+            name: Some(format!(
+                "{} merged as --config-dir merges them",
+                names.join(" + ")
+            )),
+            document,
+            checked,
+        });
     }
     if results.is_empty() {
         return Err(Diagnostic::error(
             Code::NoConfigMap,
             format!(
-                "this Kubernetes manifest holds no ConfigMap with `data.{CONFIG_KEY}` (nor one named {CONFIGMAP_NAME})"
+                "this Kubernetes manifest holds no ConfigMap with `data.{CONFIG_KEY}` or `ip-masq*` keys (nor one named {CONFIGMAP_NAME})"
             ),
         )
         .at_opt(documents.first().map(|d| d.location))
         .hint("pass the agent's config file, or the manifest holding its ConfigMap"));
     }
     Ok(results)
+}
+
+/// A ConfigMap key that holds a config: `config`, or one starting with `ip-masq`.
+struct ConfigKey<'a> {
+    name: String,
+    key: &'a Node,
+    value: &'a Node,
+    /// From `binaryData`: base64 of the config.
+    binary: bool,
+}
+
+impl ConfigKey<'_> {
+    fn check(&self, source: &str, options: &Options) -> Checked {
+        let options = Options {
+            merging: self.name != CONFIG_KEY,
+            ..*options
+        };
+        let section = if self.binary { "binaryData" } else { "data" };
+        let mut checked = if self.binary {
+            check_binary(self.value, &self.name, &options)
+        } else {
+            check_embedded(source, self.value, &self.name, &options)
+        };
+        if options.merging {
+            checked.edit_diagnostics(|d| {
+                d.push(
+                    Diagnostic::info(
+                        Code::ConfigDirKey,
+                        format!(
+                            "`{section}.{}` is read as one file of a --config-dir merge (ip-masq-agent-v2, `ipmasq agent --config-dir`)",
+                            self.name
+                        ),
+                    )
+                    .at(self.key.location)
+                    .hint(format!("upstream's v1 DaemonSet mounts only `data.{CONFIG_KEY}`")),
+                )
+            });
+        }
+        checked
+    }
+}
+
+/// The keys of a ConfigMap that hold a config, from `data` and `binaryData`.
+fn config_keys(object: &Node) -> Vec<ConfigKey<'_>> {
+    let mut keys = Vec::new();
+    for (section, binary) in [("data", false), ("binaryData", true)] {
+        let Some(entries) = object.get(section).and_then(Node::as_mapping) else {
+            continue;
+        };
+        for (key, value) in entries {
+            let Some(name) = key.as_str() else { continue };
+            if name == CONFIG_KEY || name.starts_with(merge::PREFIX) {
+                keys.push(ConfigKey {
+                    name: name.to_string(),
+                    key,
+                    value,
+                    binary,
+                });
+            }
+        }
+    }
+    keys
+}
+
+/// The finding for a ConfigMap named for the agent that holds no config key.
+fn without_config(object: &Node, name: Option<&str>) -> Checked {
+    let keys: Vec<String> = object
+        .get("data")
+        .and_then(Node::as_mapping)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, _)| k.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let hint = match keys.as_slice() {
+        [] => format!("add `data.{CONFIG_KEY}` holding the agent's YAML config"),
+        [only] => format!("rename data key `{only}` to `{CONFIG_KEY}`"),
+        _ => format!(
+            "the agent reads only `data.{CONFIG_KEY}`; found {}",
+            keys.join(", ")
+        ),
+    };
+    Checked::rejected(vec![Diagnostic::error(
+        Code::ConfigMapWithoutConfig,
+        format!(
+            "ConfigMap {} has no `data.{CONFIG_KEY}` key, which the DaemonSet mounts as the agent's config",
+            name.unwrap_or("(unnamed)")
+        ),
+    )
+    .at(object.location)
+    .hint(hint)])
+}
+
+/// A `binaryData` key: base64 of the config text, checked, its findings placed at the value
+/// (with where inside the decoded text).
+fn check_binary(value: &Node, key: &str, options: &Options) -> Checked {
+    let decoded = value
+        .as_str()
+        .and_then(base64_decode)
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    let Some(text) = decoded else {
+        return Checked::rejected(vec![Diagnostic::error(
+            Code::WrongType,
+            format!("`binaryData.{key}` must be base64 of UTF-8 config text"),
+        )
+        .at(value.location)
+        .hint(format!(
+            "encode it with `base64 -w0`, or move it to `data.{key}`"
+        ))]);
+    };
+    let mut checked = check_text(&text, options);
+    checked.edit_diagnostics(|diagnostics| {
+        for diag in diagnostics {
+            if let Some(inner) = diag.location {
+                diag.message = format!(
+                    "{} (line {}, column {} of binaryData.{key}, decoded)",
+                    diag.message, inner.line, inner.column
+                );
+            }
+            diag.location = Some(value.location);
+        }
+    });
+    checked
+}
+
+/// Standard base64 (RFC 4648, with or without padding; whitespace ignored).
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    let (mut buffer, mut bits) = (0u32, 0u32);
+    for c in text.bytes().filter(|c| !c.is_ascii_whitespace()) {
+        let value = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => break,
+            _ => return None,
+        };
+        buffer = (buffer << 6) | u32::from(value);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buffer >> bits) as u8);
+            buffer &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
 }
 
 /// The objects of a document: itself, or the items of a `kind: List` (or `ConfigMapList`...).
@@ -123,12 +289,12 @@ fn collect_objects<'a>(doc: &'a Node, out: &mut Vec<&'a Node>) {
 }
 
 /// Checks the embedded config text and maps its positions back into the manifest.
-fn check_embedded(source: &str, value: &Node, options: &Options) -> Checked {
+fn check_embedded(source: &str, value: &Node, key: &str, options: &Options) -> Checked {
     let Some(text) = value.as_str() else {
         return Checked::rejected(vec![Diagnostic::error(
             Code::WrongType,
             format!(
-                "`data.{CONFIG_KEY}` must be a string holding the agent's YAML config, got {}",
+                "`data.{key}` must be a string holding the agent's YAML config, got {}",
                 value.kind_name()
             ),
         )
@@ -146,7 +312,7 @@ fn check_embedded(source: &str, value: &Node, options: &Options) -> Checked {
                 diag.location = Some(outer);
                 if !exact {
                     diag.message = format!(
-                        "{} (line {}, column {} of data.{CONFIG_KEY})",
+                        "{} (line {}, column {} of data.{key})",
                         diag.message, inner.line, inner.column
                     );
                 }
@@ -277,14 +443,66 @@ mod tests {
 
     #[test]
     fn configmap_named_for_the_agent_without_config_key_is_an_error() {
-        let src = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent}\ndata:\n  ip-masq-agent: |\n    cidrLimit: 3\n";
+        let src = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent}\ndata:\n  agent-config: |\n    cidrLimit: 3\n";
         let results = run(src).unwrap();
         let d = &results[0].checked.diagnostics[0];
         assert_eq!(d.code, Code::ConfigMapWithoutConfig);
         assert_eq!(
             d.hint.as_deref(),
-            Some("rename data key `ip-masq-agent` to `config`")
+            Some("rename data key `agent-config` to `config`")
         );
+    }
+
+    /// ip-masq-agent-v2's ConfigMaps: every `ip-masq*` key of every ConfigMap in the stream is
+    /// one file of a `--config-dir` merge, checked as the merge checks it, found wherever it is.
+    #[test]
+    fn v2_configmaps_merge_as_the_config_dir_does() {
+        let cloud = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent-cloud}\ndata:\n  ip-masq-agent-cloud: |\n    nonMasqueradeCIDRs: [10.0.0.0/8]\n";
+        let user = |cidr: &str| {
+            format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ip-masq-agent-user}}\ndata:\n  ip-masq-agent-user: |\n    nonMasqueradeCIDRs:\n      - {cidr}\n")
+        };
+        let src = format!("{cloud}{}", user("100.64.0.0/10"));
+        let results = run(&src).unwrap();
+        assert_eq!(results.len(), 1, "one merged result");
+        let merged = results[0].checked.config().expect("valid");
+        assert_eq!(
+            merged.non_masquerade_cidrs,
+            [
+                "10.0.0.0/8".parse().unwrap(),
+                "100.64.0.0/10".parse().unwrap()
+            ]
+        );
+        assert!(results[0]
+            .checked
+            .diagnostics()
+            .iter()
+            .any(|d| d.code == Code::ConfigDirKey));
+        // An invalid CIDR in the user's ConfigMap rejects the merge, located in the manifest.
+        let src = format!("{cloud}{}", user("10.1.2.3/16"));
+        let results = run(&src).unwrap();
+        let error = results[0].checked.errors().next().expect("an error");
+        assert_eq!(error.code, Code::CidrNotAligned);
+        let at = error.location.unwrap();
+        assert_eq!(&src[at.offset..at.end_offset], "10.1.2.3/16");
+        assert!(results[0].checked.config().is_none());
+    }
+
+    #[test]
+    fn binary_data_is_read_as_kubelet_mounts_it() {
+        // base64 of "nonMasqueradeCIDRs: [10.0.0.0/8]\n"
+        let encoded = "bm9uTWFzcXVlcmFkZUNJRFJzOiBbMTAuMC4wLjAvOF0K";
+        let src = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ip-masq-agent}}\nbinaryData:\n  config: {encoded}\n");
+        let results = run(&src).unwrap();
+        let config = results[0].checked.config().expect("valid");
+        assert_eq!(config.non_masquerade_cidrs, ["10.0.0.0/8".parse().unwrap()]);
+        let src = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent}\nbinaryData:\n  config: '%%%'\n";
+        let results = run(src).unwrap();
+        assert_eq!(
+            results[0].checked.errors().next().unwrap().code,
+            Code::WrongType
+        );
+        assert_eq!(base64_decode("aGk=").unwrap(), b"hi");
+        assert_eq!(base64_decode("aGk").unwrap(), b"hi");
     }
 
     #[test]

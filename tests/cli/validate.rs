@@ -335,3 +335,63 @@ fn a_long_list_reports_the_memory_it_needs_per_backend() {
     let run = ipmasq(&["validate", short.to_str().unwrap()]);
     assert!(!run.stdout.contains("peak memory"), "{}", run.stdout);
 }
+
+/// An empty pipe (`kubectl … | ipmasq validate -` after kubectl failed) is an error, never a
+/// valid config.
+#[test]
+fn empty_standard_input_is_an_error() {
+    for input in ["", "\n  \n"] {
+        let run = ipmasq_with_stdin(&["validate", "-"], input);
+        assert_eq!(run.code, 1, "{}", run.stdout);
+        assert!(
+            run.stdout
+                .contains("error[empty-input]: no input — did the command before the pipe fail?"),
+            "{}",
+            run.stdout
+        );
+    }
+}
+
+/// ip-masq-agent-v2's ConfigMaps, in one file: their `ip-masq*` keys are merged as
+/// `--config-dir` merges them; an invalid CIDR in the user's ConfigMap fails the file.
+#[test]
+fn v2_configmaps_in_one_file_are_merged_and_checked() {
+    let dir = Scratch::new("v2-configmaps");
+    let configmap = |name: &str, cidr: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: kube-system\ndata:\n  {name}: |\n    nonMasqueradeCIDRs:\n      - {cidr}\n")
+    };
+    let good = dir.write(
+        "good.yaml",
+        &format!(
+            "{}---\n{}",
+            configmap("ip-masq-agent-cloud", "10.0.0.0/8"),
+            configmap("ip-masq-agent-user", "100.64.0.0/10")
+        ),
+    );
+    let run = ipmasq(&["validate", "--print-effective", &good.display().to_string()]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("- 10.0.0.0/8") && run.stdout.contains("- 100.64.0.0/10"),
+        "the merged config holds both lists: {}",
+        run.stdout
+    );
+    let bad = dir.write(
+        "bad.yaml",
+        &format!(
+            "{}---\n{}",
+            configmap("ip-masq-agent-cloud", "10.0.0.0/8"),
+            configmap("ip-masq-agent-user", "10.1.2.3/16")
+        ),
+    );
+    let run = ipmasq(&["validate", &bad.display().to_string()]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("error[cidr-not-aligned]"),
+        "{}",
+        run.stdout
+    );
+    // One v2 ConfigMap alone is a config too, not "no ConfigMap".
+    let one = dir.write("one.yaml", &configmap("ip-masq-agent", "10.0.0.0/8"));
+    let run = ipmasq(&["validate", &one.display().to_string()]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+}
