@@ -153,6 +153,36 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
     text
 }
 
+/// The same metrics in the Prometheus text format (0.0.4), for clients that do not ask for
+/// OpenMetrics: no `# EOF` and no `# UNIT`, and a counter's HELP and TYPE name its `_total`
+/// sample, as Prometheus' text parser and `promtool check metrics` expect.
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Passes by result, their duration, and drift repaired by kind.
 fn register_syncs(registry: &mut Registry, status: &Status) {
     let syncs = Family::<ResultLabel, Counter>::default();
@@ -396,5 +426,30 @@ mod tests {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn the_text_format_names_counter_samples_and_ends_without_eof() {
+        let s = Snapshot::new("iptables-nft".into());
+        let open = metrics_text(&s, s.started, SystemTime::now());
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        assert!(open.contains("# TYPE ipmasq_syncs counter"), "{open}");
+        let text = prometheus_text(&open);
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(!text.contains("# UNIT"), "{text}");
+        assert!(text.contains("# TYPE ipmasq_syncs_total counter"), "{text}");
+        assert!(text.contains("# HELP ipmasq_syncs_total "), "{text}");
+        assert!(
+            text.contains("ipmasq_syncs_total{result=\"success\"} 0"),
+            "{text}"
+        );
+        // Every sample of the OpenMetrics text is there, unchanged.
+        let samples = |t: &str| {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(samples(&open), samples(&text));
     }
 }

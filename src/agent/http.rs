@@ -3,7 +3,7 @@
 //! total time, one request) and their number is capped, so a slow or hostile client cannot
 //! stall the reconcile loop or exhaust the agent.
 
-use super::health::{liveness, metrics_text, readiness, Snapshot};
+use super::health::{liveness, metrics_text, prometheus_text, readiness, Snapshot};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -34,7 +34,22 @@ const FIRST_BYTES_WAIT: Duration = Duration::from_millis(2);
 const MAX_CONNECTIONS: usize = 256;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The Prometheus text exposition format, for clients that do not ask for OpenMetrics.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Whether an `Accept` header asks for OpenMetrics (Prometheus servers do; curl and
+/// `promtool check metrics` pipelines do not).
+fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| p.replace(' ', "") == "q=0");
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        })
+    })
+}
 
 /// The snapshot the loop publishes and the endpoint reads.
 pub type Shared = Arc<Mutex<Snapshot>>;
@@ -45,7 +60,10 @@ pub fn read(shared: &Shared) -> Snapshot {
 }
 
 /// Builds the response for one request.
-pub fn respond(method: &Method, path: &str, snapshot: &Snapshot) -> Response<Full<Bytes>> {
+pub fn respond(
+    (method, path, accept): (&Method, &str, Option<&str>),
+    snapshot: &Snapshot,
+) -> Response<Full<Bytes>> {
     let reply = |status: StatusCode, content_type: &'static str, body: String| {
         let mut response = Response::new(Full::new(Bytes::from(if *method == Method::HEAD {
             String::new()
@@ -72,11 +90,14 @@ pub fn respond(method: &Method, path: &str, snapshot: &Snapshot) -> Response<Ful
     match path {
         "/healthz" => verdict(liveness(snapshot, Instant::now())),
         "/readyz" => verdict(readiness(snapshot)),
-        "/metrics" => reply(
-            StatusCode::OK,
-            OPENMETRICS,
-            metrics_text(snapshot, Instant::now(), SystemTime::now()),
-        ),
+        "/metrics" => {
+            let text = metrics_text(snapshot, Instant::now(), SystemTime::now());
+            if wants_openmetrics(accept) {
+                reply(StatusCode::OK, OPENMETRICS, text)
+            } else {
+                reply(StatusCode::OK, PROMETHEUS_TEXT, prometheus_text(&text))
+            }
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
@@ -150,7 +171,14 @@ pub async fn serve(listener: TcpListener, shared: Shared) {
                 seen.store(true, Ordering::Relaxed);
                 let snapshot = read(&shared);
                 async move {
-                    Ok::<_, Infallible>(respond(request.method(), request.uri().path(), &snapshot))
+                    let accept = request
+                        .headers()
+                        .get(hyper::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok());
+                    Ok::<_, Infallible>(respond(
+                        (request.method(), request.uri().path(), accept),
+                        &snapshot,
+                    ))
                 }
             });
             let connection = hyper::server::conn::http1::Builder::new()

@@ -13,15 +13,32 @@ pub(super) const ADDR: &str = "127.0.0.1:9723";
 
 /// GET inside the namespace: (status, body).
 pub(super) fn get(ns: &Netns, path: &str) -> (u16, String) {
+    get_accepting(ns, path, None).0
+}
+
+/// GET `path` with an `Accept` header: the status and body, and the Content-Type.
+fn get_accepting(ns: &Netns, path: &str, accept: Option<&str>) -> ((u16, String), String) {
+    let headers = accept.map_or(String::new(), |a| format!("{{'Accept': '{a}'}}"));
+    let headers = if headers.is_empty() {
+        "{}".to_string()
+    } else {
+        headers
+    };
     let script = format!(
         "import urllib.request, urllib.error\n\
-         try:\n    r = urllib.request.urlopen('http://{ADDR}{path}', timeout=5); print(r.status); print(r.read().decode(), end='')\n\
-         except urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode(), end='')\n"
+         req = urllib.request.Request('http://{ADDR}{path}', headers={headers})\n\
+         try:\n    r = urllib.request.urlopen(req, timeout=5); print(r.status); print(r.headers.get('Content-Type')); print(r.read().decode(), end='')\n\
+         except urllib.error.HTTPError as e:\n    print(e.code); print(e.headers.get('Content-Type')); print(e.read().decode(), end='')\n"
     );
     let run = ns.exec(PYTHON, &["-c", &script]);
     assert_eq!(run.code, 0, "GET {path}: {}", run.stderr);
-    let (code, body) = run.stdout.split_once('\n').unwrap_or((&run.stdout, ""));
-    (code.trim().parse().unwrap_or(0), body.to_string())
+    let mut parts = run.stdout.splitn(3, '\n');
+    let code = parts.next().unwrap_or_default().trim().parse().unwrap_or(0);
+    let content_type = parts.next().unwrap_or_default().to_string();
+    (
+        (code, parts.next().unwrap_or_default().to_string()),
+        content_type,
+    )
 }
 
 /// The value of one sample line of the exposition, e.g. `ipmasq_syncs_total{result="success"}`.
@@ -121,7 +138,26 @@ fn healthy_then_invalid_after_good_then_drift_repair() {
         Some(5.0)
     );
 
-    // Prometheus' own parser accepts the exposition.
+    // Without an Accept header: the Prometheus text format, which its text parser reads.
+    let text_parse = format!(
+        "from prometheus_client.parser import text_string_to_metric_families as p\n\
+         print(' '.join(sorted(f.name for f in p(open('{}').read()))))\n",
+        scratch_file("metrics-text", &metrics).display()
+    );
+    let parsed_text = agent.ns.exec(PYTHON, &["-c", &text_parse]);
+    assert_eq!(parsed_text.code, 0, "{}\n{metrics}", parsed_text.stderr);
+    assert!(!metrics.contains("# EOF"), "{metrics}");
+    // Asked for OpenMetrics (as a Prometheus server asks): the OpenMetrics parser reads it.
+    let ((code, metrics), content_type) = get_accepting(
+        &agent.ns,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert_eq!(code, 200);
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
     let parse = format!(
         "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
          names = sorted(f.name for f in p(open('{}').read()))\nprint(' '.join(names))\n",
