@@ -12,7 +12,7 @@ complete -c ip-masq-agent -l iptables-mode -d 'Which iptables to drive (cleanup:
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ip-masq-agent -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)' -r
-complete -c ip-masq-agent -l log-format -d 'Log line format' -r -f -a "text\t''
+complete -c ip-masq-agent -l log-format -l logging-format -d 'Log line format (also spelt --logging-format, as Kubernetes components spell it)' -r -f -a "text\t''
 json\t''"
 complete -c ip-masq-agent -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
 complete -c ip-masq-agent -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F

@@ -47,7 +47,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l iptables-mode -d
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-format -d 'Log line format' -r -f -a "text\t''
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-format -l logging-format -d 'Log line format (also spelt --logging-format, as Kubernetes components spell it)' -r -f -a "text\t''
 json\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F

@@ -1,5 +1,6 @@
-//! Text from outside (a rule's comment, a config's bytes) made safe for a terminal: shared by
-//! the config's diagnostics and every applet's output, and depending on neither.
+//! Text for people, shared by the config's diagnostics, every applet's output and the logs, and
+//! depending on none of them: what comes from outside (a rule's comment, a config's bytes)
+//! made safe for a terminal, and durations as log fields print them.
 
 /// Text from the live system (a rule's comment, a foreign option) made safe for a terminal:
 /// control characters are shown as escapes, so a hostile comment cannot move the cursor,
@@ -22,4 +23,23 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// A duration in milliseconds for a log field, to the microsecond (`8.002`, never
+/// `8.002054999999999`).
+pub fn millis(duration: std::time::Duration) -> f64 {
+    (duration.as_secs_f64() * 1e6).round() / 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn milliseconds_print_to_the_microsecond() {
+        let d = std::time::Duration::from_nanos(8_002_054_999);
+        assert_eq!(millis(d).to_string(), "8002.055");
+        let d = std::time::Duration::from_nanos(8_002_055);
+        assert_eq!(millis(d).to_string(), "8.002");
+    }
 }

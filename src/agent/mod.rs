@@ -169,7 +169,7 @@ fn reconcile_thread(
         }
         debug!(
             ?trigger,
-            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            elapsed_ms = crate::text::millis(started.elapsed()),
             outcome = pass_name(&pass),
             "pass done"
         );

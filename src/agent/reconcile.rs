@@ -486,7 +486,7 @@ impl Reconciler {
     }
 
     fn log_repair(&mut self, report: &SyncReport, took: Duration) {
-        let elapsed_ms = took.as_secs_f64() * 1000.0;
+        let elapsed_ms = crate::text::millis(took);
         let repairs = report.repairs();
         for label in &repairs {
             *self.status.drift_repairs.entry(label).or_default() += 1;

@@ -45,10 +45,19 @@ unchanged.
 It is a multi-call binary: run `ipmasq APPLET ...`, or install it as `ip-masq-agent` to run the \
 agent directly.";
 
+/// `--version`'s long form: the version and the commit it was built from.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("IPMASQ_COMMIT"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = BINARY_NAME,
     version,
+    long_version = LONG_VERSION,
     about = ABOUT,
     long_about = LONG_ABOUT,
     after_help = after_help(&docs::MAIN),
@@ -197,8 +206,14 @@ pub struct AgentArgs {
     )]
     pub cleanup_on_exit: bool,
 
-    /// Log line format
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    /// Log line format (also spelt --logging-format, as Kubernetes components spell it)
+    #[arg(
+        long,
+        visible_alias = "logging-format",
+        value_enum,
+        value_name = "FORMAT",
+        default_value_t = LogFormat::Text
+    )]
     pub log_format: LogFormat,
 
     /// Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`
@@ -719,6 +734,34 @@ mod tests {
     fn clap_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// component-base's spelling of the log format flag is accepted, in both forms.
+    #[test]
+    fn logging_format_is_accepted_as_kubernetes_spells_it() {
+        for argv in [
+            &["ipmasq", "agent", "--logging-format=json"][..],
+            &["ipmasq", "agent", "--logging-format", "json"][..],
+            &["ipmasq", "agent", "--log-format=json"][..],
+        ] {
+            let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            let Some(Applet::Agent(args)) = cli.applet else {
+                panic!("agent")
+            };
+            assert_eq!(args.log_format, LogFormat::Json, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn the_long_version_names_the_commit() {
+        use clap::CommandFactory;
+        let long = Cli::command().render_long_version();
+        assert!(long.contains(env!("CARGO_PKG_VERSION")), "{long}");
+        assert!(
+            long.contains(concat!("(commit ", env!("IPMASQ_COMMIT"), ")")),
+            "{long}"
+        );
+        assert_ne!(env!("IPMASQ_COMMIT"), "", "the build script sets it");
     }
 
     #[test]

@@ -250,7 +250,7 @@ impl Backend for Iptables {
             if gated && !dry_run {
                 self.gate().record(desired, live.rules.len(), before, None);
             }
-            tracing::debug!(family = %desired.family, observe_ms = observed.as_secs_f64() * 1e3, compare_ms = (started.elapsed() - observed).as_secs_f64() * 1e3, "sync phases (in sync)");
+            tracing::debug!(family = %desired.family, observe_ms = crate::text::millis(observed), compare_ms = crate::text::millis(started.elapsed() - observed), "sync phases (in sync)");
             return Ok(SyncReport {
                 family: desired.family,
                 differences: Vec::new(),
@@ -276,10 +276,10 @@ impl Backend for Iptables {
         }
         tracing::debug!(
             family = %desired.family,
-            observe_ms = observed.as_secs_f64() * 1e3,
-            render_ms = (render_done - observed).as_secs_f64() * 1e3,
-            diff_ms = (planned - render_done).as_secs_f64() * 1e3,
-            apply_ms = (started.elapsed() - planned).as_secs_f64() * 1e3,
+            observe_ms = crate::text::millis(observed),
+            render_ms = crate::text::millis(render_done - observed),
+            diff_ms = crate::text::millis(planned - render_done),
+            apply_ms = crate::text::millis(started.elapsed() - planned),
             "sync phases"
         );
         Ok(SyncReport {

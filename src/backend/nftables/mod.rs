@@ -395,10 +395,10 @@ impl Backend for Nftables {
         self.written()[slot(family)] = Some(LiveTable::written(&table));
         tracing::debug!(
             %family,
-            build_ms = built.as_secs_f64() * 1e3,
-            observe_ms = (observed - built).as_secs_f64() * 1e3,
-            diff_ms = (compared - observed).as_secs_f64() * 1e3,
-            apply_ms = (applied - compared).as_secs_f64() * 1e3,
+            build_ms = crate::text::millis(built),
+            observe_ms = crate::text::millis(observed - built),
+            diff_ms = crate::text::millis(compared - observed),
+            apply_ms = crate::text::millis(applied - compared),
             remembered = vouched,
             "sync phases"
         );
