@@ -1,9 +1,14 @@
 //! Log set-up for the agent: tracing to stderr, text or JSON, with klog's `--v` mapped onto
-//! levels (0-1 info, 2-4 debug, 5+ trace).
+//! levels (0-1 info, 2-4 debug, 5+ trace). Under systemd, when stderr is the journal, text
+//! lines carry their priority as a `<N>` prefix (journald reads it: `journalctl -p err` finds a
+//! rejected config) and no timestamp of their own (the journal stamps every line).
 
 use crate::cli::LogFormat;
 use std::io::IsTerminal;
-use tracing::Level;
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::{DefaultFields, Format, Full, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 /// The tracing level for a klog verbosity.
 pub fn level_for(verbosity: u8) -> Level {
@@ -14,14 +19,71 @@ pub fn level_for(verbosity: u8) -> Level {
     }
 }
 
+/// The syslog priority journald reads from a line's `<N>` prefix.
+fn priority(level: &Level) -> u8 {
+    match *level {
+        Level::ERROR => 3,
+        Level::WARN => 4,
+        Level::INFO => 6,
+        _ => 7,
+    }
+}
+
+/// Text lines for the journal: the priority prefix, then the usual line without its time.
+struct JournalFormat {
+    inner: Format<Full, ()>,
+}
+
+impl<S, N> FormatEvent<S, N> for JournalFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        context: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        write!(writer, "<{}>", priority(event.metadata().level()))?;
+        self.inner.format_event(context, writer, event)
+    }
+}
+
+fn journal_format() -> JournalFormat {
+    JournalFormat {
+        inner: Format::default().without_time().with_target(false).with_ansi(false),
+    }
+}
+
+/// Whether `stream` (`JOURNAL_STREAM`'s `DEVICE:INODE`) names the file behind `fd`: systemd
+/// sets it for a service whose stderr is connected to the journal.
+fn is_journal(stream: Option<&str>, fd: i32) -> bool {
+    let Some((device, inode)) = stream.and_then(|s| s.split_once(':')) else {
+        return false;
+    };
+    // SAFETY: fstat writes into the zeroed struct it is given.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut stat) } != 0 {
+        return false;
+    }
+    device.parse::<u64>().ok() == Some(stat.st_dev as u64)
+        && inode.parse::<u64>().ok() == Some(stat.st_ino as u64)
+}
+
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(format: LogFormat, verbosity: u8) {
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level_for(verbosity))
         .with_target(false);
+    let journal = is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref(), 2);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text if journal => builder
+            .fmt_fields(DefaultFields::new())
+            .event_format(journal_format())
+            .try_init(),
         LogFormat::Text => builder
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
@@ -31,11 +93,67 @@ pub fn init(format: LogFormat, verbosity: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
 
     #[test]
     fn klog_verbosity_maps_to_levels() {
         assert_eq!(level_for(0), Level::INFO);
         assert_eq!(level_for(2), Level::DEBUG);
         assert_eq!(level_for(9), Level::TRACE);
+    }
+
+    /// A writer into a shared buffer, for one subscriber of a test.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn journal_lines_carry_their_priority_and_no_timestamp() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(Level::DEBUG)
+            .fmt_fields(DefaultFields::new())
+            .event_format(journal_format())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(config = "/etc/ipmasq/config.yaml", "invalid config rejected");
+            tracing::warn!("a warning");
+            tracing::info!("rules installed");
+            tracing::debug!("pass done");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].starts_with("<3>ERROR invalid config rejected"), "{text}");
+        assert!(lines[1].starts_with("<4> WARN a warning"), "{text}");
+        assert!(lines[2].starts_with("<6> INFO rules installed"), "{text}");
+        assert!(lines[3].starts_with("<7>DEBUG pass done"), "{text}");
+        assert!(!text.contains("Z "), "no timestamp of our own: {text}");
+    }
+
+    #[test]
+    fn the_journal_is_recognised_by_device_and_inode() {
+        use std::os::unix::fs::MetadataExt;
+        let path = std::env::temp_dir().join(format!("ipmasq-journal-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        let stream = format!("{}:{}", meta.dev(), meta.ino());
+        assert!(is_journal(Some(&stream), fd));
+        assert!(!is_journal(Some("1:2"), fd));
+        assert!(!is_journal(None, fd));
+        assert!(!is_journal(Some("garbage"), fd));
+        let _ = std::fs::remove_file(path);
     }
 }
