@@ -52,7 +52,10 @@ where
 
 fn journal_format() -> JournalFormat {
     JournalFormat {
-        inner: Format::default().without_time().with_target(false).with_ansi(false),
+        inner: Format::default()
+            .without_time()
+            .with_target(false)
+            .with_ansi(false),
     }
 }
 
@@ -127,7 +130,10 @@ mod tests {
             .event_format(journal_format())
             .finish();
         tracing::subscriber::with_default(subscriber, || {
-            tracing::error!(config = "/etc/ipmasq/config.yaml", "invalid config rejected");
+            tracing::error!(
+                config = "/etc/ipmasq/config.yaml",
+                "invalid config rejected"
+            );
             tracing::warn!("a warning");
             tracing::info!("rules installed");
             tracing::debug!("pass done");
@@ -135,7 +141,10 @@ mod tests {
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
-        assert!(lines[0].starts_with("<3>ERROR invalid config rejected"), "{text}");
+        assert!(
+            lines[0].starts_with("<3>ERROR invalid config rejected"),
+            "{text}"
+        );
         assert!(lines[1].starts_with("<4> WARN a warning"), "{text}");
         assert!(lines[2].starts_with("<6> INFO rules installed"), "{text}");
         assert!(lines[3].starts_with("<7>DEBUG pass done"), "{text}");

@@ -113,6 +113,12 @@ fn man_page_with(
     more: &str,
 ) -> std::io::Result<Vec<u8>> {
     let version = command.get_version().unwrap_or_default().to_string();
+    // clap's generated `help` subcommand has no page of its own: it is not listed, so every
+    // page a man page names exists.
+    let mut command = command.clone();
+    if command.find_subcommand("help").is_some() {
+        command = command.mut_subcommand("help", |help| help.hide(true));
+    }
     let man = clap_mangen::Man::new(command.clone())
         .title(title.to_uppercase())
         .section(SECTION)

@@ -203,3 +203,56 @@ fn containerfile_runs_the_agent_like_upstreams_image() {
     assert!(build_image.contains("\"usr\", \"bin\", \"ip-masq-agent\""));
     assert!(build_image.contains("\"--network=none\""));
 }
+
+/// Every ipmasq page a man page names (`.BR ipmasq-show (8)`, `ipmasq\-show(8)`) exists in
+/// `man/`, and the other pages named are the system's own (iptables, nft, systemd).
+#[test]
+fn every_man_page_reference_resolves() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("man");
+    let pages: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains('.') && !n.ends_with(".md"))
+        .collect();
+    let mut checked = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(dir.join(page))
+            .unwrap()
+            .replace("\\-", "-");
+        let words = text.split(|c: char| c.is_whitespace() || c == ',' || c == '\\');
+        let mut previous = "";
+        for word in words {
+            // `name(N)` in text, or `.BR name (N)` split over two words.
+            let reference = match word.split_once('(') {
+                Some((name, rest))
+                    if !name.is_empty() && rest.starts_with(|c: char| c.is_ascii_digit()) =>
+                {
+                    Some((name.to_string(), rest.chars().next().unwrap()))
+                }
+                Some(("", rest)) if rest.starts_with(|c: char| c.is_ascii_digit()) => {
+                    Some((previous.to_string(), rest.chars().next().unwrap()))
+                }
+                _ => None,
+            };
+            previous = word;
+            let Some((name, section)) = reference else {
+                continue;
+            };
+            if !name.starts_with("ipmasq") && name != "ip-masq-agent" {
+                continue;
+            }
+            checked += 1;
+            let file = if name == "ip-masq-agent" {
+                "ipmasq-agent.8".to_string()
+            } else {
+                format!("{name}.{section}")
+            };
+            assert!(
+                pages.contains(&file),
+                "{page} names {name}({section}): no man/{file}"
+            );
+        }
+    }
+    assert!(checked >= 10, "only {checked} references found");
+}
