@@ -5,8 +5,19 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=IPMASQ_COMMIT");
-    for path in [".git/HEAD", ".git/index"] {
-        if std::path::Path::new(path).exists() {
+    // HEAD, the branch it points to (moved by every commit) and the index (edits staged).
+    let mut watched = vec![
+        ".git/HEAD".to_string(),
+        ".git/index".to_string(),
+        ".git/packed-refs".to_string(),
+    ];
+    if let Ok(head) = std::fs::read_to_string(".git/HEAD") {
+        if let Some(branch) = head.trim().strip_prefix("ref: ") {
+            watched.push(format!(".git/{branch}"));
+        }
+    }
+    for path in watched {
+        if std::path::Path::new(&path).exists() {
             println!("cargo:rerun-if-changed={path}");
         }
     }
