@@ -100,15 +100,19 @@ type HeldLock = Arc<Mutex<Option<state::NodeLock>>>;
 /// Records the config in force next to the state file when it is newly read: the checked
 /// config itself (so `show` and `explain` on the host judge against exactly it) and, in the
 /// state, where and when it was read.
-fn record_config(reconciler: &Reconciler, state: &mut AgentState, state_dir: &std::path::Path) {
+/// `recorded` is the read last written down: a steady pass compares and writes nothing.
+fn record_config(
+    reconciler: &Reconciler,
+    (state, state_dir): (&mut AgentState, &std::path::Path),
+    recorded: &mut Option<crate::agent::reconcile::ActiveRead>,
+) {
     let (Some(config), Some(read)) = (&reconciler.active, &reconciler.active_read) else {
         return;
     };
-    let read_at = crate::config::digest::rfc3339_utc(read.at);
-    let current = state.config_read.as_ref();
-    if current.is_some_and(|r| r.read_at == read_at && r.digest == read.digest) {
+    if recorded.as_ref() == Some(read) {
         return;
     }
+    let read_at = crate::config::digest::rfc3339_utc(read.at);
     let applied = state::AppliedConfig::of(config, read.digest.clone());
     match state::write_applied(state_dir, &applied) {
         Ok(path) => {
@@ -125,6 +129,7 @@ fn record_config(reconciler: &Reconciler, state: &mut AgentState, state_dir: &st
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default(),
             });
+            *recorded = Some(read.clone());
         }
         Err(err) => {
             warn!(dir = %state_dir.display(), error = %err, "cannot record the config in force; `ipmasq show` and `explain` will read the config path themselves");
@@ -149,6 +154,7 @@ fn reconcile_thread(
     let mut trigger = Trigger::Timer;
     let mut leftovers_checked = false;
     let mut written: Option<AgentState> = None;
+    let mut recorded = None;
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
@@ -180,7 +186,7 @@ fn reconcile_thread(
                 crate::config::Origin::Dir => "merged files".into(),
             };
         }
-        record_config(&reconciler, &mut state, &state_dir);
+        record_config(&reconciler, (&mut state, &state_dir), &mut recorded);
         if written.as_ref() != Some(&state) {
             match state::write(&state_dir, &state) {
                 Ok(path) => debug!(path = %path.display(), "state file written"),

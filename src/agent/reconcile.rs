@@ -214,13 +214,11 @@ impl Reconciler {
             Err(err) => {
                 self.config_cache = None;
                 let message = err.to_string();
-                let note = fingerprint(&[Diagnostic::error(config::Code::Io, message.clone())]);
-                self.refuse(note, |enforcing| {
-                    let kept = if enforcing {
-                        "keeping the rules of the last good config"
-                    } else {
-                        "no rules are installed until it can be read"
-                    };
+                let kept = (
+                    "keeping the rules of the last good config",
+                    "no rules are installed until it can be read",
+                );
+                self.refuse_for(&message, kept, |kept| {
                     error!(config = %path, error = %message, "cannot read config; {kept}");
                 });
                 return;
@@ -245,13 +243,11 @@ impl Reconciler {
             self.memory_refusal = None;
         }
         if let Some(reason) = refusal {
-            let note = fingerprint(&[Diagnostic::error(config::Code::Io, reason.clone())]);
-            self.refuse(note, |enforcing| {
-                let kept = if enforcing {
-                    "keeping the last good config in force"
-                } else {
-                    "no rules are installed until it fits"
-                };
+            let kept = (
+                "keeping the last good config in force",
+                "no rules are installed until it fits",
+            );
+            self.refuse_for(&reason, kept, |kept| {
                 error!(config = %path, reason = %reason, "config refused: it cannot fit the memory this agent has; {kept}");
             });
             self.memory_refusal = Some(reason);
@@ -322,6 +318,15 @@ impl Reconciler {
             at: std::time::SystemTime::now(),
         });
         self.status.config_current = true;
+    }
+
+    /// [`Self::refuse`] for one reason: `log` gets the words for what stays in force, the
+    /// first of `kept` while a good config is enforced, the second before there is one.
+    fn refuse_for(&mut self, reason: &str, kept: (&str, &str), log: impl FnOnce(&str)) {
+        let note = fingerprint(&[Diagnostic::error(config::Code::Io, reason.to_string())]);
+        self.refuse(note, |enforcing| {
+            log(if enforcing { kept.0 } else { kept.1 })
+        });
     }
 
     /// A config that cannot be taken (unreadable, invalid, too large): counted and logged

@@ -294,6 +294,13 @@ impl Weight {
     }
 }
 
+/// A prefix or a bare address (a host prefix) as both backends print them.
+pub(crate) fn net_or_host(text: &str) -> Option<IpNet> {
+    text.parse::<IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+        .ok()
+}
+
 /// A port range as both backends print it: `1024-29999`, or one port (`80`).
 pub(crate) fn port_range(text: &str) -> Option<(u16, u16)> {
     match text.split_once('-') {

@@ -263,11 +263,7 @@ pub(super) struct Described {
 fn address_list(text: &str, negated: bool) -> Option<AddressMatch> {
     let nets = text
         .split(',')
-        .map(|item| {
-            item.parse::<IpNet>()
-                .or_else(|_| item.parse::<std::net::IpAddr>().map(IpNet::from))
-                .ok()
-        })
+        .map(crate::backend::net_or_host)
         .collect::<Option<Vec<IpNet>>>()?;
     Some(AddressMatch { negated, nets })
 }

@@ -388,11 +388,7 @@ struct Described {
 /// `10.0.0.0/8`, `{ 10.0.0.0/8, 192.168.0.1 }` (bare addresses are host prefixes); the words
 /// taken, or None when they are not addresses.
 fn addresses(words: &[&str]) -> Option<(Vec<IpNet>, usize)> {
-    let parse = |w: &str| {
-        w.parse::<IpNet>()
-            .or_else(|_| w.parse::<std::net::IpAddr>().map(IpNet::from))
-            .ok()
-    };
+    let parse = crate::backend::net_or_host;
     if words.first() != Some(&"{") {
         return Some((vec![parse(words.first()?)?], 1));
     }
