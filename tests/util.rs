@@ -86,6 +86,11 @@ impl Scratch {
         std::fs::write(&path, contents).expect("write scratch file");
         path
     }
+
+    /// The directory as a string argument.
+    pub fn path_str(&self) -> &str {
+        self.path.to_str().expect("scratch paths are UTF-8")
+    }
 }
 
 impl Drop for Scratch {

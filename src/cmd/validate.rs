@@ -305,53 +305,189 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
     inputs
 }
 
+/// What one input gave: its entries, and the `ip-masq*` keys of its ConfigMaps, which the
+/// run merges across all its inputs (ip-masq-agent-v2 projects them into one directory).
+struct SourceFindings {
+    entries: Vec<Entry>,
+    parts: Vec<manifest::ManifestPart>,
+    source: std::rc::Rc<String>,
+}
+
 /// Validates one text (a config or a manifest) into one or more entries.
-fn check_source(path: &str, text: String, options: &Options, strict: bool) -> Vec<Entry> {
+fn check_source(path: &str, text: String, options: &Options, strict: bool) -> SourceFindings {
     let parsed = parse_stream(&text);
     let source = std::rc::Rc::new(text);
+    let mut found = SourceFindings {
+        entries: Vec::new(),
+        parts: Vec::new(),
+        source: source.clone(),
+    };
     if let Some(first) = parsed.as_ref().ok().and_then(|s| s.documents.first()) {
         if manifest::is_manifest(first) {
             let documents = &parsed.as_ref().map(|s| &s.documents[..]).unwrap_or(&[]);
-            return match manifest::check_manifest(&source, documents, options) {
-                Ok(found) => found
-                    .into_iter()
-                    .map(|cm| {
-                        let mut entry = Entry::new(
-                            path,
-                            EntryKind::Configmap,
-                            cm.checked,
-                            strict,
-                            Some(source.clone()),
-                        );
-                        entry.config_map = Some(ConfigMapRef {
-                            namespace: cm.namespace,
-                            name: cm.name,
-                            document: cm.document,
-                        });
-                        entry
-                    })
-                    .collect(),
+            match manifest::read_manifest(&source, documents, options) {
+                Ok(read) => {
+                    found.parts = read.parts;
+                    found.entries = read
+                        .config_maps
+                        .into_iter()
+                        .map(|cm| configmap_entry(path, cm, strict, Some(source.clone())))
+                        .collect();
+                }
                 Err(diag) => {
                     let checked = Checked::rejected(vec![diag]);
-                    vec![Entry::new(
+                    found.entries = vec![Entry::new(
                         path,
                         EntryKind::Configmap,
                         checked,
                         strict,
                         Some(source),
-                    )]
+                    )];
                 }
-            };
+            }
+            return found;
         }
     }
-    let checked = check_parsed(&parsed, options);
-    vec![Entry::new(
+    let checked = check_parsed(&source, &parsed, options);
+    found.entries = vec![Entry::new(
         path,
         EntryKind::Config,
         checked,
         strict,
         Some(source),
-    )]
+    )];
+    found
+}
+
+fn configmap_entry(
+    path: &str,
+    cm: manifest::ConfigMapResult,
+    strict: bool,
+    source: Option<std::rc::Rc<String>>,
+) -> Entry {
+    let mut entry = Entry::new(path, EntryKind::Configmap, cm.checked, strict, source);
+    entry.config_map = Some(ConfigMapRef {
+        namespace: cm.namespace,
+        name: cm.name,
+        document: cm.document,
+    });
+    entry
+}
+
+/// The `ip-masq*` keys of every manifest of a run, merged into one entry placed after the
+/// last input that gave some. Parts from several files are named with their file.
+#[derive(Default)]
+struct RunParts {
+    inputs: Vec<InputParts>,
+}
+
+/// The `ip-masq*` keys one input gave.
+struct InputParts {
+    path: String,
+    source: std::rc::Rc<String>,
+    parts: Vec<manifest::ManifestPart>,
+    /// Where in the results its entries end.
+    results_end: usize,
+}
+
+impl RunParts {
+    fn add(&mut self, path: &str, found: SourceFindings, results: &mut Vec<Entry>) {
+        results.extend(found.entries);
+        if !found.parts.is_empty() {
+            self.inputs.push(InputParts {
+                path: path.to_string(),
+                source: found.source,
+                parts: found.parts,
+                results_end: results.len(),
+            });
+        }
+    }
+
+    fn merge_into(self, results: &mut Vec<Entry>, options: &Options, strict: bool) {
+        let Some(at) = self.inputs.last().map(|i| i.results_end) else {
+            return;
+        };
+        let single = self.inputs.len() == 1;
+        let paths: Vec<&str> = self.inputs.iter().map(|i| i.path.as_str()).collect();
+        let label = paths.join(" + ");
+        let mut parts = Vec::new();
+        for input in &self.inputs {
+            parts.extend(input.parts.iter().cloned().map(|mut p| {
+                if !single {
+                    p.part.name = format!("{}: {}", input.path, p.part.name).into();
+                }
+                p
+            }));
+        }
+        let merged = manifest::merge_parts(&parts, options);
+        let source = single.then(|| self.inputs[0].source.clone());
+        results.insert(at, configmap_entry(&label, merged, strict, source));
+    }
+}
+
+/// `--merged DIR` where DIR holds Kubernetes manifests (a repository's, not a mounted
+/// volume): the `ip-masq*` keys of their ConfigMaps and the `ip-masq*` plain config files,
+/// merged as the agent's `--config-dir` merges the files a projected volume makes of them.
+/// `None` when no file there is a manifest: the directory is read exactly as the agent does.
+fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<Entry>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    let mut texts = Vec::new();
+    for path in files {
+        if let Ok(Some(text)) = read_config_source(&path) {
+            let parsed = parse_stream(&text.text);
+            let is_manifest = parsed
+                .as_ref()
+                .ok()
+                .and_then(|s| s.documents.first())
+                .is_some_and(manifest::is_manifest);
+            texts.push((path, text.text, is_manifest));
+        }
+    }
+    if !texts.iter().any(|(_, _, is_manifest)| *is_manifest) {
+        return None;
+    }
+    let label = dir.display().to_string();
+    let mut results = Vec::new();
+    let mut parts = Vec::new();
+    let merging = Options {
+        merging: true,
+        ..*options
+    };
+    for (path, text, is_manifest) in texts {
+        let name = path.display().to_string();
+        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if is_manifest {
+            let found = check_source(&name, text, options, strict);
+            results.extend(found.entries);
+            parts.extend(found.parts.into_iter().map(|mut p| {
+                p.part.name = format!("{name}: {}", p.part.name).into();
+                p
+            }));
+        } else if let Some(key) = file_name.filter(|n| n.starts_with(crate::config::merge::PREFIX))
+        {
+            let checked = crate::config::check_text(&text, &merging);
+            parts.push(manifest::ManifestPart {
+                document: 1,
+                key,
+                part: crate::config::merge::Part {
+                    name: name.into(),
+                    checked,
+                },
+            });
+        }
+    }
+    let merged = manifest::merge_parts(&parts, options);
+    let mut entry = Entry::new(&label, EntryKind::Merged, merged.checked, strict, None);
+    entry.entries = entry.effective.as_ref().map(MergedEntry::of);
+    results.push(entry);
+    Some(results)
 }
 
 /// Nothing on standard input: in `kubectl get cm … | ipmasq validate -` that is a failed
@@ -375,11 +511,16 @@ fn empty_input(strict: bool) -> Entry {
 pub fn build_report(args: &ValidateArgs) -> Report {
     let options = args.config.options();
     let mut results = Vec::new();
+    let mut run_parts = RunParts::default();
     for input in expand_inputs(&args.files, args.merged) {
         match input {
             Err((name, err)) => results.push(Entry::unreadable(&name, &err)),
             Ok(Input::Merged(dir)) => {
                 let name = dir.display().to_string();
+                if let Some(entries) = merged_manifests(&dir, &options, args.strict) {
+                    results.extend(entries);
+                    continue;
+                }
                 match crate::config::load_source(&crate::config::ConfigSource::Dir(dir), &options) {
                     Ok(loaded) => {
                         let mut entry =
@@ -396,7 +537,8 @@ pub fn build_report(args: &ValidateArgs) -> Report {
                         results.push(empty_input(args.strict));
                     }
                     Ok(text) => {
-                        results.extend(check_source(STDIN_NAME, text.text, &options, args.strict))
+                        let checked = check_source(STDIN_NAME, text.text, &options, args.strict);
+                        run_parts.add(STDIN_NAME, checked, &mut results);
                     }
                     Err(err) => results.push(Entry::unreadable(STDIN_NAME, &err)),
                 }
@@ -405,7 +547,8 @@ pub fn build_report(args: &ValidateArgs) -> Report {
                 let name = path.display().to_string();
                 match read_config_source(&path) {
                     Ok(Some(text)) => {
-                        results.extend(check_source(&name, text.text, &options, args.strict))
+                        let checked = check_source(&name, text.text, &options, args.strict);
+                        run_parts.add(&name, checked, &mut results);
                     }
                     Ok(None) if !explicit => {
                         let checked = Checked::new(Config::defaults(&options), Vec::new());
@@ -417,6 +560,7 @@ pub fn build_report(args: &ValidateArgs) -> Report {
             }
         }
     }
+    run_parts.merge_into(&mut results, &options, args.strict);
     let errors = results.iter().map(|r| r.errors).sum();
     let warnings = results.iter().map(|r| r.warnings).sum();
     Report {

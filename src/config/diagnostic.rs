@@ -60,6 +60,9 @@ pub enum Code {
     ForcedAndKept,
     /// A directory of configs holds no `ip-masq*` file: upstream's defaults apply.
     NoConfigFiles,
+    /// Input ipmasq reads but upstream ip-masq-agent rejects (a file starting with `{` that is
+    /// not strict JSON): after a rollback to upstream that node installs no rules.
+    UpstreamRejects,
     // Infos.
     /// A key upstream ip-masq-agent does not read.
     IpmasqExtension,
@@ -69,7 +72,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in documentation order.
-    pub const ALL: [Code; 35] = [
+    pub const ALL: [Code; 36] = [
         Code::Io,
         Code::YamlSyntax,
         Code::NotAMapping,
@@ -103,6 +106,7 @@ impl Code {
         Code::EmptySourceList,
         Code::SourceFamilyUnscoped,
         Code::NoConfigFiles,
+        Code::UpstreamRejects,
         Code::IpmasqExtension,
         Code::ConfigDirKey,
     ];
@@ -145,6 +149,7 @@ impl Code {
             Code::EmptySourceList => (Warning, "masqueradeSourceCIDRs is empty: every source is considered"),
             Code::SourceFamilyUnscoped => (Warning, "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped"),
             Code::NoConfigFiles => (Warning, "a --config-dir without ip-masq* files: the defaults apply"),
+            Code::UpstreamRejects => (Warning, "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment)"),
             Code::IpmasqExtension => (Info, "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs)"),
             Code::ConfigDirKey => (Info, "a ConfigMap key starting with ip-masq, read as one file of a --config-dir merge (ip-masq-agent-v2); upstream's v1 DaemonSet mounts only data.config"),
         }
@@ -186,6 +191,7 @@ impl Code {
             Code::SourceFamilyUnscoped => "source-family-unscoped",
             Code::ForcedAndKept => "forced-and-kept",
             Code::NoConfigFiles => "no-config-files",
+            Code::UpstreamRejects => "upstream-rejects",
             Code::IpmasqExtension => "ipmasq-extension",
             Code::ConfigDirKey => "config-dir-key",
         }

@@ -39,8 +39,43 @@ pub fn check_manifest(
     documents: &[Node],
     options: &Options,
 ) -> Result<Vec<ConfigMapResult>, Diagnostic> {
+    let mut manifest = read_manifest(source, documents, options)?;
+    if !manifest.parts.is_empty() {
+        manifest
+            .config_maps
+            .push(merge_parts(&manifest.parts, options));
+    }
+    Ok(manifest.config_maps)
+}
+
+/// What a manifest holds: the `data.config` of each ConfigMap, checked on its own, and the
+/// `ip-masq*` keys, checked as parts of a `--config-dir` merge that the caller makes (a
+/// validate run merges those of all its inputs, as ip-masq-agent-v2 projects them into one
+/// directory).
+pub struct Manifest {
+    pub config_maps: Vec<ConfigMapResult>,
+    pub parts: Vec<ManifestPart>,
+}
+
+/// One `ip-masq*` key of a ConfigMap, checked as one file of a merge.
+#[derive(Clone)]
+pub struct ManifestPart {
+    /// 1-based index of the YAML document it was found in.
+    pub document: usize,
+    /// The key: the file name it is mounted as, which orders the merge.
+    pub key: String,
+    pub part: Part,
+}
+
+/// Reads every ConfigMap of a manifest stream (see [`check_manifest`]) without merging the
+/// `ip-masq*` keys; an error when it holds no config at all.
+pub fn read_manifest(
+    source: &str,
+    documents: &[Node],
+    options: &Options,
+) -> Result<Manifest, Diagnostic> {
     let mut results = Vec::new();
-    let mut parts: Vec<(usize, Part)> = Vec::new();
+    let mut parts: Vec<ManifestPart> = Vec::new();
     for (index, doc) in documents.iter().enumerate() {
         let mut objects = Vec::new();
         collect_objects(doc, &mut objects);
@@ -72,13 +107,14 @@ pub fn check_manifest(
                         name.as_deref().unwrap_or("(unnamed)"),
                         key.name
                     );
-                    parts.push((
-                        index + 1,
-                        Part {
+                    parts.push(ManifestPart {
+                        document: index + 1,
+                        key: key.name.clone(),
+                        part: Part {
                             name: part.into(),
                             checked,
                         },
-                    ));
+                    });
                 }
             }
             if keys.is_empty() && name.as_deref() == Some(CONFIGMAP_NAME) {
@@ -91,25 +127,7 @@ pub fn check_manifest(
             }
         }
     }
-    if let Some(&(document, _)) = parts.first() {
-        let names: Vec<&str> = parts
-            .iter()
-            .map(|(_, p)| p.name.trim_start_matches("ConfigMap "))
-            .collect();
-        let parts: Vec<Part> = parts.iter().map(|(_, p)| p.clone()).collect();
-        let mut checked = merge::merge(Path::new("the manifest"), &parts, options);
-        checked.edit_diagnostics(|d| d.retain(|d| d.code != Code::NoConfigFiles));
-        results.push(ConfigMapResult {
-            namespace: None,
-            name: Some(format!(
-                "{} merged as --config-dir merges them",
-                names.join(" + ")
-            )),
-            document,
-            checked,
-        });
-    }
-    if results.is_empty() {
+    if results.is_empty() && parts.is_empty() {
         return Err(Diagnostic::error(
             Code::NoConfigMap,
             format!(
@@ -119,7 +137,36 @@ pub fn check_manifest(
         .at_opt(documents.first().map(|d| d.location))
         .hint("pass the agent's config file, or the manifest holding its ConfigMap"));
     }
-    Ok(results)
+    Ok(Manifest {
+        config_maps: results,
+        parts,
+    })
+}
+
+/// The `ip-masq*` keys of one or more manifests merged as `--config-dir` merges the files a
+/// projected volume makes of them: in key (file name) order.
+pub fn merge_parts(parts: &[ManifestPart], options: &Options) -> ConfigMapResult {
+    let mut ordered: Vec<&ManifestPart> = parts.iter().collect();
+    ordered.sort_by(|a, b| a.key.cmp(&b.key));
+    let names: Vec<&str> = ordered
+        .iter()
+        .map(|p| {
+            let name = &*p.part.name;
+            name.split_once("ConfigMap ").map_or(name, |(_, rest)| rest)
+        })
+        .collect();
+    let merged: Vec<Part> = ordered.iter().map(|p| p.part.clone()).collect();
+    let mut checked = merge::merge(Path::new("the manifest"), &merged, options);
+    checked.edit_diagnostics(|d| d.retain(|d| d.code != Code::NoConfigFiles));
+    ConfigMapResult {
+        namespace: None,
+        name: Some(format!(
+            "{} merged as --config-dir merges them",
+            names.join(" + ")
+        )),
+        document: parts.iter().map(|p| p.document).min().unwrap_or(1),
+        checked,
+    }
 }
 
 /// A ConfigMap key that holds a config: `config`, or one starting with `ip-masq`.
@@ -243,6 +290,7 @@ fn check_binary(value: &Node, key: &str, options: &Options) -> Checked {
             diag.location = Some(value.location);
         }
     });
+    checked.edit_places(|place| place.location = place.location.map(|_| value.location));
     checked
 }
 
@@ -320,6 +368,9 @@ fn check_embedded(source: &str, value: &Node, key: &str, options: &Options) -> C
                 diag.location = Some(value.location);
             }
         }
+    });
+    checked.edit_places(|place| {
+        place.location = place.location.map(|inner| map.to_outer(source, inner).0);
     });
     checked
 }

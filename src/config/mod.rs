@@ -279,6 +279,22 @@ impl Checked {
         }
     }
 
+    /// Rewrites where the config's list entries were written (a ConfigMap maps the positions
+    /// inside its embedded config onto the manifest's text).
+    pub fn edit_places(&mut self, mut edit: impl FnMut(&mut Place)) {
+        if let Some(config) = &mut self.config {
+            let provenance = &mut config.provenance;
+            for place in provenance
+                .non_masquerade
+                .iter_mut()
+                .chain(&mut provenance.force)
+                .chain(&mut provenance.sources)
+            {
+                edit(place);
+            }
+        }
+    }
+
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics.iter().filter(|d| d.is_error())
     }

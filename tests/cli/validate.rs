@@ -395,3 +395,167 @@ fn v2_configmaps_in_one_file_are_merged_and_checked() {
     let run = ipmasq(&["validate", &one.display().to_string()]);
     assert_eq!(run.code, 0, "{}", run.stdout);
 }
+
+/// v2 ConfigMaps in several files of one run are one `--config-dir` merge (the DaemonSet
+/// projects them into one directory): a clash only the merge sees fails, with both places
+/// named in their own files; `--merged DIR` over a directory of such manifests does the same.
+#[test]
+fn v2_configmaps_across_files_are_one_merge() {
+    let dir = Scratch::new("v2-across-files");
+    let configmap = |name: &str, body: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  {name}: |\n    {body}\n")
+    };
+    let cloud = dir.write(
+        "cloud.yaml",
+        &configmap("ip-masq-cloud", "nonMasqueradeCIDRs: [100.64.0.0/10]"),
+    );
+    let user = dir.write(
+        "user.yaml",
+        &configmap("ip-masq-user", "forceMasqueradeCIDRs: [100.64.0.0/10]"),
+    );
+    let (cloud, user) = (cloud.display().to_string(), user.display().to_string());
+    for args in [
+        vec![cloud.as_str(), user.as_str()],
+        vec!["--merged", dir.path_str()],
+    ] {
+        let run = ipmasq(&[&["validate"][..], &args].concat());
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stdout);
+        let clash = run
+            .stdout
+            .lines()
+            .find(|l| l.contains("error[forced-and-kept]"))
+            .unwrap_or_else(|| panic!("{args:?}: no clash reported: {}", run.stdout));
+        assert!(
+            clash.starts_with(&format!(
+                "{user}: ConfigMap ip-masq-user/ip-masq-user:7:28:"
+            )) && clash.contains(&format!(
+                "({cloud}: ConfigMap ip-masq-cloud/ip-masq-cloud:7:26)"
+            )),
+            "{args:?}: {clash}"
+        );
+    }
+    // Each file alone is valid: only the merge is not.
+    for file in [&cloud, &user] {
+        assert_eq!(ipmasq(&["validate", file]).code, 0, "{file}");
+    }
+    // A mounted directory (plain files) is still read exactly as the agent reads it.
+    let mounted = Scratch::new("v2-mounted");
+    mounted.write("ip-masq-cloud", "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+    mounted.write("ip-masq-user", "forceMasqueradeCIDRs: [10.0.0.0/8]\n");
+    let (code, report) = json(&["--merged", mounted.path_str()]);
+    assert_eq!(code, 1);
+    assert_eq!(report["results"][0]["kind"], "merged");
+    let codes: Vec<&str> = report["results"][0]["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .filter_map(|d| d["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"forced-and-kept"), "{codes:?}");
+}
+
+/// What upstream would reject gets `upstream-rejects` (a warning; `--strict` fails it), with
+/// the place a JSON parser stops; the same config as block YAML or strict JSON gets none.
+#[test]
+fn inputs_upstream_rejects_are_warned_about() {
+    let dir = Scratch::new("upstream-rejects");
+    let flow = dir.write("flow.yaml", "{nonMasqueradeCIDRs: [10.0.0.0/8]}\n");
+    let comma = dir.write(
+        "comma.json",
+        "{\n  \"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"],\n}\n",
+    );
+    for (file, line, column) in [(&flow, 1, 2), (&comma, 3, 1)] {
+        let file = file.display().to_string();
+        let (code, report) = json(&[&file]);
+        assert_eq!(code, 0, "{report}");
+        let d = &report["results"][0]["diagnostics"][0];
+        assert_eq!(d["code"], "upstream-rejects", "{report}");
+        assert_eq!(
+            (d["line"].as_u64(), d["column"].as_u64()),
+            (Some(line), Some(column))
+        );
+        assert_eq!(ipmasq(&["validate", "--strict", &file]).code, 1);
+    }
+    let block = dir.write("block.yaml", "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n");
+    let strict = dir.write(
+        "strict.json",
+        "{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"]}\n",
+    );
+    for file in [&block, &strict] {
+        let run = ipmasq(&["validate", "--strict", &file.display().to_string()]);
+        assert_eq!(run.code, 0, "{}", run.stdout);
+    }
+}
+
+/// One input per row of the README's table of deliberate differences from upstream, with what
+/// ipmasq does with it: the rows and these cases are the same set, and each case holds.
+#[test]
+fn readme_table_of_deliberate_differences_is_what_validate_does() {
+    struct Case {
+        row: &'static str,
+        /// The file's text; `None` for a symlink loop.
+        text: Option<&'static str>,
+        flags: &'static [&'static str],
+        codes: &'static [&'static str],
+        exit: i32,
+    }
+    let cases = [
+        Case { row: "`::ffff:172.16.0.0/108`", text: Some("nonMasqueradeCIDRs: [\"::ffff:172.16.0.0/108\"]\n"), flags: &["--enable-ipv6"], codes: &["ipv4-mapped-cidr"], exit: 1 },
+        Case { row: "`resyncInterval: 0s` or negative", text: Some("resyncInterval: -1s\n"), flags: &[], codes: &["non-positive-duration"], exit: 1 },
+        Case { row: "`cidrLimit: -1`", text: Some("cidrLimit: -1\n"), flags: &[], codes: &["negative-cidr-limit"], exit: 1 },
+        Case { row: "`linkLocal: false` (non-masquerade-daemon's key)", text: Some("linkLocal: false\n"), flags: &[], codes: &["deprecated-link-local"], exit: 0 },
+        Case { row: "several case variants of one key", text: Some("masqLinkLocal: false\nMASQLINKLOCAL: true\n"), flags: &[], codes: &["key-case", "duplicate-key"], exit: 0 },
+        Case { row: "a file over 8 MiB, a directory, a symlink loop, a FIFO", text: None, flags: &[], codes: &["io"], exit: 2 },
+        Case { row: "several errors", text: Some("nonMasqueradeCIDRs: [10.1.2.3/16, 300.0.0.0/8]\ncidrLimit: -1\n"), flags: &[], codes: &["invalid-cidr", "cidr-not-aligned", "negative-cidr-limit"], exit: 1 },
+        Case { row: "`{nonMasqueradeCIDRs: [10.0.0.0/8]}` (a YAML flow map)", text: Some("{nonMasqueradeCIDRs: [10.0.0.0/8]}\n"), flags: &[], codes: &["upstream-rejects"], exit: 0 },
+        Case { row: "`{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"],}` (JSON with a trailing comma or a comment)", text: Some("{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"],}\n"), flags: &[], codes: &["upstream-rejects"], exit: 0 },
+    ];
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    let table = readme
+        .split_once("Where ipmasq decides differently from upstream, on purpose:")
+        .expect("the README has the table")
+        .1;
+    let rows: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_start_matches('|')
+                .split(" | ")
+                .next()
+                .unwrap_or("")
+                .trim()
+        })
+        .collect();
+    let tested: Vec<&str> = cases.iter().map(|c| c.row).collect();
+    assert_eq!(
+        rows, tested,
+        "every row of the README's table has a case here, and no more"
+    );
+    let dir = Scratch::new("readme-differences");
+    for (i, case) in cases.iter().enumerate() {
+        let file = dir.path.join(format!("case-{i}.yaml"));
+        match case.text {
+            Some(text) => std::fs::write(&file, text).expect("write"),
+            None => std::os::unix::fs::symlink(&file, &file).expect("symlink loop"),
+        }
+        let file = file.display().to_string();
+        let (code, report) = json(&[case.flags, &[file.as_str()]].concat());
+        assert_eq!(code, case.exit, "{}: {report}", case.row);
+        let codes: Vec<&str> = report["results"][0]["diagnostics"]
+            .as_array()
+            .expect("diagnostics")
+            .iter()
+            .filter_map(|d| d["code"].as_str())
+            .collect();
+        for expected in case.codes {
+            assert!(
+                codes.contains(expected),
+                "{}: {expected} not in {codes:?}",
+                case.row
+            );
+        }
+    }
+}

@@ -28,7 +28,8 @@ pub(super) fn dedup(nets: impl Iterator<Item = IpNet>, places: &mut Vec<Place>) 
 /// The checks that need every list at once (of one file, or of a merged directory):
 /// a CIDR both forced and kept is an error naming both places; a forced CIDR that no
 /// non-masquerade range holds changes nothing and is reported; a source list without a range
-/// of a managed family leaves that family unscoped.
+/// of a managed family leaves that family unscoped; an entry whose deletion changes no verdict
+/// is covered.
 pub(in crate::config) fn check_across_lists(
     config: &Config,
     options: &Options,
@@ -41,55 +42,8 @@ pub(in crate::config) fn check_across_lists(
             None => d,
         }
     };
-    let kept: std::collections::HashMap<IpNet, usize> = config
-        .non_masquerade_cidrs
-        .iter()
-        .enumerate()
-        .rev()
-        .map(|(i, n)| (*n, i))
-        .collect();
-    for (i, forced) in config.force_masquerade_cidrs.iter().enumerate() {
-        let place = config.place(ListName::Force, i);
-        if let Some(&k) = kept.get(forced) {
-            let other = config.place(ListName::NonMasquerade, k);
-            push_finding(diags, at(
-                Diagnostic::error(
-                    Code::ForcedAndKept,
-                    format!(
-                        "{forced} is in {KEY_FORCE} and also in {KEY_CIDRS} ({other}): it cannot be both masqueraded and kept"
-                    ),
-                ),
-                &place,
-            )
-            .hint("delete it from one of the lists; to masquerade part of a range, force a narrower CIDR"));
-            continue;
-        }
-        let link_local_kept = match forced {
-            IpNet::V4(_) => !config.masq_link_local,
-            IpNet::V6(_) => !config.masq_link_local_ipv6,
-        };
-        let family_link_local: IpNet = match forced {
-            IpNet::V4(_) => super::super::LINK_LOCAL_V4.parse().expect("constant"),
-            IpNet::V6(_) => super::super::LINK_LOCAL_V6.parse().expect("constant"),
-        };
-        let inside_kept = config
-            .non_masquerade_cidrs
-            .iter()
-            .any(|k| k.contains(forced) && k != forced)
-            || (link_local_kept && family_link_local.contains(forced));
-        if !inside_kept {
-            push_finding(diags, at(
-                Diagnostic::warning(
-                    Code::ForcedWithoutEffect,
-                    format!(
-                        "{forced} lies in no non-masquerade range: it is masqueraded anyway, so forcing it changes nothing"
-                    ),
-                ),
-                &place,
-            )
-            .hint(format!("delete it, or add the range it belongs to to {KEY_CIDRS}")));
-        }
-    }
+    forced_warnings(config, diags, &at);
+    covered_warnings(config, diags, &at);
     if !config.masquerade_source_cidrs.is_empty() {
         let families: &[(&str, bool)] = if options.enable_ipv6 {
             &[("IPv4", false), ("IPv6", true)]
@@ -274,8 +228,8 @@ pub(super) fn parse_cidr_nodes(
     parsed
 }
 
-/// Warns about exact duplicates and about CIDRs inside another listed CIDR. Sorting makes this
-/// O(n log n): CIDR blocks either nest or are disjoint, so a stack of open blocks suffices.
+/// Warns about exact duplicates within one list (sorting makes this O(n log n)). Entries
+/// inside another one are judged across the lists, by [`covered_warnings`].
 pub(super) fn overlap_warnings(parsed: &[(IpNet, Option<Location>)], diags: &mut Vec<Diagnostic>) {
     let mut order: Vec<usize> = (0..parsed.len()).collect();
     order.sort_by(|&a, &b| {
@@ -288,7 +242,6 @@ pub(super) fn overlap_warnings(parsed: &[(IpNet, Option<Location>)], diags: &mut
         ))
     });
     let mut found: Vec<(usize, Diagnostic)> = Vec::new();
-    let mut open: Vec<usize> = Vec::new();
     let mut previous: Option<usize> = None;
     for &i in &order {
         let net = parsed[i].0;
@@ -304,28 +257,6 @@ pub(super) fn overlap_warnings(parsed: &[(IpNet, Option<Location>)], diags: &mut
             ));
             continue;
         }
-        while let Some(&top) = open.last() {
-            if parsed[top].0.contains(&net) {
-                break;
-            }
-            open.pop();
-        }
-        if let Some(&outer) = open.last() {
-            found.push((
-                i,
-                Diagnostic::warning(
-                    Code::CoveredCidr,
-                    format!(
-                        "{net} is already covered by {}{}",
-                        parsed[outer].0,
-                        line_of(parsed[outer].1)
-                    ),
-                )
-                .at_opt(parsed[i].1)
-                .hint("delete the narrower entry; it never matches first"),
-            ));
-        }
-        open.push(i);
         previous = Some(i);
     }
     found.sort_by_key(|(i, _)| *i);
@@ -334,4 +265,202 @@ pub(super) fn overlap_warnings(parsed: &[(IpNet, Option<Location>)], diags: &mut
 
 pub(super) fn line_of(location: Option<Location>) -> String {
     location.map_or(String::new(), |l| format!(" (line {})", l.line))
+}
+
+/// A forced CIDR also kept is an error; one that no kept range holds (or that is the
+/// link-local range, kept first) changes nothing and is reported.
+fn forced_warnings(
+    config: &Config,
+    diags: &mut Vec<Diagnostic>,
+    at: &dyn Fn(Diagnostic, &Place) -> Diagnostic,
+) {
+    let kept: std::collections::HashMap<IpNet, usize> = config
+        .non_masquerade_cidrs
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, n)| (*n, i))
+        .collect();
+    for (i, forced) in config.force_masquerade_cidrs.iter().enumerate() {
+        let place = config.place(ListName::Force, i);
+        if let Some(&k) = kept.get(forced) {
+            let other = config.place(ListName::NonMasquerade, k);
+            push_finding(diags, at(
+                Diagnostic::error(
+                    Code::ForcedAndKept,
+                    format!(
+                        "{forced} is in {KEY_FORCE} and also in {KEY_CIDRS} ({other}): it cannot be both masqueraded and kept"
+                    ),
+                ),
+                &place,
+            )
+            .hint("delete it from one of the lists; to masquerade part of a range, force a narrower CIDR"));
+            continue;
+        }
+        let link_local_kept = match forced {
+            IpNet::V4(_) => !config.masq_link_local,
+            IpNet::V6(_) => !config.masq_link_local_ipv6,
+        };
+        let family_link_local: IpNet = match forced {
+            IpNet::V4(_) => super::super::LINK_LOCAL_V4.parse().expect("constant"),
+            IpNet::V6(_) => super::super::LINK_LOCAL_V6.parse().expect("constant"),
+        };
+        let inside_kept = config
+            .non_masquerade_cidrs
+            .iter()
+            .any(|k| k.contains(forced) && k != forced)
+            || (link_local_kept && family_link_local.contains(forced));
+        if link_local_kept && *forced == family_link_local {
+            push_finding(diags, at(
+                Diagnostic::warning(
+                    Code::ForcedWithoutEffect,
+                    format!(
+                        "{forced} is the link-local range, which is kept before any forced range unless masqLinkLocal{} is true: forcing it changes nothing",
+                        if forced.addr().is_ipv6() { "IPv6" } else { "" }
+                    ),
+                ),
+                &place,
+            )
+            .hint(format!(
+                "delete it, and set masqLinkLocal{}: true to masquerade link-local traffic",
+                if forced.addr().is_ipv6() { "IPv6" } else { "" }
+            )));
+        } else if !inside_kept {
+            push_finding(diags, at(
+                Diagnostic::warning(
+                    Code::ForcedWithoutEffect,
+                    format!(
+                        "{forced} lies in no non-masquerade range: it is masqueraded anyway, so forcing it changes nothing"
+                    ),
+                ),
+                &place,
+            )
+            .hint(format!("delete it, or add the range it belongs to to {KEY_CIDRS}")));
+        }
+    }
+}
+
+/// One listed destination range for [`covered_warnings`]: where it is and what it decides.
+struct Listed {
+    net: IpNet,
+    masquerade: bool,
+    /// `None` for the implicit link-local range (kept unless `masqLinkLocal*`).
+    list: Option<(ListName, usize)>,
+}
+
+/// Warns about a `nonMasqueradeCIDRs` or `forceMasqueradeCIDRs` entry whose deletion changes no
+/// verdict: the nearest listed range strictly holding it (across both lists, with the implicit
+/// link-local range) decides the same. With forced CIDRs the longest prefix wins, so a kept
+/// range inside a forced one inside a kept one is not redundant, and no hint says to delete it.
+/// CIDR blocks either nest or are disjoint: sorted, a stack of open blocks finds each nearest
+/// holder in O(n log n). Repeats of one range are left to the duplicate warning.
+fn covered_warnings(
+    config: &Config,
+    diags: &mut Vec<Diagnostic>,
+    at: &dyn Fn(Diagnostic, &Place) -> Diagnostic,
+) {
+    let mut destinations: Vec<Listed> = Vec::new();
+    for (net, masq_link_local) in [
+        (super::super::LINK_LOCAL_V4, config.masq_link_local),
+        (super::super::LINK_LOCAL_V6, config.masq_link_local_ipv6),
+    ] {
+        if !masq_link_local {
+            let net = net.parse().expect("constant");
+            destinations.push(Listed {
+                net,
+                masquerade: false,
+                list: None,
+            });
+        }
+    }
+    fn listed(
+        list: ListName,
+        nets: &[IpNet],
+        masquerade: bool,
+    ) -> impl Iterator<Item = Listed> + '_ {
+        nets.iter().enumerate().map(move |(i, net)| Listed {
+            net: *net,
+            masquerade,
+            list: Some((list, i)),
+        })
+    }
+    destinations.extend(listed(
+        ListName::NonMasquerade,
+        &config.non_masquerade_cidrs,
+        false,
+    ));
+    destinations.extend(listed(
+        ListName::Force,
+        &config.force_masquerade_cidrs,
+        true,
+    ));
+    nearest_holder_warnings(destinations, config, diags, at);
+    // Sources only select: a range inside another one selects nothing more.
+    let sources = listed(ListName::Sources, &config.masquerade_source_cidrs, false).collect();
+    nearest_holder_warnings(sources, config, diags, at);
+}
+
+/// [`covered_warnings`] for one set of ranges.
+fn nearest_holder_warnings(
+    mut listed: Vec<Listed>,
+    config: &Config,
+    diags: &mut Vec<Diagnostic>,
+    at: &dyn Fn(Diagnostic, &Place) -> Diagnostic,
+) {
+    // Families apart, then by network, wider first; among equal ranges the one the plan
+    // consults first, so a repeat sees the entry that decides for it as the open block.
+    listed.sort_by_key(|l| {
+        let n = l.net;
+        // What the plan does with equal ranges: link-local is kept before any forced range.
+        let rank = match l.list {
+            Some((ListName::NonMasquerade, i)) => (0, i),
+            None => (1, 0),
+            Some((_, i)) => (2, i),
+        };
+        (n.addr().is_ipv6(), n.network(), n.prefix_len(), rank)
+    });
+    let mut open: Vec<usize> = Vec::new();
+    let mut found: Vec<((ListName, usize), Diagnostic)> = Vec::new();
+    for (i, entry) in listed.iter().enumerate() {
+        while let Some(&top) = open.last() {
+            if listed[top].net.contains(&entry.net) {
+                break;
+            }
+            open.pop();
+        }
+        let holder = open.last().map(|&top| &listed[top]);
+        if holder.is_some_and(|h| h.net == entry.net) {
+            continue;
+        }
+        open.push(i);
+        let (Some(holder), Some(place)) = (holder, entry.list) else {
+            continue;
+        };
+        let Some(holder_place) = holder.list else {
+            continue;
+        };
+        if holder.masquerade != entry.masquerade {
+            continue;
+        }
+        let outer = config.place(holder_place.0, holder_place.1);
+        let written = match (&outer.file, outer.location) {
+            (None, Some(location)) => line_of(Some(location)),
+            (Some(_), _) => format!(" ({outer})"),
+            (None, None) => String::new(),
+        };
+        let d = Diagnostic::warning(
+            Code::CoveredCidr,
+            format!(
+                "{} is already covered by {}{written}",
+                entry.net, holder.net
+            ),
+        )
+        .hint(format!(
+            "delete the narrower entry; {} decides the same for all of it",
+            holder.net
+        ));
+        found.push((place, at(d, &config.place(place.0, place.1))));
+    }
+    found.sort_by_key(|(place, _)| (place.0 != ListName::NonMasquerade, place.1));
+    diags.extend(found.into_iter().map(|(_, d)| d));
 }

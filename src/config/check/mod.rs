@@ -3,8 +3,11 @@
 //! key keeps its default) and validating it, collecting every error and warning on the way.
 
 mod decode;
+#[cfg(test)]
+mod hint_properties;
 mod keys;
 mod lists;
+mod upstream;
 
 use super::diagnostic::{push_finding, Code, Diagnostic};
 use super::yaml::{parse_stream, Location, Node, Resolved, Stream, Value, YamlError};
@@ -18,11 +21,11 @@ pub(super) use lists::{check_across_lists, check_cidr_limit};
 
 /// Parses and checks a config text (YAML 1.1 or JSON).
 pub fn check_text(text: &str, options: &Options) -> Checked {
-    check_parsed(&parse_stream(text), options)
+    check_parsed(text, &parse_stream(text), options)
 }
 
-/// Checks an already-parsed stream (its first document is the config).
-pub fn check_parsed(parsed: &Result<Stream, YamlError>, options: &Options) -> Checked {
+/// Checks `text`, already parsed into `parsed` (its first document is the config).
+pub fn check_parsed(text: &str, parsed: &Result<Stream, YamlError>, options: &Options) -> Checked {
     let stream = match parsed {
         Ok(stream) => stream,
         Err(err) => {
@@ -33,7 +36,8 @@ pub fn check_parsed(parsed: &Result<Stream, YamlError>, options: &Options) -> Ch
             .at(err.location)])
         }
     };
-    let mut diagnostics = Vec::new();
+    let mut diagnostics: Vec<Diagnostic> =
+        upstream::strict_json_warning(text).into_iter().collect();
     if let Some(extra) = stream.documents.get(1) {
         diagnostics.push(
             Diagnostic::warning(
