@@ -84,6 +84,9 @@ pub fn run_forever(reconciler: Reconciler, options: RunOptions) -> Ending {
     let instance = options.state.instance.clone();
     let held = HeldLock::default();
     let ending = runtime.block_on(run_loop(reconciler, options, held.clone()));
+    // The runtime goes first, and the health listener with it: a successor takes the port
+    // as soon as it has the lock.
+    drop(runtime);
     // A clean exit leaves no trace: the state files, then the lock (its file unlinked while
     // still held, so a successor waiting on it takes a fresh one).
     state::remove(&state_dir, &instance);
@@ -146,10 +149,16 @@ fn reconcile_thread(
     shared: http::Shared,
     passes_done: tokio::sync::mpsc::UnboundedSender<()>,
     (mut state, state_dir): (AgentState, PathBuf),
-    held: HeldLock,
+    (held, lock_taken): (HeldLock, tokio::sync::oneshot::Sender<()>),
 ) -> Reconciler {
     let node_lock = take_node_lock(&state_dir, &state.rules.masq_chain);
     *held.lock().unwrap_or_else(|e| e.into_inner()) = node_lock;
+    let _ = lock_taken.send(());
+    // The first pass waits for the endpoint: a port that cannot be served stops the agent
+    // before it touches a rule.
+    if !matches!(commands.recv(), Ok(Command::Pass(_))) {
+        return reconciler;
+    }
     reconciler.take_over_leftovers();
     let mut trigger = Trigger::Timer;
     let mut leftovers_checked = false;
@@ -220,7 +229,7 @@ pub fn take_node_lock(dir: &std::path::Path, chain: &str) -> Option<state::NodeL
         let holder = holder.map_or("another agent".to_string(), |pid| {
             format!("agent pid {pid}")
         });
-        warn!(chain, %holder, "{holder} holds the node lock for this chain; waiting for it to stop before touching the rules");
+        warn!(chain, %holder, "{holder} holds the node lock for this chain: two agents on one node are not supported (a DaemonSet must roll with maxSurge: 0); waiting for it to exit before touching the rules or serving health");
     });
     match acquired {
         Ok(lock) => {
@@ -250,11 +259,6 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     };
     let shared: http::Shared =
         Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_name())));
-    if let Some(addr) = options.metrics_addr {
-        if let Err(ending) = serve_health(addr, &shared).await {
-            return ending;
-        }
-    }
     let mut watch = match &reconciler.settings.config {
         crate::config::ConfigSource::File(path) => DirWatch::new(path),
         crate::config::ConfigSource::Dir(dir) => DirWatch::for_parts(dir),
@@ -267,6 +271,10 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let thread_shared = shared.clone();
     let state = options.state.clone();
     let state_dir = options.state_dir.clone();
+    // Health and metrics are served once the node lock is ours: an agent still exiting holds
+    // the port until then, and a second agent is not a second endpoint.
+    let (lock_taken, mut lock_taken_rx) = tokio::sync::oneshot::channel();
+    let mut awaiting_lock = true;
     let worker = std::thread::Builder::new()
         .name("reconcile".into())
         .spawn(move || {
@@ -276,7 +284,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                 thread_shared,
                 done_tx,
                 (state, state_dir),
-                held,
+                (held, lock_taken),
             )
         });
     let worker = match worker {
@@ -296,6 +304,12 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
             }
         };
         tokio::select! {
+            taken = &mut lock_taken_rx, if awaiting_lock => {
+                awaiting_lock = false;
+                if let Err(ending) = serve_then_pass(taken.is_ok(), options.metrics_addr, &shared, &commands).await {
+                    return ending;
+                }
+            }
             _ = done_rx.recv() => watch.arm(),
             _ = watch.changed() => {
                 let now = tokio::time::Instant::now();
@@ -332,6 +346,24 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         "stopping; removing rules (--cleanup-on-exit)"
     );
     stop_and_clean_up(commands, worker, backend_id, names).await
+}
+
+/// Once the node lock is ours: the endpoint, then the go-ahead for the first pass (or, when
+/// the port cannot be served, a stop before any rule is touched).
+async fn serve_then_pass(
+    lock_taken: bool,
+    metrics_addr: Option<std::net::SocketAddr>,
+    shared: &http::Shared,
+    commands: &mpsc::Sender<Command>,
+) -> Result<(), Ending> {
+    if let (true, Some(addr)) = (lock_taken, metrics_addr) {
+        if let Err(ending) = serve_health(addr, shared).await {
+            let _ = commands.send(Command::Stop);
+            return Err(ending);
+        }
+    }
+    let _ = commands.send(Command::Pass(Trigger::Timer));
+    Ok(())
 }
 
 /// Serves `/healthz`, `/readyz` and `/metrics` on `addr` from the shared snapshot.

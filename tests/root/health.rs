@@ -304,3 +304,116 @@ fn stalled_client_does_not_delay_a_sync() {
     );
     assert_eq!(alive, 200, "endpoint answered while a client stalled");
 }
+
+/// `/readyz`'s status inside the namespace, or `None` when nothing listens on the port.
+fn readyz_status(ns: &Netns) -> Option<u16> {
+    let script = format!(
+        "import urllib.request, urllib.error\n\
+         try:\n    print(urllib.request.urlopen('http://{ADDR}/readyz', timeout=5).status)\n\
+         except urllib.error.HTTPError as e:\n    print(e.code)\n\
+         except OSError:\n    print('closed')\n"
+    );
+    ns.exec(PYTHON, &["-c", &script]).stdout.trim().parse().ok()
+}
+
+/// Whether `pid` runs (not gone, not a zombie waiting to be reaped).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+/// Two agents on one node (a copy started by hand, or a pod started while the old one still
+/// runs, as a `maxSurge` rollout would): the second says in one warning line why it waits, and
+/// meanwhile opens no port (no clash with the first's endpoint) and touches no rule. When the
+/// first exits (0, leaving its rules, as without --cleanup-on-exit) the second takes the lock,
+/// the port and the rules: the jump is there throughout and the rules are byte for byte the
+/// same.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_second_agent_says_why_it_waits_then_takes_lock_port_and_rules() {
+    let mut ns = Netns::new("twoagents");
+    let dir = Scratch::new("two-agents");
+    let config = dir.write(
+        "config",
+        "nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n",
+    );
+    let config_flag = format!("--config={}", config.display());
+    let metrics_flag = format!("--metrics-addr={ADDR}");
+    let args = ["agent", "--iptables-mode=nft", &config_flag, &metrics_flag];
+    let (first_log, second_log) = (dir.path.join("first.log"), dir.path.join("second.log"));
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let first = ns.spawn_ipmasq(&args, &first_log);
+    assert!(
+        wait_until(PATIENCE, || readyz_status(&ns) == Some(200)),
+        "{}",
+        read(&first_log)
+    );
+    let rules = |ns: &Netns| ns.save("nft", false, Some("nat"));
+    let installed = rules(&ns);
+    assert_eq!(
+        installed.matches("-j IP-MASQ-AGENT").count(),
+        1,
+        "{installed}"
+    );
+
+    let second = ns.spawn_ipmasq(&args, &second_log);
+    let why = "two agents on one node are not supported (a DaemonSet must roll with maxSurge: 0)";
+    assert!(
+        wait_until(PATIENCE, || read(&second_log).contains(why)),
+        "{}",
+        read(&second_log)
+    );
+    let said = read(&second_log);
+    assert_eq!(
+        said.matches("holds the node lock").count(),
+        1,
+        "said once: {said}"
+    );
+    assert!(
+        said.contains(&format!("agent pid {first} holds the node lock")),
+        "{said}"
+    );
+    assert!(
+        running(second),
+        "the second agent waits, it does not exit: {said}"
+    );
+    assert!(
+        !said.contains("serving /healthz"),
+        "no second endpoint: {said}"
+    );
+    assert_eq!(
+        readyz_status(&ns),
+        Some(200),
+        "the first agent still answers"
+    );
+    assert_eq!(rules(&ns), installed, "a waiting agent writes nothing");
+
+    super::netns::kill(first, "TERM");
+    assert_eq!(
+        ns.wait_daemon(first, PATIENCE),
+        Some(0),
+        "{}",
+        read(&first_log)
+    );
+    assert_eq!(
+        rules(&ns),
+        installed,
+        "the rules stay while the lock changes hands"
+    );
+    assert!(
+        wait_until(PATIENCE, || readyz_status(&ns) == Some(200)),
+        "the second agent serves the port once the first is gone: {}",
+        read(&second_log)
+    );
+    assert!(read(&second_log).contains("serving /healthz"));
+    assert_eq!(rules(&ns), installed, "adopted as they were");
+    super::netns::kill(second, "TERM");
+    assert_eq!(
+        ns.wait_daemon(second, PATIENCE),
+        Some(0),
+        "{}",
+        read(&second_log)
+    );
+}
