@@ -29,8 +29,8 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
-            [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
             [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
+            [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -44,7 +44,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)')
             [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
             [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
-            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)')
+            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive')
             [CompletionResult]::new('--cleanup-on-exit', '--cleanup-on-exit', [CompletionResultType]::ParameterName, 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format (also spelt --logging-format, as Kubernetes components spell it)')
             [CompletionResult]::new('--logging-format', '--logging-format', [CompletionResultType]::ParameterName, 'Log line format (also spelt --logging-format, as Kubernetes components spell it)')
@@ -87,34 +87,18 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
         }
         'ipmasq;show' {
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Also judge the live rules against this config (as the agent would read it)')
-            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the nat chain for the masquerade rules')
-            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it')
-            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
-            [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)')
-            [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
-            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
-            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
+            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'The chain to show (the agent''s --masq-chain)')
+            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also show the IPv6 chain (ip6tables), as an agent run with --enable-ipv6 keeps it')
+            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'The agent''s --nomasq-all-reserved-ranges: with --config, judge the rules as an agent run with this flag would write them')
+            [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'The agent''s --random-fully: with --config, judge the rules as an agent run with this flag would write them')
+            [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'The agent''s --to-ports: with --config, judge the rules as an agent run with this flag would write them')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The backend whose rules to show (the agent''s --backend)')
+            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to read (the agent''s --iptables-mode; auto: whichever holds rules)')
             [CompletionResult]::new('--wide', '--wide', [CompletionResultType]::ParameterName, 'Add each rule''s comment to the tables (wider than 80 columns)')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
-            break
-        }
-        'ipmasq;cleanup' {
-            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the chain to remove')
-            [CompletionResult]::new('--all-variants', '--all-variants', [CompletionResultType]::ParameterName, 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks')
-            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
-            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)')
-            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
-            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
-            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print what would be removed; change nothing')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
@@ -125,18 +109,34 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--from', '--from', [CompletionResultType]::ParameterName, 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST''s family, else any source]')
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Explain with this config file [default: the running agent''s config, else /etc/config/ip-masq-agent]')
             [CompletionResult]::new('--config-dir', '--config-dir', [CompletionResultType]::ParameterName, 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)')
-            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the nat chain for the masquerade rules')
-            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it')
-            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
-            [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)')
-            [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
-            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
-            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
+            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'The chain whose live rules to walk (the agent''s --masq-chain)')
+            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Judge IPv6 destinations too, as an agent run with --enable-ipv6 does')
+            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'The agent''s --nomasq-all-reserved-ranges: judge the config as an agent run with it reads it')
+            [CompletionResult]::new('--random-fully', '--random-fully', [CompletionResultType]::ParameterName, 'The agent''s --random-fully: whether the MASQUERADE it reports carries it')
+            [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'The agent''s --to-ports: the source ports the MASQUERADE it reports uses')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The backend whose live rules to walk (the agent''s --backend)')
+            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to read the live rules from (the agent''s --iptables-mode; auto: whichever holds rules)')
             [CompletionResult]::new('--no-live', '--no-live', [CompletionResultType]::ParameterName, 'Judge the config only; do not read the live rules (needs no privileges)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;cleanup' {
+            [CompletionResult]::new('--masq-chain', '--masq-chain', [CompletionResultType]::ParameterName, 'Name of the chain to remove')
+            [CompletionResult]::new('--all-variants', '--all-variants', [CompletionResultType]::ParameterName, 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks')
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
+            [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The backend whose rules to remove')
+            [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'The iptables variant to clean when --all-variants=false (auto: whichever holds rules)')
+            [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print what would be removed; change nothing')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
@@ -147,8 +147,8 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
             [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
-            [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
             [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
+            [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -161,10 +161,10 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
         'ipmasq;help;show' {
             break
         }
-        'ipmasq;help;cleanup' {
+        'ipmasq;help;explain' {
             break
         }
-        'ipmasq;help;explain' {
+        'ipmasq;help;cleanup' {
             break
         }
         'ipmasq;help;help' {

@@ -8,7 +8,7 @@ complete -c ip-masq-agent -l random-fully -d 'Add --random-fully to MASQUERADE r
 complete -c ip-masq-agent -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
 complete -c ip-masq-agent -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
 nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
-complete -c ip-masq-agent -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+complete -c ip-masq-agent -l iptables-mode -d 'Which iptables to drive' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ip-masq-agent -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)' -r

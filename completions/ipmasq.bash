@@ -59,7 +59,7 @@ _ipmasq() {
 
     case "${cmd}" in
         ipmasq)
-            opts="-h -V --list --help --version agent validate show cleanup explain help"
+            opts="-h -V --list --help --version agent validate show explain cleanup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -195,7 +195,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__cleanup)
-            opts="-o -h -V --masq-chain --all-variants --backend --iptables-mode --dry-run --state-dir --output --color --help --version"
+            opts="-o -h -V --masq-chain --all-variants --dry-run --state-dir --output --color --backend --iptables-mode --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -207,14 +207,6 @@ _ipmasq() {
                     ;;
                 --all-variants)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --backend)
-                    COMPREPLY=($(compgen -W "iptables nftables" -- "${cur}"))
-                    return 0
-                    ;;
-                --iptables-mode)
-                    COMPREPLY=($(compgen -W "auto nft legacy" -- "${cur}"))
                     return 0
                     ;;
                 --state-dir)
@@ -233,6 +225,14 @@ _ipmasq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "iptables nftables" -- "${cur}"))
+                    return 0
+                    ;;
+                --iptables-mode)
+                    COMPREPLY=($(compgen -W "auto nft legacy" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -241,7 +241,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__explain)
-            opts="-o -h -V --from --config --config-dir --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --no-live --state-dir --output --color --help --version"
+            opts="-o -h -V --from --config --config-dir --no-live --state-dir --output --color --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -257,6 +257,22 @@ _ipmasq() {
                     ;;
                 --config-dir)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --masq-chain)
@@ -287,22 +303,6 @@ _ipmasq() {
                     COMPREPLY=($(compgen -W "auto nft legacy" -- "${cur}"))
                     return 0
                     ;;
-                --state-dir)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --output)
-                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
-                    return 0
-                    ;;
-                -o)
-                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
-                    return 0
-                    ;;
-                --color)
-                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -311,7 +311,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__help)
-            opts="agent validate show cleanup explain help"
+            opts="agent validate show explain cleanup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -409,7 +409,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__show)
-            opts="-o -h -V --config --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --output --wide --state-dir --color --help --version"
+            opts="-o -h -V --config --output --wide --state-dir --color --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -417,6 +417,22 @@ _ipmasq() {
             case "${prev}" in
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 --masq-chain)
@@ -445,22 +461,6 @@ _ipmasq() {
                     ;;
                 --iptables-mode)
                     COMPREPLY=($(compgen -W "auto nft legacy" -- "${cur}"))
-                    return 0
-                    ;;
-                --output)
-                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
-                    return 0
-                    ;;
-                -o)
-                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
-                    return 0
-                    ;;
-                --state-dir)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --color)
-                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -26,8 +26,8 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
             cand validate 'Check config files or ConfigMap manifests as the agent would read them'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
-            cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
             cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
+            cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;agent'= {
@@ -40,7 +40,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
             cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
             cand --backend 'The firewall backend'
-            cand --iptables-mode 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)'
+            cand --iptables-mode 'Which iptables to drive'
             cand --cleanup-on-exit 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)'
             cand --log-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
             cand --logging-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
@@ -81,33 +81,18 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         }
         &'ipmasq;show'= {
             cand --config 'Also judge the live rules against this config (as the agent would read it)'
-            cand --masq-chain 'Name of the nat chain for the masquerade rules'
-            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
-            cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
-            cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
-            cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
-            cand --backend 'The firewall backend'
-            cand --iptables-mode 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)'
             cand -o 'Output format'
             cand --output 'Output format'
             cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
             cand --color 'Colour the text output'
+            cand --masq-chain 'The chain to show (the agent''s --masq-chain)'
+            cand --enable-ipv6 'Also show the IPv6 chain (ip6tables), as an agent run with --enable-ipv6 keeps it'
+            cand --nomasq-all-reserved-ranges 'The agent''s --nomasq-all-reserved-ranges: with --config, judge the rules as an agent run with this flag would write them'
+            cand --random-fully 'The agent''s --random-fully: with --config, judge the rules as an agent run with this flag would write them'
+            cand --to-ports 'The agent''s --to-ports: with --config, judge the rules as an agent run with this flag would write them'
+            cand --backend 'The backend whose rules to show (the agent''s --backend)'
+            cand --iptables-mode 'Which iptables to read (the agent''s --iptables-mode; auto: whichever holds rules)'
             cand --wide 'Add each rule''s comment to the tables (wider than 80 columns)'
-            cand -h 'Print help (see more with ''--help'')'
-            cand --help 'Print help (see more with ''--help'')'
-            cand -V 'Print version'
-            cand --version 'Print version'
-        }
-        &'ipmasq;cleanup'= {
-            cand --masq-chain 'Name of the chain to remove'
-            cand --all-variants 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks'
-            cand --backend 'The firewall backend'
-            cand --iptables-mode 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)'
-            cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
-            cand -o 'Output format'
-            cand --output 'Output format'
-            cand --color 'Colour the text output'
-            cand --dry-run 'Print what would be removed; change nothing'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
@@ -117,18 +102,33 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --from 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST''s family, else any source]'
             cand --config 'Explain with this config file [default: the running agent''s config, else /etc/config/ip-masq-agent]'
             cand --config-dir 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)'
-            cand --masq-chain 'Name of the nat chain for the masquerade rules'
-            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
-            cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
-            cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
-            cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
-            cand --backend 'The firewall backend'
-            cand --iptables-mode 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)'
             cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
             cand -o 'Output format'
             cand --output 'Output format'
             cand --color 'Colour the text output'
+            cand --masq-chain 'The chain whose live rules to walk (the agent''s --masq-chain)'
+            cand --enable-ipv6 'Judge IPv6 destinations too, as an agent run with --enable-ipv6 does'
+            cand --nomasq-all-reserved-ranges 'The agent''s --nomasq-all-reserved-ranges: judge the config as an agent run with it reads it'
+            cand --random-fully 'The agent''s --random-fully: whether the MASQUERADE it reports carries it'
+            cand --to-ports 'The agent''s --to-ports: the source ports the MASQUERADE it reports uses'
+            cand --backend 'The backend whose live rules to walk (the agent''s --backend)'
+            cand --iptables-mode 'Which iptables to read the live rules from (the agent''s --iptables-mode; auto: whichever holds rules)'
             cand --no-live 'Judge the config only; do not read the live rules (needs no privileges)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;cleanup'= {
+            cand --masq-chain 'Name of the chain to remove'
+            cand --all-variants 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks'
+            cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --color 'Colour the text output'
+            cand --backend 'The backend whose rules to remove'
+            cand --iptables-mode 'The iptables variant to clean when --all-variants=false (auto: whichever holds rules)'
+            cand --dry-run 'Print what would be removed; change nothing'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
@@ -138,8 +138,8 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
             cand validate 'Check config files or ConfigMap manifests as the agent would read them'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
-            cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
             cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
+            cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;help;agent'= {
@@ -148,9 +148,9 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         }
         &'ipmasq;help;show'= {
         }
-        &'ipmasq;help;cleanup'= {
-        }
         &'ipmasq;help;explain'= {
+        }
+        &'ipmasq;help;cleanup'= {
         }
         &'ipmasq;help;help'= {
         }

@@ -30,8 +30,8 @@ complete -c ipmasq -n "__fish_ipmasq_needs_command" -s V -l version -d 'Print ve
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
-complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config -d 'Config file (YAML or JSON); a missing file means upstream\'s defaults' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config-dir -d 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2\'s layout: lists united, booleans OR\'d, the shortest resyncInterval); replaces --config' -r -F
@@ -43,7 +43,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l random-fully -d 
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
 nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l iptables-mode -d 'Which iptables to drive' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)' -r
@@ -80,16 +80,6 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l merged -d 'Me
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l config -d 'Also judge the live rules against this config (as the agent would read it)' -r -F
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
-nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
-nft\t'iptables-nft (the nf_tables kernel API)'
-legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see the README)'
 yaml\t'The same document as YAML, for support bundles'"
@@ -97,39 +87,22 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l state-dir -d 'Dir
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
 never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l masq-chain -d 'The chain to show (the agent\'s --masq-chain)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l enable-ipv6 -d 'Also show the IPv6 chain (ip6tables), as an agent run with --enable-ipv6 keeps it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l nomasq-all-reserved-ranges -d 'The agent\'s --nomasq-all-reserved-ranges: with --config, judge the rules as an agent run with this flag would write them' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l random-fully -d 'The agent\'s --random-fully: with --config, judge the rules as an agent run with this flag would write them' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l to-ports -d 'The agent\'s --to-ports: with --config, judge the rules as an agent run with this flag would write them' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l backend -d 'The backend whose rules to show (the agent\'s --backend)' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l iptables-mode -d 'Which iptables to read (the agent\'s --iptables-mode; auto: whichever holds rules)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+nft\t'iptables-nft (the nf_tables kernel API)'
+legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l wide -d 'Add each rule\'s comment to the tables (wider than 80 columns)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s V -l version -d 'Print version'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l masq-chain -d 'Name of the chain to remove' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l all-variants -d 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
-nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
-nft\t'iptables-nft (the nf_tables kernel API)'
-legacy\t'iptables-legacy (the x_tables kernel API)'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
-json\t'A stable JSON document for scripts (see the README)'
-yaml\t'The same document as YAML, for support bundles'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
-always\t''
-never\t''"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l from -d 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST\'s family, else any source]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config -d 'Explain with this config file [default: the running agent\'s config, else /etc/config/ip-masq-agent]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config-dir -d 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)' -r -F
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l backend -d 'The firewall backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
-nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l iptables-mode -d 'Which iptables to drive (cleanup: the variant to clean with --all-variants=false)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
-nft\t'iptables-nft (the nf_tables kernel API)'
-legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see the README)'
@@ -137,12 +110,39 @@ yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
 never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l masq-chain -d 'The chain whose live rules to walk (the agent\'s --masq-chain)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l enable-ipv6 -d 'Judge IPv6 destinations too, as an agent run with --enable-ipv6 does' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l nomasq-all-reserved-ranges -d 'The agent\'s --nomasq-all-reserved-ranges: judge the config as an agent run with it reads it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l random-fully -d 'The agent\'s --random-fully: whether the MASQUERADE it reports carries it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l to-ports -d 'The agent\'s --to-ports: the source ports the MASQUERADE it reports uses' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l backend -d 'The backend whose live rules to walk (the agent\'s --backend)' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l iptables-mode -d 'Which iptables to read the live rules from (the agent\'s --iptables-mode; auto: whichever holds rules)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+nft\t'iptables-nft (the nf_tables kernel API)'
+legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l no-live -d 'Judge the config only; do not read the live rules (needs no privileges)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s V -l version -d 'Print version'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show cleanup explain help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l masq-chain -d 'Name of the chain to remove' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l all-variants -d 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see the README)'
+yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+always\t''
+never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l backend -d 'The backend whose rules to remove' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l iptables-mode -d 'The iptables variant to clean when --all-variants=false (auto: whichever holds rules)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+nft\t'iptables-nft (the nf_tables kernel API)'
+legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

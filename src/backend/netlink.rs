@@ -139,7 +139,8 @@ impl Requester {
         socket.bind_auto()?;
         socket.connect(&SocketAddr::new(0, 0))?;
         let timeout = libc::timeval {
-            tv_sec: REPLY_DEADLINE.as_secs() as libc::time_t,
+            // A few seconds fit every libc's time_t (musl's included).
+            tv_sec: REPLY_DEADLINE.as_secs().try_into().unwrap_or(5),
             tv_usec: 0,
         };
         set_option(&socket, libc::SO_RCVTIMEO, &timeout)?;

@@ -24,6 +24,76 @@ pub fn applets() -> Vec<String> {
     names
 }
 
+/// The one clap definition, with the help of the flags the applets share worded for each
+/// applet: `show` and `explain` take the agent's flags to judge as the agent would, and say
+/// so instead of describing what the agent does with them. Parsing, help, man pages and
+/// completions all come from here.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    const JUDGE: &str =
+        "with --config, judge the rules as an agent run with this flag would write them";
+    let show: [(&str, String); 7] = [
+        (
+            "masq_chain",
+            "The chain to show (the agent's --masq-chain)".into(),
+        ),
+        (
+            "enable_ipv6",
+            "Also show the IPv6 chain (ip6tables), as an agent run with --enable-ipv6 keeps it"
+                .into(),
+        ),
+        (
+            "nomasq_all_reserved_ranges",
+            format!("The agent's --nomasq-all-reserved-ranges: {JUDGE}"),
+        ),
+        (
+            "random_fully",
+            format!("The agent's --random-fully: {JUDGE}"),
+        ),
+        ("to_ports", format!("The agent's --to-ports: {JUDGE}")),
+        (
+            "backend",
+            "The backend whose rules to show (the agent's --backend)".into(),
+        ),
+        (
+            "iptables_mode",
+            "Which iptables to read (the agent's --iptables-mode; auto: whichever holds rules)"
+                .into(),
+        ),
+    ];
+    let explain: [(&str, String); 7] = [
+        ("masq_chain", "The chain whose live rules to walk (the agent's --masq-chain)".into()),
+        ("enable_ipv6", "Judge IPv6 destinations too, as an agent run with --enable-ipv6 does".into()),
+        ("nomasq_all_reserved_ranges", "The agent's --nomasq-all-reserved-ranges: judge the config as an agent run with it reads it".into()),
+        ("random_fully", "The agent's --random-fully: whether the MASQUERADE it reports carries it".into()),
+        ("to_ports", "The agent's --to-ports: the source ports the MASQUERADE it reports uses".into()),
+        ("backend", "The backend whose live rules to walk (the agent's --backend)".into()),
+        ("iptables_mode", "Which iptables to read the live rules from (the agent's --iptables-mode; auto: whichever holds rules)".into()),
+    ];
+    let cleanup: [(&str, String); 2] = [
+        ("backend", "The backend whose rules to remove".into()),
+        (
+            "iptables_mode",
+            "The iptables variant to clean when --all-variants=false (auto: whichever holds rules)"
+                .into(),
+        ),
+    ];
+    let mut command = Cli::command();
+    for (applet, helps) in [
+        ("show", &show[..]),
+        ("explain", &explain[..]),
+        ("cleanup", &cleanup[..]),
+    ] {
+        command = command.mut_subcommand(applet, |mut sub| {
+            for (id, help) in helps {
+                sub = sub.mut_arg(*id, |arg| arg.help(help.clone()).long_help(help.clone()));
+            }
+            sub
+        });
+    }
+    command
+}
+
 /// The packagers' applet that writes man pages and completions. It stays outside the clap
 /// definition it renders, so no help, man page or completion ever offers it.
 pub const GENERATE_APPLET: &str = "generate";
@@ -158,7 +228,7 @@ pub struct BackendFlags {
     #[arg(long, value_enum, value_name = "BACKEND", default_value_t = BackendKind::Iptables)]
     pub backend: BackendKind,
 
-    /// Which iptables to drive (cleanup: the variant to clean with --all-variants=false)
+    /// Which iptables to drive
     #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
     pub iptables_mode: IptablesMode,
 }
@@ -672,8 +742,7 @@ pub fn multicall_args(args: Vec<OsString>) -> Result<Vec<OsString>, AppletError>
 
 /// Long flag names an applet accepts, from the clap definition itself.
 fn long_flags(applet: &str) -> Vec<String> {
-    use clap::CommandFactory;
-    let command = Cli::command();
+    let command = command();
     command
         .find_subcommand(applet)
         .map(|sub| {

@@ -5,8 +5,7 @@
 
 use super::Exit;
 use crate::cli::docs::{self, roff_text, AppletDoc};
-use crate::cli::{Cli, BINARY_NAME};
-use clap::CommandFactory;
+use crate::cli::BINARY_NAME;
 use clap_complete::Shell;
 use std::path::Path;
 
@@ -142,7 +141,7 @@ fn man_page_with(
 /// Every generated file: (path relative to the output directory, contents).
 pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     let mut files = Vec::new();
-    let mut cli = Cli::command();
+    let mut cli = crate::cli::command();
     cli.build();
     let applets: [(&str, &AppletDoc); 5] = [
         ("agent", &docs::AGENT),
@@ -211,7 +210,7 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     }
     for (shell, file) in COMPLETIONS {
         let mut out = Vec::new();
-        clap_complete::generate(shell, &mut Cli::command(), BINARY_NAME, &mut out);
+        clap_complete::generate(shell, &mut crate::cli::command(), BINARY_NAME, &mut out);
         files.push((format!("completions/{file}"), out));
     }
     Ok(files)

@@ -15,7 +15,6 @@ use crate::cli::{
     BINARY_NAME, GENERATE_APPLET,
 };
 use crate::plan::PlanOptions;
-use clap::Parser;
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
@@ -132,7 +131,10 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         return generate::run(&argv[2..]).into();
     }
     let is_agent = argv.get(1).is_some_and(|a| a == "agent");
-    let cli = match Cli::try_parse_from(argv) {
+    let parsed = crate::cli::command()
+        .try_get_matches_from(argv)
+        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => {
             use clap::error::ErrorKind;

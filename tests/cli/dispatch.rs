@@ -62,3 +62,43 @@ fn argv0_picks_the_applet() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("agent"), "{}", run.stdout);
 }
+
+/// Each applet's help speaks for that applet: the flags `show`, `explain` and `cleanup` share
+/// with the agent never describe what the agent does with them.
+#[test]
+fn every_applet_help_speaks_for_that_applet() {
+    let agent_wording = [
+        "Name of the nat chain for the masquerade rules",
+        "Also manage IPv6",
+        "Add --random-fully to MASQUERADE rules",
+        "Default list also skips masquerade",
+        "Source ports for MASQUERADE",
+        "Which iptables to drive",
+        "The firewall backend",
+    ];
+    for applet in ["show", "explain", "cleanup"] {
+        let help = crate::util::ipmasq(&[applet, "--help"]).stdout;
+        for words in agent_wording {
+            assert!(
+                !help.contains(words),
+                "`{applet} --help` says the agent's {words:?}:\n{help}"
+            );
+        }
+    }
+    let agent = crate::util::ipmasq(&["agent", "--help"]).stdout;
+    for words in [
+        "Also manage IPv6",
+        "Which iptables to drive",
+        "The firewall backend",
+    ] {
+        assert!(
+            agent.contains(words),
+            "{words:?} missing from the agent's help"
+        );
+    }
+    let show = crate::util::ipmasq(&["show", "--help"]).stdout;
+    assert!(
+        show.contains("The chain to show (the agent's --masq-chain)"),
+        "{show}"
+    );
+}

@@ -262,6 +262,8 @@ fn image_holds_only_what_the_agent_needs() {
         "var/lib/dpkg/status.d/iptables",
         "var/lib/dpkg/status.d/nftables",
         "usr/share/doc/iptables/copyright",
+        "usr/share/doc/ipmasq/copyright",
+        "usr/share/doc/ipmasq/sbom.spdx.json",
     ] {
         assert!(has(needed), "{needed} missing from the image");
     }
@@ -279,7 +281,8 @@ fn image_holds_only_what_the_agent_needs() {
         .filter(|f| {
             (f.starts_with("usr/share/doc/")
                 && f.matches('/').count() > 3
-                && !f.ends_with("/copyright"))
+                && !f.ends_with("/copyright")
+                && *f != "usr/share/doc/ipmasq/sbom.spdx.json")
                 || f.starts_with("usr/share/locale/")
                 || f.starts_with("usr/share/man/")
         })
@@ -288,4 +291,84 @@ fn image_holds_only_what_the_agent_needs() {
         extra_docs.is_empty(),
         "docs or locales kept: {extra_docs:?}"
     );
+}
+
+/// The image says where it comes from (OCI labels: source, version, revision) and what its
+/// binary bundles: an SPDX SBOM naming every crate the .deb's copyright file names.
+#[test]
+#[ignore = "needs root and podman with the image scripts/build-image makes: scripts/test runs it"]
+fn image_carries_labels_and_an_sbom_of_its_crates() {
+    let podman = Podman::new();
+    let inspect = podman.run(&["image", "inspect", "--format", "{{json .Labels}}", &image()]);
+    assert_eq!(inspect.code, 0, "{}", inspect.stderr);
+    let labels: serde_json::Value = serde_json::from_str(&inspect.stdout).expect("labels JSON");
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        labels["org.opencontainers.image.version"], version,
+        "{labels}"
+    );
+    assert!(
+        labels["org.opencontainers.image.source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("https://")),
+        "{labels}"
+    );
+    let revision = labels["org.opencontainers.image.revision"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        revision.len() == 40 && revision.chars().all(|c| c.is_ascii_hexdigit()),
+        "{labels}"
+    );
+    let name = format!("ipmasq-image-sbom-{}", std::process::id());
+    let created = podman.run(&["create", "--name", &name, "--network=none", &image()]);
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    let container = Container {
+        podman: &podman,
+        name,
+    };
+    let dir = Scratch::new("image-sbom");
+    let sbom_path = dir.path.join("sbom.json");
+    let copied = podman.run(&[
+        "cp",
+        &format!("{}:/usr/share/doc/ipmasq/sbom.spdx.json", container.name),
+        &sbom_path.display().to_string(),
+    ]);
+    assert_eq!(copied.code, 0, "{}", copied.stderr);
+    let sbom: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sbom_path).expect("sbom"))
+            .expect("SPDX JSON");
+    assert_eq!(sbom["spdxVersion"], "SPDX-2.3");
+    let crates: Vec<String> = sbom["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .skip(1)
+        .map(|p| {
+            format!(
+                "{} {}:",
+                p["name"].as_str().unwrap_or(""),
+                p["versionInfo"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let listed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/packaging/debian/copyright-crates"
+    ))
+    .expect("copyright-crates");
+    let named: Vec<&str> = listed
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.contains(": ") && l.contains("(Copyright: "))
+        .collect();
+    assert_eq!(
+        crates.len(),
+        named.len(),
+        "the SBOM and the copyright file name the same crates"
+    );
+    for (c, line) in crates.iter().zip(&named) {
+        assert!(line.starts_with(c.as_str()), "{c} / {line}");
+    }
+    assert!(crates.iter().any(|c| c.starts_with("tokio ")), "{crates:?}");
 }
