@@ -1,12 +1,15 @@
 //! Log set-up for the agent: tracing to stderr, text or JSON, with klog's `--v` mapped onto
 //! levels (0-1 info, 2-4 debug, 5+ trace). Under systemd, when stderr is the journal, text
 //! lines carry their priority as a `<N>` prefix (journald reads it: `journalctl -p err` finds a
-//! rejected config) and no timestamp of their own (the journal stamps every line).
+//! rejected config) and no timestamp of their own (the journal stamps every line). In text,
+//! a field's value holding a space, `=` or `"` is quoted (`holder="agent pid 7"`), so a line
+//! splits into fields the way logfmt readers split it.
 
 use crate::cli::LogFormat;
 use std::io::IsTerminal;
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::format::{DefaultFields, Format, Full, Writer};
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::format::{Format, Full, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -74,6 +77,25 @@ fn is_journal(stream: Option<&str>, fd: i32) -> bool {
         && inode.parse::<u64>().ok() == Some(stat.st_ino as u64)
 }
 
+/// Text fields as `name=value`, the value quoted (Rust's string escapes) when it holds a
+/// space, `=` or `"`; the message as it is.
+fn text_fields() -> impl for<'w> FormatFields<'w> + 'static {
+    tracing_subscriber::fmt::format::debug_fn(
+        |writer: &mut Writer<'_>, field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+            let text = format!("{value:?}");
+            let plain = text.starts_with('"')
+                || !text.is_empty()
+                    && !text.contains(|c: char| c.is_whitespace() || c == '=' || c == '"');
+            match field.name() {
+                "message" => write!(writer, "{text}"),
+                name if plain => write!(writer, "{name}={text}"),
+                name => write!(writer, "{name}={text:?}"),
+            }
+        },
+    )
+    .delimited(" ")
+}
+
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(format: LogFormat, verbosity: u8) {
     let builder = tracing_subscriber::fmt()
@@ -84,10 +106,11 @@ pub fn init(format: LogFormat, verbosity: u8) {
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text if journal => builder
-            .fmt_fields(DefaultFields::new())
+            .fmt_fields(text_fields())
             .event_format(journal_format())
             .try_init(),
         LogFormat::Text => builder
+            .fmt_fields(text_fields())
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
     };
@@ -126,12 +149,16 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_max_level(Level::DEBUG)
-            .fmt_fields(DefaultFields::new())
+            .fmt_fields(text_fields())
             .event_format(journal_format())
             .finish();
         tracing::subscriber::with_default(subscriber, || {
+            let holder = "agent pid 7";
             tracing::error!(
                 config = "/etc/ipmasq/config.yaml",
+                %holder,
+                elapsed_ms = 8.0,
+                chain = %"IP-MASQ-AGENT",
                 "invalid config rejected"
             );
             tracing::warn!("a warning");
@@ -141,9 +168,10 @@ mod tests {
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
-        assert!(
-            lines[0].starts_with("<3>ERROR invalid config rejected"),
-            "{text}"
+        assert_eq!(
+            lines[0],
+            "<3>ERROR invalid config rejected config=\"/etc/ipmasq/config.yaml\" holder=\"agent pid 7\" elapsed_ms=8.0 chain=IP-MASQ-AGENT",
+            "values with spaces are quoted, others are not"
         );
         assert!(lines[1].starts_with("<4> WARN a warning"), "{text}");
         assert!(lines[2].starts_with("<6> INFO rules installed"), "{text}");
