@@ -322,9 +322,8 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
         parts: Vec::new(),
         source: source.clone(),
     };
-    if let Some(first) = parsed.as_ref().ok().and_then(|s| s.documents.first()) {
-        if manifest::is_manifest(first) {
-            let documents = &parsed.as_ref().map(|s| &s.documents[..]).unwrap_or(&[]);
+    if let Some(documents) = parsed.as_ref().ok().map(|s| &s.documents[..]) {
+        if manifest::is_manifest_stream(documents) {
             match manifest::read_manifest(&source, documents, options) {
                 Ok(read) => {
                     found.parts = read.parts;
@@ -444,9 +443,7 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<E
             let parsed = parse_stream(&text.text);
             let is_manifest = parsed
                 .as_ref()
-                .ok()
-                .and_then(|s| s.documents.first())
-                .is_some_and(manifest::is_manifest);
+                .is_ok_and(|s| manifest::is_manifest_stream(&s.documents));
             texts.push((path, text.text, is_manifest));
         }
     }

@@ -18,6 +18,16 @@ pub fn is_manifest(doc: &Node) -> bool {
         && doc.get("kind").and_then(Node::as_str).is_some()
 }
 
+/// Whether a YAML stream is a Kubernetes manifest: its first document that holds anything is
+/// an object with `apiVersion` and `kind`. Empty documents before it are skipped, as
+/// `helm template` starts with one (`---` and a `# Source:` comment).
+pub fn is_manifest_stream(documents: &[Node]) -> bool {
+    documents
+        .iter()
+        .find(|d| !matches!(&d.value, super::yaml::Value::Scalar(s) if s.resolve() == super::yaml::Resolved::Null))
+        .is_some_and(is_manifest)
+}
+
 /// One ConfigMap found in a manifest, with the result of checking its config.
 #[derive(Debug)]
 pub struct ConfigMapResult {

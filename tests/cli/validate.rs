@@ -559,3 +559,22 @@ fn readme_table_of_deliberate_differences_is_what_validate_does() {
         }
     }
 }
+
+/// `helm template` output starts with an empty document (`---` and a `# Source:` comment):
+/// the stream is still a manifest, and every document's ConfigMap is checked.
+#[test]
+fn helm_output_with_an_empty_first_document_is_a_manifest() {
+    let dir = Scratch::new("helm-output");
+    let rendered = dir.write(
+        "rendered.yaml",
+        "---\n# Source: chart/templates/serviceaccount.yaml\n---\n# Source: chart/templates/configmap.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent\ndata:\n  config: |\n    nonMasqueradeCIDRs: [10.1.2.3/16]\n",
+    );
+    let (code, report) = json(&[&rendered.display().to_string()]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["results"][0]["kind"], "configmap", "{report}");
+    assert_eq!(
+        report["results"][0]["diagnostics"][0]["code"],
+        "cidr-not-aligned"
+    );
+    assert_eq!(report["results"][0]["diagnostics"][0]["line"], 11);
+}
