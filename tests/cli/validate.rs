@@ -352,13 +352,19 @@ fn empty_standard_input_is_an_error() {
     }
 }
 
+/// A ConfigMap in kube-system whose key `name` holds the config `lines` (a block scalar).
+fn v2_configmap(name: &str, lines: &[&str]) -> String {
+    let body: String = lines.iter().map(|l| format!("    {l}\n")).collect();
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: kube-system\ndata:\n  {name}: |\n{body}")
+}
+
 /// ip-masq-agent-v2's ConfigMaps, in one file: their `ip-masq*` keys are merged as
 /// `--config-dir` merges them; an invalid CIDR in the user's ConfigMap fails the file.
 #[test]
 fn v2_configmaps_in_one_file_are_merged_and_checked() {
     let dir = Scratch::new("v2-configmaps");
     let configmap = |name: &str, cidr: &str| {
-        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: kube-system\ndata:\n  {name}: |\n    nonMasqueradeCIDRs:\n      - {cidr}\n")
+        v2_configmap(name, &["nonMasqueradeCIDRs:", &format!("  - {cidr}")])
     };
     let good = dir.write(
         "good.yaml",
@@ -402,9 +408,7 @@ fn v2_configmaps_in_one_file_are_merged_and_checked() {
 #[test]
 fn v2_configmaps_across_files_are_one_merge() {
     let dir = Scratch::new("v2-across-files");
-    let configmap = |name: &str, body: &str| {
-        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  {name}: |\n    {body}\n")
-    };
+    let configmap = |name: &str, body: &str| v2_configmap(name, &[body]);
     let cloud = dir.write(
         "cloud.yaml",
         &configmap("ip-masq-cloud", "nonMasqueradeCIDRs: [100.64.0.0/10]"),
@@ -427,9 +431,9 @@ fn v2_configmaps_across_files_are_one_merge() {
             .unwrap_or_else(|| panic!("{args:?}: no clash reported: {}", run.stdout));
         assert!(
             clash.starts_with(&format!(
-                "{user}: ConfigMap ip-masq-user/ip-masq-user:7:28:"
+                "{user}: ConfigMap ip-masq-user/ip-masq-user:8:28:"
             )) && clash.contains(&format!(
-                "({cloud}: ConfigMap ip-masq-cloud/ip-masq-cloud:7:26)"
+                "({cloud}: ConfigMap ip-masq-cloud/ip-masq-cloud:8:26)"
             )),
             "{args:?}: {clash}"
         );

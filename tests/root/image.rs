@@ -220,20 +220,26 @@ fn image_carries_every_backends_tools() {
     assert!(run.stdout.contains("\"valid\": true"), "{}", run.stdout);
 }
 
-/// What the image holds: the agent and its tools, the packages' copyrights and dpkg records
-/// for scanners; no shell, no apt, no docs or locales.
-#[test]
-#[ignore = "needs root and podman with the image scripts/build-image makes: scripts/test runs it"]
-fn image_holds_only_what_the_agent_needs() {
-    let podman = Podman::new();
-    let name = format!("ipmasq-image-contents-{}", std::process::id());
-    let created = podman.run(&["create", "--name", &name, "--network=none", &image()]);
+/// The file system of a container of `image` (created, never started, removed after) as a
+/// tar file in `dir`.
+fn export_filesystem(podman: &Podman, image: &str, create_args: &[&str], dir: &Scratch) -> PathBuf {
+    // Named after the scratch directory (test and pid): tests run in parallel.
+    let name = format!(
+        "ipmasq-export-{}",
+        dir.path
+            .file_name()
+            .expect("scratch name")
+            .to_string_lossy()
+    );
+    let args = [
+        &["create", "--name", &name, "--network=none"][..],
+        create_args,
+        &[image],
+    ]
+    .concat();
+    let created = podman.run(&args);
     assert_eq!(created.code, 0, "{}", created.stderr);
-    let container = Container {
-        podman: &podman,
-        name,
-    };
-    let dir = Scratch::new("image-contents");
+    let container = Container { podman, name };
     let tar = dir.path.join("image.tar");
     let exported = podman.run(&[
         "export",
@@ -242,6 +248,17 @@ fn image_holds_only_what_the_agent_needs() {
         &container.name,
     ]);
     assert_eq!(exported.code, 0, "{}", exported.stderr);
+    tar
+}
+
+/// What the image holds: the agent and its tools, the packages' copyrights and dpkg records
+/// for scanners; no shell, no apt, no docs or locales.
+#[test]
+#[ignore = "needs root and podman with the image scripts/build-image makes: scripts/test runs it"]
+fn image_holds_only_what_the_agent_needs() {
+    let podman = Podman::new();
+    let dir = Scratch::new("image-contents");
+    let tar = export_filesystem(&podman, &image(), &[], &dir);
     let listing = Command::new("tar")
         .arg("-tf")
         .arg(&tar)
@@ -399,30 +416,8 @@ fn multiarch_list_holds_amd64_and_arm64_and_the_arm64_image_runs_under_qemu() {
     let arch = podman.run(&["image", "inspect", "--format", "{{.Architecture}}", &arm]);
     assert_eq!(arch.stdout.trim(), "arm64", "{}", arch.stderr);
 
-    let name = format!("ipmasq-image-arm64-{}", std::process::id());
-    let created = podman.run(&[
-        "create",
-        "--name",
-        &name,
-        "--network=none",
-        "--arch",
-        "arm64",
-        &arm,
-    ]);
-    assert_eq!(created.code, 0, "{}", created.stderr);
-    let container = Container {
-        podman: &podman,
-        name,
-    };
     let dir = Scratch::new("image-arm64");
-    let tar = dir.path.join("image.tar");
-    let exported = podman.run(&[
-        "export",
-        "--output",
-        &tar.display().to_string(),
-        &container.name,
-    ]);
-    assert_eq!(exported.code, 0, "{}", exported.stderr);
+    let tar = export_filesystem(&podman, &arm, &["--arch", "arm64"], &dir);
     let root = dir.path.join("root");
     std::fs::create_dir(&root).expect("mkdir");
     let unpacked = Command::new("tar")
