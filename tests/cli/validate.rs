@@ -12,6 +12,16 @@ fn json(args: &[&str]) -> (i32, Value) {
     (run.code, value)
 }
 
+/// The codes of the first result's diagnostics, in report order.
+fn first_result_codes(report: &Value) -> Vec<&str> {
+    report["results"][0]["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .filter_map(|d| d["code"].as_str())
+        .collect()
+}
+
 fn path(relative: &str) -> String {
     data(relative).to_string_lossy().into_owned()
 }
@@ -449,12 +459,7 @@ fn v2_configmaps_across_files_are_one_merge() {
     let (code, report) = json(&["--merged", mounted.path_str()]);
     assert_eq!(code, 1);
     assert_eq!(report["results"][0]["kind"], "merged");
-    let codes: Vec<&str> = report["results"][0]["diagnostics"]
-        .as_array()
-        .expect("diagnostics")
-        .iter()
-        .filter_map(|d| d["code"].as_str())
-        .collect();
+    let codes = first_result_codes(&report);
     assert!(codes.contains(&"forced-and-kept"), "{codes:?}");
 }
 
@@ -548,12 +553,7 @@ fn readme_table_of_deliberate_differences_is_what_validate_does() {
         let file = file.display().to_string();
         let (code, report) = json(&[case.flags, &[file.as_str()]].concat());
         assert_eq!(code, case.exit, "{}: {report}", case.row);
-        let codes: Vec<&str> = report["results"][0]["diagnostics"]
-            .as_array()
-            .expect("diagnostics")
-            .iter()
-            .filter_map(|d| d["code"].as_str())
-            .collect();
+        let codes = first_result_codes(&report);
         for expected in case.codes {
             assert!(
                 codes.contains(expected),
