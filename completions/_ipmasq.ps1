@@ -27,10 +27,10 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
-            [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
             [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
             [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
+            [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -64,21 +64,6 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--add-dir-header', '--add-dir-header', [CompletionResultType]::ParameterName, 'add-dir-header')
             [CompletionResult]::new('--once', '--once', [CompletionResultType]::ParameterName, 'Sync once, then exit (0 when the rules are in place)')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print the transaction a sync would apply and exit; change nothing')
-            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
-            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
-            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
-            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
-            break
-        }
-        'ipmasq;validate' {
-            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it')
-            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918')
-            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Report format')
-            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Report format')
-            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text report')
-            [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat warnings as errors')
-            [CompletionResult]::new('--print-effective', '--print-effective', [CompletionResultType]::ParameterName, 'Also print the effective config (after defaults) of each valid input')
-            [CompletionResult]::new('--merged', '--merged', [CompletionResultType]::ParameterName, 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
@@ -143,19 +128,31 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'ipmasq;validate' {
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Report format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Report format')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text report')
+            [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Judge as an agent run with --enable-ipv6 does: IPv6 CIDRs are an error without it')
+            [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range')
+            [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat warnings as errors')
+            [CompletionResult]::new('--print-effective', '--print-effective', [CompletionResultType]::ParameterName, 'Also print the effective config (after defaults) of each valid input')
+            [CompletionResult]::new('--merged', '--merged', [CompletionResultType]::ParameterName, 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'ipmasq;help' {
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
-            [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
             [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
             [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
+            [CompletionResult]::new('validate', 'validate', [CompletionResultType]::ParameterValue, 'Check config files or ConfigMap manifests as the agent would read them')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'ipmasq;help;agent' {
-            break
-        }
-        'ipmasq;help;validate' {
             break
         }
         'ipmasq;help;show' {
@@ -165,6 +162,9 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             break
         }
         'ipmasq;help;cleanup' {
+            break
+        }
+        'ipmasq;help;validate' {
             break
         }
         'ipmasq;help;help' {

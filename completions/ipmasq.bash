@@ -59,7 +59,7 @@ _ipmasq() {
 
     case "${cmd}" in
         ipmasq)
-            opts="-h -V --list --help --version agent validate show explain cleanup help"
+            opts="-h -V --list --help --version agent show explain cleanup validate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -311,7 +311,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__help)
-            opts="agent validate show explain cleanup help"
+            opts="agent show explain cleanup validate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -471,20 +471,12 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__validate)
-            opts="-o -h -V --enable-ipv6 --nomasq-all-reserved-ranges --strict --output --print-effective --merged --color --help --version"
+            opts="-o -h -V --strict --output --print-effective --merged --color --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --enable-ipv6)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --nomasq-all-reserved-ranges)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
                     return 0
@@ -495,6 +487,14 @@ _ipmasq() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --enable-ipv6)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nomasq-all-reserved-ranges)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -24,10 +24,10 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
-            cand validate 'Check config files or ConfigMap manifests as the agent would read them'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
             cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
             cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+            cand validate 'Check config files or ConfigMap manifests as the agent would read them'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;agent'= {
@@ -60,20 +60,6 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --add-dir-header 'add-dir-header'
             cand --once 'Sync once, then exit (0 when the rules are in place)'
             cand --dry-run 'Print the transaction a sync would apply and exit; change nothing'
-            cand -h 'Print help (see more with ''--help'')'
-            cand --help 'Print help (see more with ''--help'')'
-            cand -V 'Print version'
-            cand --version 'Print version'
-        }
-        &'ipmasq;validate'= {
-            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
-            cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
-            cand -o 'Report format'
-            cand --output 'Report format'
-            cand --color 'Colour the text report'
-            cand --strict 'Treat warnings as errors'
-            cand --print-effective 'Also print the effective config (after defaults) of each valid input'
-            cand --merged 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
@@ -134,23 +120,37 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'ipmasq;validate'= {
+            cand -o 'Report format'
+            cand --output 'Report format'
+            cand --color 'Colour the text report'
+            cand --enable-ipv6 'Judge as an agent run with --enable-ipv6 does: IPv6 CIDRs are an error without it'
+            cand --nomasq-all-reserved-ranges 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range'
+            cand --strict 'Treat warnings as errors'
+            cand --print-effective 'Also print the effective config (after defaults) of each valid input'
+            cand --merged 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'ipmasq;help'= {
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
-            cand validate 'Check config files or ConfigMap manifests as the agent would read them'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
             cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
             cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+            cand validate 'Check config files or ConfigMap manifests as the agent would read them'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;help;agent'= {
-        }
-        &'ipmasq;help;validate'= {
         }
         &'ipmasq;help;show'= {
         }
         &'ipmasq;help;explain'= {
         }
         &'ipmasq;help;cleanup'= {
+        }
+        &'ipmasq;help;validate'= {
         }
         &'ipmasq;help;help'= {
         }

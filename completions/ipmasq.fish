@@ -28,10 +28,10 @@ complete -c ipmasq -n "__fish_ipmasq_needs_command" -l list -d 'Print the applet
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
-complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config -d 'Config file (YAML or JSON); a missing file means upstream\'s defaults' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config-dir -d 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2\'s layout: lists united, booleans OR\'d, the shortest resyncInterval); replaces --config' -r -F
@@ -66,19 +66,6 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l once -d 'Sync on
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l dry-run -d 'Print the transaction a sync would apply and exit; change nothing'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s V -l version -d 'Print version'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s o -l output -d 'Report format' -r -f -a "text\t'For people (tables, compiler-style messages)'
-json\t'A stable JSON document for scripts (see the README)'
-yaml\t'The same document as YAML, for support bundles'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l color -d 'Colour the text report' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
-always\t''
-never\t''"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l strict -d 'Treat warnings as errors'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l print-effective -d 'Also print the effective config (after defaults) of each valid input'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l merged -d 'Merge each directory\'s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l config -d 'Also judge the live rules against this config (as the agent would read it)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see the README)'
@@ -140,9 +127,22 @@ legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s V -l version -d 'Print version'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent validate show explain cleanup help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s o -l output -d 'Report format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see the README)'
+yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l color -d 'Colour the text report' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+always\t''
+never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l enable-ipv6 -d 'Judge as an agent run with --enable-ipv6 does: IPv6 CIDRs are an error without it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l nomasq-all-reserved-ranges -d 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l strict -d 'Treat warnings as errors'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l print-effective -d 'Also print the effective config (after defaults) of each valid input'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l merged -d 'Merge each directory\'s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -78,11 +78,16 @@ pub fn command() -> clap::Command {
                 .into(),
         ),
     ];
+    let validate: [(&str, String); 2] = [
+        ("enable_ipv6", "Judge as an agent run with --enable-ipv6 does: IPv6 CIDRs are an error without it".into()),
+        ("nomasq_all_reserved_ranges", "Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range".into()),
+    ];
     let mut command = Cli::command();
     for (applet, helps) in [
         ("show", &show[..]),
         ("explain", &explain[..]),
         ("cleanup", &cleanup[..]),
+        ("validate", &validate[..]),
     ] {
         command = command.mut_subcommand(applet, |mut sub| {
             for (id, help) in helps {

@@ -63,8 +63,8 @@ fn argv0_picks_the_applet() {
     assert!(run.stdout.contains("agent"), "{}", run.stdout);
 }
 
-/// Each applet's help speaks for that applet: the flags `show`, `explain` and `cleanup` share
-/// with the agent never describe what the agent does with them.
+/// Each applet's help speaks for that applet: the flags `show`, `explain`, `cleanup` and
+/// `validate` share with the agent never describe what the agent does with them.
 #[test]
 fn every_applet_help_speaks_for_that_applet() {
     let agent_wording = [
@@ -76,7 +76,7 @@ fn every_applet_help_speaks_for_that_applet() {
         "Which iptables to drive",
         "The firewall backend",
     ];
-    for applet in ["show", "explain", "cleanup"] {
+    for applet in ["show", "explain", "cleanup", "validate"] {
         let help = crate::util::ipmasq(&[applet, "--help"]).stdout;
         for words in agent_wording {
             assert!(
