@@ -247,15 +247,26 @@ fn lock(shared: &http::Shared) -> std::sync::MutexGuard<'_, health::Snapshot> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -> Ending {
+/// The streams of SIGTERM, SIGINT and SIGHUP.
+fn agent_signals() -> Option<(
+    tokio::signal::unix::Signal,
+    tokio::signal::unix::Signal,
+    tokio::signal::unix::Signal,
+)> {
     let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
         signal(SignalKind::hangup()),
     );
-    let (mut sigterm, mut sigint, mut sighup) = match signals {
-        (Ok(t), Ok(i), Ok(h)) => (t, i, h),
-        _ => return Ending::SetupFailed("cannot install signal handlers".into()),
+    match signals {
+        (Ok(t), Ok(i), Ok(h)) => Some((t, i, h)),
+        _ => None,
+    }
+}
+
+async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -> Ending {
+    let Some((mut sigterm, mut sigint, mut sighup)) = agent_signals() else {
+        return Ending::SetupFailed("cannot install signal handlers".into());
     };
     let shared: http::Shared =
         Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_name())));
@@ -337,15 +348,19 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
             _ = sigint.recv() => break "SIGINT",
         }
     };
-    if !options.cleanup_on_exit {
-        info!(signal = signal_name, "stopping; rules stay in place");
-        return Ending::Stopped;
+    if options.cleanup_on_exit {
+        info!(
+            signal = signal_name,
+            "stopping; removing rules (--cleanup-on-exit)"
+        );
+        return stop_and_clean_up(commands, worker, backend_id, names).await;
     }
-    info!(
-        signal = signal_name,
-        "stopping; removing rules (--cleanup-on-exit)"
-    );
-    stop_and_clean_up(commands, worker, backend_id, names).await
+    info!(signal = signal_name, "stopping; rules stay in place");
+    // At once, and no tool of ours outlives the lock: a pass in flight is cut before its
+    // commit (it applies nothing), and none starts after this.
+    let _ = commands.send(Command::Stop);
+    crate::backend::runner::stop_all();
+    Ending::Stopped
 }
 
 /// Once the node lock is ours: the endpoint, then the go-ahead for the first pass (or, when
@@ -389,19 +404,8 @@ async fn stop_and_clean_up(
     names: Names,
 ) -> Ending {
     let stopping = tokio::time::Instant::now();
-    let _ = commands.send(Command::Stop);
-    // The running pass (if any) ends first, so cleanup never races a sync; a pass wedged in a
-    // tool is ended by killing that tool.
-    let mut worker = tokio::task::spawn_blocking(move || worker.join());
-    if tokio::time::timeout(PASS_GRACE, &mut worker).await.is_err() {
-        let killed = crate::backend::runner::kill_running();
-        warn!(
-            killed,
-            grace_s = PASS_GRACE.as_secs_f64(),
-            "the running pass did not finish in time; stopped the firewall tool it waited on"
-        );
-        let _ = tokio::time::timeout(PASS_GRACE, &mut worker).await;
-    }
+    // The running pass (if any) ends first, so cleanup never races a sync.
+    end_running_pass(&commands, worker).await;
     let remaining = STOP_DEADLINE.saturating_sub(stopping.elapsed());
     // A backend of the same kind whose every tool gets a share of the time left.
     let backend = crate::backend::select::by_id_with_timeout(backend_id, remaining / 3);
@@ -427,6 +431,25 @@ async fn stop_and_clean_up(
         "--cleanup-on-exit: rules left in place; remove them with `ipmasq cleanup`"
     );
     Ending::CleanupFailed
+}
+
+/// Stops the reconcile thread once its running pass (if any) is done, so nothing writes after
+/// this; a pass wedged in a tool is ended by killing that tool after a grace.
+async fn end_running_pass(
+    commands: &mpsc::Sender<Command>,
+    worker: std::thread::JoinHandle<Reconciler>,
+) {
+    let _ = commands.send(Command::Stop);
+    let mut worker = tokio::task::spawn_blocking(move || worker.join());
+    if tokio::time::timeout(PASS_GRACE, &mut worker).await.is_err() {
+        let killed = crate::backend::runner::kill_running();
+        warn!(
+            killed,
+            grace_s = PASS_GRACE.as_secs_f64(),
+            "the running pass did not finish in time; stopped the firewall tool it waited on"
+        );
+        let _ = tokio::time::timeout(PASS_GRACE, &mut worker).await;
+    }
 }
 
 /// After a switch of `--backend`, the other kind's rules would still act on traffic (an

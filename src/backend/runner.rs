@@ -17,6 +17,18 @@ fn running() -> std::sync::MutexGuard<'static, Vec<u32>> {
     RUNNING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Set once the process is stopping without waiting for its pass: no tool may run after that.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Kills every running firewall tool and every one started from now on (at once, before it
+/// can write): the agent's fast stop, after which the node lock goes to a successor, which
+/// must never find a tool of ours still writing. A tool killed before its commit (an
+/// iptables-restore or nft transaction) has applied nothing.
+pub fn stop_all() -> usize {
+    STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
+    kill_running()
+}
+
 /// Kills (SIGKILL) every firewall tool this process started that is still running, so a stop
 /// is never held up by a wedged `iptables-restore`; the pass that waits for it then fails at
 /// once. Returns how many were killed.
@@ -96,7 +108,15 @@ pub fn run(
         }
         _ => None,
     };
-    running().push(child.id());
+    {
+        // Checked under the same lock `kill_running` takes: either it sees this child, or
+        // this sees the flag.
+        let mut pids = running();
+        if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = child.kill();
+        }
+        pids.push(child.id());
+    }
     let stdout_reader = spawn_reader(child.stdout.take());
     let stderr_reader = spawn_reader(child.stderr.take());
     let status = wait_with_deadline(&mut child, program, timeout)?;

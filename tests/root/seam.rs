@@ -60,7 +60,7 @@ fn timed_get(ns: &Netns, path: &str) -> (u16, f64) {
 }
 
 /// An iptables-restore that hangs for 10 s: the probes still answer at once, and SIGTERM
-/// ends the agent without waiting for the pass.
+/// ends the agent without waiting for the pass, killing that tool before its commit.
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn a_blocked_pass_blocks_neither_health_nor_sigterm() {
@@ -71,7 +71,7 @@ fn a_blocked_pass_blocks_neither_health_nor_sigterm() {
     super::netns::executable(
         &restore,
         &format!(
-            "#!/bin/sh\ntouch '{}'\nsleep 10\nexec /usr/sbin/iptables-nft-restore \"$@\"\n",
+            "#!/bin/sh\necho $$ > '{}'\nsleep 10\nexec /usr/sbin/iptables-nft-restore \"$@\"\n",
             marker.display()
         ),
     );
@@ -125,6 +125,23 @@ fn a_blocked_pass_blocks_neither_health_nor_sigterm() {
     let took = asked.elapsed();
     assert!(took < Duration::from_secs(3), "SIGTERM took {took:?}");
     eprintln!("SIGTERM during a blocked pass: exited after {took:?}");
+    // The tool it waited on went with it, before its commit: nothing of ours writes once the
+    // node lock is free for a successor.
+    let tool: u32 = std::fs::read_to_string(&marker)
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .expect("the tool wrote its pid");
+    let tool_runs = || {
+        std::fs::read_to_string(format!("/proc/{tool}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || !tool_runs()),
+        "iptables-restore (pid {tool}) outlived the agent"
+    );
 }
 
 /// A directory whose `iptables` is the given variant's, to stand for the host's alternative.
