@@ -348,16 +348,41 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
             _ = sigint.recv() => break "SIGINT",
         }
     };
-    if options.cleanup_on_exit {
+    let holds_lock = !awaiting_lock;
+    let cleanup_on_exit = options.cleanup_on_exit;
+    stop(
+        signal_name,
+        (cleanup_on_exit, holds_lock),
+        commands,
+        worker,
+        (backend_id, names),
+    )
+    .await
+}
+
+/// The stop on SIGTERM/SIGINT. With --cleanup-on-exit, our rules go, but only if this agent
+/// holds the node lock: one still waiting for it would remove the running agent's rules.
+/// Without, at once, and no tool of ours outlives the lock: a pass in flight is cut before its
+/// commit (it applies nothing), and none starts after this.
+async fn stop(
+    signal_name: &str,
+    (cleanup_on_exit, holds_lock): (bool, bool),
+    commands: mpsc::Sender<Command>,
+    worker: std::thread::JoinHandle<Reconciler>,
+    (backend_id, names): (crate::backend::BackendId, Names),
+) -> Ending {
+    if cleanup_on_exit && holds_lock {
         info!(
             signal = signal_name,
             "stopping; removing rules (--cleanup-on-exit)"
         );
         return stop_and_clean_up(commands, worker, backend_id, names).await;
     }
-    info!(signal = signal_name, "stopping; rules stay in place");
-    // At once, and no tool of ours outlives the lock: a pass in flight is cut before its
-    // commit (it applies nothing), and none starts after this.
+    if cleanup_on_exit {
+        info!(signal = signal_name, "stopping; removing nothing: this agent never held the node lock, so the rules are the running agent's");
+    } else {
+        info!(signal = signal_name, "stopping; rules stay in place");
+    }
     let _ = commands.send(Command::Stop);
     crate::backend::runner::stop_all();
     Ending::Stopped

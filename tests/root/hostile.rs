@@ -189,6 +189,56 @@ fn a_second_agent_waits_for_the_node_lock() {
     assert_eq!(jumps_in(&ns, "nft"), 1);
 }
 
+/// A second agent with --cleanup-on-exit (the systemd unit's flag) stopped while it still
+/// waits for the node lock removes nothing: the rules are the running agent's.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_waiting_agent_stopped_with_cleanup_on_exit_removes_nothing() {
+    let mut ns = Netns::new("waitclean");
+    let dir = Scratch::new("waitclean");
+    let config = format!("--config={}", dir.path.join("config").display());
+    let args = [
+        "agent",
+        "--iptables-mode=nft",
+        &config,
+        "--metrics-addr=off",
+    ];
+    let first = ns.spawn_ipmasq(&args, &dir.path.join("first.log"));
+    assert!(super::netns::wait_until(
+        Duration::from_secs(20),
+        || jumps_in(&ns, "nft") == 1
+    ));
+    let installed = ns.save("nft", false, Some("nat"));
+    let second_log = dir.path.join("second.log");
+    let second = ns.spawn_ipmasq(&[&args[..], &["--cleanup-on-exit"]].concat(), &second_log);
+    let log = || std::fs::read_to_string(&second_log).unwrap_or_default();
+    assert!(
+        super::netns::wait_until(Duration::from_secs(20), || log()
+            .contains("holds the node lock")),
+        "{}",
+        log()
+    );
+    super::netns::kill(second, "TERM");
+    assert_eq!(
+        ns.wait_daemon(second, Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        log()
+    );
+    assert!(
+        log().contains("removing nothing: this agent never held the node lock"),
+        "{}",
+        log()
+    );
+    assert_eq!(
+        ns.save("nft", false, Some("nat")),
+        installed,
+        "the running agent's rules stay"
+    );
+    super::netns::kill(first, "TERM");
+    assert_eq!(ns.wait_daemon(first, Duration::from_secs(10)), Some(0));
+}
+
 /// A POSTROUTING jump to our chain whose comment holds a newline (iptables-save prints it over
 /// two lines, iptables-restore cannot take it back): the agent sees it as a stale jump and
 /// removes it, and cleanup removes it too. A foreign rule that jumps to our chain makes
