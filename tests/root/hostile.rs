@@ -143,6 +143,56 @@ fn concurrent_jump_repairs_never_leave_no_jump() {
     }
 }
 
+/// The agent flags of the two-agent tests (nft, config in `dir`, no endpoint), plus `extra`.
+fn lock_test_args(dir: &Scratch, extra: &[&str]) -> Vec<String> {
+    let config = format!("--config={}", dir.path.join("config").display());
+    let mut args: Vec<String> = [
+        "agent",
+        "--iptables-mode=nft",
+        &config,
+        "--metrics-addr=off",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+/// Starts the first agent and waits for its jump.
+fn start_first_agent(ns: &mut Netns, dir: &Scratch) -> u32 {
+    let args = lock_test_args(dir, &[]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let first = ns.spawn_ipmasq(&refs, &dir.path.join("first.log"));
+    assert!(super::netns::wait_until(
+        Duration::from_secs(20),
+        || jumps_in(ns, "nft") == 1
+    ));
+    first
+}
+
+/// Starts a second agent (with `extra` flags) and waits until it says that `first` holds the
+/// node lock; returns its pid and log.
+fn start_waiting_agent(
+    ns: &mut Netns,
+    dir: &Scratch,
+    first: u32,
+    extra: &[&str],
+) -> (u32, std::path::PathBuf) {
+    let args = lock_test_args(dir, extra);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let log_path = dir.path.join("second.log");
+    let second = ns.spawn_ipmasq(&refs, &log_path);
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(
+        super::netns::wait_until(Duration::from_secs(20), || log()
+            .contains(&format!("agent pid {first} holds the node lock"))),
+        "{}",
+        log()
+    );
+    (second, log_path)
+}
+
 /// A second agent for the same chain waits for the first one's node lock (saying so), and
 /// takes over when it goes: the rules are never removed in between.
 #[test]
@@ -150,27 +200,9 @@ fn concurrent_jump_repairs_never_leave_no_jump() {
 fn a_second_agent_waits_for_the_node_lock() {
     let mut ns = Netns::new("lock");
     let dir = Scratch::new("lock");
-    let config = format!("--config={}", dir.path.join("config").display());
-    let args = [
-        "agent",
-        "--iptables-mode=nft",
-        &config,
-        "--metrics-addr=off",
-    ];
-    let first = ns.spawn_ipmasq(&args, &dir.path.join("first.log"));
-    assert!(super::netns::wait_until(
-        Duration::from_secs(20),
-        || jumps_in(&ns, "nft") == 1
-    ));
-    let second_log = dir.path.join("second.log");
-    let second = ns.spawn_ipmasq(&args, &second_log);
+    let first = start_first_agent(&mut ns, &dir);
+    let (second, second_log) = start_waiting_agent(&mut ns, &dir, first, &[]);
     let log = || std::fs::read_to_string(&second_log).unwrap_or_default();
-    assert!(
-        super::netns::wait_until(Duration::from_secs(20), || log()
-            .contains(&format!("agent pid {first} holds the node lock"))),
-        "{}",
-        log()
-    );
     super::netns::kill(first, "KILL");
     assert!(ns.wait_daemon(first, Duration::from_secs(10)).is_some());
     assert_eq!(
@@ -196,28 +228,10 @@ fn a_second_agent_waits_for_the_node_lock() {
 fn a_waiting_agent_stopped_with_cleanup_on_exit_removes_nothing() {
     let mut ns = Netns::new("waitclean");
     let dir = Scratch::new("waitclean");
-    let config = format!("--config={}", dir.path.join("config").display());
-    let args = [
-        "agent",
-        "--iptables-mode=nft",
-        &config,
-        "--metrics-addr=off",
-    ];
-    let first = ns.spawn_ipmasq(&args, &dir.path.join("first.log"));
-    assert!(super::netns::wait_until(
-        Duration::from_secs(20),
-        || jumps_in(&ns, "nft") == 1
-    ));
+    let first = start_first_agent(&mut ns, &dir);
     let installed = ns.save("nft", false, Some("nat"));
-    let second_log = dir.path.join("second.log");
-    let second = ns.spawn_ipmasq(&[&args[..], &["--cleanup-on-exit"]].concat(), &second_log);
+    let (second, second_log) = start_waiting_agent(&mut ns, &dir, first, &["--cleanup-on-exit"]);
     let log = || std::fs::read_to_string(&second_log).unwrap_or_default();
-    assert!(
-        super::netns::wait_until(Duration::from_secs(20), || log()
-            .contains("holds the node lock")),
-        "{}",
-        log()
-    );
     super::netns::kill(second, "TERM");
     assert_eq!(
         ns.wait_daemon(second, Duration::from_secs(10)),
