@@ -1,51 +1,8 @@
-//! The nftables ruleset generation id over netlink (`NFT_MSG_GETGEN`): one request and one
-//! reply of a few bytes, microseconds at any ruleset size. Every nftables commit in the
+//! What the nftables ruleset generation id (`NFT_MSG_GETGEN`, read by [`super::nfnetlink`]:
+//! one request and one reply of a few bytes, microseconds at any ruleset size) vouches for. Every nftables commit in the
 //! network namespace (ours, kube-proxy's, iptables-nft's) moves it, so an unchanged id means
 //! nothing changed since it was read. Both the nftables backend and the iptables-nft variant
 //! gate their passes on it; iptables-legacy's writes do not move it.
-
-use super::netlink::{
-    attribute, error_code, message, Requester, NFGENMSG_LEN, NFNL_SUBSYS_NFTABLES, NFTA_GEN_ID,
-    NFT_MSG_GETGEN, NFT_MSG_NEWGEN, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_REQUEST,
-};
-use std::io;
-
-/// The GETGEN request: a netlink header and an nfgenmsg, nothing else.
-fn request(seq: u32) -> Vec<u8> {
-    let kind = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN;
-    message(kind, NLM_F_REQUEST, seq, (0, 0), &[])
-}
-
-/// The generation id in a NEWGEN reply, or the error the kernel answered with.
-fn parse_reply(buf: &[u8]) -> io::Result<u32> {
-    let bad =
-        |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("GETGEN reply: {what}"));
-    if buf.len() < NLMSG_HDRLEN {
-        return Err(bad("short message"));
-    }
-    let len = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
-    let kind = u16::from_ne_bytes(buf[4..6].try_into().expect("2 bytes"));
-    let msg = buf.get(..len.min(buf.len())).ok_or_else(|| bad("length"))?;
-    if kind == NLMSG_ERROR {
-        let code = error_code(msg).ok_or_else(|| bad("short error"))?;
-        return Err(io::Error::from_raw_os_error(-code));
-    }
-    if kind != (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN {
-        return Err(bad(&format!("unexpected message type {kind:#x}")));
-    }
-    let attrs = msg.get(NLMSG_HDRLEN + NFGENMSG_LEN..).unwrap_or_default();
-    if let Some(id) = attribute(attrs, NFTA_GEN_ID).and_then(|v| v.get(..4)) {
-        return Ok(u32::from_be_bytes(id.try_into().expect("4 bytes")));
-    }
-    Err(bad("no NFTA_GEN_ID"))
-}
-
-/// The current ruleset generation id of this network namespace.
-pub(crate) fn generation() -> io::Result<u32> {
-    let requester = Requester::open()?;
-    requester.send(&request(1))?;
-    parse_reply(&requester.receive()?)
-}
 
 /// What a backend knows to be live for one family: the generation id after its own last
 /// apply (or last full comparison) and the ruleset that was in sync then.
@@ -123,7 +80,7 @@ impl Gate {
 
 /// The generation id, or None when netlink cannot tell (then every pass compares fully).
 pub(crate) fn current() -> Option<u32> {
-    match generation() {
+    match super::nfnetlink::generation() {
         Ok(id) => Some(id),
         Err(err) => {
             tracing::debug!(error = %err, "cannot read the nftables generation id");
@@ -161,38 +118,5 @@ mod tests {
         assert!(!gate.in_sync(None, &ruleset), "no id, no trust");
         gate.forget(ruleset.family);
         assert!(!gate.in_sync(Some(9), &ruleset));
-    }
-
-    fn reply(kind: u16, payload: &[u8]) -> Vec<u8> {
-        let mut msg = Vec::new();
-        msg.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
-        msg.extend_from_slice(&kind.to_ne_bytes());
-        msg.extend_from_slice(&[0; 10]);
-        msg.extend_from_slice(payload);
-        msg
-    }
-
-    #[test]
-    fn request_is_a_bare_getgen() {
-        let msg = request(7);
-        assert_eq!(msg.len(), 20);
-        assert_eq!(u16::from_ne_bytes([msg[4], msg[5]]), 0x0a10);
-    }
-
-    #[test]
-    fn replies_are_parsed() {
-        // nfgenmsg, then NFTA_GEN_ID (big-endian 0x01020304), then NFTA_GEN_PROC_PID.
-        let mut payload = vec![0, 0, 0, 0];
-        payload.extend_from_slice(&8u16.to_ne_bytes());
-        payload.extend_from_slice(&1u16.to_ne_bytes());
-        payload.extend_from_slice(&[1, 2, 3, 4]);
-        payload.extend_from_slice(&8u16.to_ne_bytes());
-        payload.extend_from_slice(&2u16.to_ne_bytes());
-        payload.extend_from_slice(&[0, 0, 0, 9]);
-        assert_eq!(parse_reply(&reply(0x0a0f, &payload)).unwrap(), 0x0102_0304);
-        let err = parse_reply(&reply(NLMSG_ERROR, &(-1i32).to_ne_bytes())).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(1));
-        assert!(parse_reply(&reply(0x0a0f, &[0, 0, 0, 0])).is_err());
-        assert!(parse_reply(&[1, 2]).is_err());
     }
 }

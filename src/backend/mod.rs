@@ -11,7 +11,7 @@ mod generation;
 pub(crate) mod golden;
 mod id;
 mod iptables;
-mod netlink;
+pub(crate) mod nfnetlink;
 mod nftables;
 mod notify;
 pub(crate) mod runner;
@@ -108,6 +108,9 @@ pub enum BackendError {
     },
     #[error("{0}")]
     Run(String),
+    /// nf_tables (over netlink) refused a request or did not answer in time.
+    #[error("{0}")]
+    Netlink(String),
     #[error("{0}")]
     Unsupported(String),
     /// The live state could not be read completely; nothing is written on such a reading.

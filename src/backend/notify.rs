@@ -4,15 +4,37 @@
 //! leaves our table as we last saw it, and the pass needs no re-read. Lost notifications
 //! (ENOBUFS) or a generation whose notifications do not arrive in time mean one full read.
 
-use super::netlink::{
-    attribute, set_option, NFGENMSG_LEN, NFNL_SUBSYS_NFTABLES, NFTA_GEN_ID, NFT_MSG_NEWGEN,
-    NLMSG_HDRLEN,
-};
+use super::nfnetlink::set_option;
 use crate::plan::Family;
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+
+/// nfnetlink subsystem of nf_tables.
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+/// A commit's new generation: the last notification of every commit.
+const NFT_MSG_NEWGEN: u16 = 15;
+const NFTA_GEN_ID: u16 = 1;
+const NLMSG_HDRLEN: usize = 16;
+const NFGENMSG_LEN: usize = 4;
+
+/// The value of the first netlink attribute of type `wanted` in `attrs` (flags masked off);
+/// None when there is none or the attributes do not frame.
+fn attribute(mut attrs: &[u8], wanted: u16) -> Option<&[u8]> {
+    while attrs.len() >= 4 {
+        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
+        if len < 4 || len > attrs.len() {
+            return None;
+        }
+        if kind == wanted {
+            return Some(&attrs[4..len]);
+        }
+        attrs = attrs.get((len + 3) & !3..).unwrap_or_default();
+    }
+    None
+}
 
 /// The nfnetlink multicast group of nf_tables object changes.
 const NFNLGRP_NFTABLES: u32 = 7;

@@ -113,11 +113,17 @@ pub fn run(args: &CleanupArgs) -> Exit {
         chain: args.masq_chain.clone(),
     };
     let steps = cleanup_everywhere(&backends, &names, args.dry_run);
-    if steps.is_empty() {
+    // nf_tables answers without a tool; iptables' rules cannot be checked without its tools.
+    let iptables_unchecked = backends.iter().any(|b| b.id() != BackendId::Nftables)
+        && steps.iter().all(|s| s.backend == BackendId::Nftables);
+    let no_iptables = || {
         eprintln!(
             "ipmasq cleanup: no iptables found (neither iptables-nft-save nor iptables-legacy-save is on PATH); install iptables"
         );
-        return Exit::ToolMissing;
+        Exit::ToolMissing
+    };
+    if steps.is_empty() {
+        return no_iptables();
     }
     let reports: Vec<StepReport> = steps.iter().map(StepReport::from).collect();
     let removed_anything = reports.iter().any(|r| r.transaction.is_some());
@@ -171,13 +177,16 @@ pub fn run(args: &CleanupArgs) -> Exit {
                     println!("{what}: nothing to remove");
                 }
             }
-            if !removed_anything && errors.is_empty() {
+            if !removed_anything && errors.is_empty() && !iptables_unchecked {
                 println!(
                     "ipmasq cleanup: nothing to remove (no {} chain in a nat table, no ipmasq table)",
                     args.masq_chain
                 );
             }
         }
+    }
+    if iptables_unchecked {
+        return no_iptables();
     }
     exit_for(&errors)
 }

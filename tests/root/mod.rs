@@ -20,6 +20,7 @@ mod health;
 mod hostile;
 mod hostile_round2;
 mod image;
+mod netlink;
 mod netns;
 mod nftables;
 mod node;

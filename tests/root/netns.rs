@@ -67,7 +67,9 @@ impl Netns {
         std::env::temp_dir().join(format!("{}-state", self.name))
     }
 
-    /// Runs `program` inside the namespace, with the namespace's state directory.
+    /// Runs `program` inside the namespace, with the namespace's state directory. ipmasq on
+    /// the nftables backend runs with a PATH that has no `nft`: the backend must not need it
+    /// (`nft` stays the tests' own independent reader).
     pub fn command(&self, program: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.name])
@@ -75,6 +77,10 @@ impl Netns {
             .args(args)
             .env("IPMASQ_STATE_DIR", self.state_dir())
             .env_remove("NO_COLOR");
+        let nftables = args.iter().any(|a| a.contains("nftables"));
+        if program == binary() && nftables {
+            cmd.env("PATH", path_without_nft());
+        }
         cmd
     }
 
@@ -244,4 +250,31 @@ pub fn kill(pid: u32, signal: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A PATH of one directory holding a link to every program on this PATH except `nft`
+/// (made once per test run).
+pub fn path_without_nft() -> PathBuf {
+    static FARM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FARM.get_or_init(|| {
+        let farm = std::env::temp_dir().join("ipmasq-test-path-without-nft");
+        let _ = std::fs::remove_dir_all(&farm);
+        std::fs::create_dir_all(&farm).expect("create the PATH without nft");
+        let path = std::env::var("PATH").unwrap_or_default();
+        for dir in std::env::split_paths(&path) {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let link = farm.join(&name);
+                if name == "nft" || link.exists() {
+                    continue;
+                }
+                let _ = std::os::unix::fs::symlink(entry.path(), link);
+            }
+        }
+        farm
+    })
+    .clone()
 }

@@ -196,6 +196,11 @@ fn steady_passes_spawn_nothing_and_drift_is_healed() {
         );
     }
     assert!(agent.elements().contains("\"addr\": \"10.0.0.0\""));
+    assert_eq!(
+        agent.nft_runs(),
+        0,
+        "the nftables backend runs no nft at all: first apply, reads and repairs go over netlink"
+    );
     let _ = agent.pid;
 }
 

@@ -298,8 +298,7 @@ impl Backend for Iptables {
             Variant::Nft => "nat",
             Variant::Legacy => "",
         };
-        let mut before =
-            super::nftables::nat_chains_before("nft", self.timeout, family, (SRCNAT, own));
+        let mut before = super::nftables::nat_chains_before(family, (SRCNAT, own));
         before.append(&mut inspection.before);
         inspection.before = before;
         Ok(inspection)

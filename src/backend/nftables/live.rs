@@ -1,13 +1,16 @@
-//! Reading our table back from `nft -j list table`: the chain's hook, the set's type and
-//! elements, and every rule as the same canonical text the desired model uses, with its
-//! counters. Also the neutral [`Inspection`] made from it.
+//! Reading our table back over netlink: the chain's hook, the set's type and elements, and
+//! every rule as the same canonical text the desired model uses, with its counters. Also the
+//! neutral [`Inspection`] made from it.
 
-use super::render::{CHAIN, SET};
+use super::render::{CHAIN, SET, TABLE};
+use crate::backend::nfnetlink::read::{self, RuleReading};
+use crate::backend::nfnetlink::statement::{self, Stmt};
+use crate::backend::nfnetlink::{Failure, Transport};
 use crate::backend::{
     AddressMatch, Before, Counters, EntryJump, Inspection, LiveRule, Matches, Verdict, Weight,
 };
+use crate::plan::Family;
 use ipnet::IpNet;
-use serde_json::Value;
 
 /// The base chain's declaration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,249 +37,52 @@ pub(super) struct LiveTable {
     /// The set's type and flags, when it exists.
     pub set: Option<(String, Vec<String>)>,
     pub elements: Vec<IpNet>,
-    /// Elements nft printed in a form we do not write (kept for the report).
+    /// Elements in a form we do not write (ranges; kept for the report).
     pub odd_elements: Vec<String>,
     pub rules: Vec<LiveRuleSpec>,
 }
 
-/// An element as `nft -j` prints it: `{"prefix": {"addr", "len"}}`, a bare address (a /32 or
-/// /128), or `{"range": [a, b]}` (not written by us; reported as is).
-fn element(value: &Value) -> Result<IpNet, String> {
-    let value = value
-        .get("elem")
-        .and_then(|e| e.get("val"))
-        .unwrap_or(value);
-    if let Some(prefix) = value.get("prefix") {
-        let addr = prefix
-            .get("addr")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let len = prefix.get("len").and_then(Value::as_u64).unwrap_or(0);
-        return format!("{addr}/{len}")
-            .parse()
-            .map_err(|_| value.to_string());
+/// A rule read back: its canonical text and counters.
+fn live_rule(rule: &RuleReading) -> LiveRuleSpec {
+    let counters = rule.stmts.iter().find_map(|s| match s {
+        Stmt::Counter { packets, bytes } => Some(Counters {
+            packets: *packets,
+            bytes: *bytes,
+        }),
+        _ => None,
+    });
+    LiveRuleSpec {
+        statements: statement::text(&rule.stmts),
+        comment: rule.comment.clone(),
+        counters,
     }
-    if let Some(addr) = value.as_str() {
-        let ip: std::net::IpAddr = addr.parse().map_err(|_| value.to_string())?;
-        return Ok(IpNet::from(ip));
-    }
-    Err(value.to_string())
 }
 
-/// A rule's expressions as canonical text (the form `render` writes statements in).
-fn statements(exprs: &[Value]) -> (String, Option<Counters>) {
-    let mut words: Vec<String> = Vec::new();
-    let mut counters = None;
-    for expr in exprs {
-        let Some((kind, body)) = expr.as_object().and_then(|o| o.iter().next()) else {
-            words.push(expr.to_string());
-            continue;
-        };
-        let text = match kind.as_str() {
-            "match" => match_text(body),
-            "counter" => {
-                counters = Some(Counters {
-                    packets: body.get("packets").and_then(Value::as_u64).unwrap_or(0),
-                    bytes: body.get("bytes").and_then(Value::as_u64).unwrap_or(0),
-                });
-                Some("counter".to_string())
-            }
-            "return" => Some("return".to_string()),
-            "accept" => Some("accept".to_string()),
-            "drop" => Some("drop".to_string()),
-            "masquerade" => Some(masquerade_text(body)),
-            "snat" => Some(format!(
-                "snat to {}",
-                body.get("addr")
-                    .map(|a| a.as_str().map_or_else(|| a.to_string(), str::to_string))
-                    .unwrap_or_default()
-            )),
-            "jump" | "goto" => Some(format!(
-                "{kind} {}",
-                body.get("target")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            )),
-            _ => None,
-        };
-        words.push(text.unwrap_or_else(|| expr.to_string()));
-    }
-    (words.join(" "), counters)
-}
-
-fn match_text(body: &Value) -> Option<String> {
-    let op = body.get("op")?.as_str()?;
-    let left = body.get("left")?;
-    let right = body.get("right")?;
-    let left = if let Some(fib) = left.get("fib") {
-        let flags: Vec<&str> = fib
-            .get("flags")?
-            .as_array()?
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
-        format!("fib {} {}", flags.join(" . "), fib.get("result")?.as_str()?)
-    } else if let Some(payload) = left.get("payload") {
-        format!(
-            "{} {}",
-            payload.get("protocol")?.as_str()?,
-            payload.get("field")?.as_str()?
-        )
-    } else if let Some(meta) = left.get("meta") {
-        format!("meta {}", meta.get("key")?.as_str()?)
-    } else if let Some(numgen) = left.get("numgen") {
-        if numgen.get("offset").and_then(Value::as_u64).unwrap_or(0) != 0 {
-            return None;
-        }
-        format!(
-            "numgen {} mod {}",
-            numgen.get("mode")?.as_str()?,
-            numgen.get("mod")?.as_u64()?
-        )
-    } else {
-        return None;
-    };
-    // A prefix (`10.0.0.0/8`) as nft writes it; anything else as its JSON.
-    let item = |v: &Value| -> String {
-        if let Some(prefix) = v.get("prefix") {
-            if let (Some(addr), Some(len)) = (
-                prefix.get("addr").and_then(Value::as_str),
-                prefix.get("len").and_then(Value::as_u64),
-            ) {
-                return format!("{addr}/{len}");
-            }
-        }
-        v.as_str().map_or_else(|| v.to_string(), str::to_string)
-    };
-    let right = match right {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Object(o) if o.contains_key("set") => {
-            let items: Vec<String> = o["set"].as_array()?.iter().map(item).collect();
-            format!("{{ {} }}", items.join(", "))
-        }
-        Value::Object(o) if o.contains_key("prefix") => item(right),
-        _ => return None,
-    };
-    Some(match op {
-        "==" | "in" => format!("{left} {right}"),
-        op => format!("{left} {op} {right}"),
-    })
-}
-
-fn masquerade_text(body: &Value) -> String {
-    let mut text = String::from("masquerade");
-    match body.get("port") {
-        Some(Value::Object(port)) => {
-            if let Some([a, b]) = port
-                .get("range")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-            {
-                text.push_str(&format!(" to :{a}-{b}"));
-            }
-        }
-        Some(Value::Number(n)) => text.push_str(&format!(" to :{n}")),
-        _ => {}
-    }
-    let flags: Vec<String> = match body.get("flags") {
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect(),
-        _ => Vec::new(),
-    };
-    for flag in flags {
-        text.push(' ');
-        text.push_str(&flag);
-    }
-    text
-}
-
-/// Parses `nft -j list table FAMILY ipmasq`.
-pub(super) fn parse(json: &str) -> Result<LiveTable, String> {
-    let root: Value = serde_json::from_str(json).map_err(|e| format!("nft -j output: {e}"))?;
-    let items = root
-        .get("nftables")
-        .and_then(Value::as_array)
-        .ok_or("nft -j output has no \"nftables\" list")?;
+/// Reads our table of `family`: a missing table (or chain, or set) is an empty part.
+pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTable, Failure> {
     let mut live = LiveTable::default();
-    for item in items {
-        if item.get("table").is_some() {
-            live.table_exists = true;
-        } else if let Some(chain) = item.get("chain") {
-            if chain.get("name").and_then(Value::as_str) == Some(CHAIN) {
-                live.chain = Some(ChainHook {
-                    kind: chain
-                        .get("type")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .into(),
-                    hook: chain
-                        .get("hook")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .into(),
-                    priority: chain
-                        .get("prio")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(i64::MIN),
-                    policy: chain
-                        .get("policy")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .into(),
-                });
-            }
-        } else if let Some(set) = item.get("set") {
-            if set.get("name").and_then(Value::as_str) == Some(SET) {
-                let flags = set
-                    .get("flags")
-                    .and_then(Value::as_array)
-                    .map(|f| {
-                        f.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let kind = set.get("type").and_then(Value::as_str).unwrap_or_default();
-                live.set = Some((kind.to_string(), flags));
-                for e in set
-                    .get("elem")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    match element(e) {
-                        Ok(net) => live.elements.push(net),
-                        Err(odd) => live.odd_elements.push(odd),
-                    }
-                }
-            }
-        } else if let Some(rule) = item.get("rule") {
-            if rule.get("chain").and_then(Value::as_str) != Some(CHAIN) {
-                continue;
-            }
-            let exprs = rule
-                .get("expr")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let (statements, counters) = statements(exprs);
-            live.rules.push(LiveRuleSpec {
-                statements,
-                comment: rule
-                    .get("comment")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                counters,
-            });
-        }
+    if !read::table_exists(t, family, TABLE)? {
+        return Ok(live);
     }
-    live.elements.sort();
+    live.table_exists = true;
+    if let Some(chain) = read::chain(t, family, TABLE, CHAIN)? {
+        live.chain = chain.base.map(|(kind, hook, priority, policy)| ChainHook {
+            kind,
+            hook,
+            priority,
+            policy,
+        });
+        let proto = crate::backend::nfnetlink::wire::nfproto(family);
+        live.rules = read::rules(t, proto, TABLE, CHAIN)?
+            .iter()
+            .map(live_rule)
+            .collect();
+    }
+    if let Some(set) = read::set(t, family, TABLE, SET)? {
+        live.set = Some((set.key_type, set.flags));
+        live.elements = set.nets;
+        live.odd_elements = set.odd;
+    }
     Ok(live)
 }
 
@@ -536,40 +342,29 @@ fn is_statement(word: &str) -> bool {
     )
 }
 
-/// Another table's nat postrouting base chain, from `nft -j list chain FAMILY TABLE NAME`:
-/// its rules typed (what this tool cannot judge stays as the backend prints it).
-pub(super) fn foreign_chain(json: &str, family: &str, table: &str, name: &str) -> Option<Before> {
-    let root: Value = serde_json::from_str(json).ok()?;
-    let mut priority = None;
-    let mut rules = Vec::new();
-    for item in root.get("nftables")?.as_array()? {
-        if let Some(chain) = item.get("chain") {
-            priority = chain.get("prio").and_then(Value::as_i64);
-        } else if let Some(rule) = item.get("rule") {
-            let exprs = rule
-                .get("expr")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let (text, counters) = statements(exprs);
-            let described = describe(&text);
-            rules.push(LiveRule {
-                number: rules.len() + 1,
+/// Another table's nat postrouting base chain: its rules typed (what this tool cannot judge
+/// stays as it reads).
+pub(super) fn foreign_chain(place: String, priority: i64, rules: &[RuleReading]) -> Before {
+    let rules = rules
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| {
+            let spec = live_rule(rule);
+            let described = describe(&spec.statements);
+            LiveRule {
+                number: i + 1,
                 matches: described.matches,
                 verdict: described.verdict,
-                comment: rule
-                    .get("comment")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                counters,
-                text,
-            });
-        }
-    }
-    Some(Before {
-        place: format!("table {family} {table} chain {name}"),
-        priority,
+                comment: spec.comment,
+                counters: spec.counters,
+                text: spec.statements,
+            }
+        })
+        .collect();
+    Before {
+        place,
+        priority: Some(priority),
         rules,
         keep_ends_walk: false,
-    })
+    }
 }

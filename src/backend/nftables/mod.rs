@@ -1,33 +1,59 @@
 //! The native nftables backend: one table per family (`ip ipmasq`, `ip6 ipmasq`) holding an
 //! interval set of the non-masquerade CIDRs and one nat chain hooked at postrouting
-//! (`render`). A pass first reads the ruleset generation id over netlink (`netlink`): when it
-//! has not moved since our own last apply (or last full comparison), nothing can have changed
-//! and the pass does nothing else. Otherwise it reads the table with `nft -j` (`live`),
-//! compares (`diff`) and repairs with ONE `nft -f` transaction: only the changed elements
-//! when only elements differ, else the table's content, keeping the table and its hook.
+//! (`render`). Everything goes over netlink (`nfnetlink`), no `nft` process on any path. A
+//! pass first reads the ruleset generation id: when it has not moved since our own last apply
+//! (or last full comparison), nothing can have changed and the pass does nothing else.
+//! Otherwise it reads the table back (`live`), compares (`diff`) and repairs with ONE batch:
+//! only the changed elements when only elements differ, else the table's content, keeping the
+//! table and its hook.
 
 mod diff;
-mod elements;
 mod live;
 mod render;
-mod takeover;
 
 pub(crate) use render::TABLE;
 
 use super::generation::{self, Gate};
+use super::nfnetlink::{self, read, script, wire::Finished, Failure, Kernel};
 use super::notify::Monitor;
-use super::runner::{self, DEFAULT_TIMEOUT};
+use super::runner::DEFAULT_TIMEOUT;
 use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
 use crate::plan::{Family, Names, Ruleset};
 use diff::{diff, Repair};
-use live::{parse, LiveTable};
-use render::{family_word, DesiredTable};
+use live::{read_table, LiveTable};
+use render::{family_word, DesiredTable, Leftovers};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// More element changes than this make so many notifications that the subscription is set
+/// aside for the commit (as for a whole table).
+const NOTIFIED_ELEMENT_CHANGES: usize = 2000;
+
+/// A netlink failure as the backends report it: EPERM as a permission problem, the rest with
+/// the object and the kernel's words.
+pub(super) fn netlink_error(failure: Failure) -> BackendError {
+    match failure.errno() {
+        Some(libc::EPERM) | Some(libc::EACCES) => BackendError::Permission {
+            program: "nf_tables (netlink)".into(),
+            detail: failure.to_string(),
+        },
+        _ => BackendError::Netlink(failure.to_string()),
+    }
+}
+
+fn kernel() -> Result<Kernel, BackendError> {
+    Kernel::open().map_err(|err| match err.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => BackendError::Permission {
+            program: "nf_tables (netlink)".into(),
+            detail: err.to_string(),
+        },
+        _ => BackendError::Netlink(format!("cannot open a netlink socket to nf_tables: {err}")),
+    })
+}
+
 /// The nftables backend.
 pub(crate) struct Nftables {
-    nft: String,
+    /// The longest one commit waits for its acknowledgements.
     timeout: Duration,
     gate: Mutex<Gate>,
     /// Per family, the table last written or confirmed (what the gate vouches for).
@@ -39,6 +65,9 @@ pub(crate) struct Nftables {
     /// Per family: the first install also deletes iptables-nft's chain and jumps, in the same
     /// transaction (set by the lock holder before its first sync).
     take_over: Mutex<[bool; 2]>,
+    /// Per family: the kernel refused the last repair (something in our table that we do not
+    /// read holds on to what it changes), so the next one makes the table anew.
+    refused: Mutex<[bool; 2]>,
 }
 
 fn slot(family: Family) -> usize {
@@ -51,19 +80,18 @@ fn slot(family: Family) -> usize {
 impl Nftables {
     pub fn new() -> Self {
         Nftables {
-            nft: runner::resolve("nft")
-                .map_or_else(|| "nft".to_string(), |p| p.display().to_string()),
-            timeout: DEFAULT_TIMEOUT,
+            timeout: DEFAULT_TIMEOUT.min(nfnetlink::REPLY_DEADLINE),
             gate: Mutex::new(Gate::default()),
             written: Mutex::new([None, None]),
             monitor: Mutex::new(None),
             take_over: Mutex::new([false, false]),
+            refused: Mutex::new([false, false]),
         }
     }
 
-    /// The same backend with another deadline for each tool it runs.
+    /// The same backend with another deadline for each commit.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.timeout = timeout.min(nfnetlink::REPLY_DEADLINE);
         self
     }
 
@@ -91,22 +119,6 @@ impl Nftables {
         monitor.as_mut().ok().map(f)
     }
 
-    fn failed(&self, out: &runner::Output) -> BackendError {
-        let stderr = out.stderr.trim().to_string();
-        if stderr.contains("Operation not permitted") || stderr.contains("Permission denied") {
-            BackendError::Permission {
-                program: self.nft.clone(),
-                detail: stderr,
-            }
-        } else {
-            BackendError::Failed {
-                program: self.nft.clone(),
-                code: out.code,
-                detail: stderr,
-            }
-        }
-    }
-
     /// Whether the gate still vouches for the table at generation `before` (advanced past
     /// commits the monitor saw leave it untouched), and, when `desired` is what it vouches for,
     /// its rule count: the steady state.
@@ -130,69 +142,58 @@ impl Nftables {
         }
     }
 
-    /// `nft -j list table FAMILY ipmasq`; an absent table is an empty reading.
-    fn read(&self, family: Family) -> Result<(LiveTable, String), BackendError> {
-        let out = runner::run(
-            &self.nft,
-            &["-j", "list", "table", family_word(family), TABLE],
-            None,
-            self.timeout,
-        )?;
-        if !out.success {
-            if out.stderr.contains("No such file or directory") {
-                return Ok((LiveTable::default(), String::new()));
-            }
-            return Err(self.failed(&out));
-        }
-        let live = parse(&out.stdout).map_err(|detail| BackendError::Unreadable {
-            program: self.nft.clone(),
+    /// Our table of `family` as it is; an absent table is an empty reading.
+    fn read(&self, family: Family) -> Result<LiveTable, BackendError> {
+        read_table(&mut kernel()?, family).map_err(|failure| BackendError::Unreadable {
+            program: "nf_tables (netlink)".into(),
             table: format!("{} {TABLE}", family_word(family)),
-            detail,
-        })?;
-        Ok((live, out.stdout))
+            detail: failure.to_string(),
+        })
     }
 
     /// Every other nat postrouting base chain that a packet meets before ours.
     fn before_us(&self, family: Family) -> Vec<super::Before> {
-        nat_chains_before(
-            &self.nft,
-            self.timeout,
-            family,
-            (render::PRIORITY_VALUE, TABLE),
-        )
+        nat_chains_before(family, (render::PRIORITY_VALUE, TABLE))
     }
 
-    /// The deletions of iptables-nft's `chain` and its jumps in `family`, if it left any.
-    fn iptables_nft_leftovers(&self, family: Family, chain: &str) -> Option<String> {
-        let f = family_word(family);
-        let list = |args: &[&str]| {
-            runner::run(&self.nft, args, None, self.timeout)
-                .ok()
-                .filter(|out| out.success)
-                .map(|out| out.stdout)
-                .unwrap_or_default()
-        };
-        let chains = list(&["-j", "list", "chains", f]);
-        let postrouting = list(&["-j", "list", "chain", f, "nat", "POSTROUTING"]);
-        takeover::deletions(family, chain, &chains, &postrouting)
+    /// iptables-nft's `chain` and its POSTROUTING jumps in `family`, if it left any.
+    fn iptables_nft_leftovers(&self, family: Family, chain: &str) -> Result<Leftovers, Failure> {
+        let mut t = Kernel::open().map_err(|e| Failure::Transport(e.to_string()))?;
+        let proto = nfnetlink::wire::nfproto(family);
+        let jumps = read::rules(&mut t, proto, "nat", "POSTROUTING")?
+            .into_iter()
+            .filter(|rule| {
+                rule.stmts.iter().any(|s| {
+                    matches!(s, nfnetlink::statement::Stmt::Verdict(
+                        nfnetlink::statement::Verdict::Jump(target)) if target == chain)
+                })
+            })
+            .map(|rule| rule.handle)
+            .collect();
+        let chain = read::chain(&mut t, family, "nat", chain)?.map(|c| c.name);
+        Ok(Leftovers { chain, jumps })
     }
 
-    /// Applies `script`, our first install, together with the deletion of what iptables-nft
-    /// left when the lock holder asked for it: one transaction. Should the joint one fail (a
-    /// foreign rule still jumps to that chain), ours alone; the leftovers are then removed
-    /// after, in their own transaction.
+    /// Applies the table's whole content, our first install together with the deletion of
+    /// what iptables-nft left when the lock holder asked for it: one transaction. Should the
+    /// joint one fail (a foreign rule still jumps to that chain), ours alone; the leftovers are
+    /// then removed after, in their own transaction.
     fn apply_taking_over(
         &self,
-        family: Family,
+        table: &DesiredTable,
         chain: &str,
-        script: &str,
+        recreate: bool,
     ) -> Result<(), BackendError> {
+        let family = table.family;
         let pending = self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)];
-        let leftovers = pending
-            .then(|| self.iptables_nft_leftovers(family, chain))
-            .flatten();
-        let joint = match &leftovers {
-            Some(deletions) => match self.apply(&format!("{script}{deletions}")) {
+        let leftovers = if pending {
+            self.iptables_nft_leftovers(family, chain)
+                .unwrap_or_default()
+        } else {
+            Leftovers::default()
+        };
+        let joint = if leftovers != Leftovers::default() {
+            match self.apply(&table.batch(recreate, &leftovers)?) {
                 Ok(()) => {
                     tracing::info!(%family, chain, "removed iptables-nft's chain and jumps in the same transaction as this table's first install");
                     true
@@ -201,80 +202,100 @@ impl Nftables {
                     tracing::debug!(%family, error = %err, "could not take over iptables-nft's rules in one transaction; installing ours alone");
                     false
                 }
-            },
-            None => false,
+            }
+        } else {
+            false
         };
         if !joint {
-            self.apply(script)?;
+            self.apply(&table.batch(recreate, &Leftovers::default())?)?;
         }
         self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)] = false;
         Ok(())
     }
 
-    /// One `nft -f -` transaction.
-    fn apply(&self, script: &str) -> Result<(), BackendError> {
-        let out = runner::run(&self.nft, &["-f", "-"], Some(script), self.timeout)?;
-        if !out.success {
-            return Err(self.failed(&out));
+    /// Commits the repair's batch; returns the generation id after it.
+    fn commit_repair(
+        &self,
+        table: &DesiredTable,
+        desired: &Ruleset,
+        repair: &Repair,
+        batch: &Finished,
+    ) -> Result<Option<u32>, BackendError> {
+        match repair {
+            Repair::Elements { remove, add }
+                if remove.len() + add.len() <= NOTIFIED_ELEMENT_CHANGES =>
+            {
+                self.apply(batch)?;
+            }
+            // Many elements or a whole table: their notifications (one per element) would
+            // overflow the subscription, so it is set aside for the commit and made anew after
+            // it, before the id is read; the gate trusts the table only if nobody else
+            // committed in between (the id moved by exactly one).
+            repair => {
+                *self.monitor.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                let outcome = match repair {
+                    Repair::Elements { .. } => self.apply(batch),
+                    _ => self.apply_taking_over(
+                        table,
+                        desired.names.chain.as_str(),
+                        matches!(repair, Repair::Recreate),
+                    ),
+                };
+                self.subscribe();
+                outcome?;
+            }
         }
-        Ok(())
+        Ok(generation::current())
+    }
+
+    /// One batch, every message acknowledged within the deadline.
+    fn apply(&self, batch: &Finished) -> Result<(), BackendError> {
+        nfnetlink::commit_within(&mut kernel()?, batch, self.timeout).map_err(netlink_error)
     }
 }
 
 /// Every nat postrouting base chain of `family` (and of `inet`) at `limit` or an earlier
 /// priority (the same priority: whose order nobody promises), other than table `own` of
-/// `family`, in the order a packet meets them, with their rules typed. Empty when `nft` is not
-/// installed or cannot list (the observation then has what the backend itself reads).
-pub(crate) fn nat_chains_before(
-    nft: &str,
-    timeout: std::time::Duration,
-    family: Family,
-    (limit, own): (i64, &str),
-) -> Vec<super::Before> {
-    let listed = runner::run(nft, &["-j", "list", "chains"], None, timeout)
-        .ok()
-        .filter(|out| out.success)
-        .map(|out| out.stdout)
-        .unwrap_or_default();
-    let Ok(root) = serde_json::from_str::<serde_json::Value>(&listed) else {
+/// `family`, in the order a packet meets them, with their rules typed. Empty when nf_tables
+/// cannot be read (the observation then has what the backend itself reads).
+pub(crate) fn nat_chains_before(family: Family, (limit, own): (i64, &str)) -> Vec<super::Before> {
+    let Ok(mut t) = Kernel::open() else {
         return Vec::new();
     };
-    let ours = family_word(family);
-    let mut found: Vec<(i64, String, String, String)> = root
-        .get("nftables")
-        .and_then(serde_json::Value::as_array)
+    let Ok(chains) = read::base_chains(&mut t) else {
+        return Vec::new();
+    };
+    let ours = nfnetlink::wire::nfproto(family);
+    let inet = netlink_packet_netfilter::NetfilterProtoFamily::Inet;
+    let mut found: Vec<(i64, String, String, String, _)> = chains
         .into_iter()
-        .flatten()
-        .filter_map(|item| item.get("chain"))
-        .filter_map(|chain| {
-            let text = |key: &str| chain.get(key).and_then(serde_json::Value::as_str);
-            let chain_family = text("family")?;
-            let table = text("table")?;
-            let before = text("hook")? == "postrouting"
-                && text("type")? == "nat"
-                && (chain_family == ours || chain_family == "inet")
+        .filter_map(|(chain_family, table, chain)| {
+            let (kind, hook, priority, _) = chain.base?;
+            let before = hook == "postrouting"
+                && kind == "nat"
+                && (chain_family == ours || chain_family == inet)
                 && !(chain_family == ours && table == own);
-            let priority = chain.get("prio").and_then(serde_json::Value::as_i64)?;
             if !before || priority > limit {
                 return None;
             }
-            let name = text("name")?.to_string();
-            Some((priority, chain_family.to_string(), table.to_string(), name))
+            let word = if chain_family == inet {
+                "inet"
+            } else {
+                family_word(family)
+            };
+            Some((priority, word.to_string(), table, chain.name, chain_family))
         })
         .collect();
-    found.sort();
+    found.sort_by(|a, b| (a.0, &a.1, &a.2, &a.3).cmp(&(b.0, &b.1, &b.2, &b.3)));
     found
         .into_iter()
-        .filter_map(|(_, chain_family, table, name)| {
-            let out = runner::run(
-                nft,
-                &["-j", "list", "chain", &chain_family, &table, &name],
-                None,
-                timeout,
-            )
-            .ok()
-            .filter(|out| out.success)?;
-            live::foreign_chain(&out.stdout, &chain_family, &table, &name)
+        .filter_map(|(priority, word, table, name, chain_family)| {
+            let rules = read::rules(&mut t, chain_family, &table, &name).ok()?;
+            Some(live::foreign_chain(
+                format!("table {word} {table} chain {name}"),
+                priority,
+                &rules,
+            ))
         })
         .collect()
 }
@@ -310,7 +331,8 @@ impl Backend for Nftables {
     }
 
     fn family_available(&self, _family: Family) -> bool {
-        runner::on_path(&self.nft)
+        // The kernel answers for nf_tables: no tool needs to be installed.
+        nfnetlink::generation().is_ok()
     }
 
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
@@ -343,21 +365,27 @@ impl Backend for Nftables {
         let live = match remembered {
             Some(live) => live,
             None => {
-                let live = self.read(family)?.0;
+                let live = self.read(family)?;
                 self.with_monitor(|m| m.read_in_full(family));
                 live
             }
         };
         let observed = started.elapsed();
-        let drift = diff(&table, &live);
+        let mut drift = diff(&table, &live);
+        let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner())[slot(family)];
+        if refused && !matches!(drift.repair, Repair::None) {
+            tracing::info!(%family, "the kernel refused the last repair of this table; making it anew");
+            drift.repair = Repair::Recreate;
+        }
         let compared = started.elapsed();
-        let small = |remove: &[_], add: &[_]| remove.len() + add.len() <= elements::MAX_BATCH_CIDRS;
-        let script = match &drift.repair {
+        // The batch to send, and the nft text it decodes to (what a dry run prints).
+        let batch = match &drift.repair {
             Repair::None => None,
-            Repair::Elements { remove, add } => Some(table.element_script(remove, add)),
-            Repair::Rewrite => Some(table.script(false)),
-            Repair::Recreate => Some(table.script(true)),
+            Repair::Elements { remove, add } => Some(table.element_batch(remove, add)),
+            Repair::Rewrite => Some(table.batch(false, &Leftovers::default())?),
+            Repair::Recreate => Some(table.batch(true, &Leftovers::default())?),
         };
+        let script = batch.as_ref().map(|b| script::render(&b.bytes));
         if dry_run {
             return Ok(SyncReport {
                 family,
@@ -366,30 +394,15 @@ impl Backend for Nftables {
                 rules,
             });
         }
-        let mut after = None;
-        if let Some(script) = &script {
-            match &drift.repair {
-                // A few elements: one netlink batch, without nft.
-                Repair::Elements { remove, add } if small(remove, add) => {
-                    elements::apply(family == Family::V6, TABLE, render::SET, remove, add)
-                        .map_err(|err| BackendError::Failed {
-                            program: "nfnetlink set-element batch".into(),
-                            code: err.raw_os_error(),
-                            detail: format!("{err} (applying: {})", script.trim()),
-                        })?;
-                }
-                // A whole table: its notifications (one per element) would overflow the
-                // subscription, so it is set aside for the commit and made anew after it,
-                // before the id is read; the gate trusts the table only if nobody else
-                // committed in between (the id moved by exactly one).
-                _ => {
-                    *self.monitor.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                    self.apply_taking_over(family, desired.names.chain.as_str(), script)?;
-                    self.subscribe();
-                }
+        let after = match &batch {
+            Some(batch) => {
+                let outcome = self.commit_repair(&table, desired, &drift.repair, batch);
+                self.refused.lock().unwrap_or_else(|e| e.into_inner())[slot(family)] =
+                    matches!(outcome, Err(BackendError::Netlink(_)));
+                Some(outcome?)
             }
-            after = Some(generation::current());
-        }
+            None => None,
+        };
         let applied = started.elapsed();
         self.gate().record(desired, rules, before, after);
         self.written()[slot(family)] = Some(LiveTable::written(&table));
@@ -411,7 +424,7 @@ impl Backend for Nftables {
     }
 
     fn inspect(&self, family: Family, _names: &Names) -> Result<Inspection, BackendError> {
-        let mut inspection = self.read(family)?.0.inspection();
+        let mut inspection = self.read(family)?.inspection();
         inspection.before = self.before_us(family);
         Ok(inspection)
     }
@@ -443,15 +456,14 @@ impl Backend for Nftables {
         _names: &Names,
         dry_run: bool,
     ) -> Result<CleanupReport, BackendError> {
-        let (live, _) = self.read(family)?;
-        let script = live
-            .table_exists
-            .then(|| format!("delete table {} {TABLE}\n", family_word(family)));
-        if let (Some(script), false) = (&script, dry_run) {
-            let out = runner::run(&self.nft, &["-f", "-"], Some(script), self.timeout)?;
-            // Gone meanwhile: nothing to remove is success.
-            if !out.success && !out.stderr.contains("No such file or directory") {
-                return Err(self.failed(&out));
+        let live = self.read(family)?;
+        let batch = live.table_exists.then(|| render::removal(family));
+        let script = batch.as_ref().map(|b| script::render(&b.bytes));
+        if let (Some(batch), false) = (&batch, dry_run) {
+            match nfnetlink::commit_within(&mut kernel()?, batch, self.timeout) {
+                // Gone meanwhile: nothing to remove is success.
+                Err(failure) if failure.errno() == Some(libc::ENOENT) => {}
+                outcome => outcome.map_err(netlink_error)?,
             }
             self.gate().forget(family);
             self.written()[slot(family)] = None;

@@ -3,10 +3,14 @@
 //! (`ip ipmasq`, `ip6 ipmasq`) with one interval set of the CIDRs that keep their source and
 //! one nat chain hooked at postrouting.
 
+use crate::backend::nfnetlink::statement::{
+    self, Side, Stmt, Verdict, NAT_RANGE_PROTO_RANDOM_FULLY,
+};
+use crate::backend::nfnetlink::wire::{self, BaseChain, Batch, Finished, Keys, SetRef};
 use crate::backend::BackendError;
 use crate::plan::{Action, ChainName, Family, Ruleset};
 use ipnet::IpNet;
-use std::fmt::Write as _;
+use netlink_packet_netfilter::nftables::InetHookNumber;
 
 /// Our table's name, in both families.
 pub(crate) const TABLE: &str = "ipmasq";
@@ -20,6 +24,8 @@ pub(super) const SET: &str = "nomasq";
 pub(super) const PRIORITY: &str = "srcnat + 10";
 /// The same priority as nft reports it (srcnat is 100).
 pub(super) const PRIORITY_VALUE: i64 = 110;
+/// The l4 protocols a port range applies to: tcp, udp, sctp.
+const PORTED_PROTOCOLS: [u8; 3] = [6, 17, 132];
 /// Comments: upstream's texts, so greps and runbooks find our rules in either backend.
 pub(super) const NON_MASQ_COMMENT: &str =
     "ip-masq-agent: local traffic is not subject to MASQUERADE";
@@ -50,12 +56,38 @@ pub(super) fn address_type(family: Family) -> &'static str {
     }
 }
 
-/// One rule of our chain: a canonical text of its statements (also what live rules are read
-/// back into) and its comment.
+fn key_type(family: Family) -> u32 {
+    match family {
+        Family::V4 => wire::TYPE_IPV4_ADDR,
+        Family::V6 => wire::TYPE_IPV6_ADDR,
+    }
+}
+
+/// One rule of our chain: its typed statements, their canonical text (also what live rules
+/// are read back into) and its comment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct RuleSpec {
+    pub stmts: Vec<Stmt>,
     pub statements: String,
     pub comment: String,
+}
+
+impl RuleSpec {
+    fn new(stmts: Vec<Stmt>, comment: impl Into<String>) -> Self {
+        RuleSpec {
+            statements: statement::text(&stmts),
+            stmts,
+            comment: comment.into(),
+        }
+    }
+}
+
+/// What a first install also deletes: iptables-nft's chain of ours and its jumps (rule
+/// handles in nat POSTROUTING), in the same transaction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Leftovers {
+    pub chain: Option<String>,
+    pub jumps: Vec<u64>,
 }
 
 /// The desired table of one family.
@@ -66,18 +98,6 @@ pub(super) struct DesiredTable {
     /// elements, and the listed elements then equal these exactly.
     pub elements: Vec<IpNet>,
     pub rules: Vec<RuleSpec>,
-}
-
-/// The masquerade statement with its port range and flags, in canonical form.
-fn masquerade(ports: Option<String>, random_fully: bool) -> String {
-    let mut text = String::from("masquerade");
-    if let Some(ports) = ports {
-        let _ = write!(text, " to :{ports}");
-    }
-    if random_fully {
-        text.push_str(" fully-random");
-    }
-    text
 }
 
 impl DesiredTable {
@@ -99,60 +119,67 @@ impl DesiredTable {
         } else {
             aggregate(ruleset.non_masquerade().copied())
         };
-        let mut rules = vec![RuleSpec {
-            statements: "fib daddr type local return".into(),
-            comment: entry_comment(&ruleset.names.chain),
-        }];
+        let v6 = family == Family::V6;
+        let mut rules = vec![RuleSpec::new(
+            vec![Stmt::FibDaddrLocal, Stmt::Verdict(Verdict::Return)],
+            entry_comment(&ruleset.names.chain),
+        )];
         let sources = aggregate(ruleset.entry.source_ranges.iter().copied());
         if !sources.is_empty() {
-            // As nft lists them back: a host prefix is a bare address.
-            let spelled = |net: &IpNet| {
-                if net.prefix_len() == net.max_prefix_len() {
-                    net.addr().to_string()
-                } else {
-                    net.to_string()
-                }
-            };
-            let listed = match sources.as_slice() {
-                [one] => spelled(one),
-                many => format!(
-                    "{{ {} }}",
-                    many.iter().map(spelled).collect::<Vec<_>>().join(", ")
-                ),
-            };
-            rules.push(RuleSpec {
-                statements: format!("{} saddr != {listed} return", family_word(family)),
-                comment: SOURCE_COMMENT.into(),
-            });
+            rules.push(RuleSpec::new(
+                vec![
+                    Stmt::Address {
+                        v6,
+                        side: Side::Source,
+                        negated: true,
+                        nets: sources,
+                    },
+                    Stmt::Verdict(Verdict::Return),
+                ],
+                SOURCE_COMMENT,
+            ));
         }
-        rules.push(RuleSpec {
-            statements: format!("{} daddr @{SET} return", family_word(family)),
-            comment: NON_MASQ_COMMENT.into(),
-        });
+        rules.push(RuleSpec::new(
+            vec![
+                Stmt::SetLookup {
+                    v6,
+                    side: Side::Destination,
+                    negated: false,
+                    set: SET.into(),
+                },
+                Stmt::Verdict(Verdict::Return),
+            ],
+            NON_MASQ_COMMENT,
+        ));
         let request = &ruleset.masquerade;
+        let flags = if request.random_fully {
+            NAT_RANGE_PROTO_RANDOM_FULLY
+        } else {
+            0
+        };
+        let counter = Stmt::Counter {
+            packets: 0,
+            bytes: 0,
+        };
         for share in &request.ports {
-            let mut statements = String::from("meta l4proto { tcp, udp, sctp }");
+            let mut stmts = vec![Stmt::Protocols(PORTED_PROTOCOLS.to_vec())];
             if !share.is_certain() {
-                let _ = write!(
-                    statements,
-                    " numgen random mod {} < {}",
-                    share.of, share.taken
-                );
+                stmts.push(Stmt::Numgen {
+                    modulus: share.of,
+                    below: share.taken,
+                });
             }
-            let _ = write!(
-                statements,
-                " counter {}",
-                masquerade(Some(share.range.to_string()), request.random_fully)
-            );
-            rules.push(RuleSpec {
-                statements,
-                comment: MASQ_COMMENT.into(),
+            stmts.push(counter.clone());
+            stmts.push(Stmt::Masquerade {
+                ports: Some((share.range.first, share.range.last)),
+                flags,
             });
+            rules.push(RuleSpec::new(stmts, MASQ_COMMENT));
         }
-        rules.push(RuleSpec {
-            statements: format!("counter {}", masquerade(None, request.random_fully)),
-            comment: MASQ_COMMENT.into(),
-        });
+        rules.push(RuleSpec::new(
+            vec![counter, Stmt::Masquerade { ports: None, flags }],
+            MASQ_COMMENT,
+        ));
         Ok(DesiredTable {
             family,
             elements,
@@ -160,83 +187,82 @@ impl DesiredTable {
         })
     }
 
-    /// The set's declaration, with its elements when it has any.
-    fn set_declaration(&self, with_elements: bool) -> String {
-        let mut text = format!("{{ type {} ; flags interval ;", address_type(self.family));
-        if with_elements && !self.elements.is_empty() {
-            text.push_str(" elements = { ");
-            for (i, e) in self.elements.iter().enumerate() {
-                if i > 0 {
-                    text.push_str(", ");
-                }
-                let _ = write!(text, "{e}");
-            }
-            text.push_str(" } ;");
-        }
-        text.push_str(" }");
-        text
-    }
-
-    /// ONE `nft -f` transaction that makes the table this: the skeleton is declared (a no-op
-    /// when it exists), the chain flushed, the set deleted and declared again with every
-    /// element, and the rules added. The table and its hooked chain are kept (counters of the
-    /// hook survive), unless `recreate`: then the table is deleted first (the hook or the set
-    /// type changed, which nft cannot alter in place).
-    pub fn script(&self, recreate: bool) -> String {
-        let f = family_word(self.family);
-        let size = self.elements.len() * 24 + 2048;
-        let mut s = String::with_capacity(size);
-        let _ = writeln!(s, "add table {f} {TABLE}");
+    /// ONE transaction that makes the table this: the skeleton is declared (a no-op when it
+    /// exists), the chain flushed, the set deleted and declared again with every element, and
+    /// the rules added. The table and its hooked chain are kept (counters of the hook
+    /// survive), unless `recreate`: then the table is deleted first (the hook or the set type
+    /// changed, which cannot be altered in place). `leftovers` of iptables-nft go in the same
+    /// transaction.
+    pub fn batch(&self, recreate: bool, leftovers: &Leftovers) -> Result<Finished, BackendError> {
+        let family = self.family;
+        let mut b = Batch::new(crate::backend::nfnetlink::sequence(4096));
+        b.add_table(family, TABLE);
         if recreate {
-            let _ = writeln!(s, "delete table {f} {TABLE}");
-            let _ = writeln!(s, "add table {f} {TABLE}");
+            b.delete_table(family, TABLE);
+            b.add_table(family, TABLE);
         }
-        let _ = writeln!(
-            s,
-            "add chain {f} {TABLE} {CHAIN} {{ type nat hook postrouting priority {PRIORITY} ; policy accept ; }}"
-        );
-        let _ = writeln!(
-            s,
-            "add set {f} {TABLE} {SET} {}",
-            self.set_declaration(false)
-        );
-        let _ = writeln!(s, "flush chain {f} {TABLE} {CHAIN}");
-        let _ = writeln!(s, "delete set {f} {TABLE} {SET}");
-        let _ = writeln!(
-            s,
-            "add set {f} {TABLE} {SET} {}",
-            self.set_declaration(true)
-        );
-        for rule in &self.rules {
-            let _ = writeln!(
-                s,
-                "add rule {f} {TABLE} {CHAIN} {} comment \"{}\"",
-                rule.statements, rule.comment
+        let base = BaseChain {
+            kind: "nat".into(),
+            hook: InetHookNumber::PostRouting,
+            priority: PRIORITY_VALUE as i32,
+        };
+        b.add_base_chain(family, TABLE, CHAIN, &base);
+        b.add_set(family, TABLE, SET, key_type(family), true);
+        b.flush_chain(family, TABLE, CHAIN);
+        b.delete_set(family, TABLE, SET);
+        let set = b.add_set(family, TABLE, SET, key_type(family), true);
+        if !self.elements.is_empty() {
+            b.elements(
+                family,
+                TABLE,
+                &set,
+                &Keys::Nets(self.elements.clone()),
+                true,
             );
         }
-        s
+        for rule in &self.rules {
+            b.add_rule(family, (TABLE, CHAIN), &rule.stmts, Some(&rule.comment))
+                .map_err(BackendError::Unsupported)?;
+        }
+        for handle in &leftovers.jumps {
+            b.delete_rule(family, "nat", "POSTROUTING", *handle);
+        }
+        if let Some(chain) = &leftovers.chain {
+            b.flush_chain(family, "nat", chain);
+            b.delete_chain(family, "nat", chain);
+        }
+        Ok(b.finish())
     }
 
     /// A transaction that changes only the set's elements: deletions first (an aggregated
     /// element may replace the ones it now covers), then additions.
-    pub fn element_script(&self, remove: &[IpNet], add: &[IpNet]) -> String {
-        let f = family_word(self.family);
-        let mut s = String::new();
-        let list = |items: &[IpNet]| {
-            items
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+    pub fn element_batch(&self, remove: &[IpNet], add: &[IpNet]) -> Finished {
+        let mut b = Batch::new(crate::backend::nfnetlink::sequence(4096));
+        let set = SetRef {
+            name: SET.into(),
+            id: None,
         };
         if !remove.is_empty() {
-            let _ = writeln!(s, "delete element {f} {TABLE} {SET} {{ {} }}", list(remove));
+            b.elements(
+                self.family,
+                TABLE,
+                &set,
+                &Keys::Nets(remove.to_vec()),
+                false,
+            );
         }
         if !add.is_empty() {
-            let _ = writeln!(s, "add element {f} {TABLE} {SET} {{ {} }}", list(add));
+            b.elements(self.family, TABLE, &set, &Keys::Nets(add.to_vec()), true);
         }
-        s
+        b.finish()
     }
+}
+
+/// The transaction that removes our table of `family`.
+pub(super) fn removal(family: Family) -> Finished {
+    let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));
+    b.delete_table(family, TABLE);
+    b.finish()
 }
 
 /// The smallest sorted list of CIDRs for a set of CIDRs: what the interval set holds.

@@ -1,0 +1,307 @@
+//! nf_tables over netlink, the one place the backends speak it: transactions (one batch,
+//! every message acknowledged), readings (dumps), and the ruleset generation id, all in
+//! netlink-packet-netfilter's typed messages. Every reply is awaited with a deadline; an error
+//! names the object the kernel refused, in nft's words, and the kernel's errno text.
+
+pub(crate) mod read;
+pub(crate) mod script;
+pub(crate) mod statement;
+pub(crate) mod wire;
+
+use netlink_packet_netfilter::nftables::{GenAttribute, NfTablesMessage};
+use netlink_packet_netfilter::{NetfilterMessageInner, NetfilterProtoFamily};
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use wire::Finished;
+
+/// The longest a request waits for all of its replies.
+pub(crate) const REPLY_DEADLINE: Duration = Duration::from_secs(5);
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_DUMP_INTR: u16 = 0x10;
+/// How often a dump that a concurrent commit interrupted is started again.
+const DUMP_ATTEMPTS: usize = 5;
+
+/// What carries requests to nf_tables and replies back: the kernel's netlink socket, or in
+/// tests a socket that answers as they choose (or never).
+pub(crate) trait Transport {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// The next datagram; `TimedOut` once `deadline` has passed.
+    fn receive(&mut self, deadline: Instant) -> io::Result<Vec<u8>>;
+}
+
+/// Why a request failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The kernel answered with an errno for the named object.
+    Refused { what: String, errno: i32 },
+    /// No (complete) answer in time, a broken reply, or the socket failed.
+    Transport(String),
+}
+
+impl Failure {
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Failure::Refused { errno, .. } => Some(*errno),
+            Failure::Transport(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Refused { what, errno } => write!(
+                f,
+                "nf_tables refused `{what}`: {}",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            Failure::Transport(detail) => write!(f, "nf_tables over netlink: {detail}"),
+        }
+    }
+}
+
+fn transport_failure(err: io::Error) -> Failure {
+    if err.kind() == io::ErrorKind::TimedOut || err.kind() == io::ErrorKind::WouldBlock {
+        Failure::Transport("no complete answer before the deadline".into())
+    } else {
+        Failure::Transport(err.to_string())
+    }
+}
+
+/// The kernel's nfnetlink socket.
+pub(crate) struct Kernel {
+    socket: Socket,
+    send_buffer: usize,
+}
+
+/// Sets a `SOL_SOCKET` option of `socket` to `value`.
+pub(crate) fn set_option<T>(socket: &Socket, option: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: setsockopt reads `size_of::<T>()` bytes of `value`; the fd is the socket's own.
+    let set = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if set == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl Kernel {
+    pub fn open() -> io::Result<Self> {
+        let mut socket = Socket::new(NETLINK_NETFILTER)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        // Room for the acknowledgements of a large batch (each error echoes its message).
+        let receive: libc::c_int = 4 << 20;
+        if set_option(&socket, libc::SO_RCVBUFFORCE, &receive).is_err() {
+            let _ = set_option(&socket, libc::SO_RCVBUF, &receive);
+        }
+        Ok(Kernel {
+            socket,
+            send_buffer: 0,
+        })
+    }
+}
+
+impl Transport for Kernel {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        // One datagram must fit the send buffer: grow it for a large batch (nft does too).
+        if bytes.len() + 4096 > self.send_buffer && bytes.len() > 64 * 1024 {
+            let size = libc::c_int::try_from(bytes.len() + 65536).unwrap_or(libc::c_int::MAX);
+            if set_option(&self.socket, libc::SO_SNDBUFFORCE, &size).is_err() {
+                set_option(&self.socket, libc::SO_SNDBUF, &size)?;
+            }
+            self.send_buffer = bytes.len() + 65536;
+        }
+        self.socket.send(bytes, 0).map(|_| ())
+    }
+
+    fn receive(&mut self, deadline: Instant) -> io::Result<Vec<u8>> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let timeout = libc::timeval {
+            tv_sec: left.as_secs().try_into().unwrap_or(5),
+            tv_usec: left.subsec_micros().max(1).into(),
+        };
+        set_option(&self.socket, libc::SO_RCVTIMEO, &timeout)?;
+        match self.socket.recv_from_full() {
+            Ok((reply, _)) => Ok(reply),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                Err(io::ErrorKind::TimedOut.into())
+            }
+            Err(err) => Err(err),
+        }
+    }
+}
+
+static SEQUENCE: AtomicU32 = AtomicU32::new(1);
+
+/// A fresh run of `n` sequence numbers.
+pub(crate) fn sequence(n: u32) -> u32 {
+    SEQUENCE.fetch_add(n.max(1), Ordering::Relaxed)
+}
+
+/// Sends a finished batch and waits, until `within` has passed, for every message's
+/// acknowledgement. The first refusal (named by its message, in nft syntax) fails it: the
+/// kernel then applied nothing.
+pub(crate) fn commit_within(
+    transport: &mut dyn Transport,
+    batch: &Finished,
+    within: Duration,
+) -> Result<(), Failure> {
+    if batch.messages == 0 {
+        return Ok(());
+    }
+    let deadline = Instant::now() + within;
+    transport.send(&batch.bytes).map_err(transport_failure)?;
+    let mut waiting = batch.messages;
+    let mut refused: Option<(u32, i32)> = None;
+    while waiting > 0 {
+        let datagram = transport.receive(deadline).map_err(transport_failure)?;
+        for framed in wire::frames(&datagram).map_err(Failure::Transport)? {
+            if framed.kind != NLMSG_ERROR {
+                continue;
+            }
+            let code = wire::error_code(&framed)
+                .ok_or_else(|| Failure::Transport("a truncated acknowledgement".into()))?;
+            let in_batch = (batch.first_seq..=batch.last_seq).contains(&framed.seq);
+            if code != 0 && refused.is_none() {
+                refused = Some((framed.seq, -code));
+            }
+            if !in_batch {
+                // An error for the batch as a whole (its begin): no other answer follows.
+                waiting = 0;
+                break;
+            }
+            // An error for one message comes with no separate acknowledgement of it.
+            waiting = waiting.saturating_sub(1);
+        }
+    }
+    match refused {
+        None => Ok(()),
+        Some((seq, errno)) => Err(Failure::Refused {
+            what: script::describe(&batch.bytes, seq),
+            errno,
+        }),
+    }
+}
+
+/// The messages a request answers with (a dump's until its end, a get's one message), parsed;
+/// an errno answer is `Refused` naming `what`. A dump a concurrent commit interrupted is
+/// started again.
+pub(crate) fn query(
+    transport: &mut dyn Transport,
+    family: NetfilterProtoFamily,
+    message: NfTablesMessage,
+    dump: bool,
+    what: &str,
+) -> Result<Vec<(NetfilterProtoFamily, NfTablesMessage)>, Failure> {
+    for _ in 0..DUMP_ATTEMPTS {
+        let seq = sequence(1);
+        transport
+            .send(&wire::request(family, message.clone(), dump, seq))
+            .map_err(transport_failure)?;
+        match answers(transport, seq, dump, what)? {
+            Some(found) => return Ok(found),
+            None => continue,
+        }
+    }
+    Err(Failure::Transport(format!(
+        "{what}: every dump was interrupted by a concurrent commit"
+    )))
+}
+
+/// The answers to request `seq`; None when a dump was interrupted.
+fn answers(
+    transport: &mut dyn Transport,
+    seq: u32,
+    dump: bool,
+    what: &str,
+) -> Result<Option<Vec<(NetfilterProtoFamily, NfTablesMessage)>>, Failure> {
+    let deadline = Instant::now() + REPLY_DEADLINE;
+    let mut found = Vec::new();
+    let mut interrupted = false;
+    loop {
+        let datagram = transport.receive(deadline).map_err(transport_failure)?;
+        for framed in wire::frames(&datagram).map_err(Failure::Transport)? {
+            if framed.seq != seq {
+                continue;
+            }
+            interrupted |= framed.flags & NLM_F_DUMP_INTR != 0;
+            match framed.kind {
+                NLMSG_DONE => return Ok((!interrupted).then_some(found)),
+                NLMSG_ERROR => {
+                    let code = wire::error_code(&framed).unwrap_or(-libc::EPROTO);
+                    if code != 0 {
+                        return Err(Failure::Refused {
+                            what: what.to_string(),
+                            errno: -code,
+                        });
+                    }
+                    if !dump {
+                        return Ok(Some(found));
+                    }
+                }
+                _ => {
+                    let message = wire::parse(&framed).map_err(Failure::Transport)?;
+                    if let NetfilterMessageInner::NfTables(m) = message.inner {
+                        found.push((message.header.family, m));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The current ruleset generation id of this network namespace: one request, one reply.
+pub(crate) fn generation() -> Result<u32, Failure> {
+    let mut kernel = Kernel::open().map_err(transport_failure)?;
+    generation_over(&mut kernel)
+}
+
+pub(crate) fn generation_over(transport: &mut dyn Transport) -> Result<u32, Failure> {
+    let seq = sequence(1);
+    transport
+        .send(&wire::getgen(seq))
+        .map_err(transport_failure)?;
+    let deadline = Instant::now() + REPLY_DEADLINE;
+    loop {
+        let datagram = transport.receive(deadline).map_err(transport_failure)?;
+        for framed in wire::frames(&datagram).map_err(Failure::Transport)? {
+            if framed.kind == NLMSG_ERROR {
+                let code = wire::error_code(&framed).unwrap_or(-libc::EPROTO);
+                return Err(Failure::Refused {
+                    what: "the ruleset generation".into(),
+                    errno: -code,
+                });
+            }
+            let message = wire::parse(&framed).map_err(Failure::Transport)?;
+            if let NetfilterMessageInner::NfTables(NfTablesMessage::NewGen(gen)) = message.inner {
+                return gen
+                    .attributes
+                    .iter()
+                    .find_map(|a| match a {
+                        GenAttribute::Id(id) => Some(*id),
+                        _ => None,
+                    })
+                    .ok_or_else(|| Failure::Transport("a generation reply without its id".into()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
