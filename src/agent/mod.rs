@@ -489,9 +489,10 @@ pub fn remove_leftovers_of_other_backends(in_use: crate::backend::BackendId, nam
         .filter(|other| other.id().kind() != in_use.kind())
         .collect();
     sweep(&others, |other, family| {
-        let holds = other
-            .inspect(family, names)
-            .is_ok_and(|live| live.holds_anything());
+        let holds = other.may_hold_ours(family, names)
+            && other
+                .inspect(family, names)
+                .is_ok_and(|live| live.holds_anything());
         if !holds {
             return None::<()>;
         }

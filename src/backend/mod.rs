@@ -63,6 +63,11 @@ pub trait Backend: Send {
     fn supports_random_fully(&self) -> Result<bool, BackendError> {
         Ok(true)
     }
+    /// Whether our rules may be in `family` at all, told by the kernel without running a
+    /// tool (true when it cannot tell): a sweep for leftovers skips the rest.
+    fn may_hold_ours(&self, _family: Family, _names: &Names) -> bool {
+        true
+    }
     /// Called once by the holder of the node lock before its first sync: where this backend
     /// can remove another backend's leftovers in the same transaction as its own first
     /// install, it does so then (nftables takes over iptables-nft's chain and jumps).

@@ -614,3 +614,85 @@ fn to_ports_and_random_fully_flags_round_trip(variant: &'static str) {
         assert_eq!(run.code, 1, "{bad}: {}", run.stderr);
     }
 }
+
+/// Auto mode weighs the variants from the kernel, not by running their `-save`: the rule
+/// counts it logs are exactly what `iptables-legacy-save` and `iptables-nft-save` print for
+/// both families (user chains, several tables, both directions of the comparison).
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn auto_mode_counts_rules_as_the_save_tools_do() {
+    let setups = [
+        "iptables-legacy -N CUSTOM && iptables-legacy -A CUSTOM -s 10.1.0.0/16 -j ACCEPT && iptables-legacy -A INPUT -j CUSTOM && iptables-legacy -t nat -N MINE && iptables-legacy -t nat -A MINE -j RETURN && iptables-legacy -t nat -A POSTROUTING -j MINE && ip6tables-legacy -A FORWARD -s fd00::/8 -j DROP && iptables-legacy -t mangle -A OUTPUT -j MARK --set-mark 1 && iptables-nft -A INPUT -j ACCEPT",
+        "iptables-nft -N CUSTOM && iptables-nft -A CUSTOM -j ACCEPT && iptables-nft -A INPUT -j CUSTOM && ip6tables-nft -t nat -A POSTROUTING -j MASQUERADE && iptables-nft -t raw -A PREROUTING -j NOTRACK && iptables-legacy -t nat -A POSTROUTING -j ACCEPT",
+    ];
+    for setup in setups {
+        let node = Node::new("nft", "auto");
+        node.ns.sh(setup);
+        let count = |variant: &str| -> usize {
+            [false, true]
+                .iter()
+                .map(|v6| {
+                    node.ns
+                        .save(variant, *v6, None)
+                        .lines()
+                        .filter(|l| l.starts_with("-A"))
+                        .count()
+                })
+                .sum()
+        };
+        let (legacy, nft) = (count("legacy"), count("nft"));
+        assert_ne!(legacy, nft, "{setup}");
+        let config = node.config_path().display().to_string();
+        let run = node.ns.ipmasq(&[
+            "agent",
+            "--once",
+            "--dry-run",
+            &format!("--config={config}"),
+        ]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let expected = if legacy > nft {
+            format!("iptables-legacy holds more rules ({legacy} vs {nft})")
+        } else {
+            format!("iptables-nft holds at least as many rules ({nft} vs {legacy})")
+        };
+        assert!(run.stderr.contains(&expected), "{expected}\n{}", run.stderr);
+    }
+}
+
+/// An iptables too old for `--random-fully` (before 1.6.2) is told by its restore refusing the
+/// option, not by running `iptables --version` at every start: the agent says so once and
+/// writes plain MASQUERADE in the same pass.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn an_iptables_without_random_fully_gets_plain_masquerade() {
+    let node = Node::new("nft", "nft");
+    let fakes = crate::util::Scratch::new("old-iptables");
+    super::netns::executable(
+        &fakes.path.join("iptables-nft-restore"),
+        "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in *--random-fully*) echo 'iptables-restore v1.6.1: unknown option \"--random-fully\"' >&2; exit 2;; esac\nprintf '%s\\n' \"$input\" | exec /usr/sbin/iptables-nft-restore \"$@\"\n",
+    );
+    let config = node.config_path().display().to_string();
+    let out = node
+        .ns
+        .ipmasq_with_path(
+            &fakes.path,
+            &[
+                "agent",
+                "--once",
+                "--iptables-mode=nft",
+                &format!("--config={config}"),
+            ],
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("lacks --random-fully").count(),
+        1,
+        "{stderr}"
+    );
+    let saved = node.ns.save("nft", false, Some("nat"));
+    assert!(saved.contains("-j MASQUERADE"), "{saved}");
+    assert!(!saved.contains("--random-fully"), "{saved}");
+}

@@ -5,6 +5,7 @@
 //! jumps to it. The variant's programs and auto-detection live in `tools`.
 
 mod diff;
+mod probe;
 mod render;
 mod saved;
 mod tools;
@@ -20,7 +21,7 @@ use render::Rendered;
 use saved::{parse_saved, LiveChain};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tools::{parse_version, Tools};
+use tools::Tools;
 
 /// iptables' limit on a chain name: XT_EXTENSION_MAXNAMELEN (29) including the NUL.
 const MAX_CHAIN_NAME_LEN: usize = 28;
@@ -51,6 +52,8 @@ pub(crate) struct Iptables {
     /// iptables-nft commits move the nftables generation id: an unchanged id since our own
     /// last apply (or full comparison) means nothing to read. Unused for legacy.
     gate: Mutex<Gate>,
+    /// The restore refused `--random-fully` (iptables before 1.6.2): written without it since.
+    without_random_fully: std::sync::atomic::AtomicBool,
 }
 
 impl Iptables {
@@ -60,6 +63,7 @@ impl Iptables {
             timeout: DEFAULT_TIMEOUT,
             tools: Tools::new(variant),
             gate: Mutex::new(Gate::default()),
+            without_random_fully: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -151,78 +155,8 @@ impl Iptables {
         Ok(())
     }
 
-    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Refuses what this backend cannot render, before anything is read or written.
-    fn check(&self, ruleset: &Ruleset) -> Result<(), BackendError> {
-        self.accepts(&ruleset.names)
-            .map_err(BackendError::Unsupported)?;
-        if !ruleset.entry.skip_local_destinations {
-            return Err(BackendError::Unsupported(
-                "the iptables backend always exempts local destinations (upstream's jump)".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Backend for Iptables {
-    fn memory_model(&self) -> super::MemoryModel {
-        // scripts/bench, worst of first apply and one-CIDR change, 10,000 to 100,000 CIDRs:
-        // legacy 35.8 to 289.8 MiB, nft 42.4 to 408.1 MiB (iptables-restore holds the whole
-        // table as text and as rules; iptables-nft also as nf_tables objects).
-        match self.variant {
-            Variant::Legacy => super::MemoryModel {
-                base_mib: 8,
-                per_10k_cidrs_mib: 30,
-            },
-            Variant::Nft => super::MemoryModel {
-                base_mib: 8,
-                per_10k_cidrs_mib: 41,
-            },
-        }
-    }
-
-    fn id(&self) -> super::BackendId {
-        match self.variant {
-            Variant::Nft => super::BackendId::IptablesNft,
-            Variant::Legacy => super::BackendId::IptablesLegacy,
-        }
-    }
-
-    fn accepts(&self, names: &Names) -> Result<(), String> {
-        let chain = names.chain.as_str();
-        if chain.len() > MAX_CHAIN_NAME_LEN {
-            return Err(format!(
-                "chain name {chain:?} is longer than iptables' limit of {MAX_CHAIN_NAME_LEN} characters"
-            ));
-        }
-        if RESERVED_CHAIN_NAMES.contains(&chain) {
-            return Err(format!(
-                "chain name {chain:?} is a built-in chain or target"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Whether this iptables supports `--random-fully` (1.6.2 and later).
-    fn supports_random_fully(&self) -> Result<bool, BackendError> {
-        let out = runner::run(
-            self.tools.main(Family::V4),
-            &["--version"],
-            None,
-            self.timeout,
-        )?;
-        Ok(parse_version(&out.stdout).is_some_and(|v| v >= (1, 6, 2)))
-    }
-
-    fn family_available(&self, family: Family) -> bool {
-        runner::on_path(self.tools.save(family))
-    }
-
-    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+    /// One pass over `desired` as planned: read, compare, one restore when they differ.
+    fn sync_plan(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         self.check(desired)?;
         let gated = self.variant == Variant::Nft;
         // Read the id BEFORE the save, so a change during the save is never missed.
@@ -288,6 +222,107 @@ impl Backend for Iptables {
             transaction: script,
             rules: rendered.lines.len(),
         })
+    }
+
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses what this backend cannot render, before anything is read or written.
+    fn check(&self, ruleset: &Ruleset) -> Result<(), BackendError> {
+        self.accepts(&ruleset.names)
+            .map_err(BackendError::Unsupported)?;
+        if !ruleset.entry.skip_local_destinations {
+            return Err(BackendError::Unsupported(
+                "the iptables backend always exempts local destinations (upstream's jump)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Iptables {
+    fn memory_model(&self) -> super::MemoryModel {
+        // scripts/bench, worst of first apply and one-CIDR change, 10,000 to 100,000 CIDRs:
+        // legacy 35.8 to 289.8 MiB, nft 42.4 to 408.1 MiB (iptables-restore holds the whole
+        // table as text and as rules; iptables-nft also as nf_tables objects).
+        match self.variant {
+            Variant::Legacy => super::MemoryModel {
+                base_mib: 8,
+                per_10k_cidrs_mib: 30,
+            },
+            Variant::Nft => super::MemoryModel {
+                base_mib: 8,
+                per_10k_cidrs_mib: 41,
+            },
+        }
+    }
+
+    fn id(&self) -> super::BackendId {
+        match self.variant {
+            Variant::Nft => super::BackendId::IptablesNft,
+            Variant::Legacy => super::BackendId::IptablesLegacy,
+        }
+    }
+
+    fn accepts(&self, names: &Names) -> Result<(), String> {
+        let chain = names.chain.as_str();
+        if chain.len() > MAX_CHAIN_NAME_LEN {
+            return Err(format!(
+                "chain name {chain:?} is longer than iptables' limit of {MAX_CHAIN_NAME_LEN} characters"
+            ));
+        }
+        if RESERVED_CHAIN_NAMES.contains(&chain) {
+            return Err(format!(
+                "chain name {chain:?} is a built-in chain or target"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether this iptables supports `--random-fully` (1.6.2 and later): assumed until a
+    /// restore refuses it (no process at start-up).
+    fn supports_random_fully(&self) -> Result<bool, BackendError> {
+        Ok(!self
+            .without_random_fully
+            .load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn may_hold_ours(&self, family: Family, names: &Names) -> bool {
+        let chain = names.chain.as_str();
+        match self.variant {
+            Variant::Nft => probe::nft_holds_chain(family, chain).unwrap_or(true),
+            Variant::Legacy => probe::legacy_holds_chain(family, chain).unwrap_or(true),
+        }
+    }
+
+    fn family_available(&self, family: Family) -> bool {
+        runner::on_path(self.tools.save(family))
+    }
+
+    /// Writes `--random-fully` unless this iptables turned out to lack it (before 1.6.2): then
+    /// plain MASQUERADE, said once. Told by the restore refusing the option, not by running
+    /// `iptables --version` at every start.
+    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+        use std::sync::atomic::Ordering;
+        if desired.masquerade.random_fully && self.without_random_fully.load(Ordering::Relaxed) {
+            let mut plain = desired.clone();
+            plain.masquerade.random_fully = false;
+            return self.sync_plan(&plain, dry_run);
+        }
+        match self.sync_plan(desired, dry_run) {
+            Err(BackendError::Failed { detail, .. })
+                if desired.masquerade.random_fully && detail.contains("random-fully") =>
+            {
+                tracing::warn!(
+                    "{} lacks --random-fully (older than 1.6.2); writing plain MASQUERADE rules",
+                    self.tools.restore(desired.family)
+                );
+                self.without_random_fully.store(true, Ordering::Relaxed);
+                self.sync(desired, dry_run)
+            }
+            outcome => outcome,
+        }
     }
 
     fn inspect(&self, family: Family, names: &Names) -> Result<Inspection, BackendError> {

@@ -263,16 +263,6 @@ fn cleanup_removes_jumps_then_the_chain() {
     );
 }
 
-#[test]
-fn version_parsing() {
-    assert_eq!(
-        parse_version("iptables v1.8.9 (nf_tables)\n"),
-        Some((1, 8, 9))
-    );
-    assert_eq!(parse_version("iptables v1.6.2\n"), Some((1, 6, 2)));
-    assert_eq!(parse_version("garbage"), None);
-}
-
 /// Every flag combination, rendered as the first-sync transaction, compared with the committed
 /// golden file. `IPMASQ_UPDATE_GOLDEN=1 cargo test golden` rewrites it after a deliberate change.
 #[test]

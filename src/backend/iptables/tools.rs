@@ -70,18 +70,6 @@ impl Tools {
     pub fn main(&self, family: Family) -> &str {
         &self.main[slot(family)]
     }
-
-    /// A full `-save` of both families (or of one table), for variant detection.
-    fn save_all(&self, table: Option<&str>) -> String {
-        let mut text = String::new();
-        for program in &self.save {
-            let args: Vec<&str> = table.map(|t| vec!["-t", t]).unwrap_or_default();
-            if let Ok(out) = runner::run(program, &args, None, Duration::from_secs(5)) {
-                text.push_str(&out.stdout);
-            }
-        }
-        text
-    }
 }
 
 fn slot(family: Family) -> usize {
@@ -89,17 +77,6 @@ fn slot(family: Family) -> usize {
         Family::V4 => 0,
         Family::V6 => 1,
     }
-}
-
-/// `iptables v1.8.9 (nf_tables)` → (1, 8, 9).
-pub(super) fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
-    let v = text.split_whitespace().find(|w| w.starts_with('v'))?;
-    let mut parts = v[1..].split('.').map(|p| p.parse::<u32>().ok());
-    Some((
-        parts.next()??,
-        parts.next()??,
-        parts.next().flatten().unwrap_or(0),
-    ))
 }
 
 /// The variant `iptables --version` names: `(legacy)` or `(nf_tables)`.
@@ -114,10 +91,14 @@ pub(super) fn variant_of_version(text: &str) -> Option<Variant> {
 }
 
 /// The variant the system's `iptables` command is (what upstream runs, and what an admin's
-/// `iptables -t nat -L` shows), with its version line; None when it is not installed or says
-/// neither.
+/// `iptables -t nat -L` shows), with how it was told; None when it is not installed or says
+/// neither. Where its links point says it without a process; `iptables --version` only when
+/// the name does not.
 fn system_iptables() -> Option<(Variant, String)> {
     let program = runner::resolve("iptables")?;
+    if let Some(found) = super::probe::system_iptables(&program) {
+        return Some(found);
+    }
     let out = runner::run(
         &program.display().to_string(),
         &["--version"],
@@ -145,29 +126,24 @@ pub(crate) struct Detection {
 /// Chooses legacy or nft as kubernetes-sigs/iptables-wrappers does: kubelet's hint chains in
 /// the mangle table first (nft, then legacy), otherwise whichever holds more rules. With no
 /// evidence at all (neither holds a rule), the variant the system's `iptables` command is, so
-/// the admin sees our rules where they look; nft when that cannot be told.
+/// the admin sees our rules where they look; nft when that cannot be told. The evidence comes
+/// from the kernel (`probe`), not from running `-save` of both variants.
 pub(crate) fn detect_variant() -> Detection {
-    const HINTS: [&str; 2] = [":KUBE-IPTABLES-HINT", ":KUBE-KUBELET-CANARY"];
-    let has_hint = |text: &str| text.lines().any(|l| HINTS.iter().any(|h| l.starts_with(h)));
-    let nft = Tools::new(Variant::Nft);
-    let legacy = Tools::new(Variant::Legacy);
-    if has_hint(&nft.save_all(Some("mangle"))) {
+    let nft = super::probe::nft_evidence().unwrap_or_default();
+    if nft.hint {
         return Detection {
             variant: Variant::Nft,
             reason: "kubelet's hint chain is in iptables-nft".into(),
         };
     }
-    // Not `-t mangle` for legacy: that would make the kernel create the table.
-    let legacy_all = legacy.save_all(None);
-    if has_hint(&legacy_all) {
+    let legacy = super::probe::legacy_evidence();
+    if legacy.hint {
         return Detection {
             variant: Variant::Legacy,
             reason: "kubelet's hint chain is in iptables-legacy".into(),
         };
     }
-    let count = |text: &str| text.lines().filter(|l| l.starts_with('-')).count();
-    let legacy_rules = count(&legacy_all);
-    let nft_rules = count(&nft.save_all(None));
+    let (legacy_rules, nft_rules) = (legacy.rules, nft.rules);
     if legacy_rules == 0 && nft_rules == 0 {
         return match system_iptables() {
             Some((variant, version)) => Detection {
