@@ -324,7 +324,9 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
             _ = done_rx.recv() => watch.arm(),
             _ = watch.changed() => {
                 let now = tokio::time::Instant::now();
-                settling.get_or_insert_with(|| watch::Settling::new(now)).saw_event(now);
+                settling
+                    .get_or_insert_with(|| watch::Settling::new(now))
+                    .saw_event(now, watch.renamed_into_place());
                 // While a writer has the file open, no pass (timer or signal) reads it.
                 let was = config_in_flux.swap(watch.writing(), std::sync::atomic::Ordering::AcqRel);
                 if watch.writing() && !was {

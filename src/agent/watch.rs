@@ -51,6 +51,9 @@ pub struct DirWatch {
     buffer: Vec<u8>,
     /// The config file was modified and not closed since: a writer is still at it.
     writing: bool,
+    /// The last change ended in a rename into place (kubelet's `..data` swap, or an atomic
+    /// write): complete as it is, nothing to wait for.
+    renamed_into_place: bool,
 }
 
 /// Whether an event on `name` (None: the directory itself) can change the config.
@@ -95,6 +98,7 @@ impl DirWatch {
             parent_watch: None,
             buffer: vec![0; 4096],
             writing: false,
+            renamed_into_place: false,
         };
         watch.arm();
         watch
@@ -207,6 +211,12 @@ impl DirWatch {
                             ) {
                                 found.writing = Some(false);
                             }
+                            // A rename into place completes the change; a later write reopens it.
+                            if e.mask.contains(EventMask::MOVED_TO) {
+                                found.renamed_into_place = true;
+                            } else if e.mask.contains(EventMask::MODIFY) {
+                                found.renamed_into_place = false;
+                            }
                         }
                     }
                 }
@@ -216,6 +226,7 @@ impl DirWatch {
                     if let Some(writing) = found.writing {
                         self.writing = writing;
                     }
+                    self.renamed_into_place = found.renamed_into_place && !self.writing;
                     if found.dir_replaced {
                         self.writing = false;
                         debug!(dir = %self.dir.display(), "config directory replaced; re-arming the watch");
@@ -243,6 +254,11 @@ impl DirWatch {
         self.writing
     }
 
+    /// Whether the last change ended in a rename into place (read at once, no quiet wait).
+    pub fn renamed_into_place(&self) -> bool {
+        self.renamed_into_place
+    }
+
     /// Forgets a writer that kept the file open past its deadline (the file is read as is).
     pub fn forget_writer(&mut self) {
         self.writing = false;
@@ -255,6 +271,8 @@ impl DirWatch {
 pub struct Settling {
     started: tokio::time::Instant,
     last_event: tokio::time::Instant,
+    /// The last event put a complete config in place (a rename): no quiet wait.
+    complete: bool,
 }
 
 impl Settling {
@@ -262,17 +280,21 @@ impl Settling {
         Settling {
             started: now,
             last_event: now,
+            complete: false,
         }
     }
 
-    /// Another event of the same change.
-    pub fn saw_event(&mut self, now: tokio::time::Instant) {
+    /// Another event of the same change; `complete` when it renamed the config into place (a
+    /// later event, such as kubelet removing the old data directory, does not undo that).
+    pub fn saw_event(&mut self, now: tokio::time::Instant, complete: bool) {
         self.last_event = now;
+        self.complete |= complete;
     }
 
-    /// When the change is to be read: `quiet` after its last event (a burst is cut off after
-    /// `quiet * 10`), or, while a writer has the file open, at `writer_deadline` after the
-    /// change began (a close is an event, which brings it back to `quiet`).
+    /// When the change is to be read: at once when its last event renamed a complete config
+    /// into place (kubelet's `..data` swap), else `quiet` after its last event (a burst is cut
+    /// off after `quiet * 10`), or, while a writer has the file open, at `writer_deadline`
+    /// after the change began (a close is an event, which brings it back to `quiet`).
     pub fn deadline(
         &self,
         writing: bool,
@@ -281,6 +303,8 @@ impl Settling {
     ) -> tokio::time::Instant {
         if writing {
             self.started + writer_deadline
+        } else if self.complete {
+            self.last_event
         } else {
             (self.last_event + quiet).min(self.started + quiet * 10)
         }
@@ -292,6 +316,8 @@ impl Settling {
 struct Found {
     relevant: bool,
     dir_replaced: bool,
+    /// The batch renamed a complete config into place (and wrote nothing after).
+    renamed_into_place: bool,
     /// Whether the batch leaves a writer at the file (its last modify or close).
     writing: Option<bool>,
 }
@@ -414,18 +440,24 @@ mod tests {
         let writer = Duration::from_secs(5);
         let mut s = Settling::new(t0);
         assert_eq!(s.deadline(false, quiet, writer), t0 + quiet);
-        s.saw_event(t0 + Duration::from_millis(15));
+        s.saw_event(t0 + Duration::from_millis(15), false);
         assert_eq!(
             s.deadline(false, quiet, writer),
             t0 + Duration::from_millis(35)
         );
-        s.saw_event(t0 + Duration::from_secs(1));
+        s.saw_event(t0 + Duration::from_secs(1), false);
         assert_eq!(
             s.deadline(false, quiet, writer),
             t0 + quiet * 10,
             "a burst is cut off"
         );
         assert_eq!(s.deadline(true, quiet, writer), t0 + writer);
+        // A rename into place (kubelet's ..data swap) is read at once.
+        s.saw_event(t0 + Duration::from_millis(40), true);
+        assert_eq!(
+            s.deadline(false, quiet, writer),
+            t0 + Duration::from_millis(40)
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! variant the system's `iptables` command is, from where its link points.
 
 use super::tools::Variant;
-use crate::backend::nfnetlink::{self, read, Kernel};
+use crate::backend::nfnetlink::{self, read, Transport};
 use crate::plan::Family;
 use netlink_packet_netfilter::nftables::{NfTablesMessage, RuleAttribute, RuleMessage};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -24,15 +24,20 @@ pub(crate) struct Evidence {
 
 /// iptables-nft's evidence, from nf_tables; None when nf_tables cannot be read.
 pub(crate) fn nft_evidence() -> Option<Evidence> {
-    let mut t = Kernel::open().ok()?;
+    nfnetlink::with_kernel(|t| Ok(nft_evidence_over(t)))
+        .ok()
+        .flatten()
+}
+
+fn nft_evidence_over(t: &mut dyn Transport) -> Option<Evidence> {
     let mut evidence = Evidence::default();
     for family in Family::ALL {
         for hint in HINTS {
-            evidence.hint |= read::chain(&mut t, family, "mangle", hint).ok()?.is_some();
+            evidence.hint |= read::chain(t, family, "mangle", hint).ok()?.is_some();
         }
         let message = NfTablesMessage::GetRule(RuleMessage { attributes: vec![] });
         let proto = nfnetlink::wire::nfproto(family);
-        let rules = nfnetlink::query(&mut t, proto, message, true, "list ruleset").ok()?;
+        let rules = nfnetlink::query(t, proto, message, true, "list ruleset").ok()?;
         evidence.rules += rules
             .iter()
             .filter(|(_, m)| match m {
@@ -186,8 +191,7 @@ pub(crate) fn legacy_evidence() -> Evidence {
 /// Whether iptables-nft's nat table of `family` holds chain `chain`; None when nf_tables
 /// cannot be read.
 pub(crate) fn nft_holds_chain(family: Family, chain: &str) -> Option<bool> {
-    let mut t = Kernel::open().ok()?;
-    read::chain(&mut t, family, "nat", chain)
+    nfnetlink::with_kernel(|t| read::chain(t, family, "nat", chain))
         .ok()
         .map(|found| found.is_some())
 }

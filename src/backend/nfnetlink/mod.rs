@@ -149,6 +149,35 @@ impl Transport for Kernel {
 
 static SEQUENCE: AtomicU32 = AtomicU32::new(1);
 
+/// The process's one request socket to nf_tables, kept open: closing a netlink socket right
+/// after a commit waits for the kernel to free what the commit replaced (an RCU grace period,
+/// ~20 ms here), which would fall inside every pass.
+static SHARED: std::sync::Mutex<Option<Kernel>> = std::sync::Mutex::new(None);
+
+/// Runs `request` over the shared socket (opened at first use). A transport failure drops the
+/// socket, so no late reply can meet the next request.
+pub(crate) fn with_kernel<T>(
+    request: impl FnOnce(&mut dyn Transport) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut slot = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.is_none() {
+        let opened = Kernel::open().map_err(|err| match err.raw_os_error() {
+            Some(errno) => Failure::Refused {
+                what: "open a netlink socket".into(),
+                errno,
+            },
+            None => Failure::Transport(err.to_string()),
+        })?;
+        *slot = Some(opened);
+    }
+    let kernel = slot.as_mut().expect("opened above");
+    let outcome = request(kernel);
+    if matches!(outcome, Err(Failure::Transport(_))) {
+        *slot = None;
+    }
+    outcome
+}
+
 /// A fresh run of `n` sequence numbers.
 pub(crate) fn sequence(n: u32) -> u32 {
     SEQUENCE.fetch_add(n.max(1), Ordering::Relaxed)
@@ -178,10 +207,15 @@ pub(crate) fn commit_within(
             let code = wire::error_code(&framed)
                 .ok_or_else(|| Failure::Transport("a truncated acknowledgement".into()))?;
             let in_batch = (batch.first_seq..=batch.last_seq).contains(&framed.seq);
+            let whole_batch = framed.seq == batch.first_seq.wrapping_sub(1);
+            if !in_batch && !whole_batch {
+                // Not an answer to this batch.
+                continue;
+            }
             if code != 0 && refused.is_none() {
                 refused = Some((framed.seq, -code));
             }
-            if !in_batch {
+            if whole_batch {
                 // An error for the batch as a whole (its begin): no other answer follows.
                 waiting = 0;
                 break;
@@ -268,8 +302,7 @@ fn answers(
 
 /// The current ruleset generation id of this network namespace: one request, one reply.
 pub(crate) fn generation() -> Result<u32, Failure> {
-    let mut kernel = Kernel::open().map_err(transport_failure)?;
-    generation_over(&mut kernel)
+    with_kernel(generation_over)
 }
 
 pub(crate) fn generation_over(transport: &mut dyn Transport) -> Result<u32, Failure> {
@@ -281,6 +314,9 @@ pub(crate) fn generation_over(transport: &mut dyn Transport) -> Result<u32, Fail
     loop {
         let datagram = transport.receive(deadline).map_err(transport_failure)?;
         for framed in wire::frames(&datagram).map_err(Failure::Transport)? {
+            if framed.seq != seq {
+                continue;
+            }
             if framed.kind == NLMSG_ERROR {
                 let code = wire::error_code(&framed).unwrap_or(-libc::EPROTO);
                 return Err(Failure::Refused {

@@ -267,9 +267,10 @@ impl Batch {
     }
 
     fn emit(&mut self, mut msg: NetlinkMessage<NetfilterMessage>) {
+        // finalize measures the message once; its header keeps the length.
         msg.finalize();
         let start = self.bytes.len();
-        self.bytes.resize(start + msg.buffer_len(), 0);
+        self.bytes.resize(start + msg.header.length as usize, 0);
         msg.serialize(&mut self.bytes[start..]);
     }
 
@@ -632,8 +633,91 @@ pub(crate) fn frames(mut data: &[u8]) -> Result<Vec<Framed<'_>>, String> {
     Ok(out)
 }
 
+/// The attributes of a netlink attribute payload: `(type without flags, value)` each.
+fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if data.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([data[0], data[1]]) as usize;
+        let kind = u16::from_ne_bytes([data[2], data[3]]) & 0x3fff;
+        if len < 4 || len > data.len() {
+            return None;
+        }
+        let value = &data[4..len];
+        data = data.get((len + 3) & !3..).unwrap_or_default();
+        Some((kind, value))
+    })
+}
+
+fn attr_string(value: &[u8]) -> String {
+    String::from_utf8_lossy(value.strip_suffix(&[0]).unwrap_or(value)).into_owned()
+}
+
+/// A set-element message decoded by hand: the crate's parser formats the whole payload into
+/// an error context for every element it reads, which is quadratic in a message's size.
+fn parse_elements(framed: &Framed<'_>, new: bool) -> Result<NetfilterMessage, String> {
+    let family = *framed
+        .bytes
+        .get(16)
+        .ok_or("a truncated set-element message")?;
+    let mut list = Vec::new();
+    for (kind, value) in attributes(framed.bytes.get(20..).unwrap_or_default()) {
+        match kind {
+            1 => list.push(SetElementList::Table(attr_string(value))),
+            2 => list.push(SetElementList::Set(attr_string(value))),
+            4 if value.len() >= 4 => list.push(SetElementList::SetId(u32::from_be_bytes(
+                value[..4].try_into().expect("4 bytes"),
+            ))),
+            3 => {
+                let mut elements = Vec::new();
+                for (_, element) in attributes(value) {
+                    let mut key = None;
+                    let mut end = false;
+                    for (kind, value) in attributes(element) {
+                        match kind {
+                            1 => {
+                                key = attributes(value)
+                                    .find(|(k, _)| *k == 1)
+                                    .map(|(_, v)| v.to_vec())
+                            }
+                            3 if value.len() >= 4 => {
+                                end = u32::from_be_bytes(value[..4].try_into().expect("4 bytes"))
+                                    & 1
+                                    != 0
+                            }
+                            _ => {}
+                        }
+                    }
+                    if let Some(key) = key {
+                        elements.push(self::element(key, end));
+                    }
+                }
+                list.push(SetElementList::Elements(elements));
+            }
+            _ => {}
+        }
+    }
+    let message = SetElementMessage { attributes: list };
+    let inner = if new {
+        NfTablesMessage::NewSetElement(message)
+    } else {
+        NfTablesMessage::DeleteSetElement(message)
+    };
+    Ok(NetfilterMessage::new(
+        NetfilterHeader::new(NetfilterProtoFamily::from(family), 0, 0),
+        inner,
+    ))
+}
+
 /// A framed nf_tables message, parsed.
 pub(crate) fn parse(framed: &Framed<'_>) -> Result<NetfilterMessage, String> {
+    // NEWSETELEM and DELSETELEM of nf_tables.
+    match framed.kind {
+        0x0a0c => return parse_elements(framed, true),
+        0x0a0e => return parse_elements(framed, false),
+        _ => {}
+    }
     let msg = NetlinkMessage::<NetfilterMessage>::deserialize(framed.bytes)
         .map_err(|e| format!("an nf_tables message that does not parse: {e}"))?;
     match msg.payload {

@@ -14,7 +14,7 @@ mod render;
 pub(crate) use render::TABLE;
 
 use super::generation::{self, Gate};
-use super::nfnetlink::{self, read, script, wire::Finished, Failure, Kernel};
+use super::nfnetlink::{self, read, script, wire::Finished, Failure, Transport};
 use super::notify::Monitor;
 use super::runner::DEFAULT_TIMEOUT;
 use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
@@ -39,16 +39,6 @@ pub(super) fn netlink_error(failure: Failure) -> BackendError {
         },
         _ => BackendError::Netlink(failure.to_string()),
     }
-}
-
-fn kernel() -> Result<Kernel, BackendError> {
-    Kernel::open().map_err(|err| match err.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => BackendError::Permission {
-            program: "nf_tables (netlink)".into(),
-            detail: err.to_string(),
-        },
-        _ => BackendError::Netlink(format!("cannot open a netlink socket to nf_tables: {err}")),
-    })
 }
 
 /// The nftables backend.
@@ -144,10 +134,12 @@ impl Nftables {
 
     /// Our table of `family` as it is; an absent table is an empty reading.
     fn read(&self, family: Family) -> Result<LiveTable, BackendError> {
-        read_table(&mut kernel()?, family).map_err(|failure| BackendError::Unreadable {
-            program: "nf_tables (netlink)".into(),
-            table: format!("{} {TABLE}", family_word(family)),
-            detail: failure.to_string(),
+        nfnetlink::with_kernel(|t| read_table(t, family)).map_err(|failure| {
+            BackendError::Unreadable {
+                program: "nf_tables (netlink)".into(),
+                table: format!("{} {TABLE}", family_word(family)),
+                detail: failure.to_string(),
+            }
         })
     }
 
@@ -158,20 +150,7 @@ impl Nftables {
 
     /// iptables-nft's `chain` and its POSTROUTING jumps in `family`, if it left any.
     fn iptables_nft_leftovers(&self, family: Family, chain: &str) -> Result<Leftovers, Failure> {
-        let mut t = Kernel::open().map_err(|e| Failure::Transport(e.to_string()))?;
-        let proto = nfnetlink::wire::nfproto(family);
-        let jumps = read::rules(&mut t, proto, "nat", "POSTROUTING")?
-            .into_iter()
-            .filter(|rule| {
-                rule.stmts.iter().any(|s| {
-                    matches!(s, nfnetlink::statement::Stmt::Verdict(
-                        nfnetlink::statement::Verdict::Jump(target)) if target == chain)
-                })
-            })
-            .map(|rule| rule.handle)
-            .collect();
-        let chain = read::chain(&mut t, family, "nat", chain)?.map(|c| c.name);
-        Ok(Leftovers { chain, jumps })
+        nfnetlink::with_kernel(|t| leftovers_over(t, family, chain))
     }
 
     /// Applies the table's whole content, our first install together with the deletion of
@@ -182,7 +161,7 @@ impl Nftables {
         &self,
         table: &DesiredTable,
         chain: &str,
-        recreate: bool,
+        (recreate, alone): (bool, &Finished),
     ) -> Result<(), BackendError> {
         let family = table.family;
         let pending = self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)];
@@ -207,7 +186,7 @@ impl Nftables {
             false
         };
         if !joint {
-            self.apply(&table.batch(recreate, &Leftovers::default())?)?;
+            self.apply(alone)?;
         }
         self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)] = false;
         Ok(())
@@ -238,7 +217,7 @@ impl Nftables {
                     _ => self.apply_taking_over(
                         table,
                         desired.names.chain.as_str(),
-                        matches!(repair, Repair::Recreate),
+                        (matches!(repair, Repair::Recreate), batch),
                     ),
                 };
                 self.subscribe();
@@ -250,8 +229,30 @@ impl Nftables {
 
     /// One batch, every message acknowledged within the deadline.
     fn apply(&self, batch: &Finished) -> Result<(), BackendError> {
-        nfnetlink::commit_within(&mut kernel()?, batch, self.timeout).map_err(netlink_error)
+        nfnetlink::with_kernel(|t| nfnetlink::commit_within(t, batch, self.timeout))
+            .map_err(netlink_error)
     }
+}
+
+/// iptables-nft's `chain` in table `nat` of `family`, and the POSTROUTING rules jumping to it.
+fn leftovers_over(
+    t: &mut dyn Transport,
+    family: Family,
+    chain: &str,
+) -> Result<Leftovers, Failure> {
+    let proto = nfnetlink::wire::nfproto(family);
+    let jumps = read::rules(t, proto, "nat", "POSTROUTING")?
+        .into_iter()
+        .filter(|rule| {
+            rule.stmts.iter().any(|s| {
+                matches!(s, nfnetlink::statement::Stmt::Verdict(
+                    nfnetlink::statement::Verdict::Jump(target)) if target == chain)
+            })
+        })
+        .map(|rule| rule.handle)
+        .collect();
+    let chain = read::chain(t, family, "nat", chain)?.map(|c| c.name);
+    Ok(Leftovers { chain, jumps })
 }
 
 /// Every nat postrouting base chain of `family` (and of `inet`) at `limit` or an earlier
@@ -259,10 +260,15 @@ impl Nftables {
 /// `family`, in the order a packet meets them, with their rules typed. Empty when nf_tables
 /// cannot be read (the observation then has what the backend itself reads).
 pub(crate) fn nat_chains_before(family: Family, (limit, own): (i64, &str)) -> Vec<super::Before> {
-    let Ok(mut t) = Kernel::open() else {
-        return Vec::new();
-    };
-    let Ok(chains) = read::base_chains(&mut t) else {
+    nfnetlink::with_kernel(|t| Ok(chains_before_over(t, family, (limit, own)))).unwrap_or_default()
+}
+
+fn chains_before_over(
+    t: &mut dyn Transport,
+    family: Family,
+    (limit, own): (i64, &str),
+) -> Vec<super::Before> {
+    let Ok(chains) = read::base_chains(t) else {
         return Vec::new();
     };
     let ours = nfnetlink::wire::nfproto(family);
@@ -290,7 +296,7 @@ pub(crate) fn nat_chains_before(family: Family, (limit, own): (i64, &str)) -> Ve
     found
         .into_iter()
         .filter_map(|(priority, word, table, name, chain_family)| {
-            let rules = read::rules(&mut t, chain_family, &table, &name).ok()?;
+            let rules = read::rules(t, chain_family, &table, &name).ok()?;
             Some(live::foreign_chain(
                 format!("table {word} {table} chain {name}"),
                 priority,
@@ -385,15 +391,23 @@ impl Backend for Nftables {
             Repair::Rewrite => Some(table.batch(false, &Leftovers::default())?),
             Repair::Recreate => Some(table.batch(true, &Leftovers::default())?),
         };
-        let script = batch.as_ref().map(|b| script::render(&b.bytes));
         if dry_run {
             return Ok(SyncReport {
                 family,
                 differences: drift.differences,
-                transaction: script,
+                transaction: batch.as_ref().map(|b| script::render(&b.bytes)),
                 rules,
             });
         }
+        // Decoding a large batch back into text costs more than sending it: an apply reports
+        // its size; `--dry-run` shows the text.
+        let script = batch.as_ref().map(|b| {
+            format!(
+                "# one nf_tables batch: {} messages, {} bytes\n",
+                b.messages,
+                b.bytes.len()
+            )
+        });
         let after = match &batch {
             Some(batch) => {
                 let outcome = self.commit_repair(&table, desired, &drift.repair, batch);
@@ -460,7 +474,7 @@ impl Backend for Nftables {
         let batch = live.table_exists.then(|| render::removal(family));
         let script = batch.as_ref().map(|b| script::render(&b.bytes));
         if let (Some(batch), false) = (&batch, dry_run) {
-            match nfnetlink::commit_within(&mut kernel()?, batch, self.timeout) {
+            match nfnetlink::with_kernel(|t| nfnetlink::commit_within(t, batch, self.timeout)) {
                 // Gone meanwhile: nothing to remove is success.
                 Err(failure) if failure.errno() == Some(libc::ENOENT) => {}
                 outcome => outcome.map_err(netlink_error)?,
