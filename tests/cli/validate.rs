@@ -331,14 +331,14 @@ fn a_long_list_reports_the_memory_it_needs_per_backend() {
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(
         run.stdout.contains(
-            "peak memory of the agent applying 20000 CIDRs (estimate): iptables-legacy 68.0 MiB, iptables-nft 90.0 MiB, nftables 32.0 MiB"
+            "peak memory of the agent applying 20000 CIDRs (estimate): iptables-legacy 68.0 MiB, iptables-nft 90.0 MiB, nftables 24.0 MiB"
         ),
         "{}",
         run.stdout
     );
     let (_, report) = json(&[file.to_str().unwrap()]);
     let peaks = &report["results"][0]["peakMemoryMiB"];
-    assert_eq!(peaks["nftables"], 32.0, "{report}");
+    assert_eq!(peaks["nftables"], 24.0, "{report}");
     assert_eq!(peaks["iptables-nft"], 90.0, "{report}");
     // A short list: JSON only, no line in the text.
     let short = dir.write("short.yaml", "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
