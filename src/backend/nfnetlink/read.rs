@@ -189,31 +189,11 @@ fn set_declaration(
     };
     Ok(found.into_iter().find_map(|(_, m)| match m {
         NfTablesMessage::NewSet(s) => {
-            let key_type = s.attributes.iter().find_map(|a| match a {
-                SetAttribute::KeyType(k) => Some(*k),
-                _ => None,
-            })?;
-            let flags = s
-                .attributes
-                .iter()
-                .find_map(|a| match a {
-                    SetAttribute::Flags(f) => Some(*f),
-                    _ => None,
-                })
-                .unwrap_or(SetFlags::empty());
-            Some((key_type, flags))
+            let (key_type, flags, _) = wire::set_declaration(&s.attributes);
+            Some((key_type?, flags))
         }
         _ => None,
     }))
-}
-
-fn type_name(key_type: u32) -> String {
-    match key_type {
-        wire::TYPE_IPV4_ADDR => "ipv4_addr".into(),
-        wire::TYPE_IPV6_ADDR => "ipv6_addr".into(),
-        wire::TYPE_INET_PROTO => "inet_proto".into(),
-        n => format!("type {n}"),
-    }
 }
 
 /// Set `set` of table `table`: its type, flags and elements; None when it does not exist.
@@ -240,7 +220,7 @@ pub(crate) fn set(
         }
     }
     Ok(Some(SetReading {
-        key_type: type_name(key_type),
+        key_type: wire::key_type_name(key_type),
         flags: named,
         nets,
         odd,

@@ -3,10 +3,10 @@
 //! differ; the golden files hold this text for every flag combination.
 
 use super::statement;
-use super::wire::{self, Anonymous, Keys, SetRef};
+use super::wire::{self, Anonymous, Keys, Named, SetRef};
 use netlink_packet_netfilter::nftables::{
-    ChainAttribute, ChainMessage, InetHookNumber, NfTablesMessage, RuleAttribute, SetAttribute,
-    SetElementList, SetElementMessage, SetFlags, SetMessage, TableAttribute,
+    ChainAttribute, ChainMessage, InetHookNumber, NfTablesMessage, RuleAttribute, SetElementList,
+    SetElementMessage, SetFlags, SetMessage,
 };
 use netlink_packet_netfilter::{NetfilterMessageInner, NetfilterProtoFamily};
 use std::fmt::Write as _;
@@ -50,10 +50,6 @@ struct Declared {
     seqs: Vec<u32>,
 }
 
-fn string_of<'a, T>(attrs: &'a [T], pick: impl Fn(&'a T) -> Option<&'a String>) -> &'a str {
-    attrs.iter().find_map(pick).map_or("", String::as_str)
-}
-
 /// The text of elements' keys: CIDRs (interval sets) or protocol numbers.
 fn element_text(declared: &Declared) -> String {
     if declared.key_type == wire::TYPE_INET_PROTO {
@@ -92,15 +88,6 @@ pub(crate) fn describe(bytes: &[u8], seq: u32) -> String {
         .unwrap_or_else(|| format!("message {seq} of the batch"))
 }
 
-fn key_type_name(key_type: u32) -> String {
-    match key_type {
-        wire::TYPE_IPV4_ADDR => "ipv4_addr".into(),
-        wire::TYPE_IPV6_ADDR => "ipv6_addr".into(),
-        wire::TYPE_INET_PROTO => "inet_proto".into(),
-        n => format!("type {n}"),
-    }
-}
-
 /// Closes a declared set: its line with the elements that followed it.
 fn close(
     declared: Option<Declared>,
@@ -120,7 +107,7 @@ fn close(
         out.push((d.seqs, String::new()));
         return;
     }
-    let mut line = format!("{} {{ type {} ;", d.line, key_type_name(d.key_type));
+    let mut line = format!("{} {{ type {} ;", d.line, wire::key_type_name(d.key_type));
     if d.interval {
         line.push_str(" flags interval ;");
     }
@@ -150,10 +137,7 @@ fn lines(bytes: &[u8]) -> Vec<(Vec<u32>, String)> {
         };
         // Elements that extend the set just declared belong to its line.
         if let (NfTablesMessage::NewSetElement(e), Some(d)) = (&m, declared.as_mut()) {
-            let target = string_of(&e.attributes, |a| match a {
-                SetElementList::Set(s) => Some(s),
-                _ => None,
-            });
+            let (_, target) = e.attributes.names();
             let id = e.attributes.iter().find_map(|a| match a {
                 SetElementList::SetId(i) => Some(*i),
                 _ => None,
@@ -195,22 +179,12 @@ fn message_line(
             } else {
                 "delete"
             };
-            let name = string_of(&t.attributes, |a| match a {
-                TableAttribute::Name(n) => Some(n),
-                _ => None,
-            });
+            let (_, name) = t.attributes.names();
             format!("{verb} table {f} {name}\n")
         }
         NfTablesMessage::NewChain(c) | NfTablesMessage::DeleteChain(c) => chain_line(f, m, c),
         NfTablesMessage::DeleteRule(r) => {
-            let table = string_of(&r.attributes, |a| match a {
-                RuleAttribute::Table(n) => Some(n),
-                _ => None,
-            });
-            let chain = string_of(&r.attributes, |a| match a {
-                RuleAttribute::Chain(n) => Some(n),
-                _ => None,
-            });
+            let (table, chain) = r.attributes.names();
             match r.attributes.iter().find_map(|a| match a {
                 RuleAttribute::Handle(h) => Some(*h),
                 _ => None,
@@ -222,14 +196,7 @@ fn message_line(
         NfTablesMessage::NewRule(r) => rule_line(f, family, r, anonymous),
         NfTablesMessage::NewSet(s) => return Line::Set(set_declared(f, s)),
         NfTablesMessage::DeleteSet(s) => {
-            let table = string_of(&s.attributes, |a| match a {
-                SetAttribute::Table(n) => Some(n),
-                _ => None,
-            });
-            let name = string_of(&s.attributes, |a| match a {
-                SetAttribute::Name(n) => Some(n),
-                _ => None,
-            });
+            let (table, name) = s.attributes.names();
             format!("delete set {f} {table} {name}\n")
         }
         NfTablesMessage::NewSetElement(e) | NfTablesMessage::DeleteSetElement(e) => {
@@ -241,14 +208,7 @@ fn message_line(
 }
 
 fn chain_line(f: &str, m: &NfTablesMessage, c: &ChainMessage) -> String {
-    let table = string_of(&c.attributes, |a| match a {
-        ChainAttribute::Table(n) => Some(n),
-        _ => None,
-    });
-    let name = string_of(&c.attributes, |a| match a {
-        ChainAttribute::Name(n) => Some(n),
-        _ => None,
-    });
+    let (table, name) = c.attributes.names();
     if matches!(m, NfTablesMessage::DeleteChain(_)) {
         format!("delete chain {f} {table} {name}\n")
     } else {
@@ -276,34 +236,8 @@ fn chain_line(f: &str, m: &NfTablesMessage, c: &ChainMessage) -> String {
 }
 
 fn set_declared(f: &str, s: &SetMessage) -> Declared {
-    let table = string_of(&s.attributes, |a| match a {
-        SetAttribute::Table(n) => Some(n),
-        _ => None,
-    });
-    let name = string_of(&s.attributes, |a| match a {
-        SetAttribute::Name(n) => Some(n),
-        _ => None,
-    });
-    let flags = s
-        .attributes
-        .iter()
-        .find_map(|a| match a {
-            SetAttribute::Flags(fl) => Some(*fl),
-            _ => None,
-        })
-        .unwrap_or(SetFlags::empty());
-    let key_type = s
-        .attributes
-        .iter()
-        .find_map(|a| match a {
-            SetAttribute::KeyType(t) => Some(*t),
-            _ => None,
-        })
-        .unwrap_or(0);
-    let id = s.attributes.iter().find_map(|a| match a {
-        SetAttribute::Id(i) => Some(*i),
-        _ => None,
-    });
+    let (table, name) = s.attributes.names();
+    let (key_type, flags, id) = wire::set_declaration(&s.attributes);
     Declared {
         line: format!("add set {f} {table} {name}"),
         set: SetRef {
@@ -311,7 +245,7 @@ fn set_declared(f: &str, s: &SetMessage) -> Declared {
             id,
         },
         anonymous: flags.contains(SetFlags::Anonymous),
-        key_type,
+        key_type: key_type.unwrap_or(0),
         interval: flags.contains(SetFlags::Interval),
         keys: Vec::new(),
         seqs: Vec::new(),
@@ -324,14 +258,7 @@ fn element_line(f: &str, m: &NfTablesMessage, e: &SetElementMessage) -> String {
     } else {
         "delete"
     };
-    let table = string_of(&e.attributes, |a| match a {
-        SetElementList::Table(n) => Some(n),
-        _ => None,
-    });
-    let set = string_of(&e.attributes, |a| match a {
-        SetElementList::Set(n) => Some(n),
-        _ => None,
-    });
+    let (table, set) = e.attributes.names();
     let (nets, odd) = wire::nets_of(wire::element_keys(&e.attributes));
     let mut items: Vec<String> = nets.iter().map(ToString::to_string).collect();
     items.extend(odd);
@@ -347,14 +274,7 @@ fn rule_line(
     r: &netlink_packet_netfilter::nftables::RuleMessage,
     anonymous: &[Anonymous],
 ) -> String {
-    let table = string_of(&r.attributes, |a| match a {
-        RuleAttribute::Table(n) => Some(n),
-        _ => None,
-    });
-    let chain = string_of(&r.attributes, |a| match a {
-        RuleAttribute::Chain(n) => Some(n),
-        _ => None,
-    });
+    let (table, chain) = r.attributes.names();
     let exprs = r
         .attributes
         .iter()

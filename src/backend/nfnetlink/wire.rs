@@ -57,6 +57,68 @@ pub(crate) fn other_expr(
     })
 }
 
+/// The table and the object a message's attributes name (`""` where they name none).
+pub(crate) trait Named {
+    fn names(&self) -> (&str, &str);
+}
+
+macro_rules! named {
+    ($attribute:ty, $table:path, $name:path) => {
+        impl Named for [$attribute] {
+            fn names(&self) -> (&str, &str) {
+                let mut found = ("", "");
+                for attribute in self {
+                    match attribute {
+                        $table(table) => found.0 = table,
+                        $name(name) => found.1 = name,
+                        _ => {}
+                    }
+                }
+                found
+            }
+        }
+    };
+}
+
+named!(SetAttribute, SetAttribute::Table, SetAttribute::Name);
+named!(ChainAttribute, ChainAttribute::Table, ChainAttribute::Name);
+named!(RuleAttribute, RuleAttribute::Table, RuleAttribute::Chain);
+named!(SetElementList, SetElementList::Table, SetElementList::Set);
+
+impl Named for [TableAttribute] {
+    fn names(&self) -> (&str, &str) {
+        let name = self.iter().find_map(|a| match a {
+            TableAttribute::Name(name) => Some(name.as_str()),
+            _ => None,
+        });
+        ("", name.unwrap_or(""))
+    }
+}
+
+/// A set key type as nft names it.
+pub(crate) fn key_type_name(key_type: u32) -> String {
+    match key_type {
+        TYPE_IPV4_ADDR => "ipv4_addr".into(),
+        TYPE_IPV6_ADDR => "ipv6_addr".into(),
+        TYPE_INET_PROTO => "inet_proto".into(),
+        n => format!("type {n}"),
+    }
+}
+
+/// A set's key type, flags and batch id, as its attributes declare them.
+pub(crate) fn set_declaration(attrs: &[SetAttribute]) -> (Option<u32>, SetFlags, Option<u32>) {
+    let mut found = (None, SetFlags::empty(), None);
+    for attribute in attrs {
+        match attribute {
+            SetAttribute::KeyType(key) => found.0 = Some(*key),
+            SetAttribute::Flags(flags) => found.1 = *flags,
+            SetAttribute::Id(id) => found.2 = Some(*id),
+            _ => {}
+        }
+    }
+    found
+}
+
 /// A set by name and, when created in the same batch, by its batch id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SetRef {
