@@ -306,31 +306,14 @@ pub(crate) fn rules(
     Ok(messages
         .iter()
         .map(|r| {
-            let exprs = r
-                .attributes
-                .iter()
-                .find_map(|a| match a {
-                    RuleAttribute::Expressions(e) => Some(e.as_slice()),
-                    _ => None,
-                })
-                .unwrap_or_default();
+            let (exprs, handle, comment) = wire::rule_parts(&r.attributes);
             let stmts = statement::decode(v6, exprs, &|set| {
                 anonymous.iter().find(|a| a.set.name == set.name).cloned()
             });
             RuleReading {
-                handle: r
-                    .attributes
-                    .iter()
-                    .find_map(|a| match a {
-                        RuleAttribute::Handle(h) => Some(*h),
-                        _ => None,
-                    })
-                    .unwrap_or(0),
+                handle: handle.unwrap_or(0),
                 stmts,
-                comment: r.attributes.iter().find_map(|a| match a {
-                    RuleAttribute::UserData(u) => wire::comment_of(u),
-                    _ => None,
-                }),
+                comment,
             }
         })
         .collect())

@@ -275,23 +275,12 @@ fn rule_line(
     anonymous: &[Anonymous],
 ) -> String {
     let (table, chain) = r.attributes.names();
-    let exprs = r
-        .attributes
-        .iter()
-        .find_map(|a| match a {
-            RuleAttribute::Expressions(e) => Some(e.as_slice()),
-            _ => None,
-        })
-        .unwrap_or_default();
+    let (exprs, _, comment) = wire::rule_parts(&r.attributes);
     let v6 = family == NetfilterProtoFamily::IPv6;
     let stmts = statement::decode(v6, exprs, &|set| {
         anonymous.iter().find(|a| a.set == *set).cloned()
     });
     let mut line = format!("add rule {f} {table} {chain} {}", statement::text(&stmts));
-    let comment = r.attributes.iter().find_map(|a| match a {
-        RuleAttribute::UserData(u) => wire::comment_of(u),
-        _ => None,
-    });
     if let Some(comment) = comment {
         let _ = write!(line, " comment \"{comment}\"");
     }

@@ -95,6 +95,26 @@ impl Named for [TableAttribute] {
     }
 }
 
+/// A rule's expressions, handle and comment, as its attributes carry them.
+pub(crate) fn rule_parts(
+    attrs: &[RuleAttribute],
+) -> (
+    &[ListAttribute<ExpressionAttribute>],
+    Option<u64>,
+    Option<String>,
+) {
+    let mut found = (&[][..], None, None);
+    for attribute in attrs {
+        match attribute {
+            RuleAttribute::Expressions(exprs) => found.0 = exprs.as_slice(),
+            RuleAttribute::Handle(handle) => found.1 = Some(*handle),
+            RuleAttribute::UserData(udata) => found.2 = comment_of(udata),
+            _ => {}
+        }
+    }
+    found
+}
+
 /// A set key type as nft names it.
 pub(crate) fn key_type_name(key_type: u32) -> String {
     match key_type {
