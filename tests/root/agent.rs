@@ -696,3 +696,69 @@ fn an_iptables_without_random_fully_gets_plain_masquerade() {
     assert!(saved.contains("-j MASQUERADE"), "{saved}");
     assert!(!saved.contains("--random-fully"), "{saved}");
 }
+
+/// Start-up without a crowd: on a fresh node the first sync of either variant is one
+/// `iptables-restore` (auto mode's evidence comes from the kernel, `--random-fully` is not
+/// probed); with a nat table in nf_tables, iptables-nft reads it first (a rule there may be
+/// one iptables cannot show), so two.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_first_sync_on_a_fresh_node_is_one_restore() {
+    for (mode, setup, expected) in [
+        ("auto", "", vec!["iptables-nft-restore"]),
+        ("legacy", "", vec!["iptables-legacy-restore"]),
+        (
+            "nft",
+            "iptables-nft -t nat -A POSTROUTING -s 10.9.0.0/16 -j ACCEPT",
+            vec!["iptables-nft-save", "iptables-nft-restore"],
+        ),
+    ] {
+        let node = Node::new("nft", mode);
+        if !setup.is_empty() {
+            node.ns.sh(setup);
+        }
+        let fakes = crate::util::Scratch::new("count-tools");
+        let runs = fakes.path.join("runs");
+        for tool in [
+            "iptables-nft-save",
+            "iptables-nft-restore",
+            "iptables-legacy-save",
+            "iptables-legacy-restore",
+            "iptables-nft",
+            "iptables-legacy",
+        ] {
+            // Not the system `iptables`: where its links point is what auto mode reads.
+            super::netns::executable(
+                &fakes.path.join(tool),
+                &format!(
+                    "#!/bin/sh\necho {tool} >> '{}'\nexec /usr/sbin/{tool} \"$@\"\n",
+                    runs.display()
+                ),
+            );
+        }
+        let config = node.config_path().display().to_string();
+        let out = node
+            .ns
+            .ipmasq_with_path(
+                &fakes.path,
+                &[
+                    "agent",
+                    "--once",
+                    &format!("--iptables-mode={mode}"),
+                    &format!("--config={config}"),
+                ],
+            )
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{mode}: {stderr}");
+        let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+        assert_eq!(
+            ran.lines().collect::<Vec<_>>(),
+            expected,
+            "{mode}: {stderr}"
+        );
+        let variant = if mode == "legacy" { "legacy" } else { "nft" };
+        assert!(ours(&node.ns.save(variant, false, Some("nat"))).contains(":IP-MASQ-AGENT"));
+    }
+}

@@ -155,8 +155,28 @@ impl Iptables {
         Ok(())
     }
 
-    /// One pass over `desired` as planned: read, compare, one restore when they differ.
+    /// One pass over `desired` as planned: read, compare, one restore when they differ. Where
+    /// the kernel says there is nothing to read, the pass is one restore: iptables-legacy
+    /// without our chain (its tables are always readable), iptables-nft without a nat table
+    /// at all (one that exists may hold a rule iptables cannot show, which only the read
+    /// tells); a read would add nothing there, so a failed restore fails the pass as it is.
     fn sync_plan(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+        let chain = desired.names.chain.as_str();
+        let absent = !dry_run
+            && match self.variant {
+                Variant::Nft => probe::nft_nat_table_exists(desired.family) == Some(false),
+                Variant::Legacy => probe::legacy_holds_chain(desired.family, chain) == Some(false),
+            };
+        self.sync_read(desired, dry_run, absent)
+    }
+
+    /// A pass that reads the live chain with `-save`, or takes it as empty when `known_absent`.
+    fn sync_read(
+        &self,
+        desired: &Ruleset,
+        dry_run: bool,
+        known_absent: bool,
+    ) -> Result<SyncReport, BackendError> {
         self.check(desired)?;
         let gated = self.variant == Variant::Nft;
         // Read the id BEFORE the save, so a change during the save is never missed.
@@ -171,7 +191,11 @@ impl Iptables {
         }
         let started = Instant::now();
         // The agent's one reader per family and pass.
-        let saved = self.save(desired.family, true, false)?;
+        let saved = if known_absent {
+            String::new()
+        } else {
+            self.save(desired.family, true, false)?
+        };
         let live = parse_saved(&saved, &desired.names.chain);
         let observed = started.elapsed();
         // The steady case, checked line by line without rendering the chain into memory.

@@ -196,6 +196,11 @@ pub(crate) fn nft_holds_chain(family: Family, chain: &str) -> Option<bool> {
         .map(|found| found.is_some())
 }
 
+/// Whether nf_tables holds a nat table of `family` (iptables-nft's); None when it cannot tell.
+pub(crate) fn nft_nat_table_exists(family: Family) -> Option<bool> {
+    nfnetlink::with_kernel(|t| read::table_exists(t, family, "nat")).ok()
+}
+
 /// Whether iptables-legacy's nat table of `family` exists and holds chain `chain` (a table
 /// that does not exist is not created by asking); None when it cannot be read.
 pub(crate) fn legacy_holds_chain(family: Family, chain: &str) -> Option<bool> {
