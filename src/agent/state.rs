@@ -665,16 +665,43 @@ mod tests {
         assert_eq!(lock_held(&dir, "IP-MASQ-AGENT"), Some(true));
         assert_eq!(running_agent(&dir), Some(state.clone()));
         drop(lock);
-        assert_eq!(lock_held(&dir, "IP-MASQ-AGENT"), Some(false));
+        // Another test of this binary may fork while the lock is open: its child shares the
+        // lock until its exec closes the descriptor. Wait for that, never for long.
+        let probe_dir = dir.clone();
+        assert!(
+            becomes_true(move || lock_held(&probe_dir, "IP-MASQ-AGENT") == Some(false)),
+            "the lock is still held after its holder dropped it"
+        );
         assert_eq!(
             running_agent(&dir),
             None,
             "the agent died: its state is stale"
         );
-        // Asking never leaves the lock taken.
-        let again = acquire_lock(&dir, "IP-MASQ-AGENT", |_| panic!("free")).unwrap();
-        drop(again);
+        // Asking never leaves the lock taken: an exclusive lock is granted afterwards.
+        let (granted, got) = std::sync::mpsc::channel();
+        let lock_dir = dir.clone();
+        std::thread::spawn(move || {
+            let again = acquire_lock(&lock_dir, "IP-MASQ-AGENT", |_| {});
+            let _ = granted.send(again.map(drop).is_ok());
+        });
+        assert_eq!(
+            got.recv_timeout(std::time::Duration::from_secs(10)),
+            Ok(true),
+            "asking whether the lock is held left it taken"
+        );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Whether `condition` holds within ten seconds, polled every millisecond.
+    fn becomes_true(condition: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if condition() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        condition()
     }
 
     #[test]
