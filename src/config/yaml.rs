@@ -143,7 +143,8 @@ fn resolve_plain(text: &str) -> Resolved {
         _ => {}
     }
     let first = text.as_bytes()[0];
-    if !(first.is_ascii_digit() || matches!(first, b'-' | b'+' | b'.')) {
+    // No number has a `/` (every CIDR has one): a string, without the number parsers.
+    if !(first.is_ascii_digit() || matches!(first, b'-' | b'+' | b'.')) || text.contains('/') {
         return Resolved::Str;
     }
     let plain: String = text.chars().filter(|&c| c != '_').collect();

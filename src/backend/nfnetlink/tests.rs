@@ -128,3 +128,79 @@ fn a_dump_answered_with_garbage_fails_cleanly() {
     let err = read::table_exists(&mut peer, Family::V4, "ipmasq").unwrap_err();
     assert!(err.to_string().contains("truncated"), "{err}");
 }
+
+/// A part of dump `seq`'s answer: a table.
+fn dump_part(seq: u32) -> Vec<u8> {
+    wire::request(
+        wire::nfproto(Family::V4),
+        NfTablesMessage::NewTable(netlink_packet_netfilter::nftables::TableMessage {
+            attributes: vec![netlink_packet_netfilter::nftables::TableAttribute::Name(
+                "t".into(),
+            )],
+        }),
+        false,
+        seq,
+    )
+}
+
+/// The end of dump `seq`'s answer.
+fn dump_done(seq: u32) -> Vec<u8> {
+    let mut msg = Vec::new();
+    msg.extend_from_slice(&20u32.to_ne_bytes());
+    msg.extend_from_slice(&NLMSG_DONE.to_ne_bytes());
+    msg.extend_from_slice(&0u16.to_ne_bytes());
+    msg.extend_from_slice(&seq.to_ne_bytes());
+    msg.extend_from_slice(&[0; 8]);
+    msg
+}
+
+/// A peer sending `parts` parts of dump `seq` (forever when None), `gap` apart, then its end.
+fn trickle(theirs: UnixDatagram, seq: u32, parts: Option<usize>, gap: Duration) {
+    std::thread::spawn(move || {
+        let mut sent = 0;
+        while parts.is_none_or(|n| sent < n) {
+            std::thread::sleep(gap);
+            if theirs.send(&dump_part(seq)).is_err() {
+                return;
+            }
+            sent += 1;
+        }
+        let _ = theirs.send(&dump_done(seq));
+    });
+}
+
+/// A dump whose parts keep coming is read to its end although it takes longer than the
+/// quiet deadline; one that keeps trickling forever ends at the overall deadline.
+#[test]
+fn a_slow_dump_is_read_while_it_progresses_and_ended_by_its_overall_deadline() {
+    let (mut peer, theirs) = pair();
+    trickle(theirs, 41, Some(6), Duration::from_millis(100));
+    let patience = Patience {
+        quiet: Duration::from_millis(400),
+        overall: Duration::from_secs(20),
+    };
+    let found = answers(&mut peer, (41, true, "a slow dump"), patience)
+        .expect("read to its end")
+        .expect("not interrupted");
+    assert_eq!(found.len(), 6);
+
+    let (mut peer, theirs) = pair();
+    trickle(theirs, 42, None, Duration::from_millis(20));
+    let patience = Patience {
+        quiet: Duration::from_millis(400),
+        overall: Duration::from_millis(300),
+    };
+    let started = Instant::now();
+    let err = answers(&mut peer, (42, true, "an endless dump"), patience).unwrap_err();
+    assert!(err.to_string().contains("deadline"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // Silence ends it after `quiet`.
+    let (mut peer, _theirs) = pair();
+    let patience = Patience {
+        quiet: Duration::from_millis(100),
+        overall: Duration::from_secs(20),
+    };
+    let err = answers(&mut peer, (43, true, "a silent dump"), patience).unwrap_err();
+    assert!(err.to_string().contains("deadline"), "{err}");
+}

@@ -274,6 +274,9 @@ fn forced_warnings(
     diags: &mut Vec<Diagnostic>,
     at: &dyn Fn(Diagnostic, &Place) -> Diagnostic,
 ) {
+    if config.force_masquerade_cidrs.is_empty() {
+        return;
+    }
     let kept: std::collections::HashMap<IpNet, usize> = config
         .non_masquerade_cidrs
         .iter()
