@@ -2,7 +2,7 @@ complete -c ip-masq-agent -l config -d 'Config file (YAML or JSON); a missing fi
 complete -c ip-masq-agent -l config-dir -d 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2\'s layout: lists united, booleans OR\'d, the shortest resyncInterval); replaces --config' -r -F
 complete -c ip-masq-agent -l resync-interval -d 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2\'s flag) or as a Go duration [default: 60]' -r
 complete -c ip-masq-agent -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
-complete -c ip-masq-agent -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it' -r
+complete -c ip-masq-agent -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it. Unset, enableIPv6 in the config decides (default false); set, it wins over the config' -r
 complete -c ip-masq-agent -l nomasq-all-reserved-ranges -d 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918' -r
 complete -c ip-masq-agent -l random-fully -d 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)' -r
 complete -c ip-masq-agent -l to-ports -d 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)' -r

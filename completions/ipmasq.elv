@@ -35,7 +35,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --config-dir 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2''s layout: lists united, booleans OR''d, the shortest resyncInterval); replaces --config'
             cand --resync-interval 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2''s flag) or as a Go duration [default: 60]'
             cand --masq-chain 'Name of the nat chain for the masquerade rules'
-            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it'
+            cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it. Unset, enableIPv6 in the config decides (default false); set, it wins over the config'
             cand --nomasq-all-reserved-ranges 'Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918'
             cand --random-fully 'Add --random-fully to MASQUERADE rules (only where iptables supports it, >= 1.6.2)'
             cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'

@@ -195,6 +195,7 @@ fn reconcile_thread(
                 crate::config::Origin::Dir => "merged files".into(),
             };
         }
+        state.rules.enable_ipv6 = reconciler.ipv6_managed();
         record_config(&reconciler, (&mut state, &state_dir), &mut recorded);
         if written.as_ref() != Some(&state) {
             match state::write(&state_dir, &state) {

@@ -112,6 +112,9 @@ pub struct Reconciler {
     pub config_parses_skipped: u64,
     /// The plan of the active config, made once per config.
     planned: Option<Vec<crate::plan::Ruleset>>,
+    /// The families the last synced plan held: one the config no longer turns on
+    /// (`enableIPv6: false` after true) has its rules removed.
+    synced_families: Vec<crate::plan::Family>,
     last_error: Option<String>,
     pub status: Status,
     /// Set while a writer has the config file open (the directory watch sees it modified and
@@ -165,6 +168,7 @@ impl Reconciler {
             config_cache: None,
             config_parses_skipped: 0,
             planned: None,
+            synced_families: Vec::new(),
             last_error: None,
             status: Status::default(),
             config_in_flux: Default::default(),
@@ -298,6 +302,7 @@ impl Reconciler {
                     masqueradeSourceCIDRs = %join(&new.masquerade_source_cidrs),
                     masqLinkLocal = new.masq_link_local,
                     masqLinkLocalIPv6 = new.masq_link_local_ipv6,
+                    enableIPv6 = new.enable_ipv6,
                     resyncInterval = %new.resync_interval,
                     "config accepted"
                 );
@@ -450,8 +455,45 @@ impl Reconciler {
             None => plan(active, &self.settings.plan),
         };
         let result = self.sync_rulesets(&rulesets);
+        if matches!(result, Pass::Synced(_)) {
+            self.drop_unplanned_families(&rulesets);
+        }
         self.planned = Some(rulesets);
         result
+    }
+
+    /// Removes the rules of a family the agent managed until the config turned it off
+    /// (`enableIPv6: false`), once the families still planned are in sync.
+    fn drop_unplanned_families(&mut self, rulesets: &[crate::plan::Ruleset]) {
+        let planned: Vec<_> = rulesets.iter().map(|r| r.family).collect();
+        let names = self.settings.plan.names();
+        for family in std::mem::take(&mut self.synced_families) {
+            if planned.contains(&family) || self.settings.dry_run {
+                continue;
+            }
+            match self.backend.cleanup(family, &names, false) {
+                Ok(done) => info!(
+                    backend = %self.backend.name(),
+                    family = %family,
+                    removed = %crate::output::removed_words(&done.removed),
+                    "family no longer enabled by the config: its rules removed"
+                ),
+                Err(err) => {
+                    error!(backend = %self.backend.name(), family = %family, error = %err, "cannot remove the rules of a family no longer enabled; will retry");
+                    self.synced_families.push(family);
+                }
+            }
+        }
+        for family in planned {
+            if !self.synced_families.contains(&family) {
+                self.synced_families.push(family);
+            }
+        }
+    }
+
+    /// Whether IPv6 is managed now (the flag, or the active config's `enableIPv6`).
+    pub fn ipv6_managed(&self) -> bool {
+        self.settings.plan.enable_ipv6 || self.active.as_ref().is_some_and(|c| c.enable_ipv6)
     }
 
     fn sync_rulesets(&mut self, rulesets: &[crate::plan::Ruleset]) -> Pass {

@@ -532,17 +532,17 @@ pub struct CleanupArgs {
 /// The agent flags that change how a config is judged; shared by `agent` and `validate`.
 #[derive(Args, Debug, Clone, Copy, Default)]
 pub struct ConfigFlags {
-    /// Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it
+    /// Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it. Unset, enableIPv6
+    /// in the config decides (default false); set, it wins over the config
     #[arg(
         long,
         value_name = "BOOL",
         num_args = 0..=1,
         require_equals = true,
-        default_value = "false",
         default_missing_value = "true",
         value_parser = parse_go_bool
     )]
-    pub enable_ipv6: bool,
+    pub enable_ipv6: Option<bool>,
 
     /// Default list also skips masquerade for every RFC-reserved IPv4 range, not only RFC 1918
     #[arg(
@@ -558,9 +558,15 @@ pub struct ConfigFlags {
 }
 
 impl ConfigFlags {
+    /// `--enable-ipv6`'s value (false when not given).
+    pub fn ipv6(&self) -> bool {
+        self.enable_ipv6.unwrap_or(false)
+    }
+
     pub fn options(&self) -> crate::config::Options {
         crate::config::Options {
-            enable_ipv6: self.enable_ipv6,
+            enable_ipv6: self.ipv6(),
+            enable_ipv6_given: self.enable_ipv6.is_some(),
             nomasq_all_reserved_ranges: self.nomasq_all_reserved_ranges,
             merging: false,
             default_resync_interval: None,
@@ -942,12 +948,21 @@ mod tests {
         let Some(Applet::Validate(v)) = cli.applet else {
             panic!()
         };
-        assert!(!v.config.enable_ipv6);
+        assert_eq!(
+            v.config.enable_ipv6,
+            Some(false),
+            "given: it wins over the file"
+        );
+        let cli = Cli::try_parse_from(["ipmasq", "validate"]).unwrap();
+        let Some(Applet::Validate(v)) = cli.applet else {
+            panic!()
+        };
+        assert_eq!(v.config.enable_ipv6, None, "not given: the file decides");
         let cli = Cli::try_parse_from(["ipmasq", "validate", "--enable-ipv6", "f.yaml"]).unwrap();
         let Some(Applet::Validate(v)) = cli.applet else {
             panic!()
         };
-        assert!(v.config.enable_ipv6);
+        assert_eq!(v.config.enable_ipv6, Some(true));
         assert_eq!(v.files, [PathBuf::from("f.yaml")]);
     }
 }

@@ -259,7 +259,8 @@ pub fn run(args: &ExplainArgs) -> Exit {
         chain: flags.masq_chain.clone(),
         random_fully: flags.random_fully,
         to_ports: flags.to_ports.clone(),
-        enable_ipv6: flags.config_flags.enable_ipv6,
+        // The config is judged with the flag already: its value is the one in force.
+        enable_ipv6: config.enable_ipv6,
     };
     let src = source_address(args.from, config, family);
     let packet_src = src.unwrap_or_else(|| unspecified(family));

@@ -95,7 +95,7 @@ pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, O
             chain: flags.masq_chain.clone(),
             random_fully,
             to_ports: flags.to_ports.clone(),
-            enable_ipv6: flags.config_flags.enable_ipv6,
+            enable_ipv6: flags.config_flags.ipv6(),
         },
         note,
     )
@@ -105,7 +105,7 @@ pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, O
 pub fn rule_settings(flags: &RuleFlags) -> crate::agent::state::RuleSettings {
     crate::agent::state::RuleSettings {
         masq_chain: flags.masq_chain.to_string(),
-        enable_ipv6: flags.config_flags.enable_ipv6,
+        enable_ipv6: flags.config_flags.ipv6(),
         nomasq_all_reserved_ranges: flags.config_flags.nomasq_all_reserved_ranges,
         random_fully: flags.random_fully,
         to_ports: flags.to_ports.to_string(),

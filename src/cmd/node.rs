@@ -85,7 +85,7 @@ impl Judgement {
 fn agent_flags(agent: &AgentState, given: &RuleFlags) -> Option<RuleFlags> {
     let mut flags = given.clone();
     flags.masq_chain = agent.rules.masq_chain.parse().ok()?;
-    flags.config_flags.enable_ipv6 = agent.rules.enable_ipv6;
+    flags.config_flags.enable_ipv6 = Some(agent.rules.enable_ipv6);
     flags.config_flags.nomasq_all_reserved_ranges = agent.rules.nomasq_all_reserved_ranges;
     flags.random_fully = agent.rules.random_fully;
     flags.to_ports = agent.rules.to_ports.parse().ok()?;

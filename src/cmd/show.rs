@@ -583,7 +583,7 @@ pub fn run(args: &ShowArgs) -> Exit {
     let families: Vec<FamilyReport> = lives
         .iter()
         .filter(|(family, live)| {
-            *family == Family::V4 || live.holds_anything() || flags.config_flags.enable_ipv6
+            *family == Family::V4 || live.holds_anything() || flags.config_flags.ipv6()
         })
         .map(|(family, live)| family_report(*family, live))
         .collect();
@@ -657,7 +657,7 @@ fn sync_verdict(
     let backend = node.backend();
     let (plan, _) = plan_options(&node.flags, backend);
     let mut differences = Vec::new();
-    for family in crate::plan::families(&plan) {
+    for family in crate::plan::families(&plan, &judgement.config) {
         let desired = plan_family(&judgement.config, &plan, family);
         let live = lives
             .iter()

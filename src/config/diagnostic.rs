@@ -56,6 +56,7 @@ pub enum Code {
     EmptySourceList,
     /// `masqueradeSourceCIDRs` has no range of a managed family: that family is not scoped.
     SourceFamilyUnscoped,
+    Ipv6FlagOverridesFile,
     /// The same CIDR is both forced and non-masquerade (in one file or across merged files).
     ForcedAndKept,
     /// A directory of configs holds no `ip-masq*` file: upstream's defaults apply.
@@ -72,7 +73,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in documentation order.
-    pub const ALL: [Code; 36] = [
+    pub const ALL: [Code; 37] = [
         Code::Io,
         Code::YamlSyntax,
         Code::NotAMapping,
@@ -105,6 +106,7 @@ impl Code {
         Code::ForcedWithoutEffect,
         Code::EmptySourceList,
         Code::SourceFamilyUnscoped,
+        Code::Ipv6FlagOverridesFile,
         Code::NoConfigFiles,
         Code::UpstreamRejects,
         Code::IpmasqExtension,
@@ -124,7 +126,7 @@ impl Code {
             Code::InvalidCidr => (Error, "a CIDR that does not parse"),
             Code::CidrNotAligned => (Error, "a CIDR with host bits set; the hint names the aligned block"),
             Code::Ipv4MappedCidr => (Error, "an IPv4-mapped IPv6 CIDR; the hint names the IPv4 form"),
-            Code::Ipv6NotEnabled => (Error, "an IPv6 CIDR without --enable-ipv6"),
+            Code::Ipv6NotEnabled => (Error, "an IPv6 CIDR without --enable-ipv6 or enableIPv6: true"),
             Code::CidrLimitExceeded => (Error, "more CIDRs (non-masquerade plus forced) than cidrLimit"),
             Code::NegativeCidrLimit => (Error, "a negative cidrLimit"),
             Code::InvalidDuration => (Error, "a resyncInterval that is not a Go duration"),
@@ -147,10 +149,11 @@ impl Code {
             Code::DeprecatedLinkLocal => (Warning, "non-masquerade-daemon's linkLocal key"),
             Code::ForcedWithoutEffect => (Warning, "a forced CIDR in no non-masquerade range: it changes nothing"),
             Code::EmptySourceList => (Warning, "masqueradeSourceCIDRs is empty: every source is considered"),
+            Code::Ipv6FlagOverridesFile => (Warning, "enableIPv6 in the file says otherwise than an explicit --enable-ipv6, which wins"),
             Code::SourceFamilyUnscoped => (Warning, "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped"),
             Code::NoConfigFiles => (Warning, "a --config-dir without ip-masq* files: the defaults apply"),
             Code::UpstreamRejects => (Warning, "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment)"),
-            Code::IpmasqExtension => (Info, "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs)"),
+            Code::IpmasqExtension => (Info, "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6)"),
             Code::ConfigDirKey => (Info, "a ConfigMap key starting with ip-masq, read as one file of a --config-dir merge (ip-masq-agent-v2); upstream's v1 DaemonSet mounts only data.config"),
         }
     }
@@ -189,6 +192,7 @@ impl Code {
             Code::ForcedWithoutEffect => "forced-without-effect",
             Code::EmptySourceList => "empty-source-list",
             Code::SourceFamilyUnscoped => "source-family-unscoped",
+            Code::Ipv6FlagOverridesFile => "ipv6-flag-overrides-file",
             Code::ForcedAndKept => "forced-and-kept",
             Code::NoConfigFiles => "no-config-files",
             Code::UpstreamRejects => "upstream-rejects",

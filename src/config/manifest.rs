@@ -455,6 +455,7 @@ mod tests {
 
     const OPTS: Options = Options {
         enable_ipv6: false,
+        enable_ipv6_given: false,
         nomasq_all_reserved_ranges: false,
         merging: false,
         default_resync_interval: None,

@@ -138,6 +138,7 @@ fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config 
         );
         merged.masq_link_local |= config.masq_link_local;
         merged.masq_link_local_ipv6 |= config.masq_link_local_ipv6;
+        merged.enable_ipv6 |= config.enable_ipv6;
         if given.gave_cidr_limit {
             provenance.gave_cidr_limit = true;
             limit = Some(limit.map_or(config.cidr_limit, |l: i64| l.max(config.cidr_limit)));

@@ -56,6 +56,9 @@ pub const DEFAULT_RESYNC_INTERVAL: GoDuration = GoDuration(60_000_000_000);
 pub struct Options {
     /// `--enable-ipv6`: IPv6 CIDRs are allowed (and ip6tables is managed).
     pub enable_ipv6: bool,
+    /// `--enable-ipv6` was given on the command line: it wins over `enableIPv6` in the file
+    /// (otherwise the file's value, when it has one, decides).
+    pub enable_ipv6_given: bool,
     /// `--nomasq-all-reserved-ranges`: the default list also holds the reserved ranges.
     pub nomasq_all_reserved_ranges: bool,
     /// The file is one part of a merged directory: `cidrLimit` and the checks across lists
@@ -88,6 +91,10 @@ pub struct Config {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub masquerade_source_cidrs: Vec<IpNet>,
+    /// ipmasq extension: IPv6 is managed, from `enableIPv6` in the file or `--enable-ipv6`
+    /// (an explicit flag wins). Written out only when on.
+    #[serde(rename = "enableIPv6", skip_serializing_if = "std::ops::Not::not")]
+    pub enable_ipv6: bool,
     /// Where every entry was written and which keys were given.
     #[serde(skip)]
     pub provenance: Provenance,
@@ -197,6 +204,7 @@ impl Config {
                 .unwrap_or(DEFAULT_RESYNC_INTERVAL),
             force_masquerade_cidrs: Vec::new(),
             masquerade_source_cidrs: Vec::new(),
+            enable_ipv6: options.enable_ipv6,
             provenance: Provenance::default(),
         }
     }

@@ -198,9 +198,10 @@ impl PlanOptions {
     }
 }
 
-/// The families the agent manages.
-pub fn families(options: &PlanOptions) -> Vec<Family> {
-    if options.enable_ipv6 {
+/// The families the agent manages: IPv6 too when the flag or the config turns it on (an
+/// explicit `--enable-ipv6=false` has already turned the config's value off).
+pub fn families(options: &PlanOptions, config: &Config) -> Vec<Family> {
+    if options.enable_ipv6 || config.enable_ipv6 {
         vec![Family::V4, Family::V6]
     } else {
         vec![Family::V4]
@@ -275,7 +276,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
 
 /// Plans every managed family.
 pub fn plan(config: &Config, options: &PlanOptions) -> Vec<Ruleset> {
-    families(options)
+    families(options, config)
         .into_iter()
         .map(|f| plan_family(config, options, f))
         .collect()

@@ -155,6 +155,7 @@ both_variants!(
     foreign_rules_stay_byte_for_byte,
     drift_is_healed_within_one_resync,
     configmap_data_swap_applies_without_waiting_for_the_timer,
+    enable_ipv6_from_the_configmap_alone,
     invalid_config_keeps_the_last_good_rules,
     sigterm_keeps_rules_and_cleanup_on_exit_removes_them,
     dry_run_prints_and_touches_nothing,
@@ -439,6 +440,63 @@ fn configmap_data_swap_applies_without_waiting_for_the_timer(variant: &'static s
             started.elapsed()
         );
     }
+}
+
+/// `enableIPv6: true` in a swapped ConfigMap turns the IPv6 chain on without a flag or a
+/// restart (hour-long resync: the swap alone explains it); swapped back off, the agent
+/// removes its IPv6 rules and keeps the IPv4 ones.
+fn enable_ipv6_from_the_configmap_alone(variant: &'static str) {
+    let mut node = Node::new(variant, "v6file");
+    let volume = node.dir.path.join("volume");
+    std::fs::create_dir_all(&volume).unwrap();
+    let v4_only = "nonMasqueradeCIDRs: [10.0.0.0/8, 'fd00::/8']\nresyncInterval: 1h\n";
+    configmap_dir(
+        &volume,
+        1,
+        "nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n",
+    );
+    let config = volume.join("ip-masq-agent").display().to_string();
+    let args = node.agent_args(&config, &["--v=2"]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let log = node.dir.path.join("v6file.log");
+    node.ns.spawn_ipmasq(&refs, &log);
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(wait_until(PATIENCE, || node.returns(false)
+        == ["169.254.0.0/16", "10.0.0.0/8"]));
+    assert_eq!(node.ours(true), "", "no IPv6 rules before the file asks");
+    // IPv6 CIDRs without enableIPv6: rejected, the last good rules stay.
+    configmap_dir(&volume, 2, v4_only);
+    assert!(
+        wait_until(PATIENCE, || text().contains("ipv6-not-enabled")),
+        "{}",
+        text()
+    );
+    assert_eq!(node.ours(true), "");
+    configmap_dir(&volume, 3, &format!("enableIPv6: true\n{v4_only}"));
+    assert!(
+        wait_until(PATIENCE, || node.returns(true) == ["fe80::/10", "fd00::/8"]),
+        "IPv6 not turned on by the file:\n{}",
+        text()
+    );
+    assert!(node.ours(true).contains("-j IP-MASQ-AGENT\n"));
+    assert_eq!(node.returns(false), ["169.254.0.0/16", "10.0.0.0/8"]);
+    configmap_dir(
+        &volume,
+        4,
+        "nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n",
+    );
+    assert!(
+        wait_until(PATIENCE, || node.ours(true).is_empty()),
+        "IPv6 rules left after the file turned IPv6 off:\n{}\n{}",
+        node.ours(true),
+        text()
+    );
+    assert_eq!(node.returns(false), ["169.254.0.0/16", "10.0.0.0/8"]);
+    assert!(
+        text().contains("family no longer enabled by the config"),
+        "{}",
+        text()
+    );
 }
 
 fn invalid_config_keeps_the_last_good_rules(variant: &'static str) {

@@ -16,6 +16,8 @@ pub(super) const KEY_LEGACY_LINK_LOCAL: &str = "linkLocal";
 /// ipmasq extensions (upstream ignores them as unknown keys).
 pub(super) const KEY_FORCE: &str = "forceMasqueradeCIDRs";
 pub(super) const KEY_SOURCES: &str = "masqueradeSourceCIDRs";
+/// ipmasq extension (ip-masq-agent #53, #86): turns IPv6 on from the file.
+pub(super) const KEY_ENABLE_IPV6: &str = "enableIPv6";
 
 /// The keys we suggest and list in hints: every field but the deprecated `linkLocal`.
 pub(super) fn supported_keys() -> impl Iterator<Item = &'static str> {
@@ -36,11 +38,12 @@ pub(super) enum Field {
     LegacyLinkLocal,
     Force,
     Sources,
+    EnableIpv6,
 }
 
 impl Field {
     /// Every field the config file has: the one list of them.
-    const ALL: [Field; 8] = [
+    const ALL: [Field; 9] = [
         Field::Cidrs,
         Field::CidrLimit,
         Field::MasqLinkLocal,
@@ -49,6 +52,7 @@ impl Field {
         Field::LegacyLinkLocal,
         Field::Force,
         Field::Sources,
+        Field::EnableIpv6,
     ];
 
     /// What an ipmasq extension does, for the note that upstream ignores it.
@@ -58,6 +62,7 @@ impl Field {
             Field::Sources => {
                 Some("with upstream's image traffic from every source is masqueraded")
             }
+            Field::EnableIpv6 => Some("with upstream's image only --enable-ipv6 turns IPv6 on"),
             _ => None,
         }
     }
@@ -72,6 +77,7 @@ impl Field {
             Field::LegacyLinkLocal => KEY_LEGACY_LINK_LOCAL,
             Field::Force => KEY_FORCE,
             Field::Sources => KEY_SOURCES,
+            Field::EnableIpv6 => KEY_ENABLE_IPV6,
         }
     }
 

@@ -197,7 +197,7 @@ pub(super) fn parse_cidr_nodes(
                             ),
                         )
                         .at_opt(*location)
-                        .hint("pass --enable-ipv6 (to the agent and to validate), or remove the IPv6 CIDR"),
+                        .hint("set enableIPv6: true in the config (or pass --enable-ipv6 to the agent and to validate), or remove the IPv6 CIDR"),
                     );
                 }
                 parsed.push((net, *location));

@@ -122,11 +122,46 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
     // `Checked::new` keeps the config exactly when no finding is an error.
     let mut config = Config::defaults(options);
     decode_scalars(&get, &mut config, &mut diags);
+    config.enable_ipv6 = ipv6_enabled(get(Field::EnableIpv6), options, &mut diags);
+    // The lists are judged with IPv6 as the file (or the flag that wins) turns it.
+    let options = &Options {
+        enable_ipv6: config.enable_ipv6,
+        ..*options
+    };
     decode_lists(&get, options, &mut config, &mut diags);
     if !options.merging {
         check_across_lists(&config, options, &mut diags);
     }
     Checked::new(config, diags)
+}
+
+/// Whether IPv6 is managed: an explicit `--enable-ipv6` wins (with a warning when the
+/// file's `enableIPv6` says otherwise); else the file's value; else the flag's default.
+fn ipv6_enabled(given: Option<&Assigned>, options: &Options, diags: &mut Vec<Diagnostic>) -> bool {
+    let Some(assigned) = given else {
+        return options.enable_ipv6;
+    };
+    let Some(file) = decode_bool(assigned, diags) else {
+        return options.enable_ipv6;
+    };
+    if !options.enable_ipv6_given {
+        return file;
+    }
+    if file != options.enable_ipv6 {
+        push_finding(
+            diags,
+            Diagnostic::warning(
+                Code::Ipv6FlagOverridesFile,
+                format!(
+                    "{KEY_ENABLE_IPV6}: {file} is overridden by --enable-ipv6={}",
+                    options.enable_ipv6
+                ),
+            )
+            .at(assigned.value.location)
+            .hint("drop --enable-ipv6 from the agent's arguments to let the file decide, or make them agree"),
+        );
+    }
+    options.enable_ipv6
 }
 
 /// A field's assignment, if the document gave it.

@@ -5,18 +5,21 @@ use crate::config::{ListName, Severity, DEFAULT_RESYNC_INTERVAL, RESERVED_RANGES
 
 const V4: Options = Options {
     enable_ipv6: false,
+    enable_ipv6_given: false,
     nomasq_all_reserved_ranges: false,
     merging: false,
     default_resync_interval: None,
 };
 const V6: Options = Options {
     enable_ipv6: true,
+    enable_ipv6_given: true,
     nomasq_all_reserved_ranges: false,
     merging: false,
     default_resync_interval: None,
 };
 const RESERVED: Options = Options {
     enable_ipv6: false,
+    enable_ipv6_given: false,
     nomasq_all_reserved_ranges: true,
     merging: false,
     default_resync_interval: None,
@@ -612,4 +615,44 @@ fn forced_cidrs_count_against_the_limit() {
     );
     assert_eq!(codes(&errs), [Code::CidrLimitExceeded]);
     assert!(errs[0].message.contains("1 in forceMasqueradeCIDRs"));
+}
+
+/// `enableIPv6` in the file turns IPv6 on (its CIDRs are accepted) unless the flag was
+/// given, which wins with a warning when they differ; the effective YAML carries it only
+/// when on, so a file without it yields upstream's output.
+#[test]
+fn enable_ipv6_in_the_file_unless_the_flag_was_given() {
+    let text = "enableIPv6: true\nnonMasqueradeCIDRs: [10.0.0.0/8, fd00::/8]\n";
+    let (config, diags) = ok(text, &V4);
+    assert!(config.enable_ipv6);
+    assert_eq!(config.non_masquerade_cidrs.len(), 2);
+    assert!(
+        diags.iter().any(|d| d.code == Code::IpmasqExtension),
+        "{diags:?}"
+    );
+    let explicit_off = Options {
+        enable_ipv6: false,
+        enable_ipv6_given: true,
+        ..V4
+    };
+    let errs = errors(text, &explicit_off);
+    assert_eq!(codes(&errs), [Code::Ipv6NotEnabled]);
+    let checked = check_text(text, &explicit_off);
+    assert!(checked
+        .diagnostics()
+        .iter()
+        .any(|d| d.code == Code::Ipv6FlagOverridesFile && d.location.map(|l| l.line) == Some(1)));
+    // The flag given as true and the file false: on, with the warning.
+    let (config, diags) = ok("enableIPv6: false\n", &V6);
+    assert!(config.enable_ipv6);
+    assert!(diags.iter().any(|d| d.code == Code::Ipv6FlagOverridesFile));
+    // Not a boolean: an error, and the flag's value stands.
+    assert_eq!(
+        codes(&errors("enableIPv6: \"yes\"\n", &V4)),
+        [Code::WrongType]
+    );
+    let (config, _) = ok("nonMasqueradeCIDRs: [10.0.0.0/8]\n", &V4);
+    assert!(!config.enable_ipv6);
+    let yaml = serde_json::to_string(&config).unwrap();
+    assert!(!yaml.contains("enableIPv6"), "{yaml}");
 }
