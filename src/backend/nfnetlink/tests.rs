@@ -48,17 +48,23 @@ fn batch() -> Finished {
     b.finish()
 }
 
-/// An NLMSG_ERROR for `seq` with `code` (0: an acknowledgement).
-fn ack(seq: u32, code: i32) -> Vec<u8> {
+/// A netlink message of `kind` for `seq` carrying `payload`.
+fn nlmsg(kind: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
     let mut msg = Vec::new();
-    msg.extend_from_slice(&36u32.to_ne_bytes());
-    msg.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+    msg.extend_from_slice(&(16 + payload.len() as u32).to_ne_bytes());
+    msg.extend_from_slice(&kind.to_ne_bytes());
     msg.extend_from_slice(&0u16.to_ne_bytes());
     msg.extend_from_slice(&seq.to_ne_bytes());
     msg.extend_from_slice(&0u32.to_ne_bytes());
-    msg.extend_from_slice(&code.to_ne_bytes());
-    msg.extend_from_slice(&[0; 16]);
+    msg.extend_from_slice(payload);
     msg
+}
+
+/// An NLMSG_ERROR for `seq` with `code` (0: an acknowledgement).
+fn ack(seq: u32, code: i32) -> Vec<u8> {
+    let mut payload = code.to_ne_bytes().to_vec();
+    payload.extend_from_slice(&[0; 16]);
+    nlmsg(NLMSG_ERROR, seq, &payload)
 }
 
 #[test]
@@ -145,13 +151,7 @@ fn dump_part(seq: u32) -> Vec<u8> {
 
 /// The end of dump `seq`'s answer.
 fn dump_done(seq: u32) -> Vec<u8> {
-    let mut msg = Vec::new();
-    msg.extend_from_slice(&20u32.to_ne_bytes());
-    msg.extend_from_slice(&NLMSG_DONE.to_ne_bytes());
-    msg.extend_from_slice(&0u16.to_ne_bytes());
-    msg.extend_from_slice(&seq.to_ne_bytes());
-    msg.extend_from_slice(&[0; 8]);
-    msg
+    nlmsg(NLMSG_DONE, seq, &[0; 4])
 }
 
 /// A peer sending `parts` parts of dump `seq` (forever when None), `gap` apart, then its end.
