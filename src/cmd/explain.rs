@@ -404,7 +404,8 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
     ));
     let why = match (&c.decision, c.reason) {
         (_, Reason::OtherFamily) => {
-            "the agent manages no rules of this family (neither --enable-ipv6 nor enableIPv6: true)".to_string()
+            "the agent manages no rules of this family (neither --enable-ipv6 nor enableIPv6: true)"
+                .to_string()
         }
         (_, Reason::LocalDestination) => {
             "it is an address of this node: local traffic is never masqueraded".to_string()
