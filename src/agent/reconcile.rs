@@ -493,7 +493,12 @@ impl Reconciler {
 
     /// Whether IPv6 is managed now (the flag, or the active config's `enableIPv6`).
     pub fn ipv6_managed(&self) -> bool {
-        self.settings.plan.enable_ipv6 || self.active.as_ref().is_some_and(|c| c.enable_ipv6)
+        self.active
+            .as_ref()
+            .map_or(self.settings.plan.enable_ipv6, |config| {
+                crate::plan::families(&self.settings.plan, config)
+                    .contains(&crate::plan::Family::V6)
+            })
     }
 
     fn sync_rulesets(&mut self, rulesets: &[crate::plan::Ruleset]) -> Pass {

@@ -5,14 +5,13 @@
 //! (ENOBUFS) or a generation whose notifications do not arrive in time mean one full read.
 
 use super::nfnetlink::set_option;
+use super::nfnetlink::wire::{self, NFNL_SUBSYS_NFTABLES};
 use crate::plan::Family;
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-/// nfnetlink subsystem of nf_tables.
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
 /// A commit's new generation: the last notification of every commit.
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFTA_GEN_ID: u16 = 1;
@@ -21,19 +20,8 @@ const NFGENMSG_LEN: usize = 4;
 
 /// The value of the first netlink attribute of type `wanted` in `attrs` (flags masked off);
 /// None when there is none or the attributes do not frame.
-fn attribute(mut attrs: &[u8], wanted: u16) -> Option<&[u8]> {
-    while attrs.len() >= 4 {
-        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
-        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
-        if len < 4 || len > attrs.len() {
-            return None;
-        }
-        if kind == wanted {
-            return Some(&attrs[4..len]);
-        }
-        attrs = attrs.get((len + 3) & !3..).unwrap_or_default();
-    }
-    None
+fn attribute(attrs: &[u8], wanted: u16) -> Option<&[u8]> {
+    wire::attributes(attrs).find_map(|(kind, value)| (kind == wanted).then_some(value))
 }
 
 /// The nfnetlink multicast group of nf_tables object changes.
@@ -41,8 +29,6 @@ const NFNLGRP_NFTABLES: u32 = 7;
 /// In every object notification (table, chain, rule, set, element, object, flowtable), the
 /// attribute of type 1 is the table's name.
 const NFTA_TABLE_NAME_ATTR: u16 = 1;
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
 /// Room for notifications between two passes; beyond it the kernel drops them and says so.
 const RECEIVE_BUFFER: usize = 4 << 20;
 /// Touching generations remembered per family; more between two passes count as a loss.
@@ -58,10 +44,7 @@ fn slot(family: Family) -> usize {
 }
 
 fn nfproto(family: Family) -> u8 {
-    match family {
-        Family::V4 => NFPROTO_IPV4,
-        Family::V6 => NFPROTO_IPV6,
-    }
+    u8::from(wire::nfproto(family))
 }
 
 /// What the notifications said, per family: pure bookkeeping over the messages, so it is
@@ -298,6 +281,9 @@ impl Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NFPROTO_IPV4: u8 = 2;
+    const NFPROTO_IPV6: u8 = 10;
 
     /// One nf_tables notification: `kind`, nfgenmsg of `family`, then the attributes.
     fn message(kind: u16, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {

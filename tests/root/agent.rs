@@ -91,6 +91,24 @@ impl Node {
         self.ns.ipmasq(&full)
     }
 
+    /// `agent --once` in `mode` with `tools` first on PATH (fakes that wrap or count the
+    /// iptables programs).
+    fn once_with_tools(&self, tools: &std::path::Path, mode: &str) -> std::process::Output {
+        let config = self.config_path().display().to_string();
+        self.ns
+            .ipmasq_with_path(
+                tools,
+                &[
+                    "agent",
+                    "--once",
+                    &format!("--iptables-mode={mode}"),
+                    &format!("--config={config}"),
+                ],
+            )
+            .output()
+            .unwrap()
+    }
+
     fn spawn(&mut self, extra: &[&str]) -> (u32, PathBuf) {
         let config = self.config_path().display().to_string();
         let args = self.agent_args(&config, extra);
@@ -729,20 +747,7 @@ fn an_iptables_without_random_fully_gets_plain_masquerade() {
         &fakes.path.join("iptables-nft-restore"),
         "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in *--random-fully*) echo 'iptables-restore v1.6.1: unknown option \"--random-fully\"' >&2; exit 2;; esac\nprintf '%s\\n' \"$input\" | exec /usr/sbin/iptables-nft-restore \"$@\"\n",
     );
-    let config = node.config_path().display().to_string();
-    let out = node
-        .ns
-        .ipmasq_with_path(
-            &fakes.path,
-            &[
-                "agent",
-                "--once",
-                "--iptables-mode=nft",
-                &format!("--config={config}"),
-            ],
-        )
-        .output()
-        .unwrap();
+    let out = node.once_with_tools(&fakes.path, "nft");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(
@@ -794,20 +799,7 @@ fn a_first_sync_on_a_fresh_node_is_one_restore() {
                 ),
             );
         }
-        let config = node.config_path().display().to_string();
-        let out = node
-            .ns
-            .ipmasq_with_path(
-                &fakes.path,
-                &[
-                    "agent",
-                    "--once",
-                    &format!("--iptables-mode={mode}"),
-                    &format!("--config={config}"),
-                ],
-            )
-            .output()
-            .unwrap();
+        let out = node.once_with_tools(&fakes.path, mode);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{mode}: {stderr}");
         let ran = std::fs::read_to_string(&runs).unwrap_or_default();

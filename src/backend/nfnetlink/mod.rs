@@ -161,23 +161,14 @@ const RECEIVE_BUFFER: usize = 64 * 1024;
 
 /// One `recv` into `buffer` with `flags`; a timeout is `TimedOut`. With `MSG_TRUNC`, the
 /// datagram's whole length even when it exceeds the buffer.
-fn receive_into(socket: &Socket, buffer: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
-    // SAFETY: recv writes at most `buffer.len()` bytes into `buffer`; the fd is the socket's.
-    let got = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-            flags,
-        )
-    };
-    match usize::try_from(got) {
-        Ok(length) => Ok(length),
-        Err(_) => match io::Error::last_os_error() {
-            err if err.kind() == io::ErrorKind::WouldBlock => Err(io::ErrorKind::TimedOut.into()),
-            err => Err(err),
-        },
-    }
+fn receive_into(socket: &Socket, mut buffer: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    socket.recv(&mut buffer, flags).map_err(|err| {
+        if err.kind() == io::ErrorKind::WouldBlock {
+            io::ErrorKind::TimedOut.into()
+        } else {
+            err
+        }
+    })
 }
 
 static SEQUENCE: AtomicU32 = AtomicU32::new(1);

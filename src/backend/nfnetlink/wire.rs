@@ -19,8 +19,9 @@ use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
 use std::net::IpAddr;
 
-/// `NFNL_SUBSYS_NFTABLES`: the batch's resource id.
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
+/// `NFNL_SUBSYS_NFTABLES`: the batch's resource id, and the high byte of nf_tables' message
+/// types.
+pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 /// Set key types as nft declares them.
 pub(crate) const TYPE_IPV4_ADDR: u32 = 7;
 pub(crate) const TYPE_IPV6_ADDR: u32 = 8;
@@ -497,16 +498,7 @@ impl Batch {
 
     /// Deletes every rule of a chain (`flush chain`).
     pub fn flush_chain(&mut self, family: Family, table: &str, chain: &str) {
-        self.push(
-            family,
-            0,
-            NfTablesMessage::DeleteRule(RuleMessage {
-                attributes: vec![
-                    RuleAttribute::Table(table.into()),
-                    RuleAttribute::Chain(chain.into()),
-                ],
-            }),
-        );
+        self.delete_rules(family, (table, chain), None);
     }
 
     pub fn delete_chain(&mut self, family: Family, table: &str, chain: &str) {
@@ -523,16 +515,20 @@ impl Batch {
     }
 
     pub fn delete_rule(&mut self, family: Family, table: &str, chain: &str, handle: u64) {
+        self.delete_rules(family, (table, chain), Some(handle));
+    }
+
+    /// Deletes the rule with `handle` of a chain, or every rule of it without one.
+    fn delete_rules(&mut self, family: Family, (table, chain): (&str, &str), handle: Option<u64>) {
+        let mut attributes = vec![
+            RuleAttribute::Table(table.into()),
+            RuleAttribute::Chain(chain.into()),
+        ];
+        attributes.extend(handle.map(RuleAttribute::Handle));
         self.push(
             family,
             0,
-            NfTablesMessage::DeleteRule(RuleMessage {
-                attributes: vec![
-                    RuleAttribute::Table(table.into()),
-                    RuleAttribute::Chain(chain.into()),
-                    RuleAttribute::Handle(handle),
-                ],
-            }),
+            NfTablesMessage::DeleteRule(RuleMessage { attributes }),
         );
     }
 
@@ -795,7 +791,7 @@ pub(crate) fn frames(mut data: &[u8]) -> Result<Vec<Framed<'_>>, String> {
 }
 
 /// The attributes of a netlink attribute payload: `(type without flags, value)` each.
-fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(crate) fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         if data.len() < 4 {
             return None;
