@@ -840,3 +840,76 @@ fn nft_chains_before_iptables_are_explained_as_packets_see_them() {
     }
     let _ = std::fs::remove_file(&config);
 }
+
+/// A list too long for one set (40,000 blocks and 198.51.100.0/24) is spread over four
+/// sets, with packets: the kept range keeps the pod's address, another is masqueraded. Then
+/// the kept range is swapped for 203.0.113.0/24: the change is an element repair of the
+/// sets holding the two ranges only (what `--dry-run` prints), and the packets follow it.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_list_spread_over_sets_masquerades_as_one_set() {
+    let blocks: String = (0..40_000u32)
+        .map(|i| {
+            let base =
+                std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 0, 0, 0)) + i * 8);
+            format!("  - {base}/30\n")
+        })
+        .collect();
+    let topo = Topology::new();
+    let config = scratch_file(
+        "spread-config",
+        &format!("cidrLimit: 50000\nnonMasqueradeCIDRs:\n{blocks}  - 198.51.100.0/24\n"),
+    );
+    let backend = "--backend=nftables";
+    install_once(&topo, backend, &config);
+    let sets = topo.node.sh("nft list sets ip");
+    let names: Vec<&str> = sets
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("set "))
+        .map(|l| l.trim_end_matches(" {"))
+        .collect();
+    assert_eq!(
+        names,
+        ["nomasq", "nomasq_1", "nomasq_2", "nomasq_3"],
+        "{sets}"
+    );
+    assert_eq!(topo.source_seen(KEEP_V4), POD_V4, "kept range");
+    assert_eq!(topo.source_seen(MASQ_V4), NODE_OUT_V4, "masqueraded range");
+
+    std::fs::write(
+        &config,
+        format!("cidrLimit: 50000\nnonMasqueradeCIDRs:\n{blocks}  - 203.0.113.0/24\n"),
+    )
+    .unwrap();
+    let dry = topo.node.ipmasq(&[
+        "agent",
+        "--once",
+        "--dry-run",
+        backend,
+        &format!("--config={}", config.display()),
+    ]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    let batch: Vec<&str> = dry
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("add ") || l.starts_with("delete ") || l.starts_with("flush "))
+        .collect();
+    assert_eq!(batch.len(), 2, "{}", dry.stdout);
+    assert!(
+        batch[0].starts_with("delete element ip ipmasq nomasq")
+            && batch[0].ends_with("{ 198.51.100.0/24 }"),
+        "{batch:?}"
+    );
+    assert!(
+        batch[1].starts_with("add element ip ipmasq nomasq")
+            && batch[1].ends_with("{ 203.0.113.0/24 }"),
+        "{batch:?}"
+    );
+    install_once(&topo, backend, &config);
+    assert_eq!(topo.source_seen(MASQ_V4), POD_V4, "now kept");
+    assert!(
+        [NODE_OUT_V4, "198.51.100.1"].contains(&topo.source_seen(KEEP_V4).as_str()),
+        "now masqueraded"
+    );
+    let _ = std::fs::remove_file(&config);
+}

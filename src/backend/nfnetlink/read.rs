@@ -196,6 +196,34 @@ fn set_declaration(
     }))
 }
 
+/// The names of every set of table `table` (anonymous ones too); empty when the table does
+/// not exist.
+pub(crate) fn set_names(
+    t: &mut dyn Transport,
+    family: Family,
+    table: &str,
+) -> Result<Vec<String>, Failure> {
+    let message = NfTablesMessage::GetSet(SetMessage {
+        attributes: vec![SetAttribute::Table(table.into())],
+    });
+    let what = format!("list sets table {table}");
+    let found = match query(t, wire::nfproto(family), message, true, &what) {
+        Ok(found) => found,
+        Err(f) if missing(&f) => return Ok(Vec::new()),
+        Err(f) => return Err(f),
+    };
+    Ok(found
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            NfTablesMessage::NewSet(s) => s.attributes.into_iter().find_map(|a| match a {
+                SetAttribute::Name(name) => Some(name),
+                _ => None,
+            }),
+            _ => None,
+        })
+        .collect())
+}
+
 /// Set `set` of table `table`: its type, flags and elements; None when it does not exist.
 pub(crate) fn set(
     t: &mut dyn Transport,

@@ -3,7 +3,7 @@
 //! recreated (when its hook or its set's type cannot be changed in place).
 
 use super::live::LiveTable;
-use super::render::{address_type, DesiredTable, PRIORITY_VALUE, SET};
+use super::render::{address_type, set_name, DesiredTable, SetChange, PRIORITY_VALUE};
 use crate::backend::{Difference, DriftKind};
 use ipnet::IpNet;
 
@@ -14,11 +14,8 @@ const ITEMISED_ELEMENTS: usize = 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Repair {
     None,
-    /// Only elements differ: delete these, add those.
-    Elements {
-        remove: Vec<IpNet>,
-        add: Vec<IpNet>,
-    },
+    /// Only elements differ: per set, delete these, add those.
+    Elements(Vec<SetChange>),
     /// Rewrite the table's content, keeping the table and its hooked chain.
     Rewrite,
     /// Delete and create the table (hook, priority or set type differ).
@@ -38,6 +35,8 @@ struct Findings {
     out: Vec<Difference>,
     rewrite: bool,
     recreate: bool,
+    /// Element differences itemised so far, per kind (missing, extra).
+    itemised: [usize; 2],
 }
 
 impl Findings {
@@ -69,52 +68,73 @@ impl Findings {
         }
     }
 
-    /// The set itself: missing (rewrite) or of another type (recreate).
-    fn set(&mut self, live: &LiveTable) {
+    /// Our sets: a planned one missing (rewrite), of another type (recreate), or one more
+    /// than planned (recreate: the table is made anew without it).
+    fn sets(&mut self, desired: &DesiredTable, live: &LiveTable) {
         let family = self.family;
-        match &live.set {
-            None => {
-                self.rewrite = true;
-                self.push(
-                    DriftKind::MissingRule,
-                    None,
-                    format!("set {SET} does not exist"),
-                );
+        for index in 0..desired.sets {
+            let name = set_name(index);
+            match live.set(&name) {
+                None => {
+                    self.rewrite = true;
+                    self.push(
+                        DriftKind::MissingRule,
+                        None,
+                        format!("set {name} does not exist"),
+                    );
+                }
+                Some(set) if set.kind != address_type(family) || set.flags != ["interval"] => {
+                    self.recreate = true;
+                    self.push(
+                        DriftKind::SetDiffers,
+                        None,
+                        format!(
+                            "set {name} is type {} flags {:?}, planned {} interval",
+                            set.kind,
+                            set.flags,
+                            address_type(family)
+                        ),
+                    );
+                }
+                Some(_) => {}
             }
-            Some((kind, flags))
-                if kind != address_type(family) || flags != &["interval".to_string()] =>
-            {
+        }
+        for set in &live.sets[..] {
+            if super::render::set_index(&set.name).is_some_and(|i| i >= desired.sets) {
                 self.recreate = true;
                 self.push(
-                    DriftKind::SetDiffers,
+                    DriftKind::ExtraRule,
                     None,
                     format!(
-                        "set {SET} is type {kind} flags {flags:?}, planned {} interval",
-                        address_type(family)
+                        "set {} is not planned ({} sets planned)",
+                        set.name, desired.sets
                     ),
                 );
             }
-            Some(_) => {}
         }
     }
 
-    /// The set's elements: itemised up to a limit, then summed up.
-    fn elements(&mut self, add: &[IpNet], remove: &[IpNet], odd: &[String]) {
-        for (kind, list, verb) in [
+    /// One set's elements: itemised up to a limit across all sets, then summed up per set.
+    fn elements(&mut self, set: &str, add: &[IpNet], remove: &[IpNet], odd: &[String]) {
+        for (slot, (kind, list, verb)) in [
             (DriftKind::MissingRule, add, "missing from"),
             (DriftKind::ExtraRule, remove, "not planned in"),
-        ] {
-            for net in list.iter().take(ITEMISED_ELEMENTS) {
-                self.push(kind, None, format!("{net} {verb} set {SET}"));
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let shown = list
+                .len()
+                .min(ITEMISED_ELEMENTS.saturating_sub(self.itemised[slot]));
+            for net in &list[..shown] {
+                self.push(kind, None, format!("{net} {verb} set {set}"));
             }
-            if list.len() > ITEMISED_ELEMENTS {
+            self.itemised[slot] += shown;
+            if list.len() > shown {
                 self.push(
                     kind,
                     None,
-                    format!(
-                        "and {} more elements {verb} set {SET}",
-                        list.len() - ITEMISED_ELEMENTS
-                    ),
+                    format!("and {} more elements {verb} set {set}", list.len() - shown),
                 );
             }
         }
@@ -124,7 +144,7 @@ impl Findings {
                 DriftKind::ExtraRule,
                 None,
                 format!(
-                    "set {SET} holds elements we do not write: {}",
+                    "set {set} holds elements we do not write: {}",
                     odd.join(", ")
                 ),
             );
@@ -205,6 +225,7 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         out: Vec::new(),
         rewrite: false,
         recreate: false,
+        itemised: [0, 0],
     };
     let Some(chain) = live.chain.as_ref().filter(|_| live.table_exists) else {
         let table = format!(
@@ -227,10 +248,25 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         };
     };
     found.hook(chain);
-    found.set(live);
-    // Elements: both lists are sorted, so one merge finds what to add and what to remove.
-    let (add, remove) = sorted_difference(&desired.elements, &live.elements);
-    found.elements(&add, &remove, &live.odd_elements);
+    found.sets(desired, live);
+    // Elements, set by set: both lists are sorted, so one merge finds what to add and what
+    // to remove.
+    let mut changes = Vec::new();
+    for (index, want) in desired.set_elements().iter().enumerate() {
+        let name = set_name(index);
+        let (have, odd) = live.set(&name).map_or((&[][..], &[][..]), |s| {
+            (&s.elements[..], &s.odd_elements[..])
+        });
+        let (add, remove) = sorted_difference(want, have);
+        found.elements(&name, &add, &remove, odd);
+        if !add.is_empty() || !remove.is_empty() {
+            changes.push(SetChange {
+                set: name,
+                remove,
+                add,
+            });
+        }
+    }
     let (entry, rest) = desired
         .rules
         .split_first()
@@ -251,8 +287,8 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         Repair::Recreate
     } else if found.rewrite {
         Repair::Rewrite
-    } else if !add.is_empty() || !remove.is_empty() {
-        Repair::Elements { remove, add }
+    } else if !changes.is_empty() {
+        Repair::Elements(changes)
     } else {
         Repair::None
     };

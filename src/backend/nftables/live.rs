@@ -2,7 +2,7 @@
 //! every rule as the same canonical text the desired model uses, with its counters. Also the
 //! neutral [`Inspection`] made from it.
 
-use super::render::{CHAIN, SET, TABLE};
+use super::render::{set_index, set_name, CHAIN, TABLE};
 use crate::backend::nfnetlink::read::{self, RuleReading};
 use crate::backend::nfnetlink::statement::{self, Stmt};
 use crate::backend::nfnetlink::{Failure, Transport};
@@ -29,16 +29,27 @@ pub(super) struct LiveRuleSpec {
     pub counters: Option<Counters>,
 }
 
+/// One of our sets as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LiveSet {
+    pub name: String,
+    /// Key type and flags as nft names them.
+    pub kind: String,
+    pub flags: Vec<String>,
+    /// Sorted.
+    pub elements: Vec<IpNet>,
+    /// Elements in a form we do not write (ranges; kept for the report).
+    pub odd_elements: Vec<String>,
+}
+
 /// What our table holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct LiveTable {
     pub table_exists: bool,
     pub chain: Option<ChainHook>,
-    /// The set's type and flags, when it exists.
-    pub set: Option<(String, Vec<String>)>,
-    pub elements: Vec<IpNet>,
-    /// Elements in a form we do not write (ranges; kept for the report).
-    pub odd_elements: Vec<String>,
+    /// Our sets (`nomasq`, `nomasq_1`, ...; other sets of the table are not ours to read),
+    /// in index order.
+    pub sets: Vec<LiveSet>,
     pub rules: Vec<LiveRuleSpec>,
 }
 
@@ -78,10 +89,21 @@ pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTa
             .map(live_rule)
             .collect();
     }
-    if let Some(set) = read::set(t, family, TABLE, SET)? {
-        live.set = Some((set.key_type, set.flags));
-        live.elements = set.nets;
-        live.odd_elements = set.odd;
+    let mut ours: Vec<(usize, String)> = read::set_names(t, family, TABLE)?
+        .into_iter()
+        .filter_map(|name| Some((set_index(&name)?, name)))
+        .collect();
+    ours.sort();
+    for (_, name) in ours {
+        if let Some(set) = read::set(t, family, TABLE, &name)? {
+            live.sets.push(LiveSet {
+                name,
+                kind: set.key_type,
+                flags: set.flags,
+                elements: set.nets,
+                odd_elements: set.odd,
+            });
+        }
     }
     Ok(live)
 }
@@ -97,12 +119,18 @@ impl LiveTable {
                 priority: super::render::PRIORITY_VALUE,
                 policy: "accept".into(),
             }),
-            set: Some((
-                super::render::address_type(table.family).into(),
-                vec!["interval".into()],
-            )),
-            elements: table.elements.clone(),
-            odd_elements: Vec::new(),
+            sets: table
+                .set_elements()
+                .into_iter()
+                .enumerate()
+                .map(|(index, elements)| LiveSet {
+                    name: set_name(index),
+                    kind: super::render::address_type(table.family).into(),
+                    flags: vec!["interval".into()],
+                    elements,
+                    odd_elements: Vec::new(),
+                })
+                .collect(),
             rules: table
                 .rules
                 .iter()
@@ -115,9 +143,14 @@ impl LiveTable {
         }
     }
 
+    /// The set named `name`, when we read it.
+    pub fn set(&self, name: &str) -> Option<&LiveSet> {
+        self.sets.iter().find(|s| s.name == name)
+    }
+
     /// The neutral view: the chain's postrouting hook is the way in, with the local skip
-    /// when `fib daddr type local return` is the first rule; one keep rule per set element;
-    /// the other rules typed. The reading itself goes along for `compare`.
+    /// when `fib daddr type local return` is the first rule; one keep rule per element of
+    /// the set a lookup names; the other rules typed. The reading itself goes along for `compare`.
     pub fn inspection(&self) -> Inspection {
         let hooked = self.table_exists
             && self
@@ -142,8 +175,9 @@ impl LiveTable {
         let owned = self.rules.iter().skip(usize::from(skip.is_some()));
         for rule in owned {
             let described = describe(&rule.statements);
-            if described.set_lookup {
-                for element in &self.elements {
+            if let Some(name) = &described.set_lookup {
+                let elements = self.set(name).map_or(&[][..], |s| &s.elements[..]);
+                for element in elements {
                     let mut matches = described.matches.clone();
                     matches.destination = Some(AddressMatch {
                         negated: false,
@@ -155,7 +189,7 @@ impl LiveTable {
                         verdict: described.verdict.clone(),
                         comment: rule.comment.clone(),
                         counters: None,
-                        text: format!("element {element} of set {SET}"),
+                        text: format!("element {element} of set {name}"),
                     });
                 }
                 continue;
@@ -187,8 +221,8 @@ pub(super) const LOCAL_SKIP: &str = "fib daddr type local return";
 struct Described {
     matches: Matches,
     verdict: Verdict,
-    /// `daddr @nomasq`: the rule stands for one rule per element.
-    set_lookup: bool,
+    /// `daddr @nomasq`: the rule stands for one rule per element of that set of ours.
+    set_lookup: Option<String>,
 }
 
 /// `10.0.0.0/8`, `{ 10.0.0.0/8, 192.168.0.1 }` (bare addresses are host prefixes); the words
@@ -213,15 +247,15 @@ fn describe(statements: &str) -> Described {
     let words: Vec<&str> = statements.split_whitespace().collect();
     let mut matches = Matches::default();
     let mut verdict = None;
-    let mut set_lookup = false;
+    let mut set_lookup = None;
     let (mut ports, mut weight, mut fully_random) = (None, None, false);
     let mut i = 0;
     while i < words.len() {
         let rest = &words[i..];
         let taken = match rest {
             ["ip" | "ip6", side @ ("saddr" | "daddr"), tail @ ..] => match address_match(tail) {
-                Some((AddressWords::SetLookup, used)) if *side == "daddr" => {
-                    set_lookup = true;
+                Some((AddressWords::SetLookup(name), used)) if *side == "daddr" => {
+                    set_lookup = Some(name);
                     Some(2 + used)
                 }
                 Some((AddressWords::Match(found), used)) => {
@@ -300,16 +334,20 @@ fn describe(statements: &str) -> Described {
 /// What follows `ip saddr` / `ip daddr`.
 enum AddressWords {
     Match(AddressMatch),
-    /// `@nomasq`: our set.
-    SetLookup,
+    /// `@nomasq`, `@nomasq_1`, ...: a set of ours.
+    SetLookup(String),
 }
 
-/// `[!=] (CIDR | { CIDR, ... } | @nomasq)`, and how many words it took.
+/// `[!=] (CIDR | { CIDR, ... } | @nomasq...)`, and how many words it took.
 fn address_match(tail: &[&str]) -> Option<(AddressWords, usize)> {
     let negated = tail.first() == Some(&"!=");
     let tail = &tail[usize::from(negated)..];
-    if !negated && tail.first() == Some(&format!("@{SET}").as_str()) {
-        return Some((AddressWords::SetLookup, 1));
+    let ours = tail
+        .first()
+        .and_then(|w| w.strip_prefix('@'))
+        .filter(|name| set_index(name).is_some());
+    if let (false, Some(name)) = (negated, ours) {
+        return Some((AddressWords::SetLookup(name.to_string()), 1));
     }
     let (nets, used) = addresses(tail)?;
     Some((

@@ -201,8 +201,12 @@ impl Nftables {
         batch: &Finished,
     ) -> Result<Option<u32>, BackendError> {
         match repair {
-            Repair::Elements { remove, add }
-                if remove.len() + add.len() <= NOTIFIED_ELEMENT_CHANGES =>
+            Repair::Elements(changes)
+                if changes
+                    .iter()
+                    .map(|c| c.remove.len() + c.add.len())
+                    .sum::<usize>()
+                    <= NOTIFIED_ELEMENT_CHANGES =>
             {
                 self.apply(batch)?;
             }
@@ -213,7 +217,7 @@ impl Nftables {
             repair => {
                 *self.monitor.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 let outcome = match repair {
-                    Repair::Elements { .. } => self.apply(batch),
+                    Repair::Elements(_) => self.apply(batch),
                     _ => self.apply_taking_over(
                         table,
                         desired.names.chain.as_str(),
@@ -388,7 +392,7 @@ impl Backend for Nftables {
         // The batch to send, and the nft text it decodes to (what a dry run prints).
         let batch = match &drift.repair {
             Repair::None => None,
-            Repair::Elements { remove, add } => Some(table.element_batch(remove, add)),
+            Repair::Elements(changes) => Some(table.element_batch(changes)),
             Repair::Rewrite => Some(table.batch(false, &Leftovers::default())?),
             Repair::Recreate => Some(table.batch(true, &Leftovers::default())?),
         };

@@ -39,9 +39,9 @@ proptest! {
         let table = DesiredTable::new(&desired).expect("a table");
         let mut live = LiveTable::written(&table);
         for index in &deleted {
-            if !live.elements.is_empty() {
-                let n = live.elements.len();
-                live.elements.remove(index % n);
+            if !live.sets[0].elements.is_empty() {
+                let n = live.sets[0].elements.len();
+                live.sets[0].elements.remove(index % n);
             }
         }
         if skip_deleted {
@@ -61,7 +61,7 @@ proptest! {
             let (src, dst) = (IpAddr::V4(src.into()), IpAddr::V4(dst.into()));
             let kept = (local && skips_local)
                 || hand_rule.is_some_and(|n| IpNet::V4(n).contains(&dst))
-                || live.elements.iter().any(|e| e.contains(&dst));
+                || live.sets[0].elements.iter().any(|e| e.contains(&dst));
             let expected = if kept { Action::KeepSource } else { Action::Masquerade };
             let walked = inspection.evaluate(src, dst, local);
             prop_assert_eq!(walked.action, expected, "{} -> {} (local {})", src, dst, local);

@@ -30,8 +30,12 @@ fn ports() -> PlanOptions {
 #[test]
 fn element_changes_are_repaired_as_element_deltas() {
     let mut live = listed();
-    live.elements.retain(|e| e.to_string() != "10.0.0.0/8");
-    live.elements.push("203.0.113.0/24".parse().unwrap());
+    live.sets[0]
+        .elements
+        .retain(|e| e.to_string() != "10.0.0.0/8");
+    live.sets[0]
+        .elements
+        .push("203.0.113.0/24".parse().unwrap());
     let drift = diff(&default_table(&ports()), &live);
     let kinds: Vec<DriftKind> = drift.differences.iter().map(|d| d.kind).collect();
     assert_eq!(kinds, [DriftKind::MissingRule, DriftKind::ExtraRule]);
@@ -39,13 +43,14 @@ fn element_changes_are_repaired_as_element_deltas() {
         drift.differences[0].detail,
         "10.0.0.0/8 missing from set nomasq"
     );
-    let Repair::Elements { remove, add } = &drift.repair else {
+    let Repair::Elements(changes) = &drift.repair else {
         panic!("{:?}", drift.repair)
     };
-    assert_eq!(remove[0].to_string(), "203.0.113.0/24");
-    assert_eq!(add[0].to_string(), "10.0.0.0/8");
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].remove[0].to_string(), "203.0.113.0/24");
+    assert_eq!(changes[0].add[0].to_string(), "10.0.0.0/8");
     assert_eq!(
-        script::render(&default_table(&ports()).element_batch(remove, add).bytes),
+        script::render(&default_table(&ports()).element_batch(changes).bytes),
         "delete element ip ipmasq nomasq { 203.0.113.0/24 }\nadd element ip ipmasq nomasq { 10.0.0.0/8 }\n"
     );
 }
@@ -262,4 +267,141 @@ fn golden_nft_scripts_with_the_extension_keys() {
         .to_vec();
     let out = golden_scripts(&config);
     crate::backend::golden::check("nft-scripts-extensions.txt", &out);
+}
+
+/// `count` disjoint /30 blocks from 10.0.0.0 up: a config whose set holds exactly `count`
+/// elements besides link-local.
+fn many_blocks(count: u32) -> Config {
+    let mut config = Config::defaults(&Options::default());
+    config.non_masquerade_cidrs = (0..count)
+        .map(|i| {
+            let base = u32::from(std::net::Ipv4Addr::new(10, 0, 0, 0)) + i * 8;
+            ipnet::IpNet::V4(ipnet::Ipv4Net::new(base.into(), 30).unwrap())
+        })
+        .collect();
+    config
+}
+
+#[test]
+fn set_names_and_counts() {
+    use super::render::{set_count, set_index, set_name, SET_CAPACITY};
+    assert_eq!(set_count(0), 1);
+    assert_eq!(set_count(SET_CAPACITY), 1);
+    assert_eq!(set_count(SET_CAPACITY + 1), 2);
+    assert_eq!(set_count(100_000), 8);
+    for index in [0, 1, 7, 12] {
+        assert_eq!(set_index(&set_name(index)), Some(index));
+    }
+    assert_eq!(set_name(0), "nomasq");
+    assert_eq!(set_name(3), "nomasq_3");
+    for other in [
+        "nomasq_0",
+        "nomasq_01",
+        "nomasq_",
+        "nomasqx",
+        "nomasq3",
+        "other",
+    ] {
+        assert_eq!(set_index(other), None, "{other}");
+    }
+}
+
+/// A list longer than one set's capacity is spread over a power of two of sets, each about
+/// the same size and none over the capacity, one lookup rule each; the table as written is
+/// in sync, walks as `decide` says, and one CIDR changed is an element repair of the sets of
+/// the changed elements only.
+#[test]
+fn a_long_list_is_spread_over_sets_and_a_change_touches_only_its_own() {
+    use super::render::{set_name, SET_CAPACITY};
+    let config = many_blocks(40_000);
+    let set = plan_family(&config, &PlanOptions::default(), Family::V4);
+    let table = DesiredTable::new(&set).unwrap();
+    assert_eq!(table.sets, 4);
+    let split = table.set_elements();
+    assert_eq!(split.iter().map(Vec::len).sum::<usize>(), 40_001);
+    for (index, elements) in split.iter().enumerate() {
+        assert!(
+            (9_000..=SET_CAPACITY).contains(&elements.len()),
+            "set {index}: {}",
+            elements.len()
+        );
+        assert!(elements.windows(2).all(|w| w[0] < w[1]));
+    }
+    let lookups: Vec<&str> = table
+        .rules
+        .iter()
+        .map(|r| r.statements.as_str())
+        .filter(|s| s.contains('@'))
+        .collect();
+    assert_eq!(
+        lookups,
+        [
+            "ip daddr @nomasq return",
+            "ip daddr @nomasq_1 return",
+            "ip daddr @nomasq_2 return",
+            "ip daddr @nomasq_3 return"
+        ]
+    );
+    let written = LiveTable::written(&table);
+    assert!(diff(&table, &written).differences.is_empty());
+    let inspection = written.inspection();
+    let mut rng = crate::plan::decide::tests::Rng(0x5e75_0f5e_75ee_d000);
+    crate::plan::decide::tests::assert_live_walk_agrees(
+        &mut rng,
+        &config,
+        &set,
+        &inspection,
+        0,
+        400,
+    );
+
+    let mut changed = config.clone();
+    changed.non_masquerade_cidrs[20_000] = "203.0.113.0/24".parse().unwrap();
+    let new_table =
+        DesiredTable::new(&plan_family(&changed, &PlanOptions::default(), Family::V4)).unwrap();
+    let drift = diff(&new_table, &written);
+    let Repair::Elements(changes) = &drift.repair else {
+        panic!("{:?}", drift.repair)
+    };
+    let touched: usize = changes.iter().map(|c| c.add.len() + c.remove.len()).sum();
+    assert_eq!(touched, 2, "{changes:?}");
+    assert!(changes.len() <= 2);
+    let text = script::render(&new_table.element_batch(changes).bytes);
+    let removed = changes.iter().find(|c| !c.remove.is_empty()).unwrap();
+    let added = changes.iter().find(|c| !c.add.is_empty()).unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "delete element ip ipmasq {} {{ 10.2.113.0/30 }}\nadd element ip ipmasq {} {{ 203.0.113.0/24 }}\n",
+            removed.set, added.set
+        )
+    );
+    assert!((0..4).map(set_name).any(|n| n == removed.set));
+}
+
+/// A list that shrinks below the capacity leaves sets that are no longer planned: the table
+/// is made anew; a set that is missing is rewritten.
+#[test]
+fn sets_no_longer_planned_recreate_the_table() {
+    let long = DesiredTable::new(&plan_family(
+        &many_blocks(20_000),
+        &PlanOptions::default(),
+        Family::V4,
+    ))
+    .unwrap();
+    let short = default_table(&PlanOptions::default());
+    let drift = diff(&short, &LiveTable::written(&long));
+    assert_eq!(drift.repair, Repair::Recreate);
+    assert!(drift
+        .differences
+        .iter()
+        .any(|d| d.detail == "set nomasq_1 is not planned (1 sets planned)"));
+    let mut live = LiveTable::written(&long);
+    live.sets.remove(1);
+    let drift = diff(&long, &live);
+    assert_eq!(drift.repair, Repair::Rewrite);
+    assert_eq!(drift.differences[0].detail, "set nomasq_1 does not exist");
+    let batch = script::render(&long.batch(false, &Leftovers::default()).unwrap().bytes);
+    assert!(batch.contains("add set ip ipmasq nomasq_1 { type ipv4_addr ; flags interval ; }"));
+    assert!(batch.contains("delete set ip ipmasq nomasq_1\n"));
 }
