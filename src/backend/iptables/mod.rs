@@ -160,23 +160,9 @@ impl Iptables {
     /// without our chain (its tables are always readable), iptables-nft without a nat table
     /// at all (one that exists may hold a rule iptables cannot show, which only the read
     /// tells); a read would add nothing there, so a failed restore fails the pass as it is.
+    /// That question is asked only after the generation gate, so a steady iptables-nft pass
+    /// sends the generation request alone.
     fn sync_plan(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
-        let chain = desired.names.chain.as_str();
-        let absent = !dry_run
-            && match self.variant {
-                Variant::Nft => probe::nft_nat_table_exists(desired.family) == Some(false),
-                Variant::Legacy => probe::legacy_holds_chain(desired.family, chain) == Some(false),
-            };
-        self.sync_read(desired, dry_run, absent)
-    }
-
-    /// A pass that reads the live chain with `-save`, or takes it as empty when `known_absent`.
-    fn sync_read(
-        &self,
-        desired: &Ruleset,
-        dry_run: bool,
-        known_absent: bool,
-    ) -> Result<SyncReport, BackendError> {
         self.check(desired)?;
         let gated = self.variant == Variant::Nft;
         // Read the id BEFORE the save, so a change during the save is never missed.
@@ -189,6 +175,12 @@ impl Iptables {
                 rules: render::rule_count(desired),
             });
         }
+        let chain = desired.names.chain.as_str();
+        let known_absent = !dry_run
+            && match self.variant {
+                Variant::Nft => probe::nft_nat_table_exists(desired.family) == Some(false),
+                Variant::Legacy => probe::legacy_holds_chain(desired.family, chain) == Some(false),
+            };
         let started = Instant::now();
         // The agent's one reader per family and pass.
         let saved = if known_absent {
