@@ -113,7 +113,7 @@ pub const AGENT: AppletDoc = AppletDoc {
         "A config file rewritten in place is read once the writer closes it (after 5 s it is read as it is); a file emptied for a moment is taken as upstream's defaults only once it has stayed empty for 2 s.",
         "At start the agent reads its cgroup's memory limit; a config whose estimated peak (the agent and the tool it runs, per backend) exceeds 90 % of it is refused like an invalid one, the last good config stays in force and /readyz answers 503 with the reason.",
         "An invalid config is logged once per change; the last good config stays in force and drift is still repaired with it. A failed sync is retried after 1 s, doubling up to the resync interval.",
-        "--backend=nftables keeps tables ip ipmasq and ip6 ipmasq (chain postrouting at priority srcnat + 10, set nomasq); a switch of backend removes the other backend's rules, only once the agent holds the node lock and its own rules are in force, so no flow goes unmasqueraded.",
+        "--backend=nftables keeps tables ip ipmasq and ip6 ipmasq (chain postrouting at priority srcnat + 10, set nomasq; a list longer than 16,384 elements is spread over nomasq, nomasq_1, ... so that a change commits only the small sets it touches); a switch of backend removes the other backend's rules, only once the agent holds the node lock and its own rules are in force, so no flow goes unmasqueraded.",
     ],
 };
 
