@@ -267,10 +267,10 @@ impl DesiredTable {
     }
 
     /// ONE transaction that makes the table this: the skeleton is declared (a no-op when it
-    /// exists), the chain flushed, the set deleted and declared again with every element, and
-    /// the rules added. The table and its hooked chain are kept (counters of the hook
-    /// survive), unless `recreate`: then the table is deleted first (the hook or the set type
-    /// changed, which cannot be altered in place). `leftovers` of iptables-nft go in the same
+    /// exists), the chain flushed, the planned sets deleted and declared again with their
+    /// elements, and the rules added. The table and its hooked chain are kept (counters of the
+    /// hook survive), unless `recreate`: then the table is deleted first (the hook or a set's
+    /// type changed, which cannot be altered in place, or a set of ours is no longer planned). `leftovers` of iptables-nft go in the same
     /// transaction.
     pub fn batch(&self, recreate: bool, leftovers: &Leftovers) -> Result<Finished, BackendError> {
         let family = self.family;
