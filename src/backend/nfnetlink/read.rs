@@ -196,63 +196,63 @@ fn set_declaration(
     }))
 }
 
-/// The names of every set of table `table` (anonymous ones too); empty when the table does
-/// not exist.
-pub(crate) fn set_names(
+/// The sets of table `table` whose names `wanted` accepts: their types, flags and elements,
+/// in the kernel's order. One dump of the table's set declarations, then one of each wanted
+/// set's elements; empty when the table does not exist.
+pub(crate) fn sets(
     t: &mut dyn Transport,
     family: Family,
     table: &str,
-) -> Result<Vec<String>, Failure> {
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, SetReading)>, Failure> {
+    let proto = wire::nfproto(family);
     let message = NfTablesMessage::GetSet(SetMessage {
         attributes: vec![SetAttribute::Table(table.into())],
     });
     let what = format!("list sets table {table}");
-    let found = match query(t, wire::nfproto(family), message, true, &what) {
+    let found = match query(t, proto, message, true, &what) {
         Ok(found) => found,
         Err(f) if missing(&f) => return Ok(Vec::new()),
         Err(f) => return Err(f),
     };
-    Ok(found
+    let declared: Vec<(String, u32, SetFlags)> = found
         .into_iter()
         .filter_map(|(_, m)| match m {
-            NfTablesMessage::NewSet(s) => s.attributes.into_iter().find_map(|a| match a {
-                SetAttribute::Name(name) => Some(name),
-                _ => None,
-            }),
+            NfTablesMessage::NewSet(s) => {
+                let (key_type, flags, _) = wire::set_declaration(&s.attributes);
+                let name = s.attributes.into_iter().find_map(|a| match a {
+                    SetAttribute::Name(name) => Some(name),
+                    _ => None,
+                })?;
+                Some((name, key_type?, flags))
+            }
             _ => None,
         })
-        .collect())
-}
-
-/// Set `set` of table `table`: its type, flags and elements; None when it does not exist.
-pub(crate) fn set(
-    t: &mut dyn Transport,
-    family: Family,
-    table: &str,
-    set: &str,
-) -> Result<Option<SetReading>, Failure> {
-    let proto = wire::nfproto(family);
-    let Some((key_type, flags)) = set_declaration(t, proto, table, set)? else {
-        return Ok(None);
-    };
-    let keys = element_keys(t, proto, table, set)?;
-    let (nets, odd) = wire::nets_of(keys);
-    let mut named = Vec::new();
-    for (flag, name) in [
-        (SetFlags::Constant, "constant"),
-        (SetFlags::Interval, "interval"),
-        (SetFlags::Timeout, "timeout"),
-    ] {
-        if flags.contains(flag) {
-            named.push(name.to_string());
+        .filter(|(name, _, _)| wanted(name))
+        .collect();
+    let mut out = Vec::with_capacity(declared.len());
+    for (name, key_type, flags) in declared {
+        let keys = element_keys(t, proto, table, &name)?;
+        let (nets, odd) = wire::nets_of(keys);
+        let mut named = Vec::new();
+        for (flag, word) in [
+            (SetFlags::Constant, "constant"),
+            (SetFlags::Interval, "interval"),
+            (SetFlags::Timeout, "timeout"),
+        ] {
+            if flags.contains(flag) {
+                named.push(word.to_string());
+            }
         }
+        let reading = SetReading {
+            key_type: wire::key_type_name(key_type),
+            flags: named,
+            nets,
+            odd,
+        };
+        out.push((name, reading));
     }
-    Ok(Some(SetReading {
-        key_type: wire::key_type_name(key_type),
-        flags: named,
-        nets,
-        odd,
-    }))
+    Ok(out)
 }
 
 /// The anonymous sets `rules` look up.

@@ -89,22 +89,17 @@ pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTa
             .map(live_rule)
             .collect();
     }
-    let mut ours: Vec<(usize, String)> = read::set_names(t, family, TABLE)?
+    live.sets = read::sets(t, family, TABLE, |name| set_index(name).is_some())?
         .into_iter()
-        .filter_map(|name| Some((set_index(&name)?, name)))
+        .map(|(name, set)| LiveSet {
+            name,
+            kind: set.key_type,
+            flags: set.flags,
+            elements: set.nets,
+            odd_elements: set.odd,
+        })
         .collect();
-    ours.sort();
-    for (_, name) in ours {
-        if let Some(set) = read::set(t, family, TABLE, &name)? {
-            live.sets.push(LiveSet {
-                name,
-                kind: set.key_type,
-                flags: set.flags,
-                elements: set.nets,
-                odd_elements: set.odd,
-            });
-        }
-    }
+    live.sets.sort_by_key(|s| set_index(&s.name));
     Ok(live)
 }
 
