@@ -92,6 +92,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
         }
         'ipmasq;explain' {
             [CompletionResult]::new('--from', '--from', [CompletionResultType]::ParameterName, 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST''s family, else any source]')
+            [CompletionResult]::new('--out-interface', '--out-interface', [CompletionResultType]::ParameterName, 'The interface the traffic leaves by, for a config scoped with outputInterfaces (rules that match on the interface cannot be judged without it)')
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Explain with this config file [default: the running agent''s config, else /etc/config/ip-masq-agent]')
             [CompletionResult]::new('--config-dir', '--config-dir', [CompletionResultType]::ParameterName, 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
@@ -137,6 +138,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat warnings as errors')
             [CompletionResult]::new('--print-effective', '--print-effective', [CompletionResultType]::ParameterName, 'Also print the effective config (after defaults) of each valid input')
             [CompletionResult]::new('--merged', '--merged', [CompletionResultType]::ParameterName, 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry')
+            [CompletionResult]::new('--no-node-checks', '--no-node-checks', [CompletionResultType]::ParameterName, 'Skip the checks against this machine''s addresses and interfaces (whether it holds the outputAddress, whether each outputInterfaces pattern matches an interface here): for a CI runner that is no node')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')

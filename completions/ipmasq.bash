@@ -241,13 +241,17 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__explain)
-            opts="-o -h -V --from --config --config-dir --no-live --state-dir --output --color --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --help --version"
+            opts="-o -h -V --from --out-interface --config --config-dir --no-live --state-dir --output --color --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --from)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --out-interface)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -471,7 +475,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__validate)
-            opts="-o -h -V --strict --output --print-effective --merged --color --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
+            opts="-o -h -V --strict --output --print-effective --merged --color --no-node-checks --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

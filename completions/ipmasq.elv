@@ -86,6 +86,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         }
         &'ipmasq;explain'= {
             cand --from 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST''s family, else any source]'
+            cand --out-interface 'The interface the traffic leaves by, for a config scoped with outputInterfaces (rules that match on the interface cannot be judged without it)'
             cand --config 'Explain with this config file [default: the running agent''s config, else /etc/config/ip-masq-agent]'
             cand --config-dir 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)'
             cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
@@ -129,6 +130,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --strict 'Treat warnings as errors'
             cand --print-effective 'Also print the effective config (after defaults) of each valid input'
             cand --merged 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
+            cand --no-node-checks 'Skip the checks against this machine''s addresses and interfaces (whether it holds the outputAddress, whether each outputInterfaces pattern matches an interface here): for a CI runner that is no node'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'

@@ -88,6 +88,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l wide -d 'Add each
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l from -d 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST\'s family, else any source]' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l out-interface -d 'The interface the traffic leaves by, for a config scoped with outputInterfaces (rules that match on the interface cannot be judged without it)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config -d 'Explain with this config file [default: the running agent\'s config, else /etc/config/ip-masq-agent]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config-dir -d 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
@@ -138,6 +139,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l nomasq-all-re
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l strict -d 'Treat warnings as errors'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l print-effective -d 'Also print the effective config (after defaults) of each valid input'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l merged -d 'Merge each directory\'s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l no-node-checks -d 'Skip the checks against this machine\'s addresses and interfaces (whether it holds the outputAddress, whether each outputInterfaces pattern matches an interface here): for a CI runner that is no node'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'

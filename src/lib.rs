@@ -2,6 +2,7 @@
 //!
 //! The library holds everything; `main.rs` only hands the process arguments to [`cmd::main`].
 
+pub(crate) mod addresses;
 pub(crate) mod agent;
 pub(crate) mod backend;
 pub(crate) mod cli;

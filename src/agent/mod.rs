@@ -53,6 +53,8 @@ enum Trigger {
     Timer,
     ConfigChanged,
     Hangup,
+    /// An address of this node came or went (worth a pass only with `outputAddress`).
+    AddressChanged,
 }
 
 /// What the event loop asks of the reconcile thread.
@@ -207,11 +209,18 @@ fn reconcile_thread(
             written = Some(state.clone());
         }
         let _ = passes_done.send(());
-        // Wait for the next trigger; a burst of commands makes one pass.
-        trigger = match commands.recv_timeout(reconciler.status.next_pass_in) {
-            Ok(Command::Pass(t)) => t,
-            Err(RecvTimeoutError::Timeout) => Trigger::Timer,
-            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return reconciler,
+        // Wait for the next trigger; a burst of commands makes one pass. An address change
+        // matters only to a config that names an output address.
+        let wait_until = Instant::now() + reconciler.status.next_pass_in;
+        trigger = loop {
+            let left = wait_until.saturating_duration_since(Instant::now());
+            match commands.recv_timeout(left) {
+                Ok(Command::Pass(Trigger::AddressChanged)) if !reconciler.uses_node_addresses() => {
+                }
+                Ok(Command::Pass(t)) => break t,
+                Err(RecvTimeoutError::Timeout) => break Trigger::Timer,
+                Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return reconciler,
+            }
         };
         loop {
             match commands.try_recv() {
@@ -307,6 +316,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     };
     // A config change waiting to settle; the loop keeps serving signals meanwhile.
     let mut settling: Option<watch::Settling> = None;
+    let addresses = subscribe_to_address_changes();
     let signal_name = loop {
         let deadline = settling.map(|s| s.deadline(watch.writing(), SETTLE, WRITER_DEADLINE));
         let settled = async move {
@@ -343,6 +353,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                 config_in_flux.store(false, std::sync::atomic::Ordering::Release);
                 let _ = commands.send(Command::Pass(Trigger::ConfigChanged));
             }
+            () = address_changed(&addresses) => drop(commands.send(Command::Pass(Trigger::AddressChanged))),
             _ = sighup.recv() => {
                 info!("SIGHUP: re-reading the config and re-syncing");
                 let _ = commands.send(Command::Pass(Trigger::Hangup));
@@ -361,6 +372,46 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         (backend_id, names),
     )
     .await
+}
+
+/// The subscription to this node's address changes, registered with the runtime; None (with
+/// a warning) when the kernel refuses it.
+fn subscribe_to_address_changes(
+) -> Option<tokio::io::unix::AsyncFd<crate::addresses::AddressEvents>> {
+    let registered = crate::addresses::AddressEvents::subscribe().and_then(|events| {
+        // SAFETY: `AddressEvents` owns its socket for its whole life and always reports the
+        // same descriptor; the AsyncFd owns it, so the fd outlives the registration.
+        unsafe { tokio::io::unix::AsyncFd::register(events) }.map_err(std::io::Error::from)
+    });
+    match registered {
+        Ok(events) => Some(events),
+        Err(err) => {
+            warn!(error = %err, "cannot subscribe to address changes; an outputAddress is re-resolved at each resync only");
+            None
+        }
+    }
+}
+
+/// Returns once an address of this node changed, having read every pending notification
+/// (never, without a subscription): then a pass re-resolves `outputAddress` at once, not at
+/// the next resync.
+async fn address_changed(
+    events: &Option<tokio::io::unix::AsyncFd<crate::addresses::AddressEvents>>,
+) {
+    let Some(events) = events else {
+        return std::future::pending().await;
+    };
+    loop {
+        let Ok(mut guard) = events.readable().await else {
+            return std::future::pending().await;
+        };
+        let any = guard.get_inner().drain();
+        guard.clear_ready();
+        if any {
+            debug!("an address of this node changed");
+            return;
+        }
+    }
 }
 
 /// The stop on SIGTERM/SIGINT. With --cleanup-on-exit, our rules go, but only if this agent

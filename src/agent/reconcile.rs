@@ -445,7 +445,66 @@ impl Reconciler {
         }
     }
 
+    /// Whether the active config names an output address: then the node's addresses are
+    /// read at every pass, and an address change is worth a pass.
+    pub fn uses_node_addresses(&self) -> bool {
+        self.active.as_ref().is_some_and(|config| {
+            crate::plan::families(&self.settings.plan, config)
+                .iter()
+                .any(|f| {
+                    config
+                        .output_address_of(*f == crate::plan::Family::V6)
+                        .is_some()
+                })
+        })
+    }
+
+    /// Resolves the active config's output addresses against the node's addresses now; a new
+    /// resolution makes a new plan. An error when the node holds none the config names.
+    fn resolve_egress(&mut self) -> Result<(), BackendError> {
+        let resolved = match &self.active {
+            Some(config) if self.uses_node_addresses() => {
+                let families = crate::plan::families(&self.settings.plan, config);
+                let addresses = crate::addresses::node_addresses().map_err(|err| {
+                    BackendError::Node(format!("cannot read this node's addresses: {err}"))
+                })?;
+                crate::plan::egress::resolve(config, &families, &addresses).map_err(|err| {
+                    BackendError::Node(format!(
+                        "{err}; the last good rules stay in force until the address is back or the config changes"
+                    ))
+                })?
+            }
+            _ => crate::plan::ResolvedEgress::default(),
+        };
+        if resolved != self.settings.plan.egress {
+            if resolved != crate::plan::ResolvedEgress::default() {
+                info!(
+                    ipv4 = %resolved.v4.map_or("masquerade".to_string(), |a| a.to_string()),
+                    ipv6 = %resolved.v6.map_or("masquerade".to_string(), |a| a.to_string()),
+                    "output address resolved on this node"
+                );
+            }
+            self.settings.plan.egress = resolved;
+            self.planned = None;
+        }
+        Ok(())
+    }
+
     fn sync(&mut self) -> Pass {
+        if self.active.is_none() {
+            return Pass::NoValidConfig;
+        }
+        if let Err(err) = self.resolve_egress() {
+            let message = err.to_string();
+            let retry_in_s = self.retry_after_this_failure().as_secs_f64();
+            if self.last_error.as_deref() != Some(&message) {
+                error!(error = %err, retry_in_s, "cannot use the config on this node; will retry");
+                self.last_error = Some(message);
+            } else {
+                debug!(error = %err, retry_in_s, "cannot use the config on this node, still");
+            }
+            return Pass::Failed(err);
+        }
         let Some(active) = &self.active else {
             return Pass::NoValidConfig;
         };

@@ -118,6 +118,10 @@ pub enum BackendError {
     Netlink(String),
     #[error("{0}")]
     Unsupported(String),
+    /// This node cannot serve the config (an output address it does not hold): nothing is
+    /// written, the last good rules stay.
+    #[error("{0}")]
+    Node(String),
     /// The live state could not be read completely; nothing is written on such a reading.
     #[error("{program} cannot show the {table} table: {detail}")]
     Unreadable {
@@ -283,6 +287,8 @@ pub struct Matches {
     pub destination: Option<AddressMatch>,
     /// Empty: every protocol.
     pub protocols: Vec<String>,
+    /// Only packets leaving a matching interface (`-o eth+`, `oifname "eth*"`).
+    pub output_interface: Option<crate::config::egress::InterfacePattern>,
     /// Matches no tool here can judge (a foreign or hand-edited rule), as the backend prints
     /// them: a walk takes such a rule as not matching and names it.
     pub unjudged: Vec<String>,
@@ -309,6 +315,20 @@ pub(crate) fn net_or_host(text: &str) -> Option<IpNet> {
         .ok()
 }
 
+/// One address with an optional port range, as both backends print SNAT's target:
+/// `10.0.0.5`, `10.0.0.5:1024-2000`, `fd00::5`, `[fd00::5]:1024-2000`. None for anything
+/// else (an address range, a map).
+pub(crate) fn address_and_ports(text: &str) -> Option<(std::net::IpAddr, Option<(u16, u16)>)> {
+    if let Ok(address) = text.parse() {
+        return Some((address, None));
+    }
+    let (address, range) = match text.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:")?,
+        None => text.rsplit_once(':')?,
+    };
+    Some((address.parse().ok()?, Some(port_range(range)?)))
+}
+
 /// A port range as both backends print it: `1024-29999`, or one port (`80`).
 pub(crate) fn port_range(text: &str) -> Option<(u16, u16)> {
     match text.split_once('-') {
@@ -325,8 +345,11 @@ pub(crate) fn port_range(text: &str) -> Option<(u16, u16)> {
 pub enum Verdict {
     /// The source address is kept (iptables RETURN, nftables return).
     Keep,
-    /// The source is rewritten to the outgoing interface's address.
+    /// The source is rewritten: to the outgoing interface's address (MASQUERADE), or to
+    /// `snat_to` (our SNAT to the output address).
     Masquerade {
+        /// SNAT's address; None for MASQUERADE.
+        snat_to: Option<std::net::IpAddr>,
         /// `--to-ports` / `to :A-B`.
         ports: Option<(u16, u16)>,
         /// The share of flows this rule takes (a port-range split), when not all.
@@ -507,6 +530,18 @@ impl Inspection {
         dst: std::net::IpAddr,
         local: bool,
     ) -> LiveVerdict {
+        self.evaluate_leaving(src, dst, local, None)
+    }
+
+    /// [`Inspection::evaluate`] for a packet leaving `interface`; without one, a rule that
+    /// matches on the outgoing interface cannot be judged.
+    pub fn evaluate_leaving(
+        &self,
+        src: std::net::IpAddr,
+        dst: std::net::IpAddr,
+        local: bool,
+        interface: Option<&str>,
+    ) -> LiveVerdict {
         let (decided_before, may_decide_first) = self.walk_before(src, dst);
         if let Some((stage, rule)) = decided_before {
             let rewrites = matches!(
@@ -561,9 +596,17 @@ impl Inspection {
                 unjudged.push(index);
                 continue;
             }
+            let leaves = match (&m.output_interface, interface) {
+                (None, _) => true,
+                (Some(pattern), Some(name)) => pattern.matches(name),
+                (Some(_), None) => {
+                    unjudged.push(index);
+                    continue;
+                }
+            };
             let holds =
                 |side: &Option<AddressMatch>, addr| side.as_ref().is_none_or(|s| s.holds(addr));
-            if holds(&m.destination, dst) && holds(&m.source, src) {
+            if leaves && holds(&m.destination, dst) && holds(&m.source, src) {
                 return outcome(action, Some(index), LiveReason::RuleMatched, unjudged);
             }
         }

@@ -456,6 +456,11 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "SRC")]
     pub from: Option<std::net::IpAddr>,
 
+    /// The interface the traffic leaves by, for a config scoped with outputInterfaces (rules
+    /// that match on the interface cannot be judged without it)
+    #[arg(long, value_name = "IF")]
+    pub out_interface: Option<String>,
+
     /// Explain with this config file [default: the running agent's config, else
     /// /etc/config/ip-masq-agent]
     #[arg(long, value_name = "PATH", conflicts_with = "config_dir")]
@@ -658,6 +663,12 @@ pub struct ValidateArgs {
     /// Colour the text report
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+
+    /// Skip the checks against this machine's addresses and interfaces (whether it holds the
+    /// outputAddress, whether each outputInterfaces pattern matches an interface here): for a
+    /// CI runner that is no node
+    #[arg(long)]
+    pub no_node_checks: bool,
 }
 
 /// `--metrics-addr`: an address to serve health and metrics on, or none (`off`).

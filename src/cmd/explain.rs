@@ -26,6 +26,9 @@ struct ExplainReport {
     source: Option<IpAddr>,
     /// No --from: the source was taken from masqueradeSourceCIDRs (or any source).
     source_assumed: bool,
+    /// `--out-interface`: the interface the traffic leaves by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    out_interface: Option<String>,
     family: String,
     outcome: &'static str,
     config: ConfigAnswer,
@@ -214,7 +217,7 @@ fn config_verdict(
     (config, described): (&Config, String),
     plan: &PlanOptions,
     (src, dst): (IpAddr, IpAddr),
-    local: bool,
+    (local, interface): (bool, Option<&str>),
 ) -> ConfigAnswer {
     let family = if dst.is_ipv4() {
         Family::V4
@@ -233,6 +236,18 @@ fn config_verdict(
         answer.action = Action::KeepSource;
         answer.reason = Reason::LocalDestination;
         answer.decision = None;
+    } else if let Some(interface) = interface.filter(|_| answer.action == Action::Masquerade) {
+        // As `decide_leaving`: the rewriting rules carry the interface match.
+        if config.output_interfaces.is_empty()
+            || config
+                .output_interfaces
+                .iter()
+                .any(|p| p.matches(interface))
+        {
+            return answer;
+        }
+        answer.action = Action::KeepSource;
+        answer.reason = Reason::InterfaceNotSelected;
     }
     answer
 }
@@ -261,7 +276,9 @@ pub fn run(args: &ExplainArgs) -> Exit {
         to_ports: flags.to_ports.clone(),
         // The config is judged with the flag already: its value is the one in force.
         enable_ipv6: config.enable_ipv6,
+        egress: crate::plan::ResolvedEgress::default(),
     };
+    let plan = super::with_node_egress(plan, config);
     let src = source_address(args.from, config, family);
     let packet_src = src.unwrap_or_else(|| unspecified(family));
     let local = is_local_address(dst);
@@ -269,13 +286,18 @@ pub fn run(args: &ExplainArgs) -> Exit {
         (config, judgement.described()),
         &plan,
         (packet_src, dst),
-        local,
+        (local, args.out_interface.as_deref()),
     );
 
     let (live, live_unavailable) = if args.no_live {
         (None, None)
     } else {
-        live_answer(&node, family, packet_src, (dst, local))
+        live_answer(
+            &node,
+            family,
+            packet_src,
+            (dst, local, args.out_interface.as_deref()),
+        )
     };
     if let Some(reason) = &live_unavailable {
         let reason = printable(reason);
@@ -292,6 +314,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
         destination: dst,
         source: src,
         source_assumed: args.from.is_none(),
+        out_interface: args.out_interface.clone(),
         family: family.to_string(),
         outcome,
         config: config_verdict,
@@ -318,7 +341,7 @@ fn live_answer(
     node: &Node,
     family: Family,
     src: IpAddr,
-    (dst, local): (IpAddr, bool),
+    (dst, local, interface): (IpAddr, bool, Option<&str>),
 ) -> (Option<LiveAnswer>, Option<String>) {
     let backend = node.backend();
     let names = crate::plan::Names {
@@ -336,7 +359,7 @@ fn live_answer(
         unjudged,
         decided_before,
         may_decide_first,
-    } = inspection.evaluate(src, dst, local);
+    } = inspection.evaluate_leaving(src, dst, local, interface);
     let before = |(stage, index): (usize, usize)| {
         let stage = &inspection.before[stage];
         let rule = &stage.rules[index];
@@ -417,6 +440,10 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         (Some(d), _) => format!(
             "decided by {} in {} ({}), the longest matching prefix",
             d.cidr, d.list, d.written
+        ),
+        (_, Reason::InterfaceNotSelected) => format!(
+            "it leaves {}, which outputInterfaces does not list: no rule rewrites it",
+            report.out_interface.as_deref().unwrap_or("?")
         ),
         (None, _) => "no listed CIDR holds it: everything else is masqueraded".to_string(),
     };

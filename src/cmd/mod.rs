@@ -96,9 +96,38 @@ pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, O
             random_fully,
             to_ports: flags.to_ports.clone(),
             enable_ipv6: flags.config_flags.ipv6(),
+            egress: crate::plan::ResolvedEgress::default(),
         },
         note,
     )
+}
+
+/// `plan` with the config's output addresses resolved against this machine's addresses, as
+/// the agent resolves them; left unresolved (described, never written) when this machine
+/// holds none the config names or its addresses cannot be read.
+pub fn with_node_egress(mut plan: PlanOptions, config: &crate::config::Config) -> PlanOptions {
+    let families = crate::plan::families(&plan, config);
+    let wanted = families.iter().any(|f| {
+        config
+            .output_address_of(*f == crate::plan::Family::V6)
+            .is_some()
+    });
+    if !wanted {
+        return plan;
+    }
+    if let Ok(addresses) = crate::addresses::node_addresses() {
+        for family in families {
+            let Some(target) = config.output_address_of(family == crate::plan::Family::V6) else {
+                continue;
+            };
+            let picked = crate::plan::egress::pick(target, &addresses);
+            match family {
+                crate::plan::Family::V4 => plan.egress.v4 = picked,
+                crate::plan::Family::V6 => plan.egress.v6 = picked,
+            }
+        }
+    }
+    plan
 }
 
 /// The rule flags as the state file records them.

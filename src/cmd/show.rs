@@ -105,6 +105,9 @@ pub struct RuleWords {
     pub source: Option<String>,
     pub destination: Option<String>,
     pub protocol: Option<String>,
+    /// `-o`/`oifname`: only traffic leaving a matching interface (`eth+`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_interface: Option<String>,
     pub to_ports: Option<String>,
     pub random_fully: bool,
     /// The share of flows, as iptables prints it (`0.46929256292`).
@@ -121,6 +124,7 @@ impl RuleWords {
             source: m.source.as_ref().map(ToString::to_string),
             destination: m.destination.as_ref().map(ToString::to_string),
             protocol: (!m.protocols.is_empty()).then(|| m.protocols.join(",")),
+            out_interface: m.output_interface.as_ref().map(ToString::to_string),
             comment: rule.comment.clone(),
             other: m.unjudged.clone(),
             ..RuleWords::default()
@@ -131,12 +135,16 @@ impl RuleWords {
                 words.action = "RETURN".into();
             }
             Verdict::Masquerade {
+                snat_to,
                 ports,
                 weight,
                 fully_random,
             } => {
                 words.verdict = "masquerade";
-                words.action = "MASQUERADE".into();
+                words.action = match snat_to {
+                    Some(address) => format!("SNAT {address}"),
+                    None => "MASQUERADE".into(),
+                };
                 words.to_ports = ports.map(|(a, b)| {
                     if a == b {
                         a.to_string()
@@ -304,6 +312,9 @@ fn table(family: &FamilyReport, wide: bool, kind: BackendKind) -> String {
             (None, None) => String::new(),
         };
         let mut options = Vec::new();
+        if let Some(interface) = &v.out_interface {
+            options.push(format!("out {interface}"));
+        }
         if v.random_fully {
             options.push("random-fully".to_string());
         }
@@ -656,6 +667,7 @@ fn sync_verdict(
 ) -> SyncVerdict {
     let backend = node.backend();
     let (plan, _) = plan_options(&node.flags, backend);
+    let plan = super::with_node_egress(plan, &judgement.config);
     let mut differences = Vec::new();
     for family in crate::plan::families(&plan, &judgement.config) {
         let desired = plan_family(&judgement.config, &plan, family);
@@ -723,6 +735,7 @@ mod tests {
                 ..Matches::default()
             },
             verdict: Verdict::Masquerade {
+                snat_to: None,
                 ports,
                 weight,
                 fully_random: true,

@@ -169,6 +169,9 @@ impl Entry {
         source: Option<std::rc::Rc<String>>,
     ) -> Self {
         let (config, mut diagnostics) = checked.into_parts();
+        if let Some(config) = &config {
+            diagnostics.extend(node_findings(config));
+        }
         if strict {
             for d in diagnostics
                 .iter_mut()
@@ -504,8 +507,49 @@ fn empty_input(strict: bool) -> Entry {
     )
 }
 
+/// This machine's addresses and interface names, read once per report when a config names
+/// an output address or interfaces (None: node checks are off, or they cannot be read).
+type NodeView = Option<(Vec<crate::plan::egress::NodeAddress>, Vec<String>)>;
+
+thread_local! {
+    /// Whether this report checks configs against this machine (`--no-node-checks` turns it
+    /// off), and what it read of the machine.
+    static NODE: std::cell::RefCell<(bool, Option<NodeView>)> = const { std::cell::RefCell::new((false, None)) };
+}
+
+/// The findings about a valid config's egress keys on this machine (see
+/// [`crate::plan::egress::node_findings`]); none with `--no-node-checks`, none when the
+/// config has no egress key.
+fn node_findings(config: &Config) -> Vec<Diagnostic> {
+    if config.output_address.is_none()
+        && config.output_address_ipv6.is_none()
+        && config.output_interfaces.is_empty()
+    {
+        return Vec::new();
+    }
+    NODE.with(|node| {
+        let mut node = node.borrow_mut();
+        if !node.0 {
+            return Vec::new();
+        }
+        let view = node.1.get_or_insert_with(|| {
+            Some((
+                crate::addresses::node_addresses().ok()?,
+                crate::addresses::interface_names().ok()?,
+            ))
+        });
+        match view {
+            Some((addresses, names)) => {
+                crate::plan::egress::node_findings(config, addresses, names)
+            }
+            None => Vec::new(),
+        }
+    })
+}
+
 /// Builds the report for the given arguments (reads the inputs, writes nothing).
 pub fn build_report(args: &ValidateArgs) -> Report {
+    NODE.with(|node| *node.borrow_mut() = (!args.no_node_checks, None));
     let options = args.config.options();
     let mut results = Vec::new();
     let mut run_parts = RunParts::default();

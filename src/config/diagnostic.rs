@@ -35,6 +35,12 @@ pub enum Code {
     /// A resync interval below the floor; the floor is used.
     ResyncBelowFloor,
     LinkLocalConflict,
+    /// An `outputAddress[IPv6]` that is no address or prefix of its family.
+    InvalidOutputAddress,
+    /// An `outputInterfaces` entry that is no interface name or pattern.
+    InvalidInterface,
+    /// Merged files name different output addresses of one family.
+    OutputAddressConflict,
     NoConfigMap,
     ConfigMapWithoutConfig,
     /// Nothing at all to check (an empty pipe: the command before it failed).
@@ -61,6 +67,16 @@ pub enum Code {
     ForcedAndKept,
     /// A directory of configs holds no `ip-masq*` file: upstream's defaults apply.
     NoConfigFiles,
+    /// `outputInterfaces` is given but empty: traffic leaving every interface is considered.
+    EmptyInterfaceList,
+    /// `outputAddressIPv6` without IPv6 managed: it has no effect.
+    OutputAddressUnused,
+    /// An interface pattern inside another listed one.
+    CoveredInterface,
+    /// `validate` on a node: this node holds no address the output address names.
+    OutputAddressNotHere,
+    /// `validate` on a node: the output address is on no listed interface's subnet.
+    OutputAddressOffInterfaces,
     /// Input ipmasq reads but upstream ip-masq-agent rejects (a file starting with `{` that is
     /// not strict JSON): after a rollback to upstream that node installs no rules.
     UpstreamRejects,
@@ -69,11 +85,13 @@ pub enum Code {
     IpmasqExtension,
     /// A ConfigMap key read as one file of a `--config-dir` merge (ip-masq-agent-v2).
     ConfigDirKey,
+    /// `validate` on a node: an `outputInterfaces` entry matches no interface here.
+    InterfaceNotHere,
 }
 
 impl Code {
     /// Every code, in documentation order.
-    pub const ALL: [Code; 37] = [
+    pub const ALL: [Code; 46] = [
         Code::Io,
         Code::YamlSyntax,
         Code::NotAMapping,
@@ -88,6 +106,9 @@ impl Code {
         Code::InvalidDuration,
         Code::NonPositiveDuration,
         Code::LinkLocalConflict,
+        Code::InvalidOutputAddress,
+        Code::InvalidInterface,
+        Code::OutputAddressConflict,
         Code::ForcedAndKept,
         Code::NoConfigMap,
         Code::ConfigMapWithoutConfig,
@@ -109,8 +130,14 @@ impl Code {
         Code::Ipv6FlagOverridesFile,
         Code::NoConfigFiles,
         Code::UpstreamRejects,
+        Code::EmptyInterfaceList,
+        Code::OutputAddressUnused,
+        Code::CoveredInterface,
+        Code::OutputAddressNotHere,
+        Code::OutputAddressOffInterfaces,
         Code::IpmasqExtension,
         Code::ConfigDirKey,
+        Code::InterfaceNotHere,
     ];
 
     /// The severity a finding with this code has (before `validate --strict`), and what it
@@ -132,6 +159,9 @@ impl Code {
             Code::InvalidDuration => (Error, "a resyncInterval that is not a Go duration"),
             Code::NonPositiveDuration => (Error, "a zero or negative resyncInterval"),
             Code::LinkLocalConflict => (Error, "linkLocal contradicts masqLinkLocal"),
+            Code::InvalidOutputAddress => (Error, "an outputAddress or outputAddressIPv6 that is not an address or aligned prefix of its family"),
+            Code::InvalidInterface => (Error, "an outputInterfaces entry that is not an interface name, with an optional trailing + or * wildcard"),
+            Code::OutputAddressConflict => (Error, "merged files that name different output addresses of one family"),
             Code::ForcedAndKept => (Error, "one CIDR both in forceMasqueradeCIDRs and nonMasqueradeCIDRs (also across merged files)"),
             Code::NoConfigMap => (Error, "a manifest without a ConfigMap"),
             Code::ConfigMapWithoutConfig => (Error, "a ConfigMap without data.config"),
@@ -153,8 +183,14 @@ impl Code {
             Code::SourceFamilyUnscoped => (Warning, "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped"),
             Code::NoConfigFiles => (Warning, "a --config-dir without ip-masq* files: the defaults apply"),
             Code::UpstreamRejects => (Warning, "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment)"),
-            Code::IpmasqExtension => (Info, "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6)"),
+            Code::EmptyInterfaceList => (Warning, "outputInterfaces is empty: traffic leaving every interface is considered"),
+            Code::OutputAddressUnused => (Warning, "outputAddressIPv6 while IPv6 is not managed: it has no effect"),
+            Code::CoveredInterface => (Warning, "an outputInterfaces entry inside another listed pattern"),
+            Code::OutputAddressNotHere => (Info, "validate on a node: this node holds no address the output address names (the agent would refuse the config here)"),
+            Code::OutputAddressOffInterfaces => (Warning, "validate on a node: the output address is on none of the listed interfaces"),
+            Code::IpmasqExtension => (Info, "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6, outputAddress, outputAddressIPv6, outputInterfaces)"),
             Code::ConfigDirKey => (Info, "a ConfigMap key starting with ip-masq, read as one file of a --config-dir merge (ip-masq-agent-v2); upstream's v1 DaemonSet mounts only data.config"),
+            Code::InterfaceNotHere => (Info, "validate on a node: an outputInterfaces entry matches no interface here (nodes differ)"),
         }
     }
 
@@ -198,6 +234,15 @@ impl Code {
             Code::UpstreamRejects => "upstream-rejects",
             Code::IpmasqExtension => "ipmasq-extension",
             Code::ConfigDirKey => "config-dir-key",
+            Code::InvalidOutputAddress => "invalid-output-address",
+            Code::InvalidInterface => "invalid-interface",
+            Code::OutputAddressConflict => "output-address-conflict",
+            Code::EmptyInterfaceList => "empty-interface-list",
+            Code::OutputAddressUnused => "output-address-unused",
+            Code::CoveredInterface => "covered-interface",
+            Code::OutputAddressNotHere => "output-address-not-here",
+            Code::OutputAddressOffInterfaces => "output-address-off-interfaces",
+            Code::InterfaceNotHere => "interface-not-here",
         }
     }
 }

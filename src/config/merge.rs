@@ -77,6 +77,54 @@ pub fn read_parts(
         .collect()
 }
 
+/// A part's place, named by its file.
+fn in_file(mut place: Place, file: &Arc<str>) -> Place {
+    place.file = Some(file.clone());
+    place
+}
+
+/// Files that name another output address of a family than the one the merge took (the first
+/// file's): an error naming both places.
+fn output_address_conflicts(configs: &[(&Arc<str>, &Config)], merged: &Config) -> Vec<Diagnostic> {
+    let mut found = Vec::new();
+    for v6 in [false, true] {
+        let Some(taken) = merged.output_address_of(v6) else {
+            continue;
+        };
+        let taken_at = if v6 {
+            &merged.provenance.output_address_ipv6
+        } else {
+            &merged.provenance.output_address
+        };
+        let key = if v6 {
+            "outputAddressIPv6"
+        } else {
+            "outputAddress"
+        };
+        for (file, config) in configs {
+            let Some(other) = config.output_address_of(v6).filter(|o| *o != taken) else {
+                continue;
+            };
+            let place = if v6 {
+                &config.provenance.output_address_ipv6
+            } else {
+                &config.provenance.output_address
+            };
+            let first = taken_at.clone().unwrap_or_default();
+            found.push(
+                Diagnostic::error(
+                    Code::OutputAddressConflict,
+                    format!("{key}: {other} here contradicts {taken} at {first}"),
+                )
+                .at_opt(place.as_ref().and_then(|p| p.location))
+                .in_file((*file).clone())
+                .hint(format!("give {key} in one file of the directory only")),
+            );
+        }
+    }
+    found
+}
+
 /// Appends `nets` (with their places) to a union, skipping what it holds already.
 fn union_into(
     nets: &[IpNet],
@@ -139,6 +187,36 @@ fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config 
         merged.masq_link_local |= config.masq_link_local;
         merged.masq_link_local_ipv6 |= config.masq_link_local_ipv6;
         merged.enable_ipv6 |= config.enable_ipv6;
+        for pattern in &config.output_interfaces {
+            if !merged.output_interfaces.contains(pattern) {
+                merged.output_interfaces.push(pattern.clone());
+            }
+        }
+        if provenance.output_interfaces.is_none() {
+            provenance.output_interfaces =
+                given.output_interfaces.clone().map(|p| in_file(p, file));
+        }
+        for v6 in [false, true] {
+            let (value, place) = if v6 {
+                (config.output_address_ipv6, &given.output_address_ipv6)
+            } else {
+                (config.output_address, &given.output_address)
+            };
+            let (slot, slot_place) = if v6 {
+                (
+                    &mut merged.output_address_ipv6,
+                    &mut provenance.output_address_ipv6,
+                )
+            } else {
+                (&mut merged.output_address, &mut provenance.output_address)
+            };
+            // The first file that gives one wins; a different one elsewhere is an error
+            // reported by `merge`.
+            if slot.is_none() && value.is_some() {
+                *slot = value;
+                *slot_place = place.clone().map(|p| in_file(p, file));
+            }
+        }
         if given.gave_cidr_limit {
             provenance.gave_cidr_limit = true;
             limit = Some(limit.map_or(config.cidr_limit, |l: i64| l.max(config.cidr_limit)));
@@ -157,6 +235,7 @@ fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config 
     } else {
         default_cidrs(options)
     };
+    merged.output_interfaces.sort();
     merged.force_masquerade_cidrs = forced;
     merged.masquerade_source_cidrs = sources;
     if let Some(limit) = limit {
@@ -215,6 +294,7 @@ pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
             .push_str(" after merging the files of the directory");
     }
     check_across_lists(&merged, options, &mut found);
+    found.extend(output_address_conflicts(&configs, &merged));
     diagnostics.extend(found);
     Checked::new(merged, diagnostics)
 }

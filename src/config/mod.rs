@@ -7,6 +7,7 @@ pub mod cidr;
 mod diagnostic;
 pub mod digest;
 pub mod duration;
+pub mod egress;
 pub mod manifest;
 pub mod merge;
 mod source;
@@ -95,6 +96,17 @@ pub struct Config {
     /// (an explicit flag wins). Written out only when on.
     #[serde(rename = "enableIPv6", skip_serializing_if = "std::ops::Not::not")]
     pub enable_ipv6: bool,
+    /// ipmasq extension: IPv4 traffic that would be masqueraded is SNATed to this address (or
+    /// to the node's own address inside this prefix) instead.
+    #[serde(rename = "outputAddress", skip_serializing_if = "Option::is_none")]
+    pub output_address: Option<egress::EgressTarget>,
+    /// ipmasq extension: the same for IPv6.
+    #[serde(rename = "outputAddressIPv6", skip_serializing_if = "Option::is_none")]
+    pub output_address_ipv6: Option<egress::EgressTarget>,
+    /// ipmasq extension: when not empty, only traffic leaving these interfaces is masqueraded.
+    /// Sorted, without repeats.
+    #[serde(rename = "outputInterfaces", skip_serializing_if = "Vec::is_empty")]
+    pub output_interfaces: Vec<egress::InterfacePattern>,
     /// Where every entry was written and which keys were given.
     #[serde(skip)]
     pub provenance: Provenance,
@@ -130,6 +142,10 @@ pub struct Provenance {
     pub gave_non_masquerade_cidrs: bool,
     pub gave_cidr_limit: bool,
     pub gave_resync_interval: bool,
+    /// Where `outputAddress`, `outputAddressIPv6` and `outputInterfaces` were written.
+    pub output_address: Option<Place>,
+    pub output_address_ipv6: Option<Place>,
+    pub output_interfaces: Option<Place>,
 }
 
 impl PartialEq for Provenance {
@@ -162,6 +178,15 @@ impl ListName {
 }
 
 impl Config {
+    /// The egress value of a family (`outputAddress`, `outputAddressIPv6`).
+    pub fn output_address_of(&self, v6: bool) -> Option<egress::EgressTarget> {
+        if v6 {
+            self.output_address_ipv6
+        } else {
+            self.output_address
+        }
+    }
+
     /// Where entry `index` of `list` was written.
     pub fn place(&self, list: ListName, index: usize) -> Place {
         let places = match list {
@@ -205,6 +230,9 @@ impl Config {
             force_masquerade_cidrs: Vec::new(),
             masquerade_source_cidrs: Vec::new(),
             enable_ipv6: options.enable_ipv6,
+            output_address: None,
+            output_address_ipv6: None,
+            output_interfaces: Vec::new(),
             provenance: Provenance::default(),
         }
     }
@@ -297,6 +325,9 @@ impl Checked {
                 .iter_mut()
                 .chain(&mut provenance.force)
                 .chain(&mut provenance.sources)
+                .chain(provenance.output_address.as_mut())
+                .chain(provenance.output_address_ipv6.as_mut())
+                .chain(provenance.output_interfaces.as_mut())
             {
                 edit(place);
             }

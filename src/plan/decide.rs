@@ -20,6 +20,9 @@ pub enum Reason {
     /// The destination is an address of this node: it never enters the ruleset (the
     /// kernel's check, not `decide`'s; `explain` asks the kernel).
     LocalDestination,
+    /// The packet would be rewritten, but it leaves an interface `outputInterfaces` does not
+    /// list: no rule of ours rewrites it.
+    InterfaceNotSelected,
 }
 
 /// The verdict for one packet.
@@ -31,8 +34,23 @@ pub struct Verdict {
     pub reason: Reason,
 }
 
+/// [`decide`] for a packet leaving `interface`: a rewrite becomes a keep when the ruleset is
+/// scoped to interfaces that do not match it.
+pub fn decide_leaving(ruleset: &Ruleset, src: IpAddr, dst: IpAddr, interface: &str) -> Verdict {
+    let verdict = decide(ruleset, src, dst);
+    if verdict.action == Action::Masquerade && !ruleset.entry.selects_interface(interface) {
+        return Verdict {
+            action: Action::KeepSource,
+            decision: verdict.decision,
+            reason: Reason::InterfaceNotSelected,
+        };
+    }
+    verdict
+}
+
 /// The verdict of `ruleset` for a packet from `src` to `dst`, where `dst` is not an address
-/// of this node (local destinations never enter the ruleset: that check is the kernel's).
+/// of this node (local destinations never enter the ruleset: that check is the kernel's),
+/// leaving an interface the ruleset selects (see [`decide_leaving`]).
 pub fn decide(ruleset: &Ruleset, src: IpAddr, dst: IpAddr) -> Verdict {
     let untouched = |reason| Verdict {
         action: Action::KeepSource,
@@ -186,7 +204,61 @@ pub(crate) mod tests {
         }
         config.masq_link_local = rng.below(2) == 0;
         config.masq_link_local_ipv6 = rng.below(2) == 0;
+        if rng.below(3) == 0 {
+            let count = 1 + rng.below(2) as usize;
+            config.output_interfaces = (0..count)
+                .map(|_| {
+                    let pick =
+                        INTERFACE_PATTERNS[rng.below(INTERFACE_PATTERNS.len() as u64) as usize];
+                    crate::config::egress::InterfacePattern::parse(pick).unwrap()
+                })
+                .collect();
+            config.output_interfaces.sort();
+            config.output_interfaces.dedup();
+        }
+        if rng.below(3) == 0 {
+            let address = rng.addr(family);
+            let target = crate::config::egress::EgressTarget(IpNet::from(address));
+            match family {
+                Family::V4 => config.output_address = Some(target),
+                Family::V6 => config.output_address_ipv6 = Some(target),
+            }
+        }
         config
+    }
+
+    /// Patterns the random configs scope to, and the interfaces packets leave by.
+    const INTERFACE_PATTERNS: [&str; 4] = ["eth0", "eth+", "ens*", "wlan0"];
+    const INTERFACES: [&str; 5] = ["eth0", "eth1", "ens3", "wlan0", "bond0"];
+
+    /// The output addresses a random config names, as a node holding them resolves them.
+    pub(crate) fn node_egress(config: &Config) -> crate::plan::ResolvedEgress {
+        crate::plan::ResolvedEgress {
+            v4: config.output_address.map(|t| t.0.addr()),
+            v6: config.output_address_ipv6.map(|t| t.0.addr()),
+        }
+    }
+
+    /// The reference verdict for a packet leaving `interface`: the longest prefix's, and a
+    /// rewrite only when the interface is listed (or none is).
+    pub(crate) fn reference_verdict(
+        config: &Config,
+        src: IpAddr,
+        dst: IpAddr,
+        interface: &str,
+    ) -> Action {
+        match longest_prefix_verdict(config, src, dst) {
+            Action::Masquerade
+                if !config.output_interfaces.is_empty()
+                    && !config
+                        .output_interfaces
+                        .iter()
+                        .any(|p| p.matches(interface)) =>
+            {
+                Action::KeepSource
+            }
+            action => action,
+        }
     }
 
     /// The verdict by definition: outside the source ranges nothing happens; otherwise the
@@ -253,18 +325,30 @@ pub(crate) mod tests {
         for _ in 0..packets {
             let dst = rng.addr(set.family);
             let src = random_source(rng, config, set.family);
-            let walked = live.evaluate(src, dst, false);
+            let interface = INTERFACES[rng.below(INTERFACES.len() as u64) as usize];
+            let walked = live.evaluate_leaving(src, dst, false, Some(interface));
             assert!(walked.unjudged.is_empty(), "round {round}: {walked:?}");
             assert_eq!(
                 walked.action,
-                decide(set, src, dst).action,
-                "round {round}: {src} -> {dst}"
+                decide_leaving(set, src, dst, interface).action,
+                "round {round}: {src} -> {dst} via {interface}"
             );
             assert_eq!(
                 walked.action,
-                longest_prefix_verdict(config, src, dst),
-                "round {round}: {src} -> {dst} with {config:?}"
+                reference_verdict(config, src, dst, interface),
+                "round {round}: {src} -> {dst} via {interface} with {config:?}"
             );
+            if let Some(rule) = walked.rule.filter(|_| walked.action == Action::Masquerade) {
+                let crate::backend::Verdict::Masquerade { snat_to, .. } = live.rules[rule].verdict
+                else {
+                    panic!("round {round}: a rewrite by a rule that does not rewrite");
+                };
+                let expected = match set.masquerade.egress {
+                    crate::plan::Egress::Snat(address) => Some(address),
+                    _ => None,
+                };
+                assert_eq!(snat_to, expected, "round {round}: the rewrite's source");
+            }
         }
     }
 
@@ -272,6 +356,7 @@ pub(crate) mod tests {
     fn property_decide_is_the_longest_prefix_across_both_lists() {
         let mut rng = Rng(0x5eed_0009_f0ce_d00d);
         let (mut by_forced, mut kept_inside_forced, mut outside_sources) = (0, 0, 0);
+        let mut other_interface = 0;
         for round in 0..600 {
             let family = if round % 2 == 0 {
                 Family::V4
@@ -281,6 +366,7 @@ pub(crate) mod tests {
             let config = random_config(&mut rng, family);
             let options = PlanOptions {
                 enable_ipv6: true,
+                egress: node_egress(&config),
                 ..PlanOptions::default()
             };
             let set = plan(&config, &options)
@@ -296,6 +382,16 @@ pub(crate) mod tests {
                     longest_prefix_verdict(&config, src, dst),
                     "round {round}: {src} -> {dst} with {config:?}"
                 );
+                let interface = INTERFACES[rng.below(INTERFACES.len() as u64) as usize];
+                let leaving = decide_leaving(&set, src, dst, interface);
+                assert_eq!(
+                    leaving.action,
+                    reference_verdict(&config, src, dst, interface),
+                    "round {round}: {src} -> {dst} via {interface}"
+                );
+                if leaving.reason == Reason::InterfaceNotSelected {
+                    other_interface += 1;
+                }
                 let forced_holds = config
                     .force_masquerade_cidrs
                     .iter()
@@ -319,6 +415,10 @@ pub(crate) mod tests {
         assert!(
             outside_sources > 500,
             "{outside_sources} from outside the sources"
+        );
+        assert!(
+            other_interface > 500,
+            "{other_interface} leaving an interface not listed"
         );
     }
 

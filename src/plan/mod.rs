@@ -5,6 +5,7 @@
 //! what a ruleset does with one packet: the one truth that tests, `show` and `explain` share.
 
 pub(crate) mod decide;
+pub mod egress;
 pub mod intervals;
 mod names;
 mod ports;
@@ -12,10 +13,12 @@ mod ports;
 // `decide` serves the property tests of every backend now and `explain` next; nothing in the
 // agent's own path needs a per-packet verdict.
 #[allow(unused_imports)]
-pub use decide::{decide, Reason, Verdict};
+pub use decide::{decide, decide_leaving, Reason, Verdict};
+pub use egress::ResolvedEgress;
 pub use names::{ChainName, Names, DEFAULT_CHAIN};
 pub use ports::{PortShare, ToPorts};
 
+use crate::config::egress::{EgressTarget, InterfacePattern};
 use crate::config::{Config, LINK_LOCAL_V4, LINK_LOCAL_V6};
 use ipnet::IpNet;
 use std::fmt;
@@ -110,6 +113,9 @@ pub struct Entry {
     pub skip_local_destinations: bool,
     /// When not empty, only packets from these ranges are considered.
     pub source_ranges: Vec<IpNet>,
+    /// When not empty, only packets leaving a matching interface are rewritten (the
+    /// masquerade rules carry the match; a keep decision keeps whatever the interface).
+    pub output_interfaces: Vec<InterfacePattern>,
 }
 
 impl Default for Entry {
@@ -117,8 +123,30 @@ impl Default for Entry {
         Entry {
             skip_local_destinations: true,
             source_ranges: Vec::new(),
+            output_interfaces: Vec::new(),
         }
     }
+}
+
+impl Entry {
+    /// Whether a packet leaving `interface` may be rewritten.
+    pub fn selects_interface(&self, interface: &str) -> bool {
+        self.output_interfaces.is_empty()
+            || self.output_interfaces.iter().any(|p| p.matches(interface))
+    }
+}
+
+/// The source a rewritten packet gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Egress {
+    /// MASQUERADE: the outgoing interface's address, as upstream.
+    #[default]
+    Masquerade,
+    /// SNAT to this address of the node (`outputAddress`).
+    Snat(std::net::IpAddr),
+    /// SNAT to the node's address the config names, not resolved here (no node addresses
+    /// were read): what `validate` and `explain` describe, never what a backend writes.
+    Unresolved(EgressTarget),
 }
 
 /// How a packet that no decision keeps is masqueraded.
@@ -128,6 +156,8 @@ pub struct MasqueradeRequest {
     pub ports: Vec<PortShare>,
     /// `--random-fully`: fully randomised source ports.
     pub random_fully: bool,
+    /// Which source address.
+    pub egress: Egress,
 }
 
 /// The desired state of one family, in neutral terms. Cheap to clone (the decisions are
@@ -176,6 +206,8 @@ pub struct PlanOptions {
     pub random_fully: bool,
     pub to_ports: ToPorts,
     pub enable_ipv6: bool,
+    /// The output addresses resolved on this node (the agent's, at each pass).
+    pub egress: ResolvedEgress,
 }
 
 impl Default for PlanOptions {
@@ -185,6 +217,7 @@ impl Default for PlanOptions {
             random_fully: true,
             to_ports: ToPorts::default(),
             enable_ipv6: false,
+            egress: ResolvedEgress::default(),
         }
     }
 }
@@ -265,12 +298,26 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
                 .filter(|c| family.holds(c))
                 .copied()
                 .collect(),
+            output_interfaces: config.output_interfaces.clone(),
         },
         decisions: decisions.into(),
         masquerade: MasqueradeRequest {
             ports: options.to_ports.shares(),
             random_fully: options.random_fully,
+            egress: egress_of(config, options, family),
         },
+    }
+}
+
+/// The source of the family's rewritten packets: SNAT to the resolved output address when the
+/// config names one (and it is one the config admits), else masquerade.
+fn egress_of(config: &Config, options: &PlanOptions, family: Family) -> Egress {
+    let Some(target) = config.output_address_of(family == Family::V6) else {
+        return Egress::Masquerade;
+    };
+    match options.egress.of(family) {
+        Some(address) if target.admits(address) => Egress::Snat(address),
+        _ => Egress::Unresolved(target),
     }
 }
 

@@ -63,27 +63,7 @@ impl Topology {
     /// Starts a Python receiver in the outside namespace and waits until it has bound: the
     /// script gets `READY`, a path it must create once its sockets are bound.
     fn start_receiver(&self, script: &str) -> (std::process::Child, std::path::PathBuf) {
-        let ready = scratch_file("ready", "");
-        std::fs::remove_file(&ready).unwrap();
-        let script = script.replace("READY", &ready.display().to_string());
-        let listener = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.outside.name,
-                super::netns::PYTHON,
-                "-c",
-                &script,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start receiver");
-        assert!(
-            wait_until(Duration::from_secs(10), || ready.exists()),
-            "receiver did not bind"
-        );
-        (listener, ready)
+        start_receiver_in(&self.outside, script)
     }
 
     /// Sends UDP from the pod to `dest` and returns the source address the outside saw.
@@ -93,40 +73,80 @@ impl Topology {
 
     /// Like `source_seen`, sending from the pod's address `from` (it must have it).
     fn source_seen_from(&self, dest: &str, from: Option<&str>) -> String {
-        let port = PORT.fetch_add(1, Ordering::SeqCst);
-        let family = if dest.contains(':') {
-            "AF_INET6"
-        } else {
-            "AF_INET"
-        };
-        let receiver = format!(
-            "import socket,sys\n\
-             s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
-             s.bind(('{dest}',{port}))\n\
-             open('READY','w').close()\n\
-             s.settimeout(10)\n\
-             d,a=s.recvfrom(100)\n\
-             print(a[0])\n"
-        );
-        let (listener, ready) = self.start_receiver(&receiver);
-        let bind = from.map_or(String::new(), |a| format!("s.bind(('{a}',0))\n"));
-        let sender = format!(
-            "import socket,time\n\
-             s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
-             {bind}\
-             for _ in range(20):\n    s.sendto(b'ping',('{dest}',{port}))\n    time.sleep(0.05)\n"
-        );
-        let send = self.pod.exec(super::netns::PYTHON, &["-c", &sender]);
-        assert_eq!(send.code, 0, "sender: {}", send.stderr);
-        let out = listener.wait_with_output().expect("receiver output");
-        let _ = std::fs::remove_file(&ready);
-        assert!(
-            out.status.success(),
-            "nothing arrived at {dest}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        source_seen_between(&self.pod, &self.outside, dest, from)
     }
+}
+
+/// Starts a Python receiver in `outside` and waits until it has bound: the script gets
+/// `READY`, a path it must create once its sockets are bound.
+pub(super) fn start_receiver_in(
+    outside: &Netns,
+    script: &str,
+) -> (std::process::Child, std::path::PathBuf) {
+    let ready = scratch_file("ready", "");
+    std::fs::remove_file(&ready).unwrap();
+    let script = script.replace("READY", &ready.display().to_string());
+    let listener = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &outside.name,
+            super::netns::PYTHON,
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start receiver");
+    assert!(
+        wait_until(Duration::from_secs(10), || ready.exists()),
+        "receiver did not bind"
+    );
+    (listener, ready)
+}
+
+/// Sends UDP from `pod` (from its address `from`, if given) to `dest`, an address of
+/// `outside`, and returns the source address `outside` saw.
+pub(super) fn source_seen_between(
+    pod: &Netns,
+    outside: &Netns,
+    dest: &str,
+    from: Option<&str>,
+) -> String {
+    let port = PORT.fetch_add(1, Ordering::SeqCst);
+    let family = if dest.contains(':') {
+        "AF_INET6"
+    } else {
+        "AF_INET"
+    };
+    let receiver = format!(
+        "import socket,sys\n\
+         s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
+         s.bind(('{dest}',{port}))\n\
+         open('READY','w').close()\n\
+         s.settimeout(10)\n\
+         d,a=s.recvfrom(100)\n\
+         print(a[0])\n"
+    );
+    let (listener, ready) = start_receiver_in(outside, &receiver);
+    let bind = from.map_or(String::new(), |a| format!("s.bind(('{a}',0))\n"));
+    let sender = format!(
+        "import socket,time\n\
+         s=socket.socket(socket.{family},socket.SOCK_DGRAM)\n\
+         {bind}\
+         for _ in range(20):\n    s.sendto(b'ping',('{dest}',{port}))\n    time.sleep(0.05)\n"
+    );
+    let send = pod.exec(super::netns::PYTHON, &["-c", &sender]);
+    assert_eq!(send.code, 0, "sender: {}", send.stderr);
+    let out = listener.wait_with_output().expect("receiver output");
+    let _ = std::fs::remove_file(&ready);
+    assert!(
+        out.status.success(),
+        "nothing arrived at {dest}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 fn masquerading_with_packets(variant: &str) {

@@ -70,11 +70,15 @@ fn summary(rule: &Described) -> String {
             (None, None, false)
         }
         Some(Verdict::Masquerade {
+            snat_to,
             ports,
             weight,
             fully_random,
         }) => {
-            parts.push("MASQUERADE".to_string());
+            parts.push(match snat_to {
+                Some(address) => format!("SNAT {address}"),
+                None => "MASQUERADE".to_string(),
+            });
             (*ports, *weight, *fully_random)
         }
         Some(Verdict::Foreign(target)) => {
@@ -87,6 +91,12 @@ fn summary(rule: &Described) -> String {
         }
     };
     parts.extend(rule.matches.destination.as_ref().map(ToString::to_string));
+    parts.extend(
+        rule.matches
+            .output_interface
+            .as_ref()
+            .map(|i| format!("out {i}")),
+    );
     parts.extend(rule.matches.protocols.iter().cloned());
     parts.extend(ports.map(|(a, b)| format!("{a}-{b}")));
     parts.extend(weight.map(|w| format!("p={:.11}", w.share())));

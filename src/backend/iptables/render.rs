@@ -2,7 +2,8 @@
 //! form is what makes "in sync" a plain string comparison: when the live chain equals the
 //! rendered one, nothing is written and packet counters survive.
 
-use crate::plan::{Action, ChainName, Family, MasqueradeRequest, PortShare, Ruleset};
+use crate::config::egress::InterfacePattern;
+use crate::plan::{Action, ChainName, Egress, Family, MasqueradeRequest, PortShare, Ruleset};
 use ipnet::IpNet;
 use std::fmt::{self, Write as _};
 
@@ -14,6 +15,9 @@ pub(super) const NON_MASQ_COMMENT: &str =
 /// Comment of every MASQUERADE rule (upstream's text, byte for byte).
 pub(super) const MASQ_COMMENT: &str =
     "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)";
+/// Comment of every SNAT rule (`outputAddress`): ours, in upstream's words.
+pub(super) const SNAT_COMMENT: &str =
+    "ipmasq: outbound traffic is subject to SNAT to the output address (must be last in chain)";
 /// Comment of the rules that leave traffic from outside `masqueradeSourceCIDRs` alone.
 pub(super) const SOURCE_COMMENT: &str =
     "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
@@ -62,59 +66,95 @@ impl fmt::Display for Probability {
     }
 }
 
-/// One MASQUERADE line: for every destination (None) or one, for every protocol or one
+/// One rewriting line (MASQUERADE, or SNAT to the output address): for every destination
+/// (None) or one, leaving any interface (None) or one pattern, for every protocol or one
 /// `--to-ports` range of one protocol.
 fn masquerade_line(
     chain: &ChainName,
-    destination: Option<&IpNet>,
+    (destination, interface): (Option<&IpNet>, Option<&InterfacePattern>),
     port: Option<(&str, PortShare)>,
-    random_fully: bool,
+    request: &MasqueradeRequest,
 ) -> String {
     let mut line = format!("-A {chain}");
     if let Some(d) = destination {
         let _ = write!(line, " -d {d}");
     }
+    if let Some(i) = interface {
+        let _ = write!(line, " -o {}", i.iptables());
+    }
     if let Some((protocol, _)) = port {
         let _ = write!(line, " -p {protocol}");
     }
-    let _ = write!(line, " -m comment --comment \"{MASQ_COMMENT}\"");
+    let comment = match request.egress {
+        Egress::Masquerade => MASQ_COMMENT,
+        Egress::Snat(_) | Egress::Unresolved(_) => SNAT_COMMENT,
+    };
+    let _ = write!(line, " -m comment --comment \"{comment}\"");
     if let Some((_, share)) = port.filter(|(_, s)| !s.is_certain()) {
         let p = Probability::ratio(share.taken, share.of);
         let _ = write!(line, " -m statistic --mode random --probability {p}");
     }
-    line.push_str(" -j MASQUERADE");
-    if let Some((_, share)) = port {
-        let _ = write!(line, " --to-ports {}", share.range);
+    match request.egress {
+        Egress::Masquerade => {
+            line.push_str(" -j MASQUERADE");
+            if let Some((_, share)) = port {
+                let _ = write!(line, " --to-ports {}", share.range);
+            }
+        }
+        Egress::Snat(address) => {
+            let _ = match (address, port) {
+                (_, None) => write!(line, " -j SNAT --to-source {address}"),
+                (std::net::IpAddr::V4(a), Some((_, share))) => {
+                    write!(line, " -j SNAT --to-source {a}:{}", share.range)
+                }
+                (std::net::IpAddr::V6(a), Some((_, share))) => {
+                    write!(line, " -j SNAT --to-source [{a}]:{}", share.range)
+                }
+            };
+        }
+        // Never applied (the backend refuses an unresolved plan); described for dry runs.
+        Egress::Unresolved(target) => {
+            let _ = write!(line, " -j SNAT --to-source <address in {target}>");
+        }
     }
-    if random_fully {
+    if request.random_fully {
         line.push_str(" --random-fully");
     }
     line
 }
 
-/// The masquerade part: per protocol one line per `--to-ports` range, then the catch-all.
+/// The rewriting part: per interface pattern (or once, unscoped), per protocol one line per
+/// `--to-ports` range, then the catch-all.
 fn masquerade_lines(
     chain: &ChainName,
     destination: Option<&IpNet>,
+    interfaces: &[InterfacePattern],
     request: &MasqueradeRequest,
 ) -> Vec<String> {
     let mut lines = Vec::new();
-    for protocol in PORT_PROTOCOLS {
-        for share in &request.ports {
-            lines.push(masquerade_line(
-                chain,
-                destination,
-                Some((protocol, *share)),
-                request.random_fully,
-            ));
+    let scopes: Vec<Option<&InterfacePattern>> = if interfaces.is_empty() {
+        vec![None]
+    } else {
+        interfaces.iter().map(Some).collect()
+    };
+    for interface in scopes {
+        for protocol in PORT_PROTOCOLS {
+            for share in &request.ports {
+                lines.push(masquerade_line(
+                    chain,
+                    (destination, interface),
+                    Some((protocol, *share)),
+                    request,
+                ));
+            }
         }
+        lines.push(masquerade_line(
+            chain,
+            (destination, interface),
+            None,
+            request,
+        ));
     }
-    lines.push(masquerade_line(
-        chain,
-        destination,
-        None,
-        request.random_fully,
-    ));
     lines
 }
 
@@ -154,15 +194,23 @@ fn for_each_line(ruleset: &Ruleset, mut each: impl FnMut(&str)) {
                 each(&line);
             }
             Action::Masquerade => {
-                for masq in
-                    masquerade_lines(chain, Some(&decision.destination), &ruleset.masquerade)
-                {
+                for masq in masquerade_lines(
+                    chain,
+                    Some(&decision.destination),
+                    &ruleset.entry.output_interfaces,
+                    &ruleset.masquerade,
+                ) {
                     each(&masq);
                 }
             }
         }
     }
-    for masq in masquerade_lines(chain, None, &ruleset.masquerade) {
+    for masq in masquerade_lines(
+        chain,
+        None,
+        &ruleset.entry.output_interfaces,
+        &ruleset.masquerade,
+    ) {
         each(&masq);
     }
 }
@@ -210,7 +258,8 @@ impl Rendered {
 
 /// How many rules `Rendered::new(ruleset)` writes, without rendering them.
 pub(super) fn rule_count(ruleset: &Ruleset) -> usize {
-    let masquerade = PORT_PROTOCOLS.len() * ruleset.masquerade.ports.len() + 1;
+    let masquerade = (PORT_PROTOCOLS.len() * ruleset.masquerade.ports.len() + 1)
+        * ruleset.entry.output_interfaces.len().max(1);
     ruleset
         .decisions
         .iter()

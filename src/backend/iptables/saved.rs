@@ -282,6 +282,7 @@ pub(super) fn describe_rule(line: &str) -> Described {
     let tokens = tokenize(line);
     let mut out = Described::default();
     let (mut target, mut ports, mut weight, mut fully_random) = (None, None, None, false);
+    let mut snat_to = None;
     // Skip "-A CHAIN".
     let mut i = if tokens.first().map(String::as_str) == Some("-A") {
         2
@@ -299,12 +300,15 @@ pub(super) fn describe_rule(line: &str) -> Described {
             (Some("-d"), Some(v)) => {
                 address_list(v, negated).map(|m| out.matches.destination = Some(m))
             }
+            (Some("-o"), Some(v)) if !negated => crate::config::egress::InterfacePattern::parse(v)
+                .ok()
+                .map(|p| out.matches.output_interface = Some(p)),
             (Some("-p"), Some(v)) if !negated => {
                 out.matches.protocols = vec![v.to_string()];
                 Some(())
             }
             (Some("-j"), Some(v)) if !negated => {
-                if v != "RETURN" && v != "MASQUERADE" {
+                if v != "RETURN" && v != "MASQUERADE" && v != "SNAT" {
                     // Another target: what follows are its own options.
                     target = Some(tokens[i + 1..].join(" "));
                     break;
@@ -314,6 +318,12 @@ pub(super) fn describe_rule(line: &str) -> Described {
             }
             (Some("--to-ports"), Some(v)) if !negated => {
                 crate::backend::port_range(v).map(|p| ports = Some(p))
+            }
+            (Some("--to-source"), Some(v)) if !negated && target.as_deref() == Some("SNAT") => {
+                crate::backend::address_and_ports(v).map(|(address, range)| {
+                    snat_to = Some(address);
+                    ports = range;
+                })
             }
             (Some("--probability"), Some(v)) if !negated => weight_of(v).map(|w| weight = Some(w)),
             (Some("--comment"), Some(v)) if !negated => {
@@ -339,6 +349,13 @@ pub(super) fn describe_rule(line: &str) -> Described {
     out.verdict = target.map(|t| match t.as_str() {
         "RETURN" => Verdict::Keep,
         "MASQUERADE" => Verdict::Masquerade {
+            snat_to: None,
+            ports,
+            weight,
+            fully_random,
+        },
+        "SNAT" if snat_to.is_some() => Verdict::Masquerade {
+            snat_to,
             ports,
             weight,
             fully_random,

@@ -287,6 +287,7 @@ fn golden_transactions_for_every_flag_combination() {
                             random_fully,
                             to_ports: to_ports.parse().unwrap(),
                             enable_ipv6,
+                            ..PlanOptions::default()
                         };
                         let mut config = config.clone();
                         config.masq_link_local = masq_ll;
@@ -471,6 +472,7 @@ fn property_rendered_rules_agree_with_decide() {
         let config = random_config(&mut rng, family);
         let options = PlanOptions {
             enable_ipv6: true,
+            egress: crate::plan::decide::tests::node_egress(&config),
             to_ports: if rng.below(2) == 0 {
                 "1024-2047,4096-8191".parse().unwrap()
             } else {

@@ -66,7 +66,15 @@ pub(crate) enum Stmt {
         ports: Option<(u16, u16)>,
         flags: u32,
     },
-    /// `snat to ADDR` / `dnat to ADDR` (read from a neighbour's rules only).
+    /// `oifname "eth0"`, `oifname "eth*"`: the packet leaves a matching interface.
+    OutputInterface(crate::config::egress::InterfacePattern),
+    /// `snat to ADDR[:FIRST-LAST] [fully-random]`: one address (ours: `outputAddress`).
+    Snat {
+        to: IpAddr,
+        ports: Option<(u16, u16)>,
+        flags: u32,
+    },
+    /// `snat to ADDR` / `dnat to ADDR` of another form (read from a neighbour's rules only).
     Nat {
         kind: &'static str,
         to: String,
@@ -90,6 +98,13 @@ const NFT_LOOKUP_F_INV: u32 = 1;
 const NF_DROP: u32 = 0;
 const NF_ACCEPT: u32 = 1;
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+/// IFNAMSIZ: an exact interface name is compared as this many bytes, zero-padded.
+const IFNAMSIZ: usize = 16;
+/// `NF_NAT_RANGE_MAP_IPS`: the kernel sets it on a nat expression with an address.
+const NAT_RANGE_MAP_IPS: u32 = 0x1;
+const NFT_NAT_SNAT: u32 = 0;
+const NFPROTO_IPV4: u32 = 2;
+const NFPROTO_IPV6: u32 = 10;
 /// `protocol` names nft prints for the l4 protocols.
 const PROTOCOL_NAMES: [(u8, &str); 6] = [
     (1, "icmp"),
@@ -170,17 +185,16 @@ impl fmt::Display for Stmt {
                     Some((a, b)) => write!(f, " to :{a}-{b}")?,
                     None => {}
                 }
-                let named = [
-                    (NAT_RANGE_PROTO_RANDOM, "random"),
-                    (NAT_RANGE_PROTO_RANDOM_FULLY, "fully-random"),
-                    (NAT_RANGE_PERSISTENT, "persistent"),
-                ];
-                for (bit, name) in named {
-                    if flags & bit != 0 {
-                        write!(f, " {name}")?;
-                    }
+                write_nat_flags(f, *flags)
+            }
+            Stmt::OutputInterface(pattern) => write!(f, "oifname \"{}\"", pattern.nft()),
+            Stmt::Snat { to, ports, flags } => {
+                match (to, ports) {
+                    (_, None) => write!(f, "snat to {to}")?,
+                    (IpAddr::V4(a), Some((p, q))) => write!(f, "snat to {a}:{p}-{q}")?,
+                    (IpAddr::V6(a), Some((p, q))) => write!(f, "snat to [{a}]:{p}-{q}")?,
                 }
-                Ok(())
+                write_nat_flags(f, *flags)
             }
             Stmt::Nat { kind, to } => write!(f, "{kind} to {to}"),
             Stmt::Verdict(v) => match v {
@@ -194,6 +208,21 @@ impl fmt::Display for Stmt {
             Stmt::Other(name) => write!(f, "[{name}]"),
         }
     }
+}
+
+/// ` random`, ` fully-random`, ` persistent`, as nft prints a nat statement's flags.
+fn write_nat_flags(f: &mut fmt::Formatter<'_>, flags: u32) -> fmt::Result {
+    let named = [
+        (NAT_RANGE_PROTO_RANDOM, "random"),
+        (NAT_RANGE_PROTO_RANDOM_FULLY, "fully-random"),
+        (NAT_RANGE_PERSISTENT, "persistent"),
+    ];
+    for (bit, name) in named {
+        if flags & bit != 0 {
+            write!(f, " {name}")?;
+        }
+    }
+    Ok(())
 }
 
 /// A rule's statements as one line of nft syntax.
@@ -395,6 +424,53 @@ fn encode_masquerade(ports: Option<(u16, u16)>, flags: u32, out: &mut Vec<Expr>)
     out.push(other_expr("masq", attrs));
 }
 
+/// `oifname`: the name into register 1, compared whole (zero-padded to IFNAMSIZ) for a name,
+/// or its first bytes only for a wildcard, as nft encodes it.
+fn encode_output_interface(pattern: &crate::config::egress::InterfacePattern, out: &mut Vec<Expr>) {
+    out.push(expr(Expressions::Meta(vec![
+        Meta::DestinationRegister(Register::Reg1),
+        Meta::Key(MetaKey::Oifname),
+    ])));
+    let mut bytes = pattern.name.as_bytes().to_vec();
+    if !pattern.wildcard {
+        bytes.resize(IFNAMSIZ, 0);
+    }
+    out.push(cmp(Operator::Equal, bytes));
+}
+
+/// SNAT to one address: the address in register 1, the ports in registers 2 and 3.
+fn encode_snat(to: IpAddr, ports: Option<(u16, u16)>, flags: u32, out: &mut Vec<Expr>) {
+    let family = if to.is_ipv6() {
+        NFPROTO_IPV6
+    } else {
+        NFPROTO_IPV4
+    };
+    out.push(immediate_register(Register::Reg1, address_bytes(to)));
+    let mut attrs = vec![
+        DefaultNla::new(1, be32(NFT_NAT_SNAT)),
+        DefaultNla::new(2, be32(family)),
+        DefaultNla::new(3, be32(1)),
+    ];
+    let mut flags = flags;
+    if let Some((first, last)) = ports {
+        out.push(immediate_register(
+            Register::Reg2,
+            first.to_be_bytes().to_vec(),
+        ));
+        out.push(immediate_register(
+            Register::Reg3,
+            last.to_be_bytes().to_vec(),
+        ));
+        attrs.push(DefaultNla::new(5, be32(2)));
+        attrs.push(DefaultNla::new(6, be32(3)));
+        flags |= NAT_RANGE_PROTO_SPECIFIED;
+    }
+    if flags != 0 {
+        attrs.push(DefaultNla::new(7, be32(flags)));
+    }
+    out.push(other_expr("nat", attrs));
+}
+
 /// The expressions of `stmts`, and the anonymous sets they look up (to be added in the same
 /// batch, before the rule); `new_set` names each anonymous set.
 pub(crate) fn encode(stmts: &[Stmt], new_set: NewSet<'_>) -> Result<Vec<Expr>, String> {
@@ -437,6 +513,8 @@ pub(crate) fn encode(stmts: &[Stmt], new_set: NewSet<'_>) -> Result<Vec<Expr>, S
             Stmt::Numgen { modulus, below } => encode_numgen(*modulus, *below, &mut out),
             Stmt::Counter { .. } => out.push(other_expr("counter", Vec::new())),
             Stmt::Masquerade { ports, flags } => encode_masquerade(*ports, *flags, &mut out),
+            Stmt::OutputInterface(pattern) => encode_output_interface(pattern, &mut out),
+            Stmt::Snat { to, ports, flags } => encode_snat(*to, *ports, *flags, &mut out),
             Stmt::Verdict(v) => out.push(verdict_expr(v)),
             Stmt::Nat { .. } | Stmt::Other(_) => {
                 return Err(format!("`{stmt}` is read, never written"));
@@ -452,6 +530,7 @@ enum Loaded {
     Address { side: Side, len: u32 },
     Masked { side: Side, mask: Vec<u8> },
     Protocol,
+    OutputInterface,
     Fib { local_type: bool },
     Numgen { modulus: u32 },
     Data(Vec<u8>),
@@ -557,17 +636,18 @@ fn step(
                 Meta::DestinationRegister(r) => Some(register_number(r)),
                 _ => None,
             });
-            let l4 = attrs
-                .iter()
-                .any(|a| matches!(a, Meta::Key(MetaKey::L4Proto)));
+            let key = attrs.iter().find_map(|a| match a {
+                Meta::Key(k) => Some(*k),
+                _ => None,
+            });
             match dreg {
                 Some(r) => {
                     regs.insert(
                         r,
-                        if l4 {
-                            Loaded::Protocol
-                        } else {
-                            Loaded::Unknown
+                        match key {
+                            Some(MetaKey::L4Proto) => Loaded::Protocol,
+                            Some(MetaKey::Oifname) => Loaded::OutputInterface,
+                            _ => Loaded::Unknown,
                         },
                     );
                     None
@@ -736,6 +816,20 @@ fn compared(v6: bool, loaded: Option<Loaded>, op: &Operator, bytes: &[u8]) -> Op
             Some(Stmt::FibDaddrLocal)
         }
         Loaded::Protocol if !negated && bytes.len() == 1 => Some(Stmt::Protocols(vec![bytes[0]])),
+        Loaded::OutputInterface if !negated => {
+            let whole = bytes.len() == IFNAMSIZ;
+            let name = bytes.split(|b| *b == 0).next().unwrap_or_default();
+            if !whole && name.len() != bytes.len() {
+                return None;
+            }
+            let mut text = String::from_utf8(name.to_vec()).ok()?;
+            if !whole {
+                text.push('*');
+            }
+            crate::config::egress::InterfacePattern::parse(&text)
+                .ok()
+                .map(Stmt::OutputInterface)
+        }
         Loaded::Address { side, len } => {
             let max = if v6 { 128 } else { 32 };
             let prefix = (len * 8).min(max) as u8;
@@ -845,6 +939,21 @@ fn other(
                 flags: flags & !NAT_RANGE_PROTO_SPECIFIED,
             })
         }
+        "nat"
+            if u32_of(attrs, 1) == Some(NFT_NAT_SNAT)
+                && u32_of(attrs, 4).is_none_or(|max| Some(max) == u32_of(attrs, 3))
+                && reg_data(regs, 3).is_some_and(|d| d.len() == if v6 { 16 } else { 4 }) =>
+        {
+            let to = address_of(v6, &reg_data(regs, 3)?);
+            let first = reg_data(regs, 5).and_then(port);
+            let last = reg_data(regs, 6).and_then(port).or(first);
+            let flags = u32_of(attrs, 7).unwrap_or(0);
+            Some(Stmt::Snat {
+                to,
+                ports: first.zip(last),
+                flags: flags & !(NAT_RANGE_PROTO_SPECIFIED | NAT_RANGE_MAP_IPS),
+            })
+        }
         "nat" => {
             let kind = match u32_of(attrs, 1)? {
                 0 => "snat",
@@ -945,6 +1054,11 @@ mod tests {
                 "counter masquerade",
             ),
         ];
+        assert_round_trips(rules);
+    }
+
+    /// Each rule's text is nft's, and its expressions decode back into the same statements.
+    fn assert_round_trips(rules: Vec<(Vec<Stmt>, &str)>) {
         for (stmts, expected) in rules {
             assert_eq!(text(&stmts), expected);
             let mut sets: Vec<Anonymous> = Vec::new();
@@ -960,10 +1074,49 @@ mod tests {
                 set
             })
             .unwrap();
-            let v6 = expected.starts_with("ip6");
+            let v6 = expected.starts_with("ip6") || expected.contains("fd00::");
             let decoded = decode(v6, &exprs, &|r| sets.iter().find(|s| s.set == *r).cloned());
             assert_eq!(text(&decoded), expected);
         }
+    }
+
+    /// The egress statements (interface match, SNAT with ports and flags) as nft writes them.
+    #[test]
+    fn egress_statements_round_trip_through_expressions() {
+        let rules: Vec<(Vec<Stmt>, &str)> = vec![
+            (
+                vec![
+                    Stmt::OutputInterface(
+                        crate::config::egress::InterfacePattern::parse("eth+").unwrap(),
+                    ),
+                    Stmt::Protocols(vec![6, 17, 132]),
+                    Stmt::Counter {
+                        packets: 0,
+                        bytes: 0,
+                    },
+                    Stmt::Snat {
+                        to: "10.0.0.5".parse().unwrap(),
+                        ports: Some((1024, 2047)),
+                        flags: NAT_RANGE_PROTO_RANDOM_FULLY,
+                    },
+                ],
+                "oifname \"eth*\" meta l4proto { tcp, udp, sctp } counter snat to 10.0.0.5:1024-2047 fully-random",
+            ),
+            (
+                vec![
+                    Stmt::OutputInterface(
+                        crate::config::egress::InterfacePattern::parse("abcdefghijklmno").unwrap(),
+                    ),
+                    Stmt::Snat {
+                        to: "fd00::5".parse().unwrap(),
+                        ports: None,
+                        flags: 0,
+                    },
+                ],
+                "oifname \"abcdefghijklmno\" snat to fd00::5",
+            ),
+        ];
+        assert_round_trips(rules);
     }
 
     #[test]

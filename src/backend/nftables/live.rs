@@ -212,6 +212,20 @@ impl LiveTable {
 /// The rule that lets local destinations leave before our other rules.
 pub(super) const LOCAL_SKIP: &str = "fib daddr type local return";
 
+/// A rewrite, before its details are read.
+const REWRITES: Verdict = Verdict::Masquerade {
+    snat_to: None,
+    ports: None,
+    weight: None,
+    fully_random: false,
+};
+
+/// `"eth0"`, `"eth*"`: an interface pattern as nft quotes it.
+fn quoted_interface(word: &str) -> Option<crate::config::egress::InterfacePattern> {
+    let name = word.strip_prefix('"')?.strip_suffix('"')?;
+    crate::config::egress::InterfacePattern::parse(name).ok()
+}
+
 /// A rule's canonical statements taken apart.
 struct Described {
     matches: Matches,
@@ -244,6 +258,7 @@ fn describe(statements: &str) -> Described {
     let mut verdict = None;
     let mut set_lookup = None;
     let (mut ports, mut weight, mut fully_random) = (None, None, false);
+    let mut snat_to = None;
     let mut i = 0;
     while i < words.len() {
         let rest = &words[i..];
@@ -280,12 +295,19 @@ fn describe(statements: &str) -> Described {
                 verdict = Some(Verdict::Keep);
                 Some(1)
             }
+            ["oifname", name, ..] => quoted_interface(name).map(|pattern| {
+                matches.output_interface = Some(pattern);
+                2
+            }),
+            ["snat", "to", target, ..] => {
+                crate::backend::address_and_ports(target).map(|(address, range)| {
+                    (snat_to, ports) = (Some(address), range);
+                    verdict = Some(REWRITES);
+                    3
+                })
+            }
             ["masquerade", ..] => {
-                verdict = Some(Verdict::Masquerade {
-                    ports: None,
-                    weight: None,
-                    fully_random: false,
-                });
+                verdict = Some(REWRITES);
                 Some(1)
             }
             ["to", range, ..] if verdict.is_some() => {
@@ -312,6 +334,7 @@ fn describe(statements: &str) -> Described {
     }
     let verdict = match verdict {
         Some(Verdict::Masquerade { .. }) => Verdict::Masquerade {
+            snat_to,
             ports,
             weight,
             fully_random,

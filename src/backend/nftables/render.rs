@@ -8,7 +8,8 @@ use crate::backend::nfnetlink::statement::{
 };
 use crate::backend::nfnetlink::wire::{self, BaseChain, Batch, Finished, Keys, SetRef};
 use crate::backend::BackendError;
-use crate::plan::{Action, ChainName, Family, Ruleset};
+use crate::config::egress::InterfacePattern;
+use crate::plan::{Action, ChainName, Egress, Family, Ruleset};
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::InetHookNumber;
 
@@ -98,6 +99,9 @@ pub(super) const SOURCE_COMMENT: &str =
     "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
 pub(super) const MASQ_COMMENT: &str =
     "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)";
+/// Comment of every SNAT rule (`outputAddress`), the same text as the iptables backend's.
+pub(super) const SNAT_COMMENT: &str =
+    "ipmasq: outbound traffic is subject to SNAT to the output address (must be last in chain)";
 
 pub(super) fn entry_comment(chain: &ChainName) -> String {
     format!(
@@ -220,35 +224,7 @@ impl DesiredTable {
                 NON_MASQ_COMMENT,
             ));
         }
-        let request = &ruleset.masquerade;
-        let flags = if request.random_fully {
-            NAT_RANGE_PROTO_RANDOM_FULLY
-        } else {
-            0
-        };
-        let counter = Stmt::Counter {
-            packets: 0,
-            bytes: 0,
-        };
-        for share in &request.ports {
-            let mut stmts = vec![Stmt::Protocols(PORTED_PROTOCOLS.to_vec())];
-            if !share.is_certain() {
-                stmts.push(Stmt::Numgen {
-                    modulus: share.of,
-                    below: share.taken,
-                });
-            }
-            stmts.push(counter.clone());
-            stmts.push(Stmt::Masquerade {
-                ports: Some((share.range.first, share.range.last)),
-                flags,
-            });
-            rules.push(RuleSpec::new(stmts, MASQ_COMMENT));
-        }
-        rules.push(RuleSpec::new(
-            vec![counter, Stmt::Masquerade { ports: None, flags }],
-            MASQ_COMMENT,
-        ));
+        rules.extend(rewrite_rules(ruleset)?);
         Ok(DesiredTable {
             family,
             elements,
@@ -333,6 +309,64 @@ impl DesiredTable {
         }
         b.finish()
     }
+}
+
+/// The rules that rewrite the source: per interface pattern (or once, unscoped), one per
+/// `--to-ports` range, then the catch-all; MASQUERADE, or SNAT to the output address.
+fn rewrite_rules(ruleset: &Ruleset) -> Result<Vec<RuleSpec>, BackendError> {
+    let request = &ruleset.masquerade;
+    let flags = if request.random_fully {
+        NAT_RANGE_PROTO_RANDOM_FULLY
+    } else {
+        0
+    };
+    let (to, comment) = match request.egress {
+        Egress::Masquerade => (None, MASQ_COMMENT),
+        Egress::Snat(to) => (Some(to), SNAT_COMMENT),
+        Egress::Unresolved(target) => {
+            return Err(BackendError::Unsupported(format!(
+                "the output address {target} is not resolved to an address of this node"
+            )))
+        }
+    };
+    let rewrite = |ports| match to {
+        Some(to) => Stmt::Snat { to, ports, flags },
+        None => Stmt::Masquerade { ports, flags },
+    };
+    let counter = Stmt::Counter {
+        packets: 0,
+        bytes: 0,
+    };
+    let scopes: Vec<Option<&InterfacePattern>> = if ruleset.entry.output_interfaces.is_empty() {
+        vec![None]
+    } else {
+        ruleset.entry.output_interfaces.iter().map(Some).collect()
+    };
+    let mut rules = Vec::new();
+    for scope in scopes {
+        let interface: Vec<Stmt> = scope
+            .map(|p| Stmt::OutputInterface(p.clone()))
+            .into_iter()
+            .collect();
+        for share in &request.ports {
+            let mut stmts = interface.clone();
+            stmts.push(Stmt::Protocols(PORTED_PROTOCOLS.to_vec()));
+            if !share.is_certain() {
+                stmts.push(Stmt::Numgen {
+                    modulus: share.of,
+                    below: share.taken,
+                });
+            }
+            stmts.push(counter.clone());
+            stmts.push(rewrite(Some((share.range.first, share.range.last))));
+            rules.push(RuleSpec::new(stmts, comment));
+        }
+        let mut stmts = interface;
+        stmts.push(counter.clone());
+        stmts.push(rewrite(None));
+        rules.push(RuleSpec::new(stmts, comment));
+    }
+    Ok(rules)
 }
 
 /// The transaction that removes our table of `family`.

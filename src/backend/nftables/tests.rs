@@ -218,6 +218,7 @@ fn property_the_table_agrees_with_decide() {
         let config = random_config(&mut rng, family);
         let options = PlanOptions {
             enable_ipv6: true,
+            egress: crate::plan::decide::tests::node_egress(&config),
             ..ports()
         };
         let set = plan_family(&config, &options, family);

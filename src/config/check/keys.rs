@@ -18,6 +18,11 @@ pub(super) const KEY_FORCE: &str = "forceMasqueradeCIDRs";
 pub(super) const KEY_SOURCES: &str = "masqueradeSourceCIDRs";
 /// ipmasq extension (ip-masq-agent #53, #86): turns IPv6 on from the file.
 pub(super) const KEY_ENABLE_IPV6: &str = "enableIPv6";
+/// ipmasq extensions (ip-masq-agent PR #103's names): SNAT to a chosen address, and the
+/// interfaces whose outgoing traffic is acted on.
+pub(super) const KEY_OUTPUT_ADDRESS: &str = "outputAddress";
+pub(super) const KEY_OUTPUT_ADDRESS_V6: &str = "outputAddressIPv6";
+pub(super) const KEY_OUTPUT_INTERFACES: &str = "outputInterfaces";
 
 /// The keys we suggest and list in hints: every field but the deprecated `linkLocal`.
 pub(super) fn supported_keys() -> impl Iterator<Item = &'static str> {
@@ -39,11 +44,14 @@ pub(super) enum Field {
     Force,
     Sources,
     EnableIpv6,
+    OutputAddress,
+    OutputAddressV6,
+    OutputInterfaces,
 }
 
 impl Field {
     /// Every field the config file has: the one list of them.
-    const ALL: [Field; 9] = [
+    const ALL: [Field; 12] = [
         Field::Cidrs,
         Field::CidrLimit,
         Field::MasqLinkLocal,
@@ -53,6 +61,9 @@ impl Field {
         Field::Force,
         Field::Sources,
         Field::EnableIpv6,
+        Field::OutputAddress,
+        Field::OutputAddressV6,
+        Field::OutputInterfaces,
     ];
 
     /// What an ipmasq extension does, for the note that upstream ignores it.
@@ -63,6 +74,12 @@ impl Field {
                 Some("with upstream's image traffic from every source is masqueraded")
             }
             Field::EnableIpv6 => Some("with upstream's image only --enable-ipv6 turns IPv6 on"),
+            Field::OutputAddress | Field::OutputAddressV6 => Some(
+                "with upstream's image traffic is masqueraded to the outgoing interface's address",
+            ),
+            Field::OutputInterfaces => {
+                Some("with upstream's image traffic leaving every interface is masqueraded")
+            }
             _ => None,
         }
     }
@@ -78,6 +95,9 @@ impl Field {
             Field::Force => KEY_FORCE,
             Field::Sources => KEY_SOURCES,
             Field::EnableIpv6 => KEY_ENABLE_IPV6,
+            Field::OutputAddress => KEY_OUTPUT_ADDRESS,
+            Field::OutputAddressV6 => KEY_OUTPUT_ADDRESS_V6,
+            Field::OutputInterfaces => KEY_OUTPUT_INTERFACES,
         }
     }
 

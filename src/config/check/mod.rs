@@ -3,6 +3,7 @@
 //! key keeps its default) and validating it, collecting every error and warning on the way.
 
 mod decode;
+mod egress;
 #[cfg(test)]
 mod hint_properties;
 mod keys;
@@ -129,6 +130,7 @@ pub fn check_document(root: &Node, options: &Options) -> Checked {
         ..*options
     };
     decode_lists(&get, options, &mut config, &mut diags);
+    decode_egress(&get, &mut config, &mut diags);
     if !options.merging {
         check_across_lists(&config, options, &mut diags);
     }
@@ -186,6 +188,27 @@ fn decode_scalars(get: &Lookup<'_, '_>, config: &mut Config, diags: &mut Vec<Dia
     }
     if let Some(d) = get(Field::Resync).and_then(|a| decode_resync(a, diags)) {
         config.resync_interval = d;
+    }
+}
+
+/// `outputAddress`, `outputAddressIPv6` and `outputInterfaces`, with where each was written.
+fn decode_egress(get: &Lookup<'_, '_>, config: &mut Config, diags: &mut Vec<Diagnostic>) {
+    let place = |a: &Assigned| Place {
+        file: None,
+        location: Some(a.key.location),
+    };
+    let ipv6 = config.enable_ipv6;
+    if let Some(a) = get(Field::OutputAddress) {
+        config.output_address = egress::decode_output_address(a, false, ipv6, diags);
+        config.provenance.output_address = Some(place(a));
+    }
+    if let Some(a) = get(Field::OutputAddressV6) {
+        config.output_address_ipv6 = egress::decode_output_address(a, true, ipv6, diags);
+        config.provenance.output_address_ipv6 = Some(place(a));
+    }
+    if let Some(a) = get(Field::OutputInterfaces) {
+        config.output_interfaces = egress::decode_output_interfaces(a, diags).unwrap_or_default();
+        config.provenance.output_interfaces = Some(place(a));
     }
 }
 
@@ -251,6 +274,7 @@ fn decode_lists(
         gave_non_masquerade_cidrs: given,
         gave_cidr_limit: get(Field::CidrLimit).is_some(),
         gave_resync_interval: get(Field::Resync).is_some(),
+        ..Provenance::default()
     };
     config.non_masquerade_cidrs = non_masquerade.into_iter().map(|(n, _)| n).collect();
     config.force_masquerade_cidrs = dedup(

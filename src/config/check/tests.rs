@@ -656,3 +656,81 @@ fn enable_ipv6_in_the_file_unless_the_flag_was_given() {
     let yaml = serde_json::to_string(&config).unwrap();
     assert!(!yaml.contains("enableIPv6"), "{yaml}");
 }
+
+#[test]
+fn egress_keys_take_addresses_prefixes_and_interface_patterns() {
+    let (config, diags) = ok(
+        "outputAddress: 10.0.0.0/24\noutputAddressIPv6: \"fd00::5\"\noutputInterfaces: [eth+, \"ens*\", eth0, bond0]\n",
+        &V6,
+    );
+    assert_eq!(config.output_address.unwrap().to_string(), "10.0.0.0/24");
+    assert_eq!(config.output_address_ipv6.unwrap().to_string(), "fd00::5");
+    let patterns: Vec<String> = config
+        .output_interfaces
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        patterns,
+        ["bond0", "ens+", "eth+"],
+        "sorted; eth0 is inside eth+"
+    );
+    assert!(diags
+        .iter()
+        .any(|d| d.code == Code::CoveredInterface && d.location.unwrap().column == 34));
+    assert_eq!(
+        diags
+            .iter()
+            .filter(|d| d.code == Code::IpmasqExtension)
+            .count(),
+        3
+    );
+    let yaml = config.to_yaml();
+    assert!(yaml.contains("outputAddress: 10.0.0.0/24"), "{yaml}");
+    assert!(yaml.contains("- eth+"), "{yaml}");
+}
+
+#[test]
+fn egress_keys_refuse_what_cannot_be_a_source_or_an_interface() {
+    let cases: [(&str, Code, &str); 6] = [
+        (
+            "outputAddress: 10.0.0.5/24\n",
+            Code::InvalidOutputAddress,
+            "`10.0.0.5`",
+        ),
+        (
+            "outputAddress: \"fd00::5\"\n",
+            Code::InvalidOutputAddress,
+            "outputAddressIPv6",
+        ),
+        (
+            "outputAddress: 127.0.0.1\n",
+            Code::InvalidOutputAddress,
+            "loopback",
+        ),
+        ("outputAddress: [10.0.0.5]\n", Code::WrongType, "e.g."),
+        (
+            "outputInterfaces: [\"e th0\"]\n",
+            Code::InvalidInterface,
+            "a wildcard goes only",
+        ),
+        ("outputInterfaces: eth0\n", Code::WrongType, "[eth0]"),
+    ];
+    for (text, code, hint) in cases {
+        let found = errors(text, &V6);
+        assert_eq!(found[0].code, code, "{text}");
+        let said = format!(
+            "{} {}",
+            found[0].message,
+            found[0].hint.clone().unwrap_or_default()
+        );
+        assert!(said.contains(hint), "{text}: {said}");
+    }
+    let (_, diags) = ok(
+        "outputAddressIPv6: \"fd00::5\"\noutputInterfaces: []\n",
+        &V4,
+    );
+    let codes: Vec<Code> = diags.iter().map(|d| d.code).collect();
+    assert!(codes.contains(&Code::OutputAddressUnused), "{codes:?}");
+    assert!(codes.contains(&Code::EmptyInterfaceList), "{codes:?}");
+}

@@ -179,3 +179,38 @@ fn only_ip_masq_files_take_part_and_an_unchanged_directory_is_not_read_again() {
     assert!(loaded.checked.config().unwrap().masq_link_local);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn output_addresses_must_agree_across_files_and_interfaces_unite() {
+    let parts = [
+        part(
+            "ip-masq-agent",
+            "outputAddress: 10.0.0.0/24\noutputInterfaces: [eth0]\n",
+        ),
+        part("ip-masq-b", "outputInterfaces: [ens+, eth0]\n"),
+    ];
+    let checked = merge(Path::new("d"), &parts, &Options::default());
+    let config = checked.config().expect("valid merge");
+    assert_eq!(config.output_address.unwrap().to_string(), "10.0.0.0/24");
+    let patterns: Vec<String> = config
+        .output_interfaces
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(patterns, ["ens+", "eth0"]);
+    let parts = [
+        part("ip-masq-agent", "outputAddress: 10.0.0.0/24\n"),
+        part("ip-masq-b", "\noutputAddress: 10.0.0.7\n"),
+    ];
+    let checked = merge(Path::new("d"), &parts, &Options::default());
+    assert!(checked.config().is_none());
+    let error = checked.errors().next().unwrap();
+    assert_eq!(error.code, Code::OutputAddressConflict);
+    assert_eq!(error.file.as_deref(), Some("ip-masq-b"));
+    assert_eq!(error.location.unwrap().line, 2);
+    assert!(
+        error.message.contains("ip-masq-agent:1:1"),
+        "{}",
+        error.message
+    );
+}
