@@ -55,26 +55,6 @@ fn dump_request(kind: u16, header: usize, seq: u32) -> Vec<u8> {
     out
 }
 
-fn receive(socket: &Socket, buffer: &mut [u8], deadline: Instant) -> io::Result<usize> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::ErrorKind::TimedOut.into());
-    }
-    let timeout = libc::timeval {
-        tv_sec: left.as_secs().try_into().unwrap_or(5),
-        tv_usec: left.subsec_micros().max(1).into(),
-    };
-    crate::backend::nfnetlink::set_option(socket, libc::SO_RCVTIMEO, &timeout)?;
-    let mut slice = buffer;
-    socket.recv(&mut slice, 0).map_err(|err| {
-        if err.kind() == io::ErrorKind::WouldBlock {
-            io::ErrorKind::TimedOut.into()
-        } else {
-            err
-        }
-    })
-}
-
 /// The messages of one dump (kind and payload after the netlink header); None when a change
 /// interrupted it.
 fn dump(socket: &Socket, kind: u16, header: usize, seq: u32) -> io::Result<Option<Messages>> {
@@ -85,7 +65,8 @@ fn dump(socket: &Socket, kind: u16, header: usize, seq: u32) -> io::Result<Optio
     let mut interrupted = false;
     loop {
         let deadline = (Instant::now() + QUIET).min(started + OVERALL);
-        let length = receive(socket, &mut buffer, deadline)?;
+        crate::backend::nfnetlink::time_out_receives_at(socket, deadline)?;
+        let length = crate::backend::nfnetlink::receive_into(socket, &mut buffer, 0)?;
         let frames = crate::backend::nfnetlink::wire::frames(&buffer[..length])
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         for framed in frames {
@@ -96,12 +77,8 @@ fn dump(socket: &Socket, kind: u16, header: usize, seq: u32) -> io::Result<Optio
             match framed.kind {
                 NLMSG_DONE => return Ok((!interrupted).then_some(found)),
                 NLMSG_ERROR => {
-                    let code = framed
-                        .bytes
-                        .get(NLMSG_HDRLEN..NLMSG_HDRLEN + 4)
-                        .map_or(-libc::EPROTO, |b| {
-                            i32::from_ne_bytes(b.try_into().expect("4 bytes"))
-                        });
+                    let code = crate::backend::nfnetlink::wire::error_code(&framed)
+                        .unwrap_or(-libc::EPROTO);
                     if code != 0 {
                         return Err(io::Error::from_raw_os_error(-code));
                     }
@@ -174,8 +151,15 @@ pub(crate) fn address_of(payload: &[u8]) -> Option<(u32, IpAddr, u8)> {
     Some((index, local.or(address)?, prefix_len))
 }
 
-/// Every address this node holds and can send from, with its interface's name.
-pub fn node_addresses() -> io::Result<Vec<NodeAddress>> {
+/// What this node has: every address it can send from (with its interface's name), and the
+/// names of all its interfaces, sorted. One dump of each.
+pub struct NodeView {
+    pub addresses: Vec<NodeAddress>,
+    pub interfaces: Vec<String>,
+}
+
+/// Reads the [`NodeView`] of this network namespace.
+pub fn node_view() -> io::Result<NodeView> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
@@ -185,35 +169,32 @@ pub fn node_addresses() -> io::Result<Vec<NodeAddress>> {
             .filter(|(kind, _)| *kind == RTM_NEWLINK)
             .filter_map(|(_, payload)| link_of(&payload))
             .collect();
-    let mut out: Vec<NodeAddress> = dump_whole(&socket, RTM_GETADDR, IFADDRMSG_LEN, "addresses")?
-        .into_iter()
-        .filter(|(kind, _)| *kind == RTM_NEWADDR)
-        .filter_map(|(_, payload)| address_of(&payload))
-        .map(|(index, address, prefix_len)| NodeAddress {
-            interface: names
-                .get(&index)
-                .cloned()
-                .unwrap_or_else(|| format!("if{index}")),
-            address,
-            prefix_len,
-        })
-        .collect();
-    out.sort_by(|a, b| (a.address, &a.interface).cmp(&(b.address, &b.interface)));
-    Ok(out)
+    let mut addresses: Vec<NodeAddress> =
+        dump_whole(&socket, RTM_GETADDR, IFADDRMSG_LEN, "addresses")?
+            .into_iter()
+            .filter(|(kind, _)| *kind == RTM_NEWADDR)
+            .filter_map(|(_, payload)| address_of(&payload))
+            .map(|(index, address, prefix_len)| NodeAddress {
+                interface: names
+                    .get(&index)
+                    .cloned()
+                    .unwrap_or_else(|| format!("if{index}")),
+                address,
+                prefix_len,
+            })
+            .collect();
+    addresses.sort_by(|a, b| (a.address, &a.interface).cmp(&(b.address, &b.interface)));
+    let mut interfaces: Vec<String> = names.into_values().collect();
+    interfaces.sort();
+    Ok(NodeView {
+        addresses,
+        interfaces,
+    })
 }
 
-/// The names of this node's interfaces.
-pub fn interface_names() -> io::Result<Vec<String>> {
-    let mut socket = Socket::new(NETLINK_ROUTE)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    let mut names: Vec<String> = dump_whole(&socket, RTM_GETLINK, IFINFOMSG_LEN, "interfaces")?
-        .into_iter()
-        .filter(|(kind, _)| *kind == RTM_NEWLINK)
-        .filter_map(|(_, payload)| link_of(&payload).map(|(_, name)| name))
-        .collect();
-    names.sort();
-    Ok(names)
+/// Every address this node holds and can send from, with its interface's name.
+pub fn node_addresses() -> io::Result<Vec<NodeAddress>> {
+    node_view().map(|view| view.addresses)
 }
 
 /// A subscription to address changes (IPv4 and IPv6), read without blocking.

@@ -449,13 +449,8 @@ impl Reconciler {
     /// read at every pass, and an address change is worth a pass.
     pub fn uses_node_addresses(&self) -> bool {
         self.active.as_ref().is_some_and(|config| {
-            crate::plan::families(&self.settings.plan, config)
-                .iter()
-                .any(|f| {
-                    config
-                        .output_address_of(*f == crate::plan::Family::V6)
-                        .is_some()
-                })
+            let families = crate::plan::families(&self.settings.plan, config);
+            crate::plan::egress::names_output_address(config, &families)
         })
     }
 

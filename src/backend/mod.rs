@@ -131,6 +131,15 @@ pub enum BackendError {
     },
 }
 
+impl BackendError {
+    /// A plan whose output address names no address of this node: never written.
+    pub(crate) fn unresolved(target: crate::config::egress::EgressTarget) -> Self {
+        BackendError::Unsupported(format!(
+            "the output address {target} is not resolved to an address of this node"
+        ))
+    }
+}
+
 /// One kind of difference between the live state and the plan: the one vocabulary of the
 /// repair, the logs, the metrics, `show` and its JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -121,11 +121,13 @@ fn config_answer(
     source_name: String,
     plan: &PlanOptions,
     family: Family,
-    src: IpAddr,
-    dst: IpAddr,
+    (src, dst, interface): (IpAddr, IpAddr, Option<&str>),
 ) -> ConfigAnswer {
     let ruleset = plan_family(config, plan, family);
-    let verdict = decide(&ruleset, src, dst);
+    let verdict = match interface {
+        Some(interface) => crate::plan::decide_leaving(&ruleset, src, dst, interface),
+        None => decide(&ruleset, src, dst),
+    };
     let decision = match verdict.decision.map(|i| &ruleset.decisions[i]) {
         Some(d) => {
             let (list, written) = match d.origin {
@@ -225,7 +227,7 @@ fn config_verdict(
         Family::V6
     };
     let managed = family == Family::V4 || plan.enable_ipv6;
-    let mut answer = config_answer(config, described, plan, family, src, dst);
+    let mut answer = config_answer(config, described, plan, family, (src, dst, interface));
     if !managed {
         // Without --enable-ipv6 the agent writes no IPv6 rules at all.
         answer.action = Action::KeepSource;
@@ -545,8 +547,7 @@ mod tests {
                 "cfg".into(),
                 &plan,
                 Family::V4,
-                "10.244.0.5".parse().unwrap(),
-                dst.parse().unwrap(),
+                ("10.244.0.5".parse().unwrap(), dst.parse().unwrap(), None),
             )
         };
         let forced = ask("10.8.3.4");
@@ -579,8 +580,11 @@ mod tests {
             "cfg".into(),
             &PlanOptions::default(),
             Family::V4,
-            "192.168.5.5".parse().unwrap(),
-            "8.8.8.8".parse().unwrap(),
+            (
+                "192.168.5.5".parse().unwrap(),
+                "8.8.8.8".parse().unwrap(),
+                None,
+            ),
         );
         assert_eq!(answer.action, Action::KeepSource);
         assert_eq!(answer.reason, Reason::SourceNotSelected);

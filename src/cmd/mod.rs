@@ -107,24 +107,9 @@ pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, O
 /// holds none the config names or its addresses cannot be read.
 pub fn with_node_egress(mut plan: PlanOptions, config: &crate::config::Config) -> PlanOptions {
     let families = crate::plan::families(&plan, config);
-    let wanted = families.iter().any(|f| {
-        config
-            .output_address_of(*f == crate::plan::Family::V6)
-            .is_some()
-    });
-    if !wanted {
-        return plan;
-    }
-    if let Ok(addresses) = crate::addresses::node_addresses() {
-        for family in families {
-            let Some(target) = config.output_address_of(family == crate::plan::Family::V6) else {
-                continue;
-            };
-            let picked = crate::plan::egress::pick(target, &addresses);
-            match family {
-                crate::plan::Family::V4 => plan.egress.v4 = picked,
-                crate::plan::Family::V6 => plan.egress.v6 = picked,
-            }
+    if crate::plan::egress::names_output_address(config, &families) {
+        if let Ok(addresses) = crate::addresses::node_addresses() {
+            plan.egress = crate::plan::egress::held(config, &families, &addresses);
         }
     }
     plan

@@ -509,7 +509,7 @@ fn empty_input(strict: bool) -> Entry {
 
 /// This machine's addresses and interface names, read once per report when a config names
 /// an output address or interfaces (None: node checks are off, or they cannot be read).
-type NodeView = Option<(Vec<crate::plan::egress::NodeAddress>, Vec<String>)>;
+type NodeView = Option<crate::addresses::NodeView>;
 
 thread_local! {
     /// Whether this report checks configs against this machine (`--no-node-checks` turns it
@@ -532,15 +532,12 @@ fn node_findings(config: &Config) -> Vec<Diagnostic> {
         if !node.0 {
             return Vec::new();
         }
-        let view = node.1.get_or_insert_with(|| {
-            Some((
-                crate::addresses::node_addresses().ok()?,
-                crate::addresses::interface_names().ok()?,
-            ))
-        });
-        match view {
-            Some((addresses, names)) => {
-                crate::plan::egress::node_findings(config, addresses, names)
+        match node
+            .1
+            .get_or_insert_with(|| crate::addresses::node_view().ok())
+        {
+            Some(view) => {
+                crate::plan::egress::node_findings(config, &view.addresses, &view.interfaces)
             }
             None => Vec::new(),
         }

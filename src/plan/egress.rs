@@ -58,6 +58,29 @@ pub fn pick(target: EgressTarget, addresses: &[NodeAddress]) -> Option<IpAddr> {
         .min()
 }
 
+/// Whether the config names an output address for one of `families`.
+pub fn names_output_address(config: &Config, families: &[Family]) -> bool {
+    families
+        .iter()
+        .any(|f| config.output_address_of(*f == Family::V6).is_some())
+}
+
+/// The output address of each of `families` that the config sets and the node holds (a family
+/// whose address the node does not hold stays None).
+pub fn held(config: &Config, families: &[Family], addresses: &[NodeAddress]) -> ResolvedEgress {
+    let mut resolved = ResolvedEgress::default();
+    for family in families {
+        let picked = config
+            .output_address_of(*family == Family::V6)
+            .and_then(|target| pick(target, addresses));
+        match family {
+            Family::V4 => resolved.v4 = picked,
+            Family::V6 => resolved.v6 = picked,
+        }
+    }
+    resolved
+}
+
 /// The output address of every managed family that the config sets, from the node's
 /// addresses; an error when the node holds none that the config names.
 pub fn resolve(
@@ -65,38 +88,35 @@ pub fn resolve(
     families: &[Family],
     addresses: &[NodeAddress],
 ) -> Result<ResolvedEgress, EgressError> {
-    let mut resolved = ResolvedEgress::default();
+    let resolved = held(config, families, addresses);
     for family in families {
         let v6 = *family == Family::V6;
         let Some(target) = config.output_address_of(v6) else {
             continue;
         };
+        if resolved.of(*family).is_some() {
+            continue;
+        }
         let key = if v6 {
             "outputAddressIPv6"
         } else {
             "outputAddress"
         };
-        let Some(address) = pick(target, addresses) else {
-            let mut held: Vec<String> = addresses
-                .iter()
-                .filter(|a| family.holds_addr(a.address))
-                .map(|a| format!("{} on {}", a.address, a.interface))
-                .collect();
-            if held.is_empty() {
-                held.push(format!("no {} address", family.as_str()));
-            }
-            held.truncate(8);
-            let held = held.join(", ");
-            return Err(if target.is_address() {
-                EgressError::AddressNotHeld { key, target, held }
-            } else {
-                EgressError::NoAddressInPrefix { key, target, held }
-            });
-        };
-        match family {
-            Family::V4 => resolved.v4 = Some(address),
-            Family::V6 => resolved.v6 = Some(address),
+        let mut held: Vec<String> = addresses
+            .iter()
+            .filter(|a| family.holds_addr(a.address))
+            .map(|a| format!("{} on {}", a.address, a.interface))
+            .collect();
+        if held.is_empty() {
+            held.push(format!("no {} address", family.as_str()));
         }
+        held.truncate(8);
+        let held = held.join(", ");
+        return Err(if target.is_address() {
+            EgressError::AddressNotHeld { key, target, held }
+        } else {
+            EgressError::NoAddressInPrefix { key, target, held }
+        });
     }
     Ok(resolved)
 }

@@ -322,9 +322,7 @@ impl Backend for Iptables {
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         use std::sync::atomic::Ordering;
         if let crate::plan::Egress::Unresolved(target) = desired.masquerade.egress {
-            return Err(BackendError::Unsupported(format!(
-                "the output address {target} is not resolved to an address of this node"
-            )));
+            return Err(BackendError::unresolved(target));
         }
         if desired.masquerade.random_fully && self.without_random_fully.load(Ordering::Relaxed) {
             let mut plain = desired.clone();

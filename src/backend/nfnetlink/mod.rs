@@ -130,15 +130,7 @@ impl Transport for Kernel {
     }
 
     fn receive(&mut self, deadline: Instant) -> io::Result<Vec<u8>> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        let timeout = libc::timeval {
-            tv_sec: left.as_secs().try_into().unwrap_or(5),
-            tv_usec: left.subsec_micros().max(1).into(),
-        };
-        set_option(&self.socket, libc::SO_RCVTIMEO, &timeout)?;
+        time_out_receives_at(&self.socket, deadline)?;
         // A peek with the whole buffer first: the kernel sizes a dump's next part by the
         // largest buffer its reader offered (up to 32 KiB). Reading each datagram with a
         // buffer of exactly its size kept the parts at one page, and nf_tables walks a set
@@ -156,12 +148,29 @@ impl Transport for Kernel {
     }
 }
 
+/// Makes the socket's next receives give up at `deadline` (`TimedOut` once it has passed).
+pub(crate) fn time_out_receives_at(socket: &Socket, deadline: Instant) -> io::Result<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::ErrorKind::TimedOut.into());
+    }
+    let timeout = libc::timeval {
+        tv_sec: left.as_secs().try_into().unwrap_or(5),
+        tv_usec: left.subsec_micros().max(1).into(),
+    };
+    set_option(socket, libc::SO_RCVTIMEO, &timeout)
+}
+
 /// The buffer every datagram is received into (see [`Kernel::receive`]).
 const RECEIVE_BUFFER: usize = 64 * 1024;
 
 /// One `recv` into `buffer` with `flags`; a timeout is `TimedOut`. With `MSG_TRUNC`, the
 /// datagram's whole length even when it exceeds the buffer.
-fn receive_into(socket: &Socket, mut buffer: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+pub(crate) fn receive_into(
+    socket: &Socket,
+    mut buffer: &mut [u8],
+    flags: libc::c_int,
+) -> io::Result<usize> {
     socket.recv(&mut buffer, flags).map_err(|err| {
         if err.kind() == io::ErrorKind::WouldBlock {
             io::ErrorKind::TimedOut.into()

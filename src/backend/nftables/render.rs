@@ -323,11 +323,7 @@ fn rewrite_rules(ruleset: &Ruleset) -> Result<Vec<RuleSpec>, BackendError> {
     let (to, comment) = match request.egress {
         Egress::Masquerade => (None, MASQ_COMMENT),
         Egress::Snat(to) => (Some(to), SNAT_COMMENT),
-        Egress::Unresolved(target) => {
-            return Err(BackendError::Unsupported(format!(
-                "the output address {target} is not resolved to an address of this node"
-            )))
-        }
+        Egress::Unresolved(target) => return Err(BackendError::unresolved(target)),
     };
     let rewrite = |ports| match to {
         Some(to) => Stmt::Snat { to, ports, flags },
