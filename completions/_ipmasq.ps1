@@ -45,6 +45,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)')
             [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The firewall backend')
             [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to drive')
+            [CompletionResult]::new('--conntrack-reset', '--conntrack-reset', [CompletionResultType]::ParameterName, 'After a change, delete the conntrack entries whose NAT it made wrong, so their flows follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and SCTP too: those connections break), or off')
             [CompletionResult]::new('--cleanup-on-exit', '--cleanup-on-exit', [CompletionResultType]::ParameterName, 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format (also spelt --logging-format, as Kubernetes components spell it)')
             [CompletionResult]::new('--logging-format', '--logging-format', [CompletionResultType]::ParameterName, 'Log line format (also spelt --logging-format, as Kubernetes components spell it)')
@@ -92,7 +93,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
         }
         'ipmasq;explain' {
             [CompletionResult]::new('--from', '--from', [CompletionResultType]::ParameterName, 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST''s family, else any source]')
-            [CompletionResult]::new('--out-interface', '--out-interface', [CompletionResultType]::ParameterName, 'The interface the traffic leaves by, for a config scoped with outputInterfaces (rules that match on the interface cannot be judged without it)')
+            [CompletionResult]::new('--out-interface', '--out-interface', [CompletionResultType]::ParameterName, 'The interface the traffic leaves by, for a config scoped with outputInterfaces [default: the interface of the kernel''s route to DEST]')
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Explain with this config file [default: the running agent''s config, else /etc/config/ip-masq-agent]')
             [CompletionResult]::new('--config-dir', '--config-dir', [CompletionResultType]::ParameterName, 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
@@ -106,7 +107,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'The agent''s --to-ports: the source ports the MASQUERADE it reports uses')
             [CompletionResult]::new('--backend', '--backend', [CompletionResultType]::ParameterName, 'The backend whose live rules to walk (the agent''s --backend)')
             [CompletionResult]::new('--iptables-mode', '--iptables-mode', [CompletionResultType]::ParameterName, 'Which iptables to read the live rules from (the agent''s --iptables-mode; auto: whichever holds rules)')
-            [CompletionResult]::new('--no-live', '--no-live', [CompletionResultType]::ParameterName, 'Judge the config only; do not read the live rules (needs no privileges)')
+            [CompletionResult]::new('--no-live', '--no-live', [CompletionResultType]::ParameterName, 'Judge the config only; read neither the live rules nor the conntrack table (needs no privileges)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')

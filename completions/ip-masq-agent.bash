@@ -23,7 +23,7 @@ _ip__masq__agent() {
 
     case "${cmd}" in
         ip__masq__agent)
-            opts="-v -h -V --config --config-dir --resync-interval --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --once --dry-run --cleanup-on-exit --logging-format --log-format --metrics-addr --state-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
+            opts="-v -h -V --config --config-dir --resync-interval --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --once --dry-run --conntrack-reset --cleanup-on-exit --logging-format --log-format --metrics-addr --state-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -67,6 +67,10 @@ _ip__masq__agent() {
                     ;;
                 --iptables-mode)
                     COMPREPLY=($(compgen -W "auto nft legacy" -- "${cur}"))
+                    return 0
+                    ;;
+                --conntrack-reset)
+                    COMPREPLY=($(compgen -W "off connectionless all" -- "${cur}"))
                     return 0
                     ;;
                 --cleanup-on-exit)

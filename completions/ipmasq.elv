@@ -41,6 +41,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
             cand --backend 'The firewall backend'
             cand --iptables-mode 'Which iptables to drive'
+            cand --conntrack-reset 'After a change, delete the conntrack entries whose NAT it made wrong, so their flows follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and SCTP too: those connections break), or off'
             cand --cleanup-on-exit 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)'
             cand --log-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
             cand --logging-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
@@ -86,7 +87,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         }
         &'ipmasq;explain'= {
             cand --from 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST''s family, else any source]'
-            cand --out-interface 'The interface the traffic leaves by, for a config scoped with outputInterfaces (rules that match on the interface cannot be judged without it)'
+            cand --out-interface 'The interface the traffic leaves by, for a config scoped with outputInterfaces [default: the interface of the kernel''s route to DEST]'
             cand --config 'Explain with this config file [default: the running agent''s config, else /etc/config/ip-masq-agent]'
             cand --config-dir 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)'
             cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
@@ -100,7 +101,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --to-ports 'The agent''s --to-ports: the source ports the MASQUERADE it reports uses'
             cand --backend 'The backend whose live rules to walk (the agent''s --backend)'
             cand --iptables-mode 'Which iptables to read the live rules from (the agent''s --iptables-mode; auto: whichever holds rules)'
-            cand --no-live 'Judge the config only; do not read the live rules (needs no privileges)'
+            cand --no-live 'Judge the config only; read neither the live rules nor the conntrack table (needs no privileges)'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'

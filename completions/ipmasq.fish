@@ -46,6 +46,9 @@ nftables\t'Native nftables: one table per family with an interval set, any numbe
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l iptables-mode -d 'Which iptables to drive' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l conntrack-reset -d 'After a change, delete the conntrack entries whose NAT it made wrong, so their flows follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and SCTP too: those connections break), or off' -r -f -a "off\t'Delete no entry: every flow keeps its old decision until it ends'
+connectionless\t'Delete the entries of connectionless flows (UDP, UDP-Lite, ICMP, ICMPv6, GRE, any protocol but TCP, SCTP and DCCP)'
+all\t'Delete every contradicting entry, TCP, SCTP and DCCP included (their connections break and are made again under the new decision)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-format -l logging-format -d 'Log line format (also spelt --logging-format, as Kubernetes components spell it)' -r -f -a "text\t''
 json\t''"
@@ -88,7 +91,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l wide -d 'Add each
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l from -d 'The source address (a pod) [default: the first address of the first masqueradeSourceCIDRs range of DEST\'s family, else any source]' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l out-interface -d 'The interface the traffic leaves by, for a config scoped with outputInterfaces (rules that match on the interface cannot be judged without it)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l out-interface -d 'The interface the traffic leaves by, for a config scoped with outputInterfaces [default: the interface of the kernel\'s route to DEST]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config -d 'Explain with this config file [default: the running agent\'s config, else /etc/config/ip-masq-agent]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config-dir -d 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
@@ -108,7 +111,7 @@ nftables\t'Native nftables: one table per family with an interval set, any numbe
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l iptables-mode -d 'Which iptables to read the live rules from (the agent\'s --iptables-mode; auto: whichever holds rules)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l no-live -d 'Judge the config only; do not read the live rules (needs no privileges)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l no-live -d 'Judge the config only; read neither the live rules nor the conntrack table (needs no privileges)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l masq-chain -d 'Name of the chain to remove' -r

@@ -1,24 +1,28 @@
 //! This node's own addresses and their changes, over rtnetlink (NETLINK_ROUTE): one dump of
-//! interface names and addresses when `outputAddress` must be resolved, and a subscription to
+//! interface names and addresses when `outputAddress` must be resolved, a subscription to
 //! address events so the agent re-resolves when an address comes or goes, not at the next
-//! resync. Hand-framed messages of a few fixed layouts; no route library.
+//! resync, and the kernel's route lookup (which interface traffic to an address leaves).
+//! Hand-framed messages of a few fixed layouts; no route library.
 
+use crate::netlink_dump::{self, NLMSG_HDRLEN};
 use crate::plan::egress::NodeAddress;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
 const RTM_GETADDR: u16 = 22;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_GETROUTE: u16 = 26;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTMSG_LEN: usize = 12;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_DUMP: u16 = 0x300;
-const NLM_F_DUMP_INTR: u16 = 0x10;
 const IFLA_IFNAME: u16 = 3;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
@@ -28,12 +32,13 @@ const IFA_F_TENTATIVE: u32 = 0x40;
 /// The multicast groups of IPv4 and IPv6 address changes.
 const RTMGRP_IPV4_IFADDR: u32 = 0x10;
 const RTMGRP_IPV6_IFADDR: u32 = 0x100;
-const NLMSG_HDRLEN: usize = 16;
 const IFINFOMSG_LEN: usize = 16;
 const IFADDRMSG_LEN: usize = 8;
 /// How long one dump may go without a part, and in all.
-const QUIET: Duration = Duration::from_secs(5);
-const OVERALL: Duration = Duration::from_secs(30);
+const DEADLINES: netlink_dump::Deadlines = netlink_dump::Deadlines {
+    quiet: Duration::from_secs(5),
+    overall: Duration::from_secs(30),
+};
 /// Attempts when a dump is interrupted by a concurrent change.
 const ATTEMPTS: usize = 5;
 /// The most addresses read (a node with more is not one this agent can pick from sanely).
@@ -58,43 +63,24 @@ fn dump_request(kind: u16, header: usize, seq: u32) -> Vec<u8> {
 /// The messages of one dump (kind and payload after the netlink header); None when a change
 /// interrupted it.
 fn dump(socket: &Socket, kind: u16, header: usize, seq: u32) -> io::Result<Option<Messages>> {
-    socket.send(&dump_request(kind, header, seq), 0)?;
-    let started = Instant::now();
-    let mut buffer = vec![0u8; 64 * 1024];
     let mut found = Vec::new();
-    let mut interrupted = false;
-    loop {
-        let deadline = (Instant::now() + QUIET).min(started + OVERALL);
-        crate::backend::nfnetlink::time_out_receives_at(socket, deadline)?;
-        let length = crate::backend::nfnetlink::receive_into(socket, &mut buffer, 0)?;
-        let frames = crate::backend::nfnetlink::wire::frames(&buffer[..length])
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        for framed in frames {
-            if framed.seq != seq {
-                continue;
+    let ended = netlink_dump::dump_each(
+        socket,
+        &dump_request(kind, header, seq),
+        seq,
+        DEADLINES,
+        |kind, payload| {
+            if found.len() >= MAX_ADDRESSES {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("more than {MAX_ADDRESSES} interfaces or addresses"),
+                ));
             }
-            interrupted |= framed.flags & NLM_F_DUMP_INTR != 0;
-            match framed.kind {
-                NLMSG_DONE => return Ok((!interrupted).then_some(found)),
-                NLMSG_ERROR => {
-                    let code = crate::backend::nfnetlink::wire::error_code(&framed)
-                        .unwrap_or(-libc::EPROTO);
-                    if code != 0 {
-                        return Err(io::Error::from_raw_os_error(-code));
-                    }
-                }
-                other => {
-                    if found.len() >= MAX_ADDRESSES {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("more than {MAX_ADDRESSES} interfaces or addresses"),
-                        ));
-                    }
-                    found.push((other, framed.bytes[NLMSG_HDRLEN..].to_vec()));
-                }
-            }
-        }
-    }
+            found.push((kind, payload.to_vec()));
+            Ok(())
+        },
+    )?;
+    Ok((ended == netlink_dump::Ended::Whole).then_some(found))
 }
 
 /// A dump, started again while changes interrupt it.
@@ -195,6 +181,94 @@ pub fn node_view() -> io::Result<NodeView> {
 /// Every address this node holds and can send from, with its interface's name.
 pub fn node_addresses() -> io::Result<Vec<NodeAddress>> {
     node_view().map(|view| view.addresses)
+}
+
+/// The kernel's route lookup, over one socket kept for a run of questions.
+pub struct Routes {
+    socket: Socket,
+    seq: u32,
+}
+
+impl Routes {
+    pub fn open() -> io::Result<Self> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        Ok(Routes {
+            socket,
+            seq: crate::backend::nfnetlink::sequence(1 << 16),
+        })
+    }
+
+    /// The interface traffic to `destination` leaves by, as `ip route get` says; None when
+    /// there is no route (or it leaves by no interface: a blackhole, a prohibit).
+    pub fn interface(&mut self, destination: IpAddr) -> io::Result<Option<String>> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let (family, octets) = match destination {
+            IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
+            IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
+        };
+        let attr_len = 4 + octets.len();
+        let len = NLMSG_HDRLEN + RTMSG_LEN + attr_len;
+        let mut request = Vec::with_capacity(len);
+        request.extend_from_slice(&(len as u32).to_ne_bytes());
+        request.extend_from_slice(&RTM_GETROUTE.to_ne_bytes());
+        request.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+        request.extend_from_slice(&seq.to_ne_bytes());
+        request.extend_from_slice(&0u32.to_ne_bytes());
+        let mut header = [0u8; RTMSG_LEN];
+        header[0] = family;
+        header[1] = (octets.len() * 8) as u8;
+        request.extend_from_slice(&header);
+        request.extend_from_slice(&(attr_len as u16).to_ne_bytes());
+        request.extend_from_slice(&RTA_DST.to_ne_bytes());
+        request.extend_from_slice(&octets);
+        self.socket.send(&request, 0)?;
+        let deadline = std::time::Instant::now() + DEADLINES.quiet;
+        let mut buffer = vec![0u8; 8 * 1024];
+        loop {
+            crate::backend::nfnetlink::time_out_receives_at(&self.socket, deadline)?;
+            let length = crate::backend::nfnetlink::receive_into(&self.socket, &mut buffer, 0)?;
+            let frames =
+                crate::backend::nfnetlink::wire::frames(&buffer[..length.min(buffer.len())])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            for framed in frames.iter().filter(|f| f.seq == seq) {
+                if framed.kind == RTM_NEWROUTE {
+                    return Ok(route_interface_index(&framed.bytes[NLMSG_HDRLEN..])
+                        .and_then(interface_name));
+                }
+                let code = crate::backend::nfnetlink::wire::error_code(framed).unwrap_or(0);
+                match -code {
+                    0 => {}
+                    libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EACCES | libc::EINVAL => {
+                        return Ok(None)
+                    }
+                    errno => return Err(io::Error::from_raw_os_error(errno)),
+                }
+            }
+        }
+    }
+}
+
+/// The outgoing interface index of an RTM_NEWROUTE payload.
+fn route_interface_index(payload: &[u8]) -> Option<u32> {
+    crate::backend::nfnetlink::wire::attributes(payload.get(RTMSG_LEN..)?)
+        .find(|(kind, value)| *kind == RTA_OIF && value.len() == 4)
+        .map(|(_, value)| u32::from_ne_bytes(value.try_into().expect("4 bytes")))
+}
+
+/// The name of the interface with `index` in this network namespace.
+fn interface_name(index: u32) -> Option<String> {
+    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: if_indextoname writes at most IF_NAMESIZE bytes, NUL included, into `name`.
+    let found = unsafe { libc::if_indextoname(index, name.as_mut_ptr()) };
+    if found.is_null() {
+        return None;
+    }
+    // SAFETY: on success `name` holds a NUL-terminated string.
+    let text = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+    Some(text.to_string_lossy().into_owned())
 }
 
 /// A subscription to address changes (IPv4 and IPv6), read without blocking.

@@ -142,6 +142,7 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
     register_last_success(&mut registry, status, now, wall);
     register_rules(&mut registry, snapshot);
     register_failures(&mut registry, status);
+    register_conntrack(&mut registry, status);
     let up = Gauge::<i64>::default();
     up.set(i64::from(readiness(snapshot).is_ok()));
     registry.register("ready", "1 when /readyz would answer 200", up);
@@ -212,6 +213,24 @@ fn register_syncs(registry: &mut Registry, status: &Status) {
         "drift_repairs",
         "Drift repaired, by kind (chain_missing, rules_differ, jump_missing, jump_duplicate, jump_stale)",
         repairs,
+    );
+}
+
+/// Conntrack entries deleted so existing flows follow a change, and resets that failed.
+fn register_conntrack(registry: &mut Registry, status: &Status) {
+    let reset = Counter::<u64>::default();
+    reset.inc_by(status.conntrack_entries_reset);
+    registry.register(
+        "conntrack_entries_reset",
+        "Conntrack entries deleted because a change made their NAT decision wrong (--conntrack-reset)",
+        reset,
+    );
+    let failed = Counter::<u64>::default();
+    failed.inc_by(status.conntrack_resets_failed);
+    registry.register(
+        "conntrack_resets_failed",
+        "Changes after which the conntrack table could not be read or its entries deleted",
+        failed,
     );
 }
 
@@ -412,6 +431,7 @@ mod tests {
         s.status.last_success = Some(s.started);
         s.status.drift_repairs.insert("jump_missing", 2);
         s.status.rules.insert(crate::plan::Family::V4, 5);
+        s.status.conntrack_entries_reset = 7;
         let text = metrics_text(&s, s.started + Duration::from_secs(2), SystemTime::now());
         for needle in [
             "# TYPE ipmasq_syncs counter",
@@ -422,6 +442,9 @@ mod tests {
             "ipmasq_last_successful_sync_age_seconds 2.0",
             "ipmasq_build_info{version=\"",
             "ipmasq_ready 1",
+            "# TYPE ipmasq_conntrack_entries_reset counter",
+            "ipmasq_conntrack_entries_reset_total 7",
+            "ipmasq_conntrack_resets_failed_total 0",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }

@@ -37,6 +37,8 @@ pub struct Settings {
     pub options: config::Options,
     pub plan: PlanOptions,
     pub dry_run: bool,
+    /// Which conntrack entries a change deletes (`--conntrack-reset`).
+    pub conntrack_reset: crate::conntrack::judge::ResetScope,
 }
 
 /// Histogram of sync durations (seconds), 1 ms to about 16 s.
@@ -74,6 +76,10 @@ pub struct Status {
     /// failed sync is retried).
     pub next_pass_in: Duration,
     pub non_masquerade_cidrs: usize,
+    /// Conntrack entries deleted so their flows follow a change.
+    pub conntrack_entries_reset: u64,
+    /// Changes after which the conntrack reset failed (the rules were applied).
+    pub conntrack_resets_failed: u64,
 }
 
 /// The outcome of one pass.
@@ -128,6 +134,11 @@ pub struct Reconciler {
     pub memory_limit: Option<u64>,
     /// Why the config on disk was refused for memory, while it is: the agent is not ready.
     memory_refusal: Option<String>,
+    /// The rulesets this agent last synced, per family: a change from one of them resets the
+    /// conntrack entries it made wrong.
+    in_force: Vec<crate::plan::Ruleset>,
+    /// What the conntrack reset of the last pass did (a dry run: would do), per family.
+    pub conntrack_reports: Vec<(crate::plan::Family, crate::conntrack::ResetReport)>,
 }
 
 /// Most CIDRs of one list named in a log line; the rest are counted.
@@ -146,6 +157,38 @@ fn join(nets: &[ipnet::IpNet]) -> String {
         text.push_str(&format!(",... ({} in all)", nets.len()));
     }
     text
+}
+
+/// The log of one conntrack reset: a summary at info, each flow named at debug.
+fn log_reset(
+    family: crate::plan::Family,
+    scope: crate::conntrack::judge::ResetScope,
+    report: &crate::conntrack::ResetReport,
+    dry_run: bool,
+) {
+    if report.reset == 0 && report.left == 0 && report.gone == 0 {
+        debug!(family = %family, examined = report.examined, took_ms = %crate::text::millis(report.took), "conntrack: no tracked flow holds a decision this change made wrong");
+        return;
+    }
+    info!(
+        family = %family,
+        examined = report.examined,
+        reset = report.reset,
+        already_gone = report.gone,
+        left_connection_oriented = report.left,
+        conntrack_reset = scope.as_str(),
+        dry_run,
+        interrupted = report.interrupted,
+        took_ms = %crate::text::millis(report.took),
+        "conntrack: flows on a NAT decision this change made wrong {}",
+        if dry_run { "would be reset" } else { "reset" }
+    );
+    for flow in &report.listed {
+        debug!(family = %family, flow = %flow, "conntrack entry {}", if dry_run { "to reset" } else { "reset" });
+    }
+    for flow in &report.listed_left {
+        debug!(family = %family, flow = %flow, "conntrack entry left on its old decision (--conntrack-reset=all resets it)");
+    }
 }
 
 fn fingerprint(diagnostics: &[Diagnostic]) -> u64 {
@@ -176,6 +219,8 @@ impl Reconciler {
             blank_since: None,
             memory_limit: super::memory::limit(),
             memory_refusal: None,
+            in_force: Vec::new(),
+            conntrack_reports: Vec::new(),
         }
     }
 
@@ -526,12 +571,15 @@ impl Reconciler {
                 continue;
             }
             match self.backend.cleanup(family, &names, false) {
-                Ok(done) => info!(
+                Ok(done) => {
+                    self.in_force.retain(|r| r.family != family);
+                    info!(
                     backend = %self.backend.name(),
                     family = %family,
                     removed = %crate::output::removed_words(&done.removed),
                     "family no longer enabled by the config: its rules removed"
-                ),
+                    )
+                }
                 Err(err) => {
                     error!(backend = %self.backend.name(), family = %family, error = %err, "cannot remove the rules of a family no longer enabled; will retry");
                     self.synced_families.push(family);
@@ -564,6 +612,7 @@ impl Reconciler {
                     if !report.in_sync() && !self.settings.dry_run {
                         self.log_repair(&report, started.elapsed());
                     }
+                    self.follow_flows(ruleset);
                     done.push(report);
                 }
                 Err(err) => {
@@ -584,6 +633,49 @@ impl Reconciler {
             info!(backend = %self.backend.name(), "sync recovered");
         }
         Pass::Synced(done)
+    }
+
+    /// After `ruleset` is in force: when it changed what this agent had in force for its
+    /// family, the conntrack entries whose NAT the change made wrong are deleted (within
+    /// `--conntrack-reset`), so their flows follow. A dry run compares with the live rules
+    /// and deletes nothing. A failure is logged and counted; the rules stay applied.
+    fn follow_flows(&mut self, ruleset: &crate::plan::Ruleset) {
+        use crate::conntrack::judge::{Planned, ResetScope};
+        let scope = self.settings.conntrack_reset;
+        let family = ruleset.family;
+        let previous = self.in_force.iter().position(|r| r.family == family);
+        let before = previous.map(|i| std::mem::replace(&mut self.in_force[i], ruleset.clone()));
+        if previous.is_none() {
+            self.in_force.push(ruleset.clone());
+        }
+        if scope == ResetScope::Off || before.as_ref() == Some(ruleset) {
+            return;
+        }
+        let after = Planned::new(ruleset);
+        let outcome = match (before, self.settings.dry_run) {
+            (Some(before), false) => {
+                crate::conntrack::reset(family, &Planned::new(&before), &after, scope, false)
+            }
+            (_, true) => match self.backend.inspect(family, &ruleset.names) {
+                Ok(live) => crate::conntrack::reset(family, &live, &after, scope, true),
+                Err(err) => Err(std::io::Error::other(err.to_string())),
+            },
+            // The first rules this agent syncs: it does not know what decided the flows
+            // already tracked.
+            (None, false) => return,
+        };
+        match outcome {
+            Ok(report) => {
+                self.status.conntrack_entries_reset += report.reset as u64;
+                log_reset(family, scope, &report, self.settings.dry_run);
+                self.conntrack_reports.retain(|(f, _)| *f != family);
+                self.conntrack_reports.push((family, report));
+            }
+            Err(err) => {
+                self.status.conntrack_resets_failed += 1;
+                warn!(family = %family, error = %err, "cannot reset the conntrack entries this change made wrong; their flows keep the old NAT until they end");
+            }
+        }
     }
 
     /// The backoff the failure being handled will lead to (it is not counted yet).
@@ -629,6 +721,7 @@ mod tests {
             options: config::Options::default(),
             plan: PlanOptions::default(),
             dry_run: false,
+            conntrack_reset: Default::default(),
         };
         let reconciler = Reconciler::new(settings, Box::new(fake.clone()));
         Fixture {

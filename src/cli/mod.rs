@@ -268,6 +268,17 @@ pub struct AgentArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// After a change, delete the conntrack entries whose NAT it made wrong, so their flows
+    /// follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and
+    /// SCTP too: those connections break), or off
+    #[arg(
+        long,
+        value_enum,
+        value_name = "WHICH",
+        default_value_t = crate::conntrack::judge::ResetScope::Connectionless
+    )]
+    pub conntrack_reset: crate::conntrack::judge::ResetScope,
+
     /// Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a
     /// window without masquerade)
     #[arg(
@@ -456,8 +467,8 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "SRC")]
     pub from: Option<std::net::IpAddr>,
 
-    /// The interface the traffic leaves by, for a config scoped with outputInterfaces (rules
-    /// that match on the interface cannot be judged without it)
+    /// The interface the traffic leaves by, for a config scoped with outputInterfaces
+    /// [default: the interface of the kernel's route to DEST]
     #[arg(long, value_name = "IF")]
     pub out_interface: Option<String>,
 
@@ -476,7 +487,8 @@ pub struct ExplainArgs {
     #[command(flatten)]
     pub backend: BackendFlags,
 
-    /// Judge the config only; do not read the live rules (needs no privileges)
+    /// Judge the config only; read neither the live rules nor the conntrack table (needs no
+    /// privileges)
     #[arg(long)]
     pub no_live: bool,
 

@@ -35,6 +35,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         options: args.config_options(),
         plan,
         dry_run: args.dry_run,
+        conntrack_reset: args.conntrack_reset,
     };
     let backend_name = backend.name();
     let backend_id = backend.id();
@@ -51,6 +52,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         cleanup_on_exit = args.cleanup_on_exit,
         once = args.once,
         dry_run = args.dry_run,
+        conntrack_reset = args.conntrack_reset.as_str(),
         "ipmasq agent starting"
     );
     let mut reconciler = Reconciler::new(settings, backend);
@@ -122,6 +124,39 @@ fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
     exit
 }
 
+/// What the dry run found in the conntrack table: the flows the change would reset, and those
+/// it would leave on their old decision (outside `--conntrack-reset`); nothing when no flow
+/// contradicts the change (the output is then the transactions alone, as before).
+fn print_flows_to_reset(reconciler: &Reconciler) {
+    for (family, report) in &reconciler.conntrack_reports {
+        if report.reset + report.left == 0 {
+            continue;
+        }
+        println!(
+            "# {family} conntrack: {} of {} tracked flows would be reset (--conntrack-reset={}){}",
+            report.reset,
+            report.examined,
+            reconciler.settings.conntrack_reset.as_str(),
+            if report.left > 0 {
+                format!(", {} left on their old decision", report.left)
+            } else {
+                String::new()
+            }
+        );
+        for (flows, total, verb) in [
+            (&report.listed, report.reset, "reset"),
+            (&report.listed_left, report.left, "left"),
+        ] {
+            for flow in flows {
+                println!("{verb}: {}", crate::output::printable(flow));
+            }
+            if total > flows.len() {
+                println!("{verb}: ... and {} more", total - flows.len());
+            }
+        }
+    }
+}
+
 /// One pass that writes nothing; prints each family's transaction (or that it is in sync).
 fn dry_run(reconciler: &mut Reconciler) -> Exit {
     match reconciler.pass() {
@@ -146,6 +181,7 @@ fn dry_run(reconciler: &mut Reconciler) -> Exit {
                     ),
                 }
             }
+            print_flows_to_reset(reconciler);
             Exit::Ok
         }
         Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,

@@ -1,12 +1,16 @@
 //! `ipmasq explain DEST [--from SRC]`: whether traffic to DEST is masqueraded, answered twice
 //! — by the config (through the plan's `decide`, naming the deciding CIDR, its list, file and
 //! line) and by the live rules of the backend in use (walked as the kernel walks them, naming
-//! the rule and its counters) — and whether the two agree.
+//! the rule and its counters) — and whether the two agree; then the tracked flows to DEST
+//! whose NAT contradicts the rules in force (see `flows`). The interface the traffic leaves
+//! by is `--out-interface`, else the kernel's route to DEST.
 //!
 //! JSON report (schemaVersion 1; fields are only ever added): `{schemaVersion, destination,
-//! source, sourceAssumed, family, outcome, config: {source, action, reason, decision?},
-//! live?: {backend, location, action, reason, rule?, unjudged}, liveUnavailable?, agree?}`,
-//! where `outcome` is `masquerade`, `keep-source` or `disagreement`.
+//! source, sourceAssumed, outInterface?, outInterfaceFrom?, family, outcome, config: {source,
+//! action, snatTo?, reason, decision?}, live?: {backend, location, action, snatTo?, reason,
+//! rule?, unjudged}, liveUnavailable?, agree?, conntrack?: {examined, toDestination,
+//! contradictingTotal, contradicting}, conntrackUnavailable?}`, where `outcome` is
+//! `masquerade`, `keep-source` or `disagreement`.
 
 use super::node::{Judgement, Node, Query};
 use super::Exit;
@@ -26,9 +30,12 @@ struct ExplainReport {
     source: Option<IpAddr>,
     /// No --from: the source was taken from masqueradeSourceCIDRs (or any source).
     source_assumed: bool,
-    /// `--out-interface`: the interface the traffic leaves by.
+    /// The interface the traffic leaves by: `--out-interface`, else the kernel's route.
     #[serde(skip_serializing_if = "Option::is_none")]
     out_interface: Option<String>,
+    /// `flag` or `route`: where `outInterface` came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    out_interface_from: Option<&'static str>,
     family: String,
     outcome: &'static str,
     config: ConfigAnswer,
@@ -38,6 +45,11 @@ struct ExplainReport {
     live_unavailable: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     agree: Option<bool>,
+    /// Tracked flows to the destination whose NAT contradicts the rules in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    conntrack: Option<super::flows::FlowsAnswer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    conntrack_unavailable: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -46,6 +58,9 @@ struct ConfigAnswer {
     /// The config file or directory explained.
     source: String,
     action: Action,
+    /// The address a rewrite SNATs to (`outputAddress`); absent for MASQUERADE.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snat_to: Option<IpAddr>,
     reason: Reason,
     #[serde(skip_serializing_if = "Option::is_none")]
     decision: Option<DecisionAnswer>,
@@ -68,6 +83,9 @@ struct LiveAnswer {
     backend: crate::backend::BackendId,
     location: String,
     action: Action,
+    /// The address the deciding rule SNATs to; absent for MASQUERADE.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snat_to: Option<IpAddr>,
     reason: LiveReason,
     #[serde(skip_serializing_if = "Option::is_none")]
     rule: Option<RuleAnswer>,
@@ -163,9 +181,14 @@ fn config_answer(
         }),
         None => None,
     };
+    let snat_to = match (verdict.action, ruleset.masquerade.egress) {
+        (Action::Masquerade, crate::plan::Egress::Snat(to)) => Some(to),
+        _ => None,
+    };
     ConfigAnswer {
         source: source_name,
         action: verdict.action,
+        snat_to,
         reason: verdict.reason,
         decision,
     }
@@ -231,11 +254,13 @@ fn config_verdict(
     if !managed {
         // Without --enable-ipv6 the agent writes no IPv6 rules at all.
         answer.action = Action::KeepSource;
+        answer.snat_to = None;
         answer.reason = Reason::OtherFamily;
         answer.decision = None;
     } else if local {
         // Every backend lets local destinations leave before the decisions.
         answer.action = Action::KeepSource;
+        answer.snat_to = None;
         answer.reason = Reason::LocalDestination;
         answer.decision = None;
     } else if let Some(interface) = interface.filter(|_| answer.action == Action::Masquerade) {
@@ -249,6 +274,7 @@ fn config_verdict(
             return answer;
         }
         answer.action = Action::KeepSource;
+        answer.snat_to = None;
         answer.reason = Reason::InterfaceNotSelected;
     }
     answer
@@ -284,22 +310,27 @@ pub fn run(args: &ExplainArgs) -> Exit {
     let src = source_address(args.from, config, family);
     let packet_src = src.unwrap_or_else(|| unspecified(family));
     let local = is_local_address(dst);
+    let (interface, interface_from) = out_interface(args, dst, local);
     let config_verdict = config_verdict(
         (config, judgement.described()),
         &plan,
         (packet_src, dst),
-        (local, args.out_interface.as_deref()),
+        (local, interface.as_deref()),
     );
-
-    let (live, live_unavailable) = if args.no_live {
-        (None, None)
-    } else {
-        live_answer(
-            &node,
-            family,
-            packet_src,
-            (dst, local, args.out_interface.as_deref()),
-        )
+    let inspected = (!args.no_live).then(|| node.inspect(family));
+    let (live, live_unavailable) = match &inspected {
+        None => (None, None),
+        Some(Ok(Some(inspection))) => (
+            Some(live_answer(
+                &node,
+                inspection,
+                packet_src,
+                (dst, local, interface.as_deref()),
+            )),
+            None,
+        ),
+        Some(Ok(None)) => (None, Some(format!("{family} tools are not installed"))),
+        Some(Err(err)) => (None, Some(err.to_string())),
     };
     if let Some(reason) = &live_unavailable {
         let reason = printable(reason);
@@ -311,18 +342,32 @@ pub fn run(args: &ExplainArgs) -> Exit {
         (_, Action::Masquerade) => "masquerade",
         (_, Action::KeepSource) => "keep-source",
     };
+    let (conntrack, conntrack_unavailable) = if local || args.no_live {
+        (None, None)
+    } else {
+        let ruleset = plan_family(config, &plan, family);
+        flows_answer(
+            (family, dst),
+            inspected.as_ref(),
+            &ruleset,
+            interface.as_deref(),
+        )
+    };
     let report = ExplainReport {
         schema_version: 1,
         destination: dst,
         source: src,
         source_assumed: args.from.is_none(),
-        out_interface: args.out_interface.clone(),
+        out_interface: interface,
+        out_interface_from: interface_from,
         family: family.to_string(),
         outcome,
         config: config_verdict,
         live,
         live_unavailable,
         agree,
+        conntrack,
+        conntrack_unavailable,
     };
     let text = match args.output {
         OutputFormat::Json => to_json(&report),
@@ -337,26 +382,62 @@ pub fn run(args: &ExplainArgs) -> Exit {
     }
 }
 
+/// The tracked flows to `dst` that contradict the rules in force: the live ones when they
+/// were read, else the config's plan.
+fn flows_answer(
+    (family, dst): (Family, IpAddr),
+    inspected: Option<&Result<Option<crate::backend::Inspection>, crate::backend::BackendError>>,
+    ruleset: &crate::plan::Ruleset,
+    interface: Option<&str>,
+) -> (Option<super::flows::FlowsAnswer>, Option<String>) {
+    let planned = crate::conntrack::judge::Planned::new(ruleset);
+    let rules_in_force: &dyn crate::conntrack::judge::Decides = match inspected {
+        Some(Ok(Some(inspection))) => inspection,
+        _ => &planned,
+    };
+    match super::flows::contradicting(family, dst, rules_in_force, interface) {
+        Ok(answer) => (Some(answer), None),
+        Err(err) => (
+            None,
+            Some(format!("the conntrack table was not read: {err}")),
+        ),
+    }
+}
+
+/// The interface traffic to `dst` leaves by: `--out-interface`, else the kernel's route
+/// (none for a local destination, or without a route); and where it came from.
+fn out_interface(
+    args: &ExplainArgs,
+    dst: IpAddr,
+    local: bool,
+) -> (Option<String>, Option<&'static str>) {
+    if let Some(given) = &args.out_interface {
+        return (Some(given.clone()), Some("flag"));
+    }
+    if local {
+        return (None, None);
+    }
+    match crate::addresses::Routes::open().and_then(|mut routes| routes.interface(dst)) {
+        Ok(Some(found)) => (Some(found), Some("route")),
+        _ => (None, None),
+    }
+}
+
 /// The live rules' answer from the backend in use (the running agent's, when the mode is left
-/// to auto), or why they could not be read.
+/// to auto).
 fn live_answer(
     node: &Node,
-    family: Family,
+    inspection: &crate::backend::Inspection,
     src: IpAddr,
     (dst, local, interface): (IpAddr, bool, Option<&str>),
-) -> (Option<LiveAnswer>, Option<String>) {
+) -> LiveAnswer {
     let backend = node.backend();
     let names = crate::plan::Names {
         chain: node.flags.masq_chain.clone(),
     };
-    let inspection = match node.inspect(family) {
-        Ok(Some(inspection)) => inspection,
-        Ok(None) => return (None, Some(format!("{} tools are not installed", family))),
-        Err(err) => return (None, Some(err.to_string())),
-    };
     let LiveVerdict {
         action,
-        rule,
+        rule: rule_index,
         reason,
         unjudged,
         decided_before,
@@ -371,7 +452,7 @@ fn live_answer(
             text: rule.text.clone(),
         }
     };
-    let rule = rule.map(|index| {
+    let rule = rule_index.map(|index| {
         let r = &inspection.rules[index];
         RuleAnswer {
             number: r.number,
@@ -381,28 +462,31 @@ fn live_answer(
             bytes: r.counters.map(|c| c.bytes),
         }
     });
-    (
-        Some(LiveAnswer {
-            backend: backend.id(),
-            location: backend.location(&names),
-            action,
-            reason,
-            rule,
-            unjudged: unjudged
-                .into_iter()
-                .map(|i| inspection.rules[i].number)
-                .collect(),
-            decided_before: decided_before.map(before),
-            may_decide_first: may_decide_first.into_iter().map(before).collect(),
-        }),
-        None,
-    )
+    let snat_to = match rule_index.map(|i| &inspection.rules[i].verdict) {
+        Some(crate::backend::Verdict::Masquerade { snat_to, .. }) => *snat_to,
+        _ => None,
+    };
+    LiveAnswer {
+        backend: backend.id(),
+        location: backend.location(&names),
+        action,
+        snat_to,
+        reason,
+        rule,
+        unjudged: unjudged
+            .into_iter()
+            .map(|i| inspection.rules[i].number)
+            .collect(),
+        decided_before: decided_before.map(before),
+        may_decide_first: may_decide_first.into_iter().map(before).collect(),
+    }
 }
 
-fn action_word(action: Action) -> &'static str {
-    match action {
-        Action::Masquerade => "MASQUERADE (the source becomes the node's address)",
-        Action::KeepSource => "keep the source address",
+fn action_word(action: Action, snat_to: Option<IpAddr>) -> String {
+    match (action, snat_to) {
+        (Action::Masquerade, Some(to)) => format!("SNAT (the source becomes {to})"),
+        (Action::Masquerade, None) => "MASQUERADE (the source becomes the node's address)".into(),
+        (Action::KeepSource, _) => "keep the source address".into(),
     }
 }
 
@@ -425,7 +509,7 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         "{}  {}: {}\n",
         style.bold("config"),
         printable(&c.source),
-        action_word(c.action)
+        action_word(c.action, c.snat_to)
     ));
     let why = match (&c.decision, c.reason) {
         (_, Reason::OtherFamily) => {
@@ -451,6 +535,11 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
     };
     out.push_str(&format!("        {}\n", printable(&why)));
     out.push_str(&live_text(report, style));
+    if let Some(flows) = &report.conntrack {
+        out.push_str(&super::flows::text(flows, report.destination, style));
+    } else if let Some(reason) = &report.conntrack_unavailable {
+        out.push_str(&format!("{}  {}\n", style.bold("flows"), printable(reason)));
+    }
     out.push('\n');
     let verdict = match report.outcome {
         "disagreement" => style.error(
@@ -473,7 +562,7 @@ fn live_text(report: &ExplainReport, style: &Styler) -> String {
             style.bold("live"),
             live.backend,
             printable(&live.location),
-            action_word(live.action)
+            action_word(live.action, live.snat_to)
         ));
         let why = match (&live.rule, live.reason) {
             (_, LiveReason::NotInstalled) => "our rules are not installed".to_string(),

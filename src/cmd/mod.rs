@@ -3,6 +3,7 @@
 pub(crate) mod agent;
 pub(crate) mod cleanup;
 pub(crate) mod explain;
+pub(crate) mod flows;
 pub(crate) mod generate;
 pub(crate) mod node;
 pub(crate) mod show;

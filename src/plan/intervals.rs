@@ -53,6 +53,15 @@ pub fn complement(family: Family, nets: &[IpNet]) -> Vec<IpNet> {
 /// are disjoint, so one sweep over them sorted by start (outer first) with a stack of the
 /// open ones paints every address with its innermost decision.
 pub fn kept_by_longest_prefix(family: Family, decisions: &[Decision]) -> Vec<IpNet> {
+    let mut out = Vec::new();
+    for (first, last) in kept_ranges(family, decisions) {
+        blocks(first, last, bits(family), &mut out);
+    }
+    out
+}
+
+/// [`kept_by_longest_prefix`] as sorted, merged inclusive integer ranges (see [`number`]).
+pub fn kept_ranges(family: Family, decisions: &[Decision]) -> Vec<(u128, u128)> {
     let mut items: Vec<(u128, u8, usize)> = decisions
         .iter()
         .enumerate()
@@ -96,11 +105,21 @@ pub fn kept_by_longest_prefix(family: Family, decisions: &[Decision]) -> Vec<IpN
         }
         cursor = top_last.checked_add(1);
     }
-    let mut out = Vec::new();
-    for (first, last) in merge(kept) {
-        blocks(first, last, bits(family), &mut out);
+    merge(kept)
+}
+
+/// An address as the integer the ranges here are made of (IPv4 in the low 32 bits).
+pub fn number(addr: std::net::IpAddr) -> u128 {
+    match addr {
+        std::net::IpAddr::V4(a) => u128::from(u32::from(a)),
+        std::net::IpAddr::V6(a) => u128::from(a),
     }
-    out
+}
+
+/// Whether sorted, disjoint `ranges` hold `value`.
+pub fn ranges_hold(ranges: &[(u128, u128)], value: u128) -> bool {
+    let after = ranges.partition_point(|(first, _)| *first <= value);
+    after > 0 && ranges[after - 1].1 >= value
 }
 
 /// The smallest list of CIDRs that covers exactly what `nets` cover, sorted (IPv4 first):

@@ -81,7 +81,7 @@ impl Topology {
 }
 
 /// The agent's backend flags for a backend under test.
-fn backend_flags(backend: &str) -> Vec<String> {
+pub(super) fn backend_flags(backend: &str) -> Vec<String> {
     match backend {
         "nftables" => vec!["--backend=nftables".into()],
         variant => vec![
@@ -92,12 +92,12 @@ fn backend_flags(backend: &str) -> Vec<String> {
 }
 
 /// A config file in a directory of its own, replaced atomically (as a ConfigMap is).
-struct ConfigFile {
+pub(super) struct ConfigFile {
     dir: PathBuf,
 }
 
 impl ConfigFile {
-    fn new(text: &str) -> ConfigFile {
+    pub(super) fn new(text: &str) -> ConfigFile {
         let dir = scratch_file("egress-config-dir", "");
         std::fs::remove_file(&dir).unwrap();
         std::fs::create_dir(&dir).unwrap();
@@ -106,11 +106,11 @@ impl ConfigFile {
         file
     }
 
-    fn path(&self) -> PathBuf {
+    pub(super) fn path(&self) -> PathBuf {
         self.dir.join("ip-masq-agent")
     }
 
-    fn replace(&self, text: &str) {
+    pub(super) fn replace(&self, text: &str) {
         let staged = self.dir.join(".staged");
         std::fs::write(&staged, text).unwrap();
         std::fs::rename(&staged, self.path()).unwrap();
@@ -123,12 +123,12 @@ impl Drop for ConfigFile {
     }
 }
 
-fn log_of(path: &Path) -> String {
+pub(super) fn log_of(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
 /// How many times `needle` is in the log.
-fn count_in_log(path: &Path, needle: &str) -> usize {
+pub(super) fn count_in_log(path: &Path, needle: &str) -> usize {
     log_of(path).matches(needle).count()
 }
 

@@ -14,6 +14,7 @@ macro_rules! both_variants {
 }
 
 mod agent;
+mod conntrack;
 mod egress;
 mod extensions;
 mod faults;
