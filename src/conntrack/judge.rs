@@ -112,9 +112,6 @@ pub trait Decides {
         destination: IpAddr,
         interface: Option<&str>,
     ) -> Option<Outcome>;
-
-    /// Whether some outcome depends on the outgoing interface.
-    fn scoped_to_interfaces(&self) -> bool;
 }
 
 /// A planned ruleset, judged by address ranges: a binary search a flow, whatever the number
@@ -159,10 +156,6 @@ impl Decides for Planned<'_> {
             Egress::Unresolved(_) => None,
         }
     }
-
-    fn scoped_to_interfaces(&self) -> bool {
-        !self.ruleset.entry.output_interfaces.is_empty()
-    }
 }
 
 impl Decides for Inspection {
@@ -187,12 +180,6 @@ impl Decides for Inspection {
                 _ => None,
             },
         }
-    }
-
-    fn scoped_to_interfaces(&self) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.matches.output_interface.is_some())
     }
 }
 
@@ -266,8 +253,8 @@ pub enum Disposition {
 /// What a reset knows of the node beyond the rules.
 pub struct Node<'a> {
     pub is_node_address: &'a dyn Fn(IpAddr) -> bool,
-    /// The interface traffic to an address leaves by (asked only when rules are scoped to
-    /// interfaces).
+    /// The interface traffic to an address leaves by (asked only when an outcome depends on
+    /// it).
     pub interface_to: &'a mut dyn FnMut(IpAddr) -> Option<String>,
     pub scope: ResetScope,
 }
@@ -284,16 +271,18 @@ pub fn dispose(
     if (node.is_node_address)(destination) {
         return Disposition::Untouched;
     }
-    let interface = if before.scoped_to_interfaces() || after.scoped_to_interfaces() {
-        (node.interface_to)(destination)
-    } else {
-        None
+    // The route is asked only when an outcome depends on the interface.
+    let judged = |interface: Option<&str>| {
+        Some((
+            before.outcome(flow.source, destination, interface)?,
+            after.outcome(flow.source, destination, interface)?,
+        ))
     };
-    let interface = interface.as_deref();
-    let (Some(was), Some(now)) = (
-        before.outcome(flow.source, destination, interface),
-        after.outcome(flow.source, destination, interface),
-    ) else {
+    let outcomes = judged(None).or_else(|| {
+        let interface = (node.interface_to)(destination)?;
+        judged(Some(&interface))
+    });
+    let Some((was, now)) = outcomes else {
         return Disposition::Untouched;
     };
     if was == now || consistent(flow, now, node.is_node_address) {

@@ -44,15 +44,25 @@ const DUMP_DEADLINES: Deadlines = Deadlines {
     quiet: Duration::from_secs(5),
     overall: Duration::from_secs(60),
 };
-/// Deletes are sent in datagrams of about this size, each acknowledged before the next.
-const DELETE_BATCH: usize = 32 * 1024;
+/// Deletes are sent in datagrams of about this size (about 200 deletes), each batch
+/// acknowledged before the next.
+const DELETE_BATCH: usize = 16 * 1024;
+/// The receive buffer asked for: room for a batch's acknowledgements many times over.
+const RECEIVE_BUFFER: libc::c_int = 4 << 20;
 /// Most flows a dry run or a log names; the rest are counted.
 pub const LISTED: usize = 50;
 
+/// A ctnetlink socket whose receive buffer holds a batch's acknowledgements: the kernel
+/// queues one per delete, each charged far more than its bytes, and a full buffer drops them
+/// (ENOBUFS).
 fn netfilter_socket() -> io::Result<Socket> {
     let mut socket = Socket::new(NETLINK_NETFILTER)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
+    let receive: libc::c_int = RECEIVE_BUFFER;
+    if crate::backend::nfnetlink::set_option(&socket, libc::SO_RCVBUFFORCE, &receive).is_err() {
+        let _ = crate::backend::nfnetlink::set_option(&socket, libc::SO_RCVBUF, &receive);
+    }
     Ok(socket)
 }
 

@@ -147,6 +147,51 @@ pub(crate) mod tests {
         config
     }
 
+    /// The golden files' egress cases (`outputAddress` resolved on a node, `outputInterfaces`,
+    /// both; over the extension config, with and without `--to-ports`): a label, the config
+    /// and the plan options, IPv6 on.
+    pub(crate) fn egress_cases() -> Vec<(String, Config, PlanOptions)> {
+        let snat = crate::plan::ResolvedEgress {
+            v4: Some("203.0.113.9".parse().unwrap()),
+            v6: Some("2001:db8:f0::9".parse().unwrap()),
+        };
+        let interfaces: Vec<crate::config::egress::InterfacePattern> = ["bond+", "eth0"]
+            .iter()
+            .map(|p| crate::config::egress::InterfacePattern::parse(p).unwrap())
+            .collect();
+        let mut cases = Vec::new();
+        for (label, resolved, scoped) in [
+            ("outputAddress", snat, false),
+            (
+                "outputInterfaces",
+                crate::plan::ResolvedEgress::default(),
+                true,
+            ),
+            ("outputAddress+outputInterfaces", snat, true),
+        ] {
+            for to_ports in ["", "1024-29999,32768-65535"] {
+                let mut config = extension_config();
+                if resolved.v4.is_some() {
+                    config.output_address =
+                        Some(crate::config::egress::EgressTarget::parse("203.0.113.8/29").unwrap());
+                    config.output_address_ipv6 =
+                        Some(crate::config::egress::EgressTarget::parse("2001:db8:f0::9").unwrap());
+                }
+                if scoped {
+                    config.output_interfaces = interfaces.clone();
+                }
+                let options = PlanOptions {
+                    to_ports: to_ports.parse().unwrap(),
+                    enable_ipv6: true,
+                    egress: resolved,
+                    ..PlanOptions::default()
+                };
+                cases.push((format!("{label} to-ports={to_ports:?}"), config, options));
+            }
+        }
+        cases
+    }
+
     /// A random config for `family`'s property tests: non-masquerade and forced lists with
     /// overlaps, nesting and repeats (never one CIDR in both: the config refuses that),
     /// sometimes source ranges, random link-local flags.

@@ -14,7 +14,11 @@ const PATIENCE: Duration = Duration::from_secs(30);
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn golden_nft_scripts_pass_nft_check() {
     let ns = Netns::new("nftcheck");
-    for (file, expected) in [("nft-scripts.txt", 48), ("nft-scripts-extensions.txt", 48)] {
+    for (file, expected) in [
+        ("nft-scripts.txt", 48),
+        ("nft-scripts-extensions.txt", 48),
+        ("nft-scripts-egress.txt", 12),
+    ] {
         let golden = std::fs::read_to_string(crate::util::data(&format!("golden/{file}"))).unwrap();
         let mut checked = 0;
         for section in golden.split("### ").filter(|s| !s.is_empty()) {

@@ -681,3 +681,18 @@ fn golden_transactions_with_the_extension_keys() {
     }
     crate::backend::golden::check("transactions-extensions.txt", &out);
 }
+
+/// The egress keys (`outputAddress` resolved, `outputInterfaces`, both) as first-sync
+/// transactions, in a golden file of their own.
+#[test]
+fn golden_transactions_with_the_egress_keys() {
+    let mut out = String::new();
+    for (label, config, options) in crate::plan::decide::tests::egress_cases() {
+        for set in plan(&config, &options) {
+            let desired = Rendered::new(&set);
+            let script = transaction(&desired, &diff(&desired, &LiveChain::default()));
+            out.push_str(&format!("### {label} family={}\n{script}", set.family));
+        }
+    }
+    crate::backend::golden::check("transactions-egress.txt", &out);
+}

@@ -270,6 +270,24 @@ fn golden_nft_scripts_with_the_extension_keys() {
     crate::backend::golden::check("nft-scripts-extensions.txt", &out);
 }
 
+/// The egress keys' scripts (`outputAddress` resolved, `outputInterfaces`, both) in a golden
+/// file of their own (the root tests `nft --check` it).
+#[test]
+fn golden_nft_scripts_with_the_egress_keys() {
+    let mut out = String::new();
+    for (label, config, options) in crate::plan::decide::tests::egress_cases() {
+        for set in plan(&config, &options) {
+            let table = DesiredTable::new(&set).unwrap();
+            out.push_str(&format!(
+                "### {label} family={}\n{}",
+                set.family,
+                script::render(&table.batch(false, &Leftovers::default()).unwrap().bytes)
+            ));
+        }
+    }
+    crate::backend::golden::check("nft-scripts-egress.txt", &out);
+}
+
 /// `count` disjoint /30 blocks from 10.0.0.0 up: a config whose set holds exactly `count`
 /// elements besides link-local.
 fn many_blocks(count: u32) -> Config {
