@@ -643,12 +643,16 @@ impl Reconciler {
         use crate::conntrack::judge::{Planned, ResetScope};
         let scope = self.settings.conntrack_reset;
         let family = ruleset.family;
-        let previous = self.in_force.iter().position(|r| r.family == family);
-        let before = previous.map(|i| std::mem::replace(&mut self.in_force[i], ruleset.clone()));
-        if previous.is_none() {
-            self.in_force.push(ruleset.clone());
-        }
-        if scope == ResetScope::Off || before.as_ref() == Some(ruleset) {
+        // A steady pass ends here, having copied nothing.
+        let before = match self.in_force.iter().position(|r| r.family == family) {
+            Some(i) if self.in_force[i] == *ruleset => return,
+            Some(i) => Some(std::mem::replace(&mut self.in_force[i], ruleset.clone())),
+            None => {
+                self.in_force.push(ruleset.clone());
+                None
+            }
+        };
+        if scope == ResetScope::Off {
             return;
         }
         let after = Planned::new(ruleset);

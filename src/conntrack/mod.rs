@@ -331,6 +331,16 @@ pub struct ResetReport {
     pub took: Duration,
 }
 
+/// How many flows this network namespace tracks (its `nf_conntrack_count`); None when the
+/// kernel does not say (conntrack not loaded, no /proc).
+fn tracked_here() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_count")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Reads `family`'s conntrack table and deletes (unless `dry_run`) the entries whose NAT the
 /// change from `before` to `after` made wrong, within `scope`.
 pub fn reset(
@@ -341,6 +351,14 @@ pub fn reset(
     dry_run: bool,
 ) -> io::Result<ResetReport> {
     let started = Instant::now();
+    if tracked_here() == Some(0) {
+        // Nothing tracked in this network namespace: no dump (even an empty one walks every
+        // bucket of the kernel's table, 262,144 here: about 9 ms).
+        return Ok(ResetReport {
+            took: started.elapsed(),
+            ..ResetReport::default()
+        });
+    }
     let addresses: HashSet<IpAddr> = crate::addresses::node_addresses()?
         .into_iter()
         .map(|a| a.address)

@@ -4,7 +4,8 @@
 //! new source after each swap (the distribution is printed), while a second flow whose
 //! decision never changes keeps its conntrack entry (its id, read with the `conntrack` tool,
 //! is unchanged). With `--conntrack-reset=off`, the running flow keeps its old source while a
-//! new flow gets the new one.
+//! new flow gets the new one. An output address that moves to another address of the node
+//! takes the running flow with it.
 
 use super::egress::{backend_flags, count_in_log, log_of, ConfigFile};
 use super::netns::{scratch_file, wait_until, Netns, PYTHON};
@@ -481,6 +482,45 @@ fn flows_keep_their_decision_without_reset(backend: &str, addresses: &'static Ad
     let _ = std::fs::remove_file(&log);
 }
 
+/// An output address that moves (the node's address inside the prefix changes) moves the
+/// running flow with it: its entry SNATs to the old address, which the node no longer holds.
+fn flows_follow_the_output_address(backend: &str) {
+    let mut lab = Lab::new(&V4);
+    lab.node.sh("ip addr add 203.0.113.9/24 dev vout");
+    let config = ConfigFile::new(
+        "outputAddress: 203.0.113.8/29\nnonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n",
+    );
+    let log = start_agent(&mut lab, backend, &config, &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || lab
+            .first_from_since("203.0.113.9", 0.0)
+            .is_some()),
+        "the flow was never SNATed to 203.0.113.9: {:?}\n{}",
+        lab.seen(),
+        log_of(&log)
+    );
+    let moved = monotonic();
+    lab.node
+        .sh("ip addr add 203.0.113.10/24 dev vout && ip addr del 203.0.113.9/24 dev vout");
+    let mut seen_at = None;
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            seen_at = lab.first_from_since("203.0.113.10", moved);
+            seen_at.is_some()
+        }),
+        "the running flow stayed on the old address: {:?}\n{}",
+        lab.seen().iter().rev().take(10).collect::<Vec<_>>(),
+        log_of(&log)
+    );
+    eprintln!(
+        "{backend}: address moved -> running flow from the new address in {:.0} ms",
+        (seen_at.unwrap() - moved) * 1000.0
+    );
+    assert!(entries_reset(&lab) >= 1);
+    drop(lab);
+    let _ = std::fs::remove_file(&log);
+}
+
 macro_rules! per_backend {
     ($($name:ident => $backend:expr),* $(,)?) => {
         $(
@@ -501,6 +541,12 @@ macro_rules! per_backend {
                 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
                 fn without_reset_a_running_flow_keeps_its_old_source() {
                     super::flows_keep_their_decision_without_reset($backend, &super::V4);
+                }
+
+                #[test]
+                #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+                fn a_running_flow_follows_a_moved_output_address() {
+                    super::flows_follow_the_output_address($backend);
                 }
             }
         )*

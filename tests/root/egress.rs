@@ -279,23 +279,29 @@ fn interface_scope(backend: &str) {
     );
     assert_eq!(topo.seen_side(SIDE_V4), POD_V4, "leaving vside (IPv4)");
     assert_eq!(topo.seen_side(SIDE_V6), POD_V6, "leaving vside (IPv6)");
-    // `explain` tells both apart with --out-interface, the config and the live rules agreeing.
-    for (dest, interface, outcome) in [
+    // `explain` tells both apart with --out-interface, and without it from the kernel's
+    // route; the config and the live rules agree.
+    for ((dest, interface, outcome), flagged) in [
         (SIDE_V4, "vside", "keep-source"),
         (OUT_V4, "vout", "masquerade"),
         (SIDE_V6, "vside", "keep-source"),
         (OUT_V6, "vout", "masquerade"),
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|case| [(case, true), (case, false)])
+    {
         let from = if dest.contains(':') { POD_V6 } else { POD_V4 };
         let mut args = vec![
             "explain".to_string(),
             dest.into(),
             format!("--from={from}"),
-            format!("--out-interface={interface}"),
             format!("--config={}", scoped.display()),
             "-o".into(),
             "json".into(),
         ];
+        if flagged {
+            args.push(format!("--out-interface={interface}"));
+        }
         args.extend(backend_flags(backend));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let run = topo.node.ipmasq(&args);
@@ -306,6 +312,12 @@ fn interface_scope(backend: &str) {
             "{dest} via {interface}: {report}"
         );
         assert_eq!(report["agree"], true, "{dest} via {interface}: {report}");
+        assert_eq!(report["outInterface"], interface, "{report}");
+        assert_eq!(
+            report["outInterfaceFrom"],
+            if flagged { "flag" } else { "route" },
+            "{report}"
+        );
     }
     let _ = std::fs::remove_file(unscoped);
     let _ = std::fs::remove_file(scoped);
