@@ -183,6 +183,11 @@ pub fn node_addresses() -> io::Result<Vec<NodeAddress>> {
     node_view().map(|view| view.addresses)
 }
 
+/// The addresses this node holds, for membership tests.
+pub fn node_address_set() -> io::Result<std::collections::HashSet<IpAddr>> {
+    Ok(node_addresses()?.into_iter().map(|a| a.address).collect())
+}
+
 /// The kernel's route lookup, over one socket kept for a run of questions.
 pub struct Routes {
     socket: Socket,

@@ -7,7 +7,6 @@ use crate::conntrack::judge::{consistent, Decides};
 use crate::output::{printable, Styler};
 use crate::plan::Family;
 use serde::Serialize;
-use std::collections::HashSet;
 use std::net::IpAddr;
 
 /// What the conntrack table holds for the destination.
@@ -54,10 +53,7 @@ pub fn contradicting(
     rules: &dyn Decides,
     interface: Option<&str>,
 ) -> std::io::Result<FlowsAnswer> {
-    let node: HashSet<IpAddr> = crate::addresses::node_addresses()?
-        .into_iter()
-        .map(|a| a.address)
-        .collect();
+    let node = crate::addresses::node_address_set()?;
     let mut answer = FlowsAnswer {
         examined: 0,
         to_destination: 0,

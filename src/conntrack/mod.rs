@@ -11,7 +11,7 @@ use crate::netlink_dump::{self, Deadlines};
 use crate::plan::Family;
 use judge::{Decides, Disposition, Flow, Node, ResetScope};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -331,6 +331,14 @@ pub struct ResetReport {
     pub took: Duration,
 }
 
+/// Counts a flow and names the first [`LISTED`] of them.
+fn note(count: &mut usize, listed: &mut Vec<String>, flow: &Flow, now: judge::Outcome) {
+    *count += 1;
+    if listed.len() < LISTED {
+        listed.push(format!("{} (now: {now})", flow.describe()));
+    }
+}
+
 /// How many flows this network namespace tracks (its `nf_conntrack_count`); None when the
 /// kernel does not say (conntrack not loaded, no /proc).
 fn tracked_here() -> Option<u64> {
@@ -359,10 +367,7 @@ pub fn reset(
             ..ResetReport::default()
         });
     }
-    let addresses: HashSet<IpAddr> = crate::addresses::node_addresses()?
-        .into_iter()
-        .map(|a| a.address)
-        .collect();
+    let addresses = crate::addresses::node_address_set()?;
     let is_node_address = |a: IpAddr| addresses.contains(&a);
     let mut routes: Option<crate::addresses::Routes> = None;
     let mut known: HashMap<IpAddr, Option<String>> = HashMap::new();
@@ -394,23 +399,13 @@ pub fn reset(
         match judge::dispose(&parsed.flow, before, after, &mut node) {
             Disposition::Untouched => {}
             Disposition::Reset { now } => {
-                report.reset += 1;
-                if report.listed.len() < LISTED {
-                    report
-                        .listed
-                        .push(format!("{} (now: {now})", parsed.flow.describe()));
-                }
+                note(&mut report.reset, &mut report.listed, &parsed.flow, now);
                 if let Some(deleter) = deleter.as_mut() {
                     deleter.add(parsed)?;
                 }
             }
             Disposition::Left { now } => {
-                report.left += 1;
-                if report.listed_left.len() < LISTED {
-                    report
-                        .listed_left
-                        .push(format!("{} (now: {now})", parsed.flow.describe()));
-                }
+                note(&mut report.left, &mut report.listed_left, &parsed.flow, now)
             }
         }
         Ok(())
