@@ -160,6 +160,17 @@ fn join(nets: &[ipnet::IpNet]) -> String {
 }
 
 /// The log of one conntrack reset: a summary at info, each flow named at debug.
+/// What a conntrack reset judges the tracked flows' old decisions by.
+#[derive(Debug, PartialEq)]
+enum ResetBasis {
+    /// The ruleset this agent had in force before the change.
+    Previous(crate::plan::Ruleset),
+    /// The rules were installed from nothing: no rules of ours decided the flows.
+    NoRulesOfOurs,
+    /// A dry run: the rules live in the kernel (nothing is deleted).
+    Live,
+}
+
 fn log_reset(
     family: crate::plan::Family,
     scope: crate::conntrack::judge::ResetScope,
@@ -612,7 +623,7 @@ impl Reconciler {
                     if !report.in_sync() && !self.settings.dry_run {
                         self.log_repair(&report, started.elapsed());
                     }
-                    self.follow_flows(ruleset);
+                    self.follow_flows(ruleset, report.installed_fresh());
                     done.push(report);
                 }
                 Err(err) => {
@@ -635,38 +646,65 @@ impl Reconciler {
         Pass::Synced(done)
     }
 
-    /// After `ruleset` is in force: when it changed what this agent had in force for its
-    /// family, the conntrack entries whose NAT the change made wrong are deleted (within
-    /// `--conntrack-reset`), so their flows follow. A dry run compares with the live rules
-    /// and deletes nothing. A failure is logged and counted; the rules stay applied.
-    fn follow_flows(&mut self, ruleset: &crate::plan::Ruleset) {
-        use crate::conntrack::judge::{Planned, ResetScope};
-        let scope = self.settings.conntrack_reset;
+    /// What the flows tracked now are judged against, once `ruleset` is in force (and
+    /// recorded as such). None when no flow can have been made wrong: a steady pass (it
+    /// copies nothing), resets turned off, or the first rules this agent syncs where rules
+    /// of ours were there already (a restart: what decided the flows is unknown).
+    fn reset_basis(
+        &mut self,
+        ruleset: &crate::plan::Ruleset,
+        installed_fresh: bool,
+    ) -> Option<ResetBasis> {
         let family = ruleset.family;
-        // A steady pass ends here, having copied nothing.
-        let before = match self.in_force.iter().position(|r| r.family == family) {
-            Some(i) if self.in_force[i] == *ruleset => return,
-            Some(i) => Some(std::mem::replace(&mut self.in_force[i], ruleset.clone())),
+        let (changed, before) = match self.in_force.iter().position(|r| r.family == family) {
+            Some(i) if self.in_force[i] == *ruleset => (false, None),
+            Some(i) => (
+                true,
+                Some(std::mem::replace(&mut self.in_force[i], ruleset.clone())),
+            ),
             None => {
                 self.in_force.push(ruleset.clone());
-                None
+                (true, None)
             }
         };
-        if scope == ResetScope::Off {
-            return;
+        if self.settings.conntrack_reset == crate::conntrack::judge::ResetScope::Off {
+            return None;
         }
+        if self.settings.dry_run {
+            return changed.then_some(ResetBasis::Live);
+        }
+        if installed_fresh {
+            // Nothing of ours was in the kernel (a fresh node, a cleanup, a chain deleted
+            // under the agent): the flows tracked so far, started before the rules or while
+            // they were being put back, were decided without rules of ours.
+            return Some(ResetBasis::NoRulesOfOurs);
+        }
+        before.map(ResetBasis::Previous)
+    }
+
+    /// After `ruleset` is in force: when it changed what this agent had in force for its
+    /// family, or was installed from nothing (`installed_fresh`), the conntrack entries whose
+    /// NAT the change made wrong are deleted (within `--conntrack-reset`), so their flows
+    /// follow. A dry run compares with the live rules and deletes nothing. A failure is
+    /// logged and counted; the rules stay applied.
+    fn follow_flows(&mut self, ruleset: &crate::plan::Ruleset, installed_fresh: bool) {
+        use crate::conntrack::judge::{NoRulesOfOurs, Planned};
+        let Some(basis) = self.reset_basis(ruleset, installed_fresh) else {
+            return;
+        };
+        let (family, scope) = (ruleset.family, self.settings.conntrack_reset);
         let after = Planned::new(ruleset);
-        let outcome = match (before, self.settings.dry_run) {
-            (Some(before), false) => {
+        let outcome = match basis {
+            ResetBasis::Previous(before) => {
                 crate::conntrack::reset(family, &Planned::new(&before), &after, scope, false)
             }
-            (_, true) => match self.backend.inspect(family, &ruleset.names) {
+            ResetBasis::NoRulesOfOurs => {
+                crate::conntrack::reset(family, &NoRulesOfOurs, &after, scope, false)
+            }
+            ResetBasis::Live => match self.backend.inspect(family, &ruleset.names) {
                 Ok(live) => crate::conntrack::reset(family, &live, &after, scope, true),
                 Err(err) => Err(std::io::Error::other(err.to_string())),
             },
-            // The first rules this agent syncs: it does not know what decided the flows
-            // already tracked.
-            (None, false) => return,
         };
         match outcome {
             Ok(report) => {
@@ -725,7 +763,9 @@ mod tests {
             options: config::Options::default(),
             plan: PlanOptions::default(),
             dry_run: false,
-            conntrack_reset: Default::default(),
+            // The fake backend's rules are in no kernel: a reset would read (and delete from)
+            // the conntrack table of the namespace the tests run in.
+            conntrack_reset: crate::conntrack::judge::ResetScope::Off,
         };
         let reconciler = Reconciler::new(settings, Box::new(fake.clone()));
         Fixture {
@@ -1001,5 +1041,55 @@ mod tests {
         assert_eq!(f.fake.state().applies, 0);
         assert!(reports[0].transaction.is_some());
         assert_eq!(reports[0].repairs(), ["chain_missing", "jump_missing"]);
+    }
+
+    fn v4_ruleset(cidrs: &str) -> crate::plan::Ruleset {
+        let config = config::check_text(
+            &format!("nonMasqueradeCIDRs: [{cidrs}]"),
+            &config::Options::default(),
+        )
+        .into_config()
+        .expect("a valid config");
+        crate::plan::plan_family(&config, &PlanOptions::default(), Family::V4)
+    }
+
+    #[test]
+    fn a_reset_judges_flows_by_the_rules_they_were_decided_by() {
+        use crate::conntrack::judge::ResetScope;
+        let mut f = fixture("basis");
+        let (one, two) = (
+            v4_ruleset("10.0.0.0/8"),
+            v4_ruleset("10.0.0.0/8, 203.0.113.0/24"),
+        );
+        let rec = &mut f.reconciler;
+        rec.settings.conntrack_reset = ResetScope::Connectionless;
+        // A restart: rules of ours were there, what decided the tracked flows is unknown.
+        assert_eq!(rec.reset_basis(&one, false), None);
+        // A steady pass.
+        assert_eq!(rec.reset_basis(&one, false), None);
+        // A change: the flows were decided by the rules in force before.
+        assert_eq!(
+            rec.reset_basis(&two, false),
+            Some(ResetBasis::Previous(one.clone()))
+        );
+        // The chain and jump deleted under the agent and put back, the same rules: the flows
+        // of the gap were decided without rules of ours.
+        assert_eq!(rec.reset_basis(&two, true), Some(ResetBasis::NoRulesOfOurs));
+        // A fresh node (or after a cleanup): the same.
+        let mut fresh = fixture("basis-fresh");
+        fresh.reconciler.settings.conntrack_reset = ResetScope::All;
+        assert_eq!(
+            fresh.reconciler.reset_basis(&one, true),
+            Some(ResetBasis::NoRulesOfOurs)
+        );
+        // Turned off: never, and what is in force is still recorded.
+        rec.settings.conntrack_reset = ResetScope::Off;
+        assert_eq!(rec.reset_basis(&one, true), None);
+        rec.settings.conntrack_reset = ResetScope::Connectionless;
+        assert_eq!(rec.reset_basis(&one, false), None);
+        // A dry run compares what changed with the live rules.
+        rec.settings.dry_run = true;
+        assert_eq!(rec.reset_basis(&two, true), Some(ResetBasis::Live));
+        assert_eq!(rec.reset_basis(&two, true), None);
     }
 }

@@ -268,8 +268,8 @@ pub struct AgentArgs {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// After a change, delete the conntrack entries whose NAT it made wrong, so their flows
-    /// follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and
+    /// After a change (or installing the rules from nothing), delete the conntrack entries
+    /// whose NAT it made wrong, so their flows follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and
     /// SCTP too: those connections break), or off
     #[arg(
         long,

@@ -114,6 +114,16 @@ pub trait Decides {
     ) -> Option<Outcome>;
 }
 
+/// No NAT rules of ours in force: every flow keeps its source. What decided the flows tracked
+/// before the agent installed its rules from nothing (a fresh node, after a cleanup).
+pub struct NoRulesOfOurs;
+
+impl Decides for NoRulesOfOurs {
+    fn outcome(&self, _: IpAddr, _: IpAddr, _: Option<&str>) -> Option<Outcome> {
+        Some(Outcome::Keep)
+    }
+}
+
 /// A planned ruleset, judged by address ranges: a binary search a flow, whatever the number
 /// of CIDRs (the same verdicts as `plan::decide`, which walks the decisions).
 pub struct Planned<'a> {

@@ -56,6 +56,13 @@ const V6: Addresses = Addresses {
 const FLIPPED_PORT: u16 = 5001;
 const OTHER_PORT: u16 = 5002;
 
+/// A conntrack entry: its id, and the packets it counted in the original direction.
+#[derive(Debug)]
+struct TrackedEntry {
+    id: String,
+    packets: u64,
+}
+
 /// Pod, node and outside; the pod's flows running, the outside logging the flipped flow's
 /// packets (`monotonic-seconds source` a line).
 struct Lab {
@@ -69,7 +76,7 @@ struct Lab {
 impl Lab {
     fn new(addresses: &'static Addresses) -> Lab {
         let a = addresses;
-        let mut pod = Netns::new("ct-pod");
+        let pod = Netns::new("ct-pod");
         let node = Netns::new("ct-node");
         let mut out = Netns::new("ct-out");
         let nodad = if a.pod.contains(':') { " nodad" } else { "" };
@@ -79,7 +86,8 @@ impl Lab {
              ip addr add {gw}/{pp} dev vpod{nodad} && \
              ip addr add {n1}/{op} dev vout{nodad} && ip addr add {n2}/{op} dev vout{nodad} && \
              ip link set vpod up && ip link set vout up && \
-             sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv6.conf.all.forwarding=1",
+             sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv6.conf.all.forwarding=1 && \
+             sysctl -qw net.netfilter.nf_conntrack_acct=1",
             pod = pod.name,
             out = out.name,
             gw = a.pod_gateway,
@@ -130,7 +138,24 @@ impl Lab {
             "the receiver did not bind"
         );
         let _ = std::fs::remove_file(&ready);
-        // One socket a flow: the same 5-tuple all along, as a long-lived UDP client has.
+        Lab {
+            pod,
+            node,
+            out,
+            addresses,
+            seen,
+        }
+    }
+
+    /// Starts the pod's two flows (one socket a flow: the same 5-tuple all along, as a
+    /// long-lived UDP client has).
+    fn start_flows(&mut self) {
+        let a = self.addresses;
+        let family = if a.pod.contains(':') {
+            "AF_INET6"
+        } else {
+            "AF_INET"
+        };
         let sender = format!(
             "import socket,time\n\
              f=socket.socket(socket.{family},socket.SOCK_DGRAM); f.bind(('{pod}',40001))\n\
@@ -141,14 +166,8 @@ impl Lab {
             a.other,
             pod = a.pod,
         );
-        pod.adopt(python_in(&pod, &sender));
-        Lab {
-            pod,
-            node,
-            out,
-            addresses,
-            seen,
-        }
+        let child = python_in(&self.pod, &sender);
+        self.pod.adopt(child);
     }
 
     /// The packets of the flipped flow seen so far: `(monotonic seconds, source)`.
@@ -173,30 +192,38 @@ impl Lab {
 
     /// The conntrack id of the pod's flow to `port`, read with the `conntrack` tool.
     fn conntrack_id(&self, port: u16) -> Option<String> {
+        self.conntrack_entry(port).map(|entry| entry.id)
+    }
+
+    /// The pod's flow to `port` as the `conntrack` tool lists it. The id alone cannot tell a
+    /// re-created entry (the kernel hashes the entry's memory and original tuple: a new entry
+    /// in the freed slot has the old id); the packet count can (it counts from creation).
+    fn conntrack_entry(&self, port: u16) -> Option<TrackedEntry> {
         let family = if self.addresses.pod.contains(':') {
             "ipv6"
         } else {
             "ipv4"
         };
+        let port = port.to_string();
         let run = self.node.exec(
             "conntrack",
             &[
-                "-L",
-                "-f",
-                family,
-                "-p",
-                "udp",
-                "--dport",
-                &port.to_string(),
-                "-o",
-                "id",
+                "-L", "-f", family, "-p", "udp", "--dport", &port, "-o", "id",
             ],
         );
-        run.stdout
+        let line = run
+            .stdout
             .lines()
-            .find(|l| l.contains(&format!("dport={port}")))
-            .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("id=")))
-            .map(str::to_string)
+            .find(|l| l.contains(&format!("dport={port}")))?;
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .map(str::to_string)
+        };
+        Some(TrackedEntry {
+            id: field("id=")?,
+            packets: field("packets=")?.parse().ok()?,
+        })
     }
 
     /// The config: the flipped range kept or not.
@@ -317,6 +344,7 @@ fn flows_follow_a_change(backend: &str, addresses: &'static Addresses) {
     let mut lab = Lab::new(addresses);
     let config = ConfigFile::new(&lab.config(false));
     let log = start_agent(&mut lab, backend, &config, &[]);
+    lab.start_flows();
     let a = addresses;
     assert!(
         wait_until(Duration::from_secs(10), || lab
@@ -327,7 +355,7 @@ fn flows_follow_a_change(backend: &str, addresses: &'static Addresses) {
         log_of(&log)
     );
     let unrelated = lab
-        .conntrack_id(OTHER_PORT)
+        .conntrack_entry(OTHER_PORT)
         .expect("the unrelated flow is tracked");
     let mut latencies = Vec::new();
     let mut stale_packets = 0;
@@ -358,10 +386,15 @@ fn flows_follow_a_change(backend: &str, addresses: &'static Addresses) {
             .filter(|(at, source)| *at >= swapped && *at < seen_at && source != expected)
             .count();
     }
-    assert_eq!(
-        lab.conntrack_id(OTHER_PORT).as_deref(),
-        Some(unrelated.as_str()),
-        "the unrelated flow's conntrack entry was replaced"
+    // The unrelated flow sends in step with the flipped one: an entry never replaced has
+    // counted (nearly) every packet the outside saw of the flipped flow.
+    let sent = lab.seen().len() as u64;
+    let now = lab
+        .conntrack_entry(OTHER_PORT)
+        .expect("the unrelated flow is tracked");
+    assert!(
+        now.id == unrelated.id && now.packets + 2 >= sent && now.packets > unrelated.packets,
+        "the unrelated flow's conntrack entry was replaced: {unrelated:?} then {now:?}, {sent} packets sent"
     );
     // The running flow is on the decision the rules make now: explain finds nothing wrong.
     let report = explain(&lab, backend);
@@ -398,10 +431,16 @@ fn flows_keep_their_decision_without_reset(backend: &str, addresses: &'static Ad
     let mut lab = Lab::new(addresses);
     let config = ConfigFile::new(&lab.config(false));
     let log = start_agent(&mut lab, backend, &config, &["--conntrack-reset=off"]);
+    lab.start_flows();
     let a = addresses;
-    assert!(wait_until(Duration::from_secs(10), || lab
-        .first_from_since(a.node_out, 0.0)
-        .is_some()));
+    assert!(
+        wait_until(Duration::from_secs(10), || lab
+            .first_from_since(a.node_out, 0.0)
+            .is_some()),
+        "the flow was never masqueraded: {:?}\n{}",
+        lab.seen(),
+        log_of(&log)
+    );
     // A dry run of the kept config lists the running flow and deletes nothing.
     let before = lab
         .conntrack_id(FLIPPED_PORT)
@@ -491,6 +530,7 @@ fn flows_follow_the_output_address(backend: &str) {
         "outputAddress: 203.0.113.8/29\nnonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n",
     );
     let log = start_agent(&mut lab, backend, &config, &[]);
+    lab.start_flows();
     assert!(
         wait_until(Duration::from_secs(10), || lab
             .first_from_since("203.0.113.9", 0.0)
@@ -521,6 +561,90 @@ fn flows_follow_the_output_address(backend: &str) {
     let _ = std::fs::remove_file(&log);
 }
 
+/// Flows older than the rules: the node already NATs (a foreign nat chain masquerading
+/// marked packets, as kube-proxy's does, hooks conntrack in), so the pod's flows are tracked,
+/// unmasqueraded, before the agent starts. Its install from nothing resets them (`reset`),
+/// and they leave from the node's address; with `--conntrack-reset=off` they keep the pod's
+/// address while a new flow is masqueraded.
+fn flows_older_than_the_rules(backend: &str, addresses: &'static Addresses, reset: bool) {
+    let mut lab = Lab::new(addresses);
+    let a = addresses;
+    let family = if a.pod.contains(':') { "ip6" } else { "ip" };
+    lab.node.sh(&format!(
+        "nft add table {family} foreign-nat && \
+         nft add chain {family} foreign-nat postrouting '{{ type nat hook postrouting priority srcnat + 10; }}' && \
+         nft add rule {family} foreign-nat postrouting 'meta mark & 0x4000 == 0x4000 masquerade'"
+    ));
+    lab.start_flows();
+    assert!(
+        wait_until(Duration::from_secs(10), || lab
+            .first_from_since(a.pod, 0.0)
+            .is_some()),
+        "the flow never arrived: {:?}",
+        lab.seen()
+    );
+    let tracked = lab
+        .conntrack_id(FLIPPED_PORT)
+        .expect("the flow is tracked before the agent starts");
+    let config = ConfigFile::new(&lab.config(false));
+    let extra: &[&str] = if reset {
+        &[]
+    } else {
+        &["--conntrack-reset=off"]
+    };
+    let started = monotonic();
+    let log = start_agent(&mut lab, backend, &config, extra);
+    if reset {
+        let mut seen_at = None;
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                seen_at = lab.first_from_since(a.node_out, started);
+                seen_at.is_some()
+            }),
+            "the flow older than the rules kept the pod's address: {:?}\n{}",
+            lab.seen().iter().rev().take(10).collect::<Vec<_>>(),
+            log_of(&log)
+        );
+        // Both flows: each was tracked unmasqueraded.
+        let reset = entries_reset(&lab);
+        assert!(reset >= 2, "ipmasq_conntrack_entries_reset_total {reset}");
+        eprintln!(
+            "{backend} {family}: agent started -> flow older than the rules from the node's address in {:.0} ms",
+            (seen_at.unwrap() - started) * 1000.0
+        );
+    } else {
+        // The rules are live: a new flow is masqueraded.
+        assert_eq!(
+            super::packets::source_seen_between(&lab.pod, &lab.out, a.flipped, None),
+            a.node_out,
+            "a new flow after the install"
+        );
+        let after = monotonic();
+        assert!(
+            wait_until(Duration::from_secs(5), || lab
+                .seen()
+                .iter()
+                .filter(|(at, _)| *at >= after)
+                .count()
+                >= 10),
+            "the running flow stopped"
+        );
+        let sources: Vec<(f64, String)> = lab
+            .seen()
+            .into_iter()
+            .filter(|(at, _)| *at >= after)
+            .collect();
+        assert!(
+            sources.iter().all(|(_, s)| s == a.pod),
+            "without a reset the flow older than the rules keeps the pod's address: {sources:?}"
+        );
+        assert_eq!(lab.conntrack_id(FLIPPED_PORT), Some(tracked));
+        assert_eq!(entries_reset(&lab), 0);
+    }
+    drop(lab);
+    let _ = std::fs::remove_file(&log);
+}
+
 macro_rules! per_backend {
     ($($name:ident => $backend:expr),* $(,)?) => {
         $(
@@ -547,6 +671,24 @@ macro_rules! per_backend {
                 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
                 fn a_running_flow_follows_a_moved_output_address() {
                     super::flows_follow_the_output_address($backend);
+                }
+
+                #[test]
+                #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+                fn flows_older_than_the_rules_follow_the_first_install_v4() {
+                    super::flows_older_than_the_rules($backend, &super::V4, true);
+                }
+
+                #[test]
+                #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+                fn flows_older_than_the_rules_follow_the_first_install_v6() {
+                    super::flows_older_than_the_rules($backend, &super::V6, true);
+                }
+
+                #[test]
+                #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+                fn without_reset_flows_older_than_the_rules_keep_the_pod_address() {
+                    super::flows_older_than_the_rules($backend, &super::V4, false);
                 }
             }
         )*
