@@ -53,6 +53,10 @@ const V6: Addresses = Addresses {
     out_prefix: "64",
 };
 
+/// How long a process started by a test (Python, the agent) may take to do its first thing
+/// on a loaded machine: a deadline, never waited out when all goes well.
+const STARTING: Duration = Duration::from_secs(30);
+
 const FLIPPED_PORT: u16 = 5001;
 const OTHER_PORT: u16 = 5002;
 
@@ -134,7 +138,7 @@ impl Lab {
         );
         out.adopt(python_in(&out, &receiver));
         assert!(
-            wait_until(Duration::from_secs(10), || ready.exists()),
+            wait_until(STARTING, || ready.exists()),
             "the receiver did not bind"
         );
         let _ = std::fs::remove_file(&ready);
@@ -286,14 +290,12 @@ fn start_agent(lab: &mut Lab, backend: &str, config: &ConfigFile, extra: &[&str]
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     lab.node.spawn_ipmasq(&args, &log);
     assert!(
-        wait_until(Duration::from_secs(20), || count_in_log(
-            &log,
-            "rules installed"
-        ) >= if lab.addresses.pod.contains(':') {
-            2
-        } else {
-            1
-        }),
+        wait_until(STARTING, || count_in_log(&log, "rules installed")
+            >= if lab.addresses.pod.contains(':') {
+                2
+            } else {
+                1
+            }),
         "the agent did not install its rules:\n{}",
         log_of(&log)
     );
@@ -347,9 +349,7 @@ fn flows_follow_a_change(backend: &str, addresses: &'static Addresses) {
     lab.start_flows();
     let a = addresses;
     assert!(
-        wait_until(Duration::from_secs(10), || lab
-            .first_from_since(a.node_out, 0.0)
-            .is_some()),
+        wait_until(STARTING, || lab.first_from_since(a.node_out, 0.0).is_some()),
         "the flow was never masqueraded: {:?}\n{}",
         lab.seen(),
         log_of(&log)
@@ -434,9 +434,7 @@ fn flows_keep_their_decision_without_reset(backend: &str, addresses: &'static Ad
     lab.start_flows();
     let a = addresses;
     assert!(
-        wait_until(Duration::from_secs(10), || lab
-            .first_from_since(a.node_out, 0.0)
-            .is_some()),
+        wait_until(STARTING, || lab.first_from_since(a.node_out, 0.0).is_some()),
         "the flow was never masqueraded: {:?}\n{}",
         lab.seen(),
         log_of(&log)
@@ -532,7 +530,7 @@ fn flows_follow_the_output_address(backend: &str) {
     let log = start_agent(&mut lab, backend, &config, &[]);
     lab.start_flows();
     assert!(
-        wait_until(Duration::from_secs(10), || lab
+        wait_until(STARTING, || lab
             .first_from_since("203.0.113.9", 0.0)
             .is_some()),
         "the flow was never SNATed to 203.0.113.9: {:?}\n{}",
@@ -577,9 +575,7 @@ fn flows_older_than_the_rules(backend: &str, addresses: &'static Addresses, rese
     ));
     lab.start_flows();
     assert!(
-        wait_until(Duration::from_secs(10), || lab
-            .first_from_since(a.pod, 0.0)
-            .is_some()),
+        wait_until(STARTING, || lab.first_from_since(a.pod, 0.0).is_some()),
         "the flow never arrived: {:?}",
         lab.seen()
     );
