@@ -347,6 +347,15 @@ mod tests {
         after: &Ruleset,
         scope: ResetScope,
     ) -> Disposition {
+        dispose_between(flow, &Planned::new(before), after, scope)
+    }
+
+    fn dispose_between(
+        flow: &Flow,
+        before: &dyn Decides,
+        after: &Ruleset,
+        scope: ResetScope,
+    ) -> Disposition {
         let node_address = |a: IpAddr| a == NODE.parse::<IpAddr>().unwrap();
         let mut route = |_: IpAddr| Some("eth0".to_string());
         let mut node = Node {
@@ -354,7 +363,42 @@ mod tests {
             interface_to: &mut route,
             scope,
         };
-        dispose(flow, &Planned::new(before), &Planned::new(after), &mut node)
+        dispose(flow, before, &Planned::new(after), &mut node)
+    }
+
+    #[test]
+    fn after_an_install_from_nothing_only_flows_the_rules_now_rewrite_are_reset() {
+        let after = ruleset("nonMasqueradeCIDRs: [10.0.0.0/8]\n", None);
+        let unmasqueraded = flow(17, "192.168.1.2", "198.51.100.7", "192.168.1.2");
+        assert_eq!(
+            dispose_between(
+                &unmasqueraded,
+                &NoRulesOfOurs,
+                &after,
+                ResetScope::Connectionless
+            ),
+            Disposition::Reset {
+                now: Outcome::Masquerade
+            }
+        );
+        assert_eq!(
+            dispose_between(&unmasqueraded, &NoRulesOfOurs, &after, ResetScope::Off),
+            Disposition::Left {
+                now: Outcome::Masquerade
+            }
+        );
+        // Kept by the rules as by their absence; rewritten by a neighbour's rule (the
+        // CNI's, kube-proxy's): not ours to judge.
+        let private = flow(17, "192.168.1.2", "10.9.9.9", "192.168.1.2");
+        let rewritten = flow(17, "192.168.1.2", "10.9.9.9", NODE);
+        let masqueraded = flow(17, "192.168.1.2", "198.51.100.7", NODE);
+        for untouched in [&private, &rewritten, &masqueraded] {
+            assert_eq!(
+                dispose_between(untouched, &NoRulesOfOurs, &after, ResetScope::All),
+                Disposition::Untouched,
+                "{untouched:?}"
+            );
+        }
     }
 
     #[test]

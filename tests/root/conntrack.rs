@@ -186,6 +186,24 @@ impl Lab {
             .collect()
     }
 
+    /// The sources of the flipped flow's next `count` packets (from now on).
+    fn next_sources(&self, count: usize) -> Vec<String> {
+        let after = monotonic();
+        let next = || -> Vec<String> {
+            self.seen()
+                .into_iter()
+                .filter(|(at, _)| *at >= after)
+                .map(|(_, source)| source)
+                .collect()
+        };
+        assert!(
+            wait_until(Duration::from_secs(5), || next().len() >= count),
+            "the running flow stopped: {:?}",
+            next()
+        );
+        next()
+    }
+
     /// When the flipped flow was first seen from `source` at or after `since`.
     fn first_from_since(&self, source: &str, since: f64) -> Option<f64> {
         self.seen()
@@ -340,20 +358,33 @@ fn explain(lab: &Lab, backend: &str) -> serde_json::Value {
         .unwrap_or_else(|_| panic!("explain: {}{}", run.stdout, run.stderr))
 }
 
-const FLIPS: usize = 20;
-
-fn flows_follow_a_change(backend: &str, addresses: &'static Addresses) {
+/// A lab whose agent runs (with `extra` flags) on the config that masquerades the flipped
+/// range, its flows started after the rules were installed and seen masqueraded.
+fn masquerading(
+    backend: &str,
+    addresses: &'static Addresses,
+    extra: &[&str],
+) -> (Lab, ConfigFile, PathBuf) {
     let mut lab = Lab::new(addresses);
     let config = ConfigFile::new(&lab.config(false));
-    let log = start_agent(&mut lab, backend, &config, &[]);
+    let log = start_agent(&mut lab, backend, &config, extra);
     lab.start_flows();
-    let a = addresses;
     assert!(
-        wait_until(STARTING, || lab.first_from_since(a.node_out, 0.0).is_some()),
+        wait_until(STARTING, || lab
+            .first_from_since(addresses.node_out, 0.0)
+            .is_some()),
         "the flow was never masqueraded: {:?}\n{}",
         lab.seen(),
         log_of(&log)
     );
+    (lab, config, log)
+}
+
+const FLIPS: usize = 20;
+
+fn flows_follow_a_change(backend: &str, addresses: &'static Addresses) {
+    let (lab, config, log) = masquerading(backend, addresses, &[]);
+    let a = addresses;
     let unrelated = lab
         .conntrack_entry(OTHER_PORT)
         .expect("the unrelated flow is tracked");
@@ -428,17 +459,8 @@ fn flows_follow_a_change(backend: &str, addresses: &'static Addresses) {
 /// The control: with `--conntrack-reset=off` the running flow keeps the source it had, while
 /// a flow started after the change gets the new decision (the rules are in force).
 fn flows_keep_their_decision_without_reset(backend: &str, addresses: &'static Addresses) {
-    let mut lab = Lab::new(addresses);
-    let config = ConfigFile::new(&lab.config(false));
-    let log = start_agent(&mut lab, backend, &config, &["--conntrack-reset=off"]);
-    lab.start_flows();
+    let (lab, config, log) = masquerading(backend, addresses, &["--conntrack-reset=off"]);
     let a = addresses;
-    assert!(
-        wait_until(STARTING, || lab.first_from_since(a.node_out, 0.0).is_some()),
-        "the flow was never masqueraded: {:?}\n{}",
-        lab.seen(),
-        log_of(&log)
-    );
     // A dry run of the kept config lists the running flow and deletes nothing.
     let before = lab
         .conntrack_id(FLIPPED_PORT)
@@ -481,22 +503,7 @@ fn flows_keep_their_decision_without_reset(backend: &str, addresses: &'static Ad
         a.pod,
         "a new flow to the now kept range"
     );
-    let after = monotonic();
-    assert!(
-        wait_until(Duration::from_secs(5), || lab
-            .seen()
-            .iter()
-            .filter(|(at, _)| *at >= after)
-            .count()
-            >= 10),
-        "the running flow stopped"
-    );
-    let sources: Vec<String> = lab
-        .seen()
-        .into_iter()
-        .filter(|(at, _)| *at >= after)
-        .map(|(_, s)| s)
-        .collect();
+    let sources = lab.next_sources(10);
     assert!(
         sources.iter().all(|s| s == a.node_out),
         "without a reset the running flow keeps its old source: {sources:?}"
@@ -615,23 +622,9 @@ fn flows_older_than_the_rules(backend: &str, addresses: &'static Addresses, rese
             a.node_out,
             "a new flow after the install"
         );
-        let after = monotonic();
+        let sources = lab.next_sources(10);
         assert!(
-            wait_until(Duration::from_secs(5), || lab
-                .seen()
-                .iter()
-                .filter(|(at, _)| *at >= after)
-                .count()
-                >= 10),
-            "the running flow stopped"
-        );
-        let sources: Vec<(f64, String)> = lab
-            .seen()
-            .into_iter()
-            .filter(|(at, _)| *at >= after)
-            .collect();
-        assert!(
-            sources.iter().all(|(_, s)| s == a.pod),
+            sources.iter().all(|s| s == a.pod),
             "without a reset the flow older than the rules keeps the pod's address: {sources:?}"
         );
         assert_eq!(lab.conntrack_id(FLIPPED_PORT), Some(tracked));
