@@ -193,7 +193,9 @@ fn parse_entry(payload: &[u8]) -> Option<Parsed<'_>> {
 }
 
 /// A delete of the entry `parsed` names, refused by the kernel if the entry with that tuple
-/// is no longer the same one (its id).
+/// has another id. The id hashes the entry's memory and original tuple, so an entry the same
+/// flow re-created in the freed slot can carry the old id: it was made under the rules in
+/// force, and deleting it costs a new entry at its next packet.
 fn delete_request(parsed: &Parsed<'_>, seq: u32) -> Vec<u8> {
     let mut message = request_header(IPCTNL_MSG_CT_DELETE, NLM_F_ACK, seq, parsed.flow.family);
     message.extend_from_slice(parsed.original);
