@@ -7,7 +7,7 @@
 //! new flow gets the new one. An output address that moves to another address of the node
 //! takes the running flow with it.
 
-use super::egress::{backend_flags, count_in_log, log_of, ConfigFile};
+use super::egress::{count_in_log, ipmasq_on, log_of, spawn_ipmasq_on, ConfigFile};
 use super::netns::{scratch_file, wait_until, Netns, PYTHON};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -186,8 +186,16 @@ impl Lab {
             .collect()
     }
 
-    /// The sources of the flipped flow's next `count` packets (from now on).
-    fn next_sources(&self, count: usize) -> Vec<String> {
+    /// Without a reset: a new flow to the flipped address leaves from `new_flow` (the rules
+    /// in force are live), while the running flow's next 10 packets all still leave from
+    /// `running`.
+    fn assert_running_flow_stays(&self, new_flow: &str, running: &str) {
+        let flipped = self.addresses.flipped;
+        assert_eq!(
+            super::packets::source_seen_between(&self.pod, &self.out, flipped, None),
+            new_flow,
+            "a new flow under the rules in force"
+        );
         let after = monotonic();
         let next = || -> Vec<String> {
             self.seen()
@@ -197,11 +205,15 @@ impl Lab {
                 .collect()
         };
         assert!(
-            wait_until(Duration::from_secs(5), || next().len() >= count),
+            wait_until(Duration::from_secs(5), || next().len() >= 10),
             "the running flow stopped: {:?}",
             next()
         );
-        next()
+        let sources = next();
+        assert!(
+            sources.iter().all(|s| s == running),
+            "without a reset the running flow keeps its source {running}: {sources:?}"
+        );
     }
 
     /// When the flipped flow was first seen from `source` at or after `since`.
@@ -303,10 +315,8 @@ fn start_agent(lab: &mut Lab, backend: &str, config: &ConfigFile, extra: &[&str]
         "--metrics-addr=127.0.0.1:9723".into(),
         format!("--config={}", config.path().display()),
     ];
-    args.extend(backend_flags(backend));
     args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    lab.node.spawn_ipmasq(&args, &log);
+    spawn_ipmasq_on(&mut lab.node, backend, args, &log);
     assert!(
         wait_until(STARTING, || count_in_log(&log, "rules installed")
             >= if lab.addresses.pod.contains(':') {
@@ -344,16 +354,14 @@ fn entries_reset(lab: &Lab) -> u64 {
 /// `explain FLIPPED --from POD -o json` on the node.
 fn explain(lab: &Lab, backend: &str) -> serde_json::Value {
     let a = lab.addresses;
-    let mut args = vec![
+    let args = vec![
         "explain".to_string(),
         a.flipped.into(),
         format!("--from={}", a.pod),
         "-o".into(),
         "json".into(),
     ];
-    args.extend(backend_flags(backend));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = lab.node.ipmasq(&args);
+    let run = ipmasq_on(&lab.node, backend, args);
     serde_json::from_str(&run.stdout)
         .unwrap_or_else(|_| panic!("explain: {}{}", run.stdout, run.stderr))
 }
@@ -466,14 +474,12 @@ fn flows_keep_their_decision_without_reset(backend: &str, addresses: &'static Ad
         .conntrack_id(FLIPPED_PORT)
         .expect("the running flow is tracked");
     let dry = ConfigFile::new(&lab.config(true));
-    let mut args = vec![
+    let args = vec![
         "agent".to_string(),
         "--dry-run".into(),
         format!("--config={}", dry.path().display()),
     ];
-    args.extend(backend_flags(backend));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = lab.node.ipmasq(&args);
+    let run = ipmasq_on(&lab.node, backend, args);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stdout.contains("conntrack: 1 of ") && run.stdout.contains("would be reset"),
@@ -497,17 +503,7 @@ fn flows_keep_their_decision_without_reset(backend: &str, addresses: &'static Ad
         "{}",
         log_of(&log)
     );
-    // A new flow proves the new rules are live.
-    assert_eq!(
-        super::packets::source_seen_between(&lab.pod, &lab.out, a.flipped, None),
-        a.pod,
-        "a new flow to the now kept range"
-    );
-    let sources = lab.next_sources(10);
-    assert!(
-        sources.iter().all(|s| s == a.node_out),
-        "without a reset the running flow keeps its old source: {sources:?}"
-    );
+    lab.assert_running_flow_stays(a.pod, a.node_out);
     assert_eq!(entries_reset(&lab), 0);
     // explain names the running flow: its entry holds the node's address, the rules keep.
     let report = explain(&lab, backend);
@@ -616,17 +612,7 @@ fn flows_older_than_the_rules(backend: &str, addresses: &'static Addresses, rese
             (seen_at.unwrap() - started) * 1000.0
         );
     } else {
-        // The rules are live: a new flow is masqueraded.
-        assert_eq!(
-            super::packets::source_seen_between(&lab.pod, &lab.out, a.flipped, None),
-            a.node_out,
-            "a new flow after the install"
-        );
-        let sources = lab.next_sources(10);
-        assert!(
-            sources.iter().all(|s| s == a.pod),
-            "without a reset the flow older than the rules keeps the pod's address: {sources:?}"
-        );
+        lab.assert_running_flow_stays(a.node_out, a.pod);
         assert_eq!(lab.conntrack_id(FLIPPED_PORT), Some(tracked));
         assert_eq!(entries_reset(&lab), 0);
     }

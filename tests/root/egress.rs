@@ -80,15 +80,28 @@ impl Topology {
     }
 }
 
-/// The agent's backend flags for a backend under test.
-pub(super) fn backend_flags(backend: &str) -> Vec<String> {
+/// Runs `ipmasq ARGS` in `ns` with the flags that choose `backend` appended.
+pub(super) fn ipmasq_on(ns: &Netns, backend: &str, args: Vec<String>) -> crate::util::Run {
+    let args = with_backend(args, backend);
+    ns.ipmasq(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// Starts `ipmasq ARGS` in `ns` (the flags that choose `backend` appended), logging to `log`.
+pub(super) fn spawn_ipmasq_on(ns: &mut Netns, backend: &str, args: Vec<String>, log: &Path) {
+    let args = with_backend(args, backend);
+    ns.spawn_ipmasq(&args.iter().map(String::as_str).collect::<Vec<_>>(), log);
+}
+
+/// `args` and the flags that choose a backend under test (`nftables`, or an iptables mode).
+fn with_backend(mut args: Vec<String>, backend: &str) -> Vec<String> {
     match backend {
-        "nftables" => vec!["--backend=nftables".into()],
-        variant => vec![
-            "--backend=iptables".into(),
-            format!("--iptables-mode={variant}"),
-        ],
+        "nftables" => args.push("--backend=nftables".into()),
+        variant => {
+            args.push("--backend=iptables".into());
+            args.push(format!("--iptables-mode={variant}"));
+        }
     }
+    args
 }
 
 /// A config file in a directory of its own, replaced atomically (as a ConfigMap is).
@@ -134,10 +147,8 @@ pub(super) fn count_in_log(path: &Path, needle: &str) -> usize {
 
 /// The rewrite actions `show -o json` reports for a family (`SNAT 203.0.113.9`, `MASQUERADE`).
 fn rewrites(topo: &Topology, backend: &str, family: &str) -> Vec<String> {
-    let mut args = vec!["show".to_string(), "-o".into(), "json".into()];
-    args.extend(backend_flags(backend));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = topo.node.ipmasq(&args);
+    let args = vec!["show".to_string(), "-o".into(), "json".into()];
+    let run = ipmasq_on(&topo.node, backend, args);
     // 1: the rules differ from what the config means here (while the address is gone).
     assert!(run.code == 0 || run.code == 1, "show: {}", run.stderr);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("show JSON");
@@ -158,14 +169,12 @@ fn egress_address(backend: &str) {
         "enableIPv6: true\noutputAddress: 203.0.113.9\noutputAddressIPv6: \"2001:db8:f0::9\"\n",
     );
     let log = scratch_file("egress-log", "");
-    let mut args = vec![
+    let args = vec![
         "agent".to_string(),
         "--v=2".into(),
         format!("--config={}", config.path().display()),
     ];
-    args.extend(backend_flags(backend));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    topo.node.spawn_ipmasq(&args, &log);
+    spawn_ipmasq_on(&mut topo.node, backend, args, &log);
     assert!(
         wait_until(Duration::from_secs(20), || count_in_log(
             &log,
@@ -255,14 +264,12 @@ fn interface_scope(backend: &str) {
         "enableIPv6: true\noutputInterfaces: [\"vou+\"]\n",
     );
     let once = |config: &Path| {
-        let mut args = vec![
+        let args = vec![
             "agent".to_string(),
             "--once".into(),
             format!("--config={}", config.display()),
         ];
-        args.extend(backend_flags(backend));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let run = topo.node.ipmasq(&args);
+        let run = ipmasq_on(&topo.node, backend, args);
         assert_eq!(run.code, 0, "{}", run.stderr);
     };
     // Control: unscoped, traffic leaving either interface is masqueraded.
@@ -302,9 +309,7 @@ fn interface_scope(backend: &str) {
         if flagged {
             args.push(format!("--out-interface={interface}"));
         }
-        args.extend(backend_flags(backend));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let run = topo.node.ipmasq(&args);
+        let run = ipmasq_on(&topo.node, backend, args);
         let report: serde_json::Value =
             serde_json::from_str(&run.stdout).unwrap_or_else(|_| panic!("explain: {}", run.stderr));
         assert_eq!(
