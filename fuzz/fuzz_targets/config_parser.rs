@@ -29,8 +29,8 @@ fuzz_target!(|data: &[u8]| {
             let again = check_text(&config.to_yaml(), &options);
             assert_eq!(again.config(), Some(config), "effective config must round-trip");
         }
-        if let Ok(stream) = yaml::parse_stream(text) {
-            if let Ok(results) = manifest::check_manifest(text, &stream.documents, &options) {
+        if let Ok(stream) = yaml::parse_stream(text, manifest::MANIFEST_OR_CONFIG) {
+            if let Ok(results) = manifest::check_manifest(text, &stream, &options) {
                 for result in results {
                     assert_eq!(
                         result.checked.config().is_some(),

@@ -318,24 +318,38 @@ struct SourceFindings {
 
 /// Validates one text (a config or a manifest) into one or more entries.
 fn check_source(path: &str, text: String, options: &Options, strict: bool) -> SourceFindings {
-    let parsed = parse_stream(&text);
+    let parsed = parse_stream(&text, manifest::MANIFEST_OR_CONFIG);
     let source = std::rc::Rc::new(text);
     let mut found = SourceFindings {
         entries: Vec::new(),
         parts: Vec::new(),
         source: source.clone(),
     };
-    if let Some(documents) = parsed.as_ref().ok().map(|s| &s.documents[..]) {
+    if let Ok(stream) = parsed.as_ref() {
+        let documents = &stream.documents[..];
         if manifest::is_manifest_stream(documents) {
-            match manifest::read_manifest(&source, documents, options) {
+            // Every document of a manifest counts: one that cannot be read (broken, or past the
+            // file's parse budget) may hold a ConfigMap, so the file cannot be called valid.
+            if let Some(err) = &stream.trailing_error {
+                found.entries.push(Entry::new(
+                    path,
+                    EntryKind::Configmap,
+                    Checked::rejected(vec![manifest::unreadable_document(err)]),
+                    strict,
+                    Some(source.clone()),
+                ));
+            }
+            match manifest::read_manifest(&source, stream, options) {
                 Ok(read) => {
                     found.parts = read.parts;
-                    found.entries = read
-                        .config_maps
-                        .into_iter()
-                        .map(|cm| configmap_entry(path, cm, strict, Some(source.clone())))
-                        .collect();
+                    found.entries.extend(
+                        read.config_maps
+                            .into_iter()
+                            .map(|cm| configmap_entry(path, cm, strict, Some(source.clone()))),
+                    );
                 }
+                // The unreadable document said it already: no second error for what it hid.
+                Err(_) if !found.entries.is_empty() => {}
                 Err(diag) => {
                     let checked = Checked::rejected(vec![diag]);
                     found.entries = vec![Entry::new(
@@ -443,7 +457,7 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<E
     let mut texts = Vec::new();
     for path in files {
         if let Ok(Some(text)) = read_config_source(&path) {
-            let parsed = parse_stream(&text.text);
+            let parsed = parse_stream(&text.text, manifest::MANIFEST_OR_CONFIG);
             let is_manifest = parsed
                 .as_ref()
                 .is_ok_and(|s| manifest::is_manifest_stream(&s.documents));

@@ -3,8 +3,9 @@
 //! `/etc/config/ip-masq-agent`, reporting positions inside the manifest itself.
 
 use super::merge::{self, Part};
-use super::yaml::{Location, Node, Style, Value};
-use super::{check_text, Checked, Code, Diagnostic, Options};
+use super::yaml::{Budget, Stream};
+use super::yaml::{Documents, Location, Node, Style, Value, YamlError};
+use super::{check_text_within, Checked, Code, Diagnostic, Options};
 use std::path::Path;
 
 /// The ConfigMap data key that the DaemonSet mounts as the agent's config file.
@@ -18,14 +19,31 @@ pub fn is_manifest(doc: &Node) -> bool {
         && doc.get("kind").and_then(Node::as_str).is_some()
 }
 
+/// How `validate` reads a file that may be a manifest: every document of a manifest (its
+/// ConfigMaps may be in any of them), only the first of a config file (as upstream).
+pub const MANIFEST_OR_CONFIG: Documents = Documents::AllWhen(is_manifest);
+
 /// Whether a YAML stream is a Kubernetes manifest: its first document that holds anything is
 /// an object with `apiVersion` and `kind`. Empty documents before it are skipped, as
 /// `helm template` starts with one (`---` and a `# Source:` comment).
 pub fn is_manifest_stream(documents: &[Node]) -> bool {
     documents
         .iter()
-        .find(|d| !matches!(&d.value, super::yaml::Value::Scalar(s) if s.resolve() == super::yaml::Resolved::Null))
+        .find(|d| !d.is_null())
         .is_some_and(is_manifest)
+}
+
+/// The error for a manifest whose later document could not be read (a syntax error, or the
+/// file's parse budget spent): what it held, perhaps a ConfigMap, is unknown.
+pub fn unreadable_document(err: &YamlError) -> Diagnostic {
+    Diagnostic::error(
+        Code::YamlSyntax,
+        format!(
+            "{} (in a later document of this manifest: a ConfigMap there could not be checked)",
+            err.message
+        ),
+    )
+    .at(err.location)
 }
 
 /// One ConfigMap found in a manifest, with the result of checking its config.
@@ -46,10 +64,10 @@ pub struct ConfigMapResult {
 /// Diagnostics are located in the manifest's own text.
 pub fn check_manifest(
     source: &str,
-    documents: &[Node],
+    stream: &Stream,
     options: &Options,
 ) -> Result<Vec<ConfigMapResult>, Diagnostic> {
-    let mut manifest = read_manifest(source, documents, options)?;
+    let mut manifest = read_manifest(source, stream, options)?;
     if !manifest.parts.is_empty() {
         manifest
             .config_maps
@@ -78,12 +96,14 @@ pub struct ManifestPart {
 }
 
 /// Reads every ConfigMap of a manifest stream (see [`check_manifest`]) without merging the
-/// `ip-masq*` keys; an error when it holds no config at all.
+/// `ip-masq*` keys; an error when it holds no config at all. Each config is parsed within
+/// what the manifest's tree left of the file's budget.
 pub fn read_manifest(
     source: &str,
-    documents: &[Node],
+    stream: &Stream,
     options: &Options,
 ) -> Result<Manifest, Diagnostic> {
+    let documents = &stream.documents[..];
     let mut results = Vec::new();
     let mut parts: Vec<ManifestPart> = Vec::new();
     for (index, doc) in documents.iter().enumerate() {
@@ -103,7 +123,7 @@ pub fn read_manifest(
             let name = field("name");
             let keys = config_keys(object);
             for key in &keys {
-                let checked = key.check(source, options);
+                let checked = key.check(source, options, stream.left);
                 if key.name == CONFIG_KEY {
                     results.push(ConfigMapResult {
                         namespace: field("namespace"),
@@ -189,16 +209,16 @@ struct ConfigKey<'a> {
 }
 
 impl ConfigKey<'_> {
-    fn check(&self, source: &str, options: &Options) -> Checked {
+    fn check(&self, source: &str, options: &Options, budget: Budget) -> Checked {
         let options = Options {
             merging: self.name != CONFIG_KEY,
             ..*options
         };
         let section = if self.binary { "binaryData" } else { "data" };
         let mut checked = if self.binary {
-            check_binary(self.value, &self.name, &options)
+            check_binary(self.value, &self.name, &options, budget)
         } else {
-            check_embedded(source, self.value, &self.name, &options)
+            check_embedded(source, self.value, &self.name, &options, budget)
         };
         if options.merging {
             checked.edit_diagnostics(|d| {
@@ -273,7 +293,7 @@ fn without_config(object: &Node, name: Option<&str>) -> Checked {
 
 /// A `binaryData` key: base64 of the config text, checked, its findings placed at the value
 /// (with where inside the decoded text).
-fn check_binary(value: &Node, key: &str, options: &Options) -> Checked {
+fn check_binary(value: &Node, key: &str, options: &Options, budget: Budget) -> Checked {
     let decoded = value
         .as_str()
         .and_then(base64_decode)
@@ -288,7 +308,7 @@ fn check_binary(value: &Node, key: &str, options: &Options) -> Checked {
             "encode it with `base64 -w0`, or move it to `data.{key}`"
         ))]);
     };
-    let mut checked = check_text(&text, options);
+    let mut checked = check_text_within(&text, options, budget);
     checked.edit_diagnostics(|diagnostics| {
         for diag in diagnostics {
             if let Some(inner) = diag.location {
@@ -347,7 +367,13 @@ fn collect_objects<'a>(doc: &'a Node, out: &mut Vec<&'a Node>) {
 }
 
 /// Checks the embedded config text and maps its positions back into the manifest.
-fn check_embedded(source: &str, value: &Node, key: &str, options: &Options) -> Checked {
+fn check_embedded(
+    source: &str,
+    value: &Node,
+    key: &str,
+    options: &Options,
+    budget: Budget,
+) -> Checked {
     let Some(text) = value.as_str() else {
         return Checked::rejected(vec![Diagnostic::error(
             Code::WrongType,
@@ -361,7 +387,7 @@ fn check_embedded(source: &str, value: &Node, key: &str, options: &Options) -> C
             "write it as a block scalar: `{CONFIG_KEY}: |` followed by the indented config"
         ))]);
     };
-    let mut checked = check_text(text, options);
+    let mut checked = check_text_within(text, options, budget);
     let map = PositionMap::for_scalar(value);
     checked.edit_diagnostics(|diagnostics| {
         for diag in diagnostics {
@@ -462,8 +488,8 @@ mod tests {
     };
 
     fn run(src: &str) -> Result<Vec<ConfigMapResult>, Diagnostic> {
-        let stream = parse_stream(src).unwrap();
-        check_manifest(src, &stream.documents, &OPTS)
+        let stream = parse_stream(src, MANIFEST_OR_CONFIG).unwrap();
+        check_manifest(src, &stream, &OPTS)
     }
 
     #[test]
@@ -575,11 +601,13 @@ mod tests {
 
     #[test]
     fn detects_manifests() {
-        let docs = parse_stream("apiVersion: v1\nkind: ConfigMap\n")
+        let docs = parse_stream("apiVersion: v1\nkind: ConfigMap\n", MANIFEST_OR_CONFIG)
             .unwrap()
             .documents;
         assert!(is_manifest(&docs[0]));
-        let docs = parse_stream("nonMasqueradeCIDRs: []\n").unwrap().documents;
+        let docs = parse_stream("nonMasqueradeCIDRs: []\n", MANIFEST_OR_CONFIG)
+            .unwrap()
+            .documents;
         assert!(!is_manifest(&docs[0]));
     }
 }

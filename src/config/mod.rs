@@ -13,7 +13,7 @@ pub mod merge;
 mod source;
 pub mod yaml;
 
-pub use check::{check_document, check_parsed, check_text, suggest_key};
+pub use check::{check_document, check_parsed, check_text, check_text_within, suggest_key};
 pub use diagnostic::{Code, Diagnostic, Severity};
 pub use duration::{parse_go_duration, GoDuration};
 pub use source::{

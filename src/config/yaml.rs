@@ -9,10 +9,13 @@
 
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, ScanError, Span as ParserSpan};
 
-/// Most nodes one document may expand to, aliases included (an alias bomb stops here).
+/// Most nodes one file may expand to, all its documents and aliases included (an alias bomb
+/// stops here).
 const MAX_NODES: usize = 300_000;
-/// What one document's tree may cost, in bytes: every node's own size plus its text, charged
-/// again at every alias that copies it, at most this many times the source's size ...
+/// What the trees of one file may cost together, in bytes: every node's own size plus its
+/// text, charged again at every alias that copies it, at most this many times the source's
+/// size (one budget per file, never per document: fifty documents must not cost fifty
+/// budgets) ...
 const TREE_BYTES_PER_SOURCE_BYTE: usize = 32;
 /// ... plus this much, so a short file may still use a few aliases. A 100,000-CIDR list costs
 /// about 7 bytes of tree per byte of source, a mapping of one-letter keys about 40; a scalar
@@ -21,6 +24,41 @@ const TREE_BYTES_PER_SOURCE_BYTE: usize = 32;
 const TREE_BYTES_FLOOR: usize = 4 << 20;
 /// Deepest nesting accepted; far beyond any real config, and it keeps drops shallow.
 const MAX_DEPTH: usize = 64;
+
+/// What the trees parsed from one file may still cost: the file's own budget, or what is left
+/// of it for a config embedded in it (a ConfigMap's `data.config` is parsed again while the
+/// manifest's tree is held, and shares that one budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    pub bytes: usize,
+    pub nodes: usize,
+    /// Left of an enclosing file's budget, not a file's own (said so when it runs out).
+    pub shared: bool,
+}
+
+impl Budget {
+    /// A file's whole budget: [`TREE_BYTES_PER_SOURCE_BYTE`] times its size plus
+    /// [`TREE_BYTES_FLOOR`], and [`MAX_NODES`].
+    pub fn of_file(source: &str) -> Budget {
+        Budget {
+            bytes: source
+                .len()
+                .saturating_mul(TREE_BYTES_PER_SOURCE_BYTE)
+                .saturating_add(TREE_BYTES_FLOOR),
+            nodes: MAX_NODES,
+            shared: false,
+        }
+    }
+
+    /// What is left once `held` is kept.
+    fn after(self, held: Cost) -> Budget {
+        Budget {
+            bytes: self.bytes.saturating_sub(held.bytes),
+            nodes: self.nodes.saturating_sub(held.nodes),
+            shared: true,
+        }
+    }
+}
 
 /// A position in the source text: 1-based line and column (in characters), and byte offsets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -295,6 +333,11 @@ impl Node {
         }
     }
 
+    /// Whether the node is null (an empty document is one).
+    pub fn is_null(&self) -> bool {
+        matches!(&self.value, Value::Scalar(s) if s.resolve() == Resolved::Null)
+    }
+
     fn null_at(location: Location) -> Node {
         Node {
             value: Value::Scalar(Scalar {
@@ -340,55 +383,162 @@ impl YamlError {
     }
 }
 
-/// The documents of a YAML stream, as far as they could be read.
+/// Which documents of a stream are built into trees; the others are scanned (a syntax error
+/// in them is still found) and counted, never built.
+#[derive(Clone, Copy, Debug)]
+pub enum Documents {
+    /// The first document only: what yaml.v2 (and so upstream) reads of a config file.
+    First,
+    /// Every document, when the first one that holds anything passes this test (a Kubernetes
+    /// manifest, whose ConfigMap may be in any document); otherwise as [`Documents::First`]
+    /// (empty documents before the deciding one are built too: they cost nothing).
+    AllWhen(fn(&Node) -> bool),
+}
+
+/// The documents of a YAML stream, as far as they were read.
 #[derive(Debug)]
 pub struct Stream {
-    /// Documents in order; an empty document is a null scalar.
+    /// The documents built, in order; an empty document is a null scalar.
     pub documents: Vec<Node>,
+    /// The documents after those, scanned and counted but not built.
+    pub unbuilt: Unbuilt,
+    /// What is left of the budget once the built documents are kept: what a config embedded
+    /// in them may cost while they are held.
+    pub left: Budget,
     /// A syntax error after at least one complete document (the first document is what counts;
     /// an error later is something to warn about, as yaml.v2 never reads that far).
     pub trailing_error: Option<YamlError>,
 }
 
-/// Parses every document of `source`. An error inside the first document is returned as `Err`;
-/// an error in a later one ends the stream and is kept in `trailing_error`.
-pub fn parse_stream(source: &str) -> Result<Stream, YamlError> {
-    let mut builder = Builder::new(source);
+/// Documents of a stream that were counted, not built.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Unbuilt {
+    pub count: usize,
+    /// Where the first of them starts (its root node; its start when empty).
+    pub first: Option<Location>,
+    /// Whether `first` is the root node's place (not only the document's start).
+    placed: bool,
+}
+
+impl Stream {
+    /// How many documents follow the first, built or not, and where the second one starts.
+    pub fn later_documents(&self) -> Option<(usize, Location)> {
+        let built = self.documents.len().saturating_sub(1);
+        let location = self
+            .documents
+            .get(1)
+            .map(|d| d.location)
+            .or(self.unbuilt.first)?;
+        Some((built + self.unbuilt.count, location))
+    }
+}
+
+/// Parses the documents of `source` that `documents` asks for, all within the file's one
+/// budget. An error inside the first document is returned as `Err`; an error in a later one (a
+/// syntax error, or the budget running out) ends the stream and is kept in `trailing_error`.
+pub fn parse_stream(source: &str, documents: Documents) -> Result<Stream, YamlError> {
+    parse_stream_within(source, documents, Budget::of_file(source))
+}
+
+/// [`parse_stream`] within `budget` (what is left of an enclosing file's).
+pub fn parse_stream_within(
+    source: &str,
+    documents: Documents,
+    budget: Budget,
+) -> Result<Stream, YamlError> {
+    let mut stream = read_documents(source, documents, budget)?;
+    let held = stream
+        .documents
+        .iter()
+        .fold(Cost::default(), |sum, doc| sum.plus(Cost::of(doc)));
+    stream.left = budget.after(held);
+    Ok(stream)
+}
+
+fn read_documents(source: &str, documents: Documents, budget: Budget) -> Result<Stream, YamlError> {
+    let mut builder = Builder::new(source, budget);
     let mut parser = Parser::new_from_str(source);
-    let mut documents = Vec::new();
+    let mut stream = Stream {
+        documents: Vec::new(),
+        unbuilt: Unbuilt::default(),
+        left: budget,
+        trailing_error: None,
+    };
+    // Whether later documents are built: undecided until a document that holds anything.
+    let mut build_later: Option<bool> = None;
+    let mut counting = false;
     loop {
         let next = match parser.next_event() {
             None => break,
             Some(Ok(event)) => event,
             Some(Err(err)) => {
                 let err = YamlError::from_scan(&err, source);
-                if documents.is_empty() {
+                if stream.documents.is_empty() {
                     return Err(err);
                 }
-                return Ok(Stream {
-                    documents,
-                    trailing_error: Some(err),
-                });
+                stream.trailing_error = Some(err);
+                break;
             }
         };
+        if counting {
+            stream.unbuilt.count_event(&next, source);
+            continue;
+        }
         match builder.feed(next) {
-            Ok(Some(doc)) => documents.push(doc),
+            Ok(Some(doc)) => {
+                if build_later.is_none() && !doc.is_null() {
+                    build_later = Some(match documents {
+                        Documents::First => false,
+                        Documents::AllWhen(wanted) => wanted(&doc),
+                    });
+                }
+                stream.documents.push(doc);
+                let more = match documents {
+                    Documents::First => false,
+                    Documents::AllWhen(_) => build_later != Some(false),
+                };
+                if !more {
+                    counting = true;
+                    builder.release_anchors();
+                }
+            }
             Ok(None) => {}
             Err(err) => {
-                if documents.is_empty() {
+                if stream.documents.is_empty() {
                     return Err(err);
                 }
-                return Ok(Stream {
-                    documents,
-                    trailing_error: Some(err),
-                });
+                stream.trailing_error = Some(err);
+                break;
             }
         }
     }
-    Ok(Stream {
-        documents,
-        trailing_error: None,
-    })
+    Ok(stream)
+}
+
+impl Unbuilt {
+    /// Counts a document's start and notes where the first one begins, as a built document's
+    /// root would be placed.
+    fn count_event(&mut self, (event, span): &(Event<'_>, ParserSpan), source: &str) {
+        match event {
+            Event::DocumentStart(..) => {
+                self.count += 1;
+                if self.count == 1 {
+                    self.first = Some(Location::from_parser(span, source));
+                    self.placed = false;
+                }
+            }
+            Event::Scalar(..)
+            | Event::Alias(..)
+            | Event::SequenceStart(..)
+            | Event::MappingStart(..)
+                if self.count == 1 && !self.placed =>
+            {
+                self.first = Some(Location::from_parser(span, source));
+                self.placed = true;
+            }
+            _ => {}
+        }
+    }
 }
 
 enum Frame {
@@ -414,14 +564,15 @@ struct Builder<'s> {
     document_root: Option<Node>,
     document_start: Location,
     in_document: bool,
+    /// Nodes and bytes of tree charged so far in this file (never reset between documents),
+    /// and the most it may use.
     nodes: usize,
-    /// Bytes of tree charged so far in this document, and the most it may use.
     bytes: usize,
-    byte_budget: usize,
+    budget: Budget,
 }
 
 impl<'s> Builder<'s> {
-    fn new(source: &'s str) -> Self {
+    fn new(source: &'s str, budget: Budget) -> Self {
         Builder {
             source,
             stack: Vec::new(),
@@ -431,10 +582,7 @@ impl<'s> Builder<'s> {
             in_document: false,
             nodes: 0,
             bytes: 0,
-            byte_budget: source
-                .len()
-                .saturating_mul(TREE_BYTES_PER_SOURCE_BYTE)
-                .saturating_add(TREE_BYTES_FLOOR),
+            budget,
         }
     }
 
@@ -445,9 +593,8 @@ impl<'s> Builder<'s> {
                 self.in_document = true;
                 self.document_root = None;
                 self.document_start = location;
+                // Anchors do not reach across documents; what was charged stays charged.
                 self.anchors.clear();
-                self.nodes = 0;
-                self.bytes = 0;
             }
             Event::DocumentEnd => {
                 self.in_document = false;
@@ -498,6 +645,11 @@ impl<'s> Builder<'s> {
             _ => {}
         }
         Ok(None)
+    }
+
+    /// Drops the anchors' copies once no more documents are built.
+    fn release_anchors(&mut self) {
+        self.anchors = std::collections::HashMap::new();
     }
 
     /// A scalar, charged (twice when an anchor keeps a copy) and attached.
@@ -592,17 +744,25 @@ impl<'s> Builder<'s> {
     fn charge(&mut self, cost: Cost, location: Location) -> Result<(), YamlError> {
         self.nodes = self.nodes.saturating_add(cost.nodes);
         self.bytes = self.bytes.saturating_add(cost.bytes);
-        if self.nodes > MAX_NODES {
+        let whose = if self.budget.shared {
+            "what the manifest around it left of the file's budget"
+        } else {
+            "the budget of a file this size"
+        };
+        if self.nodes > self.budget.nodes {
             return Err(YamlError::at(
-                format!("YAML document expands to more than {MAX_NODES} nodes (alias bomb?)"),
+                format!(
+                    "YAML expands to more than {} nodes, {whose} ({MAX_NODES} for all its documents); an alias copies what it refers to at every use (alias bomb?)",
+                    self.budget.nodes
+                ),
                 location,
             ));
         }
-        if self.bytes > self.byte_budget {
+        if self.bytes > self.budget.bytes {
             return Err(YamlError::at(
                 format!(
-                    "YAML document needs more than {} bytes in memory ({TREE_BYTES_PER_SOURCE_BYTE} times its size, plus 4 MiB); an alias copies what it refers to at every use (alias bomb?)",
-                    self.byte_budget
+                    "YAML needs more than {} bytes in memory, {whose} ({TREE_BYTES_PER_SOURCE_BYTE} bytes per byte plus 4 MiB, for all its documents); an alias copies what it refers to at every use (alias bomb?)",
+                    self.budget.bytes
                 ),
                 location,
             ));
@@ -678,7 +838,10 @@ mod tests {
     use super::*;
 
     fn first(src: &str) -> Node {
-        parse_stream(src).unwrap().documents.remove(0)
+        parse_stream(src, Documents::First)
+            .unwrap()
+            .documents
+            .remove(0)
     }
 
     fn plain(text: &str) -> Resolved {
@@ -766,7 +929,7 @@ mod tests {
                 "{next}: &{next} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
             ));
         }
-        let err = parse_stream(&bomb).unwrap_err();
+        let err = parse_stream(&bomb, Documents::First).unwrap_err();
         assert!(err.message.contains("more than"), "{}", err.message);
     }
 
@@ -782,11 +945,11 @@ mod tests {
         text.push_str(&vec!["x"; 90_000].join(","));
         text.push_str(&"]".repeat(depth));
         text.push_str("\ny: *a0\n");
-        let err = parse_stream(&text).unwrap_err();
+        let err = parse_stream(&text, Documents::First).unwrap_err();
         assert!(err.message.contains("more than"), "{}", err.message);
         // One anchored list used twice is still fine.
         let ok = format!("a: &l [{}]\nb: *l\n", vec!["10.0.0.0/8"; 20_000].join(","));
-        assert!(parse_stream(&ok).is_ok());
+        assert!(parse_stream(&ok, Documents::First).is_ok());
     }
 
     /// One long string referenced many times: few nodes, but every alias copies the string.
@@ -798,7 +961,7 @@ mod tests {
         let refs = vec!["*b"; 2_000].join(", ");
         let text = format!("big: &b {big}\nrefs: [{refs}]\n");
         assert!(text.len() < 130_000);
-        let err = parse_stream(&text).unwrap_err();
+        let err = parse_stream(&text, Documents::First).unwrap_err();
         assert!(err.message.contains("bytes in memory"), "{}", err.message);
         // A handful of copies of a short anchor is what aliases are for.
         let fine = format!(
@@ -806,7 +969,7 @@ mod tests {
             "y".repeat(1_000),
             vec!["*b"; 100].join(", ")
         );
-        assert!(parse_stream(&fine).is_ok());
+        assert!(parse_stream(&fine, Documents::First).is_ok());
     }
 
     /// A real large config stays well inside the budget: 100,000 CIDRs, one per line.
@@ -816,7 +979,7 @@ mod tests {
         for i in 0..100_000u32 {
             text.push_str(&format!("  - 10.{}.{}.0/24\n", i >> 8 & 0xff, i & 0xff));
         }
-        let stream = parse_stream(&text).unwrap();
+        let stream = parse_stream(&text, Documents::First).unwrap();
         let cost = Cost::of(&stream.documents[0]);
         assert!(
             cost.bytes < text.len() * TREE_BYTES_PER_SOURCE_BYTE / 2,
@@ -824,27 +987,97 @@ mod tests {
         );
     }
 
+    /// A document whose tree costs about 2 MB from 2.2 kB of text: a long scalar, a list of
+    /// 30 aliases to it, and a list of 30 aliases to that list (the shape of
+    /// tests/hostile/multi-document-alias-bombs.py, smaller).
+    fn alias_bomb_document() -> String {
+        let refs = |alias: &str| vec![alias; 30].join(",");
+        format!(
+            "s: &s {}\nl: &l [{}]\nr: [{}]\n",
+            "x".repeat(2_000),
+            refs("*s"),
+            refs("*l")
+        )
+    }
+
+    /// Ten documents, each an alias bomb within the budget alone, nine times the budget
+    /// together: a config file builds only the first (yaml.v2 reads no other) ...
+    #[test]
+    fn later_documents_of_a_config_are_counted_not_built() {
+        let one = alias_bomb_document();
+        let text = format!("a: 1\n{}", format!("---\n{one}").repeat(10));
+        let budget = text.len() * TREE_BYTES_PER_SOURCE_BYTE + TREE_BYTES_FLOOR;
+        let alone = parse_stream(&one, Documents::First).unwrap();
+        let cost = Cost::of(&alone.documents[0]).bytes;
+        assert!(
+            cost < budget && cost * 10 > 2 * budget,
+            "{cost} of {budget}"
+        );
+        let stream = parse_stream(&text, Documents::First).unwrap();
+        assert_eq!(stream.documents.len(), 1);
+        assert_eq!(stream.unbuilt.count, 10);
+        assert!(stream.trailing_error.is_none());
+        assert_eq!(
+            stream.later_documents().map(|(n, l)| (n, l.line)),
+            Some((10, 3))
+        );
+    }
+
+    /// ... and a manifest, whose every document is built, gets one budget for all of them
+    /// (before, one per document: fifty documents cost fifty budgets, 1.45 GB for 951 KB).
+    #[test]
+    fn one_budget_covers_every_document_of_a_file() {
+        let text = format!(
+            "a: 1\n{}",
+            format!("---\n{}", alias_bomb_document()).repeat(10)
+        );
+        let stream = parse_stream(&text, Documents::AllWhen(|_| true)).unwrap();
+        assert!(stream.documents.len() < 6, "{}", stream.documents.len());
+        let err = stream.trailing_error.expect("the budget runs out");
+        assert!(err.message.contains("bytes in memory"), "{}", err.message);
+        // Not a manifest: only the first document is built.
+        let stream = parse_stream(&text, Documents::AllWhen(|_| false)).unwrap();
+        assert_eq!((stream.documents.len(), stream.unbuilt.count), (1, 10));
+        // Empty documents before the deciding one are built and do not decide.
+        let stream = parse_stream(
+            "---\n---\nkind: x\n---\nb: 2\n",
+            Documents::AllWhen(|d| d.get("kind").is_some()),
+        )
+        .unwrap();
+        assert_eq!((stream.documents.len(), stream.unbuilt.count), (3, 0));
+    }
+
     #[test]
     fn deep_nesting_is_an_error_not_a_crash() {
         let deep = "[".repeat(10_000);
-        assert!(parse_stream(&deep).is_err());
+        assert!(parse_stream(&deep, Documents::First).is_err());
     }
 
     #[test]
     fn multiple_documents_and_trailing_errors() {
-        let stream = parse_stream("a: 1\n---\nb: 2\n").unwrap();
+        let stream = parse_stream("a: 1\n---\nb: 2\n", Documents::AllWhen(|_| true)).unwrap();
         assert_eq!(stream.documents.len(), 2);
-        let stream = parse_stream("a: 1\n---\nb: [\n").unwrap();
+        assert_eq!(
+            stream.later_documents().map(|(n, l)| (n, l.line)),
+            Some((1, 3))
+        );
+        let stream = parse_stream("a: 1\n---\nb: 2\n", Documents::First).unwrap();
+        assert_eq!(stream.documents.len(), 1);
+        assert_eq!(
+            stream.later_documents().map(|(n, l)| (n, l.line)),
+            Some((1, 3))
+        );
+        let stream = parse_stream("a: 1\n---\nb: [\n", Documents::First).unwrap();
         assert_eq!(stream.documents.len(), 1);
         assert!(stream.trailing_error.is_some());
-        assert!(parse_stream("a: [\n").is_err());
+        assert!(parse_stream("a: [\n", Documents::First).is_err());
     }
 
     #[test]
     fn empty_input_is_one_null_document_or_none() {
-        let stream = parse_stream("").unwrap();
+        let stream = parse_stream("", Documents::First).unwrap();
         assert!(stream.documents.iter().all(|d| d.kind_name() == "null"));
-        let stream = parse_stream("# only a comment\n").unwrap();
+        let stream = parse_stream("# only a comment\n", Documents::First).unwrap();
         assert!(stream.documents.iter().all(|d| d.kind_name() == "null"));
     }
 }

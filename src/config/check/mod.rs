@@ -11,7 +11,10 @@ mod lists;
 mod upstream;
 
 use super::diagnostic::{push_finding, Code, Diagnostic};
-use super::yaml::{parse_stream, Location, Node, Resolved, Stream, Value, YamlError};
+use super::yaml::{
+    parse_stream, parse_stream_within, Budget, Documents, Location, Node, Resolved, Stream, Value,
+    YamlError,
+};
 use super::{Checked, Config, Options, Place, Provenance};
 use decode::*;
 use ipnet::IpNet;
@@ -20,9 +23,20 @@ use keys::*;
 use lists::*;
 pub(super) use lists::{check_across_lists, check_cidr_limit};
 
-/// Parses and checks a config text (YAML 1.1 or JSON).
+/// Parses and checks a config text (YAML 1.1 or JSON): its first document, the one upstream
+/// reads (the others are counted, never built).
 pub fn check_text(text: &str, options: &Options) -> Checked {
-    check_parsed(text, &parse_stream(text), options)
+    check_parsed(text, &parse_stream(text, Documents::First), options)
+}
+
+/// [`check_text`] for a config inside another file (a ConfigMap's key), whose tree may cost
+/// only what is left of that file's `budget`.
+pub fn check_text_within(text: &str, options: &Options, budget: Budget) -> Checked {
+    check_parsed(
+        text,
+        &parse_stream_within(text, Documents::First, budget),
+        options,
+    )
 }
 
 /// Checks `text`, already parsed into `parsed` (its first document is the config).
@@ -39,16 +53,13 @@ pub fn check_parsed(text: &str, parsed: &Result<Stream, YamlError>, options: &Op
     };
     let mut diagnostics: Vec<Diagnostic> =
         upstream::strict_json_warning(text).into_iter().collect();
-    if let Some(extra) = stream.documents.get(1) {
+    if let Some((more, second)) = stream.later_documents() {
         diagnostics.push(
             Diagnostic::warning(
                 Code::ExtraDocument,
-                format!(
-                    "only the first YAML document is read; {} more ignored",
-                    stream.documents.len() - 1
-                ),
+                format!("only the first YAML document is read; {more} more ignored"),
             )
-            .at(extra.location)
+            .at(second)
             .hint("remove the `---` separator and everything after it, or merge the documents"),
         );
     }
