@@ -16,6 +16,25 @@ pub fn data(relative: &str) -> PathBuf {
         .join(relative)
 }
 
+/// Runs the generator `script` of tests/hostile/ (python3, standard library only) to write its
+/// hostile inputs into `dir`.
+pub fn generate_hostile_inputs(script: &str, dir: &Path) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/hostile")
+        .join(script);
+    let out = Command::new("python3")
+        .arg(&path)
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 {}: {e}", path.display()));
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A finished run of the binary.
 pub struct Run {
     pub code: i32,

@@ -1,7 +1,7 @@
 //! Hostile configs against `validate` (the agent reads them through the same parser and
 //! checks): memory stays within a small multiple of the file, output within a bounded size.
 
-use crate::util::{ipmasq_peak_rss, Scratch};
+use crate::util::{generate_hostile_inputs, ipmasq_peak_rss, Scratch};
 
 /// The most `validate` may hold for a file of `bytes` bytes: the tree budget (32 bytes per
 /// byte, 4 MiB floor), the source twice over, and the binary's own few MiB.
@@ -36,6 +36,50 @@ fn a_scalar_alias_bomb_is_refused_in_a_few_megabytes() {
             text.len()
         );
     }
+}
+
+/// Step 16: a 951 KB file of 50 YAML documents, each an alias bomb just inside the budget one
+/// document used to get (tests/hostile/multi-document-alias-bombs.py). Before, every document
+/// had a budget of its own: 1.45 GB in `validate` (and `show`, `explain`, the agent), and the
+/// file "valid". Now a config's later documents are only counted (upstream reads the first),
+/// and a manifest's documents share the file's one budget.
+#[test]
+fn fifty_alias_bomb_documents_cost_one_budget_not_fifty() {
+    let dir = Scratch::new("multi-document-bombs");
+    generate_hostile_inputs("multi-document-alias-bombs.py", &dir.path);
+    let file = |name: &str| dir.path.join(name).to_str().unwrap().to_string();
+    let size = |name: &str| std::fs::metadata(dir.path.join(name)).unwrap().len() as usize;
+    // The DaemonSet's limit, and well under it: the later documents are never built.
+    let daemonset_kib = 64 * 1024;
+    for name in ["config.yaml", "configmap.yaml"] {
+        let (run, peak) = ipmasq_peak_rss(&["validate", &file(name)]);
+        assert_eq!(run.code, 0, "{name}: {}{}", run.stdout, run.stderr);
+        assert!(
+            run.stdout.contains("warning[extra-document]")
+                && run
+                    .stdout
+                    .contains("only the first YAML document is read; 49 more ignored"),
+            "{name}: {}",
+            run.stdout
+        );
+        assert!(run.stdout.contains("valid (1 warning)"), "{}", run.stdout);
+        assert!(peak < 32 * 1024, "{name}: peak {peak} KiB");
+    }
+    // A manifest's every document counts: they share one budget, which runs out, and the file
+    // is invalid (a ConfigMap may hide in a document past it).
+    let (run, peak) = ipmasq_peak_rss(&["validate", &file("manifest.yaml")]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("error[yaml-syntax]"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("bytes in memory")
+            && run.stdout.contains("in a later document of this manifest"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        peak < daemonset_kib && peak < allowance_kib(size("manifest.yaml")),
+        "manifest: peak {peak} KiB"
+    );
 }
 
 /// 52,422 duplicate keys (1 MiB): ten warnings and one line that counts the rest; the

@@ -432,13 +432,13 @@ fn a_rollout_switch_waits_for_the_lock_and_leaves_no_old_chain() {
 }
 
 /// A memory cgroup of the test's own (v1 or v2), removed on drop.
-struct MemoryCgroup {
+pub(super) struct MemoryCgroup {
     path: std::path::PathBuf,
     v2: bool,
 }
 
 impl MemoryCgroup {
-    fn new(tag: &str, limit: u64) -> MemoryCgroup {
+    pub(super) fn new(tag: &str, limit: u64) -> MemoryCgroup {
         let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
         let root = if v2 {
             "/sys/fs/cgroup"
@@ -458,7 +458,7 @@ impl MemoryCgroup {
     }
 
     /// How many times the kernel's OOM killer acted in the group.
-    fn oom_kills(&self) -> u64 {
+    pub(super) fn oom_kills(&self) -> u64 {
         let (file, key) = if self.v2 {
             ("memory.events", "oom_kill ")
         } else {
@@ -473,7 +473,7 @@ impl MemoryCgroup {
 
     /// Starts `ipmasq ARGS` in `ns`, inside this group from before its exec. (nsenter, not
     /// `ip netns exec`: that mounts a fresh /sys, hiding the cgroup the agent must read.)
-    fn spawn(&self, ns: &mut Netns, args: &[&str], log: &std::path::Path) -> u32 {
+    pub(super) fn spawn(&self, ns: &mut Netns, args: &[&str], log: &std::path::Path) -> u32 {
         let procs = self.path.join("cgroup.procs");
         let binary = crate::util::binary();
         let mut full = vec![
@@ -507,7 +507,7 @@ impl Drop for MemoryCgroup {
 }
 
 /// The last 4,000 bytes of a log, for a failure message.
-fn tail(log: &str) -> String {
+pub(super) fn tail(log: &str) -> String {
     let start = log.len().saturating_sub(4_000);
     let start = (start..=log.len())
         .find(|&i| log.is_char_boundary(i))
@@ -533,7 +533,7 @@ fn cidr_config(count: usize) -> String {
     )
 }
 
-fn readyz(ns: &Netns) -> (u16, String) {
+pub(super) fn readyz(ns: &Netns) -> (u16, String) {
     let run = ns.exec(
         super::netns::PYTHON,
         &[

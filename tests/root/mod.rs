@@ -27,6 +27,7 @@ mod netns;
 mod nftables;
 mod node;
 mod packets;
+mod parse_budget;
 mod seam;
 mod show_cleanup;
 
