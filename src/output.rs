@@ -96,7 +96,10 @@ pub fn render_diagnostic(
     let pad = " ".repeat(gutter_width);
     if let (Some(location), Some(source)) = (diag.location, source) {
         if let Some(line_text) = line_at(source, location) {
-            let line_text = line_text.trim_end_matches('\r');
+            // A byte order mark is not shown, and columns do not count it (the parser's don't).
+            let line_text = line_text
+                .trim_end_matches('\r')
+                .trim_start_matches(crate::config::BYTE_ORDER_MARK);
             let covered = source
                 .get(location.offset..location.end_offset)
                 .filter(|t| !t.contains('\n'))

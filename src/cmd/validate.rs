@@ -585,7 +585,7 @@ pub fn build_report(args: &ValidateArgs) -> Report {
             }
             Ok(Input::Stdin) => {
                 match read_limited(std::io::stdin().lock(), Path::new(STDIN_NAME)) {
-                    Ok(text) if text.text.trim().is_empty() => {
+                    Ok(text) if text.is_blank() => {
                         results.push(empty_input(args.strict));
                     }
                     Ok(text) => {

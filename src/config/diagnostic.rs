@@ -182,7 +182,7 @@ impl Code {
             Code::Ipv6FlagOverridesFile => (Warning, "enableIPv6 in the file says otherwise than an explicit --enable-ipv6, which wins"),
             Code::SourceFamilyUnscoped => (Warning, "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped"),
             Code::NoConfigFiles => (Warning, "a --config-dir without ip-masq* files: the defaults apply"),
-            Code::UpstreamRejects => (Warning, "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment)"),
+            Code::UpstreamRejects => (Warning, "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment, a cidrLimit of 64.0 or 1e2)"),
             Code::EmptyInterfaceList => (Warning, "outputInterfaces is empty: traffic leaving every interface is considered"),
             Code::OutputAddressUnused => (Warning, "outputAddressIPv6 while IPv6 is not managed: it has no effect"),
             Code::CoveredInterface => (Warning, "an outputInterfaces entry inside another listed pattern"),

@@ -18,7 +18,7 @@ pub use diagnostic::{Code, Diagnostic, Severity};
 pub use duration::{parse_go_duration, GoDuration};
 pub use source::{
     file_stamp, read_config_source, read_limited, ConfigText, FileStamp, ReadError,
-    MAX_CONFIG_BYTES,
+    BYTE_ORDER_MARK, MAX_CONFIG_BYTES,
 };
 
 use ipnet::IpNet;
@@ -485,7 +485,7 @@ pub fn load_unless_unchanged(
     let loaded = Loaded {
         origin: Origin::File,
         checked: check_text(&text.text, options),
-        blank: text.text.trim().is_empty(),
+        blank: text.is_blank(),
         digest: Some(digest::sha256_hex(text.text.as_bytes())),
     };
     *cache = Some(LoadCache {

@@ -8,11 +8,24 @@ use std::path::{Path, PathBuf};
 /// may list 100,000 CIDRs for the nftables backend (about 2 MiB).
 pub const MAX_CONFIG_BYTES: u64 = 8 << 20;
 
-/// The text of a config source.
+/// The text of a config source, byte for byte (a leading byte order mark included).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigText {
     pub text: String,
 }
+
+impl ConfigText {
+    /// Nothing but white space (after a byte order mark, if any).
+    pub fn is_blank(&self) -> bool {
+        self.text
+            .trim_start_matches(BYTE_ORDER_MARK)
+            .trim()
+            .is_empty()
+    }
+}
+
+/// U+FEFF, which an editor may write at the start of a UTF-8 file.
+pub const BYTE_ORDER_MARK: char = '\u{feff}';
 
 /// Why a config source could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -148,10 +161,9 @@ pub fn read_limited(reader: impl Read, path: &Path) -> Result<ConfigText, ReadEr
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(ReadError::TooLarge(path.to_path_buf()));
     }
-    // yaml.v2 accepts (and drops) a UTF-8 byte order mark.
-    if bytes.starts_with(b"\xEF\xBB\xBF") {
-        bytes.drain(..3);
-    }
+    // A UTF-8 byte order mark stays: upstream decides JSON or YAML on the bytes as they are
+    // (a BOM is not white space, so `\u{FEFF}{` is YAML there), and the YAML parser drops it
+    // as yaml.v2 does.
     let text = String::from_utf8(bytes).map_err(|e| ReadError::NotUtf8 {
         path: path.to_path_buf(),
         offset: e.utf8_error().valid_up_to(),
@@ -233,14 +245,18 @@ mod tests {
     }
 
     #[test]
-    fn invalid_utf8_is_an_error_and_bom_is_dropped() {
+    fn invalid_utf8_is_an_error_and_bom_is_kept() {
         let dir = scratch("utf8");
         let path = dir.join("c");
         std::fs::write(&path, b"a: \xff\n").unwrap();
         let err = read_config_source(&path).unwrap_err();
         assert!(matches!(err, ReadError::NotUtf8 { offset: 3, .. }), "{err}");
         std::fs::write(&path, b"\xEF\xBB\xBFa: 1\n").unwrap();
-        assert_eq!(read_config_source(&path).unwrap().unwrap().text, "a: 1\n");
+        let text = read_config_source(&path).unwrap().unwrap();
+        assert_eq!(text.text, "\u{feff}a: 1\n");
+        assert!(!text.is_blank());
+        std::fs::write(&path, b"\xEF\xBB\xBF \n").unwrap();
+        assert!(read_config_source(&path).unwrap().unwrap().is_blank());
     }
 
     #[test]

@@ -518,6 +518,7 @@ fn readme_table_of_deliberate_differences_is_what_validate_does() {
         Case { row: "several errors", text: Some("nonMasqueradeCIDRs: [10.1.2.3/16, 300.0.0.0/8]\ncidrLimit: -1\n"), flags: &[], codes: &["invalid-cidr", "cidr-not-aligned", "negative-cidr-limit"], exit: 1 },
         Case { row: "`{nonMasqueradeCIDRs: [10.0.0.0/8]}` (a YAML flow map)", text: Some("{nonMasqueradeCIDRs: [10.0.0.0/8]}\n"), flags: &[], codes: &["upstream-rejects"], exit: 0 },
         Case { row: "`{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"],}` (JSON with a trailing comma or a comment)", text: Some("{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"],}\n"), flags: &[], codes: &["upstream-rejects"], exit: 0 },
+        Case { row: "`{\"cidrLimit\": 64.0}` or `1e2` (JSON, a number with a fraction or an exponent for an integer)", text: Some("{\"cidrLimit\": 1e2}\n"), flags: &[], codes: &["upstream-rejects"], exit: 0 },
     ];
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
@@ -581,4 +582,79 @@ fn helm_output_with_an_empty_first_document_is_a_manifest() {
         "cidr-not-aligned"
     );
     assert_eq!(report["results"][0]["diagnostics"][0]["line"], 11);
+}
+
+/// Upstream's exact rule for a file starting with `{` (apimachinery's `hasJSONPrefix` on the
+/// file's bytes, then Go's `encoding/json` into `cidrLimit int`): `64.0` and `1e2` fail its
+/// whole load, so ipmasq warns (`--strict` fails); after a UTF-8 byte order mark the file is
+/// YAML there (a BOM is not white space; yaml.v2 drops it), and upstream accepts both a flow
+/// map and `64.0`, so ipmasq says nothing. Before: no warning for the first, a false
+/// `upstream-rejects` for the second.
+#[test]
+fn upstream_json_path_is_judged_on_the_files_bytes() {
+    let dir = Scratch::new("json-path");
+    for (name, text) in [
+        (
+            "fraction.json",
+            "{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"], \"cidrLimit\": 64.0}\n",
+        ),
+        (
+            "exponent.json",
+            "{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"], \"cidrLimit\": 1e2}\n",
+        ),
+    ] {
+        let file = dir.write(name, text);
+        let file = file.to_str().unwrap();
+        let (code, report) = json(&[file]);
+        assert_eq!(code, 0, "{report}");
+        assert_eq!(
+            first_result_codes(&report),
+            ["upstream-rejects"],
+            "{report}"
+        );
+        assert_eq!(report["results"][0]["valid"], true, "{report}");
+        let run = ipmasq(&["validate", "--strict", file]);
+        assert_eq!(run.code, 1, "{}", run.stdout);
+        assert!(
+            run.stdout.contains("must be an integer literal"),
+            "{}",
+            run.stdout
+        );
+    }
+    let bom = "\u{feff}";
+    for (name, text) in [
+        (
+            "bom-flow.yaml",
+            format!("{bom}{{nonMasqueradeCIDRs: [10.0.0.0/8], masqLinkLocal: true}}\n"),
+        ),
+        (
+            "bom-fraction.json",
+            format!("{bom}{{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"], \"cidrLimit\": 64.0}}\n"),
+        ),
+    ] {
+        let file = dir.write(name, &text);
+        let file = file.to_str().unwrap();
+        let run = ipmasq(&["validate", "--strict", file]);
+        assert_eq!(run.code, 0, "{name}: {}", run.stdout);
+        assert!(run.stdout.ends_with(": valid\n"), "{name}: {}", run.stdout);
+    }
+    // A finding on the first line of a file with a BOM is placed as without it.
+    let file = dir.write(
+        "bom-error.yaml",
+        &format!("{bom}nonMasqueradeCIDRs: [10.1.2.3/16]\n"),
+    );
+    let run = ipmasq(&["validate", file.to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(":1:22: error[cidr-not-aligned]"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(
+            "1 | nonMasqueradeCIDRs: [10.1.2.3/16]\n  |                      ^^^^^^^^^^^"
+        ),
+        "{}",
+        run.stdout
+    );
 }

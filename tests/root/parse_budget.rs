@@ -68,3 +68,36 @@ fn fifty_alias_bomb_documents_neither_kill_the_agent_nor_bloat_show_and_explain(
         assert!(peak < 32 * 1024, "{args:?}: peak {peak} KiB");
     }
 }
+
+/// Item 8 against the agent: a file on upstream's JSON path with `"cidrLimit": 64.0` (upstream
+/// refuses to load it and installs nothing) is applied with the `upstream-rejects` warning in
+/// the log; the same file after a UTF-8 byte order mark, which upstream reads as YAML and
+/// accepts, is applied without one. Before: no warning for the first, a false one for the
+/// second.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn the_agent_warns_of_what_upstreams_json_path_refuses_and_only_that() {
+    let ns = Netns::new("jsonpath");
+    let dir = crate::util::Scratch::new("jsonpath");
+    let json = "{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"], \"cidrLimit\": 64.0}\n";
+    for (name, text, warned) in [
+        ("fraction.json", json.to_string(), true),
+        ("bom.json", format!("\u{feff}{json}"), false),
+    ] {
+        let config = dir.write(name, &text);
+        let run = ns.ipmasq(&[
+            "agent",
+            "--once",
+            "--iptables-mode=nft",
+            &format!("--config={}", config.display()),
+        ]);
+        assert_eq!(run.code, 0, "{name}: {}", tail(&run.stderr));
+        let warning = run
+            .stderr
+            .lines()
+            .any(|l| l.contains(" WARN ") && l.contains("[upstream-rejects]"));
+        assert_eq!(warning, warned, "{name}: {}", tail(&run.stderr));
+        let saved = ns.save("nft", false, Some("nat"));
+        assert!(saved.contains("-A IP-MASQ-AGENT -d 10.0.0.0/8"), "{saved}");
+    }
+}

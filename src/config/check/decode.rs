@@ -202,14 +202,19 @@ pub(super) enum IntValue {
     Invalid,
 }
 
-/// Go's `int` from JSON: integers, and floats with no fractional part (yaml.v2 turns `64.0`
-/// into the JSON number `64`); null leaves the default.
+/// Go's `int` as upstream's YAML path fills it: integers, and floats with no fractional part
+/// (sigs.k8s.io/yaml marshals yaml.v2's float 64.0 as the JSON number `64`, and `1e16` as
+/// `10000000000000000`: Go's `encoding/json` writes every float under 1e21 without an
+/// exponent, and `strconv.ParseInt` takes it when it fits 64 bits); null leaves the default.
+/// (A file on the JSON path takes only integer literals: `json_integer_warnings`.)
 pub(super) fn decode_int(node: &Node) -> IntValue {
+    /// 2^63: the first float `ParseInt` refuses as out of range.
+    const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
     match node.as_scalar().map(|s| s.resolve()) {
         Some(Resolved::Null) => IntValue::Absent,
         Some(Resolved::Int(v)) => i64::try_from(v).map_or(IntValue::Invalid, IntValue::Int),
         Some(Resolved::Float(f))
-            if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 =>
+            if f.is_finite() && f.fract() == 0.0 && (-TWO_TO_63..TWO_TO_63).contains(&f) =>
         {
             IntValue::Int(f as i64)
         }

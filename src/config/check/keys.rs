@@ -102,7 +102,7 @@ impl Field {
     }
 
     /// Go's `encoding/json` matches field names case-insensitively.
-    fn from_key(key: &str) -> Option<Field> {
+    pub(super) fn from_key(key: &str) -> Option<Field> {
         let folded = key.to_lowercase();
         Field::ALL
             .into_iter()

@@ -51,8 +51,9 @@ pub fn check_parsed(text: &str, parsed: &Result<Stream, YamlError>, options: &Op
             .at(err.location)])
         }
     };
-    let mut diagnostics: Vec<Diagnostic> =
-        upstream::strict_json_warning(text).into_iter().collect();
+    let not_strict_json = upstream::strict_json_warning(text);
+    let strict_json = not_strict_json.is_none();
+    let mut diagnostics: Vec<Diagnostic> = not_strict_json.into_iter().collect();
     if let Some((more, second)) = stream.later_documents() {
         diagnostics.push(
             Diagnostic::warning(
@@ -88,6 +89,10 @@ pub fn check_parsed(text: &str, parsed: &Result<Stream, YamlError>, options: &Op
         },
     };
     let root = stream.documents.first().unwrap_or(&empty);
+    if strict_json {
+        // Strict JSON (or not upstream's JSON path at all): what else that path refuses.
+        diagnostics.extend(upstream::json_integer_warnings(text, root));
+    }
     let mut checked = check_document(root, options);
     checked.edit_diagnostics(|found| {
         diagnostics.append(found);

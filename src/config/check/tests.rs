@@ -327,16 +327,44 @@ fn cidr_limit_number_forms() {
         ("1e2", 100),
         ("+7", 7),
         ("010", 8),
+        // Upstream's YAML path: yaml.v2's float, marshalled by Go's encoding/json without an
+        // exponent below 1e21, then `strconv.ParseInt`: integral floats up to 2^63 pass.
+        ("1e16", 10_000_000_000_000_000),
+        ("9.2e18", 9_200_000_000_000_000_000),
     ] {
         let (config, _) = ok(&format!("cidrLimit: {text}\n"), &V4);
         assert_eq!(config.cidr_limit, want, "{text}");
     }
-    for bad in ["64.5", "'64'", "true", "[64]", "99999999999999999999"] {
+    for bad in [
+        "64.5",
+        "'64'",
+        "true",
+        "[64]",
+        "99999999999999999999",
+        "9.3e18",
+        ".inf",
+    ] {
         let errs = errors(&format!("cidrLimit: {bad}\n"), &V4);
         assert_eq!(codes(&errs), [Code::WrongType], "{bad}");
     }
     let (config, _) = ok("cidrLimit: null\n", &V4);
     assert_eq!(config.cidr_limit, 64);
+}
+
+/// A file that takes upstream's JSON path (it starts with `{`) and writes `cidrLimit` with a
+/// fraction or exponent: upstream refuses it, ipmasq applies it as YAML and says so.
+#[test]
+fn a_json_cidr_limit_with_a_fraction_is_applied_with_a_warning() {
+    for text in ["{\"cidrLimit\": 64.0}", "{\"cidrLimit\": 1e2}"] {
+        let (config, diags) = ok(text, &V4);
+        assert!(config.cidr_limit == 64 || config.cidr_limit == 100);
+        assert_eq!(codes(&diags), [Code::UpstreamRejects], "{text}");
+    }
+    // After a byte order mark, upstream reads it as YAML: no finding.
+    let (config, diags) = ok("\u{feff}{\"cidrLimit\": 64.0}", &V4);
+    assert_eq!((config.cidr_limit, diags.len()), (64, 0));
+    let (_, diags) = ok("\u{feff}{nonMasqueradeCIDRs: [10.0.0.0/8]}", &V4);
+    assert!(diags.is_empty(), "{diags:?}");
 }
 
 #[test]
