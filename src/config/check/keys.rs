@@ -101,12 +101,25 @@ impl Field {
         }
     }
 
-    /// Go's `encoding/json` matches field names case-insensitively.
+    /// Go's `encoding/json` matches field names case-insensitively, by Unicode simple case
+    /// folding (`bytes.EqualFold`): besides ASCII case, `ſ` (U+017F) is an `s` and the Kelvin
+    /// sign (U+212A) a `k`, the only characters that fold to an ASCII letter.
     pub(super) fn from_key(key: &str) -> Option<Field> {
-        let folded = key.to_lowercase();
-        Field::ALL
-            .into_iter()
-            .find(|f| f.canonical().to_lowercase() == folded)
+        Field::ALL.into_iter().find(|f| {
+            key.chars()
+                .map(go_fold)
+                .eq(f.canonical().chars().map(go_fold))
+        })
+    }
+}
+
+/// A character as Go's `encoding/json` compares field names: ASCII letters without case, and
+/// the two characters outside ASCII whose simple case folding reaches an ASCII letter.
+fn go_fold(c: char) -> char {
+    match c {
+        '\u{17f}' => 's',
+        '\u{212a}' => 'k',
+        c => c.to_ascii_lowercase(),
     }
 }
 

@@ -214,6 +214,22 @@ fn last_duplicate_key_wins_with_a_warning() {
     assert_eq!(codes(&diags), [Code::KeyCase, Code::DuplicateKey]);
 }
 
+/// Go's `encoding/json` folds `ſ` (U+017F) to `s` and the Kelvin sign to `k`, as upstream
+/// reads field names; a dotless `ı` or a dotted `İ` folds to no ASCII letter.
+#[test]
+fn keys_fold_as_go_folds_them() {
+    let (config, diags) = ok("maſqLinkLocal: true\n", &V4);
+    assert!(config.masq_link_local);
+    assert_eq!(codes(&diags), [Code::KeyCase]);
+    let (config, _) = ok("masqLin\u{212a}Local: true\n", &V4);
+    assert!(config.masq_link_local);
+    for unknown in ["masqLınkLocal: true\n", "masqLİnkLocal: true\n"] {
+        let (config, diags) = ok(unknown, &V4);
+        assert!(!config.masq_link_local, "{unknown}");
+        assert_eq!(codes(&diags), [Code::UnknownKey], "{unknown}");
+    }
+}
+
 #[test]
 fn only_the_first_document_counts() {
     let (config, diags) = ok("masqLinkLocal: true\n---\nmasqLinkLocal: false\n", &V4);
