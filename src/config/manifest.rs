@@ -39,7 +39,7 @@ pub fn unreadable_document(err: &YamlError) -> Diagnostic {
     Diagnostic::error(
         Code::YamlSyntax,
         format!(
-            "{} (in a later document of this manifest: a ConfigMap there could not be checked)",
+            "a later document of this manifest cannot be read, so a ConfigMap there cannot be checked: {}",
             err.message
         ),
     )

@@ -747,12 +747,12 @@ impl<'s> Builder<'s> {
         let whose = if self.budget.shared {
             "what the manifest around it left of the file's budget"
         } else {
-            "the budget of a file this size"
+            "the budget of one file, all its documents together"
         };
         if self.nodes > self.budget.nodes {
             return Err(YamlError::at(
                 format!(
-                    "YAML expands to more than {} nodes, {whose} ({MAX_NODES} for all its documents); an alias copies what it refers to at every use (alias bomb?)",
+                    "YAML expands to more than {} nodes, {whose} (at most {MAX_NODES}); an alias copies what it refers to at every use (alias bomb?)",
                     self.budget.nodes
                 ),
                 location,
@@ -761,7 +761,7 @@ impl<'s> Builder<'s> {
         if self.bytes > self.budget.bytes {
             return Err(YamlError::at(
                 format!(
-                    "YAML needs more than {} bytes in memory, {whose} ({TREE_BYTES_PER_SOURCE_BYTE} bytes per byte plus 4 MiB, for all its documents); an alias copies what it refers to at every use (alias bomb?)",
+                    "YAML needs more than {} bytes in memory, {whose} ({TREE_BYTES_PER_SOURCE_BYTE} bytes per byte of the file plus 4 MiB); an alias copies what it refers to at every use (alias bomb?)",
                     self.budget.bytes
                 ),
                 location,
