@@ -784,3 +784,52 @@ pub fn run(args: &ValidateArgs) -> Exit {
     }
     report.exit()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every diagnostic code, taken from the one list that defines them, is spelt one way in
+    /// the text report, the agent's log line, the JSON and YAML reports, the README and the
+    /// manual; and no two codes share a spelling.
+    #[test]
+    fn every_code_has_one_spelling_everywhere() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+            .expect("README.md");
+        let manual = crate::cli::config_page::config_page("test");
+        let mut seen = std::collections::HashSet::new();
+        for code in Code::ALL {
+            let spelling = code.as_str();
+            assert!(seen.insert(spelling), "{spelling} spelt by two codes");
+            assert!(
+                !spelling.is_empty()
+                    && spelling
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{spelling}: not kebab-case"
+            );
+            let finding = Diagnostic::error(code, "m");
+            let text = render_diagnostic(&crate::output::Styler::plain(), "c.yaml", None, &finding);
+            assert!(text.contains(&format!("[{spelling}]")), "text: {text}");
+            assert!(finding.one_line().contains(&format!("[{spelling}]")));
+            let json = to_json(&JsonDiagnostic::from(&finding));
+            assert!(
+                json.contains(&format!("\"code\": \"{spelling}\"")),
+                "JSON spells {spelling} otherwise: {json}"
+            );
+            let yaml = crate::output::to_yaml(&JsonDiagnostic::from(&finding));
+            assert!(
+                yaml.lines().any(|l| l == format!("code: {spelling}")),
+                "YAML spells {spelling} otherwise: {yaml}"
+            );
+            assert!(
+                readme.contains(&format!("`{spelling}`")),
+                "README.md does not list `{spelling}`"
+            );
+            assert!(
+                manual.contains(&crate::cli::docs::roff_text(spelling)),
+                "ipmasq-config(5) does not list {spelling}"
+            );
+        }
+    }
+}

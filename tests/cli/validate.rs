@@ -582,3 +582,39 @@ fn helm_output_with_an_empty_first_document_is_a_manifest() {
     );
     assert_eq!(report["results"][0]["diagnostics"][0]["line"], 11);
 }
+
+/// A code is spelt in the JSON and YAML reports as in the text report: the ConfigMap codes
+/// were `config-map-without-config` and `no-config-map` in JSON, `configmap-without-config`
+/// and `no-configmap` in text and the README.
+#[test]
+fn configmap_codes_are_spelt_alike_in_text_json_and_yaml() {
+    let dir = Scratch::new("configmap-code-spelling");
+    let without = dir.write(
+        "without.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent, namespace: kube-system}\ndata:\n  agent-config: |\n    cidrLimit: 3\n",
+    );
+    let none = dir.write(
+        "none.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: x}\n",
+    );
+    for (file, code) in [
+        (&without, "configmap-without-config"),
+        (&none, "no-configmap"),
+    ] {
+        let file = file.display().to_string();
+        let text = ipmasq(&["validate", &file]);
+        assert!(
+            text.stdout.contains(&format!("error[{code}]")),
+            "{}",
+            text.stdout
+        );
+        let (_, report) = json(&[&file]);
+        assert_eq!(first_result_codes(&report), [code], "{report}");
+        let yaml = ipmasq(&["validate", "-o", "yaml", &file]);
+        assert!(
+            yaml.stdout.contains(&format!("code: {code}\n")),
+            "{}",
+            yaml.stdout
+        );
+    }
+}
