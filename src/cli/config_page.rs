@@ -67,7 +67,8 @@ pub fn config_page(version: &str) -> String {
     paragraph(&mut out, "A change of nonMasqueradeCIDRs, forceMasqueradeCIDRs, masqueradeSourceCIDRs, outputAddress or outputInterfaces (or of the address an outputAddress prefix resolves to) also reaches flows already running: in the pass that applies it, the agent deletes the conntrack entries whose NAT the change made wrong, so their next packet is tracked under the new rules (agent --conntrack-reset, by default for connectionless protocols only: deleting a TCP entry ends that connection). See ipmasq-agent(8).");
     paragraph(&mut out, "forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6, outputAddress, outputAddressIPv6 and outputInterfaces are ipmasq's own. Upstream ip-masq-agent ignores them, so a file using them means something else there. ipmasq validate reports them at info level (never an error, not even with --strict). A file without them yields exactly upstream's rules.");
     section(&mut out, "MERGED DIRECTORIES");
-    paragraph(&mut out, "With agent --config-dir DIR (ip-masq-agent-v2's layout: a projected volume of several ConfigMaps), every regular file of DIR whose name starts with ip-masq is read, in name order, and merged: lists are unions in that order with repeats dropped (a list no file gives keeps its default); outputInterfaces are united; masqLinkLocal, masqLinkLocalIPv6 and enableIPv6 are OR'd (each file's IPv6 CIDRs need IPv6 turned on in that file or by the flag); the shortest resyncInterval wins; the largest cidrLimit given applies to the merged lists; outputAddress (and outputAddressIPv6) may be given by several files only with one value, a different one is an error naming both places. One invalid file rejects the whole merge, naming the file, line and column; a CIDR forced in one file and non-masquerade in another is an error naming both places. ipmasq validate --merged DIR shows the merged lists with the file and line of every entry.");
+    paragraph(&mut out, "With agent --config-dir DIR (ip-masq-agent-v2's layout: a projected volume of several ConfigMaps), every regular file of DIR whose name starts with ip-masq is read, in name order, and merged: lists are unions in that order with repeats dropped, starting empty as ip-masq-agent-v2's do: when files are there but none lists nonMasqueradeCIDRs, the merged list is empty and everything but link-local is masqueraded (warning empty-cidr-list), and only a directory without ip-masq* files means the defaults; each file is held to its own cidrLimit (64 unless it sets one), as v2 limits each file to 64 and never the merged list; outputInterfaces are united; masqLinkLocal, masqLinkLocalIPv6 and enableIPv6 are OR'd (each file's IPv6 CIDRs need IPv6 turned on in that file or by the flag); the shortest resyncInterval wins (v2 reads neither resyncInterval nor cidrLimit from a file); outputAddress (and outputAddressIPv6) may be given by several files only with one value, a different one is an error naming both places. One invalid file rejects the whole merge, naming the file, line and column; a CIDR forced in one file and non-masquerade in another is an error naming both places. ipmasq validate --merged DIR shows the merged lists with the file and line of every entry.");
+    differences(&mut out);
     section(&mut out, "DIAGNOSTICS");
     paragraph(&mut out, "Every finding has a stable code, printed as severity[code] by ipmasq validate and in the agent's log. Errors reject the config; warnings do not (validate --strict makes them errors); infos never fail.");
     for code in Code::ALL {
@@ -101,4 +102,29 @@ pub fn config_page(version: &str) -> String {
     section(&mut out, "\"SEE ALSO\"");
     out.push_str(".BR ipmasq (8) ,\n.BR ipmasq\\-agent (8) ,\n.BR ipmasq\\-validate (8) ,\n.BR ipmasq\\-explain (8)\n");
     out
+}
+
+/// The section on where ipmasq decides differently from upstream, on purpose (the README's
+/// table of deliberate differences, in the manual's words).
+fn differences(out: &mut String) {
+    section(out, "DIFFERENCES FROM UPSTREAM");
+    paragraph(out, "Where ipmasq decides differently from upstream ip-masq-agent (v2.12, and ip-masq-agent-v2 for merged directories), on purpose; ipmasq validate says each one:");
+    for (input, what) in [
+        ("an IPv4-mapped IPv6 CIDR (::ffff:172.16.0.0/108)", "upstream accepts it and iptables then fails every resync; ipmasq rejects it, naming the IPv4 form (ipv4-mapped-cidr)."),
+        ("resyncInterval: 0s or negative", "upstream busy-loops; ipmasq rejects it (non-positive-duration)."),
+        ("cidrLimit: -1", "both reject it; ipmasq says it must not be negative (negative-cidr-limit)."),
+        ("linkLocal: false", "non-masquerade-daemon's key, ignored by upstream; ipmasq reads it as masqLinkLocal: true with a warning (deprecated-link-local), and as an error when it contradicts masqLinkLocal."),
+        ("several case variants of one key", "upstream takes the alphabetically last spelling; ipmasq the last in the file, with warnings (key-case, duplicate-key)."),
+        ("a file over 8 MiB, a directory, a symlink loop, a FIFO", "a read error in both; ipmasq says which (io)."),
+        ("several errors", "upstream reports the first; ipmasq all, each with line and column."),
+        ("a file starting with { that is not strict JSON (a YAML flow map, a trailing comma, a comment)", "upstream rejects it; ipmasq applies it with the warning upstream-rejects."),
+        ("a null list entry (nonMasqueradeCIDRs: [10.0.0.0/8, ~])", "upstream keeps the default at that position (172.16.0.0/12 here: Go decodes the list over its defaults, and null leaves an element as it was; a null past the defaults, and any in an ip-masq-agent-v2 file, is \"\" and rejected); ipmasq rejects every null entry (invalid-cidr), naming the CIDR upstream would have used."),
+        ("--to-ports with a port above 65535", "upstream passes it to iptables-restore, which refuses it at every resync, so its chain stays empty and nothing is masqueraded; the ipmasq agent refuses to start (exit 1), and validate --to-ports refuses it the same way (exit 2)."),
+        ("ip-masq-agent-v2 files that list no CIDRs", "v2 starts the merged list empty: everything but link-local is masqueraded; ipmasq does the same, with the warning empty-cidr-list (a v1 file alone would keep the defaults)."),
+        ("ip-masq-agent-v2 files with more than 64 CIDRs in all", "v2 limits each file to 64, never the merged list; so does ipmasq (each file's own cidrLimit, 64 unless it sets one)."),
+        ("an invalid ip-masq-agent-v2 file", "v2 exits (its pod restarts); ipmasq keeps the last good merge in force and logs the error."),
+        ("a ConfigMap with one key in both data and binaryData", "the API server refuses to store it; ipmasq validate rejects it (configmap-key-twice), its JSON result naming the ConfigMap's namespace and name."),
+    ] {
+        item(out, input, what);
+    }
 }

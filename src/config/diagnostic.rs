@@ -93,6 +93,9 @@ codes! {
         "a manifest without a ConfigMap";
     ConfigMapWithoutConfig = "configmap-without-config", Error,
         "a ConfigMap without data.config";
+    /// A ConfigMap with one key in both `data` and `binaryData`.
+    ConfigMapKeyTwice = "configmap-key-twice", Error,
+        "a ConfigMap with one key in both data and binaryData, which the API server refuses";
     /// Nothing at all to check (an empty pipe: the command before it failed).
     EmptyInput = "empty-input", Error,
         "nothing on standard input (did the command before the pipe fail?)";

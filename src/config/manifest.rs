@@ -28,7 +28,9 @@ pub fn is_manifest_stream(documents: &[Node]) -> bool {
         .is_some_and(is_manifest)
 }
 
-/// One ConfigMap found in a manifest, with the result of checking its config.
+/// One ConfigMap found in a manifest, with the result of checking its config; or, for the
+/// `ip-masq*` keys merged as `--config-dir` merges them, the merge (`namespace` and `name`
+/// unset, `merged` naming every key that took part).
 #[derive(Debug)]
 pub struct ConfigMapResult {
     pub namespace: Option<String>,
@@ -36,6 +38,23 @@ pub struct ConfigMapResult {
     /// 1-based index of the YAML document it was found in.
     pub document: usize,
     pub checked: Checked,
+    /// For a merge: where each merged key came from, in merge order.
+    pub merged: Vec<MergedKey>,
+}
+
+/// One key of a merge: its ConfigMap (none for a plain `ip-masq*` file of `validate --merged
+/// DIR`), the key, and the input file when a run merges several.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MergedKey {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub key: String,
+    pub document: usize,
 }
 
 /// Checks every ConfigMap of a manifest stream: its `data.config` (upstream's DaemonSet
@@ -70,10 +89,8 @@ pub struct Manifest {
 /// One `ip-masq*` key of a ConfigMap, checked as one file of a merge.
 #[derive(Clone)]
 pub struct ManifestPart {
-    /// 1-based index of the YAML document it was found in.
-    pub document: usize,
-    /// The key: the file name it is mounted as, which orders the merge.
-    pub key: String,
+    /// Where the key is (its `key` is the file name it is mounted as, which orders the merge).
+    pub source: MergedKey,
     pub part: Part,
 }
 
@@ -102,7 +119,17 @@ pub fn read_manifest(
             };
             let name = field("name");
             let keys = config_keys(object);
-            for key in &keys {
+            let twice = keys_in_both_sections(&keys);
+            if !twice.is_empty() {
+                results.push(ConfigMapResult {
+                    namespace: field("namespace"),
+                    name: name.clone(),
+                    document: index + 1,
+                    checked: Checked::rejected(twice),
+                    merged: Vec::new(),
+                });
+            }
+            for key in keys.iter().filter(|k| !in_both_sections(&keys, &k.name)) {
                 let checked = key.check(source, options);
                 if key.name == CONFIG_KEY {
                     results.push(ConfigMapResult {
@@ -110,6 +137,7 @@ pub fn read_manifest(
                         name: name.clone(),
                         document: index + 1,
                         checked,
+                        merged: Vec::new(),
                     });
                 } else {
                     let part = format!(
@@ -118,8 +146,13 @@ pub fn read_manifest(
                         key.name
                     );
                     parts.push(ManifestPart {
-                        document: index + 1,
-                        key: key.name.clone(),
+                        source: MergedKey {
+                            file: None,
+                            namespace: field("namespace"),
+                            name: name.clone(),
+                            key: key.name.clone(),
+                            document: index + 1,
+                        },
                         part: Part {
                             name: part.into(),
                             checked,
@@ -133,6 +166,7 @@ pub fn read_manifest(
                     name: name.clone(),
                     document: index + 1,
                     checked: without_config(object, name.as_deref()),
+                    merged: Vec::new(),
                 });
             }
         }
@@ -157,26 +191,42 @@ pub fn read_manifest(
 /// projected volume makes of them: in key (file name) order.
 pub fn merge_parts(parts: &[ManifestPart], options: &Options) -> ConfigMapResult {
     let mut ordered: Vec<&ManifestPart> = parts.iter().collect();
-    ordered.sort_by(|a, b| a.key.cmp(&b.key));
-    let names: Vec<&str> = ordered
-        .iter()
-        .map(|p| {
-            let name = &*p.part.name;
-            name.split_once("ConfigMap ").map_or(name, |(_, rest)| rest)
-        })
-        .collect();
+    ordered.sort_by(|a, b| a.source.key.cmp(&b.source.key));
     let merged: Vec<Part> = ordered.iter().map(|p| p.part.clone()).collect();
     let mut checked = merge::merge(Path::new("the manifest"), &merged, options);
     checked.edit_diagnostics(|d| d.retain(|d| d.code != Code::NoConfigFiles));
     ConfigMapResult {
         namespace: None,
-        name: Some(format!(
-            "{} merged as --config-dir merges them",
-            names.join(" + ")
-        )),
-        document: parts.iter().map(|p| p.document).min().unwrap_or(1),
+        name: None,
+        document: parts.iter().map(|p| p.source.document).min().unwrap_or(1),
         checked,
+        merged: ordered.iter().map(|p| p.source.clone()).collect(),
     }
+}
+
+/// Whether `name` is a key of both `data` and `binaryData`.
+fn in_both_sections(keys: &[ConfigKey<'_>], name: &str) -> bool {
+    keys.iter().any(|k| k.name == name && k.binary)
+        && keys.iter().any(|k| k.name == name && !k.binary)
+}
+
+/// An error for each config key a ConfigMap has in both `data` and `binaryData`: the API
+/// server refuses such a ConfigMap, so it never reaches a node.
+fn keys_in_both_sections(keys: &[ConfigKey<'_>]) -> Vec<Diagnostic> {
+    keys.iter()
+        .filter(|k| k.binary && in_both_sections(keys, &k.name))
+        .map(|k| {
+            Diagnostic::error(
+                Code::ConfigMapKeyTwice,
+                format!(
+                    "key `{}` is in both data and binaryData: the API server refuses this ConfigMap (a key may be in only one of them)",
+                    k.name
+                ),
+            )
+            .at(k.key.location)
+            .hint(format!("keep `{}` in data or in binaryData, not both", k.name))
+        })
+        .collect()
 }
 
 /// A ConfigMap key that holds a config: `config`, or one starting with `ip-masq`.
