@@ -119,8 +119,8 @@ pub fn read_manifest(
             };
             let name = field("name");
             let keys = config_keys(object);
-            let twice = keys_in_both_sections(&keys);
-            if !twice.is_empty() {
+            let twice = keys_in_both_sections(object);
+            if !twice.is_empty() && (!keys.is_empty() || name.as_deref() == Some(CONFIGMAP_NAME)) {
                 results.push(ConfigMapResult {
                     namespace: field("namespace"),
                     name: name.clone(),
@@ -210,21 +210,26 @@ fn in_both_sections(keys: &[ConfigKey<'_>], name: &str) -> bool {
         && keys.iter().any(|k| k.name == name && !k.binary)
 }
 
-/// An error for each config key a ConfigMap has in both `data` and `binaryData`: the API
-/// server refuses such a ConfigMap, so it never reaches a node.
-fn keys_in_both_sections(keys: &[ConfigKey<'_>]) -> Vec<Diagnostic> {
-    keys.iter()
-        .filter(|k| k.binary && in_both_sections(keys, &k.name))
-        .map(|k| {
+/// An error for each key a ConfigMap has in both `data` and `binaryData`: the API server
+/// refuses such a ConfigMap, so it never reaches a node.
+fn keys_in_both_sections(object: &Node) -> Vec<Diagnostic> {
+    let section = |name: &str| object.get(name).and_then(Node::as_mapping);
+    let (Some(data), Some(binary)) = (section("data"), section("binaryData")) else {
+        return Vec::new();
+    };
+    binary
+        .iter()
+        .filter_map(|(key, _)| key.as_str().map(|name| (key, name)))
+        .filter(|(_, name)| data.iter().any(|(k, _)| k.as_str() == Some(*name)))
+        .map(|(key, name)| {
             Diagnostic::error(
                 Code::ConfigMapKeyTwice,
                 format!(
-                    "key `{}` is in both data and binaryData: the API server refuses this ConfigMap (a key may be in only one of them)",
-                    k.name
+                    "key `{name}` is in both data and binaryData: the API server refuses this ConfigMap (a key may be in only one of them)"
                 ),
             )
-            .at(k.key.location)
-            .hint(format!("keep `{}` in data or in binaryData, not both", k.name))
+            .at(key.location)
+            .hint(format!("keep `{name}` in data or in binaryData, not both"))
         })
         .collect()
 }
@@ -615,6 +620,27 @@ mod tests {
         );
         assert_eq!(base64_decode("aGk=").unwrap(), b"hi");
         assert_eq!(base64_decode("aGk").unwrap(), b"hi");
+    }
+
+    /// The API server refuses a ConfigMap with a key in both `data` and `binaryData`: an
+    /// error naming the key, at the `binaryData` one, for any key of the agent's ConfigMaps.
+    #[test]
+    fn a_key_in_data_and_binary_data_is_an_error() {
+        let src = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent, namespace: kube-system}\ndata:\n  config: \"cidrLimit: 3\\n\"\n  notes: x\nbinaryData:\n  notes: eA==\n";
+        let results = run(src).unwrap();
+        let refused = results
+            .iter()
+            .find(|r| r.checked.config().is_none())
+            .expect("a refused ConfigMap");
+        assert_eq!(refused.name.as_deref(), Some("ip-masq-agent"));
+        assert_eq!(refused.namespace.as_deref(), Some("kube-system"));
+        let d = &refused.checked.diagnostics()[0];
+        assert_eq!(d.code, Code::ConfigMapKeyTwice);
+        assert!(d.message.contains("`notes`"), "{}", d.message);
+        assert_eq!(d.location.unwrap().line, 8);
+        // Another application's ConfigMap is not ours to judge.
+        let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\ndata:\n  notes: x\nbinaryData:\n  notes: eA==\n";
+        assert_eq!(run(other).unwrap_err().code, Code::NoConfigMap);
     }
 
     #[test]
