@@ -131,6 +131,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             break
         }
         'ipmasq;validate' {
+            [CompletionResult]::new('--to-ports', '--to-ports', [CompletionResultType]::ParameterName, 'The agent''s --to-ports, checked as the agent checks it: a value it refuses (a port above 65535) is a usage error here too')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Report format')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Report format')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text report')

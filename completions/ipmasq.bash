@@ -479,12 +479,16 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__validate)
-            opts="-o -h -V --strict --output --print-effective --merged --color --no-node-checks --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
+            opts="-o -h -V --to-ports --strict --output --print-effective --merged --color --no-node-checks --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --to-ports)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
                     return 0

@@ -123,6 +123,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --version 'Print version'
         }
         &'ipmasq;validate'= {
+            cand --to-ports 'The agent''s --to-ports, checked as the agent checks it: a value it refuses (a port above 65535) is a usage error here too'
             cand -o 'Report format'
             cand --output 'Report format'
             cand --color 'Colour the text report'

@@ -131,6 +131,7 @@ legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l to-ports -d 'The agent\'s --to-ports, checked as the agent checks it: a value it refuses (a port above 65535) is a usage error here too' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s o -l output -d 'Report format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see the README)'
 yaml\t'The same document as YAML, for support bundles'"

@@ -655,6 +655,16 @@ pub struct ValidateArgs {
     #[command(flatten)]
     pub config: ConfigFlags,
 
+    /// The agent's --to-ports, checked as the agent checks it: a value it refuses (a port
+    /// above 65535) is a usage error here too
+    #[arg(
+        long,
+        value_name = "PORTS",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub to_ports: crate::plan::ToPorts,
+
     /// Treat warnings as errors
     #[arg(long)]
     pub strict: bool,

@@ -2,10 +2,13 @@
 //! would read them, and reports in compiler style or as a stable JSON document.
 //!
 //! JSON report (schemaVersion 1; fields are only ever added):
-//! `{schemaVersion, valid, errors, warnings, results: [{path, kind, configMap?, valid, errors,
-//! warnings, diagnostics: [{severity, code, message, line?, column?, hint?}], effective}]}`
+//! `{schemaVersion, valid, errors, warnings, results: [{path, kind, configMap?, configMaps?,
+//! valid, errors, warnings, diagnostics: [{severity, code, message, line?, column?, hint?}],
+//! effective}]}`
 //! where `kind` is `config`, `configmap`, `defaults` (no file: upstream defaults apply),
-//! `merged` (a directory with `--merged`) or `unreadable`, and `effective` is the config after
+//! `merged` (a directory with `--merged`) or `unreadable`; `configMap` is `{namespace, name,
+//! document}`, and a merge of `ip-masq*` ConfigMap keys has `configMaps` instead: `[{file?,
+//! namespace?, name?, key, document}]` in merge order; `effective` is the config after
 //! defaults, or null when invalid. A merged result also has `entries`: every list entry with
 //! its `list`, `cidr`, `file`, `line` and `column`; a diagnostic of a merged result has `file`.
 //! Severity `info` marks ipmasq extensions; it never fails a check, not even with --strict.
@@ -105,6 +108,10 @@ pub struct Entry {
     pub kind: EntryKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapRef>,
+    /// For the `ip-masq*` keys of ConfigMaps merged as `--config-dir` merges them: each key
+    /// with its ConfigMap's namespace and name, in merge order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_maps: Option<Vec<manifest::MergedKey>>,
     pub valid: bool,
     pub errors: usize,
     pub warnings: usize,
@@ -195,6 +202,7 @@ impl Entry {
             path: path.to_string(),
             kind,
             config_map: None,
+            config_maps: None,
             valid,
             errors,
             warnings,
@@ -382,11 +390,15 @@ fn configmap_entry(
     source: Option<std::rc::Rc<String>>,
 ) -> Entry {
     let mut entry = Entry::new(path, EntryKind::Configmap, cm.checked, strict, source);
-    entry.config_map = Some(ConfigMapRef {
-        namespace: cm.namespace,
-        name: cm.name,
-        document: cm.document,
-    });
+    if cm.merged.is_empty() {
+        entry.config_map = Some(ConfigMapRef {
+            namespace: cm.namespace,
+            name: cm.name,
+            document: cm.document,
+        });
+    } else {
+        entry.config_maps = Some(cm.merged);
+    }
     entry
 }
 
@@ -431,6 +443,7 @@ impl RunParts {
             parts.extend(input.parts.iter().cloned().map(|mut p| {
                 if !single {
                     p.part.name = format!("{}: {}", input.path, p.part.name).into();
+                    p.source.file = Some(input.path.clone());
                 }
                 p
             }));
@@ -482,14 +495,20 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<E
             results.extend(found.entries);
             parts.extend(found.parts.into_iter().map(|mut p| {
                 p.part.name = format!("{name}: {}", p.part.name).into();
+                p.source.file = Some(name.clone());
                 p
             }));
         } else if let Some(key) = file_name.filter(|n| n.starts_with(crate::config::merge::PREFIX))
         {
             let checked = crate::config::check_text(&text, &merging);
             parts.push(manifest::ManifestPart {
-                document: 1,
-                key,
+                source: manifest::MergedKey {
+                    file: Some(name.clone()),
+                    namespace: None,
+                    name: None,
+                    key,
+                    document: 1,
+                },
                 part: crate::config::merge::Part {
                     name: name.into(),
                     checked,
@@ -677,6 +696,27 @@ impl Report {
 
 /// How an entry is named in the report: its path, and the ConfigMap and document it is.
 fn entry_label(entry: &Entry) -> String {
+    if let Some(keys) = &entry.config_maps {
+        let names: Vec<String> = keys
+            .iter()
+            .map(|k| match &k.name {
+                Some(name) => format!(
+                    "{}{name} key {}",
+                    k.namespace
+                        .as_deref()
+                        .map(|n| format!("{n}/"))
+                        .unwrap_or_default(),
+                    k.key
+                ),
+                None => k.file.clone().unwrap_or_else(|| k.key.clone()),
+            })
+            .collect();
+        return format!(
+            "{} (ConfigMap {} merged as --config-dir merges them)",
+            entry.path,
+            names.join(" + ")
+        );
+    }
     match &entry.config_map {
         Some(cm) => format!(
             "{} (ConfigMap {}{}, document {})",
@@ -762,10 +802,11 @@ fn merged_listing(entry: &Entry, label: &str) -> String {
             out.push_str("nonMasqueradeCIDRs: [] # no file lists any\n");
         }
         if let Some(config) = &entry.effective {
-            let kept_from_defaults = !config.provenance.gave_non_masquerade_cidrs;
+            let kept_from_defaults = !config.provenance.gave_non_masquerade_cidrs
+                && !config.non_masquerade_cidrs.is_empty();
             if kept_from_defaults {
                 out.push_str(
-                    "# nonMasqueradeCIDRs above are upstream's defaults: no file sets the key\n",
+                    "# nonMasqueradeCIDRs above are upstream's defaults: no ip-masq* file is there\n",
                 );
             }
             out.push_str(&format!(
@@ -797,4 +838,53 @@ pub fn run(args: &ValidateArgs) -> Exit {
         return Exit::Usage;
     }
     report.exit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every diagnostic code, taken from the one list that defines them, is spelt one way in
+    /// the text report, the agent's log line, the JSON and YAML reports, the README and the
+    /// manual; and no two codes share a spelling.
+    #[test]
+    fn every_code_has_one_spelling_everywhere() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+            .expect("README.md");
+        let manual = crate::cli::config_page::config_page("test");
+        let mut seen = std::collections::HashSet::new();
+        for code in Code::ALL {
+            let spelling = code.as_str();
+            assert!(seen.insert(spelling), "{spelling} spelt by two codes");
+            assert!(
+                !spelling.is_empty()
+                    && spelling
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{spelling}: not kebab-case"
+            );
+            let finding = Diagnostic::error(code, "m");
+            let text = render_diagnostic(&crate::output::Styler::plain(), "c.yaml", None, &finding);
+            assert!(text.contains(&format!("[{spelling}]")), "text: {text}");
+            assert!(finding.one_line().contains(&format!("[{spelling}]")));
+            let json = to_json(&JsonDiagnostic::from(&finding));
+            assert!(
+                json.contains(&format!("\"code\": \"{spelling}\"")),
+                "JSON spells {spelling} otherwise: {json}"
+            );
+            let yaml = crate::output::to_yaml(&JsonDiagnostic::from(&finding));
+            assert!(
+                yaml.lines().any(|l| l == format!("code: {spelling}")),
+                "YAML spells {spelling} otherwise: {yaml}"
+            );
+            assert!(
+                readme.contains(&format!("`{spelling}`")),
+                "README.md does not list `{spelling}`"
+            );
+            assert!(
+                manual.contains(&crate::cli::docs::roff_text(spelling)),
+                "ipmasq-config(5) does not list {spelling}"
+            );
+        }
+    }
 }

@@ -14,236 +14,162 @@ pub enum Severity {
     Info,
 }
 
-/// Stable identifiers of findings; part of the documented JSON report, never renamed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Code {
-    // Errors.
-    Io,
-    YamlSyntax,
-    NotAMapping,
-    UnsupportedKey,
-    WrongType,
-    InvalidCidr,
-    CidrNotAligned,
-    Ipv4MappedCidr,
-    Ipv6NotEnabled,
-    CidrLimitExceeded,
-    NegativeCidrLimit,
-    InvalidDuration,
-    NonPositiveDuration,
-    /// A resync interval below the floor; the floor is used.
-    ResyncBelowFloor,
-    LinkLocalConflict,
-    /// An `outputAddress[IPv6]` that is no address or prefix of its family.
-    InvalidOutputAddress,
-    /// An `outputInterfaces` entry that is no interface name or pattern.
-    InvalidInterface,
-    /// Merged files name different output addresses of one family.
-    OutputAddressConflict,
-    NoConfigMap,
-    ConfigMapWithoutConfig,
-    /// Nothing at all to check (an empty pipe: the command before it failed).
-    EmptyInput,
-    // Warnings.
-    UnknownKey,
-    KeyCase,
-    DuplicateKey,
-    ExtraDocument,
-    Yaml11Boolean,
-    DuplicateCidr,
-    CoveredCidr,
-    PaddedPrefix,
-    EmptyCidrList,
-    DeprecatedLinkLocal,
-    /// A forced CIDR that lies in no non-masquerade range changes nothing.
-    ForcedWithoutEffect,
-    /// `masqueradeSourceCIDRs` is given but empty: every source is considered.
-    EmptySourceList,
-    /// `masqueradeSourceCIDRs` has no range of a managed family: that family is not scoped.
-    SourceFamilyUnscoped,
-    Ipv6FlagOverridesFile,
-    /// The same CIDR is both forced and non-masquerade (in one file or across merged files).
-    ForcedAndKept,
-    /// A directory of configs holds no `ip-masq*` file: upstream's defaults apply.
-    NoConfigFiles,
-    /// `outputInterfaces` is given but empty: traffic leaving every interface is considered.
-    EmptyInterfaceList,
-    /// `outputAddressIPv6` without IPv6 managed: it has no effect.
-    OutputAddressUnused,
-    /// An interface pattern inside another listed one.
-    CoveredInterface,
-    /// `validate` on a node: this node holds no address the output address names.
-    OutputAddressNotHere,
-    /// `validate` on a node: the output address is on no listed interface's subnet.
-    OutputAddressOffInterfaces,
-    /// Input ipmasq reads but upstream ip-masq-agent rejects (a file starting with `{` that is
-    /// not strict JSON): after a rollback to upstream that node installs no rules.
-    UpstreamRejects,
-    // Infos.
-    /// A key upstream ip-masq-agent does not read.
-    IpmasqExtension,
-    /// A ConfigMap key read as one file of a `--config-dir` merge (ip-masq-agent-v2).
-    ConfigDirKey,
-    /// `validate` on a node: an `outputInterfaces` entry matches no interface here.
-    InterfaceNotHere,
+/// Makes, from one list, the enum [`Code`], [`Code::ALL`] (in the list's order, the manual's),
+/// the one spelling of each code ([`Code::as_str`], which text, JSON and YAML all print) and
+/// its severity and meaning ([`Code::describe`], for the manual): a new code is one new line
+/// in the list, so no output can spell it another way and no listing can miss it.
+macro_rules! codes {
+    ($($(#[$doc:meta])* $code:ident = $text:literal, $severity:ident, $meaning:expr;)*) => {
+        /// Stable identifiers of findings; part of the documented JSON report, never renamed.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($(#[$doc])* $code,)*
+        }
+
+        impl Code {
+            /// Every code, in documentation order.
+            pub const ALL: [Code; [$(stringify!($code)),*].len()] = [$(Code::$code),*];
+
+            /// The severity a finding with this code has (before `validate --strict`), and
+            /// what it means, for the manual.
+            pub fn describe(self) -> (Severity, &'static str) {
+                match self {
+                    $(Code::$code => (Severity::$severity, $meaning),)*
+                }
+            }
+
+            /// The code as text, JSON and YAML output, the README and the manual spell it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$code => $text,)*
+                }
+            }
+        }
+    };
 }
 
-impl Code {
-    /// Every code, in documentation order.
-    pub const ALL: [Code; 46] = [
-        Code::Io,
-        Code::YamlSyntax,
-        Code::NotAMapping,
-        Code::UnsupportedKey,
-        Code::WrongType,
-        Code::InvalidCidr,
-        Code::CidrNotAligned,
-        Code::Ipv4MappedCidr,
-        Code::Ipv6NotEnabled,
-        Code::CidrLimitExceeded,
-        Code::NegativeCidrLimit,
-        Code::InvalidDuration,
-        Code::NonPositiveDuration,
-        Code::LinkLocalConflict,
-        Code::InvalidOutputAddress,
-        Code::InvalidInterface,
-        Code::OutputAddressConflict,
-        Code::ForcedAndKept,
-        Code::NoConfigMap,
-        Code::ConfigMapWithoutConfig,
-        Code::EmptyInput,
-        Code::ResyncBelowFloor,
-        Code::UnknownKey,
-        Code::KeyCase,
-        Code::DuplicateKey,
-        Code::ExtraDocument,
-        Code::Yaml11Boolean,
-        Code::DuplicateCidr,
-        Code::CoveredCidr,
-        Code::PaddedPrefix,
-        Code::EmptyCidrList,
-        Code::DeprecatedLinkLocal,
-        Code::ForcedWithoutEffect,
-        Code::EmptySourceList,
-        Code::SourceFamilyUnscoped,
-        Code::Ipv6FlagOverridesFile,
-        Code::NoConfigFiles,
-        Code::UpstreamRejects,
-        Code::EmptyInterfaceList,
-        Code::OutputAddressUnused,
-        Code::CoveredInterface,
-        Code::OutputAddressNotHere,
-        Code::OutputAddressOffInterfaces,
-        Code::IpmasqExtension,
-        Code::ConfigDirKey,
-        Code::InterfaceNotHere,
-    ];
+codes! {
+    Io = "io", Error,
+        "the file or directory cannot be read (missing when named explicitly, a FIFO, a directory, over 8 MiB, not UTF-8)";
+    YamlSyntax = "yaml-syntax", Error,
+        "not YAML or JSON";
+    NotAMapping = "not-a-mapping", Error,
+        "the document is not a mapping of keys to values";
+    UnsupportedKey = "unsupported-key", Error,
+        "a key that is not a plain string";
+    WrongType = "wrong-type", Error,
+        "a value of the wrong type (a quoted boolean, a CIDR that is not a string, a list written as a scalar)";
+    InvalidCidr = "invalid-cidr", Error,
+        "a CIDR that does not parse";
+    CidrNotAligned = "cidr-not-aligned", Error,
+        "a CIDR with host bits set; the hint names the aligned block";
+    Ipv4MappedCidr = "ipv4-mapped-cidr", Error,
+        "an IPv4-mapped IPv6 CIDR; the hint names the IPv4 form";
+    Ipv6NotEnabled = "ipv6-not-enabled", Error,
+        "an IPv6 CIDR without --enable-ipv6 or enableIPv6: true";
+    CidrLimitExceeded = "cidr-limit-exceeded", Error,
+        "more CIDRs (non-masquerade plus forced) than cidrLimit";
+    NegativeCidrLimit = "negative-cidr-limit", Error,
+        "a negative cidrLimit";
+    InvalidDuration = "invalid-duration", Error,
+        "a resyncInterval that is not a Go duration";
+    NonPositiveDuration = "non-positive-duration", Error,
+        "a zero or negative resyncInterval";
+    LinkLocalConflict = "link-local-conflict", Error,
+        "linkLocal contradicts masqLinkLocal";
+    /// An `outputAddress[IPv6]` that is no address or prefix of its family.
+    InvalidOutputAddress = "invalid-output-address", Error,
+        "an outputAddress or outputAddressIPv6 that is not an address or aligned prefix of its family";
+    /// An `outputInterfaces` entry that is no interface name or pattern.
+    InvalidInterface = "invalid-interface", Error,
+        "an outputInterfaces entry that is not an interface name, with an optional trailing + or * wildcard";
+    /// Merged files name different output addresses of one family.
+    OutputAddressConflict = "output-address-conflict", Error,
+        "merged files that name different output addresses of one family";
+    /// The same CIDR is both forced and non-masquerade (in one file or across merged files).
+    ForcedAndKept = "forced-and-kept", Error,
+        "one CIDR both in forceMasqueradeCIDRs and nonMasqueradeCIDRs (also across merged files)";
+    NoConfigMap = "no-configmap", Error,
+        "a manifest without a ConfigMap";
+    ConfigMapWithoutConfig = "configmap-without-config", Error,
+        "a ConfigMap without data.config";
+    /// A ConfigMap with one key in both `data` and `binaryData`.
+    ConfigMapKeyTwice = "configmap-key-twice", Error,
+        "a ConfigMap with one key in both data and binaryData, which the API server refuses";
+    /// Nothing at all to check (an empty pipe: the command before it failed).
+    EmptyInput = "empty-input", Error,
+        "nothing on standard input (did the command before the pipe fail?)";
+    /// A resync interval below the floor; the floor is used.
+    ResyncBelowFloor = "resync-below-floor", Warning,
+        "a resyncInterval under 100ms; 100ms is used";
+    UnknownKey = "unknown-key", Warning,
+        "a key the agent does not read (ignored, as upstream); the hint suggests the closest known key";
+    KeyCase = "key-case", Warning,
+        "a key spelt in another case than the canonical one";
+    DuplicateKey = "duplicate-key", Warning,
+        "a key given twice; the last wins";
+    ExtraDocument = "extra-document", Warning,
+        "more than one YAML document; only the first is read";
+    Yaml11Boolean = "yaml11-boolean", Warning,
+        "a YAML 1.1 boolean such as yes or on";
+    DuplicateCidr = "duplicate-cidr", Warning,
+        "a CIDR listed twice";
+    CoveredCidr = "covered-cidr", Warning,
+        "a CIDR inside another listed one";
+    PaddedPrefix = "padded-prefix", Warning,
+        "a prefix length with a leading zero";
+    EmptyCidrList = "empty-cidr-list", Warning,
+        "nonMasqueradeCIDRs is empty: everything but link-local is masqueraded";
+    DeprecatedLinkLocal = "deprecated-link-local", Warning,
+        "non-masquerade-daemon's linkLocal key";
+    /// A forced CIDR that lies in no non-masquerade range changes nothing.
+    ForcedWithoutEffect = "forced-without-effect", Warning,
+        "a forced CIDR in no non-masquerade range: it changes nothing";
+    /// `masqueradeSourceCIDRs` is given but empty: every source is considered.
+    EmptySourceList = "empty-source-list", Warning,
+        "masqueradeSourceCIDRs is empty: every source is considered";
+    /// `masqueradeSourceCIDRs` has no range of a managed family: that family is not scoped.
+    SourceFamilyUnscoped = "source-family-unscoped", Warning,
+        "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped";
+    Ipv6FlagOverridesFile = "ipv6-flag-overrides-file", Warning,
+        "enableIPv6 in the file says otherwise than an explicit --enable-ipv6, which wins";
+    /// A directory of configs holds no `ip-masq*` file: upstream's defaults apply.
+    NoConfigFiles = "no-config-files", Warning,
+        "a --config-dir without ip-masq* files: the defaults apply";
+    /// Input ipmasq reads but upstream ip-masq-agent rejects (a file starting with `{` that is
+    /// not strict JSON): after a rollback to upstream that node installs no rules.
+    UpstreamRejects = "upstream-rejects", Warning,
+        "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment, a cidrLimit of 64.0 or 1e2)";
+    /// `outputInterfaces` is given but empty: traffic leaving every interface is considered.
+    EmptyInterfaceList = "empty-interface-list", Warning,
+        "outputInterfaces is empty: traffic leaving every interface is considered";
+    /// `outputAddressIPv6` without IPv6 managed: it has no effect.
+    OutputAddressUnused = "output-address-unused", Warning,
+        "outputAddressIPv6 while IPv6 is not managed: it has no effect";
+    /// An interface pattern inside another listed one.
+    CoveredInterface = "covered-interface", Warning,
+        "an outputInterfaces entry inside another listed pattern";
+    /// `validate` on a node: this node holds no address the output address names.
+    OutputAddressNotHere = "output-address-not-here", Info,
+        "validate on a node: this node holds no address the output address names (the agent would refuse the config here)";
+    /// `validate` on a node: the output address is on no listed interface's subnet.
+    OutputAddressOffInterfaces = "output-address-off-interfaces", Warning,
+        "validate on a node: the output address is on none of the listed interfaces";
+    /// A key upstream ip-masq-agent does not read.
+    IpmasqExtension = "ipmasq-extension", Info,
+        "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6, outputAddress, outputAddressIPv6, outputInterfaces)";
+    /// A ConfigMap key read as one file of a `--config-dir` merge (ip-masq-agent-v2).
+    ConfigDirKey = "config-dir-key", Info,
+        "a ConfigMap key starting with ip-masq, read as one file of a --config-dir merge (ip-masq-agent-v2); upstream's v1 DaemonSet mounts only data.config";
+    /// `validate` on a node: an `outputInterfaces` entry matches no interface here.
+    InterfaceNotHere = "interface-not-here", Info,
+        "validate on a node: an outputInterfaces entry matches no interface here (nodes differ)";
+}
 
-    /// The severity a finding with this code has (before `validate --strict`), and what it
-    /// means, for the manual.
-    pub fn describe(self) -> (Severity, &'static str) {
-        use Severity::{Error, Info, Warning};
-        match self {
-            Code::Io => (Error, "the file or directory cannot be read (missing when named explicitly, a FIFO, a directory, over 8 MiB, not UTF-8)"),
-            Code::YamlSyntax => (Error, "not YAML or JSON"),
-            Code::NotAMapping => (Error, "the document is not a mapping of keys to values"),
-            Code::UnsupportedKey => (Error, "a key that is not a plain string"),
-            Code::WrongType => (Error, "a value of the wrong type (a quoted boolean, a CIDR that is not a string, a list written as a scalar)"),
-            Code::InvalidCidr => (Error, "a CIDR that does not parse"),
-            Code::CidrNotAligned => (Error, "a CIDR with host bits set; the hint names the aligned block"),
-            Code::Ipv4MappedCidr => (Error, "an IPv4-mapped IPv6 CIDR; the hint names the IPv4 form"),
-            Code::Ipv6NotEnabled => (Error, "an IPv6 CIDR without --enable-ipv6 or enableIPv6: true"),
-            Code::CidrLimitExceeded => (Error, "more CIDRs (non-masquerade plus forced) than cidrLimit"),
-            Code::NegativeCidrLimit => (Error, "a negative cidrLimit"),
-            Code::InvalidDuration => (Error, "a resyncInterval that is not a Go duration"),
-            Code::NonPositiveDuration => (Error, "a zero or negative resyncInterval"),
-            Code::LinkLocalConflict => (Error, "linkLocal contradicts masqLinkLocal"),
-            Code::InvalidOutputAddress => (Error, "an outputAddress or outputAddressIPv6 that is not an address or aligned prefix of its family"),
-            Code::InvalidInterface => (Error, "an outputInterfaces entry that is not an interface name, with an optional trailing + or * wildcard"),
-            Code::OutputAddressConflict => (Error, "merged files that name different output addresses of one family"),
-            Code::ForcedAndKept => (Error, "one CIDR both in forceMasqueradeCIDRs and nonMasqueradeCIDRs (also across merged files)"),
-            Code::NoConfigMap => (Error, "a manifest without a ConfigMap"),
-            Code::ConfigMapWithoutConfig => (Error, "a ConfigMap without data.config"),
-            Code::EmptyInput => (Error, "nothing on standard input (did the command before the pipe fail?)"),
-            Code::ResyncBelowFloor => (Warning, "a resyncInterval under 100ms; 100ms is used"),
-            Code::UnknownKey => (Warning, "a key the agent does not read (ignored, as upstream); the hint suggests the closest known key"),
-            Code::KeyCase => (Warning, "a key spelt in another case than the canonical one"),
-            Code::DuplicateKey => (Warning, "a key given twice; the last wins"),
-            Code::ExtraDocument => (Warning, "more than one YAML document; only the first is read"),
-            Code::Yaml11Boolean => (Warning, "a YAML 1.1 boolean such as yes or on"),
-            Code::DuplicateCidr => (Warning, "a CIDR listed twice"),
-            Code::CoveredCidr => (Warning, "a CIDR inside another listed one"),
-            Code::PaddedPrefix => (Warning, "a prefix length with a leading zero"),
-            Code::EmptyCidrList => (Warning, "nonMasqueradeCIDRs is empty: everything but link-local is masqueraded"),
-            Code::DeprecatedLinkLocal => (Warning, "non-masquerade-daemon's linkLocal key"),
-            Code::ForcedWithoutEffect => (Warning, "a forced CIDR in no non-masquerade range: it changes nothing"),
-            Code::EmptySourceList => (Warning, "masqueradeSourceCIDRs is empty: every source is considered"),
-            Code::Ipv6FlagOverridesFile => (Warning, "enableIPv6 in the file says otherwise than an explicit --enable-ipv6, which wins"),
-            Code::SourceFamilyUnscoped => (Warning, "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped"),
-            Code::NoConfigFiles => (Warning, "a --config-dir without ip-masq* files: the defaults apply"),
-            Code::UpstreamRejects => (Warning, "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment, a cidrLimit of 64.0 or 1e2)"),
-            Code::EmptyInterfaceList => (Warning, "outputInterfaces is empty: traffic leaving every interface is considered"),
-            Code::OutputAddressUnused => (Warning, "outputAddressIPv6 while IPv6 is not managed: it has no effect"),
-            Code::CoveredInterface => (Warning, "an outputInterfaces entry inside another listed pattern"),
-            Code::OutputAddressNotHere => (Info, "validate on a node: this node holds no address the output address names (the agent would refuse the config here)"),
-            Code::OutputAddressOffInterfaces => (Warning, "validate on a node: the output address is on none of the listed interfaces"),
-            Code::IpmasqExtension => (Info, "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6, outputAddress, outputAddressIPv6, outputInterfaces)"),
-            Code::ConfigDirKey => (Info, "a ConfigMap key starting with ip-masq, read as one file of a --config-dir merge (ip-masq-agent-v2); upstream's v1 DaemonSet mounts only data.config"),
-            Code::InterfaceNotHere => (Info, "validate on a node: an outputInterfaces entry matches no interface here (nodes differ)"),
-        }
-    }
-
-    /// The code as it appears in text and JSON output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::Io => "io",
-            Code::YamlSyntax => "yaml-syntax",
-            Code::NotAMapping => "not-a-mapping",
-            Code::UnsupportedKey => "unsupported-key",
-            Code::WrongType => "wrong-type",
-            Code::InvalidCidr => "invalid-cidr",
-            Code::CidrNotAligned => "cidr-not-aligned",
-            Code::Ipv4MappedCidr => "ipv4-mapped-cidr",
-            Code::Ipv6NotEnabled => "ipv6-not-enabled",
-            Code::CidrLimitExceeded => "cidr-limit-exceeded",
-            Code::NegativeCidrLimit => "negative-cidr-limit",
-            Code::InvalidDuration => "invalid-duration",
-            Code::NonPositiveDuration => "non-positive-duration",
-            Code::ResyncBelowFloor => "resync-below-floor",
-            Code::LinkLocalConflict => "link-local-conflict",
-            Code::NoConfigMap => "no-configmap",
-            Code::ConfigMapWithoutConfig => "configmap-without-config",
-            Code::EmptyInput => "empty-input",
-            Code::UnknownKey => "unknown-key",
-            Code::KeyCase => "key-case",
-            Code::DuplicateKey => "duplicate-key",
-            Code::ExtraDocument => "extra-document",
-            Code::Yaml11Boolean => "yaml11-boolean",
-            Code::DuplicateCidr => "duplicate-cidr",
-            Code::CoveredCidr => "covered-cidr",
-            Code::PaddedPrefix => "padded-prefix",
-            Code::EmptyCidrList => "empty-cidr-list",
-            Code::DeprecatedLinkLocal => "deprecated-link-local",
-            Code::ForcedWithoutEffect => "forced-without-effect",
-            Code::EmptySourceList => "empty-source-list",
-            Code::SourceFamilyUnscoped => "source-family-unscoped",
-            Code::Ipv6FlagOverridesFile => "ipv6-flag-overrides-file",
-            Code::ForcedAndKept => "forced-and-kept",
-            Code::NoConfigFiles => "no-config-files",
-            Code::UpstreamRejects => "upstream-rejects",
-            Code::IpmasqExtension => "ipmasq-extension",
-            Code::ConfigDirKey => "config-dir-key",
-            Code::InvalidOutputAddress => "invalid-output-address",
-            Code::InvalidInterface => "invalid-interface",
-            Code::OutputAddressConflict => "output-address-conflict",
-            Code::EmptyInterfaceList => "empty-interface-list",
-            Code::OutputAddressUnused => "output-address-unused",
-            Code::CoveredInterface => "covered-interface",
-            Code::OutputAddressNotHere => "output-address-not-here",
-            Code::OutputAddressOffInterfaces => "output-address-off-interfaces",
-            Code::InterfaceNotHere => "interface-not-here",
-        }
+impl Serialize for Code {
+    /// The one spelling, [`Code::as_str`].
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 

@@ -7,8 +7,16 @@ use std::net::IpAddr;
 
 /// The most `outputInterfaces` entries: each one copies the masquerade rules, once per pattern.
 pub const MAX_OUTPUT_INTERFACES: usize = 16;
-/// The longest interface name the kernel takes (IFNAMSIZ - 1).
+/// The longest interface name the kernel takes (IFNAMSIZ - 1). A pattern's spelling must fit
+/// too: iptables (`xtables_parse_interface`) refuses `-o` values of 16 bytes or more, the `+`
+/// included, and nft refuses `oifname "…*"` past 15 bytes alike.
 pub const MAX_INTERFACE_NAME: usize = 15;
+
+/// Whether the kernel counts `byte` as white space in a name (`dev_valid_name` uses its own
+/// `isspace`, which is Latin-1's: 0xA0 too, a byte inside UTF-8 such as `à`).
+fn kernel_space(byte: u8) -> bool {
+    matches!(byte, b'\t'..=b'\r' | b' ' | 0xA0)
+}
 
 /// `outputAddress`: one address (a host prefix), or a prefix meaning "the node's own address
 /// inside it", so one ConfigMap serves nodes that each hold another address.
@@ -96,7 +104,9 @@ pub struct InterfacePattern {
 
 impl InterfacePattern {
     /// Parses an interface name as the kernel accepts it (1–15 bytes, no `/`, `:` or white
-    /// space, not `.` or `..`), with an optional trailing `+` or `*`.
+    /// space, not `.` or `..`), with an optional trailing `+` or `*`; a pattern as every
+    /// backend takes it: its spelling (`eth+`, `eth*`) is at most 15 bytes too, since
+    /// iptables and nft refuse a longer one (a 15-byte stem would match only the name itself).
     pub fn parse(text: &str) -> Result<Self, String> {
         let (name, wildcard) = match text.strip_suffix(['+', '*']) {
             Some(stem) => (stem, true),
@@ -114,11 +124,25 @@ impl InterfacePattern {
                 "{text:?} is longer than the {MAX_INTERFACE_NAME} bytes an interface name can have"
             ));
         }
+        if wildcard && name.len() == MAX_INTERFACE_NAME {
+            return Err(format!(
+                "{text:?} is a pattern of {} bytes: iptables (`-o {name}+`) and nft (`oifname \"{name}*\"`) refuse one longer than the {MAX_INTERFACE_NAME} bytes of an interface name; a {MAX_INTERFACE_NAME}-byte stem matches only `{name}`: write that name",
+                name.len() + 1
+            ));
+        }
         if let Some(bad) = name.chars().find(|c| {
             matches!(c, '/' | ':' | '+' | '*' | '"' | '\'') || c.is_whitespace() || c.is_control()
         }) {
             return Err(format!(
                 "{text:?} holds {bad:?}, which no interface name has (a wildcard goes only at the end)"
+            ));
+        }
+        if let Some(bad) = name.chars().find(|c| {
+            let mut utf8 = [0; 4];
+            c.encode_utf8(&mut utf8).bytes().any(kernel_space)
+        }) {
+            return Err(format!(
+                "{text:?} holds {bad:?}, whose UTF-8 has the byte 0xA0, white space to the kernel: no interface name has it"
             ));
         }
         if name == "." || name == ".." {
@@ -226,6 +250,13 @@ mod tests {
         assert!(exact.matches("eth0") && !exact.matches("eth01"));
         assert!(exact.within(&plus) && !plus.within(&exact));
         assert!(InterfacePattern::parse("abcdefghijklmno").is_ok());
+        assert!(InterfacePattern::parse("abcdefghijklmn+").is_ok());
+        assert!(InterfacePattern::parse("abcdefghijklmn*").is_ok());
+        let long = InterfacePattern::parse("abcdefghijklmno+").unwrap_err();
+        assert!(long.contains("write that name"), "{long}");
+        for odd in ["!eth0", "-eth0", "eth#0", "e%d", "eth\\0", "é", "eth,0"] {
+            assert!(InterfacePattern::parse(odd).is_ok(), "{odd:?}");
+        }
         for bad in [
             "",
             "+",
@@ -238,6 +269,11 @@ mod tests {
             ".",
             "..",
             "eth\"0",
+            "abcdefghijklmno+",
+            "abcdefghijklmno*",
+            "eth\u{a0}0",
+            "ethà",
+            "eth\u{b}0",
         ] {
             assert!(InterfacePattern::parse(bad).is_err(), "{bad:?}");
         }

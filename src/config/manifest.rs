@@ -46,7 +46,9 @@ pub fn unreadable_document(err: &YamlError) -> Diagnostic {
     .at(err.location)
 }
 
-/// One ConfigMap found in a manifest, with the result of checking its config.
+/// One ConfigMap found in a manifest, with the result of checking its config; or, for the
+/// `ip-masq*` keys merged as `--config-dir` merges them, the merge (`namespace` and `name`
+/// unset, `merged` naming every key that took part).
 #[derive(Debug)]
 pub struct ConfigMapResult {
     pub namespace: Option<String>,
@@ -54,6 +56,23 @@ pub struct ConfigMapResult {
     /// 1-based index of the YAML document it was found in.
     pub document: usize,
     pub checked: Checked,
+    /// For a merge: where each merged key came from, in merge order.
+    pub merged: Vec<MergedKey>,
+}
+
+/// One key of a merge: its ConfigMap (none for a plain `ip-masq*` file of `validate --merged
+/// DIR`), the key, and the input file when a run merges several.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MergedKey {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub key: String,
+    pub document: usize,
 }
 
 /// Checks every ConfigMap of a manifest stream: its `data.config` (upstream's DaemonSet
@@ -88,10 +107,8 @@ pub struct Manifest {
 /// One `ip-masq*` key of a ConfigMap, checked as one file of a merge.
 #[derive(Clone)]
 pub struct ManifestPart {
-    /// 1-based index of the YAML document it was found in.
-    pub document: usize,
-    /// The key: the file name it is mounted as, which orders the merge.
-    pub key: String,
+    /// Where the key is (its `key` is the file name it is mounted as, which orders the merge).
+    pub source: MergedKey,
     pub part: Part,
 }
 
@@ -122,7 +139,17 @@ pub fn read_manifest(
             };
             let name = field("name");
             let keys = config_keys(object);
-            for key in &keys {
+            let twice = keys_in_both_sections(object);
+            if !twice.is_empty() && (!keys.is_empty() || name.as_deref() == Some(CONFIGMAP_NAME)) {
+                results.push(ConfigMapResult {
+                    namespace: field("namespace"),
+                    name: name.clone(),
+                    document: index + 1,
+                    checked: Checked::rejected(twice),
+                    merged: Vec::new(),
+                });
+            }
+            for key in keys.iter().filter(|k| !in_both_sections(&keys, &k.name)) {
                 let checked = key.check(source, options, stream.left);
                 if key.name == CONFIG_KEY {
                     results.push(ConfigMapResult {
@@ -130,6 +157,7 @@ pub fn read_manifest(
                         name: name.clone(),
                         document: index + 1,
                         checked,
+                        merged: Vec::new(),
                     });
                 } else {
                     let part = format!(
@@ -138,8 +166,13 @@ pub fn read_manifest(
                         key.name
                     );
                     parts.push(ManifestPart {
-                        document: index + 1,
-                        key: key.name.clone(),
+                        source: MergedKey {
+                            file: None,
+                            namespace: field("namespace"),
+                            name: name.clone(),
+                            key: key.name.clone(),
+                            document: index + 1,
+                        },
                         part: Part {
                             name: part.into(),
                             checked,
@@ -153,6 +186,7 @@ pub fn read_manifest(
                     name: name.clone(),
                     document: index + 1,
                     checked: without_config(object, name.as_deref()),
+                    merged: Vec::new(),
                 });
             }
         }
@@ -177,26 +211,47 @@ pub fn read_manifest(
 /// projected volume makes of them: in key (file name) order.
 pub fn merge_parts(parts: &[ManifestPart], options: &Options) -> ConfigMapResult {
     let mut ordered: Vec<&ManifestPart> = parts.iter().collect();
-    ordered.sort_by(|a, b| a.key.cmp(&b.key));
-    let names: Vec<&str> = ordered
-        .iter()
-        .map(|p| {
-            let name = &*p.part.name;
-            name.split_once("ConfigMap ").map_or(name, |(_, rest)| rest)
-        })
-        .collect();
+    ordered.sort_by(|a, b| a.source.key.cmp(&b.source.key));
     let merged: Vec<Part> = ordered.iter().map(|p| p.part.clone()).collect();
     let mut checked = merge::merge(Path::new("the manifest"), &merged, options);
     checked.edit_diagnostics(|d| d.retain(|d| d.code != Code::NoConfigFiles));
     ConfigMapResult {
         namespace: None,
-        name: Some(format!(
-            "{} merged as --config-dir merges them",
-            names.join(" + ")
-        )),
-        document: parts.iter().map(|p| p.document).min().unwrap_or(1),
+        name: None,
+        document: parts.iter().map(|p| p.source.document).min().unwrap_or(1),
         checked,
+        merged: ordered.iter().map(|p| p.source.clone()).collect(),
     }
+}
+
+/// Whether `name` is a key of both `data` and `binaryData`.
+fn in_both_sections(keys: &[ConfigKey<'_>], name: &str) -> bool {
+    keys.iter().any(|k| k.name == name && k.binary)
+        && keys.iter().any(|k| k.name == name && !k.binary)
+}
+
+/// An error for each key a ConfigMap has in both `data` and `binaryData`: the API server
+/// refuses such a ConfigMap, so it never reaches a node.
+fn keys_in_both_sections(object: &Node) -> Vec<Diagnostic> {
+    let section = |name: &str| object.get(name).and_then(Node::as_mapping);
+    let (Some(data), Some(binary)) = (section("data"), section("binaryData")) else {
+        return Vec::new();
+    };
+    binary
+        .iter()
+        .filter_map(|(key, _)| key.as_str().map(|name| (key, name)))
+        .filter(|(_, name)| data.iter().any(|(k, _)| k.as_str() == Some(*name)))
+        .map(|(key, name)| {
+            Diagnostic::error(
+                Code::ConfigMapKeyTwice,
+                format!(
+                    "key `{name}` is in both data and binaryData: the API server refuses this ConfigMap (a key may be in only one of them)"
+                ),
+            )
+            .at(key.location)
+            .hint(format!("keep `{name}` in data or in binaryData, not both"))
+        })
+        .collect()
 }
 
 /// A ConfigMap key that holds a config: `config`, or one starting with `ip-masq`.
@@ -591,6 +646,27 @@ mod tests {
         );
         assert_eq!(base64_decode("aGk=").unwrap(), b"hi");
         assert_eq!(base64_decode("aGk").unwrap(), b"hi");
+    }
+
+    /// The API server refuses a ConfigMap with a key in both `data` and `binaryData`: an
+    /// error naming the key, at the `binaryData` one, for any key of the agent's ConfigMaps.
+    #[test]
+    fn a_key_in_data_and_binary_data_is_an_error() {
+        let src = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent, namespace: kube-system}\ndata:\n  config: \"cidrLimit: 3\\n\"\n  notes: x\nbinaryData:\n  notes: eA==\n";
+        let results = run(src).unwrap();
+        let refused = results
+            .iter()
+            .find(|r| r.checked.config().is_none())
+            .expect("a refused ConfigMap");
+        assert_eq!(refused.name.as_deref(), Some("ip-masq-agent"));
+        assert_eq!(refused.namespace.as_deref(), Some("kube-system"));
+        let d = &refused.checked.diagnostics()[0];
+        assert_eq!(d.code, Code::ConfigMapKeyTwice);
+        assert!(d.message.contains("`notes`"), "{}", d.message);
+        assert_eq!(d.location.unwrap().line, 8);
+        // Another application's ConfigMap is not ours to judge.
+        let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\ndata:\n  notes: x\nbinaryData:\n  notes: eA==\n";
+        assert_eq!(run(other).unwrap_err().code, Code::NoConfigMap);
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Several config files merged into one (`--config-dir DIR`), ip-masq-agent-v2's convention:
 //! every regular file in DIR whose name starts with `ip-masq` (a projected volume of a
-//! cloud-managed and a user-managed ConfigMap), read in name order. Lists are unions in that
-//! order without repeats, booleans are OR'd, the shortest `resyncInterval` wins, the largest
-//! `cidrLimit` given applies to the merged lists; one invalid file rejects the whole merge.
+//! cloud-managed and a user-managed ConfigMap), read in name order. As v2 merges them: the
+//! lists start empty and are unions in that order without repeats (so files that list no
+//! CIDRs leave `nonMasqueradeCIDRs` empty; only a directory without such files means the
+//! defaults), booleans are OR'd, and each file is held to its own `cidrLimit` (v2's fixed 64
+//! per file), never the merged lists. Beyond v2: the shortest `resyncInterval` wins, and the
+//! largest `cidrLimit` given is the one reported; one invalid file rejects the whole merge.
 
-use super::check::{check_across_lists, check_cidr_limit};
+use super::check::check_across_lists;
 use super::{
     check_text, default_cidrs, file_stamp, read_config_source, Checked, Code, Config, Diagnostic,
     FileStamp, Loaded, Options, Origin, Place, Provenance, ReadError,
@@ -145,8 +148,9 @@ fn union_into(
 }
 
 /// The configs of the parts as one: lists as unions in file order without repeats (each
-/// entry's file and place kept), booleans OR'd, the largest `cidrLimit` and the shortest
-/// `resyncInterval` given.
+/// entry's file and place kept), starting empty as v2's do (the defaults only when there is
+/// no part at all), booleans OR'd, the largest `cidrLimit` and the shortest `resyncInterval`
+/// given.
 fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config {
     let mut merged = Config::defaults(options);
     let mut provenance = Provenance::default();
@@ -230,10 +234,10 @@ fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config 
             );
         }
     }
-    merged.non_masquerade_cidrs = if provenance.gave_non_masquerade_cidrs {
-        kept
-    } else {
+    merged.non_masquerade_cidrs = if configs.is_empty() {
         default_cidrs(options)
+    } else {
+        kept
     };
     merged.output_interfaces.sort();
     merged.force_masquerade_cidrs = forced;
@@ -282,16 +286,17 @@ pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
     }
     let merged = merge_configs(&configs, options);
     let mut found = Vec::new();
-    check_cidr_limit(
-        merged.non_masquerade_cidrs.len(),
-        merged.force_masquerade_cidrs.len(),
-        merged.cidr_limit,
-        None,
-        &mut found,
-    );
-    for d in &mut found {
-        d.message
-            .push_str(" after merging the files of the directory");
+    if !configs.is_empty() && !merged.provenance.gave_non_masquerade_cidrs {
+        found.push(
+            Diagnostic::warning(
+                Code::EmptyCidrList,
+                format!(
+                    "no file of {} lists nonMasqueradeCIDRs: as in ip-masq-agent-v2, the merged list starts empty, so everything but link-local is masqueraded (upstream's defaults apply only when no `{PREFIX}*` file is there)",
+                    dir.display()
+                ),
+            )
+            .hint("list the ranges to keep (e.g. your pod and service CIDRs) in one of the files"),
+        );
     }
     check_across_lists(&merged, options, &mut found);
     found.extend(output_address_conflicts(&configs, &merged));

@@ -35,7 +35,7 @@ pub struct ToPorts(pub Vec<PortRange>);
 pub enum ToPortsError {
     #[error("--to-ports: {0:?} is not a port or a range like 1024-65535")]
     Syntax(String),
-    #[error("--to-ports: port {0} is outside 1-65535")]
+    #[error("--to-ports: port {0} is outside 1-65535 (upstream ip-masq-agent passes it to iptables-restore, which refuses it at every resync and leaves its chain empty, so nothing is masqueraded; ipmasq refuses it at once)")]
     OutOfRange(String),
     #[error("--to-ports: range {0} is reversed; write the lower port first")]
     Reversed(String),

@@ -500,6 +500,15 @@ fn inputs_upstream_rejects_are_warned_about() {
 /// ipmasq does with it: the rows and these cases are the same set, and each case holds.
 #[test]
 fn readme_table_of_deliberate_differences_is_what_validate_does() {
+    /// A generated text as a `&'static str`, as the other cases' texts are.
+    fn leak(text: String) -> &'static str {
+        Box::leak(text.into_boxed_str())
+    }
+    /// `nonMasqueradeCIDRs` of 40 /24s in 10.SECOND.0.0/16.
+    fn forty(second: u8) -> String {
+        let list: Vec<String> = (0..40).map(|i| format!("10.{second}.{i}.0/24")).collect();
+        format!("nonMasqueradeCIDRs: [{}]", list.join(", "))
+    }
     struct Case {
         row: &'static str,
         /// The file's text; `None` for a symlink loop.
@@ -519,6 +528,12 @@ fn readme_table_of_deliberate_differences_is_what_validate_does() {
         Case { row: "`{nonMasqueradeCIDRs: [10.0.0.0/8]}` (a YAML flow map)", text: Some("{nonMasqueradeCIDRs: [10.0.0.0/8]}\n"), flags: &[], codes: &["upstream-rejects"], exit: 0 },
         Case { row: "`{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"],}` (JSON with a trailing comma or a comment)", text: Some("{\"nonMasqueradeCIDRs\": [\"10.0.0.0/8\"],}\n"), flags: &[], codes: &["upstream-rejects"], exit: 0 },
         Case { row: "`{\"cidrLimit\": 64.0}` or `1e2` (JSON, a number with a fraction or an exponent for an integer)", text: Some("{\"cidrLimit\": 1e2}\n"), flags: &[], codes: &["upstream-rejects"], exit: 0 },
+        Case { row: "`nonMasqueradeCIDRs: [10.0.0.0/8, ~]` (a null entry)", text: Some("nonMasqueradeCIDRs: [10.0.0.0/8, ~]\n"), flags: &[], codes: &["invalid-cidr"], exit: 1 },
+        // No report: a usage error (exit 2), checked by its message below.
+        Case { row: "`--to-ports=1024-70000` (a port above 65535)", text: Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n"), flags: &["--to-ports=1024-70000"], codes: &[], exit: 2 },
+        Case { row: "ip-masq-agent-v2 ConfigMaps (`--config-dir`, or `ip-masq*` keys in `validate`) whose files list no CIDRs", text: Some(leak(format!("{}---\n{}", v2_configmap("ip-masq-agent-cloud", &["masqLinkLocal: false"]), v2_configmap("ip-masq-agent-user", &["masqLinkLocalIPv6: false"])))), flags: &[], codes: &["empty-cidr-list"], exit: 0 },
+        Case { row: "ip-masq-agent-v2 ConfigMaps with more than 64 CIDRs in all, each file at most 64", text: Some(leak(format!("{}---\n{}", v2_configmap("ip-masq-agent-cloud", &[&forty(1)]), v2_configmap("ip-masq-agent-user", &[&forty(2)])))), flags: &[], codes: &["config-dir-key"], exit: 0 },
+        Case { row: "a ConfigMap with the same key in `data` and `binaryData`", text: Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent, namespace: kube-system}\ndata:\n  config: \"cidrLimit: 3\\n\"\nbinaryData:\n  config: Y2lkckxpbWl0OiAzCg==\n"), flags: &[], codes: &["configmap-key-twice"], exit: 1 },
     ];
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
@@ -552,6 +567,17 @@ fn readme_table_of_deliberate_differences_is_what_validate_does() {
             None => std::os::unix::fs::symlink(&file, &file).expect("symlink loop"),
         }
         let file = file.display().to_string();
+        if case.codes.is_empty() {
+            let run = ipmasq(&[&["validate"], case.flags, &[file.as_str()]].concat());
+            assert_eq!(run.code, case.exit, "{}: {}", case.row, run.stderr);
+            assert!(
+                run.stderr.contains("upstream ip-masq-agent"),
+                "{}: {}",
+                case.row,
+                run.stderr
+            );
+            continue;
+        }
         let (code, report) = json(&[case.flags, &[file.as_str()]].concat());
         assert_eq!(code, case.exit, "{}: {report}", case.row);
         let codes = first_result_codes(&report);
@@ -657,4 +683,40 @@ fn upstream_json_path_is_judged_on_the_files_bytes() {
         "{}",
         run.stdout
     );
+}
+
+/// A code is spelt in the JSON and YAML reports as in the text report: the ConfigMap codes
+/// were `config-map-without-config` and `no-config-map` in JSON, `configmap-without-config`
+/// and `no-configmap` in text and the README.
+#[test]
+fn configmap_codes_are_spelt_alike_in_text_json_and_yaml() {
+    let dir = Scratch::new("configmap-code-spelling");
+    let without = dir.write(
+        "without.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent, namespace: kube-system}\ndata:\n  agent-config: |\n    cidrLimit: 3\n",
+    );
+    let none = dir.write(
+        "none.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: x}\n",
+    );
+    for (file, code) in [
+        (&without, "configmap-without-config"),
+        (&none, "no-configmap"),
+    ] {
+        let file = file.display().to_string();
+        let text = ipmasq(&["validate", &file]);
+        assert!(
+            text.stdout.contains(&format!("error[{code}]")),
+            "{}",
+            text.stdout
+        );
+        let (_, report) = json(&[&file]);
+        assert_eq!(first_result_codes(&report), [code], "{report}");
+        let yaml = ipmasq(&["validate", "-o", "yaml", &file]);
+        assert!(
+            yaml.stdout.contains(&format!("code: {code}\n")),
+            "{}",
+            yaml.stdout
+        );
+    }
 }

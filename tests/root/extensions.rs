@@ -221,3 +221,69 @@ fn explain_against_live_rules_iptables() {
 fn explain_against_live_rules_nftables() {
     explain_against_live_rules("--backend=nftables");
 }
+
+/// A `--config-dir` merges as ip-masq-agent-v2 does: files that list no CIDRs leave the list
+/// empty (only link-local is kept), each file is limited to 64 CIDRs but the merged list is
+/// not (two files of 40 install 80 RETURN rules); and a `--to-ports` above 65535, which
+/// upstream hands to iptables-restore at every resync (its chain stays empty), stops the agent
+/// at start, saying so, before it writes anything.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn merged_config_dir_follows_ip_masq_agent_v2() {
+    let ns = Netns::new("v2-merge");
+    let scratch = Scratch::new("v2-merge-volume");
+    let volume = scratch.path.join("config");
+    std::fs::create_dir_all(&volume).unwrap();
+    let dir_arg = format!("--config-dir={}", volume.display());
+    let once = || ns.ipmasq(&["agent", "--once", "--iptables-mode=nft", &dir_arg]);
+    projected_volume(
+        &volume,
+        1,
+        &[
+            ("ip-masq-agent-cloud", "masqLinkLocal: false\n"),
+            ("ip-masq-agent-user", "resyncInterval: 1h\n"),
+        ],
+    );
+    let run = once();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        returns(&ns),
+        destinations(&["169.254.0.0/16"]),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("[empty-cidr-list]"), "{}", run.stderr);
+    let forty = |second: u8| {
+        let list: Vec<String> = (0..40).map(|i| format!("10.{second}.{i}.0/24")).collect();
+        format!("nonMasqueradeCIDRs: [{}]\n", list.join(", "))
+    };
+    let (cloud, user) = (forty(1), forty(2));
+    projected_volume(
+        &volume,
+        2,
+        &[
+            ("ip-masq-agent-cloud", &cloud),
+            ("ip-masq-agent-user", &user),
+        ],
+    );
+    let run = once();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(returns(&ns).len(), 81, "link-local and 80 merged CIDRs");
+    let cleanup = ns.ipmasq(&["cleanup", "--iptables-mode=nft"]);
+    assert_eq!(cleanup.code, 0, "{}", cleanup.stderr);
+    let run = ns.ipmasq(&[
+        "agent",
+        "--once",
+        "--iptables-mode=nft",
+        "--to-ports=1024-70000",
+        &dir_arg,
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("port 70000 is outside 1-65535")
+            && run.stderr.contains("upstream ip-masq-agent"),
+        "{}",
+        run.stderr
+    );
+    assert!(returns(&ns).is_empty(), "nothing written");
+}

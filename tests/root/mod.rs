@@ -22,6 +22,7 @@ mod health;
 mod hostile;
 mod hostile_round2;
 mod image;
+mod interface_names;
 mod netlink;
 mod netns;
 mod nftables;

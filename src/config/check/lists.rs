@@ -82,9 +82,25 @@ pub(super) fn check_cidrs(
     options: &Options,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<(IpNet, Option<Location>)> {
-    let count = nodes.map_or_else(|| default_cidrs(options).len(), <[&Node]>::len);
-    if !options.merging {
-        check_cidr_limit(count, forced, cidr_limit, limit_location, diags);
+    // In a merge (ip-masq-agent-v2), each file is held to its own limit, as v2 checks each
+    // file it reads; a file that lists no CIDRs adds none.
+    let count = match (nodes, options.merging) {
+        (Some(nodes), _) => nodes.len(),
+        (None, true) => 0,
+        (None, false) => default_cidrs(options).len(),
+    };
+    let before = diags.len();
+    check_cidr_limit(count, forced, cidr_limit, limit_location, diags);
+    if let Some(over) = diags
+        .get_mut(before)
+        .filter(|d| options.merging && d.code == Code::CidrLimitExceeded)
+    {
+        over.message.push_str(
+            " in this file (as ip-masq-agent-v2, each file is limited, never the merged list)",
+        );
+        over.hint = Some(format!(
+            "move some CIDRs into another `ip-masq*` file (v2 allows 64 in each and reads no `{KEY_CIDR_LIMIT}`), or raise `{KEY_CIDR_LIMIT}` in this file for ipmasq alone"
+        ));
     }
     match nodes {
         Some(nodes) => {
@@ -100,7 +116,7 @@ pub(super) fn check_cidrs(
 }
 
 /// Upstream's `cidrLimit` check (with the forced CIDRs counted, when there are any).
-pub(in crate::config) fn check_cidr_limit(
+fn check_cidr_limit(
     count: usize,
     forced: usize,
     cidr_limit: i64,
@@ -142,6 +158,39 @@ pub(in crate::config) fn check_cidr_limit(
     }
 }
 
+/// The error for a null entry (`[10.0.0.0/8, ~]`), saying what upstream makes of it. Go's
+/// `encoding/json` decodes a JSON array into the slice already there element by element, and
+/// null into a string leaves it as it was: upstream (v1) decodes into its defaults, so a null
+/// where a default stands keeps that default, and one past them is `""`, which fails its CIDR
+/// check; ip-masq-agent-v2 decodes every file into an empty config, so it is always `""`.
+/// ipmasq rejects every null entry: a list that silently holds a CIDR nobody wrote there is
+/// not a config to guess at.
+fn null_entry(key: &str, index: usize, options: &Options) -> Diagnostic {
+    let position = index + 1;
+    let kept = (key == KEY_CIDRS && !options.merging)
+        .then(|| default_cidrs(options).get(index).copied())
+        .flatten();
+    let (upstream, hint) = match kept {
+        Some(default) => (
+            format!("upstream ip-masq-agent keeps its default {default} there (Go decodes the list over its defaults, and null leaves an element as it was)"),
+            format!("write the CIDR you mean there (`{default}` is what upstream used), or delete the entry"),
+        ),
+        None if key == KEY_CIDRS => (
+            "upstream ip-masq-agent reads it as \"\" and rejects the file (CIDR \"\" could not be parsed)".to_string(),
+            "write the CIDR you mean there, or delete the entry".to_string(),
+        ),
+        None => (
+            "upstream ip-masq-agent does not read this key".to_string(),
+            "write the CIDR you mean there, or delete the entry".to_string(),
+        ),
+    };
+    Diagnostic::error(
+        Code::InvalidCidr,
+        format!("entry {position} of {key} is null: ipmasq rejects it; {upstream}"),
+    )
+    .hint(hint)
+}
+
 /// Every entry of a CIDR list: a string that parses as an aligned CIDR of an enabled family.
 pub(super) fn parse_cidr_nodes(
     nodes: &[&Node],
@@ -150,14 +199,13 @@ pub(super) fn parse_cidr_nodes(
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<(IpNet, Option<Location>)> {
     let mut written: Vec<(String, Option<Location>)> = Vec::new();
-    for node in nodes {
+    for (index, node) in nodes.iter().enumerate() {
         match &node.value {
             Value::Scalar(s) if s.resolve() == Resolved::Str => {
                 written.push((s.text.clone(), Some(node.location)))
             }
-            // Go unmarshals null into "" and then fails to parse it.
             Value::Scalar(s) if s.resolve() == Resolved::Null => {
-                written.push((String::new(), Some(node.location)))
+                push_finding(diags, null_entry(key, index, options).at(node.location))
             }
             _ => push_finding(
                 diags,

@@ -778,3 +778,57 @@ fn egress_keys_refuse_what_cannot_be_a_source_or_an_interface() {
     assert!(codes.contains(&Code::OutputAddressUnused), "{codes:?}");
     assert!(codes.contains(&Code::EmptyInterfaceList), "{codes:?}");
 }
+
+/// A null list entry is an error that says what upstream makes of it: v1 decodes the list
+/// over its defaults, so a null where a default stands keeps it; past the defaults, and in
+/// every ip-masq-agent-v2 file, it is "", which upstream rejects.
+#[test]
+fn a_null_list_entry_says_what_upstream_reads() {
+    let errs = errors("nonMasqueradeCIDRs: [10.0.0.0/8, ~]\n", &V4);
+    assert_eq!(codes(&errs), [Code::InvalidCidr]);
+    assert!(
+        errs[0]
+            .message
+            .contains("entry 2 of nonMasqueradeCIDRs is null")
+            && errs[0].message.contains("keeps its default 172.16.0.0/12"),
+        "{}",
+        errs[0].message
+    );
+    assert_eq!(errs[0].location.map(|l| l.column), Some(34));
+    let reserved = Options {
+        nomasq_all_reserved_ranges: true,
+        ..V4
+    };
+    let errs = errors("nonMasqueradeCIDRs: [a, b, c, ~]\n", &reserved);
+    let null = errs.iter().find(|d| d.message.contains("is null")).unwrap();
+    assert!(
+        null.message.contains("keeps its default 100.64.0.0/10"),
+        "{}",
+        null.message
+    );
+    for (text, options) in [
+        (
+            "nonMasqueradeCIDRs: [10.0.0.0/8, 10.1.0.0/16, 10.2.0.0/16, null]\n",
+            V4,
+        ),
+        (
+            "nonMasqueradeCIDRs: [10.0.0.0/8, ~]\n",
+            Options {
+                merging: true,
+                ..V4
+            },
+        ),
+    ] {
+        let errs = errors(text, &options);
+        assert_eq!(codes(&errs), [Code::InvalidCidr]);
+        assert!(
+            errs[0].message.contains("rejects the file"),
+            "{}",
+            errs[0].message
+        );
+    }
+    let errs = errors("forceMasqueradeCIDRs: [~]\n", &V4);
+    assert!(errs
+        .iter()
+        .any(|d| d.message.contains("does not read this key")));
+}

@@ -45,15 +45,17 @@ fn lists_unite_in_name_order_and_flags_combine() {
     let place = config.place(ListName::NonMasquerade, 2);
     assert_eq!(place.file.as_deref(), Some("ip-masq-agent-user"));
     assert_eq!(place.to_string(), "ip-masq-agent-user:1:37");
-    // cidrLimit applies to the merged lists: 3 + 1 forced fit 4.
+    // Each file is within its own cidrLimit (the first: 2 + 0 forced within 4).
     assert!(checked
         .diagnostics()
         .iter()
         .all(|d| d.severity != Severity::Error));
 }
 
+/// ip-masq-agent-v2 checks each file against 64 CIDRs and never the merged list: each file is
+/// held to its own `cidrLimit`, and a merged list longer than any file's limit is fine.
 #[test]
-fn the_limit_applies_after_merging() {
+fn the_limit_applies_to_each_file_as_in_v2() {
     let parts = [
         part(
             "ip-masq-a",
@@ -62,29 +64,72 @@ fn the_limit_applies_after_merging() {
         part("ip-masq-b", "nonMasqueradeCIDRs: [192.168.0.0/16]\n"),
     ];
     let checked = merge(Path::new("d"), &parts, &Options::default());
+    assert_eq!(
+        checked.config().expect("valid").non_masquerade_cidrs.len(),
+        3
+    );
+    let over = part(
+        "ip-masq-c",
+        "cidrLimit: 1\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\n",
+    );
+    let checked = merge(Path::new("d"), &[over], &Options::default());
     assert!(checked.config().is_none());
     let error = checked.errors().next().unwrap();
     assert_eq!(error.code, Code::CidrLimitExceeded);
-    assert!(error.message.contains("after merging"), "{}", error.message);
+    assert_eq!(error.file.as_deref(), Some("ip-masq-c"));
+    // 40 CIDRs in each of two files: 80 merged, as v2 takes them (each file under 64).
+    let forty = |base: u8| {
+        let list: Vec<String> = (0..40).map(|i| format!("10.{base}.{i}.0/24")).collect();
+        format!("nonMasqueradeCIDRs: [{}]\n", list.join(", "))
+    };
+    let parts = [
+        part("ip-masq-cloud", &forty(1)),
+        part("ip-masq-user", &forty(2)),
+    ];
+    let checked = merge(Path::new("d"), &parts, &Options::default());
+    assert_eq!(
+        checked.config().expect("valid").non_masquerade_cidrs.len(),
+        80
+    );
+    let sixty_five: Vec<String> = (0..65).map(|i| format!("10.3.{i}.0/24")).collect();
+    let one = part(
+        "ip-masq-user",
+        &format!("nonMasqueradeCIDRs: [{}]\n", sixty_five.join(", ")),
+    );
+    let checked = merge(Path::new("d"), &[one], &Options::default());
+    assert_eq!(
+        checked.errors().next().unwrap().code,
+        Code::CidrLimitExceeded
+    );
 }
 
+/// ip-masq-agent-v2 starts from an empty list and unites what the files list: files that
+/// list no CIDRs leave it empty (everything but link-local masqueraded), with a warning; only
+/// a directory without any `ip-masq*` file means the defaults.
 #[test]
-fn a_list_no_file_gives_is_the_default() {
+fn a_list_no_file_gives_is_empty_as_in_v2() {
     let parts = [part(
         "ip-masq-user",
-        "forceMasqueradeCIDRs: [10.8.0.0/16]\n",
+        "forceMasqueradeCIDRs: [10.8.0.0/16]\nmasqLinkLocal: true\n",
     )];
     let checked = merge(Path::new("d"), &parts, &Options::default());
     let config = checked.config().unwrap();
-    assert_eq!(
-        strings(&config.non_masquerade_cidrs),
-        ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
-    );
-    // The forced CIDR lies in a default range: no "without effect" warning.
-    assert!(checked
+    assert!(config.non_masquerade_cidrs.is_empty());
+    let warning = checked
         .diagnostics()
         .iter()
-        .all(|d| d.code != Code::ForcedWithoutEffect));
+        .find(|d| d.code == Code::EmptyCidrList)
+        .expect("the empty list is said");
+    assert!(
+        warning.message.contains("ip-masq-agent-v2"),
+        "{}",
+        warning.message
+    );
+    let none = merge(Path::new("d"), &[], &Options::default());
+    assert_eq!(
+        strings(&none.config().unwrap().non_masquerade_cidrs),
+        ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+    );
 }
 
 #[test]
