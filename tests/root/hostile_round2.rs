@@ -589,7 +589,7 @@ fn configs_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
         );
         let (code, body) = readyz(&ns);
         assert_eq!(code, 503, "{body}");
-        assert!(body.contains("25000 CIDRs need about"), "{body}");
+        assert!(body.contains("writes 25002 rules"), "{body}");
         assert!(
             read().contains("keeping the last good config in force"),
             "{}",
