@@ -126,6 +126,8 @@ pub fn read_limit() -> Limit {
     match lowest_limit_read(&root, &dir, file) {
         Ok(Some(bytes)) => Limit::Bytes(bytes),
         Ok(None) => Limit::Unlimited { dir },
+        // cgroup v2's root has no memory.max: nothing limits a process there.
+        Err(()) if v2 && dir == root => Limit::Unlimited { dir },
         Err(()) => Limit::Unreadable(format!("cannot read {file} in {} or above", dir.display())),
     }
 }
