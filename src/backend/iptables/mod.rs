@@ -266,8 +266,8 @@ impl Backend for Iptables {
         // fixed size per match), iptables-nft's the text (it also keeps each rule as
         // nf_tables expressions with the comment as user data).
         let (per_10k_rules_mib, per_mib_of_rule_text_mib) = match self.variant {
-            Variant::Legacy => (21, 8),
-            Variant::Nft => (0, 33),
+            Variant::Legacy => (23, 8),
+            Variant::Nft => (0, 35),
         };
         super::MemoryModel {
             base_mib: 8,
