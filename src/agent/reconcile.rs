@@ -453,12 +453,12 @@ impl Reconciler {
                 .unwrap_or_default()
         };
         Some(format!(
-            "the {} backend writes {} for this config ({} listed CIDRs), about {} at the peak, more than {}% of this agent's memory limit of {} (at most about {} fit); raise the container's memory limit to at least {}, shorten the lists{lighter}",
-            self.backend.name(),
-            estimate.footprint,
+            "for this config ({} CIDRs listed) the {} backend writes {}: about {} at the peak, more than {}% of this agent's memory limit of {} (at most about {} fit); raise the container's memory limit to at least {}, shorten the lists{lighter}",
             config.non_masquerade_cidrs.len()
                 + config.force_masquerade_cidrs.len()
                 + config.masquerade_source_cidrs.len(),
+            self.backend.name(),
+            estimate.footprint,
             super::memory::mib(estimate.peak),
             super::memory::USABLE_PERCENT,
             super::memory::mib(limit),
@@ -964,7 +964,7 @@ mod tests {
         );
         assert!(
             reason.contains(
-                "the fake backend writes 60002 rules for this config (60000 listed CIDRs)"
+                "for this config (60000 CIDRs listed) the fake backend writes 60002 rules: about 68.0 MiB at the peak"
             ),
             "{reason}"
         );
