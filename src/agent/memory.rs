@@ -48,30 +48,69 @@ fn parse_limit(text: &str) -> Option<u64> {
 }
 
 /// The lowest limit from `dir` up to `root` (a parent's limit binds its children too).
+#[cfg(test)]
 fn lowest_limit(root: &Path, dir: &Path, file: &str) -> Option<u64> {
+    lowest_limit_read(root, dir, file).ok().flatten()
+}
+
+/// The lowest limit from `dir` up to `root` (a parent's limit binds its children too); None
+/// when every file says none, Err when not one file on the way could be read.
+fn lowest_limit_read(root: &Path, dir: &Path, file: &str) -> Result<Option<u64>, ()> {
     let mut lowest: Option<u64> = None;
+    let mut read_any = false;
     let mut at = Some(dir);
     while let Some(d) = at {
-        if let Some(limit) = std::fs::read_to_string(d.join(file))
-            .ok()
-            .as_deref()
-            .and_then(parse_limit)
-        {
-            lowest = Some(lowest.map_or(limit, |l| l.min(limit)));
+        if let Ok(text) = std::fs::read_to_string(d.join(file)) {
+            read_any = true;
+            if let Some(limit) = parse_limit(&text) {
+                lowest = Some(lowest.map_or(limit, |l| l.min(limit)));
+            }
         }
         if d == root {
             break;
         }
         at = d.parent().filter(|p| p.starts_with(root));
     }
-    lowest
+    if read_any {
+        Ok(lowest)
+    } else {
+        Err(())
+    }
 }
 
-/// The memory limit that applies to this process, in bytes; None when there is none (or no
-/// memory controller to ask).
-pub fn limit() -> Option<u64> {
-    let (root, v2) = hierarchy()?;
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+/// What the agent could learn of its memory limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// This many bytes: a config whose estimated peak does not fit is refused.
+    Bytes(u64),
+    /// The cgroup sets none (no limit from `dir` up to the hierarchy's root).
+    Unlimited { dir: PathBuf },
+    /// None could be read (no memory controller mounted, as under `ip netns exec`, which
+    /// mounts a fresh /sys): the reason.
+    Unreadable(String),
+}
+
+impl Limit {
+    /// The limit in bytes, when there is one.
+    pub fn bytes(&self) -> Option<u64> {
+        match self {
+            Limit::Bytes(bytes) => Some(*bytes),
+            _ => None,
+        }
+    }
+}
+
+/// The memory limit that applies to this process, or why there is none.
+pub fn read_limit() -> Limit {
+    let Some((root, v2)) = hierarchy() else {
+        return Limit::Unreadable(
+            "no memory cgroup is mounted at /sys/fs/cgroup (neither v2's cgroup.controllers nor v1's memory/memory.limit_in_bytes)".into(),
+        );
+    };
+    let text = match std::fs::read_to_string("/proc/self/cgroup") {
+        Ok(text) => text,
+        Err(err) => return Limit::Unreadable(format!("cannot read /proc/self/cgroup: {err}")),
+    };
     let path = own_path(&text, v2).unwrap_or_default();
     let mut dir = root.join(path.trim_start_matches('/'));
     // In a container without its own cgroup namespace the path names the host's view; the
@@ -84,7 +123,23 @@ pub fn limit() -> Option<u64> {
     } else {
         "memory.limit_in_bytes"
     };
-    lowest_limit(&root, &dir, file)
+    match lowest_limit_read(&root, &dir, file) {
+        Ok(Some(bytes)) => Limit::Bytes(bytes),
+        Ok(None) => Limit::Unlimited { dir },
+        // cgroup v2's root has no memory.max: nothing limits a process there.
+        Err(()) if v2 && dir == root => Limit::Unlimited { dir },
+        Err(()) => Limit::Unreadable(format!("cannot read {file} in {} or above", dir.display())),
+    }
+}
+
+/// The limit to suggest to a container whose config needs `needed` bytes at the peak: the
+/// smallest whole MiB whose usable share holds it, and always above `limit` (the one it has),
+/// so the agent never suggests the limit it already runs with.
+pub fn suggested_limit(needed: u64, limit: u64) -> u64 {
+    const MIB: u128 = 1 << 20;
+    let total = (u128::from(needed) * 100).div_ceil(u128::from(USABLE_PERCENT));
+    let mib = total.div_ceil(MIB).max(u128::from(limit) / MIB + 1);
+    u64::try_from(mib * MIB).unwrap_or(u64::MAX)
 }
 
 /// Bytes shown as MiB with one decimal.
@@ -122,6 +177,27 @@ mod tests {
         std::fs::write(leaf.join("memory.max"), "67108864\n").unwrap();
         assert_eq!(lowest_limit(&root, &leaf, "memory.max"), Some(48 << 20));
         assert_eq!(lowest_limit(&root, &root, "memory.max"), None);
+        assert_eq!(lowest_limit_read(&root, &root, "memory.max"), Ok(None));
+        assert_eq!(lowest_limit_read(&root, &leaf, "memory.high"), Err(()));
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// The suggestion is always above the limit the agent has: a peak just over 90 % of
+    /// 64 MiB once made "raise the container's memory limit to at least 64.0 MiB".
+    #[test]
+    fn the_suggested_limit_is_never_the_one_the_agent_has() {
+        let limit = 64 << 20;
+        let usable = limit / 100 * USABLE_PERCENT;
+        for needed in [usable + 1, usable + 4096, limit - 1, limit, limit + 1] {
+            let suggested = suggested_limit(needed, limit);
+            assert!(suggested > limit, "{needed}: {suggested}");
+            assert_eq!(suggested % (1 << 20), 0, "whole MiB");
+            assert!(
+                suggested / 100 * USABLE_PERCENT >= needed,
+                "{needed}: {suggested}"
+            );
+        }
+        assert_eq!(suggested_limit(usable + 1, limit), 65 << 20);
+        assert_eq!(suggested_limit(90 << 20, limit), 100 << 20);
     }
 }

@@ -132,6 +132,8 @@ pub struct Reconciler {
     blank_since: Option<Instant>,
     /// The memory the agent may use (its cgroup's limit), read at start; None: no limit.
     pub memory_limit: Option<u64>,
+    /// What reading the limit found (logged once at start).
+    pub memory_limit_found: super::memory::Limit,
     /// Why the config on disk was refused for memory, while it is: the agent is not ready.
     memory_refusal: Option<String>,
     /// The rulesets this agent last synced, per family: a change from one of them resets the
@@ -212,6 +214,7 @@ fn fingerprint(diagnostics: &[Diagnostic]) -> u64 {
 
 impl Reconciler {
     pub fn new(settings: Settings, backend: Box<dyn Backend>) -> Self {
+        let memory_limit_found = super::memory::read_limit();
         Reconciler {
             settings,
             backend,
@@ -228,7 +231,8 @@ impl Reconciler {
             config_in_flux: Default::default(),
             had_content: false,
             blank_since: None,
-            memory_limit: super::memory::limit(),
+            memory_limit: memory_limit_found.bytes(),
+            memory_limit_found,
             memory_refusal: None,
             in_force: Vec::new(),
             conntrack_reports: Vec::new(),
@@ -410,39 +414,57 @@ impl Reconciler {
         }
     }
 
-    /// How many CIDRs fit the usable share of `limit` with this backend.
-    pub fn cidrs_that_fit(&self, limit: u64) -> usize {
-        self.backend
-            .memory_model()
-            .ceiling(limit / 100 * super::memory::USABLE_PERCENT)
+    /// How many rules (iptables) or set elements (nftables) fit the usable share of `limit`
+    /// with this backend, in its words (`16500 rules`).
+    pub fn what_fits(&self, limit: u64) -> String {
+        let model = self.backend.memory_model();
+        model
+            .unit
+            .words(model.ceiling(limit / 100 * super::memory::USABLE_PERCENT))
     }
 
     /// Why `config` cannot be applied within the agent's memory limit, if it cannot: its
-    /// estimated peak (agent and tools, with this backend) above the usable share of the limit.
+    /// estimated peak (agent and tools, with this backend, from the rules and set elements
+    /// its plan renders) above the usable share of the limit.
     fn too_large_for_memory(&self, config: &Config) -> Option<String> {
         let limit = self.memory_limit?;
         let usable = limit / 100 * super::memory::USABLE_PERCENT;
-        let cidrs = config.non_masquerade_cidrs.len()
-            + config.force_masquerade_cidrs.len()
-            + config.masquerade_source_cidrs.len();
-        let model = self.backend.memory_model();
-        let needed = model.peak(cidrs);
-        let lighter = if self.backend.name() == "nftables" {
-            ""
+        let rulesets = plan(config, &self.settings.plan);
+        let estimate = crate::backend::Estimate::of(self.backend.as_ref(), &rulesets);
+        if estimate.peak <= usable {
+            return None;
+        }
+        let nftables = crate::backend::BackendId::Nftables;
+        let lighter = if self.backend.id() == nftables {
+            String::new()
         } else {
-            ", or use --backend=nftables (about a third of the memory per CIDR)"
+            crate::backend::select::every_backend()
+                .iter()
+                .find(|b| b.id() == nftables)
+                .map(|b| crate::backend::Estimate::of(b.as_ref(), &rulesets))
+                .filter(|e| e.peak <= usable)
+                .map(|e| {
+                    format!(
+                        ", or use --backend=nftables (it writes {}: about {})",
+                        e.footprint,
+                        super::memory::mib(e.peak)
+                    )
+                })
+                .unwrap_or_default()
         };
-        (needed > usable).then(|| {
-            format!(
-                "{cidrs} CIDRs need about {} at the peak with the {} backend, more than {}% of this agent's memory limit of {} (at most about {} CIDRs fit); raise the container's memory limit to at least {}, shorten the list{lighter}",
-                super::memory::mib(needed),
-                self.backend.name(),
-                super::memory::USABLE_PERCENT,
-                super::memory::mib(limit),
-                self.cidrs_that_fit(limit),
-                super::memory::mib(needed / super::memory::USABLE_PERCENT * 100),
-            )
-        })
+        Some(format!(
+            "for this config ({} CIDRs listed) the {} backend writes {}: about {} at the peak, more than {}% of this agent's memory limit of {} (at most about {} fit); raise the container's memory limit to at least {}, shorten the lists{lighter}",
+            config.non_masquerade_cidrs.len()
+                + config.force_masquerade_cidrs.len()
+                + config.masquerade_source_cidrs.len(),
+            self.backend.name(),
+            estimate.footprint,
+            super::memory::mib(estimate.peak),
+            super::memory::USABLE_PERCENT,
+            super::memory::mib(limit),
+            self.what_fits(limit),
+            super::memory::mib(super::memory::suggested_limit(estimate.peak, limit)),
+        ))
     }
 
     /// One full pass: reload the config, then sync every family against it.
@@ -940,7 +962,17 @@ mod tests {
             reason.contains("more than 90% of this agent's memory limit of 64.0 MiB"),
             "{reason}"
         );
-        assert!(reason.contains("at most about 49599 CIDRs fit"), "{reason}");
+        assert!(
+            reason.contains(
+                "for this config (60000 CIDRs listed) the fake backend writes 60002 rules: about 68.0 MiB at the peak"
+            ),
+            "{reason}"
+        );
+        assert!(reason.contains("at most about 49599 rules fit"), "{reason}");
+        assert!(
+            reason.contains("raise the container's memory limit to at least 76.0 MiB"),
+            "{reason}"
+        );
         assert_eq!(f.reconciler.status.configs_rejected, 1);
         assert!(!f.reconciler.status.config_current);
         f.reconciler.pass();
@@ -952,6 +984,37 @@ mod tests {
         f.reconciler.pass();
         assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
         assert!(f.reconciler.status.not_ready.is_none());
+    }
+
+    /// A peak just over the usable share of 64 MiB: the limit suggested is above the one the
+    /// agent has (it once said "raise the container's memory limit to at least 64.0 MiB" to
+    /// an agent with 64 MiB, as 90 % of the limit was rounded down and the suggestion too).
+    #[test]
+    fn a_peak_just_over_the_limit_never_suggests_the_limit_the_agent_has() {
+        let mut f = fixture("memory-edge");
+        f.reconciler.memory_limit = Some(64 << 20);
+        // The fake's model: 8 MiB + 1 MiB per 1,000 rules; 49,600 CIDRs and more are over the
+        // 57.6 MiB usable.
+        let many: Vec<String> = (0..49_600u32)
+            .map(|i| format!("10.{}.{}.0/24", i >> 8 & 0xff, i & 0xff))
+            .collect();
+        write(
+            &f,
+            &format!(
+                "cidrLimit: 100000\nnonMasqueradeCIDRs: [{}]\n",
+                many.join(",")
+            ),
+        );
+        f.reconciler.pass();
+        let reason = f.reconciler.status.not_ready.clone().unwrap();
+        assert!(
+            !reason.contains("at least 64.0 MiB"),
+            "suggests the limit the agent has: {reason}"
+        );
+        assert!(
+            reason.contains("raise the container's memory limit to at least 65.0 MiB"),
+            "{reason}"
+        );
     }
 
     #[test]

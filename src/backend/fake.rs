@@ -77,7 +77,19 @@ impl Backend for FakeBackend {
     fn memory_model(&self) -> super::MemoryModel {
         super::MemoryModel {
             base_mib: 8,
-            per_10k_cidrs_mib: 10,
+            per_10k_rules_mib: 10,
+            per_mib_of_rule_text_mib: 0,
+            per_10k_set_elements_mib: 0,
+            unit: super::ListUnit::Rules,
+        }
+    }
+
+    /// One rule per decision, per source range and the catch-all.
+    fn footprint(&self, ruleset: &Ruleset) -> super::Footprint {
+        super::Footprint {
+            rules: ruleset.decisions.len() + ruleset.entry.source_ranges.len() + 1,
+            set_elements: 0,
+            rule_text_bytes: 0,
         }
     }
 

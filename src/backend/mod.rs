@@ -16,35 +16,143 @@ mod nftables;
 mod notify;
 pub(crate) mod runner;
 pub mod select;
+#[cfg(test)]
+pub(crate) mod tests;
 
 pub use id::{BackendId, BackendKind};
 
 use crate::plan::{Action, Family, Names, Ruleset};
 use ipnet::IpNet;
 
-/// The peak memory of the agent and the tools it runs, as `scripts/bench` measures it in a
-/// memory cgroup (first apply or a one-CIDR change, whichever is worse): a base plus a slope
-/// per 10,000 CIDRs, both rounded up from the measurements so the estimate is never below them.
+/// What a backend writes for a plan: the rules of our chain and the elements of our sets (an
+/// nftables anonymous set's too). The memory of applying a config follows these, not the
+/// CIDRs it lists: 2,000 `masqueradeSourceCIDRs` are one nftables rule but tens of thousands
+/// of iptables rules (one per block of their complement).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Footprint {
+    pub rules: usize,
+    pub set_elements: usize,
+    /// The rules as the text a tool is fed (iptables-restore's input; 0 for nftables, which
+    /// sends netlink): iptables-nft's memory follows it more than the rule count.
+    pub rule_text_bytes: usize,
+}
+
+impl std::ops::Add for Footprint {
+    type Output = Footprint;
+    fn add(self, other: Footprint) -> Footprint {
+        Footprint {
+            rules: self.rules + other.rules,
+            set_elements: self.set_elements + other.set_elements,
+            rule_text_bytes: self.rule_text_bytes + other.rule_text_bytes,
+        }
+    }
+}
+
+impl std::iter::Sum for Footprint {
+    fn sum<I: Iterator<Item = Footprint>>(iter: I) -> Footprint {
+        iter.fold(Footprint::default(), |a, b| a + b)
+    }
+}
+
+impl std::fmt::Display for Footprint {
+    /// `39908 rules, 5.7 MiB as text`, or `4 rules and 2004 set elements`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::output::plural(self.rules, "rule"))?;
+        if self.rule_text_bytes > 0 {
+            write!(
+                f,
+                ", {} as text",
+                crate::agent::memory::mib(self.rule_text_bytes as u64)
+            )?;
+        }
+        if self.set_elements > 0 {
+            let elements = crate::output::plural(self.set_elements, "set element");
+            write!(f, " and {elements}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What grows with a plain list of one backend: one rule per CIDR (iptables) or one set
+/// element (nftables). How many fit a limit is said in this unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListUnit {
+    Rules,
+    SetElements,
+}
+
+impl ListUnit {
+    /// The unit's words for `count` of it.
+    pub fn words(self, count: usize) -> String {
+        match self {
+            ListUnit::Rules => crate::output::plural(count, "rule"),
+            ListUnit::SetElements => crate::output::plural(count, "set element"),
+        }
+    }
+}
+
+/// The peak memory of the agent and the tools it runs, as `scripts/bench --only memory`
+/// measures it in a memory cgroup (the worst of first apply and a one-CIDR change, over plain
+/// lists and the hostile shapes of `tests/hostile/long-source-lists.py`): a base plus slopes
+/// per 10,000 rules, per MiB of rule text and per 10,000 set elements the backend writes
+/// ([`Footprint`]), rounded up from the measurements so the estimate is never below them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryModel {
     pub base_mib: u64,
-    pub per_10k_cidrs_mib: u64,
+    pub per_10k_rules_mib: u64,
+    pub per_mib_of_rule_text_mib: u64,
+    pub per_10k_set_elements_mib: u64,
+    /// What a plain list's CIDR adds.
+    pub unit: ListUnit,
 }
 
 impl MemoryModel {
-    /// Estimated peak bytes with `cidrs` CIDRs in the list.
-    pub fn peak(&self, cidrs: usize) -> u64 {
-        let mib = self.base_mib as f64 + self.per_10k_cidrs_mib as f64 * cidrs as f64 / 10_000.0;
+    /// Estimated peak bytes of applying what `footprint` counts.
+    pub fn peak(&self, footprint: Footprint) -> u64 {
+        let mib = self.base_mib as f64
+            + self.per_10k_rules_mib as f64 * footprint.rules as f64 / 10_000.0
+            + self.per_mib_of_rule_text_mib as f64 * footprint.rule_text_bytes as f64 / 1_048_576.0
+            + self.per_10k_set_elements_mib as f64 * footprint.set_elements as f64 / 10_000.0;
         (mib * 1_048_576.0).ceil() as u64
     }
 
-    /// The most CIDRs whose estimated peak fits in `bytes`.
+    /// The most of [`Self::unit`] (rules, or set elements) of a plain list whose estimated
+    /// peak fits in `bytes`: a plain list's rule is `-d CIDR`, its comment and `-j RETURN`.
     pub fn ceiling(&self, bytes: u64) -> usize {
+        /// The text of one plain rule of the default chain (a /32 of 10.0.0.0/8).
+        const PLAIN_RULE_TEXT_BYTES: f64 = 126.0;
         let mib = bytes as f64 / 1_048_576.0 - self.base_mib as f64;
-        if mib <= 0.0 || self.per_10k_cidrs_mib == 0 {
+        let per_unit_mib = match self.unit {
+            ListUnit::Rules => {
+                self.per_10k_rules_mib as f64 / 10_000.0
+                    + self.per_mib_of_rule_text_mib as f64 * PLAIN_RULE_TEXT_BYTES / 1_048_576.0
+            }
+            ListUnit::SetElements => self.per_10k_set_elements_mib as f64 / 10_000.0,
+        };
+        if mib <= 0.0 || per_unit_mib <= 0.0 {
             return 0;
         }
-        (mib / self.per_10k_cidrs_mib as f64 * 10_000.0).floor() as usize
+        (mib / per_unit_mib).floor() as usize
+    }
+}
+
+/// A plan's estimated cost with one backend: what it writes and the peak memory that takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    pub footprint: Footprint,
+    /// Bytes, agent and tools together ([`MemoryModel::peak`]).
+    pub peak: u64,
+}
+
+impl Estimate {
+    /// What `backend` writes for every family of a plan, and its peak.
+    pub fn of(backend: &dyn Backend, rulesets: &[Ruleset]) -> Estimate {
+        let footprint = rulesets.iter().map(|r| backend.footprint(r)).sum();
+        Estimate {
+            footprint,
+            peak: backend.memory_model().peak(footprint),
+        }
     }
 }
 
@@ -72,8 +180,11 @@ pub trait Backend: Send {
     /// can remove another backend's leftovers in the same transaction as its own first
     /// install, it does so then (nftables takes over iptables-nft's chain and jumps).
     fn take_over_at_first_install(&self) {}
-    /// How much memory applying a list takes with this backend (see [`MemoryModel`]).
+    /// How much memory applying a plan takes with this backend (see [`MemoryModel`]).
     fn memory_model(&self) -> MemoryModel;
+    /// The rules and set elements this backend writes for `ruleset`, counted without
+    /// rendering them: what [`MemoryModel::peak`] estimates from.
+    fn footprint(&self, ruleset: &Ruleset) -> Footprint;
     /// Where our rules live, for people: `IP-MASQ-AGENT in table nat`.
     fn location(&self, names: &Names) -> String {
         format!("{} in table nat", names.chain)

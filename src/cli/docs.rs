@@ -111,7 +111,7 @@ pub const AGENT: AppletDoc = AppletDoc {
     notes: &[
         "SIGHUP re-reads the config and re-syncs at once; SIGTERM and SIGINT stop the agent, which removes its rules first only with --cleanup-on-exit. That stop ends within 20 s: a pass still running after 5 s has its firewall tool killed, and whatever could not be removed by the deadline is named in the log (exit 1).",
         "A config file rewritten in place is read once the writer closes it (after 5 s it is read as it is); a file emptied for a moment is taken as upstream's defaults only once it has stayed empty for 2 s.",
-        "At start the agent reads its cgroup's memory limit; a config whose estimated peak (the agent and the tool it runs, per backend) exceeds 90 % of it is refused like an invalid one, the last good config stays in force and /readyz answers 503 with the reason.",
+        "At start the agent reads its cgroup's memory limit (and says once when there is none, or when none can be read); a config whose estimated peak (the agent and the tool it runs, from the rules and set elements the backend writes for it, not the CIDRs it lists) exceeds 90 % of it is refused like an invalid one, the last good config stays in force and /readyz answers 503 with the reason.",
         "An invalid config is logged once per change; the last good config stays in force and drift is still repaired with it. A failed sync is retried after 1 s, doubling up to the resync interval.",
         "After each change it applies (a new config, a new output address), the agent reads the conntrack table over ctnetlink and deletes the entries whose NAT the change made wrong: the change alters the verdict for the flow's source and destination (after DNAT), and the entry holds what the rules no longer decide. Their next packet is tracked under the new rules. --conntrack-reset=connectionless (the default) deletes UDP, ICMP and other connectionless entries only; TCP, SCTP and DCCP connections would break, so they keep their old decision until they end unless --conntrack-reset=all; off deletes nothing. When the agent installs its rules from nothing (a fresh node, after a cleanup, a chain deleted under it), the flows tracked until then were decided without them, and those the rules now rewrite are reset the same way; when its rules were there already (a restart), what decided the tracked flows is unknown and they are left (explain DEST lists those that contradict the rules). ipmasq_conntrack_entries_reset_total counts the deleted entries; --dry-run lists the flows it would reset.",
         "--backend=nftables keeps tables ip ipmasq and ip6 ipmasq (chain postrouting at priority srcnat + 10, set nomasq; a list longer than 16,384 elements is spread over nomasq, nomasq_1, ... so that a change commits only the small sets it touches); a switch of backend removes the other backend's rules, only once the agent holds the node lock and its own rules are in force, so no flow goes unmasqueraded.",
@@ -143,7 +143,7 @@ pub const VALIDATE: AppletDoc = AppletDoc {
         (2, "usage error, or an input that could not be read"),
     ],
     files: CONFIG_FILES,
-    notes: &[],
+    notes: &["A valid config gets the agent's estimated peak memory per backend, from what each backend writes for it (rules, their text, set elements; not the CIDRs it lists): in the text report when some backend writes 1,000 rules or set elements or more, always in -o json (peakMemoryMiB, rendered)."],
 };
 
 pub const EXPLAIN: AppletDoc = AppletDoc {

@@ -56,14 +56,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         "ipmasq agent starting"
     );
     let mut reconciler = Reconciler::new(settings, backend);
-    if let Some(limit) = reconciler.memory_limit {
-        info!(
-            limit = %crate::agent::memory::mib(limit),
-            fits_cidrs = reconciler.cidrs_that_fit(limit),
-            backend = %backend_name,
-            "memory limit found; a config whose estimated peak does not fit is refused"
-        );
-    }
+    log_memory_limit(&reconciler, &backend_name);
 
     if args.dry_run {
         return dry_run(&mut reconciler);
@@ -101,6 +94,29 @@ pub fn run(args: &AgentArgs) -> Exit {
 
 /// `--once`: one pass under the node lock; then, once our rules are in force, the other
 /// kind's leftovers go.
+/// Says once, at start, what memory limit configs are checked against, or that none is: a
+/// limit that cannot be read (no memory cgroup mounted) is a warning, as every list is then
+/// applied unchecked and a long one can get the agent OOM-killed.
+fn log_memory_limit(reconciler: &Reconciler, backend_name: &str) {
+    use crate::agent::memory::{mib, Limit};
+    match &reconciler.memory_limit_found {
+        Limit::Bytes(limit) => info!(
+            limit = %mib(*limit),
+            fits = %reconciler.what_fits(*limit),
+            backend = %backend_name,
+            "memory limit found; a config whose estimated peak does not fit is refused"
+        ),
+        Limit::Unlimited { dir } => info!(
+            cgroup = %dir.display(),
+            "no memory limit is set for this agent; configs are not checked against memory"
+        ),
+        Limit::Unreadable(reason) => warn!(
+            reason = %reason,
+            "cannot read this agent's memory limit; configs are not checked against memory, and a list too long for the container's limit gets the agent OOM-killed"
+        ),
+    }
+}
+
 fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
     let lock = crate::agent::take_node_lock(
         &state_dir(args.state_dir.as_deref()),

@@ -4,12 +4,14 @@
 //! JSON report (schemaVersion 1; fields are only ever added):
 //! `{schemaVersion, valid, errors, warnings, results: [{path, kind, configMap?, configMaps?,
 //! valid, errors, warnings, diagnostics: [{severity, code, message, line?, column?, hint?}],
-//! effective}]}`
+//! effective, peakMemoryMiB?, rendered?}]}`
 //! where `kind` is `config`, `configmap`, `defaults` (no file: upstream defaults apply),
 //! `merged` (a directory with `--merged`) or `unreadable`; `configMap` is `{namespace, name,
 //! document}`, and a merge of `ip-masq*` ConfigMap keys has `configMaps` instead: `[{file?,
 //! namespace?, name?, key, document}]` in merge order; `effective` is the config after
-//! defaults, or null when invalid. A merged result also has `entries`: every list entry with
+//! defaults, or null when invalid; a valid config also has `peakMemoryMiB` (the agent's
+//! estimated peak per backend) and `rendered` (`{rules, setElements}` each backend writes for
+//! it, what the estimate is made from). A merged result also has `entries`: every list entry with
 //! its `list`, `cidr`, `file`, `line` and `column`; a diagnostic of a merged result has `file`.
 //! Severity `info` marks ipmasq extensions; it never fails a check, not even with --strict.
 
@@ -121,6 +123,10 @@ pub struct Entry {
     /// (MiB), from the benchmark's measurements; set for a valid config.
     #[serde(rename = "peakMemoryMiB", skip_serializing_if = "Option::is_none")]
     pub peak_memory_mib: Option<std::collections::BTreeMap<String, f64>>,
+    /// What each backend writes for this config (the estimate's basis): `{rules,
+    /// setElements}` by backend; set for a valid config.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rendered: Option<std::collections::BTreeMap<String, crate::backend::Footprint>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entries: Option<Vec<MergedEntry>>,
     #[serde(skip)]
@@ -198,6 +204,7 @@ impl Entry {
             .map(Diagnostic::count)
             .sum();
         let valid = errors == 0 && config.is_some();
+        let estimated = config.as_ref().filter(|_| valid).map(estimates);
         Entry {
             path: path.to_string(),
             kind,
@@ -207,7 +214,14 @@ impl Entry {
             errors,
             warnings,
             diagnostics: diagnostics.iter().map(JsonDiagnostic::from).collect(),
-            peak_memory_mib: config.as_ref().filter(|_| valid).map(peak_memory),
+            peak_memory_mib: estimated.as_ref().map(|e| {
+                e.iter()
+                    .map(|(b, e)| (b.clone(), report_mib(e.peak)))
+                    .collect()
+            }),
+            rendered: estimated
+                .as_ref()
+                .map(|e| e.iter().map(|(b, e)| (b.clone(), e.footprint)).collect()),
             effective: if valid { config } else { None },
             entries: None,
             source,
@@ -225,27 +239,29 @@ impl Entry {
     }
 }
 
-/// The CIDRs of a config that weigh on memory (every list the backends render).
-fn cidr_count(config: &Config) -> usize {
-    config.non_masquerade_cidrs.len()
-        + config.force_masquerade_cidrs.len()
-        + config.masquerade_source_cidrs.len()
-}
-
-/// The estimated peak memory (MiB) of applying `config`, per backend.
-fn peak_memory(config: &Config) -> std::collections::BTreeMap<String, f64> {
-    let cidrs = cidr_count(config);
+/// What each backend writes for `config` (with the agent's default flags) and the agent's
+/// estimated peak memory applying it, by backend name.
+fn estimates(config: &Config) -> std::collections::BTreeMap<String, crate::backend::Estimate> {
+    let rulesets = crate::plan::plan(config, &crate::plan::PlanOptions::default());
     crate::backend::select::every_backend()
         .iter()
         .map(|b| {
-            let mib = b.memory_model().peak(cidrs) as f64 / 1_048_576.0;
-            (b.name(), (mib * 10.0).round() / 10.0)
+            (
+                b.name(),
+                crate::backend::Estimate::of(b.as_ref(), &rulesets),
+            )
         })
         .collect()
 }
 
-/// Lists of at least this many CIDRs get the memory estimate in the text report too.
-const MEMORY_NOTE_FROM_CIDRS: usize = 1_000;
+/// Bytes as MiB with one decimal, for the report.
+fn report_mib(bytes: u64) -> f64 {
+    (bytes as f64 / 1_048_576.0 * 10.0).round() / 10.0
+}
+
+/// Configs that make at least this many rules or set elements with some backend get the
+/// memory estimate in the text report too.
+const MEMORY_NOTE_FROM: usize = 1_000;
 
 /// One thing to validate.
 enum Input {
@@ -755,23 +771,26 @@ fn verdict(entry: &Entry, style: &Styler) -> String {
     }
 }
 
-/// The agent's estimated peak memory, for lists large enough to matter.
+/// The agent's estimated peak memory per backend, from what each writes, for configs that
+/// make enough rules or set elements to matter (a short list of sources can make thousands).
 fn memory_note(entry: &Entry) -> String {
-    let mut out = String::new();
-    if let (Some(config), Some(peaks)) = (&entry.effective, &entry.peak_memory_mib) {
-        let cidrs = cidr_count(config);
-        if cidrs >= MEMORY_NOTE_FROM_CIDRS {
-            let each: Vec<String> = peaks
-                .iter()
-                .map(|(b, m)| format!("{b} {m:.1} MiB"))
-                .collect();
-            out.push_str(&format!(
-                "  peak memory of the agent applying {cidrs} CIDRs (estimate): {}; the shipped DaemonSet allows 64 MiB\n",
-                each.join(", ")
-            ));
-        }
+    let (Some(peaks), Some(rendered)) = (&entry.peak_memory_mib, &entry.rendered) else {
+        return String::new();
+    };
+    if !rendered
+        .values()
+        .any(|f| f.rules.max(f.set_elements) >= MEMORY_NOTE_FROM)
+    {
+        return String::new();
     }
-    out
+    let each: Vec<String> = peaks
+        .iter()
+        .filter_map(|(b, m)| Some(format!("{b} {m:.1} MiB ({})", rendered.get(b)?)))
+        .collect();
+    format!(
+        "  peak memory of the agent applying this config (estimate, from what each backend writes): {}; the shipped DaemonSet allows 64 MiB\n",
+        each.join(", ")
+    )
 }
 
 /// `--merged`: every entry of the merged config with the file and line it came from.

@@ -313,7 +313,9 @@ fn yaml_report_is_the_json_document() {
 }
 
 /// A long list: `validate` estimates the agent's peak memory per backend (text and JSON),
-/// so a CI lint sees that 20,000 CIDRs do not fit the shipped 64 MiB with iptables.
+/// from what each writes, so a CI lint sees that 20,000 CIDRs do not fit the shipped 64 MiB
+/// with iptables (20,002 rules), while nftables aggregates the contiguous /24s into 6 set
+/// elements.
 #[test]
 fn a_long_list_reports_the_memory_it_needs_per_backend() {
     let dir = Scratch::new("memory-estimate");
@@ -331,19 +333,68 @@ fn a_long_list_reports_the_memory_it_needs_per_backend() {
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(
         run.stdout.contains(
-            "peak memory of the agent applying 20000 CIDRs (estimate): iptables-legacy 68.0 MiB, iptables-nft 90.0 MiB, nftables 24.0 MiB"
+            "peak memory of the agent applying this config (estimate, from what each backend writes): iptables-legacy 73.1 MiB (20002 rules, 2.4 MiB as text), iptables-nft 91.8 MiB (20002 rules, 2.4 MiB as text), nftables 8.0 MiB (3 rules and 6 set elements)"
         ),
         "{}",
         run.stdout
     );
     let (_, report) = json(&[file.to_str().unwrap()]);
     let peaks = &report["results"][0]["peakMemoryMiB"];
-    assert_eq!(peaks["nftables"], 24.0, "{report}");
-    assert_eq!(peaks["iptables-nft"], 90.0, "{report}");
+    assert_eq!(peaks["nftables"], 8.0, "{report}");
+    assert_eq!(peaks["iptables-nft"], 91.8, "{report}");
+    let rendered = &report["results"][0]["rendered"];
+    assert_eq!(rendered["iptables-nft"]["rules"], 20_002, "{report}");
+    assert_eq!(rendered["nftables"]["setElements"], 6, "{report}");
     // A short list: JSON only, no line in the text.
     let short = dir.write("short.yaml", "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
     let run = ipmasq(&["validate", short.to_str().unwrap()]);
     assert!(!run.stdout.contains("peak memory"), "{}", run.stdout);
+}
+
+/// The hostile shapes of `tests/hostile/long-source-lists.py`: about 2,000 CIDRs listed
+/// (2,000 sources are valid under the default cidrLimit, which does not count them), tens of
+/// thousands of iptables rules written. `validate` estimates them from those rules, above
+/// the shipped 64 MiB with iptables (they were "16.2 MiB" from the 2,003 CIDRs listed, and
+/// OOM-killed the agent), and says what each backend writes.
+#[test]
+fn short_lists_that_write_many_rules_are_estimated_from_the_rules() {
+    let dir = Scratch::new("memory-hostile");
+    let generator =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/long-source-lists.py");
+    for (shape, rules, elements) in [
+        ("sources", 39_908, 2_004),
+        ("forced-interfaces", 32_018, 2_007),
+    ] {
+        let made = std::process::Command::new("python3")
+            .arg(&generator)
+            .arg(shape)
+            .output()
+            .expect("python3 runs the generator");
+        assert!(made.status.success(), "{shape}: {made:?}");
+        let file = dir.write(shape, &String::from_utf8(made.stdout).unwrap());
+        let (code, report) = json(&[file.to_str().unwrap()]);
+        assert_eq!(code, 0, "{shape}: {report}");
+        let result = &report["results"][0];
+        for iptables in ["iptables-legacy", "iptables-nft"] {
+            assert_eq!(
+                result["rendered"][iptables]["rules"], rules,
+                "{shape}: {report}"
+            );
+            let peak = result["peakMemoryMiB"][iptables].as_f64().unwrap();
+            assert!(peak > 64.0, "{shape} {iptables}: {peak} MiB");
+        }
+        assert_eq!(
+            result["rendered"]["nftables"]["setElements"], elements,
+            "{shape}: {report}"
+        );
+        assert!(result["peakMemoryMiB"]["nftables"].as_f64().unwrap() < 57.6);
+        let run = ipmasq(&["validate", "--no-node-checks", file.to_str().unwrap()]);
+        assert!(
+            run.stdout.contains(&format!("({rules} rules, ")),
+            "{shape}: {}",
+            run.stdout
+        );
+    }
 }
 
 /// An empty pipe (`kubectl … | ipmasq validate -` after kubectl failed) is an error, never a

@@ -269,5 +269,25 @@ pub(super) fn rule_count(ruleset: &Ruleset) -> usize {
         })
         .sum::<usize>()
         + masquerade
-        + source_gate(ruleset).len()
+        + source_gate_len(ruleset)
+}
+
+/// How many rules `Rendered::new(ruleset)` writes and their text's bytes (a newline each, as
+/// iptables-restore reads them), spelt one at a time and not kept.
+pub(super) fn rule_count_and_text_bytes(ruleset: &Ruleset) -> (usize, usize) {
+    let (mut rules, mut bytes) = (0, 0);
+    for_each_line(ruleset, |line| {
+        rules += 1;
+        bytes += line.len() + 1;
+    });
+    (rules, bytes)
+}
+
+/// How many rules [`source_gate`] writes, without spelling them.
+fn source_gate_len(ruleset: &Ruleset) -> usize {
+    let sources = crate::plan::intervals::aggregate(ruleset.entry.source_ranges.iter().copied());
+    match sources.len() {
+        0 | 1 => sources.len(),
+        _ => crate::plan::intervals::complement(ruleset.family, &sources).len(),
+    }
 }

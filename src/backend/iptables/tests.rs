@@ -13,7 +13,38 @@ fn render_rules(set: &Ruleset) -> Vec<String> {
         lines.len(),
         "rule_count agrees with the rendering"
     );
+    assert_eq!(
+        render::rule_count_and_text_bytes(set),
+        (lines.len(), lines.iter().map(|l| l.len() + 1).sum()),
+        "the memory model's footprint agrees with the rendering"
+    );
     lines
+}
+
+/// The hostile shapes render tens of thousands of rules from about 2,000 listed CIDRs: what
+/// the memory model counts (it once counted the 2,000).
+#[test]
+fn long_source_and_forced_lists_are_counted_as_written() {
+    for (config, rules) in [
+        (crate::backend::tests::scattered_sources(2_000), 39_827),
+        (
+            crate::backend::tests::forced_per_interface(2_000, 16),
+            32_018,
+        ),
+    ] {
+        let set = plan(&config, &PlanOptions::default()).remove(0);
+        assert_eq!(render_rules(&set).len(), rules);
+    }
+    let ported = PlanOptions {
+        to_ports: "1024-29999,32768-65535".parse().unwrap(),
+        ..PlanOptions::default()
+    };
+    let set = plan(
+        &crate::backend::tests::forced_per_interface(500, 4),
+        &ported,
+    )
+    .remove(0);
+    assert_eq!(render_rules(&set).len(), 14_030);
 }
 
 fn kinds(drift: &diff::Drift) -> Vec<DriftKind> {

@@ -317,12 +317,19 @@ impl Backend for Nftables {
 
     fn memory_model(&self) -> super::MemoryModel {
         // scripts/bench --only memory, worst of first apply and one-CIDR change (no nft
-        // process since step 14): 8.3 MiB at 10,000 CIDRs, 77.0 MiB at 100,000 (the change's
-        // pass holds the old and the new plan); 7.6 MiB per 10,000 by the slope.
+        // process since step 14; the change's pass holds the old and the new plan): see the
+        // README's table. A rule is a handful of expressions; counted as an element.
         super::MemoryModel {
             base_mib: 8,
-            per_10k_cidrs_mib: 8,
+            per_10k_rules_mib: 8,
+            per_mib_of_rule_text_mib: 0,
+            per_10k_set_elements_mib: 8,
+            unit: super::ListUnit::SetElements,
         }
+    }
+
+    fn footprint(&self, ruleset: &Ruleset) -> super::Footprint {
+        render::footprint(ruleset)
     }
 
     fn id(&self) -> super::BackendId {

@@ -365,6 +365,30 @@ fn rewrite_rules(ruleset: &Ruleset) -> Result<Vec<RuleSpec>, BackendError> {
     Ok(rules)
 }
 
+/// The rules and set elements [`DesiredTable::new`] plans for `ruleset` (the source ranges'
+/// anonymous set counted as elements too), without building its rules; for an unresolved
+/// output address (which `new` refuses) as if it were resolved.
+pub(super) fn footprint(ruleset: &Ruleset) -> crate::backend::Footprint {
+    let family = ruleset.family;
+    let elements = if ruleset
+        .decisions
+        .iter()
+        .any(|d| d.action == Action::Masquerade)
+    {
+        crate::plan::intervals::kept_by_longest_prefix(family, &ruleset.decisions).len()
+    } else {
+        aggregate(ruleset.non_masquerade().copied()).len()
+    };
+    let sources = aggregate(ruleset.entry.source_ranges.iter().copied()).len();
+    let scopes = ruleset.entry.output_interfaces.len().max(1);
+    let rewrites = scopes * (ruleset.masquerade.ports.len() + 1);
+    crate::backend::Footprint {
+        rules: 1 + usize::from(sources > 0) + set_count(elements) + rewrites,
+        set_elements: elements + sources,
+        rule_text_bytes: 0,
+    }
+}
+
 /// The transaction that removes our table of `family`.
 pub(super) fn removal(family: Family) -> Finished {
     let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));

@@ -8,7 +8,7 @@ use super::render::{DesiredTable, Leftovers};
 use crate::backend::nfnetlink::script;
 use crate::backend::DriftKind;
 use crate::config::{Config, Options};
-use crate::plan::{plan, plan_family, Family, PlanOptions};
+use crate::plan::{plan, plan_family, Family, PlanOptions, Ruleset};
 
 fn default_table(options: &PlanOptions) -> DesiredTable {
     let config = Config::defaults(&Options::default());
@@ -107,6 +107,54 @@ fn golden_nft_scripts_for_every_flag_combination() {
     crate::backend::golden::check("nft-scripts.txt", &out);
 }
 
+/// The desired table of `set`, checked against the footprint the memory model counts: its
+/// rules, and its set elements with the source ranges' anonymous set.
+fn table_of(set: &Ruleset) -> DesiredTable {
+    let table = DesiredTable::new(set).unwrap();
+    let anonymous: usize = table
+        .rules
+        .iter()
+        .flat_map(|r| &r.stmts)
+        .map(|stmt| match stmt {
+            crate::backend::nfnetlink::statement::Stmt::Address { nets, .. } => nets.len(),
+            _ => 0,
+        })
+        .sum();
+    let footprint = super::render::footprint(set);
+    assert_eq!(footprint.rules, table.rules.len(), "rules counted as built");
+    assert_eq!(
+        footprint.set_elements,
+        table.elements.len() + anonymous,
+        "elements counted as built"
+    );
+    table
+}
+
+/// The footprint of the hostile shapes: 2,000 scattered sources are one rule and 2,000
+/// elements (iptables: one rule per block of their complement); 2,000 forced CIDRs with 16
+/// interfaces are 16 rewriting rules and the kept blocks.
+#[test]
+fn long_source_and_forced_lists_are_counted_as_written() {
+    for (config, rules, elements) in [
+        (crate::backend::tests::scattered_sources(2_000), 4, 2_004),
+        (
+            crate::backend::tests::forced_per_interface(2_000, 16),
+            18,
+            2_007,
+        ),
+    ] {
+        let set = plan_family(&config, &PlanOptions::default(), Family::V4);
+        let table = table_of(&set);
+        assert_eq!(
+            (
+                table.rules.len(),
+                super::render::footprint(&set).set_elements
+            ),
+            (rules, elements)
+        );
+    }
+}
+
 /// The scripts of every flag combination, each under a `### ...` header line.
 pub(crate) fn golden_scripts(config: &Config) -> String {
     let mut out = String::new();
@@ -129,7 +177,7 @@ pub(crate) fn golden_scripts(config: &Config) -> String {
                     config.masq_link_local = masq_ll;
                     config.masq_link_local_ipv6 = masq_ll;
                     for set in plan(&config, &options) {
-                        let table = DesiredTable::new(&set).unwrap();
+                        let table = table_of(&set);
                         out.push_str(&format!(
                             "### random-fully={random_fully} to-ports={to_ports:?} enable-ipv6={enable_ipv6} masqLinkLocal={masq_ll} family={}\n{}",
                             set.family,
@@ -277,7 +325,7 @@ fn golden_nft_scripts_with_the_egress_keys() {
     let mut out = String::new();
     for (label, config, options) in crate::plan::decide::tests::egress_cases() {
         for set in plan(&config, &options) {
-            let table = DesiredTable::new(&set).unwrap();
+            let table = table_of(&set);
             out.push_str(&format!(
                 "### {label} family={}\n{}",
                 set.family,
