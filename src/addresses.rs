@@ -68,16 +68,20 @@ pub fn is_interrupted(err: &io::Error) -> bool {
 /// One dump read to its end, streamed: every message's type and payload goes to `visit`
 /// with a state fresh from `start`, and nothing else is kept, so any number of interfaces or
 /// addresses costs one receive buffer. A dump a concurrent change interrupts is started
-/// again (within [`RETRY_WINDOW`]); when every one was, an error of kind `Interrupted`.
+/// again (within [`RETRY_WINDOW`]), and two interrupted ones in a row whose states `agree`
+/// says are the same are taken (on a node whose interfaces come and go every few
+/// milliseconds, a dump of thousands of addresses is rarely whole, but an address that was
+/// there all along is read by both); when none is, an error of kind `Interrupted`.
 fn dump_streamed<S>(
     socket: &Socket,
     (kind, header): (u16, &[u8]),
     what: &str,
-    start: impl Fn() -> S,
+    (start, agree): (impl Fn() -> S, impl Fn(&S, &S) -> bool),
     mut visit: impl FnMut(&mut S, u16, &[u8]),
 ) -> io::Result<S> {
     let began = std::time::Instant::now();
     let mut attempt = 0;
+    let mut interrupted: Option<S> = None;
     loop {
         let seq = crate::backend::nfnetlink::sequence(1);
         let mut state = start();
@@ -91,19 +95,32 @@ fn dump_streamed<S>(
                 Ok(())
             },
         )?;
-        if ended == netlink_dump::Ended::Whole {
+        if ended == netlink_dump::Ended::Whole
+            || interrupted
+                .as_ref()
+                .is_some_and(|before| agree(before, &state))
+        {
             return Ok(state);
         }
+        interrupted = Some(state);
         attempt += 1;
         if attempt >= ATTEMPTS && began.elapsed() >= RETRY_WINDOW {
             return Err(io::Error::new(
                 io::ErrorKind::Interrupted,
-                format!("{what}: every dump was interrupted by a concurrent change ({attempt} in {} ms)", began.elapsed().as_millis()),
+                format!(
+                    "{what}: every dump was interrupted by a concurrent change ({attempt} in {} ms)",
+                    began.elapsed().as_millis()
+                ),
             ));
         }
         // Let the burst of changes that interrupted it move on.
         std::thread::sleep(Duration::from_millis(attempt.min(20) as u64));
     }
+}
+
+/// For a dump whose interrupted reads are never taken.
+fn never<S>(_: &S, _: &S) -> bool {
+    false
 }
 
 /// An interface index and name from an RTM_NEWLINK payload.
@@ -204,7 +221,7 @@ pub fn node_view() -> io::Result<NodeView> {
         &socket,
         (RTM_GETLINK, &[0u8; IFINFOMSG_LEN]),
         "interfaces",
-        HashMap::new,
+        (HashMap::new, never),
         |names, kind, payload| {
             if let Some((index, name)) = (kind == RTM_NEWLINK).then(|| link_of(payload)).flatten() {
                 names.insert(index, name);
@@ -215,7 +232,7 @@ pub fn node_view() -> io::Result<NodeView> {
         &socket,
         (RTM_GETADDR, &address_header(libc::AF_UNSPEC)),
         "addresses",
-        Vec::new,
+        (Vec::new, never),
         |found, kind, payload| {
             if let Some(a) = (kind == RTM_NEWADDR).then(|| address_of(payload)).flatten() {
                 found.push(NodeAddress {
@@ -251,7 +268,7 @@ pub fn node_address_set() -> io::Result<std::collections::HashSet<IpAddr>> {
         &socket,
         (RTM_GETADDR, &address_header(libc::AF_UNSPEC)),
         "addresses",
-        std::collections::HashSet::new,
+        (std::collections::HashSet::new, never),
         |found, kind, payload| {
             if let Some(a) = (kind == RTM_NEWADDR).then(|| address_of(payload)).flatten() {
                 found.insert(a.address);
@@ -277,7 +294,12 @@ pub fn resolve_output_addresses(
         &socket,
         (RTM_GETADDR, &address_header(af)),
         "addresses",
-        || resolver.clone(),
+        (
+            || resolver.clone(),
+            |one: &crate::plan::egress::Resolver, other: &crate::plan::egress::Resolver| {
+                one.chosen() == other.chosen()
+            },
+        ),
         |resolver, kind, payload| {
             if let Some(a) = (kind == RTM_NEWADDR).then(|| address_of(payload)).flatten() {
                 resolver.offer(a.address, a.deprecated(), || {

@@ -194,6 +194,15 @@ impl Resolver {
         }
     }
 
+    /// What the addresses offered so far resolve to.
+    pub fn chosen(&self) -> ResolvedEgress {
+        let mut egress = ResolvedEgress::default();
+        for pending in &self.pending {
+            egress.set(pending.family, pending.choice.best());
+        }
+        egress
+    }
+
     pub fn finish(self) -> Resolution {
         let mut egress = ResolvedEgress::default();
         let mut lost = Vec::new();
