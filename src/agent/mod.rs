@@ -174,6 +174,9 @@ fn reconcile_thread(
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
+        if matches!(trigger, Trigger::AddressChanged | Trigger::Hangup) {
+            reconciler.addresses_may_have_changed();
+        }
         let pass = reconciler.pass();
         if !leftovers_checked && matches!(pass, Pass::Synced(_)) {
             // Our rules are in force and we hold the lock: the other kind's may go now.
@@ -230,6 +233,9 @@ fn reconcile_thread(
         };
         loop {
             match commands.try_recv() {
+                Ok(Command::Pass(Trigger::AddressChanged | Trigger::Hangup)) => {
+                    reconciler.addresses_may_have_changed();
+                }
                 Ok(Command::Pass(_)) => {}
                 Ok(Command::Stop) => return reconciler,
                 Err(_) => break,
@@ -293,6 +299,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let names = reconciler.settings.plan.names();
     let backend_id = reconciler.backend_id();
     let config_in_flux = reconciler.config_in_flux.clone();
+    let address_events = reconciler.address_events.clone();
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();
@@ -322,7 +329,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     };
     // A config change waiting to settle; the loop keeps serving signals meanwhile.
     let mut settling: Option<watch::Settling> = None;
-    let mut addresses = AddressTrigger::new(shared.clone());
+    let mut addresses = AddressTrigger::new(shared.clone(), &address_events);
     let signal_name = loop {
         let deadline = settling.map(|s| s.deadline(watch.writing(), SETTLE, WRITER_DEADLINE));
         let settled = async move {
@@ -409,9 +416,13 @@ struct AddressTrigger {
 }
 
 impl AddressTrigger {
-    fn new(shared: http::Shared) -> Self {
+    /// Subscribes; `subscribed` tells the reconcile thread whether it may trust a resolution
+    /// until a change is reported (without a subscription every pass reads the addresses).
+    fn new(shared: http::Shared, subscribed: &std::sync::atomic::AtomicBool) -> Self {
+        let events = subscribe_to_address_changes();
+        subscribed.store(events.is_some(), std::sync::atomic::Ordering::Release);
         AddressTrigger {
-            events: subscribe_to_address_changes(),
+            events,
             shared,
             burst: None,
         }

@@ -147,6 +147,13 @@ pub struct Reconciler {
     pub conntrack_reports: Vec<(crate::plan::Family, crate::conntrack::ResetReport)>,
     /// The last read of the node's addresses was interrupted: read them again soon.
     egress_reread: bool,
+    /// Set by the event loop while it is subscribed to address changes: then a resolution
+    /// stands until a change that matters is reported, and a steady pass reads no address.
+    pub address_events: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The output addresses the resolution in force was read for (None: none read yet).
+    egress_read_for: Option<Vec<crate::config::egress::EgressTarget>>,
+    /// A change that matters was reported (or an operator asked, SIGHUP): read at the next pass.
+    addresses_due: bool,
 }
 
 /// Most CIDRs of one list named in a log line; the rest are counted.
@@ -241,6 +248,9 @@ impl Reconciler {
             in_force: Vec::new(),
             conntrack_reports: Vec::new(),
             egress_reread: false,
+            address_events: Default::default(),
+            egress_read_for: None,
+            addresses_due: true,
         }
     }
 
@@ -537,6 +547,16 @@ impl Reconciler {
     /// one is back. A read that concurrent changes interrupted every time keeps the
     /// resolution in force and asks for another pass soon.
     fn resolve_egress(&mut self) -> Result<(), BackendError> {
+        let targets = self.egress_targets();
+        if !self.addresses_due
+            && self.egress_read_for.as_ref() == Some(&targets)
+            && self
+                .address_events
+                .load(std::sync::atomic::Ordering::Acquire)
+        {
+            // Nothing that can move the output address was reported since the last read.
+            return Ok(());
+        }
         let resolved = match &self.active {
             Some(config) if self.uses_node_addresses() => {
                 let families = crate::plan::families(&self.settings.plan, config);
@@ -549,6 +569,7 @@ impl Reconciler {
                     Err(err) if crate::addresses::is_interrupted(&err) => {
                         self.status.address_reads_interrupted += 1;
                         self.egress_reread = true;
+                        self.addresses_due = true;
                         debug!(error = %err, "this node's addresses change too fast to read; the output address in force stays, read again shortly");
                         return Ok(());
                     }
@@ -565,6 +586,8 @@ impl Reconciler {
             }
         };
         self.egress_reread = false;
+        self.addresses_due = false;
+        self.egress_read_for = Some(targets);
         if resolved != self.settings.plan.egress {
             if resolved.v4.is_some() || resolved.v6.is_some() {
                 info!(
@@ -577,6 +600,12 @@ impl Reconciler {
             self.planned = None;
         }
         Ok(())
+    }
+
+    /// An address change that can move the output address was reported, or an operator asked
+    /// for a fresh look (SIGHUP): the next pass reads the node's addresses.
+    pub fn addresses_may_have_changed(&mut self) {
+        self.addresses_due = true;
     }
 
     /// Records which families masquerade because the node lacks their output address: a WARN
