@@ -184,7 +184,7 @@ fn address_changes_that_cannot_move_the_output_address_do_no_work() {
     let address_passes = node.count("trigger=AddressChanged");
     assert!(
         address_passes <= 10,
-        "{address_passes} passes for one burst of 100 changes:\n{}",
+        "{address_passes} address passes for a 2 s flap outside the value and one burst of 100 changes inside:\n{}",
         node.log()
     );
     assert_eq!(
