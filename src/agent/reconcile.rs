@@ -561,6 +561,7 @@ impl Reconciler {
             Some(config) if self.uses_node_addresses() => {
                 let families = crate::plan::families(&self.settings.plan, config);
                 let resolver = crate::plan::egress::Resolver::new(config, &families);
+                debug!("reading this node's addresses for the output address");
                 match crate::addresses::resolve_output_addresses(&resolver) {
                     Ok(resolution) => {
                         self.note_fallbacks(&resolver.families(), &resolution.lost);
