@@ -1,8 +1,9 @@
-//! This node's own addresses and their changes, over rtnetlink (NETLINK_ROUTE): one dump of
-//! interface names and addresses when `outputAddress` must be resolved, a subscription to
-//! address events so the agent re-resolves when an address comes or goes, not at the next
-//! resync, and the kernel's route lookup (which interface traffic to an address leaves).
-//! Hand-framed messages of a few fixed layouts; no route library.
+//! This node's own addresses and their changes, over rtnetlink (NETLINK_ROUTE): dumps read
+//! as streams (any number of addresses costs one receive buffer; an interrupted dump is read
+//! again), the output addresses resolved from one dump of the families they need, a
+//! subscription to address changes that says whether one can move them, and the kernel's
+//! route lookup (which interface traffic to an address leaves). Hand-framed messages of a
+//! few fixed layouts; no route library.
 
 use crate::netlink_dump::{self, NLMSG_HDRLEN};
 use crate::plan::egress::NodeAddress;
@@ -473,6 +474,54 @@ mod tests {
             out.resize((out.len() + 3) & !3, 0);
         }
         out
+    }
+
+    fn framed(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let len = NLMSG_HDRLEN + payload.len();
+        let mut out = Vec::new();
+        out.extend_from_slice(&(len as u32).to_ne_bytes());
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(&0u16.to_ne_bytes());
+        out.extend_from_slice(&0u32.to_ne_bytes());
+        out.extend_from_slice(&0u32.to_ne_bytes());
+        out.extend_from_slice(payload);
+        out.resize((out.len() + 3) & !3, 0);
+        out
+    }
+
+    /// Only a notification about an address the predicate admits (one inside a configured
+    /// value) is a change worth a pass; a tentative one counts too (its state will change),
+    /// and a datagram that does not frame is taken as one.
+    #[test]
+    fn only_notifications_inside_a_configured_value_matter() {
+        let inside = |a: IpAddr| {
+            "203.0.113.0/24"
+                .parse::<ipnet::IpNet>()
+                .unwrap()
+                .contains(&a)
+        };
+        let v4 = |octets: [u8; 4]| {
+            addr_message(
+                libc::AF_INET as u8,
+                32,
+                0,
+                3,
+                &[(IFA_LOCAL, &octets), (IFA_ADDRESS, &octets)],
+            )
+        };
+        let outside = framed(RTM_NEWADDR, &v4([198, 51, 100, 7]));
+        assert!(!notifications_matter(&outside, &inside));
+        let deleted_inside = framed(RTM_DELADDR, &v4([203, 0, 113, 9]));
+        assert!(notifications_matter(&deleted_inside, &inside));
+        let both = [outside.clone(), deleted_inside].concat();
+        assert!(notifications_matter(&both, &inside));
+        let v6: [u8; 16] = "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let link_local = framed(
+            RTM_NEWADDR,
+            &addr_message(libc::AF_INET6 as u8, 64, 0x40, 5, &[(IFA_ADDRESS, &v6)]),
+        );
+        assert!(!notifications_matter(&link_local, &inside));
+        assert!(notifications_matter(&outside[..10], &inside), "truncated");
     }
 
     #[test]

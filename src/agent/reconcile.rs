@@ -83,9 +83,6 @@ pub struct Status {
     /// Each managed family whose config names an output address, with why it masquerades
     /// instead while the node holds no address in that value (None: SNAT to it).
     pub egress_fallback: BTreeMap<Family, Option<String>>,
-    /// Reads of the node's addresses that concurrent changes interrupted every time (the
-    /// output address in force was kept).
-    pub address_reads_interrupted: u64,
 }
 
 /// The outcome of one pass.
@@ -568,7 +565,6 @@ impl Reconciler {
                         resolution.egress
                     }
                     Err(err) if crate::addresses::is_interrupted(&err) => {
-                        self.status.address_reads_interrupted += 1;
                         self.egress_reread = true;
                         self.addresses_due = true;
                         debug!(error = %err, "this node's addresses change too fast to read; the output address in force stays, read again shortly");
