@@ -1,8 +1,9 @@
-//! This node's own addresses and their changes, over rtnetlink (NETLINK_ROUTE): one dump of
-//! interface names and addresses when `outputAddress` must be resolved, a subscription to
-//! address events so the agent re-resolves when an address comes or goes, not at the next
-//! resync, and the kernel's route lookup (which interface traffic to an address leaves).
-//! Hand-framed messages of a few fixed layouts; no route library.
+//! This node's own addresses and their changes, over rtnetlink (NETLINK_ROUTE): dumps read
+//! as streams (any number of addresses costs one receive buffer; an interrupted dump is read
+//! again), the output addresses resolved from one dump of the families they need, a
+//! subscription to address changes that says whether one can move them, and the kernel's
+//! route lookup (which interface traffic to an address leaves). Hand-framed messages of a
+//! few fixed layouts; no route library.
 
 use crate::netlink_dump::{self, NLMSG_HDRLEN};
 use crate::plan::egress::NodeAddress;
@@ -15,6 +16,7 @@ use std::time::Duration;
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
+const RTM_DELADDR: u16 = 21;
 const RTM_GETADDR: u16 = 22;
 const RTM_NEWROUTE: u16 = 24;
 const RTM_GETROUTE: u16 = 26;
@@ -28,6 +30,7 @@ const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
 const IFA_FLAGS: u16 = 8;
 const IFA_F_DADFAILED: u32 = 0x08;
+const IFA_F_DEPRECATED: u32 = 0x20;
 const IFA_F_TENTATIVE: u32 = 0x40;
 /// The multicast groups of IPv4 and IPv6 address changes.
 const RTMGRP_IPV4_IFADDR: u32 = 0x10;
@@ -39,61 +42,86 @@ const DEADLINES: netlink_dump::Deadlines = netlink_dump::Deadlines {
     quiet: Duration::from_secs(5),
     overall: Duration::from_secs(30),
 };
-/// Attempts when a dump is interrupted by a concurrent change.
+/// A dump interrupted by a concurrent change (interfaces coming and going by the thousand) is
+/// started again within the same read for this long, and at least [`ATTEMPTS`] times.
+const RETRY_WINDOW: Duration = Duration::from_secs(2);
 const ATTEMPTS: usize = 5;
-/// The most addresses read (a node with more is not one this agent can pick from sanely).
-const MAX_ADDRESSES: usize = 65_536;
 
-/// The messages of a dump: each one's type and payload (after the netlink header).
-type Messages = Vec<(u16, Vec<u8>)>;
-
-/// A dump request of `kind` with a zeroed family header of `header` bytes.
-fn dump_request(kind: u16, header: usize, seq: u32) -> Vec<u8> {
-    let len = NLMSG_HDRLEN + header;
+/// A dump request of `kind` whose family header is `header` (zeroed but for its family).
+fn dump_request(kind: u16, header: &[u8], seq: u32) -> Vec<u8> {
+    let len = NLMSG_HDRLEN + header.len();
     let mut out = Vec::with_capacity(len);
     out.extend_from_slice(&(len as u32).to_ne_bytes());
     out.extend_from_slice(&kind.to_ne_bytes());
     out.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
     out.extend_from_slice(&seq.to_ne_bytes());
     out.extend_from_slice(&0u32.to_ne_bytes());
-    out.resize(len, 0);
+    out.extend_from_slice(header);
     out
 }
 
-/// The messages of one dump (kind and payload after the netlink header); None when a change
-/// interrupted it.
-fn dump(socket: &Socket, kind: u16, header: usize, seq: u32) -> io::Result<Option<Messages>> {
-    let mut found = Vec::new();
-    let ended = netlink_dump::dump_each(
-        socket,
-        &dump_request(kind, header, seq),
-        seq,
-        DEADLINES,
-        |kind, payload| {
-            if found.len() >= MAX_ADDRESSES {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("more than {MAX_ADDRESSES} interfaces or addresses"),
-                ));
-            }
-            found.push((kind, payload.to_vec()));
-            Ok(())
-        },
-    )?;
-    Ok((ended == netlink_dump::Ended::Whole).then_some(found))
+/// Whether an error says that every dump of a read was interrupted by concurrent changes (a
+/// read to try again soon, not a fault).
+pub fn is_interrupted(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::Interrupted
 }
 
-/// A dump, started again while changes interrupt it.
-fn dump_whole(socket: &Socket, kind: u16, header: usize, what: &str) -> io::Result<Messages> {
-    for attempt in 0..ATTEMPTS {
-        let seq = crate::backend::nfnetlink::sequence(1).wrapping_add(attempt as u32);
-        if let Some(found) = dump(socket, kind, header, seq)? {
-            return Ok(found);
+/// One dump read to its end, streamed: every message's type and payload goes to `visit`
+/// with a state fresh from `start`, and nothing else is kept, so any number of interfaces or
+/// addresses costs one receive buffer. A dump a concurrent change interrupts is started
+/// again (within [`RETRY_WINDOW`]), and two interrupted ones in a row whose states `agree`
+/// says are the same are taken (on a node whose interfaces come and go every few
+/// milliseconds, a dump of thousands of addresses is rarely whole, but an address that was
+/// there all along is read by both); when none is, an error of kind `Interrupted`.
+fn dump_streamed<S>(
+    socket: &Socket,
+    (kind, header): (u16, &[u8]),
+    what: &str,
+    (start, agree): (impl Fn() -> S, impl Fn(&S, &S) -> bool),
+    mut visit: impl FnMut(&mut S, u16, &[u8]),
+) -> io::Result<S> {
+    let began = std::time::Instant::now();
+    let mut attempt = 0;
+    let mut interrupted: Option<S> = None;
+    loop {
+        let seq = crate::backend::nfnetlink::sequence(1);
+        let mut state = start();
+        let ended = netlink_dump::dump_each(
+            socket,
+            &dump_request(kind, header, seq),
+            seq,
+            DEADLINES,
+            |kind, payload| {
+                visit(&mut state, kind, payload);
+                Ok(())
+            },
+        )?;
+        if ended == netlink_dump::Ended::Whole
+            || interrupted
+                .as_ref()
+                .is_some_and(|before| agree(before, &state))
+        {
+            return Ok(state);
         }
+        interrupted = Some(state);
+        attempt += 1;
+        if attempt >= ATTEMPTS && began.elapsed() >= RETRY_WINDOW {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                format!(
+                    "{what}: every dump was interrupted by a concurrent change ({attempt} in {} ms)",
+                    began.elapsed().as_millis()
+                ),
+            ));
+        }
+        // Let the burst of changes that interrupted it move on.
+        std::thread::sleep(Duration::from_millis(attempt.min(20) as u64));
     }
-    Err(io::Error::other(format!(
-        "{what}: every dump was interrupted by a concurrent change"
-    )))
+}
+
+/// For a dump whose interrupted reads are never taken.
+fn never<S>(_: &S, _: &S) -> bool {
+    false
 }
 
 /// An interface index and name from an RTM_NEWLINK payload.
@@ -106,9 +134,30 @@ fn link_of(payload: &[u8]) -> Option<(u32, String)> {
     Some((index, String::from_utf8_lossy(name).into_owned()))
 }
 
-/// An address from an RTM_NEWADDR payload: its interface index, address and prefix; None for
-/// one the kernel cannot source from yet or ever (tentative, failed duplicate detection).
-pub(crate) fn address_of(payload: &[u8]) -> Option<(u32, IpAddr, u8)> {
+/// One address as an RTM_NEWADDR (or RTM_DELADDR) payload lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub index: u32,
+    pub address: IpAddr,
+    pub prefix_len: u8,
+    /// `IFA_F_*`, from the header or (complete) from IFA_FLAGS.
+    pub flags: u32,
+}
+
+impl Listed {
+    /// Whether the kernel can source from it: not tentative, not failed duplicate detection.
+    pub fn usable(&self) -> bool {
+        self.flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED) == 0
+    }
+
+    /// Past its preferred lifetime (IPv6): still held, not for new flows while another is.
+    pub fn deprecated(&self) -> bool {
+        self.flags & IFA_F_DEPRECATED != 0
+    }
+}
+
+/// The address of an RTM_NEWADDR/RTM_DELADDR payload, whatever its state.
+pub(crate) fn listed(payload: &[u8]) -> Option<Listed> {
     let family = *payload.first()?;
     let prefix_len = *payload.get(1)?;
     let mut flags = u32::from(*payload.get(2)?);
@@ -130,11 +179,19 @@ pub(crate) fn address_of(payload: &[u8]) -> Option<(u32, IpAddr, u8)> {
             _ => {}
         }
     }
-    if flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED) != 0 {
-        return None;
-    }
     // IFA_LOCAL is the node's own end (IFA_ADDRESS the peer's on a point-to-point link).
-    Some((index, local.or(address)?, prefix_len))
+    Some(Listed {
+        index,
+        address: local.or(address)?,
+        prefix_len,
+        flags,
+    })
+}
+
+/// An address from an RTM_NEWADDR payload the node can send from; None for one the kernel
+/// cannot source from yet or ever (tentative, failed duplicate detection).
+pub(crate) fn address_of(payload: &[u8]) -> Option<Listed> {
+    listed(payload).filter(Listed::usable)
 }
 
 /// What this node has: every address it can send from (with its interface's name), and the
@@ -144,31 +201,53 @@ pub struct NodeView {
     pub interfaces: Vec<String>,
 }
 
-/// Reads the [`NodeView`] of this network namespace.
-pub fn node_view() -> io::Result<NodeView> {
+fn route_socket() -> io::Result<Socket> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
-    let names: HashMap<u32, String> =
-        dump_whole(&socket, RTM_GETLINK, IFINFOMSG_LEN, "interfaces")?
-            .into_iter()
-            .filter(|(kind, _)| *kind == RTM_NEWLINK)
-            .filter_map(|(_, payload)| link_of(&payload))
-            .collect();
-    let mut addresses: Vec<NodeAddress> =
-        dump_whole(&socket, RTM_GETADDR, IFADDRMSG_LEN, "addresses")?
-            .into_iter()
-            .filter(|(kind, _)| *kind == RTM_NEWADDR)
-            .filter_map(|(_, payload)| address_of(&payload))
-            .map(|(index, address, prefix_len)| NodeAddress {
-                interface: names
-                    .get(&index)
-                    .cloned()
-                    .unwrap_or_else(|| format!("if{index}")),
-                address,
-                prefix_len,
-            })
-            .collect();
+    Ok(socket)
+}
+
+/// The address-dump request header asking for one family (`AF_UNSPEC`: both).
+fn address_header(family: i32) -> [u8; IFADDRMSG_LEN] {
+    let mut header = [0u8; IFADDRMSG_LEN];
+    header[0] = family as u8;
+    header
+}
+
+/// Reads the [`NodeView`] of this network namespace.
+pub fn node_view() -> io::Result<NodeView> {
+    let socket = route_socket()?;
+    let names: HashMap<u32, String> = dump_streamed(
+        &socket,
+        (RTM_GETLINK, &[0u8; IFINFOMSG_LEN]),
+        "interfaces",
+        (HashMap::new, never),
+        |names, kind, payload| {
+            if let Some((index, name)) = (kind == RTM_NEWLINK).then(|| link_of(payload)).flatten() {
+                names.insert(index, name);
+            }
+        },
+    )?;
+    let mut addresses: Vec<NodeAddress> = dump_streamed(
+        &socket,
+        (RTM_GETADDR, &address_header(libc::AF_UNSPEC)),
+        "addresses",
+        (Vec::new, never),
+        |found, kind, payload| {
+            if let Some(a) = (kind == RTM_NEWADDR).then(|| address_of(payload)).flatten() {
+                found.push(NodeAddress {
+                    interface: names
+                        .get(&a.index)
+                        .cloned()
+                        .unwrap_or_else(|| format!("if{}", a.index)),
+                    address: a.address,
+                    prefix_len: a.prefix_len,
+                    deprecated: a.deprecated(),
+                });
+            }
+        },
+    )?;
     addresses.sort_by(|a, b| (a.address, &a.interface).cmp(&(b.address, &b.interface)));
     let mut interfaces: Vec<String> = names.into_values().collect();
     interfaces.sort();
@@ -185,7 +264,52 @@ pub fn node_addresses() -> io::Result<Vec<NodeAddress>> {
 
 /// The addresses this node holds, for membership tests.
 pub fn node_address_set() -> io::Result<std::collections::HashSet<IpAddr>> {
-    Ok(node_addresses()?.into_iter().map(|a| a.address).collect())
+    let socket = route_socket()?;
+    dump_streamed(
+        &socket,
+        (RTM_GETADDR, &address_header(libc::AF_UNSPEC)),
+        "addresses",
+        (std::collections::HashSet::new, never),
+        |found, kind, payload| {
+            if let Some(a) = (kind == RTM_NEWADDR).then(|| address_of(payload)).flatten() {
+                found.insert(a.address);
+            }
+        },
+    )
+}
+
+/// The config's output addresses resolved against this node's addresses, read in one streamed
+/// dump of the families the resolver needs: no interface dump (an interface is named only
+/// when an error lists its address), and memory that does not grow with the number of
+/// addresses.
+pub fn resolve_output_addresses(
+    resolver: &crate::plan::egress::Resolver,
+) -> io::Result<crate::plan::egress::Resolution> {
+    let af = match resolver.families().as_slice() {
+        [crate::plan::Family::V4] => libc::AF_INET,
+        [crate::plan::Family::V6] => libc::AF_INET6,
+        _ => libc::AF_UNSPEC,
+    };
+    let socket = route_socket()?;
+    let resolved = dump_streamed(
+        &socket,
+        (RTM_GETADDR, &address_header(af)),
+        "addresses",
+        (
+            || resolver.clone(),
+            |one: &crate::plan::egress::Resolver, other: &crate::plan::egress::Resolver| {
+                one.chosen() == other.chosen()
+            },
+        ),
+        |resolver, kind, payload| {
+            if let Some(a) = (kind == RTM_NEWADDR).then(|| address_of(payload)).flatten() {
+                resolver.offer(a.address, a.deprecated(), || {
+                    interface_name(a.index).unwrap_or_else(|| format!("if{}", a.index))
+                });
+            }
+        },
+    )?;
+    Ok(resolved.finish())
 }
 
 /// The kernel's route lookup, over one socket kept for a run of questions.
@@ -289,20 +413,38 @@ impl AddressEvents {
         Ok(AddressEvents { socket })
     }
 
-    /// Reads every pending notification; whether any arrived (or some were lost, which
-    /// counts as a change too).
-    pub fn drain(&self) -> bool {
+    /// Reads every pending notification; whether one of them is about an address `matters`
+    /// says may change what the agent resolves (lost notifications count as such a change:
+    /// what they said is unknown).
+    pub fn drain(&self, matters: impl Fn(IpAddr) -> bool) -> bool {
         let mut buffer = vec![0u8; 16 * 1024];
         let mut any = false;
         loop {
-            let mut slice = &mut buffer[..];
-            match self.socket.recv(&mut slice, 0) {
-                Ok(_) => any = true,
+            match crate::backend::nfnetlink::receive_into(&self.socket, &mut buffer, 0) {
+                Ok(length) => {
+                    any |= notifications_matter(&buffer[..length.min(buffer.len())], &matters)
+                }
                 Err(err) if err.raw_os_error() == Some(libc::ENOBUFS) => any = true,
                 Err(_) => return any,
             }
         }
     }
+}
+
+/// Whether one datagram of address notifications names an address `matters` admits (a
+/// datagram that does not frame is taken as one that does).
+fn notifications_matter(datagram: &[u8], matters: &impl Fn(IpAddr) -> bool) -> bool {
+    let Ok(frames) = crate::backend::nfnetlink::wire::frames(datagram) else {
+        return true;
+    };
+    frames.iter().any(|framed| {
+        matches!(framed.kind, RTM_NEWADDR | RTM_DELADDR)
+            && framed
+                .bytes
+                .get(NLMSG_HDRLEN..)
+                .and_then(listed)
+                .is_none_or(|a| matters(a.address))
+    })
 }
 
 impl std::os::fd::AsRawFd for AddressEvents {
@@ -334,6 +476,54 @@ mod tests {
         out
     }
 
+    fn framed(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let len = NLMSG_HDRLEN + payload.len();
+        let mut out = Vec::new();
+        out.extend_from_slice(&(len as u32).to_ne_bytes());
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(&0u16.to_ne_bytes());
+        out.extend_from_slice(&0u32.to_ne_bytes());
+        out.extend_from_slice(&0u32.to_ne_bytes());
+        out.extend_from_slice(payload);
+        out.resize((out.len() + 3) & !3, 0);
+        out
+    }
+
+    /// Only a notification about an address the predicate admits (one inside a configured
+    /// value) is a change worth a pass; a tentative one counts too (its state will change),
+    /// and a datagram that does not frame is taken as one.
+    #[test]
+    fn only_notifications_inside_a_configured_value_matter() {
+        let inside = |a: IpAddr| {
+            "203.0.113.0/24"
+                .parse::<ipnet::IpNet>()
+                .unwrap()
+                .contains(&a)
+        };
+        let v4 = |octets: [u8; 4]| {
+            addr_message(
+                libc::AF_INET as u8,
+                32,
+                0,
+                3,
+                &[(IFA_LOCAL, &octets), (IFA_ADDRESS, &octets)],
+            )
+        };
+        let outside = framed(RTM_NEWADDR, &v4([198, 51, 100, 7]));
+        assert!(!notifications_matter(&outside, &inside));
+        let deleted_inside = framed(RTM_DELADDR, &v4([203, 0, 113, 9]));
+        assert!(notifications_matter(&deleted_inside, &inside));
+        let both = [outside.clone(), deleted_inside].concat();
+        assert!(notifications_matter(&both, &inside));
+        let v6: [u8; 16] = "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let link_local = framed(
+            RTM_NEWADDR,
+            &addr_message(libc::AF_INET6 as u8, 64, 0x40, 5, &[(IFA_ADDRESS, &v6)]),
+        );
+        assert!(!notifications_matter(&link_local, &inside));
+        assert!(notifications_matter(&outside[..10], &inside), "truncated");
+    }
+
     #[test]
     fn addresses_take_the_local_end_and_skip_tentative_ones() {
         let v4 = addr_message(
@@ -343,11 +533,15 @@ mod tests {
             3,
             &[(IFA_ADDRESS, &[10, 0, 0, 9]), (IFA_LOCAL, &[10, 0, 0, 5])],
         );
-        assert_eq!(address_of(&v4), Some((3, "10.0.0.5".parse().unwrap(), 24)));
+        let got = address_of(&v4).unwrap();
+        assert_eq!(
+            (got.index, got.address, got.prefix_len),
+            (3, "10.0.0.5".parse().unwrap(), 24)
+        );
         let v6: [u8; 16] = "fd00::5".parse::<std::net::Ipv6Addr>().unwrap().octets();
         let steady = addr_message(libc::AF_INET6 as u8, 64, 0, 4, &[(IFA_ADDRESS, &v6)]);
         assert_eq!(
-            address_of(&steady).map(|a| a.1),
+            address_of(&steady).map(|a| a.address),
             Some("fd00::5".parse().unwrap())
         );
         let tentative = addr_message(libc::AF_INET6 as u8, 64, 0x40, 4, &[(IFA_ADDRESS, &v6)]);

@@ -26,6 +26,9 @@ pub struct Snapshot {
     pub backend: String,
     /// When the pass under way started (None between passes).
     pub running_since: Option<Instant>,
+    /// The output addresses the config in force names: only an address change inside one of
+    /// them is worth a pass.
+    pub egress_targets: Vec<crate::config::egress::EgressTarget>,
 }
 
 impl Snapshot {
@@ -36,6 +39,7 @@ impl Snapshot {
             started: Instant::now(),
             backend,
             running_since: None,
+            egress_targets: Vec::new(),
         }
     }
 }
@@ -46,6 +50,10 @@ pub fn metric_catalogue() -> Vec<(String, String, String)> {
     let mut snapshot = Snapshot::new("iptables-nft".into());
     snapshot.status.drift_repairs.insert("jump_missing", 0);
     snapshot.status.rules.insert(crate::plan::Family::V4, 0);
+    snapshot
+        .status
+        .egress_fallback
+        .insert(crate::plan::Family::V4, None);
     let text = metrics_text(&snapshot, snapshot.started, SystemTime::now());
     let mut out: Vec<(String, String, String)> = Vec::new();
     for line in text.lines() {
@@ -94,14 +102,23 @@ pub fn liveness(snapshot: &Snapshot, now: Instant) -> Result<String, String> {
     }
 }
 
-/// `/readyz`: Ok once a valid config has been applied and the last sync succeeded.
+/// `/readyz`: Ok once a valid config has been applied and the last sync succeeded. A family
+/// masquerading because the node lacks its output address is ready (its traffic flows, as
+/// upstream's would) and says why, one line each, after the `ok`.
 pub fn readiness(snapshot: &Snapshot) -> Result<String, String> {
     if snapshot.status.last_pass.is_none() {
         return Err("starting: no sync has run yet".to_string());
     }
     match &snapshot.status.not_ready {
         Some(reason) => Err(reason.clone()),
-        None => Ok("ok".to_string()),
+        None => {
+            let mut text = "ok".to_string();
+            for reason in snapshot.status.egress_fallback.values().flatten() {
+                text.push_str("\noutput address fallback: ");
+                text.push_str(reason);
+            }
+            Ok(text)
+        }
     }
 }
 
@@ -119,6 +136,11 @@ struct KindLabel {
 struct RulesLabel {
     family: &'static str,
     backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FamilyLabel {
+    family: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -306,6 +328,20 @@ fn register_rules(registry: &mut Registry, snapshot: &Snapshot) {
         cidrs,
     );
 
+    let fallback = Family::<FamilyLabel, Gauge>::default();
+    for (family, reason) in &status.egress_fallback {
+        fallback
+            .get_or_create(&FamilyLabel {
+                family: family.as_str(),
+            })
+            .set(i64::from(reason.is_some()));
+    }
+    registry.register(
+        "output_address_fallback",
+        "1 while a family whose config names an output address masquerades because this node holds no address in it, 0 while it SNATs to one; by family",
+        fallback,
+    );
+
     let info = Family::<BuildLabel, Gauge>::default();
     info.get_or_create(&BuildLabel {
         version: env!("CARGO_PKG_VERSION"),
@@ -421,6 +457,44 @@ mod tests {
         assert!(readiness(&s).unwrap_err().contains("no valid config"));
         s.status.not_ready = None;
         assert_eq!(readiness(&s), Ok("ok".into()));
+    }
+
+    /// A family masquerading because its output address left the node is ready (its traffic
+    /// flows) and says why in `/readyz` and in the gauge; the other family reads 0.
+    #[test]
+    fn an_output_address_fallback_is_ready_says_why_and_is_a_gauge() {
+        let mut s = snapshot();
+        s.status.last_pass = Some(s.started);
+        s.status.egress_fallback.insert(
+            crate::plan::Family::V4,
+            Some("outputAddress 203.0.113.9: this node does not hold that address".into()),
+        );
+        s.status
+            .egress_fallback
+            .insert(crate::plan::Family::V6, None);
+        let text = readiness(&s).unwrap();
+        assert_eq!(
+            text,
+            "ok\noutput address fallback: outputAddress 203.0.113.9: this node does not hold that address"
+        );
+        let metrics = metrics_text(&s, s.started, SystemTime::now());
+        for needle in [
+            "ipmasq_output_address_fallback{family=\"ipv4\"} 1",
+            "ipmasq_output_address_fallback{family=\"ipv6\"} 0",
+            "ipmasq_ready 1",
+        ] {
+            assert!(
+                metrics.contains(needle),
+                "{needle} missing from:\n{metrics}"
+            );
+        }
+        s.status.egress_fallback.clear();
+        assert_eq!(readiness(&s), Ok("ok".into()));
+        let metrics = metrics_text(&s, s.started, SystemTime::now());
+        assert!(
+            !metrics.contains("ipmasq_output_address_fallback{"),
+            "{metrics}"
+        );
     }
 
     #[test]

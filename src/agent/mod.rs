@@ -26,6 +26,11 @@ use watch::DirWatch;
 
 /// How long a burst of config-directory events must be quiet before one reload.
 const SETTLE: Duration = Duration::from_millis(20);
+/// How long address changes must be quiet before the pass they call for, and the most a
+/// burst of them (an address flapping, interfaces created by the thousand) delays it: the
+/// pass comes within this of the first change, and a burst costs one pass.
+const ADDRESS_QUIET: Duration = Duration::from_millis(30);
+const ADDRESS_SETTLE: Duration = Duration::from_millis(200);
 /// How long a writer may keep the config file open (modified, not closed) before the file is
 /// read as it is.
 const WRITER_DEADLINE: Duration = Duration::from_secs(5);
@@ -169,6 +174,9 @@ fn reconcile_thread(
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
+        if matches!(trigger, Trigger::AddressChanged | Trigger::Hangup) {
+            reconciler.addresses_may_have_changed();
+        }
         let pass = reconciler.pass();
         if !leftovers_checked && matches!(pass, Pass::Synced(_)) {
             // Our rules are in force and we hold the lock: the other kind's may go now.
@@ -183,6 +191,7 @@ fn reconcile_thread(
             snapshot.status = reconciler.status.clone();
             snapshot.interval = reconciler.interval();
             snapshot.running_since = None;
+            snapshot.egress_targets = reconciler.egress_targets();
         }
         debug!(
             ?trigger,
@@ -224,6 +233,9 @@ fn reconcile_thread(
         };
         loop {
             match commands.try_recv() {
+                Ok(Command::Pass(Trigger::AddressChanged | Trigger::Hangup)) => {
+                    reconciler.addresses_may_have_changed();
+                }
                 Ok(Command::Pass(_)) => {}
                 Ok(Command::Stop) => return reconciler,
                 Err(_) => break,
@@ -287,6 +299,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let names = reconciler.settings.plan.names();
     let backend_id = reconciler.backend_id();
     let config_in_flux = reconciler.config_in_flux.clone();
+    let address_events = reconciler.address_events.clone();
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();
@@ -316,7 +329,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     };
     // A config change waiting to settle; the loop keeps serving signals meanwhile.
     let mut settling: Option<watch::Settling> = None;
-    let addresses = subscribe_to_address_changes();
+    let mut addresses = AddressTrigger::new(shared.clone(), &address_events);
     let signal_name = loop {
         let deadline = settling.map(|s| s.deadline(watch.writing(), SETTLE, WRITER_DEADLINE));
         let settled = async move {
@@ -353,7 +366,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                 config_in_flux.store(false, std::sync::atomic::Ordering::Release);
                 let _ = commands.send(Command::Pass(Trigger::ConfigChanged));
             }
-            () = address_changed(&addresses) => drop(commands.send(Command::Pass(Trigger::AddressChanged))),
+            () = addresses.settled() => drop(commands.send(Command::Pass(Trigger::AddressChanged))),
             _ = sighup.recv() => {
                 info!("SIGHUP: re-reading the config and re-syncing");
                 let _ = commands.send(Command::Pass(Trigger::Hangup));
@@ -392,11 +405,64 @@ fn subscribe_to_address_changes(
     }
 }
 
-/// Returns once an address of this node changed, having read every pending notification
-/// (never, without a subscription): then a pass re-resolves `outputAddress` at once, not at
-/// the next resync.
+/// The address changes that can move the output address, coalesced: a burst of them (an
+/// address flapping, interfaces created by the thousand) makes one pass.
+struct AddressTrigger {
+    events: Option<tokio::io::unix::AsyncFd<crate::addresses::AddressEvents>>,
+    /// The agent's snapshot, whose `egress_targets` say which changes matter.
+    shared: http::Shared,
+    /// When the first and the last change of the burst waiting to settle came.
+    burst: Option<(tokio::time::Instant, tokio::time::Instant)>,
+}
+
+impl AddressTrigger {
+    /// Subscribes; `subscribed` tells the reconcile thread whether it may trust a resolution
+    /// until a change is reported (without a subscription every pass reads the addresses).
+    fn new(shared: http::Shared, subscribed: &std::sync::atomic::AtomicBool) -> Self {
+        let events = subscribe_to_address_changes();
+        subscribed.store(events.is_some(), std::sync::atomic::Ordering::Release);
+        AddressTrigger {
+            events,
+            shared,
+            burst: None,
+        }
+    }
+
+    /// Returns once a burst of changes that matter has settled: [`ADDRESS_QUIET`] after its
+    /// last change, and never later than [`ADDRESS_SETTLE`] after its first. Cancel-safe:
+    /// the burst is kept here between calls.
+    async fn settled(&mut self) {
+        loop {
+            let deadline = self
+                .burst
+                .map(|(first, last)| (last + ADDRESS_QUIET).min(first + ADDRESS_SETTLE));
+            let due = async move {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = address_changed(&self.events, &self.shared) => {
+                    let now = tokio::time::Instant::now();
+                    self.burst = Some(self.burst.map_or((now, now), |(first, _)| (first, now)));
+                }
+                () = due => {
+                    self.burst = None;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Returns once an address inside one of the configured output addresses (the snapshot's
+/// `egress_targets`) came, went or changed state, having read every pending notification
+/// (never, without a subscription): then a pass re-resolves `outputAddress` once the burst
+/// settles, not at the next resync. Any other address change is read and dropped here.
 async fn address_changed(
     events: &Option<tokio::io::unix::AsyncFd<crate::addresses::AddressEvents>>,
+    shared: &http::Shared,
 ) {
     let Some(events) = events else {
         return std::future::pending().await;
@@ -405,10 +471,15 @@ async fn address_changed(
         let Ok(mut guard) = events.readable().await else {
             return std::future::pending().await;
         };
-        let any = guard.get_inner().drain();
+        let any = guard.get_inner().drain(|address| {
+            lock(shared)
+                .egress_targets
+                .iter()
+                .any(|target| target.admits(address))
+        });
         guard.clear_ready();
         if any {
-            debug!("an address of this node changed");
+            debug!("an address this node may send from as its output address changed");
             return;
         }
     }

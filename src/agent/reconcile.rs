@@ -80,6 +80,9 @@ pub struct Status {
     pub conntrack_entries_reset: u64,
     /// Changes after which the conntrack reset failed (the rules were applied).
     pub conntrack_resets_failed: u64,
+    /// Each managed family whose config names an output address, with why it masquerades
+    /// instead while the node holds no address in that value (None: SNAT to it).
+    pub egress_fallback: BTreeMap<Family, Option<String>>,
 }
 
 /// The outcome of one pass.
@@ -141,6 +144,15 @@ pub struct Reconciler {
     in_force: Vec<crate::plan::Ruleset>,
     /// What the conntrack reset of the last pass did (a dry run: would do), per family.
     pub conntrack_reports: Vec<(crate::plan::Family, crate::conntrack::ResetReport)>,
+    /// The last read of the node's addresses was interrupted: read them again soon.
+    egress_reread: bool,
+    /// Set by the event loop while it is subscribed to address changes: then a resolution
+    /// stands until a change that matters is reported, and a steady pass reads no address.
+    pub address_events: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The output addresses the resolution in force was read for (None: none read yet).
+    egress_read_for: Option<Vec<crate::config::egress::EgressTarget>>,
+    /// A change that matters was reported (or an operator asked, SIGHUP): read at the next pass.
+    addresses_due: bool,
 }
 
 /// Most CIDRs of one list named in a log line; the rest are counted.
@@ -236,6 +248,10 @@ impl Reconciler {
             memory_refusal: None,
             in_force: Vec::new(),
             conntrack_reports: Vec::new(),
+            egress_reread: false,
+            address_events: Default::default(),
+            egress_read_for: None,
+            addresses_due: true,
         }
     }
 
@@ -511,7 +527,10 @@ impl Reconciler {
     /// How long to wait before the next pass: the resync interval, or, after failed syncs, a
     /// backoff from [`FIRST_RETRY`] doubling per failure, never longer than the interval.
     pub fn next_wait(&self) -> Duration {
-        let wait = backoff(self.status.consecutive_failures, self.interval());
+        let mut wait = backoff(self.status.consecutive_failures, self.interval());
+        if self.egress_reread {
+            wait = wait.min(FIRST_RETRY);
+        }
         match self.blank_since {
             // Look again when the grace of an emptied file ends.
             Some(since) => wait.min(
@@ -532,25 +551,64 @@ impl Reconciler {
         })
     }
 
+    /// The output addresses the active config names for the managed families: only an
+    /// address change inside one of them can change what a pass resolves.
+    pub fn egress_targets(&self) -> Vec<crate::config::egress::EgressTarget> {
+        self.active.as_ref().map_or_else(Vec::new, |config| {
+            let families = crate::plan::families(&self.settings.plan, config);
+            crate::plan::egress::targets(config, &families)
+        })
+    }
+
     /// Resolves the active config's output addresses against the node's addresses now; a new
-    /// resolution makes a new plan. An error when the node holds none the config names.
+    /// resolution makes a new plan. A family whose configured value the node holds no address
+    /// of falls back to masquerade (said once, in a WARN, in the status and the metrics) until
+    /// one is back. A read that concurrent changes interrupted every time keeps the
+    /// resolution in force and asks for another pass soon.
     fn resolve_egress(&mut self) -> Result<(), BackendError> {
+        let targets = self.egress_targets();
+        if !self.addresses_due
+            && self.egress_read_for.as_ref() == Some(&targets)
+            && self
+                .address_events
+                .load(std::sync::atomic::Ordering::Acquire)
+        {
+            // Nothing that can move the output address was reported since the last read.
+            return Ok(());
+        }
         let resolved = match &self.active {
             Some(config) if self.uses_node_addresses() => {
                 let families = crate::plan::families(&self.settings.plan, config);
-                let addresses = crate::addresses::node_addresses().map_err(|err| {
-                    BackendError::Node(format!("cannot read this node's addresses: {err}"))
-                })?;
-                crate::plan::egress::resolve(config, &families, &addresses).map_err(|err| {
-                    BackendError::Node(format!(
-                        "{err}; the last good rules stay in force until the address is back or the config changes"
-                    ))
-                })?
+                let resolver = crate::plan::egress::Resolver::new(config, &families);
+                debug!("reading this node's addresses for the output address");
+                match crate::addresses::resolve_output_addresses(&resolver) {
+                    Ok(resolution) => {
+                        self.note_fallbacks(&resolver.families(), &resolution.lost);
+                        resolution.egress
+                    }
+                    Err(err) if crate::addresses::is_interrupted(&err) => {
+                        self.egress_reread = true;
+                        self.addresses_due = true;
+                        debug!(error = %err, "this node's addresses change too fast to read; the output address in force stays, read again shortly");
+                        return Ok(());
+                    }
+                    Err(err) => {
+                        return Err(BackendError::Node(format!(
+                            "cannot read this node's addresses: {err}"
+                        )))
+                    }
+                }
             }
-            _ => crate::plan::ResolvedEgress::default(),
+            _ => {
+                self.status.egress_fallback.clear();
+                crate::plan::ResolvedEgress::default()
+            }
         };
+        self.egress_reread = false;
+        self.addresses_due = false;
+        self.egress_read_for = Some(targets);
         if resolved != self.settings.plan.egress {
-            if resolved != crate::plan::ResolvedEgress::default() {
+            if resolved.v4.is_some() || resolved.v6.is_some() {
                 info!(
                     ipv4 = %resolved.v4.map_or("masquerade".to_string(), |a| a.to_string()),
                     ipv6 = %resolved.v6.map_or("masquerade".to_string(), |a| a.to_string()),
@@ -561,6 +619,39 @@ impl Reconciler {
             self.planned = None;
         }
         Ok(())
+    }
+
+    /// An address change that can move the output address was reported, or an operator asked
+    /// for a fresh look (SIGHUP): the next pass reads the node's addresses.
+    pub fn addresses_may_have_changed(&mut self) {
+        self.addresses_due = true;
+    }
+
+    /// Records which families masquerade because the node lacks their output address: a WARN
+    /// when a family starts to, an INFO when it stops (its address is back).
+    fn note_fallbacks(
+        &mut self,
+        families: &[Family],
+        lost: &[(Family, crate::plan::egress::EgressError)],
+    ) {
+        let before = std::mem::take(&mut self.status.egress_fallback);
+        for family in families {
+            let reason = lost
+                .iter()
+                .find(|(f, _)| f == family)
+                .map(|(_, err)| crate::cmd::fallback_reason(*family, err));
+            let was = before.get(family).cloned().flatten();
+            match (&was, &reason) {
+                (None, Some(reason)) => {
+                    warn!(family = %family, reason = %reason, "output address not on this node: masquerading instead");
+                }
+                (Some(_), None) => {
+                    info!(family = %family, "output address back on this node: SNAT to it again");
+                }
+                _ => {}
+            }
+            self.status.egress_fallback.insert(*family, reason);
+        }
     }
 
     fn sync(&mut self) -> Pass {

@@ -64,6 +64,10 @@ struct ConfigAnswer {
     reason: Reason,
     #[serde(skip_serializing_if = "Option::is_none")]
     decision: Option<DecisionAnswer>,
+    /// Why a rewrite masquerades although the config names an output address: this node
+    /// holds no address in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_address_fallback: Option<String>,
 }
 
 /// The CIDR that decided and where it was written.
@@ -191,6 +195,7 @@ fn config_answer(
         snat_to,
         reason: verdict.reason,
         decision,
+        output_address_fallback: None,
     }
 }
 
@@ -280,6 +285,23 @@ fn config_verdict(
     answer
 }
 
+/// The plan the config is judged with on this node: the flags in force, and the output
+/// addresses resolved here, with why a family masquerades instead when the node lacks its.
+fn plan_on_node(
+    flags: &crate::cli::RuleFlags,
+    config: &Config,
+) -> (PlanOptions, Vec<(Family, String)>) {
+    let plan = PlanOptions {
+        chain: flags.masq_chain.clone(),
+        random_fully: flags.random_fully,
+        to_ports: flags.to_ports.clone(),
+        // The config is judged with the flag already: its value is the one in force.
+        enable_ipv6: config.enable_ipv6,
+        egress: crate::plan::ResolvedEgress::default(),
+    };
+    super::node_egress(plan, config)
+}
+
 /// Runs `ipmasq explain`.
 pub fn run(args: &ExplainArgs) -> Exit {
     let (node, judgement) = match resolve(args) {
@@ -287,7 +309,6 @@ pub fn run(args: &ExplainArgs) -> Exit {
         Err(exit) => return exit,
     };
     let config = &judgement.config;
-    let flags = &node.flags;
     let dst = args.destination;
     let family = if dst.is_ipv4() {
         Family::V4
@@ -298,25 +319,22 @@ pub fn run(args: &ExplainArgs) -> Exit {
         eprintln!("ipmasq explain: --from and DEST must be of the same IP family");
         return Exit::Usage;
     }
-    let plan = PlanOptions {
-        chain: flags.masq_chain.clone(),
-        random_fully: flags.random_fully,
-        to_ports: flags.to_ports.clone(),
-        // The config is judged with the flag already: its value is the one in force.
-        enable_ipv6: config.enable_ipv6,
-        egress: crate::plan::ResolvedEgress::default(),
-    };
-    let plan = super::with_node_egress(plan, config);
+    let (plan, fallback) = plan_on_node(&node.flags, config);
     let src = source_address(args.from, config, family);
     let packet_src = src.unwrap_or_else(|| unspecified(family));
     let local = is_local_address(dst);
     let (interface, interface_from) = out_interface(args, dst, local);
-    let config_verdict = config_verdict(
+    let mut config_verdict = config_verdict(
         (config, judgement.described()),
         &plan,
         (packet_src, dst),
         (local, interface.as_deref()),
     );
+    if config_verdict.action == Action::Masquerade {
+        config_verdict.output_address_fallback = fallback
+            .into_iter()
+            .find_map(|(of, reason)| (of == family).then_some(reason));
+    }
     let inspected = (!args.no_live).then(|| node.inspect(family));
     let (live, live_unavailable) = match &inspected {
         None => (None, None),
@@ -534,6 +552,12 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         (None, _) => "no listed CIDR holds it: everything else is masqueraded".to_string(),
     };
     out.push_str(&format!("        {}\n", printable(&why)));
+    if let Some(reason) = &c.output_address_fallback {
+        out.push_str(&format!(
+            "        {}\n",
+            style.warning(&printable(&format!("output address fallback: {reason}")))
+        ));
+    }
     out.push_str(&live_text(report, style));
     if let Some(flows) = &report.conntrack {
         out.push_str(&super::flows::text(flows, report.destination, style));

@@ -106,14 +106,41 @@ pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, O
 /// `plan` with the config's output addresses resolved against this machine's addresses, as
 /// the agent resolves them; left unresolved (described, never written) when this machine
 /// holds none the config names or its addresses cannot be read.
-pub fn with_node_egress(mut plan: PlanOptions, config: &crate::config::Config) -> PlanOptions {
+pub fn with_node_egress(plan: PlanOptions, config: &crate::config::Config) -> PlanOptions {
+    node_egress(plan, config).0
+}
+
+/// [`with_node_egress`], and for each family whose output address this node holds no
+/// address of, why it masquerades instead (what the agent does and says).
+pub fn node_egress(
+    mut plan: PlanOptions,
+    config: &crate::config::Config,
+) -> (PlanOptions, Vec<(crate::plan::Family, String)>) {
     let families = crate::plan::families(&plan, config);
+    let mut fallback = Vec::new();
     if crate::plan::egress::names_output_address(config, &families) {
         if let Ok(addresses) = crate::addresses::node_addresses() {
-            plan.egress = crate::plan::egress::held(config, &families, &addresses);
+            let resolution = crate::plan::egress::on_node(config, &families, &addresses);
+            plan.egress = resolution.egress;
+            fallback = resolution
+                .lost
+                .iter()
+                .map(|(family, err)| (*family, fallback_reason(*family, err)))
+                .collect();
         }
     }
-    plan
+    (plan, fallback)
+}
+
+/// Why `family` masquerades although the config names an output address: said alike by the
+/// agent (log, `/readyz`), `show` and `explain`.
+pub fn fallback_reason(
+    family: crate::plan::Family,
+    err: &crate::plan::egress::EgressError,
+) -> String {
+    format!(
+        "{err}: {family} traffic is masqueraded (the outgoing interface's address) until an address in that value is on this node"
+    )
 }
 
 /// The rule flags as the state file records them.

@@ -194,6 +194,9 @@ pub struct SyncVerdict {
     /// Where the config came from, when that needs saying.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Families masquerading because this node holds no address their output address names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub output_address_fallback: Vec<String>,
     pub in_sync: bool,
     pub differences: Vec<DifferenceReport>,
     /// Flags given here that differ from the running agent's: `(flag, here, agent)`.
@@ -505,6 +508,12 @@ fn sync_text(sync: &SyncVerdict, style: &Styler) -> String {
     if let Some(note) = &sync.note {
         out.push_str(&format!("{}\n", style.warning(&printable(note))));
     }
+    for reason in &sync.output_address_fallback {
+        out.push_str(&format!(
+            "{}\n",
+            style.warning(&printable(&format!("output address fallback: {reason}")))
+        ));
+    }
     for flag in &sync.flags_differ_from_agent {
         out.push_str(&format!(
             "{}\n",
@@ -667,7 +676,7 @@ fn sync_verdict(
 ) -> SyncVerdict {
     let backend = node.backend();
     let (plan, _) = plan_options(&node.flags, backend);
-    let plan = super::with_node_egress(plan, &judgement.config);
+    let (plan, output_address_fallback) = super::node_egress(plan, &judgement.config);
     let mut differences = Vec::new();
     for family in crate::plan::families(&plan, &judgement.config) {
         let desired = plan_family(&judgement.config, &plan, family);
@@ -699,6 +708,10 @@ fn sync_verdict(
         config: judgement.source.clone(),
         judged_against: judgement.described(),
         note: judgement.note.clone(),
+        output_address_fallback: output_address_fallback
+            .into_iter()
+            .map(|(_, reason)| reason)
+            .collect(),
         in_sync: differences.is_empty(),
         differences,
         flags_differ_from_agent,

@@ -318,7 +318,7 @@ mod tests {
         let options = PlanOptions {
             egress: crate::plan::ResolvedEgress {
                 v4: egress,
-                v6: None,
+                ..Default::default()
             },
             ..PlanOptions::default()
         };

@@ -154,6 +154,7 @@ pub(crate) mod tests {
         let snat = crate::plan::ResolvedEgress {
             v4: Some("203.0.113.9".parse().unwrap()),
             v6: Some("2001:db8:f0::9".parse().unwrap()),
+            ..Default::default()
         };
         let interfaces: Vec<crate::config::egress::InterfacePattern> = ["bond+", "eth0"]
             .iter()
@@ -281,6 +282,7 @@ pub(crate) mod tests {
         crate::plan::ResolvedEgress {
             v4: config.output_address.map(|t| t.0.addr()),
             v6: config.output_address_ipv6.map(|t| t.0.addr()),
+            ..Default::default()
         }
     }
 

@@ -13,6 +13,9 @@ pub struct NodeAddress {
     pub interface: String,
     pub address: IpAddr,
     pub prefix_len: u8,
+    /// An IPv6 address past its preferred lifetime: still held (its flows go on), chosen
+    /// only when no preferred address is in the configured value.
+    pub deprecated: bool,
 }
 
 /// The address each family's traffic is SNATed to; None: masquerade (or not resolved).
@@ -20,6 +23,10 @@ pub struct NodeAddress {
 pub struct ResolvedEgress {
     pub v4: Option<IpAddr>,
     pub v6: Option<IpAddr>,
+    /// IPv4's configured address is not on this node: IPv4 is masqueraded until it is back.
+    pub fallback_v4: bool,
+    /// The same for IPv6.
+    pub fallback_v6: bool,
 }
 
 impl ResolvedEgress {
@@ -27,6 +34,21 @@ impl ResolvedEgress {
         match family {
             Family::V4 => self.v4,
             Family::V6 => self.v6,
+        }
+    }
+
+    /// Whether `family` masquerades because the node does not hold its configured address.
+    pub fn falls_back(&self, family: Family) -> bool {
+        match family {
+            Family::V4 => self.fallback_v4,
+            Family::V6 => self.fallback_v6,
+        }
+    }
+
+    fn set(&mut self, family: Family, address: Option<IpAddr>) {
+        match family {
+            Family::V4 => (self.v4, self.fallback_v4) = (address, address.is_none()),
+            Family::V6 => (self.v6, self.fallback_v6) = (address, address.is_none()),
         }
     }
 }
@@ -48,14 +70,44 @@ pub enum EgressError {
     },
 }
 
+/// The best address for one configured value among those offered so far: the lowest
+/// preferred one it admits, else the lowest deprecated one. Constant memory, so the node's
+/// addresses can be streamed through it however many there are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Choice {
+    preferred: Option<IpAddr>,
+    deprecated: Option<IpAddr>,
+}
+
+impl Choice {
+    /// Considers one address of the node for `target`.
+    pub fn offer(&mut self, target: EgressTarget, address: IpAddr, deprecated: bool) {
+        if !target.admits(address) {
+            return;
+        }
+        let slot = if deprecated {
+            &mut self.deprecated
+        } else {
+            &mut self.preferred
+        };
+        *slot = Some(slot.map_or(address, |held| held.min(address)));
+    }
+
+    /// The address chosen: a deprecated one only while no preferred one is admitted.
+    pub fn best(&self) -> Option<IpAddr> {
+        self.preferred.or(self.deprecated)
+    }
+}
+
 /// The address `target` names among `addresses`: itself when the node holds it, else the
-/// lowest address inside the prefix (stable whatever order the kernel lists them in).
+/// lowest address inside the prefix (stable whatever order the kernel lists them in); a
+/// deprecated IPv6 address only when no preferred one is inside.
 pub fn pick(target: EgressTarget, addresses: &[NodeAddress]) -> Option<IpAddr> {
-    addresses
-        .iter()
-        .map(|a| a.address)
-        .filter(|a| target.admits(*a))
-        .min()
+    let mut choice = Choice::default();
+    for a in addresses {
+        choice.offer(target, a.address, a.deprecated);
+    }
+    choice.best()
 }
 
 /// Whether the config names an output address for one of `families`.
@@ -65,60 +117,132 @@ pub fn names_output_address(config: &Config, families: &[Family]) -> bool {
         .any(|f| config.output_address_of(*f == Family::V6).is_some())
 }
 
-/// The output address of each of `families` that the config sets and the node holds (a family
-/// whose address the node does not hold stays None).
-pub fn held(config: &Config, families: &[Family], addresses: &[NodeAddress]) -> ResolvedEgress {
-    let mut resolved = ResolvedEgress::default();
-    for family in families {
-        let picked = config
-            .output_address_of(*family == Family::V6)
-            .and_then(|target| pick(target, addresses));
-        match family {
-            Family::V4 => resolved.v4 = picked,
-            Family::V6 => resolved.v6 = picked,
-        }
-    }
-    resolved
+/// The configured output addresses of `families`: what an address change must fall inside
+/// to be able to change the resolution.
+pub fn targets(config: &Config, families: &[Family]) -> Vec<EgressTarget> {
+    families
+        .iter()
+        .filter_map(|f| config.output_address_of(*f == Family::V6))
+        .collect()
 }
 
-/// The output address of every managed family that the config sets, from the node's
-/// addresses; an error when the node holds none that the config names.
-pub fn resolve(
-    config: &Config,
-    families: &[Family],
-    addresses: &[NodeAddress],
-) -> Result<ResolvedEgress, EgressError> {
-    let resolved = held(config, families, addresses);
-    for family in families {
-        let v6 = *family == Family::V6;
-        let Some(target) = config.output_address_of(v6) else {
-            continue;
-        };
-        if resolved.of(*family).is_some() {
-            continue;
-        }
-        let key = if v6 {
-            "outputAddressIPv6"
-        } else {
-            "outputAddress"
-        };
-        let mut held: Vec<String> = addresses
+/// How many of a family's addresses an error names.
+const NAMED_IN_ERRORS: usize = 8;
+
+/// One family's output address being resolved.
+#[derive(Clone, Debug)]
+struct Pending {
+    family: Family,
+    target: EgressTarget,
+    choice: Choice,
+    /// The first few addresses of the family, for the error when none is admitted.
+    sample: Vec<String>,
+}
+
+/// The config's output addresses resolved from the node's addresses, offered one at a time
+/// (a streamed dump keeps nothing else): what `finish` returns is the same whatever the
+/// order and number of the addresses.
+#[derive(Clone, Debug)]
+pub struct Resolver {
+    pending: Vec<Pending>,
+}
+
+/// The outcome of a resolution: the addresses to SNAT to, and for each family whose value the
+/// node holds no address of, why (that family masquerades meanwhile).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolution {
+    pub egress: ResolvedEgress,
+    pub lost: Vec<(Family, EgressError)>,
+}
+
+impl Resolver {
+    pub fn new(config: &Config, families: &[Family]) -> Resolver {
+        let pending = families
             .iter()
-            .filter(|a| family.holds_addr(a.address))
-            .map(|a| format!("{} on {}", a.address, a.interface))
+            .filter_map(|family| {
+                let target = config.output_address_of(*family == Family::V6)?;
+                Some(Pending {
+                    family: *family,
+                    target,
+                    choice: Choice::default(),
+                    sample: Vec::new(),
+                })
+            })
             .collect();
-        if held.is_empty() {
-            held.push(format!("no {} address", family.as_str()));
-        }
-        held.truncate(8);
-        let held = held.join(", ");
-        return Err(if target.is_address() {
-            EgressError::AddressNotHeld { key, target, held }
-        } else {
-            EgressError::NoAddressInPrefix { key, target, held }
-        });
+        Resolver { pending }
     }
-    Ok(resolved)
+
+    /// The families whose addresses must be read.
+    pub fn families(&self) -> Vec<Family> {
+        self.pending.iter().map(|p| p.family).collect()
+    }
+
+    /// Considers one address of the node; `interface` names its interface, asked only when
+    /// an error may name it.
+    pub fn offer(&mut self, address: IpAddr, deprecated: bool, interface: impl FnOnce() -> String) {
+        let mut interface = Some(interface);
+        for pending in &mut self.pending {
+            if !pending.family.holds_addr(address) {
+                continue;
+            }
+            pending.choice.offer(pending.target, address, deprecated);
+            if pending.sample.len() < NAMED_IN_ERRORS {
+                if let Some(name) = interface.take().map(|f| f()) {
+                    pending.sample.push(format!("{address} on {name}"));
+                }
+            }
+        }
+    }
+
+    /// What the addresses offered so far resolve to.
+    pub fn chosen(&self) -> ResolvedEgress {
+        let mut egress = ResolvedEgress::default();
+        for pending in &self.pending {
+            egress.set(pending.family, pending.choice.best());
+        }
+        egress
+    }
+
+    pub fn finish(self) -> Resolution {
+        let mut egress = ResolvedEgress::default();
+        let mut lost = Vec::new();
+        for pending in self.pending {
+            let best = pending.choice.best();
+            egress.set(pending.family, best);
+            if best.is_some() {
+                continue;
+            }
+            let key = if pending.family == Family::V6 {
+                "outputAddressIPv6"
+            } else {
+                "outputAddress"
+            };
+            let mut held = pending.sample;
+            if held.is_empty() {
+                held.push(format!("no {} address", pending.family.as_str()));
+            }
+            let (target, held) = (pending.target, held.join(", "));
+            lost.push((
+                pending.family,
+                if target.is_address() {
+                    EgressError::AddressNotHeld { key, target, held }
+                } else {
+                    EgressError::NoAddressInPrefix { key, target, held }
+                },
+            ));
+        }
+        Resolution { egress, lost }
+    }
+}
+
+/// The config's output addresses on a node holding `addresses`: SNAT to the chosen address
+/// of each family that has one, masquerade (with the reason) for a family that has none.
+pub fn on_node(config: &Config, families: &[Family], addresses: &[NodeAddress]) -> Resolution {
+    let mut resolver = Resolver::new(config, families);
+    for a in addresses {
+        resolver.offer(a.address, a.deprecated, || a.interface.clone());
+    }
+    resolver.finish()
 }
 
 #[cfg(test)]
@@ -126,11 +250,26 @@ mod tests {
     use super::*;
     use crate::config::Options;
 
+    /// The output address of every managed family that the config sets, from the node's
+    /// addresses; an error when the node holds none that the config names.
+    fn resolve(
+        config: &Config,
+        families: &[Family],
+        addresses: &[NodeAddress],
+    ) -> Result<ResolvedEgress, EgressError> {
+        let resolution = on_node(config, families, addresses);
+        match resolution.lost.into_iter().next() {
+            Some((_, err)) => Err(err),
+            None => Ok(resolution.egress),
+        }
+    }
+
     fn on(interface: &str, address: &str) -> NodeAddress {
         NodeAddress {
             interface: interface.into(),
             address: address.parse().unwrap(),
             prefix_len: 24,
+            deprecated: false,
         }
     }
 
@@ -200,7 +339,7 @@ pub fn node_findings(
             found.push(at(
                 Diagnostic::info(
                     Code::OutputAddressNotHere,
-                    format!("{key} {target}: this node holds no such address; an agent here would keep its last good rules and report not ready"),
+                    format!("{key} {target}: this node holds no such address; an agent here masquerades that family (the interface's address) until the address is here"),
                 ),
                 place,
             ).hint("fine when this is not one of the nodes the config is for; on a node, add the address or correct the value"));
@@ -249,6 +388,106 @@ pub fn node_findings(
 }
 
 #[cfg(test)]
+mod fallback_tests {
+    use super::*;
+    use crate::config::Options;
+
+    fn at(address: &str, deprecated: bool) -> NodeAddress {
+        NodeAddress {
+            interface: "vout".into(),
+            address: address.parse().unwrap(),
+            prefix_len: 64,
+            deprecated,
+        }
+    }
+
+    /// A deprecated IPv6 address is chosen only while no preferred one is in the value,
+    /// whatever the order the kernel lists them in.
+    #[test]
+    fn a_deprecated_address_is_never_chosen_while_a_preferred_one_exists() {
+        let target = EgressTarget::parse("2001:db8:f0::/64").unwrap();
+        let mut node = vec![at("2001:db8:f0::5", false), at("2001:db8:f0::3", true)];
+        assert_eq!(pick(target, &node), Some("2001:db8:f0::5".parse().unwrap()));
+        node.reverse();
+        assert_eq!(pick(target, &node), Some("2001:db8:f0::5".parse().unwrap()));
+        node.retain(|a| a.deprecated);
+        assert_eq!(
+            pick(target, &node),
+            Some("2001:db8:f0::3".parse().unwrap()),
+            "only a deprecated one: still held, still chosen"
+        );
+        let exact = EgressTarget::parse("2001:db8:f0::3").unwrap();
+        assert_eq!(pick(exact, &node), Some("2001:db8:f0::3".parse().unwrap()));
+    }
+
+    /// A family whose value the node holds no address of masquerades (and says why); the
+    /// other family still SNATs; the plan never holds an address the node lacks.
+    #[test]
+    fn a_lost_output_address_falls_back_to_masquerade_for_its_family_only() {
+        let mut config = Config::defaults(&Options::default());
+        config.enable_ipv6 = true;
+        config.output_address = Some(EgressTarget::parse("203.0.113.9").unwrap());
+        config.output_address_ipv6 = Some(EgressTarget::parse("2001:db8:f0::/64").unwrap());
+        let families = [Family::V4, Family::V6];
+        let node = [at("203.0.113.1", false), at("2001:db8:f0::9", false)];
+        let resolution = on_node(&config, &families, &node);
+        assert_eq!(resolution.egress.v4, None);
+        assert!(resolution.egress.falls_back(Family::V4));
+        assert_eq!(
+            resolution.egress.v6,
+            Some("2001:db8:f0::9".parse().unwrap())
+        );
+        assert!(!resolution.egress.falls_back(Family::V6));
+        assert_eq!(resolution.lost.len(), 1);
+        let (family, err) = &resolution.lost[0];
+        assert_eq!(*family, Family::V4);
+        assert!(err.to_string().contains("203.0.113.1 on vout"), "{err}");
+        let options = crate::plan::PlanOptions {
+            enable_ipv6: true,
+            egress: resolution.egress,
+            ..Default::default()
+        };
+        let v4 = crate::plan::plan_family(&config, &options, Family::V4);
+        assert_eq!(v4.masquerade.egress, crate::plan::Egress::Masquerade);
+        let v6 = crate::plan::plan_family(&config, &options, Family::V6);
+        assert_eq!(
+            v6.masquerade.egress,
+            crate::plan::Egress::Snat("2001:db8:f0::9".parse().unwrap())
+        );
+        // The address is back: SNAT again, no fallback.
+        let back = [at("203.0.113.9", false), at("2001:db8:f0::9", false)];
+        let resolution = on_node(&config, &families, &back);
+        assert!(resolution.lost.is_empty());
+        assert_eq!(resolution.egress.v4, Some("203.0.113.9".parse().unwrap()));
+        assert!(!resolution.egress.falls_back(Family::V4));
+    }
+
+    /// Streamed through a resolver, the node's addresses cost the same memory however many:
+    /// 100,000 addresses outside the value resolve to the one inside it.
+    #[test]
+    fn a_resolver_streams_any_number_of_addresses() {
+        let mut config = Config::defaults(&Options::default());
+        config.output_address = Some(EgressTarget::parse("203.0.113.0/24").unwrap());
+        let mut resolver = Resolver::new(&config, &[Family::V4]);
+        let mut named = 0;
+        for i in 0..100_000u32 {
+            let address = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+            resolver.offer(address.into(), false, || {
+                named += 1;
+                "dummy0".into()
+            });
+        }
+        resolver.offer("203.0.113.7".parse().unwrap(), false, || "vout".into());
+        let resolution = resolver.finish();
+        assert_eq!(resolution.egress.v4, Some("203.0.113.7".parse().unwrap()));
+        assert_eq!(
+            named, NAMED_IN_ERRORS,
+            "interfaces named only for an error's list"
+        );
+    }
+}
+
+#[cfg(test)]
 mod node_tests {
     use super::*;
     use crate::config::{Code, Options};
@@ -259,6 +498,7 @@ mod node_tests {
             interface: "eth1".into(),
             address: "10.0.0.5".parse().unwrap(),
             prefix_len: 24,
+            deprecated: false,
         }];
         let names = ["eth1".to_string(), "lo".to_string()];
         let mut config = Config::defaults(&Options::default());

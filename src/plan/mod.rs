@@ -310,13 +310,16 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
 }
 
 /// The source of the family's rewritten packets: SNAT to the resolved output address when the
-/// config names one (and it is one the config admits), else masquerade.
+/// config names one (and it is one the config admits); masquerade when it names none, or
+/// when the node holds no address it names (never SNAT to an address the node lacks: the
+/// replies would go elsewhere).
 fn egress_of(config: &Config, options: &PlanOptions, family: Family) -> Egress {
     let Some(target) = config.output_address_of(family == Family::V6) else {
         return Egress::Masquerade;
     };
     match options.egress.of(family) {
         Some(address) if target.admits(address) => Egress::Snat(address),
+        _ if options.egress.falls_back(family) => Egress::Masquerade,
         _ => Egress::Unresolved(target),
     }
 }

@@ -1,7 +1,9 @@
 //! Step 15 with packets, per backend (iptables-nft, iptables-legacy, nftables), IPv4 and IPv6:
 //! `outputAddress` SNATs to the chosen address of a node with two (by address, then by a
-//! prefix holding only it), an address that goes away keeps the last good rules and one that
-//! comes back is applied on the address event; `outputInterfaces` rewrites only traffic
+//! prefix holding only it); an address that leaves the node makes its family masquerade
+//! within a second of the event (said once, in the gauge, /readyz, `show` and `explain`),
+//! and one that comes back is SNATed to again on the address event; a deprecated IPv6
+//! address is not chosen over a preferred one; `outputInterfaces` rewrites only traffic
 //! leaving a listed interface.
 
 use super::netns::{scratch_file, wait_until, Netns};
@@ -87,9 +89,9 @@ pub(super) fn ipmasq_on(ns: &Netns, backend: &str, args: Vec<String>) -> crate::
 }
 
 /// Starts `ipmasq ARGS` in `ns` (the flags that choose `backend` appended), logging to `log`.
-pub(super) fn spawn_ipmasq_on(ns: &mut Netns, backend: &str, args: Vec<String>, log: &Path) {
+pub(super) fn spawn_ipmasq_on(ns: &mut Netns, backend: &str, args: Vec<String>, log: &Path) -> u32 {
     let args = with_backend(args, backend);
-    ns.spawn_ipmasq(&args.iter().map(String::as_str).collect::<Vec<_>>(), log);
+    ns.spawn_ipmasq(&args.iter().map(String::as_str).collect::<Vec<_>>(), log)
 }
 
 /// `args` and the flags that choose a backend under test (`nftables`, or an iptables mode).
@@ -163,6 +165,38 @@ fn rewrites(topo: &Topology, backend: &str, family: &str) -> Vec<String> {
         .collect()
 }
 
+/// `show -o json` in the node's namespace.
+fn show_json(topo: &Topology, backend: &str) -> serde_json::Value {
+    let args = vec!["show".to_string(), "-o".into(), "json".into()];
+    let run = ipmasq_on(&topo.node, backend, args);
+    serde_json::from_str(&run.stdout).unwrap_or_else(|_| panic!("show: {}", run.stderr))
+}
+
+/// The status and body of GET `path` on the agent's endpoint inside `ns`.
+fn http_status(ns: &Netns, path: &str) -> (u16, String) {
+    let run = ns.exec(
+        super::netns::PYTHON,
+        &[
+            "-c",
+            &format!("import urllib.request,urllib.error\ntry:\n    r=urllib.request.urlopen('http://127.0.0.1:9723{path}',timeout=5); print(r.status); print(r.read().decode(), end='')\nexcept urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode(), end='')"),
+        ],
+    );
+    let mut lines = run.stdout.splitn(2, '\n');
+    let code = lines.next().unwrap_or("0").trim().parse().unwrap_or(0);
+    (
+        code,
+        lines.next().unwrap_or_default().trim_end().to_string(),
+    )
+}
+
+fn readyz(ns: &Netns) -> (u16, String) {
+    http_status(ns, "/readyz")
+}
+
+fn http_get(ns: &Netns, path: &str) -> String {
+    http_status(ns, path).1
+}
+
 fn egress_address(backend: &str) {
     let mut topo = Topology::new();
     let config = ConfigFile::new(
@@ -174,7 +208,7 @@ fn egress_address(backend: &str) {
         "--v=2".into(),
         format!("--config={}", config.path().display()),
     ];
-    spawn_ipmasq_on(&mut topo.node, backend, args, &log);
+    let pid = spawn_ipmasq_on(&mut topo.node, backend, args, &log);
     assert!(
         wait_until(Duration::from_secs(20), || count_in_log(
             &log,
@@ -210,22 +244,87 @@ fn egress_address(backend: &str) {
         "outputAddressIPv6 prefix"
     );
 
-    // The addresses go: the agent says so and keeps the last good rules.
+    // The addresses leave the node for good (or move to another host, as a VIP does): SNAT to
+    // them would black-hole every new flow. Within a second of the address event each family
+    // masquerades instead, traffic keeps flowing from the interface's address, and the agent
+    // says so: one WARN per family, the gauge, /readyz (still ready), `show` and `explain`.
+    let removed = Instant::now();
     topo.node.sh(&format!(
         "ip addr del {NODE_SECOND_V4}/24 dev vout && ip addr del {NODE_SECOND_V6}/64 dev vout"
     ));
     assert!(
-        wait_until(Duration::from_secs(10), || log_of(&log)
-            .contains("this node holds no address inside that prefix")),
-        "the agent did not report the missing address:\n{}",
+        wait_until(Duration::from_secs(10), || {
+            rewrites(&topo, backend, "ipv4") == ["MASQUERADE"]
+                && rewrites(&topo, backend, "ipv6") == ["MASQUERADE"]
+        }),
+        "the agent did not fall back to MASQUERADE:\n{}",
         log_of(&log)
     );
-    assert!(rewrites(&topo, backend, "ipv4")
-        .iter()
-        .all(|a| a == "SNAT 203.0.113.9"));
-    assert!(rewrites(&topo, backend, "ipv6")
-        .iter()
-        .all(|a| a == "SNAT 2001:db8:f0::9"));
+    let took = removed.elapsed();
+    eprintln!("{backend}: address removed -> MASQUERADE in {took:?}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert_eq!(topo.seen_out(OUT_V4), NODE_FIRST_V4, "masqueraded (IPv4)");
+    assert_eq!(
+        topo.seen_out(OUT_V6),
+        "2001:db8:f0::1",
+        "masqueraded (IPv6)"
+    );
+    let (code, body) = readyz(&topo.node);
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("output address fallback: outputAddress 203.0.113.8/29: this node holds no address inside that prefix")
+            && body.contains("outputAddressIPv6 2001:db8:f0::8/125"),
+        "{body}"
+    );
+    let metrics = http_get(&topo.node, "/metrics");
+    for family in ["ipv4", "ipv6"] {
+        let line = format!("ipmasq_output_address_fallback{{family=\"{family}\"}} 1");
+        assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
+    }
+    let show = show_json(&topo, backend);
+    assert_eq!(show["sync"]["inSync"], true, "{show}");
+    let fallback = show["sync"]["outputAddressFallback"].to_string();
+    assert!(
+        fallback.contains("203.0.113.8/29") && fallback.contains("2001:db8:f0::8/125"),
+        "{show}"
+    );
+    for (dest, from) in [(OUT_V4, POD_V4), (OUT_V6, POD_V6)] {
+        let args = vec![
+            "explain".to_string(),
+            dest.into(),
+            format!("--from={from}"),
+            format!("--config={}", config.path().display()),
+            "-o".into(),
+            "json".into(),
+        ];
+        let run = ipmasq_on(&topo.node, backend, args);
+        let report: serde_json::Value =
+            serde_json::from_str(&run.stdout).unwrap_or_else(|_| panic!("explain: {}", run.stderr));
+        assert_eq!(report["outcome"], "masquerade", "{report}");
+        assert_eq!(report["agree"], true, "{report}");
+        assert!(report["config"]["snatTo"].is_null(), "{report}");
+        assert!(
+            report["config"]["outputAddressFallback"]
+                .as_str()
+                .is_some_and(|r| r.contains("this node holds no address inside that prefix")),
+            "{report}"
+        );
+    }
+    // Said once: a pass that finds the addresses still gone warns no more.
+    let passes = count_in_log(&log, "pass done");
+    super::netns::kill(pid, "HUP");
+    assert!(
+        wait_until(Duration::from_secs(10), || count_in_log(&log, "pass done")
+            > passes),
+        "no pass after SIGHUP:\n{}",
+        log_of(&log)
+    );
+    assert_eq!(
+        count_in_log(&log, "output address not on this node"),
+        2,
+        "one WARN per family:\n{}",
+        log_of(&log)
+    );
 
     // Another address inside the prefixes comes: applied on the address event.
     let added = Instant::now();
@@ -252,6 +351,26 @@ fn egress_address(backend: &str) {
     );
     assert!(took < Duration::from_secs(1), "took {took:?}");
     assert_eq!(topo.seen_out(OUT_V4), "203.0.113.10");
+    assert_eq!(topo.seen_out(OUT_V6), "2001:db8:f0::a");
+    assert_eq!(readyz(&topo.node), (200, "ok".to_string()));
+    let metrics = http_get(&topo.node, "/metrics");
+    assert!(
+        metrics.contains("ipmasq_output_address_fallback{family=\"ipv4\"} 0"),
+        "{metrics}"
+    );
+    assert_eq!(count_in_log(&log, "output address back on this node"), 2);
+
+    // A deprecated IPv6 address (past its preferred lifetime) is never chosen while a
+    // preferred one is in the value, though it is the lowest.
+    topo.node
+        .sh("ip addr add 2001:db8:f0::8/64 dev vout nodad preferred_lft 0");
+    let passes = count_in_log(&log, "pass done");
+    super::netns::kill(pid, "HUP");
+    assert!(wait_until(Duration::from_secs(10), || count_in_log(
+        &log,
+        "pass done"
+    ) > passes));
+    assert_eq!(rewrites(&topo, backend, "ipv6"), ["SNAT 2001:db8:f0::a"]);
     assert_eq!(topo.seen_out(OUT_V6), "2001:db8:f0::a");
     let _ = std::fs::remove_file(&log);
 }

@@ -13,6 +13,7 @@ macro_rules! both_variants {
     };
 }
 
+mod address_churn;
 mod agent;
 mod conntrack;
 mod egress;
