@@ -14,7 +14,7 @@ legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ip-masq-agent -l conntrack-reset -d 'After a change (or installing the rules from nothing), delete the conntrack entries whose NAT it made wrong, so their flows follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and SCTP too: those connections break), or off' -r -f -a "off\t'Delete no entry: every flow keeps its old decision until it ends'
 connectionless\t'Delete the entries of connectionless flows (UDP, UDP-Lite, ICMP, ICMPv6, GRE, any protocol but TCP, SCTP and DCCP)'
 all\t'Delete every contradicting entry, TCP, SCTP and DCCP included (their connections break and are made again under the new decision)'"
-complete -c ip-masq-agent -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)' -r
+complete -c ip-masq-agent -l cleanup-on-exit -d 'Remove the chain and its jump on SIGTERM/SIGINT, except when systemd restarts the unit (off: a rolling update must not leave a window without masquerade)' -r
 complete -c ip-masq-agent -l log-format -l logging-format -d 'Log line format (also spelt --logging-format, as Kubernetes components spell it)' -r -f -a "text\t''
 json\t''"
 complete -c ip-masq-agent -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r

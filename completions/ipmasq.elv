@@ -42,7 +42,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --backend 'The firewall backend'
             cand --iptables-mode 'Which iptables to drive'
             cand --conntrack-reset 'After a change (or installing the rules from nothing), delete the conntrack entries whose NAT it made wrong, so their flows follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and SCTP too: those connections break), or off'
-            cand --cleanup-on-exit 'Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a window without masquerade)'
+            cand --cleanup-on-exit 'Remove the chain and its jump on SIGTERM/SIGINT, except when systemd restarts the unit (off: a rolling update must not leave a window without masquerade)'
             cand --log-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
             cand --logging-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
             cand --metrics-addr 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`'

@@ -165,6 +165,11 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
     register_rules(&mut registry, snapshot);
     register_failures(&mut registry, status);
     register_conntrack(&mut registry, status);
+    registry.register(
+        "resync_interval_seconds",
+        "The resync interval in force (resyncInterval): a healthy agent syncs at least this often",
+        seconds_gauge(snapshot.interval.as_secs_f64()),
+    );
     let up = Gauge::<i64>::default();
     up.set(i64::from(readiness(snapshot).is_ok()));
     registry.register("ready", "1 when /readyz would answer 200", up);
@@ -523,6 +528,21 @@ mod tests {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn the_resync_interval_in_force_is_exported() {
+        let mut s = snapshot();
+        s.interval = Duration::from_secs(30 * 60);
+        let text = metrics_text(&s, s.started, SystemTime::now());
+        assert!(
+            text.contains("# TYPE ipmasq_resync_interval_seconds gauge"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nipmasq_resync_interval_seconds 1800.0\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub(crate) mod logging;
 pub(crate) mod memory;
 pub(crate) mod reconcile;
 pub(crate) mod state;
+pub(crate) mod systemd;
 pub(crate) mod watch;
 
 use crate::backend::Backend;
@@ -486,7 +487,9 @@ async fn address_changed(
 }
 
 /// The stop on SIGTERM/SIGINT. With --cleanup-on-exit, our rules go, but only if this agent
-/// holds the node lock: one still waiting for it would remove the running agent's rules.
+/// holds the node lock (one still waiting for it would remove the running agent's rules) and
+/// systemd is not restarting the unit (the next agent takes the rules over in place: removing
+/// them would leave new flows unmasqueraded until it has synced).
 /// Without, at once, and no tool of ours outlives the lock: a pass in flight is cut before its
 /// commit (it applies nothing), and none starts after this.
 async fn stop(
@@ -496,14 +499,22 @@ async fn stop(
     worker: std::thread::JoinHandle<Reconciler>,
     (backend_id, names): (crate::backend::BackendId, Names),
 ) -> Ending {
-    if cleanup_on_exit && holds_lock {
+    let reason = if cleanup_on_exit && holds_lock {
+        tokio::task::spawn_blocking(systemd::stop_reason)
+            .await
+            .unwrap_or(systemd::StopReason::Stop)
+    } else {
+        systemd::StopReason::Stop
+    };
+    if let systemd::StopReason::Restart { unit } = &reason {
+        info!(signal = signal_name, %unit, "stopping for a restart of the unit; rules stay in place for the next agent (--cleanup-on-exit removes them on a stop)");
+    } else if cleanup_on_exit && holds_lock {
         info!(
             signal = signal_name,
             "stopping; removing rules (--cleanup-on-exit)"
         );
         return stop_and_clean_up(commands, worker, backend_id, names).await;
-    }
-    if cleanup_on_exit {
+    } else if cleanup_on_exit {
         info!(signal = signal_name, "stopping; removing nothing: this agent never held the node lock, so the rules are the running agent's");
     } else {
         info!(signal = signal_name, "stopping; rules stay in place");

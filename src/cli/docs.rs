@@ -109,7 +109,7 @@ pub const AGENT: AppletDoc = AppletDoc {
         ),
     ],
     notes: &[
-        "SIGHUP re-reads the config and re-syncs at once; SIGTERM and SIGINT stop the agent, which removes its rules first only with --cleanup-on-exit. That stop ends within 20 s: a pass still running after 5 s has its firewall tool killed, and whatever could not be removed by the deadline is named in the log (exit 1).",
+        "SIGHUP re-reads the config and re-syncs at once; SIGTERM and SIGINT stop the agent, which removes its rules first only with --cleanup-on-exit (and not when systemd is restarting its unit: the next agent takes the rules over in place, so a restart or a package upgrade leaves no moment without masquerade). That stop ends within 20 s: a pass still running after 5 s has its firewall tool killed, and whatever could not be removed by the deadline is named in the log (exit 1).",
         "A config file rewritten in place is read once the writer closes it (after 5 s it is read as it is); a file emptied for a moment is taken as upstream's defaults only once it has stayed empty for 2 s.",
         "At start the agent reads its cgroup's memory limit (and says once when there is none, or when none can be read); a config whose estimated peak (the agent and the tool it runs, from the rules and set elements the backend writes for it, not the CIDRs it lists) exceeds 90 % of it is refused like an invalid one, the last good config stays in force and /readyz answers 503 with the reason.",
         "An invalid config is logged once per change; the last good config stays in force and drift is still repaired with it. A failed sync is retried after 1 s, doubling up to the resync interval.",

@@ -279,8 +279,8 @@ pub struct AgentArgs {
     )]
     pub conntrack_reset: crate::conntrack::judge::ResetScope,
 
-    /// Remove the chain and its jump on SIGTERM/SIGINT (off: a rolling update must not leave a
-    /// window without masquerade)
+    /// Remove the chain and its jump on SIGTERM/SIGINT, except when systemd restarts the unit
+    /// (off: a rolling update must not leave a window without masquerade)
     #[arg(
         long,
         value_name = "BOOL",
