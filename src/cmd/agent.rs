@@ -102,10 +102,16 @@ pub fn run(args: &AgentArgs) -> Exit {
 /// `--once`: one pass under the node lock; then, once our rules are in force, the other
 /// kind's leftovers go.
 fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
-    let lock = crate::agent::take_node_lock(
+    let lock = match crate::agent::take_node_lock(
         &state_dir(args.state_dir.as_deref()),
         args.rules.masq_chain.as_str(),
-    );
+    ) {
+        Ok(lock) => lock,
+        Err(err) => {
+            error!("{err}; touching no rule");
+            return Exit::Failure;
+        }
+    };
     reconciler.take_over_leftovers();
     let exit = match reconciler.pass() {
         Pass::Synced(_) => {
@@ -118,9 +124,7 @@ fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
         }
         Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
     };
-    if let Some(lock) = lock {
-        lock.release();
-    }
+    lock.release();
     exit
 }
 

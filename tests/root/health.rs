@@ -306,7 +306,7 @@ fn stalled_client_does_not_delay_a_sync() {
 }
 
 /// `/readyz`'s status inside the namespace, or `None` when nothing listens on the port.
-fn readyz_status(ns: &Netns) -> Option<u16> {
+pub(super) fn readyz_status(ns: &Netns) -> Option<u16> {
     let script = format!(
         "import urllib.request, urllib.error\n\
          try:\n    print(urllib.request.urlopen('http://{ADDR}/readyz', timeout=5).status)\n\
