@@ -595,6 +595,11 @@ pub fn remove_leftovers_of_other_backends(in_use: crate::backend::BackendId, nam
             return None::<()>;
         }
         match other.cleanup(family, names, false) {
+            Ok(done) if done.removed.is_empty() => {
+                for left in &done.left {
+                    info!(backend = %other.name(), %family, "{left}");
+                }
+            }
             Ok(_) => {
                 info!(backend = %other.name(), %family, now = %in_use, "removed the rules another backend left behind")
             }
@@ -630,7 +635,11 @@ pub fn cleanup(backend: &dyn Backend, names: &Names) -> Vec<String> {
                 removed = %crate::output::removed_words(&done.removed),
                 "rules removed"
             ),
-            Ok(_) => {}
+            Ok(done) => {
+                for not_ours in &done.left {
+                    info!(backend = %backend.name(), family = %family, "{not_ours}");
+                }
+            }
             Err(err) => {
                 left.push(format!("{} rules of {family}", backend.location(names)));
                 error!(backend = %backend.name(), family = %family, error = %err, "cleanup failed");

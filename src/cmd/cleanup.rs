@@ -4,7 +4,8 @@
 //! every failure is reported. `agent --cleanup-on-exit` removes through the same backends.
 //!
 //! JSON report (schemaVersion 1): `{schemaVersion, chain, dryRun, removedAnything, steps:
-//! [{backend, family, jumpsRemoved, chainRemoved, transaction, error}]}`.
+//! [{backend, family, jumpsRemoved, chainRemoved, transaction, error, left}]}` (`left`, what
+//! carries our name but not our mark and was left in place, only when there is any).
 
 use super::{choose_backend, Exit};
 use crate::agent::state::{running_agent, state_dir};
@@ -37,6 +38,10 @@ struct StepReport {
     removed: Vec<Removed>,
     transaction: Option<String>,
     error: Option<String>,
+    /// What carries our name but is not ours (a neighbour's nftables table called
+    /// `ipmasq`), left in place, each with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    left: Vec<String>,
 }
 
 /// One family of one backend, as cleaned (or not).
@@ -48,9 +53,14 @@ struct CleanupStep {
 
 impl From<&CleanupStep> for StepReport {
     fn from(step: &CleanupStep) -> Self {
-        let (removed, transaction, error) = match &step.outcome {
-            Ok(done) => (done.removed.clone(), done.transaction.clone(), None),
-            Err(err) => (Vec::new(), None, Some(err.to_string())),
+        let (removed, transaction, error, left) = match &step.outcome {
+            Ok(done) => (
+                done.removed.clone(),
+                done.transaction.clone(),
+                None,
+                done.left.clone(),
+            ),
+            Err(err) => (Vec::new(), None, Some(err.to_string()), Vec::new()),
         };
         // Kept from schema 1: an nftables table counts as its chain and its hook.
         let jumps = removed
@@ -71,6 +81,7 @@ impl From<&CleanupStep> for StepReport {
             removed,
             transaction,
             error,
+            left,
         }
     }
 }
@@ -173,14 +184,22 @@ pub fn run(args: &CleanupArgs) -> Exit {
                             println!("{}", printable(line));
                         }
                     }
-                } else {
+                } else if r.left.is_empty() {
                     println!("{what}: nothing to remove");
+                }
+                for left in &r.left {
+                    println!("{what}: {} {}", style.warning("left"), printable(left));
                 }
             }
             if !removed_anything && errors.is_empty() && !iptables_unchecked {
                 println!(
-                    "ipmasq cleanup: nothing to remove (no {} chain in a nat table, no ipmasq table)",
-                    args.masq_chain
+                    "ipmasq cleanup: nothing to remove (no {} chain in a nat table, no ipmasq table{})",
+                    args.masq_chain,
+                    if reports.iter().any(|r| !r.left.is_empty()) {
+                        " of ours"
+                    } else {
+                        ""
+                    }
                 );
             }
         }

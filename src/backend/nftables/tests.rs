@@ -81,6 +81,35 @@ fn rule_and_hook_drift_rewrite_or_recreate() {
     );
 }
 
+/// A table with our name but without our mark (a neighbour's, or an older ipmasq's) is made
+/// anew with the mark, whatever it holds: the batch deletes it and creates it marked.
+#[test]
+fn an_unmarked_table_is_recreated_marked() {
+    let table = default_table(&ports());
+    let mut live = listed();
+    assert!(live.marked());
+    live.comment = None;
+    let drift = diff(&table, &live);
+    assert_eq!(
+        drift.differences.iter().map(|d| d.kind).collect::<Vec<_>>(),
+        [DriftKind::TableUnmarked]
+    );
+    assert_eq!(drift.repair, Repair::Recreate);
+    let empty = LiveTable {
+        table_exists: true,
+        comment: Some("theirs".into()),
+        ..Default::default()
+    };
+    let drift = diff(&table, &empty);
+    assert_eq!(drift.differences[0].kind, DriftKind::TableUnmarked);
+    assert_eq!(drift.repair, Repair::Recreate);
+    let script = script::render(&table.batch(true, &Leftovers::default()).unwrap().bytes);
+    assert!(
+        script.starts_with("add table ip ipmasq { comment \"managed by ipmasq\" ; }\ndelete table ip ipmasq\nadd table ip ipmasq { comment \"managed by ipmasq\" ; }\n"),
+        "{script}"
+    );
+}
+
 #[test]
 fn overlapping_and_duplicate_cidrs_are_aggregated() {
     let mut config = Config::defaults(&Options::default());
