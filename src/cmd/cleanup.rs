@@ -11,7 +11,7 @@ use super::{choose_backend, Exit};
 use crate::agent::state::{running_agent, state_dir};
 use crate::backend::select::{every_backend, sweep};
 use crate::backend::{Backend, BackendError, BackendId, CleanupReport, Removed};
-use crate::cli::{CleanupArgs, OutputFormat};
+use crate::cli::{BackendKind, CleanupArgs, IptablesMode, OutputFormat};
 use crate::output::{printable, removed_words, to_json, to_yaml, Styler};
 use crate::plan::{Family, Names};
 use serde::Serialize;
@@ -113,13 +113,30 @@ fn exit_for(errors: &[&BackendError]) -> Exit {
     }
 }
 
+/// The backends `cleanup` removes from. Without `--backend` or `--iptables-mode`: every one
+/// (both iptables variants and nftables; `--all-variants=false`: the one auto picks). A given
+/// flag is obeyed: `--backend=nftables` removes only the nftables table, `--backend=iptables`
+/// only the chains of both iptables variants, `--iptables-mode=nft|legacy` only that variant
+/// (unless `--all-variants` is given too).
+fn backends_to_clean(args: &CleanupArgs) -> Vec<Box<dyn Backend>> {
+    let flags = &args.backend;
+    let one_variant = flags.given.iptables_mode && flags.iptables_mode != IptablesMode::Auto;
+    let all_variants = args.all_variants && (args.all_variants_given || !one_variant);
+    if !all_variants || flags.backend == BackendKind::Nftables {
+        return vec![choose_backend(flags).backend];
+    }
+    if !flags.given.any() {
+        return every_backend();
+    }
+    every_backend()
+        .into_iter()
+        .filter(|b| b.id() != BackendId::Nftables)
+        .collect()
+}
+
 /// Runs `ipmasq cleanup`.
 pub fn run(args: &CleanupArgs) -> Exit {
-    let backends = if args.all_variants {
-        every_backend()
-    } else {
-        vec![choose_backend(&args.backend).backend]
-    };
+    let backends = backends_to_clean(args);
     let names = Names {
         chain: args.masq_chain.clone(),
     };
@@ -213,6 +230,46 @@ pub fn run(args: &CleanupArgs) -> Exit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cleanup_args(argv: &[&str]) -> CleanupArgs {
+        let argv = [&["ipmasq", "cleanup"][..], argv].concat();
+        let matches = crate::cli::command().try_get_matches_from(argv).unwrap();
+        match crate::cli::from_matches(&matches).unwrap().applet {
+            Some(crate::cli::Applet::Cleanup(args)) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A `--backend` or `--iptables-mode` given is obeyed; without either, every backend.
+    #[test]
+    fn cleanup_obeys_the_backend_flags_given() {
+        let cleaned = |argv: &[&str]| -> Vec<BackendId> {
+            backends_to_clean(&cleanup_args(argv))
+                .iter()
+                .map(|b| b.id())
+                .collect()
+        };
+        use BackendId::{IptablesLegacy as Legacy, IptablesNft as Nft, Nftables};
+        assert_eq!(cleaned(&[]), [Nft, Legacy, Nftables]);
+        assert_eq!(cleaned(&["--backend=nftables"]), [Nftables]);
+        assert_eq!(cleaned(&["--backend", "nftables"]), [Nftables]);
+        assert_eq!(
+            cleaned(&["--backend=nftables", "--all-variants=false"]),
+            [Nftables]
+        );
+        assert_eq!(cleaned(&["--backend=iptables"]), [Nft, Legacy]);
+        assert_eq!(cleaned(&["--iptables-mode=auto"]), [Nft, Legacy]);
+        assert_eq!(cleaned(&["--iptables-mode=legacy"]), [Legacy]);
+        assert_eq!(cleaned(&["--iptables-mode=nft"]), [Nft]);
+        assert_eq!(
+            cleaned(&["--iptables-mode=nft", "--all-variants"]),
+            [Nft, Legacy]
+        );
+        assert_eq!(
+            cleaned(&["--iptables-mode=legacy", "--all-variants=false"]),
+            [Legacy]
+        );
+    }
 
     #[test]
     fn exit_code_names_a_shared_cause() {
