@@ -187,6 +187,30 @@ fn healthy_then_invalid_after_good_then_drift_repair() {
         );
     }
     eprintln!("one scrape:\n{metrics}");
+    // The format follows the weights (RFC 9110), not the mere mention of OpenMetrics.
+    for (accept, openmetrics) in [
+        ("text/plain;q=0.9,application/openmetrics-text;q=0.1", false),
+        ("application/openmetrics-text;q=0", false),
+        ("*/*", false),
+        ("text/plain;q=0.1,application/openmetrics-text;q=0.9", true),
+    ] {
+        let ((code, body), content_type) = get_accepting(&agent.ns, "/metrics", Some(accept));
+        assert_eq!(code, 200, "{accept}");
+        assert_eq!(
+            (
+                content_type.starts_with("application/openmetrics-text"),
+                body.contains("# EOF")
+            ),
+            (openmetrics, openmetrics),
+            "Accept: {accept} got {content_type}"
+        );
+        if !openmetrics {
+            assert!(
+                content_type.starts_with("text/plain; version=0.0.4"),
+                "{accept}: {content_type}"
+            );
+        }
+    }
 
     // A drift repair moves its counter.
     let repaired =
