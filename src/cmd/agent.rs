@@ -35,6 +35,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         options: args.config_options(),
         plan,
         dry_run: args.dry_run,
+        single_pass: args.once || args.dry_run,
         conntrack_reset: args.conntrack_reset,
     };
     let backend_name = backend.name();

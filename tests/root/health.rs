@@ -329,6 +329,40 @@ fn stalled_client_does_not_delay_a_sync() {
     assert_eq!(alive, 200, "endpoint answered while a client stalled");
 }
 
+/// `agent --once` makes one pass: a failure is said, with its reason, and not promised a
+/// retry that never comes (the long-running agent's "will retry" is above).
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn once_says_what_failed_without_promising_a_retry() {
+    let ns = Netns::new("oncefails");
+    let fakes = Scratch::new("once-fake-iptables");
+    super::netns::executable(
+        &fakes.path.join("iptables-nft-restore"),
+        "#!/bin/sh\necho 'iptables-restore: simulated failure' >&2\nexit 1\n",
+    );
+    let run: crate::util::Run = ns
+        .ipmasq_with_path(
+            &fakes.path,
+            &[
+                "agent",
+                "--once",
+                "--iptables-mode=nft",
+                "--config=/nonexistent/x",
+            ],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("ERROR \"sync failed\"") && run.stderr.contains("simulated failure"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("retry"), "{}", run.stderr);
+}
+
 /// `/readyz`'s status inside the namespace, or `None` when nothing listens on the port.
 pub(super) fn readyz_status(ns: &Netns) -> Option<u16> {
     let script = format!(
