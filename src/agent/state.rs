@@ -603,6 +603,37 @@ fn open_lock_file(path: &Path) -> std::io::Result<(std::fs::File, Option<String>
     )))
 }
 
+/// Makes the state directory (0755) when it is missing, and refuses one where a lock could
+/// not be kept: owned by another user than us or root, or writable by everyone without the
+/// sticky bit (anyone could then unlink our lock file while we hold it, and a second agent
+/// take a fresh one).
+fn lock_directory(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    let meta = std::fs::metadata(dir)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let refuse = |why: String| {
+        Err(std::io::Error::other(format!(
+            "{} {why}; a node lock there could be removed under us",
+            dir.display()
+        )))
+    };
+    if meta.uid() != euid && meta.uid() != 0 {
+        return refuse(format!("belongs to uid {} (we are uid {euid})", meta.uid()));
+    }
+    if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
+        return refuse(format!(
+            "is writable by everyone without the sticky bit (mode {:o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 /// Takes the node lock, waiting as long as another agent holds it; `on_wait` is told once,
 /// with the holder's pid when known, before the wait begins. A planted name is replaced (see
 /// [`open_lock_file`]); an error means no lock, and the caller must not touch the rules.
@@ -612,7 +643,7 @@ pub fn acquire_lock(
     on_wait: impl FnOnce(Option<u32>),
 ) -> std::io::Result<NodeLock> {
     use std::io::{Read, Seek, Write};
-    std::fs::create_dir_all(dir)?;
+    lock_directory(dir)?;
     let path = lock_path(dir, chain);
     let mut on_wait = Some(on_wait);
     let mut replaced = None;
@@ -766,6 +797,19 @@ mod tests {
         let refused = acquire_lock(&dir, "IP-MASQ-AGENT", |_| {}).err().unwrap();
         assert!(refused.to_string().contains("is a directory"), "{refused}");
         assert!(lock.is_dir());
+        std::fs::remove_dir(&lock).unwrap();
+        // A directory anyone may unlink in is refused; with the sticky bit (as /tmp) it is not.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = acquire_lock(&dir, "IP-MASQ-AGENT", |_| {}).err().unwrap();
+        assert!(
+            refused.to_string().contains("writable by everyone"),
+            "{refused}"
+        );
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        acquire_lock(&dir, "IP-MASQ-AGENT", |_| {})
+            .unwrap()
+            .release();
         let _ = std::fs::remove_dir_all(&dir);
     }
 
