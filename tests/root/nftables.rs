@@ -547,7 +547,8 @@ fn enable_ipv6_from_the_file_alone() {
 
 /// Only a table we made is ours to delete. A neighbour's `table ip6 ipmasq`, made with `nft`
 /// (a chain and a rule of its own), survives `cleanup` byte for byte, and `cleanup` says why it
-/// left it, while our own `table ip ipmasq`, marked with its comment, goes. A sync makes an
+/// left it, while our own `table ip ipmasq`, marked with its comment, goes (and so does an
+/// unmarked one holding exactly what an ipmasq before the mark wrote). A sync makes an
 /// unmarked `table ip ipmasq` (a neighbour's, or one an ipmasq before the mark made) anew,
 /// marked, in one transaction.
 #[test]
@@ -628,6 +629,27 @@ fn cleanup_deletes_only_the_table_it_made() {
     let run = ns.ipmasq(&["cleanup", "--backend=nftables"]);
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert_ne!(ours().code, 0);
+
+    // A table as an ipmasq before the mark wrote it (no comment, our hook, our rules): ours,
+    // and removed.
+    let earlier = super::netns::scratch_file(
+        "earlier-ipmasq",
+        "add table ip ipmasq\n\
+         add chain ip ipmasq postrouting { type nat hook postrouting priority srcnat + 10 ; policy accept ; }\n\
+         add rule ip ipmasq postrouting fib daddr type local return comment \"ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom IP-MASQ-AGENT chain\"\n\
+         add rule ip ipmasq postrouting counter masquerade fully-random comment \"ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)\"\n",
+    );
+    let loaded = ns.exec("nft", &["-f", &earlier.display().to_string()]);
+    assert_eq!(loaded.code, 0, "{}", loaded.stderr);
+    let run = ns.ipmasq(&["cleanup", "--backend=nftables"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_ne!(
+        ours().code,
+        0,
+        "an earlier ipmasq's table is removed: {}",
+        run.stdout
+    );
+    assert_eq!(neighbour().stdout, before.stdout);
 
     // An unmarked table with our name in a family we sync is made anew, marked.
     ns.sh("nft add table ip ipmasq");

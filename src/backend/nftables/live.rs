@@ -113,6 +113,33 @@ impl LiveTable {
         self.table_exists && self.comment.as_deref() == Some(super::render::OWNER_MARK)
     }
 
+    /// Whether an unmarked table is one an ipmasq before the mark made: no comment, our base
+    /// chain hooked as we hook it, every rule carrying one of our comments and the last our
+    /// masquerade (or SNAT) rule, which says it must be last. `cleanup` removes such a table
+    /// too; a neighbour's table that merely has our name is not one.
+    pub fn made_by_an_earlier_ipmasq(&self) -> bool {
+        use super::render::{MASQ_COMMENT, PRIORITY_VALUE, SNAT_COMMENT};
+        let hooked_as_ours = self.chain.as_ref().is_some_and(|c| {
+            c.kind == "nat"
+                && c.hook == "postrouting"
+                && c.priority == PRIORITY_VALUE
+                && c.policy == "accept"
+        });
+        let ours = |rule: &LiveRuleSpec| {
+            rule.comment
+                .as_deref()
+                .is_some_and(|c| c.starts_with("ip-masq-agent: ") || c.starts_with("ipmasq: "))
+        };
+        let ends_as_ours = self.rules.last().is_some_and(|rule| {
+            matches!(rule.comment.as_deref(), Some(c) if c == MASQ_COMMENT || c == SNAT_COMMENT)
+        });
+        self.table_exists
+            && self.comment.is_none()
+            && hooked_as_ours
+            && self.rules.iter().all(ours)
+            && ends_as_ours
+    }
+
     /// The table as we wrote it (what nft would list right after our own commit).
     pub fn written(table: &super::render::DesiredTable) -> Self {
         LiveTable {

@@ -476,8 +476,9 @@ impl Backend for Nftables {
         dry_run: bool,
     ) -> Result<CleanupReport, BackendError> {
         let live = self.read(family)?;
-        // Only a table we made goes: one called `ipmasq` without our mark is a neighbour's.
-        let ours = live.marked();
+        // Only a table we made goes: one called `ipmasq` without our mark is a neighbour's,
+        // unless it is exactly what an ipmasq before the mark wrote.
+        let ours = live.marked() || live.made_by_an_earlier_ipmasq();
         let left = (live.table_exists && !ours)
             .then(|| {
                 format!(

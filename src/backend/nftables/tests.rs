@@ -110,6 +110,33 @@ fn an_unmarked_table_is_recreated_marked() {
     );
 }
 
+/// An unmarked table is an earlier ipmasq's only when it holds exactly what ipmasq writes.
+#[test]
+fn an_earlier_ipmasqs_table_is_told_from_a_neighbours() {
+    let mut earlier = listed();
+    assert!(!earlier.made_by_an_earlier_ipmasq(), "marked: ours anyway");
+    earlier.comment = None;
+    assert!(earlier.made_by_an_earlier_ipmasq());
+    let mut hooked_elsewhere = earlier.clone();
+    hooked_elsewhere.chain.as_mut().unwrap().priority = 100;
+    assert!(!hooked_elsewhere.made_by_an_earlier_ipmasq());
+    let mut their_rule = earlier.clone();
+    their_rule.rules[1].comment = Some("mine".into());
+    assert!(!their_rule.made_by_an_earlier_ipmasq());
+    let mut not_last = earlier.clone();
+    not_last.rules.last_mut().unwrap().comment =
+        Some("ip-masq-agent: local traffic is not subject to MASQUERADE".into());
+    assert!(!not_last.made_by_an_earlier_ipmasq());
+    let mut commented = earlier.clone();
+    commented.comment = Some("a neighbour's".into());
+    assert!(!commented.made_by_an_earlier_ipmasq());
+    let empty = LiveTable {
+        table_exists: true,
+        ..Default::default()
+    };
+    assert!(!empty.made_by_an_earlier_ipmasq());
+}
+
 #[test]
 fn overlapping_and_duplicate_cidrs_are_aggregated() {
     let mut config = Config::defaults(&Options::default());
