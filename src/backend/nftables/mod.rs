@@ -482,7 +482,7 @@ impl Backend for Nftables {
         let left = (live.table_exists && !ours)
             .then(|| {
                 format!(
-                    "table {} {TABLE}: not ours (it lacks our mark, the comment \"{}\"; {}), so it was left; `nft delete table {} {TABLE}` removes it if it is an old ipmasq's",
+                    "table {} {TABLE}: not ours (it lacks our mark, the comment \"{}\"; {}), so it was left; `nft delete table {} {TABLE}` removes it if it should go",
                     family_word(family),
                     render::OWNER_MARK,
                     live.comment.as_deref().map_or("it has no comment".to_string(), |c| format!("its comment is {c:?}")),
