@@ -82,9 +82,9 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l enable-ipv6 -d 'A
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l nomasq-all-reserved-ranges -d 'The agent\'s --nomasq-all-reserved-ranges: with --config, judge the rules as an agent run with this flag would write them' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l random-fully -d 'The agent\'s --random-fully: with --config, judge the rules as an agent run with this flag would write them' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l to-ports -d 'The agent\'s --to-ports: with --config, judge the rules as an agent run with this flag would write them' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l backend -d 'The backend whose rules to show (the agent\'s --backend)' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l backend -d 'The backend whose rules to show (the agent\'s --backend); given, it wins over the running agent\'s backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
 nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l iptables-mode -d 'Which iptables to read (the agent\'s --iptables-mode; auto: whichever holds rules)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l iptables-mode -d 'Which iptables to read (the agent\'s --iptables-mode; auto: whichever holds rules); given, it wins over the running agent\'s backend' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l wide -d 'Add each rule\'s comment to the tables (wider than 80 columns)'
@@ -106,16 +106,16 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l enable-ipv6 -d
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l nomasq-all-reserved-ranges -d 'The agent\'s --nomasq-all-reserved-ranges: judge the config as an agent run with it reads it' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l random-fully -d 'The agent\'s --random-fully: whether the MASQUERADE it reports carries it' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l to-ports -d 'The agent\'s --to-ports: the source ports the MASQUERADE it reports uses' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l backend -d 'The backend whose live rules to walk (the agent\'s --backend)' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l backend -d 'The backend whose live rules to walk (the agent\'s --backend); given, it wins over the running agent\'s backend' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
 nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l iptables-mode -d 'Which iptables to read the live rules from (the agent\'s --iptables-mode; auto: whichever holds rules)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l iptables-mode -d 'Which iptables to read the live rules from (the agent\'s --iptables-mode; auto: whichever holds rules); given, it wins over the running agent\'s backend' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l no-live -d 'Judge the config only; read neither the live rules nor the conntrack table (needs no privileges)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l masq-chain -d 'Name of the chain to remove' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l all-variants -d 'Clean both iptables-nft and iptables-legacy (the default); with =false only the variant --iptables-mode picks' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l all-variants -d 'Clean both iptables-nft and iptables-legacy (the default, unless --iptables-mode=nft or =legacy is given); with =false only the variant --iptables-mode picks' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see the README)'
@@ -123,9 +123,9 @@ yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
 never\t''"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l backend -d 'The backend whose rules to remove' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l backend -d 'The backend whose rules to remove [default: every backend]' -r -f -a "iptables\t'A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)'
 nftables\t'Native nftables: one table per family with an interval set, any number of CIDRs'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l iptables-mode -d 'The iptables variant to clean when --all-variants=false (auto: whichever holds rules)' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l iptables-mode -d 'The iptables variant to clean: given as nft or legacy, only that one (unless --all-variants is given too); auto with --all-variants=false: whichever holds rules' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l dry-run -d 'Print what would be removed; change nothing'

@@ -38,17 +38,81 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT: &str = "text/plain; charset=utf-8";
 
-/// Whether an `Accept` header asks for OpenMetrics (Prometheus servers do; curl and
-/// `promtool check metrics` pipelines do not).
-fn wants_openmetrics(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| {
-        a.split(',').any(|range| {
+/// One media range of an `Accept` header: `type/subtype` (either may be `*`) and its weight
+/// in thousandths (RFC 9110 §12.5.1: `q` is 0 to 1 with at most three decimals; 1 when absent).
+#[derive(Debug, PartialEq, Eq)]
+struct MediaRange<'a> {
+    kind: &'a str,
+    subtype: &'a str,
+    quality: u16,
+}
+
+/// A weight as `q` spells it, in thousandths: `0`, `0.5`, `1`, `1.000`; None when malformed.
+fn quality(text: &str) -> Option<u16> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    if fraction.len() > 3 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let thousandths = format!("{fraction:0<3}").parse::<u16>().ok()?;
+    match whole {
+        "0" => Some(thousandths),
+        "1" if thousandths == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// The media ranges of an `Accept` header; a malformed one (no `/`, a bad `q`) is skipped.
+fn media_ranges(accept: &str) -> Vec<MediaRange<'_>> {
+    accept
+        .split(',')
+        .filter_map(|range| {
             let mut parts = range.split(';').map(str::trim);
-            let media = parts.next().unwrap_or_default();
-            let refused = parts.any(|p| p.replace(' ', "") == "q=0");
-            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+            let (kind, subtype) = parts.next()?.split_once('/')?;
+            let mut weight = 1000;
+            for parameter in parts {
+                let (name, value) = parameter.split_once('=')?;
+                if name.trim().eq_ignore_ascii_case("q") {
+                    weight = quality(value.trim())?;
+                }
+            }
+            Some(MediaRange {
+                kind: kind.trim(),
+                subtype: subtype.trim(),
+                quality: weight,
+            })
         })
-    })
+        .collect()
+}
+
+/// The weight the client gives `kind/subtype`: that of the most specific range that matches
+/// it (`type/subtype` before `type/*` before `*/*`), with whether that range named the type
+/// exactly; weight 0 when none matches.
+fn weight_of(ranges: &[MediaRange<'_>], kind: &str, subtype: &str) -> (u16, bool) {
+    let specificity = |r: &MediaRange<'_>| {
+        let kind_matches = r.kind == "*" || r.kind.eq_ignore_ascii_case(kind);
+        let subtype_matches = r.subtype == "*" || r.subtype.eq_ignore_ascii_case(subtype);
+        (kind_matches && subtype_matches)
+            .then_some(u8::from(r.kind != "*") + u8::from(r.subtype != "*"))
+    };
+    ranges
+        .iter()
+        .filter_map(|r| specificity(r).map(|s| (s, r.quality)))
+        .max_by_key(|(s, _)| *s)
+        .map_or((0, false), |(s, q)| (q, s == 2))
+}
+
+/// Whether an `Accept` header asks for OpenMetrics rather than the Prometheus text format, by
+/// weight (RFC 9110): OpenMetrics when its weight is above the text format's, or equal and
+/// named exactly (Prometheus servers ask for it by name first; curl's `*/*` and `promtool check
+/// metrics` pipelines get the text format, as does a header that refuses or ranks it lower).
+fn wants_openmetrics(accept: Option<&str>) -> bool {
+    let Some(accept) = accept else {
+        return false;
+    };
+    let ranges = media_ranges(accept);
+    let (openmetrics, named) = weight_of(&ranges, "application", "openmetrics-text");
+    let (text, _) = weight_of(&ranges, "text", "plain");
+    openmetrics > 0 && (openmetrics > text || (openmetrics == text && named))
 }
 
 /// The snapshot the loop publishes and the endpoint reads.
@@ -208,6 +272,49 @@ pub async fn serve(listener: TcpListener, shared: Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The format follows the weights, not the mere mention (RFC 9110 §12.5.1).
+    #[test]
+    fn metrics_format_is_negotiated_by_weight() {
+        for (accept, openmetrics) in [
+            (None, false),
+            (Some(""), false),
+            (Some("*/*"), false),
+            (Some("text/plain"), false),
+            (Some("application/openmetrics-text"), true),
+            (Some("application/openmetrics-text; version=1.0.0; charset=utf-8"), true),
+            // What Prometheus 2 and 3 send.
+            (Some("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"), true),
+            (Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"), true),
+            // The report: the text format weighed higher.
+            (Some("text/plain;q=0.9,application/openmetrics-text;q=0.1"), false),
+            (Some("application/openmetrics-text;q=0.1, text/plain;q=0.9"), false),
+            (Some("text/*;q=0.8, application/openmetrics-text;q=0.7"), false),
+            (Some("text/plain;q=0.5, application/*;q=0.6"), true),
+            (Some("text/plain;q=0.5, */*;q=0.6"), true),
+            (Some("application/openmetrics-text;q=0"), false),
+            (Some("application/openmetrics-text; q=0.000"), false),
+            (Some("application/openmetrics-text;Q=0.4, text/plain;q=0.3"), true),
+            (Some("APPLICATION/OpenMetrics-Text"), true),
+            (Some("application/openmetrics-text, text/plain"), true),
+            (Some("text/plain, application/openmetrics-text"), true),
+            (Some("*/*, application/openmetrics-text;q=0.9"), false),
+            // The most specific range decides: openmetrics refused, though */* takes anything.
+            (Some("*/*;q=1, application/openmetrics-text;q=0"), false),
+            // Malformed weights are skipped, not read as 1.
+            (Some("application/openmetrics-text;q=2, text/plain;q=0.5"), false),
+            (Some("application/openmetrics-text;q=0.5x, text/plain;q=0.1"), false),
+            (Some("application/openmetrics-text;q=1.0001"), false),
+        ] {
+            assert_eq!(wants_openmetrics(accept), openmetrics, "{accept:?}");
+        }
+        assert_eq!(quality("0.9"), Some(900));
+        assert_eq!(quality("1"), Some(1000));
+        assert_eq!(quality("1.000"), Some(1000));
+        assert_eq!(quality("1.5"), None);
+        assert_eq!(quality("0."), Some(0));
+        assert_eq!(quality(".5"), None);
+    }
     use std::io::{Read, Write};
 
     fn get(addr: SocketAddr, path: &str) -> (u16, String) {

@@ -2,13 +2,16 @@
 //! levels (0-1 info, 2-4 debug, 5+ trace). Under systemd, when stderr is the journal, text
 //! lines carry their priority as a `<N>` prefix (journald reads it: `journalctl -p err` finds a
 //! rejected config) and no timestamp of their own (the journal stamps every line). In text,
-//! a field's value holding a space, `=` or `"` is quoted (`holder="agent pid 7"`), so a line
-//! splits into fields the way logfmt readers split it.
+//! the message is always quoted, and so is a field's value holding a space, `=`, `"` or a
+//! control character (`holder="agent pid 7"`), with Rust's string escapes: a line splits into
+//! fields the way logfmt readers split it, and no text from a config (a key called
+//! `x level=ERROR`) can forge a field or break the line.
 
 use crate::cli::LogFormat;
 use std::io::IsTerminal;
+use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::{Format, Full, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
@@ -77,23 +80,72 @@ fn is_journal(stream: Option<&str>, fd: i32) -> bool {
         && inode.parse::<u64>().ok() == Some(stat.st_ino as u64)
 }
 
-/// Text fields as `name=value`, the value quoted (Rust's string escapes) when it holds a
-/// space, `=` or `"`; the message as it is.
-fn text_fields() -> impl for<'w> FormatFields<'w> + 'static {
-    tracing_subscriber::fmt::format::debug_fn(
-        |writer: &mut Writer<'_>, field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
-            let text = format!("{value:?}");
-            let plain = text.starts_with('"')
-                || !text.is_empty()
-                    && !text.contains(|c: char| c.is_whitespace() || c == '=' || c == '"');
-            match field.name() {
-                "message" => write!(writer, "{text}"),
-                name if plain => write!(writer, "{name}={text}"),
-                name => write!(writer, "{name}={text:?}"),
-            }
-        },
-    )
-    .delimited(" ")
+/// Text fields: the message first, always quoted; then `name=value`, a string value always
+/// quoted and any other value quoted when it holds a space, `=`, `"` or a control character,
+/// with Rust's string escapes.
+struct TextFields;
+
+impl<'writer> FormatFields<'writer> for TextFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        writer: Writer<'writer>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut visitor = TextVisitor {
+            writer,
+            result: Ok(()),
+            first: true,
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+/// Writes one event's (or span's) fields, space-delimited.
+struct TextVisitor<'writer> {
+    writer: Writer<'writer>,
+    result: std::fmt::Result,
+    first: bool,
+}
+
+/// Whether a value's text can stand unquoted in a line: not empty, and nothing that splits
+/// or ends a field (whitespace, `=`, `"`) or that a terminal would act on.
+fn bare(text: &str) -> bool {
+    !text.is_empty()
+        && !text.contains(|c: char| c.is_whitespace() || c.is_control() || c == '=' || c == '"')
+}
+
+impl TextVisitor<'_> {
+    fn write(&mut self, name: &str, text: &str, quoted: bool) {
+        if self.result.is_err() {
+            return;
+        }
+        let separator = if std::mem::take(&mut self.first) {
+            ""
+        } else {
+            " "
+        };
+        self.result = match (name, quoted) {
+            ("message", _) => write!(self.writer, "{separator}{text:?}"),
+            (name, false) => write!(self.writer, "{separator}{name}={text}"),
+            (name, true) => write!(self.writer, "{separator}{name}={text:?}"),
+        };
+    }
+}
+
+impl Visit for TextVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.write(field.name(), value, true);
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        let text = format!("{value:?}");
+        self.write(field.name(), &text, !bare(&text));
+    }
+}
+
+fn text_fields() -> TextFields {
+    TextFields
 }
 
 /// Installs the global subscriber; a second call is a no-op.
@@ -170,13 +222,111 @@ mod tests {
         assert_eq!(lines.len(), 4, "{text}");
         assert_eq!(
             lines[0],
-            "<3>ERROR invalid config rejected config=\"/etc/ipmasq/config.yaml\" holder=\"agent pid 7\" elapsed_ms=8.0 chain=IP-MASQ-AGENT",
-            "values with spaces are quoted, others are not"
+            "<3>ERROR \"invalid config rejected\" config=\"/etc/ipmasq/config.yaml\" holder=\"agent pid 7\" elapsed_ms=8.0 chain=IP-MASQ-AGENT",
+            "the message and values with spaces are quoted, others are not"
         );
-        assert!(lines[1].starts_with("<4> WARN a warning"), "{text}");
-        assert!(lines[2].starts_with("<6> INFO rules installed"), "{text}");
-        assert!(lines[3].starts_with("<7>DEBUG pass done"), "{text}");
+        assert!(lines[1].starts_with("<4> WARN \"a warning\""), "{text}");
+        assert!(
+            lines[2].starts_with("<6> INFO \"rules installed\""),
+            "{text}"
+        );
+        assert!(lines[3].starts_with("<7>DEBUG \"pass done\""), "{text}");
         assert!(!text.contains("Z "), "no timestamp of our own: {text}");
+    }
+
+    /// A line's fields as a logfmt reader splits them: the quoted message, then `name=value`
+    /// pairs, a quoted value read back through Rust's escapes.
+    fn fields_of(line: &str) -> (String, Vec<(String, String)>) {
+        fn quoted(rest: &str) -> (String, &str) {
+            let mut out = String::new();
+            let mut chars = rest[1..].char_indices();
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '"' => return (out, &rest[i + 2..]),
+                    '\\' => match chars.next().map(|(_, e)| e) {
+                        Some('n') => out.push('\n'),
+                        Some('u') => {
+                            let hex: String = chars
+                                .by_ref()
+                                .map(|(_, h)| h)
+                                .take_while(|h| *h != '}')
+                                .filter(|h| *h != '{')
+                                .collect();
+                            out.push(
+                                char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap(),
+                            );
+                        }
+                        Some(other) => out.push(other),
+                        None => panic!("a dangling escape: {rest}"),
+                    },
+                    c => out.push(c),
+                }
+            }
+            panic!("an unterminated quote: {rest}")
+        }
+        let rest = line.trim_start().split_once(' ').unwrap().1.trim_start();
+        assert!(rest.starts_with('"'), "the message is quoted: {line}");
+        let (message, mut rest) = quoted(rest);
+        let mut fields = Vec::new();
+        while let Some(next) = rest.strip_prefix(' ') {
+            let (name, value) = next.split_once('=').unwrap();
+            let (value, after) = if value.starts_with('"') {
+                quoted(value)
+            } else {
+                let end = value.find(' ').unwrap_or(value.len());
+                (value[..end].to_string(), &value[end..])
+            };
+            fields.push((name.to_string(), value));
+            rest = after;
+        }
+        assert!(rest.is_empty(), "{line}");
+        (message, fields)
+    }
+
+    /// No text can forge a field or break the line: a config key `x level=ERROR` in the
+    /// message or a value, a value that starts with a quote, a newline, a terminal escape.
+    #[test]
+    fn config_text_cannot_forge_a_field() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .fmt_fields(text_fields())
+            .finish();
+        let key = "x level=ERROR";
+        let sneaky = "\"x\" level=ERROR";
+        let broken = "a\n2026-01-01T00:00:00Z ERROR forged=1";
+        let escape = "a\u{1b}[2Jb";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(config = "/c", "unknown key `{key}` is ignored");
+            tracing::warn!(key = %sneaky, other = %broken, term = %escape, plain = %"p", "x");
+            tracing::warn!(key = ?sneaky, "debug-formatted");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+        let (message, fields) = fields_of(lines[0]);
+        assert_eq!(message, "unknown key `x level=ERROR` is ignored");
+        assert_eq!(fields, [("config".to_string(), "/c".to_string())]);
+        let (message, fields) = fields_of(lines[1]);
+        assert_eq!(message, "x");
+        let expected: Vec<(String, String)> = [
+            ("key", sneaky),
+            ("other", broken),
+            ("term", escape),
+            ("plain", "p"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(fields, expected, "{}", lines[1]);
+        assert!(lines[1].contains(" plain=p"), "a plain value stays bare");
+        let (_, fields) = fields_of(lines[2]);
+        assert_eq!(fields, [("key".to_string(), format!("{sneaky:?}"))]);
     }
 
     #[test]

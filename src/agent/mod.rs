@@ -159,8 +159,11 @@ fn reconcile_thread(
     (mut state, state_dir): (AgentState, PathBuf),
     (held, lock_taken): (HeldLock, tokio::sync::oneshot::Sender<()>),
 ) -> Reconciler {
-    let node_lock = take_node_lock(&state_dir, &state.rules.masq_chain);
-    *held.lock().unwrap_or_else(|e| e.into_inner()) = node_lock;
+    let Some(node_lock) = take_node_lock_or_wait(&state_dir, &state.rules.masq_chain, &commands)
+    else {
+        return reconciler;
+    };
+    *held.lock().unwrap_or_else(|e| e.into_inner()) = Some(node_lock);
     let _ = lock_taken.send(());
     // The first pass waits for the endpoint: a port that cannot be served stops the agent
     // before it touches a rule.
@@ -245,9 +248,13 @@ fn reconcile_thread(
     }
 }
 
+/// How long an agent that could not take the node lock waits before trying again.
+const LOCK_RETRY: Duration = Duration::from_secs(5);
+
 /// Takes the node lock for `chain`, waiting (and saying so) while another agent holds it.
-/// Without a usable state directory the agent runs unlocked, with a warning.
-pub fn take_node_lock(dir: &std::path::Path, chain: &str) -> Option<state::NodeLock> {
+/// Something planted at the lock's name is replaced, with a warning; when the lock cannot be
+/// taken at all the error says why, and the caller touches no rule (never runs unlocked).
+pub fn take_node_lock(dir: &std::path::Path, chain: &str) -> Result<state::NodeLock, String> {
     let acquired = state::acquire_lock(dir, chain, |holder| {
         let holder = holder.map_or("another agent".to_string(), |pid| {
             format!("agent pid {pid}")
@@ -256,12 +263,49 @@ pub fn take_node_lock(dir: &std::path::Path, chain: &str) -> Option<state::NodeL
     });
     match acquired {
         Ok(lock) => {
+            if let Some(planted) = &lock.replaced {
+                warn!(path = %lock.path.display(), planted = %planted, "replaced what was planted at the node lock's path with our own lock file (the name was unlinked; nothing it pointed to was opened)");
+            }
             debug!(path = %lock.path.display(), "node lock taken");
-            Some(lock)
+            Ok(lock)
         }
-        Err(err) => {
-            warn!(dir = %dir.display(), error = %err, "cannot take the node lock; running without it (a second agent could fight this one)");
-            None
+        Err(err) => Err(format!(
+            "cannot take the node lock in {}: {err}",
+            dir.display()
+        )),
+    }
+}
+
+/// The node lock for the reconcile thread: tried again every [`LOCK_RETRY`] until taken
+/// (the error logged once), or None when a stop comes first. Until then the agent touches no
+/// rule and serves no endpoint, so it is not ready.
+fn take_node_lock_or_wait(
+    dir: &std::path::Path,
+    chain: &str,
+    commands: &mpsc::Receiver<Command>,
+) -> Option<state::NodeLock> {
+    let mut said: Option<String> = None;
+    loop {
+        match take_node_lock(dir, chain) {
+            Ok(lock) => {
+                if said.is_some() {
+                    info!(path = %lock.path.display(), "node lock taken at last");
+                }
+                return Some(lock);
+            }
+            Err(err) => {
+                if said.as_deref() != Some(err.as_str()) {
+                    error!(
+                        retry_in_s = LOCK_RETRY.as_secs(),
+                        "{err}; touching no rule and not ready until it is taken"
+                    );
+                    said = Some(err);
+                }
+            }
+        }
+        match commands.recv_timeout(LOCK_RETRY) {
+            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return None,
+            Ok(Command::Pass(_)) | Err(RecvTimeoutError::Timeout) => {}
         }
     }
 }
@@ -633,6 +677,11 @@ pub fn remove_leftovers_of_other_backends(in_use: crate::backend::BackendId, nam
             return None::<()>;
         }
         match other.cleanup(family, names, false) {
+            Ok(done) if done.removed.is_empty() => {
+                for left in &done.left {
+                    info!(backend = %other.name(), %family, "{left}");
+                }
+            }
             Ok(_) => {
                 info!(backend = %other.name(), %family, now = %in_use, "removed the rules another backend left behind")
             }
@@ -668,7 +717,11 @@ pub fn cleanup(backend: &dyn Backend, names: &Names) -> Vec<String> {
                 removed = %crate::output::removed_words(&done.removed),
                 "rules removed"
             ),
-            Ok(_) => {}
+            Ok(done) => {
+                for not_ours in &done.left {
+                    info!(backend = %backend.name(), family = %family, "{not_ours}");
+                }
+            }
             Err(err) => {
                 left.push(format!("{} rules of {family}", backend.location(names)));
                 error!(backend = %backend.name(), family = %family, error = %err, "cleanup failed");

@@ -37,6 +37,9 @@ pub struct Settings {
     pub options: config::Options,
     pub plan: PlanOptions,
     pub dry_run: bool,
+    /// One pass and out (`--once`, `--dry-run`): a failure is not retried, and its log line
+    /// does not say it will be.
+    pub single_pass: bool,
     /// Which conntrack entries a change deletes (`--conntrack-reset`).
     pub conntrack_reset: crate::conntrack::judge::ResetScope,
 }
@@ -660,9 +663,9 @@ impl Reconciler {
         }
         if let Err(err) = self.resolve_egress() {
             let message = err.to_string();
-            let retry_in_s = self.retry_after_this_failure().as_secs_f64();
+            let retry_in_s = self.retry_in_s();
             if self.last_error.as_deref() != Some(&message) {
-                error!(error = %err, retry_in_s, "cannot use the config on this node; will retry");
+                error!(error = %err, retry_in_s, "cannot use the config on this node{}", self.will_retry());
                 self.last_error = Some(message);
             } else {
                 debug!(error = %err, retry_in_s, "cannot use the config on this node, still");
@@ -705,7 +708,7 @@ impl Reconciler {
                     )
                 }
                 Err(err) => {
-                    error!(backend = %self.backend.name(), family = %family, error = %err, "cannot remove the rules of a family no longer enabled; will retry");
+                    error!(backend = %self.backend.name(), family = %family, error = %err, "cannot remove the rules of a family no longer enabled{}", self.will_retry());
                     self.synced_families.push(family);
                 }
             }
@@ -742,11 +745,11 @@ impl Reconciler {
                 Err(err) => {
                     let message = format!("{}: {err}", ruleset.family);
                     if self.last_error.as_deref() != Some(&message) {
-                        let retry_in_s = self.retry_after_this_failure().as_secs_f64();
-                        error!(backend = %self.backend.name(), family = %ruleset.family, error = %err, retry_in_s, "sync failed; will retry");
+                        let retry_in_s = self.retry_in_s();
+                        error!(backend = %self.backend.name(), family = %ruleset.family, error = %err, retry_in_s, "sync failed{}", self.will_retry());
                         self.last_error = Some(message);
                     } else {
-                        let retry_in_s = self.retry_after_this_failure().as_secs_f64();
+                        let retry_in_s = self.retry_in_s();
                         debug!(family = %ruleset.family, error = %err, retry_in_s, "sync failed again");
                     }
                     return Pass::Failed(err);
@@ -838,6 +841,20 @@ impl Reconciler {
         backoff(self.status.consecutive_failures + 1, self.interval())
     }
 
+    /// The `retry_in_s` of a failure's log line: none for a single pass, which does not retry.
+    fn retry_in_s(&self) -> Option<f64> {
+        (!self.settings.single_pass).then(|| self.retry_after_this_failure().as_secs_f64())
+    }
+
+    /// How a failure's log message ends: that it will be retried, unless this is the only pass.
+    fn will_retry(&self) -> &'static str {
+        if self.settings.single_pass {
+            ""
+        } else {
+            "; will retry"
+        }
+    }
+
     fn log_repair(&mut self, report: &SyncReport, took: Duration) {
         let elapsed_ms = crate::text::millis(took);
         let repairs = report.repairs();
@@ -876,6 +893,7 @@ mod tests {
             options: config::Options::default(),
             plan: PlanOptions::default(),
             dry_run: false,
+            single_pass: false,
             // The fake backend's rules are in no kernel: a reset would read (and delete from)
             // the conntrack table of the namespace the tests run in.
             conntrack_reset: crate::conntrack::judge::ResetScope::Off,

@@ -468,6 +468,9 @@ pub fn lock_held(dir: &Path, chain: &str) -> Option<bool> {
 pub struct NodeLock {
     file: std::fs::File,
     pub path: PathBuf,
+    /// What stood at the lock's name and was unlinked to make room for our own lock file (a
+    /// planted symlink, FIFO, hard link or foreign file), said once in the log.
+    pub replaced: Option<String>,
 }
 
 impl NodeLock {
@@ -495,26 +498,158 @@ pub fn lock_path(dir: &Path, chain: &str) -> PathBuf {
     dir.join(format!("agent-net{inode}-{chain}.lock"))
 }
 
+/// How many times a planted name is replaced before the lock is refused: whoever plants
+/// faster than we unlink keeps the agent from running, never runs it unlocked.
+const LOCK_REPLACEMENTS: usize = 3;
+
+/// Why the entry `meta` at the lock's name is not a lock file an agent made, if it is not:
+/// only a regular file with one link, owned by our effective user, is one. (No symlink is
+/// followed and no FIFO opened; a hard link to another file is never truncated.)
+fn not_a_lock_file(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        return Some("a symlink".into());
+    }
+    if kind.is_fifo() {
+        return Some("a FIFO".into());
+    }
+    if kind.is_socket() {
+        return Some("a socket".into());
+    }
+    if kind.is_block_device() || kind.is_char_device() {
+        return Some("a device node".into());
+    }
+    if meta.nlink() != 1 {
+        return Some(format!("a file with {} hard links", meta.nlink()));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid {
+        return Some(format!("a file of uid {} (we are uid {euid})", meta.uid()));
+    }
+    None
+}
+
+/// What stands at `path` and is not a lock file, and whether it is a directory (never
+/// removed); None when the name is free or holds a lock file.
+fn planted_at(path: &Path) -> std::io::Result<Option<(String, bool)>> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(Some(("a directory".into(), true))),
+        Ok(meta) => Ok(not_a_lock_file(&meta).map(|what| (what, false))),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// Opens the lock file at `path`: creates it, or opens the one an agent made. Anything else
+/// at the name (see [`not_a_lock_file`]) is unlinked (the name, never what it points to) and
+/// our own file created exclusively in its place; what was replaced is returned. Refused with
+/// an error for a directory at the name, or when the name is planted again each time.
+fn open_lock_file(path: &Path) -> std::io::Result<(std::fs::File, Option<String>)> {
+    let mut replaced: Option<String> = None;
+    for _ in 0..=LOCK_REPLACEMENTS {
+        if let Some((what, is_dir)) = planted_at(path)? {
+            if is_dir {
+                return Err(std::io::Error::other(format!(
+                    "{} is a directory, not a lock file; remove it",
+                    path.display()
+                )));
+            }
+            std::fs::remove_file(path)?;
+            replaced = Some(what);
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode_0644()
+                .open_nofollow(path)
+            {
+                Ok(file) => return Ok((file, replaced)),
+                // Planted again between the unlink and the create: look again.
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode_0644()
+            .open_nofollow(path);
+        match opened {
+            // The file opened is the one checked (a swap after the check is seen here).
+            Ok(file)
+                if file
+                    .metadata()
+                    .ok()
+                    .and_then(|m| not_a_lock_file(&m))
+                    .is_none() =>
+            {
+                return Ok((file, replaced))
+            }
+            Ok(_) => continue,
+            // A symlink (ELOOP) or a non-regular file planted after the check: look again.
+            Err(_) if planted_at(path).is_ok_and(|p| p.is_some()) => continue,
+            Err(err) => return Err(err),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "something keeps planting {} at {} (replaced {} times); refusing to run without the node lock",
+        replaced.as_deref().unwrap_or("a file that is not a lock file"),
+        path.display(),
+        LOCK_REPLACEMENTS
+    )))
+}
+
+/// Makes the state directory (0755) when it is missing, and refuses one where a lock could
+/// not be kept: owned by another user than us or root, or writable by everyone without the
+/// sticky bit (anyone could then unlink our lock file while we hold it, and a second agent
+/// take a fresh one).
+fn lock_directory(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    let meta = std::fs::metadata(dir)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let refuse = |why: String| {
+        Err(std::io::Error::other(format!(
+            "{} {why}; a node lock there could be removed under us",
+            dir.display()
+        )))
+    };
+    if meta.uid() != euid && meta.uid() != 0 {
+        return refuse(format!("belongs to uid {} (we are uid {euid})", meta.uid()));
+    }
+    if meta.mode() & 0o002 != 0 && meta.mode() & 0o1000 == 0 {
+        return refuse(format!(
+            "is writable by everyone without the sticky bit (mode {:o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 /// Takes the node lock, waiting as long as another agent holds it; `on_wait` is told once,
-/// with the holder's pid when known, before the wait begins.
+/// with the holder's pid when known, before the wait begins. A planted name is replaced (see
+/// [`open_lock_file`]); an error means no lock, and the caller must not touch the rules.
 pub fn acquire_lock(
     dir: &Path,
     chain: &str,
     on_wait: impl FnOnce(Option<u32>),
 ) -> std::io::Result<NodeLock> {
     use std::io::{Read, Seek, Write};
-    std::fs::create_dir_all(dir)?;
+    lock_directory(dir)?;
     let path = lock_path(dir, chain);
     let mut on_wait = Some(on_wait);
+    let mut replaced = None;
     loop {
-        // No symlink followed (a planted link cannot make us truncate its target), no FIFO.
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode_0644()
-            .open_nofollow(&path)?;
+        let (mut file, planted) = open_lock_file(&path)?;
+        replaced = planted.or(replaced);
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -535,7 +670,11 @@ pub fn acquire_lock(
         file.set_len(0)?;
         file.rewind()?;
         writeln!(file, "{}", std::process::id())?;
-        return Ok(NodeLock { file, path });
+        return Ok(NodeLock {
+            file,
+            path,
+            replaced,
+        });
     }
 }
 
@@ -612,9 +751,71 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A symlink planted at the lock's or the temporary file's name is never followed: the
-    /// file it points to keeps its content; a FIFO or a huge file as the state file is not
-    /// read (and nothing blocks).
+    /// Whatever is planted at the lock's name (a symlink, a hard link to another file, a
+    /// FIFO) is replaced by our own lock file, which we then hold: what it pointed to keeps
+    /// its bytes, and the lock is never skipped. A directory there is refused, not removed.
+    #[test]
+    fn a_planted_lock_name_is_replaced_and_the_lock_taken() {
+        let dir = std::env::temp_dir().join(format!("ipmasq-planted-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let lock = lock_path(&dir, "IP-MASQ-AGENT");
+        let plants: [(&str, &dyn Fn()); 3] = [
+            ("a symlink", &|| {
+                std::os::unix::fs::symlink(&victim, &lock).unwrap()
+            }),
+            ("a file with 2 hard links", &|| {
+                std::fs::hard_link(&victim, &lock).unwrap()
+            }),
+            ("a FIFO", &|| {
+                let made = std::process::Command::new("mkfifo").arg(&lock).status();
+                assert!(made.unwrap().success());
+            }),
+        ];
+        for (what, plant) in plants {
+            plant();
+            let held = acquire_lock(&dir, "IP-MASQ-AGENT", |_| panic!("nobody holds it"))
+                .unwrap_or_else(|err| panic!("{what}: {err}"));
+            assert_eq!(held.replaced.as_deref(), Some(what));
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+            let meta = std::fs::symlink_metadata(&lock).unwrap();
+            assert!(
+                meta.is_file(),
+                "{what}: the lock's name is our regular file now"
+            );
+            assert_eq!(lock_held(&dir, "IP-MASQ-AGENT"), Some(true), "{what}");
+            held.release();
+        }
+        // Our own lock file, left by an agent that died, is simply taken again.
+        drop(acquire_lock(&dir, "IP-MASQ-AGENT", |_| {}).unwrap());
+        let again = acquire_lock(&dir, "IP-MASQ-AGENT", |_| {}).unwrap();
+        assert_eq!(again.replaced, None);
+        again.release();
+        std::fs::create_dir(&lock).unwrap();
+        let refused = acquire_lock(&dir, "IP-MASQ-AGENT", |_| {}).err().unwrap();
+        assert!(refused.to_string().contains("is a directory"), "{refused}");
+        assert!(lock.is_dir());
+        std::fs::remove_dir(&lock).unwrap();
+        // A directory anyone may unlink in is refused; with the sticky bit (as /tmp) it is not.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = acquire_lock(&dir, "IP-MASQ-AGENT", |_| {}).err().unwrap();
+        assert!(
+            refused.to_string().contains("writable by everyone"),
+            "{refused}"
+        );
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        acquire_lock(&dir, "IP-MASQ-AGENT", |_| {})
+            .unwrap()
+            .release();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A symlink planted at the temporary file's name is never followed: the file it points
+    /// to keeps its content; a FIFO or a huge file as the state file is not read (and
+    /// nothing blocks).
     #[test]
     fn planted_files_in_the_state_directory_are_not_followed_or_read() {
         let dir = std::env::temp_dir().join(format!("ipmasq-planted-{}", std::process::id()));
@@ -622,9 +823,6 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let victim = dir.join("victim");
         std::fs::write(&victim, "precious\n").unwrap();
-        let lock = lock_path(&dir, "IP-MASQ-AGENT");
-        std::os::unix::fs::symlink(&victim, &lock).unwrap();
-        assert!(acquire_lock(&dir, "IP-MASQ-AGENT", |_| {}).is_err());
         let path = state_path(&dir);
         let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
         std::os::unix::fs::symlink(&victim, &temporary).unwrap();

@@ -169,6 +169,7 @@ impl Backend for FakeBackend {
             } else {
                 Vec::new()
             },
+            left: Vec::new(),
             transaction: anything.then(|| "remove".to_string()),
         })
     }

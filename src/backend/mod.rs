@@ -276,6 +276,9 @@ pub enum DriftKind {
     HookDiffers,
     /// Our set has another type or flags.
     SetDiffers,
+    /// A table with our name that does not carry our mark (a neighbour's, or made by an
+    /// ipmasq before the mark): made anew, marked.
+    TableUnmarked,
 }
 
 impl DriftKind {
@@ -292,6 +295,7 @@ impl DriftKind {
             DriftKind::LocalSkipMissing => "local-skip-missing",
             DriftKind::HookDiffers => "hook-differs",
             DriftKind::SetDiffers => "set-differs",
+            DriftKind::TableUnmarked => "table-unmarked",
         }
     }
 
@@ -306,7 +310,8 @@ impl DriftKind {
             | DriftKind::OutOfOrder
             | DriftKind::LocalSkipMissing
             | DriftKind::HookDiffers
-            | DriftKind::SetDiffers => "rules_differ",
+            | DriftKind::SetDiffers
+            | DriftKind::TableUnmarked => "rules_differ",
             DriftKind::JumpMissing => "jump_missing",
             DriftKind::JumpDuplicated => "jump_duplicate",
             DriftKind::JumpStale => "jump_stale",
@@ -788,6 +793,9 @@ pub struct CleanupReport {
     pub family: Family,
     /// Empty when there was nothing to remove.
     pub removed: Vec<Removed>,
+    /// What carries our name but not our mark, left in place, each with why (a neighbour's
+    /// nftables table called `ipmasq`).
+    pub left: Vec<String>,
     /// The transaction that was (or would be) applied; None when there was nothing.
     pub transaction: Option<String>,
 }

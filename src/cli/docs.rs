@@ -203,7 +203,7 @@ pub const SHOW: AppletDoc = AppletDoc {
         (5, "iptables is not installed"),
     ],
     files: CONFIG_FILES,
-    notes: &["With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs."],
+    notes: &["With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs. It reads the agent's backend unless --backend or --iptables-mode is given: a flag given wins."],
 };
 
 pub const CLEANUP: AppletDoc = AppletDoc {
@@ -218,7 +218,7 @@ pub const CLEANUP: AppletDoc = AppletDoc {
         },
         Example {
             what: "Only the nftables backend's tables",
-            command: "sudo ipmasq cleanup --backend=nftables --all-variants=false",
+            command: "sudo ipmasq cleanup --backend=nftables",
         },
     ],
     exit_status: &[
@@ -228,7 +228,7 @@ pub const CLEANUP: AppletDoc = AppletDoc {
         (5, "iptables is not installed"),
     ],
     files: &[],
-    notes: &["By default every backend is cleaned: both iptables variants and the nftables tables. Every other rule stays as it was; a rule of another chain that jumps to ours is named, and nothing is removed. A running agent will put the rules back: cleanup warns when one runs."],
+    notes: &["Without --backend or --iptables-mode every backend is cleaned: both iptables variants and the nftables tables. A flag given is obeyed: --backend=nftables cleans only the nftables tables (only those carrying ipmasq's mark; a neighbour's table of the same name is left and named), --backend=iptables both iptables variants, --iptables-mode=nft or =legacy only that variant. Every other rule stays as it was; a rule of another chain that jumps to ours is named, and nothing is removed. A running agent will put the rules back: cleanup warns when one runs."],
 };
 
 /// The text `--help` shows after the flags.

@@ -53,11 +53,11 @@ pub fn command() -> clap::Command {
         ("to_ports", format!("The agent's --to-ports: {JUDGE}")),
         (
             "backend",
-            "The backend whose rules to show (the agent's --backend)".into(),
+            "The backend whose rules to show (the agent's --backend); given, it wins over the running agent's backend".into(),
         ),
         (
             "iptables_mode",
-            "Which iptables to read (the agent's --iptables-mode; auto: whichever holds rules)"
+            "Which iptables to read (the agent's --iptables-mode; auto: whichever holds rules); given, it wins over the running agent's backend"
                 .into(),
         ),
     ];
@@ -67,14 +67,14 @@ pub fn command() -> clap::Command {
         ("nomasq_all_reserved_ranges", "The agent's --nomasq-all-reserved-ranges: judge the config as an agent run with it reads it".into()),
         ("random_fully", "The agent's --random-fully: whether the MASQUERADE it reports carries it".into()),
         ("to_ports", "The agent's --to-ports: the source ports the MASQUERADE it reports uses".into()),
-        ("backend", "The backend whose live rules to walk (the agent's --backend)".into()),
-        ("iptables_mode", "Which iptables to read the live rules from (the agent's --iptables-mode; auto: whichever holds rules)".into()),
+        ("backend", "The backend whose live rules to walk (the agent's --backend); given, it wins over the running agent's backend".into()),
+        ("iptables_mode", "Which iptables to read the live rules from (the agent's --iptables-mode; auto: whichever holds rules); given, it wins over the running agent's backend".into()),
     ];
     let cleanup: [(&str, String); 2] = [
-        ("backend", "The backend whose rules to remove".into()),
+        ("backend", "The backend whose rules to remove [default: every backend]".into()),
         (
             "iptables_mode",
-            "The iptables variant to clean when --all-variants=false (auto: whichever holds rules)"
+            "The iptables variant to clean: given as nft or legacy, only that one (unless --all-variants is given too); auto with --all-variants=false: whichever holds rules"
                 .into(),
         ),
     ];
@@ -236,6 +236,52 @@ pub struct BackendFlags {
     /// Which iptables to drive
     #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
     pub iptables_mode: IptablesMode,
+
+    /// Which of the two were given on the command line (see [`from_matches`]).
+    #[arg(skip)]
+    pub given: GivenBackendFlags,
+}
+
+/// Which of `--backend` and `--iptables-mode` the command line gave: a clap default has the
+/// same value as the flag given with it, so only the parse can tell them apart, and an
+/// explicit flag must win over the running agent's backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GivenBackendFlags {
+    pub backend: bool,
+    pub iptables_mode: bool,
+}
+
+impl GivenBackendFlags {
+    /// Whether either flag was given.
+    pub fn any(self) -> bool {
+        self.backend || self.iptables_mode
+    }
+}
+
+/// The parsed command line, with what was given (not defaulted) recorded where a default
+/// and a given value must be told apart: `--backend`, `--iptables-mode`, `--all-variants`.
+pub fn from_matches(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
+    use clap::parser::ValueSource;
+    let mut cli = <Cli as clap::FromArgMatches>::from_arg_matches(matches)?;
+    let Some((_, sub)) = matches.subcommand() else {
+        return Ok(cli);
+    };
+    let given = |id: &str| sub.value_source(id) == Some(ValueSource::CommandLine);
+    let backend_given = || GivenBackendFlags {
+        backend: given("backend"),
+        iptables_mode: given("iptables_mode"),
+    };
+    match &mut cli.applet {
+        Some(Applet::Agent(args)) => args.backend.given = backend_given(),
+        Some(Applet::Show(args)) => args.backend.given = backend_given(),
+        Some(Applet::Explain(args)) => args.backend.given = backend_given(),
+        Some(Applet::Cleanup(args)) => {
+            args.backend.given = backend_given();
+            args.all_variants_given = given("all_variants");
+        }
+        Some(Applet::Validate(_)) | None => {}
+    }
+    Ok(cli)
 }
 
 #[derive(Args, Debug, Clone)]
@@ -512,8 +558,8 @@ pub struct CleanupArgs {
     #[arg(long, value_name = "NAME", default_value = crate::plan::DEFAULT_CHAIN)]
     pub masq_chain: crate::plan::ChainName,
 
-    /// Clean both iptables-nft and iptables-legacy (the default); with =false only the variant
-    /// --iptables-mode picks
+    /// Clean both iptables-nft and iptables-legacy (the default, unless --iptables-mode=nft or
+    /// =legacy is given); with =false only the variant --iptables-mode picks
     #[arg(
         long,
         value_name = "BOOL",
@@ -524,6 +570,10 @@ pub struct CleanupArgs {
         value_parser = parse_go_bool
     )]
     pub all_variants: bool,
+
+    /// Whether `--all-variants` was given on the command line (see [`from_matches`]).
+    #[arg(skip)]
+    pub all_variants_given: bool,
 
     #[command(flatten)]
     pub backend: BackendFlags,

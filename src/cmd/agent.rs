@@ -35,6 +35,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         options: args.config_options(),
         plan,
         dry_run: args.dry_run,
+        single_pass: args.once || args.dry_run,
         conntrack_reset: args.conntrack_reset,
     };
     let backend_name = backend.name();
@@ -118,10 +119,16 @@ fn log_memory_limit(reconciler: &Reconciler, backend_name: &str) {
 }
 
 fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
-    let lock = crate::agent::take_node_lock(
+    let lock = match crate::agent::take_node_lock(
         &state_dir(args.state_dir.as_deref()),
         args.rules.masq_chain.as_str(),
-    );
+    ) {
+        Ok(lock) => lock,
+        Err(err) => {
+            error!("{err}; touching no rule");
+            return Exit::Failure;
+        }
+    };
     reconciler.take_over_leftovers();
     let exit = match reconciler.pass() {
         Pass::Synced(_) => {
@@ -134,9 +141,7 @@ fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
         }
         Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
     };
-    if let Some(lock) = lock {
-        lock.release();
-    }
+    lock.release();
     exit
 }
 

@@ -4,13 +4,14 @@
 //! every failure is reported. `agent --cleanup-on-exit` removes through the same backends.
 //!
 //! JSON report (schemaVersion 1): `{schemaVersion, chain, dryRun, removedAnything, steps:
-//! [{backend, family, jumpsRemoved, chainRemoved, transaction, error}]}`.
+//! [{backend, family, jumpsRemoved, chainRemoved, transaction, error, left}]}` (`left`, what
+//! carries our name but not our mark and was left in place, only when there is any).
 
 use super::{choose_backend, Exit};
 use crate::agent::state::{running_agent, state_dir};
 use crate::backend::select::{every_backend, sweep};
 use crate::backend::{Backend, BackendError, BackendId, CleanupReport, Removed};
-use crate::cli::{CleanupArgs, OutputFormat};
+use crate::cli::{BackendKind, CleanupArgs, IptablesMode, OutputFormat};
 use crate::output::{printable, removed_words, to_json, to_yaml, Styler};
 use crate::plan::{Family, Names};
 use serde::Serialize;
@@ -37,6 +38,10 @@ struct StepReport {
     removed: Vec<Removed>,
     transaction: Option<String>,
     error: Option<String>,
+    /// What carries our name but is not ours (a neighbour's nftables table called
+    /// `ipmasq`), left in place, each with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    left: Vec<String>,
 }
 
 /// One family of one backend, as cleaned (or not).
@@ -48,9 +53,14 @@ struct CleanupStep {
 
 impl From<&CleanupStep> for StepReport {
     fn from(step: &CleanupStep) -> Self {
-        let (removed, transaction, error) = match &step.outcome {
-            Ok(done) => (done.removed.clone(), done.transaction.clone(), None),
-            Err(err) => (Vec::new(), None, Some(err.to_string())),
+        let (removed, transaction, error, left) = match &step.outcome {
+            Ok(done) => (
+                done.removed.clone(),
+                done.transaction.clone(),
+                None,
+                done.left.clone(),
+            ),
+            Err(err) => (Vec::new(), None, Some(err.to_string()), Vec::new()),
         };
         // Kept from schema 1: an nftables table counts as its chain and its hook.
         let jumps = removed
@@ -71,6 +81,7 @@ impl From<&CleanupStep> for StepReport {
             removed,
             transaction,
             error,
+            left,
         }
     }
 }
@@ -102,13 +113,30 @@ fn exit_for(errors: &[&BackendError]) -> Exit {
     }
 }
 
+/// The backends `cleanup` removes from. Without `--backend` or `--iptables-mode`: every one
+/// (both iptables variants and nftables; `--all-variants=false`: the one auto picks). A given
+/// flag is obeyed: `--backend=nftables` removes only the nftables table, `--backend=iptables`
+/// only the chains of both iptables variants, `--iptables-mode=nft|legacy` only that variant
+/// (unless `--all-variants` is given too).
+fn backends_to_clean(args: &CleanupArgs) -> Vec<Box<dyn Backend>> {
+    let flags = &args.backend;
+    let one_variant = flags.given.iptables_mode && flags.iptables_mode != IptablesMode::Auto;
+    let all_variants = args.all_variants && (args.all_variants_given || !one_variant);
+    if !all_variants || flags.backend == BackendKind::Nftables {
+        return vec![choose_backend(flags).backend];
+    }
+    if !flags.given.any() {
+        return every_backend();
+    }
+    every_backend()
+        .into_iter()
+        .filter(|b| b.id() != BackendId::Nftables)
+        .collect()
+}
+
 /// Runs `ipmasq cleanup`.
 pub fn run(args: &CleanupArgs) -> Exit {
-    let backends = if args.all_variants {
-        every_backend()
-    } else {
-        vec![choose_backend(&args.backend).backend]
-    };
+    let backends = backends_to_clean(args);
     let names = Names {
         chain: args.masq_chain.clone(),
     };
@@ -173,14 +201,22 @@ pub fn run(args: &CleanupArgs) -> Exit {
                             println!("{}", printable(line));
                         }
                     }
-                } else {
+                } else if r.left.is_empty() {
                     println!("{what}: nothing to remove");
+                }
+                for left in &r.left {
+                    println!("{what}: {} {}", style.warning("left"), printable(left));
                 }
             }
             if !removed_anything && errors.is_empty() && !iptables_unchecked {
                 println!(
-                    "ipmasq cleanup: nothing to remove (no {} chain in a nat table, no ipmasq table)",
-                    args.masq_chain
+                    "ipmasq cleanup: nothing to remove (no {} chain in a nat table, no ipmasq table{})",
+                    args.masq_chain,
+                    if reports.iter().any(|r| !r.left.is_empty()) {
+                        " of ours"
+                    } else {
+                        ""
+                    }
                 );
             }
         }
@@ -194,6 +230,46 @@ pub fn run(args: &CleanupArgs) -> Exit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cleanup_args(argv: &[&str]) -> CleanupArgs {
+        let argv = [&["ipmasq", "cleanup"][..], argv].concat();
+        let matches = crate::cli::command().try_get_matches_from(argv).unwrap();
+        match crate::cli::from_matches(&matches).unwrap().applet {
+            Some(crate::cli::Applet::Cleanup(args)) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A `--backend` or `--iptables-mode` given is obeyed; without either, every backend.
+    #[test]
+    fn cleanup_obeys_the_backend_flags_given() {
+        let cleaned = |argv: &[&str]| -> Vec<BackendId> {
+            backends_to_clean(&cleanup_args(argv))
+                .iter()
+                .map(|b| b.id())
+                .collect()
+        };
+        use BackendId::{IptablesLegacy as Legacy, IptablesNft as Nft, Nftables};
+        assert_eq!(cleaned(&[]), [Nft, Legacy, Nftables]);
+        assert_eq!(cleaned(&["--backend=nftables"]), [Nftables]);
+        assert_eq!(cleaned(&["--backend", "nftables"]), [Nftables]);
+        assert_eq!(
+            cleaned(&["--backend=nftables", "--all-variants=false"]),
+            [Nftables]
+        );
+        assert_eq!(cleaned(&["--backend=iptables"]), [Nft, Legacy]);
+        assert_eq!(cleaned(&["--iptables-mode=auto"]), [Nft, Legacy]);
+        assert_eq!(cleaned(&["--iptables-mode=legacy"]), [Legacy]);
+        assert_eq!(cleaned(&["--iptables-mode=nft"]), [Nft]);
+        assert_eq!(
+            cleaned(&["--iptables-mode=nft", "--all-variants"]),
+            [Nft, Legacy]
+        );
+        assert_eq!(
+            cleaned(&["--iptables-mode=legacy", "--all-variants=false"]),
+            [Legacy]
+        );
+    }
 
     #[test]
     fn exit_code_names_a_shared_cause() {

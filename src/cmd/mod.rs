@@ -12,7 +12,7 @@ pub(crate) mod validate;
 use crate::backend::select::{select, Choice, IptablesVariant, Selected};
 use crate::backend::{Backend, BackendError};
 use crate::cli::{
-    applets, multicall_args, Applet, BackendFlags, BackendKind, Cli, IptablesMode, RuleFlags,
+    applets, multicall_args, Applet, BackendFlags, BackendKind, IptablesMode, RuleFlags,
     BINARY_NAME, GENERATE_APPLET,
 };
 use crate::plan::PlanOptions;
@@ -175,7 +175,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let is_agent = argv.get(1).is_some_and(|a| a == "agent");
     let parsed = crate::cli::command()
         .try_get_matches_from(argv)
-        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
+        .and_then(|matches| crate::cli::from_matches(&matches));
     let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => {

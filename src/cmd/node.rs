@@ -8,7 +8,7 @@ use crate::agent::state::{
     find_agent, read_applied, state_dir, AgentLookup, AgentState, ConfigRecord,
 };
 use crate::backend::select::{choice_of, select, Selected};
-use crate::backend::{Backend, BackendError, Inspection};
+use crate::backend::{Backend, BackendError, BackendId, Inspection};
 use crate::cli::{BackendFlags, BackendKind, IptablesMode, RuleFlags};
 use crate::config::{self, Config, ConfigSource};
 use crate::output::{render_diagnostic, Styler};
@@ -92,13 +92,24 @@ fn agent_flags(agent: &AgentState, given: &RuleFlags) -> Option<RuleFlags> {
     Some(flags)
 }
 
-/// The backend to read: the running agent's when the flags leave the choice to auto, else
-/// the one the flags pick.
+/// Whether the running agent's backend answers the flags: when neither `--backend` nor
+/// `--iptables-mode` was given, or `--backend` names the agent's kind and leaves the variant
+/// open (`--backend=iptables` on a node whose agent runs iptables-legacy reads legacy). A
+/// flag given otherwise wins: `show --backend=iptables` reads iptables whatever the agent runs.
+fn follows_agent(flags: &BackendFlags, agent: &AgentState) -> bool {
+    if !flags.given.any() {
+        return true;
+    }
+    !flags.given.iptables_mode
+        && flags.iptables_mode == IptablesMode::Auto
+        && (flags.backend == BackendKind::Nftables) == (agent.backend == BackendId::Nftables)
+}
+
+/// The backend to read: the running agent's when the flags leave it open (see
+/// [`follows_agent`]), else the one the flags pick.
 fn backend_for(flags: &BackendFlags, agent: Option<&AgentState>) -> Selected {
     let agent_choice = agent
-        .filter(|_| {
-            flags.iptables_mode == IptablesMode::Auto && flags.backend == BackendKind::Iptables
-        })
+        .filter(|a| follows_agent(flags, a))
         .map(|a| choice_of(a.backend));
     match agent_choice {
         Some(choice) => {
@@ -295,6 +306,45 @@ pub fn load_config(
 #[cfg(test)]
 mod tests {
     use crate::backend::BackendId;
+
+    fn show_flags(argv: &[&str]) -> crate::cli::BackendFlags {
+        let argv = [&["ipmasq", "show"][..], argv].concat();
+        let matches = crate::cli::command().try_get_matches_from(argv).unwrap();
+        match crate::cli::from_matches(&matches).unwrap().applet {
+            Some(crate::cli::Applet::Show(args)) => args.backend,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The running agent's backend is read only when no flag chooses another: a clap
+    /// default (`--backend=iptables`, `--iptables-mode=auto`) is not a flag given.
+    #[test]
+    fn a_backend_flag_given_wins_over_the_running_agents() {
+        let agent = |backend| {
+            let mut state: crate::agent::state::AgentState = serde_json::from_str(
+                r#"{"schemaVersion":1,"pid":1,"version":"0","backend":"nftables","backendChoice":"x","config":"c","configSource":"file","rules":{"masqChain":"IP-MASQ-AGENT","enableIPv6":false,"nomasqAllReservedRanges":false,"randomFully":true,"toPorts":""},"instance":"i"}"#,
+            )
+            .unwrap();
+            state.backend = backend;
+            state
+        };
+        let follows =
+            |argv: &[&str], backend| super::follows_agent(&show_flags(argv), &agent(backend));
+        assert!(follows(&[], BackendId::Nftables));
+        assert!(follows(&[], BackendId::IptablesLegacy));
+        assert!(!follows(&["--backend=iptables"], BackendId::Nftables));
+        assert!(!follows(&["--backend", "iptables"], BackendId::Nftables));
+        assert!(!follows(&["--iptables-mode=nft"], BackendId::Nftables));
+        assert!(!follows(&["--iptables-mode=auto"], BackendId::Nftables));
+        assert!(!follows(&["--backend=nftables"], BackendId::IptablesNft));
+        assert!(!follows(
+            &["--iptables-mode=nft"],
+            BackendId::IptablesLegacy
+        ));
+        // The agent's kind named, the variant left open: the agent's variant.
+        assert!(follows(&["--backend=iptables"], BackendId::IptablesLegacy));
+        assert!(follows(&["--backend=nftables"], BackendId::Nftables));
+    }
 
     #[test]
     fn every_suggested_flag_parses_and_chooses_that_backend() {

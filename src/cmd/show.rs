@@ -217,7 +217,8 @@ pub struct FlagDifference {
 pub struct DifferenceReport {
     pub family: String,
     /// `chain-missing`, `missing-rule`, `extra-rule`, `out-of-order`, `jump-missing`,
-    /// `jump-duplicated`, `jump-stale`, `local-skip-missing`, `hook-differs` or `set-differs`.
+    /// `jump-duplicated`, `jump-stale`, `local-skip-missing`, `hook-differs`, `set-differs` or
+    /// `table-unmarked`.
     pub kind: &'static str,
     /// Rule number (in the plan for missing rules, live otherwise), or POSTROUTING position.
     pub position: Option<usize>,

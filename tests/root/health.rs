@@ -187,6 +187,30 @@ fn healthy_then_invalid_after_good_then_drift_repair() {
         );
     }
     eprintln!("one scrape:\n{metrics}");
+    // The format follows the weights (RFC 9110), not the mere mention of OpenMetrics.
+    for (accept, openmetrics) in [
+        ("text/plain;q=0.9,application/openmetrics-text;q=0.1", false),
+        ("application/openmetrics-text;q=0", false),
+        ("*/*", false),
+        ("text/plain;q=0.1,application/openmetrics-text;q=0.9", true),
+    ] {
+        let ((code, body), content_type) = get_accepting(&agent.ns, "/metrics", Some(accept));
+        assert_eq!(code, 200, "{accept}");
+        assert_eq!(
+            (
+                content_type.starts_with("application/openmetrics-text"),
+                body.contains("# EOF")
+            ),
+            (openmetrics, openmetrics),
+            "Accept: {accept} got {content_type}"
+        );
+        if !openmetrics {
+            assert!(
+                content_type.starts_with("text/plain; version=0.0.4"),
+                "{accept}: {content_type}"
+            );
+        }
+    }
 
     // A drift repair moves its counter.
     let repaired =
@@ -305,8 +329,42 @@ fn stalled_client_does_not_delay_a_sync() {
     assert_eq!(alive, 200, "endpoint answered while a client stalled");
 }
 
+/// `agent --once` makes one pass: a failure is said, with its reason, and not promised a
+/// retry that never comes (the long-running agent's "will retry" is above).
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn once_says_what_failed_without_promising_a_retry() {
+    let ns = Netns::new("oncefails");
+    let fakes = Scratch::new("once-fake-iptables");
+    super::netns::executable(
+        &fakes.path.join("iptables-nft-restore"),
+        "#!/bin/sh\necho 'iptables-restore: simulated failure' >&2\nexit 1\n",
+    );
+    let run: crate::util::Run = ns
+        .ipmasq_with_path(
+            &fakes.path,
+            &[
+                "agent",
+                "--once",
+                "--iptables-mode=nft",
+                "--config=/nonexistent/x",
+            ],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("ERROR \"sync failed\"") && run.stderr.contains("simulated failure"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("retry"), "{}", run.stderr);
+}
+
 /// `/readyz`'s status inside the namespace, or `None` when nothing listens on the port.
-fn readyz_status(ns: &Netns) -> Option<u16> {
+pub(super) fn readyz_status(ns: &Netns) -> Option<u16> {
     let script = format!(
         "import urllib.request, urllib.error\n\
          try:\n    print(urllib.request.urlopen('http://{ADDR}/readyz', timeout=5).status)\n\

@@ -107,9 +107,9 @@ fn state_file(ns: &Netns) -> Option<std::path::PathBuf> {
 }
 
 /// Files planted in the state directory by whoever can write it: a symlink at the lock's name
-/// is not followed (its target keeps its bytes), a FIFO in place of the state file makes
-/// neither `show`, `explain` nor the agent's SIGTERM hang, and a sparse 2 GiB state file is
-/// not read.
+/// is not followed (its target keeps its bytes) but replaced by our own lock file, which the
+/// agent holds (it never runs unlocked), a FIFO in place of the state file makes neither
+/// `show`, `explain` nor the agent's SIGTERM hang, and a sparse 2 GiB state file is not read.
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn planted_state_files_are_not_followed_and_never_block() {
@@ -129,12 +129,22 @@ fn planted_state_files_are_not_followed_and_never_block() {
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
-        run.stderr.contains("cannot take the node lock"),
+        run.stderr
+            .contains("replaced what was planted at the node lock's path with our own lock file")
+            && run.stderr.contains("planted=\"a symlink\""),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("cannot take the node lock"),
         "{}",
         run.stderr
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
-    std::fs::remove_file(&lock).unwrap();
+    assert!(
+        std::fs::symlink_metadata(&lock).is_err(),
+        "the lock file the run made and held is removed as it exits"
+    );
 
     let log = dir.join("agent.log");
     let pid = ns.spawn_ipmasq(
@@ -191,6 +201,78 @@ fn planted_state_files_are_not_followed_and_never_block() {
         peak < 64 << 10,
         "show read the 2 GiB state file: peak {peak} KiB"
     );
+}
+
+/// A node lock that cannot be taken (here a directory planted at its name, which is never
+/// removed) is never skipped: `agent --once` fails touching no rule, and the long-running
+/// agent touches no rule and is not ready (no endpoint), saying why once, until the lock can
+/// be taken; then it takes it, installs its rules and serves /readyz.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn an_untakable_node_lock_means_no_rule_touched_and_not_ready() {
+    let mut ns = Netns::new("nolock");
+    let dir = ns.state_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let inode = ns.sh("stat -L -c %i /proc/self/ns/net");
+    let lock = dir.join(format!("agent-net{}-IP-MASQ-AGENT.lock", inode.trim()));
+    std::fs::create_dir(&lock).unwrap();
+    let ours = |ns: &Netns| ns.save("nft", false, Some("nat")).contains("IP-MASQ-AGENT");
+    let run = ns.ipmasq(&[
+        "agent",
+        "--once",
+        "--iptables-mode=nft",
+        "--config=/nonexistent/x",
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot take the node lock") && run.stderr.contains("is a directory"),
+        "{}",
+        run.stderr
+    );
+    assert!(!ours(&ns), "--once without the lock wrote rules");
+    assert!(
+        lock.is_dir(),
+        "a directory at the lock's name is never removed"
+    );
+
+    let log = dir.join("agent.log");
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    let metrics_flag = format!("--metrics-addr={}", super::health::ADDR);
+    let pid = ns.spawn_ipmasq(
+        &[
+            "agent",
+            "--iptables-mode=nft",
+            "--config=/nonexistent/x",
+            &metrics_flag,
+        ],
+        &log,
+    );
+    assert!(
+        super::netns::wait_until(PATIENCE, || read().contains("not ready until it is taken")),
+        "{}",
+        read()
+    );
+    assert_eq!(super::health::readyz_status(&ns), None, "{}", read());
+    assert!(
+        !ours(&ns),
+        "an agent without the lock wrote rules: {}",
+        read()
+    );
+    std::fs::remove_dir(&lock).unwrap();
+    assert!(
+        super::netns::wait_until(PATIENCE, || super::health::readyz_status(&ns) == Some(200)),
+        "the lock was free again, the agent did not take it: {}",
+        read()
+    );
+    assert!(ours(&ns), "{}", read());
+    assert_eq!(
+        read().matches("cannot take the node lock").count(),
+        1,
+        "said once: {}",
+        read()
+    );
+    super::netns::kill(pid, "TERM");
+    assert_eq!(ns.wait_daemon(pid, PATIENCE), Some(0), "{}", read());
 }
 
 /// The config rewritten in place (`cat > file`: truncate, then write) by a writer that pauses

@@ -159,7 +159,7 @@ fn image_runs_the_agent_as_a_daemonset_would() {
     assert_eq!(waited.stdout.trim(), "0", "exit status\n{}", agent.logs());
     let logs = agent.logs();
     assert!(
-        logs.contains("stopping; rules stay in place signal=\"SIGTERM\""),
+        logs.contains("\"stopping; rules stay in place\" signal=\"SIGTERM\""),
         "{logs}"
     );
     assert!(!logs.contains("ERROR") && !logs.contains("WARN"), "{logs}");

@@ -297,3 +297,83 @@ fn show_and_cleanup_know_the_running_agent() {
     assert_eq!(ns.wait_daemon(pid, PATIENCE), Some(0));
     assert!(!state_written(), "state file left behind");
 }
+
+/// An explicit `--backend` or `--iptables-mode` wins over the running agent's backend: with an
+/// agent on nftables and a copy of our chain in iptables-nft, `show` and `explain` without
+/// flags read nftables, with `--backend=iptables` (or `--iptables-mode=nft`) read iptables;
+/// `cleanup --backend=iptables` removes the iptables chain and leaves the agent's nftables
+/// table, and `cleanup --backend=nftables` touches nothing else.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn explicit_backend_flags_win_over_the_running_agents() {
+    let mut ns = Netns::new("explicitbackend");
+    let dir = Scratch::new("explicitbackend");
+    let config = dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+    let log = dir.path.join("agent.log");
+    let config_flag = format!("--config={}", config.display());
+    let pid = ns.spawn_ipmasq(
+        &[
+            "agent",
+            "--backend=nftables",
+            "--metrics-addr=off",
+            &config_flag,
+        ],
+        &log,
+    );
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    let table = |ns: &Netns| ns.exec("nft", &["list", "table", "ip", "ipmasq"]).code == 0;
+    assert!(wait_until(PATIENCE, || table(&ns)), "{}", read());
+    let shown = |ns: &Netns| ns.ipmasq(&["show", "-o", "json"]).stdout;
+    assert!(
+        wait_until(PATIENCE, || shown(&ns).contains("\"pid\"")),
+        "the agent is not seen running: {}",
+        read()
+    );
+    // A copy of our chain in iptables-nft, as an earlier iptables agent would have left it.
+    ns.sh(&format!(
+        "iptables-nft -t nat -N {CHAIN} && iptables-nft -t nat -A {CHAIN} -j MASQUERADE && iptables-nft -t nat -A POSTROUTING -j {CHAIN}"
+    ));
+    let json = |args: &[&str]| -> serde_json::Value {
+        let run = ns.ipmasq(args);
+        serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}{}", run.stdout, run.stderr))
+    };
+    let report = json(&["show", "-o", "json"]);
+    assert_eq!(report["backend"], "nftables", "{report}");
+    assert_eq!(report["backendChoice"], "the running agent's backend");
+    for flags in [&["--backend=iptables"][..], &["--iptables-mode=nft"][..]] {
+        let report = json(&[&["show", "-o", "json"][..], flags].concat());
+        assert_eq!(report["backend"], "iptables-nft", "{flags:?}: {report}");
+        assert_ne!(
+            report["backendChoice"], "the running agent's backend",
+            "{flags:?}: {report}"
+        );
+        let explained = json(&[&["explain", "203.0.113.7", "-o", "json"][..], flags].concat());
+        assert_eq!(
+            explained["live"]["backend"], "iptables-nft",
+            "{flags:?}: {explained}"
+        );
+    }
+    let explained = json(&["explain", "203.0.113.7", "-o", "json"]);
+    assert_eq!(explained["live"]["backend"], "nftables", "{explained}");
+
+    let dry = json(&["cleanup", "--backend=nftables", "--dry-run", "-o", "json"]);
+    let backends: Vec<&str> = dry["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["backend"].as_str())
+        .collect();
+    assert_eq!(backends, ["nftables", "nftables"], "{dry}");
+    let run = ns.ipmasq(&["cleanup", "--backend=iptables"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(!run.stdout.contains("nftables"), "{}", run.stdout);
+    assert!(!has_chain(&ns, "nft"), "{}", run.stdout);
+    assert!(
+        table(&ns),
+        "the agent's nftables table stays: {}",
+        run.stdout
+    );
+    kill(pid, "TERM");
+    assert_eq!(ns.wait_daemon(pid, PATIENCE), Some(0), "{}", read());
+}

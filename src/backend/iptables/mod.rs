@@ -395,6 +395,7 @@ impl Backend for Iptables {
         Ok(CleanupReport {
             family,
             removed: removed(&names.chain, live.chain_exists, live.jumps.len()),
+            left: Vec::new(),
             transaction: cleanup.script,
         })
     }

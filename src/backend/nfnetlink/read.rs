@@ -43,12 +43,18 @@ fn missing(failure: &Failure) -> bool {
     failure.errno() == Some(libc::ENOENT)
 }
 
-/// Whether table `name` of `family` exists.
-pub(crate) fn table_exists(
+/// A table as read: its comment (what nft lists as `comment "..."`), if it has one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TableReading {
+    pub comment: Option<String>,
+}
+
+/// Table `name` of `family`, or None when it does not exist.
+pub(crate) fn table(
     t: &mut dyn Transport,
     family: Family,
     name: &str,
-) -> Result<bool, Failure> {
+) -> Result<Option<TableReading>, Failure> {
     let message = NfTablesMessage::GetTable(TableMessage {
         attributes: vec![TableAttribute::Name(name.into())],
     });
@@ -59,10 +65,27 @@ pub(crate) fn table_exists(
         false,
         &format!("list table {name}"),
     ) {
-        Ok(_) => Ok(true),
-        Err(f) if missing(&f) => Ok(false),
+        Ok(answers) => Ok(Some(TableReading {
+            comment: answers.iter().find_map(|(_, m)| match m {
+                NfTablesMessage::NewTable(table) => table.attributes.iter().find_map(|a| match a {
+                    TableAttribute::UserData(udata) => wire::comment_of(udata),
+                    _ => None,
+                }),
+                _ => None,
+            }),
+        })),
+        Err(f) if missing(&f) => Ok(None),
         Err(f) => Err(f),
     }
+}
+
+/// Whether table `name` of `family` exists.
+pub(crate) fn table_exists(
+    t: &mut dyn Transport,
+    family: Family,
+    name: &str,
+) -> Result<bool, Failure> {
+    table(t, family, name).map(|found| found.is_some())
 }
 
 fn chain_reading(attrs: &[ChainAttribute]) -> ChainReading {

@@ -6,7 +6,7 @@ use super::statement;
 use super::wire::{self, Anonymous, Keys, Named, SetRef};
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, InetHookNumber, NfTablesMessage, RuleAttribute, SetElementList,
-    SetElementMessage, SetFlags, SetMessage,
+    SetElementMessage, SetFlags, SetMessage, TableAttribute,
 };
 use netlink_packet_netfilter::{NetfilterMessageInner, NetfilterProtoFamily};
 use std::fmt::Write as _;
@@ -180,7 +180,14 @@ fn message_line(
                 "delete"
             };
             let (_, name) = t.attributes.names();
-            format!("{verb} table {f} {name}\n")
+            let comment = t.attributes.iter().find_map(|a| match a {
+                TableAttribute::UserData(udata) => wire::comment_of(udata),
+                _ => None,
+            });
+            match comment {
+                Some(comment) => format!("{verb} table {f} {name} {{ comment \"{comment}\" ; }}\n"),
+                None => format!("{verb} table {f} {name}\n"),
+            }
         }
         NfTablesMessage::NewChain(c) | NfTablesMessage::DeleteChain(c) => chain_line(f, m, c),
         NfTablesMessage::DeleteRule(r) => {

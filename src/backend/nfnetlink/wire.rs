@@ -26,7 +26,8 @@ pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 pub(crate) const TYPE_IPV4_ADDR: u32 = 7;
 pub(crate) const TYPE_IPV6_ADDR: u32 = 8;
 pub(crate) const TYPE_INET_PROTO: u32 = 12;
-/// The udata TLV of a rule's comment.
+/// The udata TLV of a rule's comment (`NFTNL_UDATA_RULE_COMMENT`), and of a table's
+/// (`NFTNL_UDATA_TABLE_COMMENT`): the same type, so one encoding serves both.
 const UDATA_RULE_COMMENT: u8 = 0;
 /// One element-list attribute holds at most 64 KiB; a message of elements stays below it.
 const ELEMENT_BYTES_PER_MESSAGE: usize = 48 * 1024;
@@ -457,14 +458,24 @@ impl Batch {
         self.emit(msg);
     }
 
-    pub fn add_table(&mut self, family: Family, table: &str) {
+    /// Declares `table`, with `comment` as nft stores a table's comment (a table that
+    /// exists already keeps its own: the kernel does not update a table's user data).
+    pub fn add_table(
+        &mut self,
+        family: Family,
+        table: &str,
+        comment: Option<&str>,
+    ) -> Result<(), String> {
+        let mut attributes = vec![TableAttribute::Name(table.into())];
+        if let Some(comment) = comment {
+            attributes.push(TableAttribute::UserData(comment_udata(comment)?));
+        }
         self.push(
             family,
             NLM_F_CREATE,
-            NfTablesMessage::NewTable(TableMessage {
-                attributes: vec![TableAttribute::Name(table.into())],
-            }),
+            NfTablesMessage::NewTable(TableMessage { attributes }),
         );
+        Ok(())
     }
 
     pub fn delete_table(&mut self, family: Family, table: &str) {
@@ -690,7 +701,7 @@ pub(crate) struct Finished {
     pub messages: usize,
 }
 
-/// A rule comment as nft stores it: a udata TLV, NUL-terminated.
+/// A rule's or a table's comment as nft stores it: a udata TLV, NUL-terminated.
 fn comment_udata(comment: &str) -> Result<Vec<u8>, String> {
     let len = comment.len() + 1;
     let len = u8::try_from(len).map_err(|_| format!("a comment of {len} bytes (at most 255)"))?;
@@ -700,7 +711,7 @@ fn comment_udata(comment: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// The comment in a rule's udata, if it has one.
+/// The comment in a rule's or a table's udata, if it has one.
 pub(crate) fn comment_of(udata: &[u8]) -> Option<String> {
     let mut rest = udata;
     while rest.len() >= 2 {

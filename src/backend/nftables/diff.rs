@@ -227,11 +227,23 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         recreate: false,
         itemised: [0, 0],
     };
-    let Some(chain) = live.chain.as_ref().filter(|_| live.table_exists) else {
-        let table = format!(
-            "table {} ipmasq",
-            super::render::family_word(desired.family)
+    let table = format!(
+        "table {} {}",
+        super::render::family_word(desired.family),
+        super::render::TABLE
+    );
+    if live.table_exists && !live.marked() {
+        found.recreate = true;
+        found.push(
+            DriftKind::TableUnmarked,
+            None,
+            format!(
+                "{table} does not carry our mark (comment \"{}\"): made anew with it",
+                super::render::OWNER_MARK
+            ),
         );
+    }
+    let Some(chain) = live.chain.as_ref().filter(|_| live.table_exists) else {
         found.push(
             DriftKind::ChainMissing,
             None,
@@ -244,7 +256,11 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         );
         return Drift {
             differences: found.out,
-            repair: Repair::Rewrite,
+            repair: if found.recreate {
+                Repair::Recreate
+            } else {
+                Repair::Rewrite
+            },
         };
     };
     found.hook(chain);

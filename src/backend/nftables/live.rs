@@ -46,6 +46,8 @@ pub(super) struct LiveSet {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct LiveTable {
     pub table_exists: bool,
+    /// The table's comment: [`super::render::OWNER_MARK`] on a table we created.
+    pub comment: Option<String>,
     pub chain: Option<ChainHook>,
     /// Our sets (`nomasq`, `nomasq_1`, ...; other sets of the table are not ours to read),
     /// in index order.
@@ -72,10 +74,11 @@ fn live_rule(rule: &RuleReading) -> LiveRuleSpec {
 /// Reads our table of `family`: a missing table (or chain, or set) is an empty part.
 pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTable, Failure> {
     let mut live = LiveTable::default();
-    if !read::table_exists(t, family, TABLE)? {
+    let Some(table) = read::table(t, family, TABLE)? else {
         return Ok(live);
-    }
+    };
     live.table_exists = true;
+    live.comment = table.comment;
     if let Some(chain) = read::chain(t, family, TABLE, CHAIN)? {
         live.chain = chain.base.map(|(kind, hook, priority, policy)| ChainHook {
             kind,
@@ -104,10 +107,44 @@ pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTa
 }
 
 impl LiveTable {
+    /// Whether the table carries our mark: a table we created, not a neighbour's of the same
+    /// name.
+    pub fn marked(&self) -> bool {
+        self.table_exists && self.comment.as_deref() == Some(super::render::OWNER_MARK)
+    }
+
+    /// Whether an unmarked table is one an ipmasq before the mark made: no comment, our base
+    /// chain hooked as we hook it, every rule carrying one of our comments and the last our
+    /// masquerade (or SNAT) rule, which says it must be last. `cleanup` removes such a table
+    /// too; a neighbour's table that merely has our name is not one.
+    pub fn made_by_an_earlier_ipmasq(&self) -> bool {
+        use super::render::{MASQ_COMMENT, PRIORITY_VALUE, SNAT_COMMENT};
+        let hooked_as_ours = self.chain.as_ref().is_some_and(|c| {
+            c.kind == "nat"
+                && c.hook == "postrouting"
+                && c.priority == PRIORITY_VALUE
+                && c.policy == "accept"
+        });
+        let ours = |rule: &LiveRuleSpec| {
+            rule.comment
+                .as_deref()
+                .is_some_and(|c| c.starts_with("ip-masq-agent: ") || c.starts_with("ipmasq: "))
+        };
+        let ends_as_ours = self.rules.last().is_some_and(|rule| {
+            matches!(rule.comment.as_deref(), Some(c) if c == MASQ_COMMENT || c == SNAT_COMMENT)
+        });
+        self.table_exists
+            && self.comment.is_none()
+            && hooked_as_ours
+            && self.rules.iter().all(ours)
+            && ends_as_ours
+    }
+
     /// The table as we wrote it (what nft would list right after our own commit).
     pub fn written(table: &super::render::DesiredTable) -> Self {
         LiveTable {
             table_exists: true,
+            comment: Some(super::render::OWNER_MARK.into()),
             chain: Some(ChainHook {
                 kind: "nat".into(),
                 hook: "postrouting".into(),

@@ -483,7 +483,22 @@ impl Backend for Nftables {
         dry_run: bool,
     ) -> Result<CleanupReport, BackendError> {
         let live = self.read(family)?;
-        let batch = live.table_exists.then(|| render::removal(family));
+        // Only a table we made goes: one called `ipmasq` without our mark is a neighbour's,
+        // unless it is exactly what an ipmasq before the mark wrote.
+        let ours = live.marked() || live.made_by_an_earlier_ipmasq();
+        let left = (live.table_exists && !ours)
+            .then(|| {
+                format!(
+                    "table {} {TABLE}: not ours (it lacks our mark, the comment \"{}\"; {}), so it was left; `nft delete table {} {TABLE}` removes it if it should go",
+                    family_word(family),
+                    render::OWNER_MARK,
+                    live.comment.as_deref().map_or("it has no comment".to_string(), |c| format!("its comment is {c:?}")),
+                    family_word(family),
+                )
+            })
+            .into_iter()
+            .collect();
+        let batch = ours.then(|| render::removal(family));
         let script = batch.as_ref().map(|b| script::render(&b.bytes));
         if let (Some(batch), false) = (&batch, dry_run) {
             match nfnetlink::with_kernel(|t| nfnetlink::commit_within(t, batch, self.timeout)) {
@@ -496,14 +511,14 @@ impl Backend for Nftables {
         }
         Ok(CleanupReport {
             family,
-            removed: live
-                .table_exists
+            removed: ours
                 .then(|| super::Removed::Table {
                     family: family_word(family).to_string(),
                     table: TABLE.to_string(),
                 })
                 .into_iter()
                 .collect(),
+            left,
             transaction: script,
         })
     }

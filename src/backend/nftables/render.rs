@@ -15,6 +15,11 @@ use netlink_packet_netfilter::nftables::InetHookNumber;
 
 /// Our table's name, in both families.
 pub(crate) const TABLE: &str = "ipmasq";
+/// The comment every table we create carries: the mark that makes it ours. `cleanup` (and an
+/// agent removing a family or another backend's leftovers) deletes only a table with it, so a
+/// neighbour's table that happens to be called `ipmasq` survives; a sync makes an unmarked
+/// table of that name anew, marked (one transaction).
+pub(crate) const OWNER_MARK: &str = "managed by ipmasq";
 /// The base chain.
 pub(super) const CHAIN: &str = "postrouting";
 /// The interval set of non-masquerade CIDRs (the first one, when the list is spread over
@@ -251,10 +256,12 @@ impl DesiredTable {
     pub fn batch(&self, recreate: bool, leftovers: &Leftovers) -> Result<Finished, BackendError> {
         let family = self.family;
         let mut b = Batch::new(crate::backend::nfnetlink::sequence(4096));
-        b.add_table(family, TABLE);
+        b.add_table(family, TABLE, Some(OWNER_MARK))
+            .map_err(BackendError::Unsupported)?;
         if recreate {
             b.delete_table(family, TABLE);
-            b.add_table(family, TABLE);
+            b.add_table(family, TABLE, Some(OWNER_MARK))
+                .map_err(BackendError::Unsupported)?;
         }
         let base = BaseChain {
             kind: "nat".into(),

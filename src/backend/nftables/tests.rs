@@ -81,6 +81,62 @@ fn rule_and_hook_drift_rewrite_or_recreate() {
     );
 }
 
+/// A table with our name but without our mark (a neighbour's, or an older ipmasq's) is made
+/// anew with the mark, whatever it holds: the batch deletes it and creates it marked.
+#[test]
+fn an_unmarked_table_is_recreated_marked() {
+    let table = default_table(&ports());
+    let mut live = listed();
+    assert!(live.marked());
+    live.comment = None;
+    let drift = diff(&table, &live);
+    assert_eq!(
+        drift.differences.iter().map(|d| d.kind).collect::<Vec<_>>(),
+        [DriftKind::TableUnmarked]
+    );
+    assert_eq!(drift.repair, Repair::Recreate);
+    let empty = LiveTable {
+        table_exists: true,
+        comment: Some("theirs".into()),
+        ..Default::default()
+    };
+    let drift = diff(&table, &empty);
+    assert_eq!(drift.differences[0].kind, DriftKind::TableUnmarked);
+    assert_eq!(drift.repair, Repair::Recreate);
+    let script = script::render(&table.batch(true, &Leftovers::default()).unwrap().bytes);
+    assert!(
+        script.starts_with("add table ip ipmasq { comment \"managed by ipmasq\" ; }\ndelete table ip ipmasq\nadd table ip ipmasq { comment \"managed by ipmasq\" ; }\n"),
+        "{script}"
+    );
+}
+
+/// An unmarked table is an earlier ipmasq's only when it holds exactly what ipmasq writes.
+#[test]
+fn an_earlier_ipmasqs_table_is_told_from_a_neighbours() {
+    let mut earlier = listed();
+    assert!(!earlier.made_by_an_earlier_ipmasq(), "marked: ours anyway");
+    earlier.comment = None;
+    assert!(earlier.made_by_an_earlier_ipmasq());
+    let mut hooked_elsewhere = earlier.clone();
+    hooked_elsewhere.chain.as_mut().unwrap().priority = 100;
+    assert!(!hooked_elsewhere.made_by_an_earlier_ipmasq());
+    let mut their_rule = earlier.clone();
+    their_rule.rules[1].comment = Some("mine".into());
+    assert!(!their_rule.made_by_an_earlier_ipmasq());
+    let mut not_last = earlier.clone();
+    not_last.rules.last_mut().unwrap().comment =
+        Some("ip-masq-agent: local traffic is not subject to MASQUERADE".into());
+    assert!(!not_last.made_by_an_earlier_ipmasq());
+    let mut commented = earlier.clone();
+    commented.comment = Some("a neighbour's".into());
+    assert!(!commented.made_by_an_earlier_ipmasq());
+    let empty = LiveTable {
+        table_exists: true,
+        ..Default::default()
+    };
+    assert!(!empty.made_by_an_earlier_ipmasq());
+}
+
 #[test]
 fn overlapping_and_duplicate_cidrs_are_aggregated() {
     let mut config = Config::defaults(&Options::default());
