@@ -5,12 +5,13 @@ unmasqueraded. Events arrive per object, and a transaction's events end with its
 `# new generation N by process P (NAME)` line, so the state is judged at those lines only
 (an atomic rewrite that deletes and re-adds the jump in one commit is no gap).
 
-  jump_gaps.py MONITOR_LOG INITIAL_LISTING
+  jump_gaps.py MONITOR_LOG INITIAL_LISTING [WINDOW]
 
 INITIAL_LISTING is `nft -a list chain ip nat POSTROUTING`, taken once the monitor was
 listening. The window to judge lies between the generations that add the tables
-`inet ipmasq_window_start` and `inet ipmasq_window_end`; what follows the end is reported
-apart (scripts/systemd-test stops the unit there, to prove a gap is seen). Prints JSON:
+`inet ipmasq_WINDOW_start` and `inet ipmasq_WINDOW_end` (WINDOW is `window` unless given);
+what follows the end is reported apart (scripts/systemd-test stops the unit or erases the
+package there, to prove a gap is seen). Prints JSON:
 {"generations": N, "gaps": [...], "after": [...]}.
 """
 
@@ -23,16 +24,16 @@ DELETE_RULE = re.compile(r"^delete rule ip nat POSTROUTING handle (\d+)")
 GENERATION = re.compile(r"^# new generation (\d+) by process \d+ \((.*)\)")
 
 
-def main(log_path, listing_path):
+def main(log_path, listing_path, window="window"):
     jumps = {m.group(1) for m in map(JUMP.search, open(listing_path)) if m}
     chain_exists = True
     phase = "before"
     generations, gaps, after = 0, [], []
     for line in open(log_path):
         line = line.rstrip("\n")
-        if line.startswith("add table inet ipmasq_window_start"):
+        if line.startswith(f"add table inet ipmasq_{window}_start "):
             phase = "window"
-        elif line.startswith("add table inet ipmasq_window_end"):
+        elif line.startswith(f"add table inet ipmasq_{window}_end "):
             phase = "after"
         elif line.startswith("add rule ip nat POSTROUTING"):
             m = JUMP.search(line)
@@ -59,4 +60,4 @@ def main(log_path, listing_path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
