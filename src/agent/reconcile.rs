@@ -1044,6 +1044,21 @@ mod tests {
         assert_eq!(f.reconciler.status.configs_rejected, 0);
     }
 
+    /// Writes a config of `count` distinct /24s inside 10.0.0.0/8 (and a `cidrLimit` that
+    /// admits them).
+    fn write_distinct_cidrs(f: &Fixture, count: u32) {
+        let many: Vec<String> = (0..count)
+            .map(|i| format!("10.{}.{}.0/24", i >> 8 & 0xff, i & 0xff))
+            .collect();
+        write(
+            f,
+            &format!(
+                "cidrLimit: 100000\nnonMasqueradeCIDRs: [{}]\n",
+                many.join(",")
+            ),
+        );
+    }
+
     /// A list whose estimated peak exceeds the memory limit is refused: the last good config
     /// stays in force, the agent is not ready, and a list that fits is taken again.
     #[test]
@@ -1054,16 +1069,7 @@ mod tests {
         f.reconciler.pass();
         assert!(f.reconciler.status.not_ready.is_none());
         // The fake's model: 8 MiB + 10 MiB per 10,000 CIDRs; 57.6 MiB usable of 64.
-        let many: Vec<String> = (0..60_000u32)
-            .map(|i| format!("10.{}.{}.0/24", i >> 8 & 0xff, i & 0xff))
-            .collect();
-        write(
-            &f,
-            &format!(
-                "cidrLimit: 100000\nnonMasqueradeCIDRs: [{}]\n",
-                many.join(",")
-            ),
-        );
+        write_distinct_cidrs(&f, 60_000);
         assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
         assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
         let reason = f.reconciler.status.not_ready.clone().unwrap();
@@ -1104,16 +1110,7 @@ mod tests {
         f.reconciler.memory_limit = Some(64 << 20);
         // The fake's model: 8 MiB + 1 MiB per 1,000 rules; 49,600 CIDRs and more are over the
         // 57.6 MiB usable.
-        let many: Vec<String> = (0..49_600u32)
-            .map(|i| format!("10.{}.{}.0/24", i >> 8 & 0xff, i & 0xff))
-            .collect();
-        write(
-            &f,
-            &format!(
-                "cidrLimit: 100000\nnonMasqueradeCIDRs: [{}]\n",
-                many.join(",")
-            ),
-        );
+        write_distinct_cidrs(&f, 49_600);
         f.reconciler.pass();
         let reason = f.reconciler.status.not_ready.clone().unwrap();
         assert!(

@@ -581,6 +581,62 @@ impl MemoryCgroup {
     }
 }
 
+/// `ipmasq agent FLAGS --config=FILE` in a namespace and a memory cgroup of the test's own,
+/// its config file and log in a scratch directory. On drop the namespace goes first (killing
+/// the agent), then the group.
+pub(super) struct CappedAgent {
+    pub(super) ns: Netns,
+    pub(super) group: MemoryCgroup,
+    pub(super) config: std::path::PathBuf,
+    pub(super) pid: u32,
+    log: std::path::PathBuf,
+    _dir: crate::util::Scratch,
+}
+
+impl CappedAgent {
+    /// Starts the agent under a memory limit of `limit` bytes with `config` as its file.
+    pub(super) fn start(tag: &str, limit: u64, config: &str, flags: &[&str]) -> CappedAgent {
+        let group = MemoryCgroup::new(tag, limit);
+        let mut ns = Netns::new(tag);
+        let dir = crate::util::Scratch::new(tag);
+        let config = dir.write("ip-masq-agent", config);
+        let log = dir.path.join("agent.log");
+        let config_flag = format!("--config={}", config.display());
+        let mut args = vec!["agent"];
+        args.extend_from_slice(flags);
+        args.push(&config_flag);
+        let pid = group.spawn(&mut ns, &args, &log);
+        CappedAgent {
+            ns,
+            group,
+            config,
+            pid,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The end of the agent's log, for waits and failure messages.
+    pub(super) fn log_tail(&self) -> String {
+        tail(&std::fs::read_to_string(&self.log).unwrap_or_default())
+    }
+
+    /// The whole log.
+    pub(super) fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Replaces the config file's text.
+    pub(super) fn rewrite(&self, text: &str) {
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    /// Whether the agent is still running.
+    pub(super) fn alive(&self) -> bool {
+        std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
+    }
+}
+
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {
         // The namespace (declared after the group) has killed its daemons by now.
@@ -637,23 +693,15 @@ fn configs_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
     // iptables-nft: 1,000 CIDRs fit; 25,000 (before: iptables-nft-restore OOM-killed in a loop)
     // are refused, the 1,000 stay.
     {
-        let group = MemoryCgroup::new("iptnft", 64 << 20);
-        let mut ns = Netns::new("mem-iptnft");
-        let dir = crate::util::Scratch::new("mem-iptnft");
-        let config = dir.write("ip-masq-agent", &cidr_config(1_000));
-        let log = dir.path.join("agent.log");
-        let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
-        let pid = group.spawn(
-            &mut ns,
-            &[
-                "agent",
-                "--iptables-mode=nft",
-                &format!("--config={}", config.display()),
-            ],
-            &log,
+        let agent = CappedAgent::start(
+            "mem-iptnft",
+            64 << 20,
+            &cidr_config(1_000),
+            &["--iptables-mode=nft"],
         );
+        let (ns, read) = (&agent.ns, || agent.log_tail());
         assert!(
-            super::netns::wait_until(PATIENCE, || readyz(&ns).0 == 200),
+            super::netns::wait_until(PATIENCE, || readyz(ns).0 == 200),
             "{}",
             read()
         );
@@ -662,14 +710,14 @@ fn configs_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
                 .matches("-j RETURN")
                 .count()
         };
-        assert_eq!(rules(&ns), 1_001);
-        std::fs::write(&config, cidr_config(25_000)).unwrap();
+        assert_eq!(rules(ns), 1_001);
+        agent.rewrite(&cidr_config(25_000));
         assert!(
             super::netns::wait_until(PATIENCE, || read().contains("config refused")),
             "{}",
             read()
         );
-        let (code, body) = readyz(&ns);
+        let (code, body) = readyz(ns);
         assert_eq!(code, 503, "{body}");
         assert!(body.contains("writes 25002 rules"), "{body}");
         assert!(
@@ -677,47 +725,39 @@ fn configs_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
             "{}",
             read()
         );
-        assert_eq!(rules(&ns), 1_001, "the last good rules stay");
-        assert_eq!(group.oom_kills(), 0, "{}", read());
-        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        assert_eq!(rules(ns), 1_001, "the last good rules stay");
+        assert_eq!(agent.group.oom_kills(), 0, "{}", read());
+        assert!(agent.alive());
     }
     // nftables: 75,000 CIDRs at start (estimated 68 MiB: over 90 % of the limit) are refused
     // with nothing installed; 50,000 fit (measured peak 35 MiB since the backend runs no nft)
     // and are applied within the limit.
     {
-        let group = MemoryCgroup::new("nft", 64 << 20);
-        let mut ns = Netns::new("mem-nft");
-        let dir = crate::util::Scratch::new("mem-nft");
-        let config = dir.write("ip-masq-agent", &cidr_config(75_000));
-        let log = dir.path.join("agent.log");
-        let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
-        group.spawn(
-            &mut ns,
-            &[
-                "agent",
-                "--backend=nftables",
-                &format!("--config={}", config.display()),
-            ],
-            &log,
+        let agent = CappedAgent::start(
+            "mem-nft",
+            64 << 20,
+            &cidr_config(75_000),
+            &["--backend=nftables"],
         );
+        let (ns, read) = (&agent.ns, || agent.log_tail());
         assert!(
             super::netns::wait_until(PATIENCE, || read()
                 .contains("no rules are installed until it fits")),
             "{}",
             read()
         );
-        assert_eq!(readyz(&ns).0, 503);
+        assert_eq!(readyz(ns).0, 503);
         assert!(!ns
             .exec("nft", &["list", "tables"])
             .stdout
             .contains("ipmasq"));
-        std::fs::write(&config, cidr_config(50_000)).unwrap();
+        agent.rewrite(&cidr_config(50_000));
         assert!(
-            super::netns::wait_until(Duration::from_secs(60), || readyz(&ns).0 == 200),
+            super::netns::wait_until(Duration::from_secs(60), || readyz(ns).0 == 200),
             "{}",
             read()
         );
-        assert_eq!(group.oom_kills(), 0, "{}", read());
+        assert_eq!(agent.group.oom_kills(), 0, "{}", read());
     }
 }
 
@@ -749,24 +789,12 @@ fn short_lists_that_write_many_rules_are_refused_not_oom_killed() {
         ("legacy", "sources", 39_908),
     ] {
         let tag = format!("mem-{variant}-{}", &shape[..6]);
-        let group = MemoryCgroup::new(&tag, 64 << 20);
-        let mut ns = Netns::new(&tag);
-        let dir = crate::util::Scratch::new(&tag);
         let good = "nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n";
-        let config = dir.write("ip-masq-agent", good);
-        let log = dir.path.join("agent.log");
-        let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
-        let pid = group.spawn(
-            &mut ns,
-            &[
-                "agent",
-                &format!("--iptables-mode={variant}"),
-                &format!("--config={}", config.display()),
-            ],
-            &log,
-        );
+        let mode = format!("--iptables-mode={variant}");
+        let agent = CappedAgent::start(&tag, 64 << 20, good, &[&mode]);
+        let (ns, read) = (&agent.ns, || agent.log_tail());
         assert!(
-            super::netns::wait_until(PATIENCE, || readyz(&ns).0 == 200),
+            super::netns::wait_until(PATIENCE, || readyz(ns).0 == 200),
             "{}",
             read()
         );
@@ -775,14 +803,14 @@ fn short_lists_that_write_many_rules_are_refused_not_oom_killed() {
                 .matches("-j RETURN")
                 .count()
         };
-        assert_eq!(returns(&ns), 2);
-        std::fs::write(&config, hostile_config(shape)).unwrap();
+        assert_eq!(returns(ns), 2);
+        agent.rewrite(&hostile_config(shape));
         assert!(
             super::netns::wait_until(PATIENCE, || read().contains("config refused")),
             "{variant} {shape}: {}",
             read()
         );
-        let (code, body) = readyz(&ns);
+        let (code, body) = readyz(ns);
         assert_eq!(code, 503, "{body}");
         assert!(
             body.contains(&format!("writes {rules} rules")),
@@ -790,28 +818,20 @@ fn short_lists_that_write_many_rules_are_refused_not_oom_killed() {
         );
         assert!(!body.contains("at least 64.0 MiB"), "{body}");
         assert!(read().contains("keeping the last good config in force"));
-        assert_eq!(returns(&ns), 2, "the last good rules stay");
-        assert_eq!(group.oom_kills(), 0, "{variant} {shape}: {}", read());
-        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        assert_eq!(returns(ns), 2, "the last good rules stay");
+        assert_eq!(agent.group.oom_kills(), 0, "{variant} {shape}: {}", read());
+        assert!(agent.alive());
     }
     // nftables writes 4 rules and 2,004 set elements for the 2,000 sources: they fit.
-    let group = MemoryCgroup::new("mem-nftables", 64 << 20);
-    let mut ns = Netns::new("mem-nftables");
-    let dir = crate::util::Scratch::new("mem-nftables");
-    let config = dir.write("ip-masq-agent", &hostile_config("sources"));
-    let log = dir.path.join("agent.log");
-    let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
-    group.spawn(
-        &mut ns,
-        &[
-            "agent",
-            "--backend=nftables",
-            &format!("--config={}", config.display()),
-        ],
-        &log,
+    let agent = CappedAgent::start(
+        "mem-nftables",
+        64 << 20,
+        &hostile_config("sources"),
+        &["--backend=nftables"],
     );
+    let (ns, read) = (&agent.ns, || agent.log_tail());
     assert!(
-        super::netns::wait_until(PATIENCE, || readyz(&ns).0 == 200),
+        super::netns::wait_until(PATIENCE, || readyz(ns).0 == 200),
         "{}",
         read()
     );
@@ -820,7 +840,7 @@ fn short_lists_that_write_many_rules_are_refused_not_oom_killed() {
             .contains("saddr != {"),
         "the sources' rule is installed"
     );
-    assert_eq!(group.oom_kills(), 0, "{}", read());
+    assert_eq!(agent.group.oom_kills(), 0, "{}", read());
 }
 
 /// What memory limit the agent checks configs against is said once at start, and so is its
@@ -872,40 +892,22 @@ fn the_memory_limit_or_its_absence_is_logged_once() {
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn a_scalar_alias_bomb_cannot_exhaust_the_agent() {
-    let group = MemoryCgroup::new("alias", 64 << 20);
-    let mut ns = Netns::new("mem-alias");
-    let dir = crate::util::Scratch::new("mem-alias");
     let bomb = format!(
         "nonMasqueradeCIDRs: [10.0.0.0/8]\nbig: &b {}\nrefs: [{}]\n",
         "x".repeat(900_000),
         vec!["*b"; 16_000].join(", ")
     );
-    let config = dir.write("ip-masq-agent", &bomb);
-    let log = dir.path.join("agent.log");
-    let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
-    let pid = group.spawn(
-        &mut ns,
-        &[
-            "agent",
-            "--iptables-mode=nft",
-            &format!("--config={}", config.display()),
-        ],
-        &log,
-    );
+    let agent = CappedAgent::start("mem-alias", 64 << 20, &bomb, &["--iptables-mode=nft"]);
+    let read = || agent.log_tail();
     assert!(
         super::netns::wait_until(PATIENCE, || read().contains("invalid config rejected")),
         "{}",
         read()
     );
     assert!(read().contains("bytes in memory"), "{}", read());
-    assert_eq!(group.oom_kills(), 0);
-    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
-    let longest = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    assert_eq!(agent.group.oom_kills(), 0);
+    assert!(agent.alive());
+    let longest = agent.log().lines().map(str::len).max().unwrap_or(0);
     assert!(longest < 2_000, "a log line of {longest} bytes");
 }
 

@@ -2,7 +2,7 @@
 //! agent in the DaemonSet's 64 MiB and against `show` and `explain`: one parse budget per
 //! file, the later documents never built.
 
-use super::hostile_round2::{readyz, tail, MemoryCgroup};
+use super::hostile_round2::{readyz, tail, CappedAgent};
 use super::netns::Netns;
 use std::time::Duration;
 
@@ -20,17 +20,15 @@ fn fifty_alias_bomb_documents_neither_kill_the_agent_nor_bloat_show_and_explain(
     crate::util::generate_hostile_inputs("multi-document-alias-bombs.py", &dir.path);
     let config = dir.path.join("config.yaml");
     let config_arg = format!("--config={}", config.display());
-    let group = MemoryCgroup::new("multidoc", 64 << 20);
-    let mut ns = Netns::new("multidoc");
-    let log = dir.path.join("agent.log");
-    let read = || tail(&std::fs::read_to_string(&log).unwrap_or_default());
-    let pid = group.spawn(
-        &mut ns,
-        &["agent", "--iptables-mode=nft", &config_arg],
-        &log,
+    let agent = CappedAgent::start(
+        "multidoc",
+        64 << 20,
+        &std::fs::read_to_string(&config).unwrap(),
+        &["--iptables-mode=nft"],
     );
+    let (ns, read) = (&agent.ns, || agent.log_tail());
     assert!(
-        super::netns::wait_until(PATIENCE, || readyz(&ns).0 == 200),
+        super::netns::wait_until(PATIENCE, || readyz(ns).0 == 200),
         "{}",
         read()
     );
@@ -44,8 +42,8 @@ fn fifty_alias_bomb_documents_neither_kill_the_agent_nor_bloat_show_and_explain(
         "{}",
         read()
     );
-    assert_eq!(group.oom_kills(), 0, "{}", read());
-    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    assert_eq!(agent.group.oom_kills(), 0, "{}", read());
+    assert!(agent.alive());
     // The other applets that read a config: a few MiB, not 1.45 GB.
     for (args, said) in [
         (
