@@ -413,6 +413,10 @@ mod tests {
         s.status.drift_repairs.insert("jump_missing", 1);
         s.status.rules.insert(crate::plan::Family::V4, 5);
         s.status.sync_duration.0.observe(0.01);
+        // Exported only by an agent with an output address configured.
+        s.status
+            .egress_fallback
+            .insert(crate::plan::Family::V4, None);
         let exposition = metrics_text(&s, s.started, SystemTime::now());
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("packaging/kubernetes/monitoring");
