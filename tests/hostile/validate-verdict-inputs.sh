@@ -1,7 +1,7 @@
 #!/bin/sh
 # Regenerates the inputs that once passed `validate` and then failed on a node into DIR
-# (default: the current directory), one file each; tests/cli/validate_verdicts.rs runs `ipmasq validate` on
-# every one and checks its verdict. Each file is what was found to pass `validate` and then
+# (default: the current directory), one file each; tests/cli/validate_verdicts.rs runs
+# `ipmasq validate` on every one and checks its verdict. Each file is what was found to pass `validate` and then
 # fail on a node, or to be read otherwise than upstream reads it.
 set -eu
 dir=${1:-.}
