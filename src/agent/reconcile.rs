@@ -176,7 +176,6 @@ fn join(nets: &[ipnet::IpNet]) -> String {
     text
 }
 
-/// The log of one conntrack reset: a summary at info, each flow named at debug.
 /// What a conntrack reset judges the tracked flows' old decisions by.
 #[derive(Debug, PartialEq)]
 enum ResetBasis {
@@ -188,6 +187,7 @@ enum ResetBasis {
     Live,
 }
 
+/// The log of one conntrack reset: a summary at info, each flow named at debug.
 fn log_reset(
     family: crate::plan::Family,
     scope: crate::conntrack::judge::ResetScope,

@@ -10,10 +10,7 @@ pub mod intervals;
 mod names;
 mod ports;
 
-// `decide` serves the property tests of every backend now and `explain` next; nothing in the
-// agent's own path needs a per-packet verdict.
-#[allow(unused_imports)]
-pub use decide::{decide, decide_leaving, Reason, Verdict};
+pub use decide::{decide, decide_leaving, Reason};
 pub use egress::ResolvedEgress;
 pub use names::{ChainName, Names, DEFAULT_CHAIN};
 pub use ports::{PortShare, ToPorts};

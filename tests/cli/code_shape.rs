@@ -1,6 +1,8 @@
 //! The shape of the code itself: no function of `src/` longer than 100 lines (a long one is
-//! split along its concerns, not waived), and every module opens with a `//!` line.
+//! split along its concerns, not waived), every module opens with a `//!` line, and
+//! docs/ARCHITECTURE.md names every source and test file, and no file that does not exist.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 const MAX_FUNCTION_LINES: usize = 100;
@@ -153,4 +155,155 @@ fn every_module_says_what_it_is_for() {
         .map(|f| f.display().to_string())
         .collect();
     assert!(silent.is_empty(), "modules without a //! line: {silent:?}");
+}
+
+/// The folders whose every file docs/ARCHITECTURE.md names, relative to the crate.
+const MAPPED: [&str; 3] = ["src", "tests", "fuzz/fuzz_targets"];
+/// Under [`MAPPED`], what the map names as a folder, not file by file.
+const MAPPED_AS_FOLDERS: [&str; 1] = ["tests/data"];
+
+/// Every file under `dir` (recursively), as a path relative to `root` with `/` separators.
+fn files_under(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.expect("entry").path();
+        let relative = path
+            .strip_prefix(root)
+            .expect("under the root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if MAPPED_AS_FOLDERS.contains(&relative.as_str()) {
+            continue;
+        }
+        if path.is_dir() {
+            files_under(root, &path, out);
+        } else {
+            out.push(relative);
+        }
+    }
+}
+
+/// The files the map must name: every file of the [`MAPPED`] folders under `root`.
+fn files_to_map(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in MAPPED {
+        files_under(root, &root.join(dir), &mut files);
+    }
+    files.sort();
+    files
+}
+
+/// The map's text outside fenced blocks (the data-flow picture).
+fn prose(doc: &str) -> String {
+    let mut fenced = false;
+    let mut kept = String::new();
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+/// The files the map gives a row of their own, with a job: `| `PATH` | what it does |`.
+fn files_with_a_row(doc: &str) -> BTreeSet<String> {
+    prose(doc)
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let (name, job) = (cells.get(1)?, cells.get(2)?);
+            let path = name.strip_prefix('`')?.strip_suffix('`')?;
+            (!job.is_empty() && !path.ends_with('/')).then(|| path.to_string())
+        })
+        .collect()
+}
+
+/// Every name in backquotes that reads as a file or folder of the crate: one under a
+/// [`MAPPED`] folder, or a source file named by a shorter path (`iptables/diff.rs`).
+fn path_mentions(doc: &str) -> BTreeSet<String> {
+    prose(doc)
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|code| !code.contains(char::is_whitespace) && !code.contains('*'))
+        .filter(|code| {
+            MAPPED
+                .iter()
+                .any(|dir| code.starts_with(&format!("{dir}/")))
+                || code.ends_with(".rs")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether `mention` names a file or folder under `root`: as written, or as the end of the
+/// path of a mapped file (`select.rs`, `iptables/diff.rs`).
+fn exists(root: &Path, mention: &str, files: &[String]) -> bool {
+    root.join(mention).exists()
+        || files
+            .iter()
+            .any(|file| file.ends_with(&format!("/{mention}")))
+}
+
+/// `(files the map does not name, names in the map that no file answers)`.
+fn unmapped_and_dangling(root: &Path, doc: &str) -> (Vec<String>, Vec<String>) {
+    let files = files_to_map(root);
+    let named = files_with_a_row(doc);
+    let unmapped = files
+        .iter()
+        .filter(|file| !named.contains(*file))
+        .cloned()
+        .collect();
+    let dangling = path_mentions(doc)
+        .into_iter()
+        .filter(|mention| !exists(root, mention, &files))
+        .collect();
+    (unmapped, dangling)
+}
+
+#[test]
+fn the_architecture_map_names_every_file_and_only_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).expect("read the map");
+    assert!(
+        files_to_map(root).len() > 100,
+        "the scan found too few files"
+    );
+    let (unmapped, dangling) = unmapped_and_dangling(root, &doc);
+    let mut wrong = Vec::new();
+    if !unmapped.is_empty() {
+        wrong.push(format!(
+            "docs/ARCHITECTURE.md does not name {unmapped:#?}\nAdd a row `| `PATH` | its job in \
+             one line |` for each to the table of its folder in the Layout section."
+        ));
+    }
+    if !dangling.is_empty() {
+        wrong.push(format!(
+            "docs/ARCHITECTURE.md names what does not exist: {dangling:#?}\nWrite the path the \
+             file has now (a moved file keeps its one row, under its new path), or remove the \
+             name."
+        ));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_map_check_finds_an_unnamed_file_and_a_stale_name() {
+    let tree = crate::util::Scratch::new("architecture-map");
+    std::fs::create_dir_all(tree.path.join("src")).expect("src");
+    std::fs::create_dir_all(tree.path.join("tests/data")).expect("tests/data");
+    tree.write("src/lib.rs", "//! lib\n");
+    tree.write("src/new.rs", "//! new\n");
+    tree.write("tests/data/golden.txt", "data\n");
+    let doc = "```\n`src/pictured.rs`\n```\n| file | job |\n|---|---|\n\
+               | `src/lib.rs` | the crate |\n| `src/gone.rs` | moved away |\n\
+               Prose names `lib.rs` and `old/name.rs`.\n";
+    let (unmapped, dangling) = unmapped_and_dangling(&tree.path, doc);
+    assert_eq!(unmapped, ["src/new.rs"]);
+    assert_eq!(dangling, ["old/name.rs", "src/gone.rs"]);
 }

@@ -6,5 +6,5 @@ mod dispatch;
 mod extensions;
 mod generated;
 mod hostile_input;
-mod hostile_step16;
 mod validate;
+mod validate_verdicts;

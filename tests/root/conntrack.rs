@@ -1,4 +1,4 @@
-//! Step 15 with packets, per backend (iptables-nft, iptables-legacy, nftables), IPv4 and IPv6:
+//! With packets, per backend (iptables-nft, iptables-legacy, nftables), IPv4 and IPv6:
 //! existing flows follow a change. A pod sends UDP every 50 ms to an outside address whose
 //! range a ConfigMap swap flips between masqueraded and kept, 20 times; the outside sees the
 //! new source after each swap (the distribution is printed), while a second flow whose

@@ -1,4 +1,4 @@
-//! Step 15 with packets, per backend (iptables-nft, iptables-legacy, nftables), IPv4 and IPv6:
+//! With packets, per backend (iptables-nft, iptables-legacy, nftables), IPv4 and IPv6:
 //! `outputAddress` SNATs to the chosen address of a node with two (by address, then by a
 //! prefix holding only it); an address that leaves the node makes its family masquerade
 //! within a second of the event (said once, in the gauge, /readyz, `show` and `explain`),

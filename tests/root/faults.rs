@@ -1,4 +1,4 @@
-//! The fault suite (step 7): the xtables lock held by someone else, iptables-restore failing
+//! The fault suite: the xtables lock held by someone else, iptables-restore failing
 //! then hanging, drift of every kind, SIGKILL in the middle of a 10,000-rule transaction, a
 //! storm of ConfigMap swaps and a soak of 10,000 passes; both iptables variants where the
 //! fault exists in both. Each test waits for observable events, never for time to pass.

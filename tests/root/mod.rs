@@ -15,23 +15,28 @@ macro_rules! both_variants {
 
 mod address_churn;
 mod agent;
+mod config_file;
 mod conntrack;
 mod egress;
 mod extensions;
 mod faults;
+mod foreign_nat_rules;
 mod health;
-mod hostile;
-mod hostile_round2;
 mod image;
 mod interface_names;
+mod memory_limit;
 mod netlink;
 mod netns;
 mod nftables;
 mod node;
+mod node_lock;
 mod packets;
 mod parse_budget;
 mod seam;
 mod show_cleanup;
+mod state_dir;
+mod stop_deadline;
+mod untrusted_text;
 
 /// An unreadable config is an I/O error (exit 2) that says what is wrong. As root every file
 /// is readable, so the check runs as nobody.

@@ -1,4 +1,4 @@
-//! The nftables backend speaks netlink only (step 14), against the real kernel: it works with
+//! The nftables backend speaks netlink only, against the real kernel: it works with
 //! no `nft` on PATH, its dry run is exactly what its apply sends, and a batch the kernel
 //! refuses fails the pass with the object and the errno named, leaves the table as it was,
 //! and the next pass repairs.

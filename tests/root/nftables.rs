@@ -1,4 +1,4 @@
-//! The native nftables backend against the real kernel (step 8): every golden script passes
+//! The native nftables backend against the real kernel: every golden script passes
 //! `nft --check`, an untouched table costs no `nft` process per pass, every kind of drift is
 //! healed at the next pass, both backends give the same verdicts, foreign tables and
 //! iptables-nft rules stay byte-identical, and switching backends leaves no leftovers.

@@ -1,8 +1,8 @@
-//! Step 16 at the kernel: a config file of 50 YAML documents, each an alias bomb, against the
+//! At the kernel: a config file of 50 YAML documents, each an alias bomb, against the
 //! agent in the DaemonSet's 64 MiB and against `show` and `explain`: one parse budget per
 //! file, the later documents never built.
 
-use super::hostile_round2::{readyz, tail, CappedAgent};
+use super::memory_limit::{readyz, tail, CappedAgent};
 use super::netns::Netns;
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Step 6 at the kernel: a config the checker rejects never reaches the rules, a wedged sync
+//! At the kernel: a config the checker rejects never reaches the rules, a wedged sync
 //! never blocks health or SIGTERM, auto mode follows the host's `iptables` when no variant
 //! holds rules, and `show` / `cleanup` see the whole node and the running agent.
 

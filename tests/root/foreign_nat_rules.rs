@@ -1,9 +1,8 @@
-//! Step 7 at the kernel: a hostile node. A nat table iptables cannot show, a config path that
-//! is a FIFO or unreadable: each is a clear error, nothing is written, nothing hangs.
+//! The nat table as others shape it: a rule iptables cannot show is a failed observation,
+//! jumps repaired while another writer edits POSTROUTING never leave none, and odd jumps and
+//! foreign references to our chain are handled without touching what is not ours.
 
 use super::netns::Netns;
-use crate::util::Scratch;
-use std::time::{Duration, Instant};
 
 /// POSTROUTING jumps to our chain, counted with nft (which can show what iptables cannot).
 fn jumps_in_nft(ns: &Netns) -> usize {
@@ -53,39 +52,7 @@ fn an_incompatible_nat_table_is_a_failed_observation() {
     assert!(run.stdout.contains("is incompatible"), "{}", run.stdout);
 }
 
-/// A FIFO as the config: refused at once without blocking, nothing installed.
-#[test]
-#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
-fn a_fifo_config_is_refused_without_hanging() {
-    let ns = Netns::new("fifo");
-    let dir = Scratch::new("fifo-config");
-    let fifo = dir.path.join("config");
-    ns.sh(&format!("mkfifo {}", fifo.display()));
-    let started = Instant::now();
-    let run = ns.ipmasq(&[
-        "agent",
-        "--once",
-        "--iptables-mode=nft",
-        &format!("--config={}", fifo.display()),
-    ]);
-    let took = started.elapsed();
-    assert_eq!(run.code, 1, "{}", run.stderr);
-    assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
-    assert!(took < Duration::from_secs(5), "took {took:?}");
-    // A read error with no good config yet says that nothing is installed, not that the
-    // rules of a last good config are kept.
-    assert!(
-        run.stderr
-            .contains("no rules are installed until it can be read"),
-        "{}",
-        run.stderr
-    );
-    assert!(!run.stderr.contains("last good config"), "{}", run.stderr);
-    let run = ns.ipmasq(&["validate", &fifo.display().to_string()]);
-    assert_eq!(run.code, 2, "{}", run.stdout);
-}
-
-fn jumps_in(ns: &Netns, variant: &str) -> usize {
+pub(super) fn jumps_in(ns: &Netns, variant: &str) -> usize {
     ns.save(variant, false, Some("nat"))
         .lines()
         .filter(|l| l.starts_with("-A POSTROUTING") && l.ends_with("-j IP-MASQ-AGENT"))
@@ -141,116 +108,6 @@ fn concurrent_jump_repairs_never_leave_no_jump() {
                 std::fs::remove_dir_all(std::env::temp_dir().join(format!("{}-{state}", ns.name)));
         }
     }
-}
-
-/// The agent flags of the two-agent tests (nft, config in `dir`, no endpoint), plus `extra`.
-fn lock_test_args(dir: &Scratch, extra: &[&str]) -> Vec<String> {
-    let config = format!("--config={}", dir.path.join("config").display());
-    let mut args: Vec<String> = [
-        "agent",
-        "--iptables-mode=nft",
-        &config,
-        "--metrics-addr=off",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    args.extend(extra.iter().map(|a| a.to_string()));
-    args
-}
-
-/// Starts the first agent and waits for its jump.
-fn start_first_agent(ns: &mut Netns, dir: &Scratch) -> u32 {
-    let args = lock_test_args(dir, &[]);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let first = ns.spawn_ipmasq(&refs, &dir.path.join("first.log"));
-    assert!(super::netns::wait_until(
-        Duration::from_secs(20),
-        || jumps_in(ns, "nft") == 1
-    ));
-    first
-}
-
-/// Starts a second agent (with `extra` flags) and waits until it says that `first` holds the
-/// node lock; returns its pid and log.
-fn start_waiting_agent(
-    ns: &mut Netns,
-    dir: &Scratch,
-    first: u32,
-    extra: &[&str],
-) -> (u32, std::path::PathBuf) {
-    let args = lock_test_args(dir, extra);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let log_path = dir.path.join("second.log");
-    let second = ns.spawn_ipmasq(&refs, &log_path);
-    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    assert!(
-        super::netns::wait_until(Duration::from_secs(20), || log()
-            .contains(&format!("agent pid {first} holds the node lock"))),
-        "{}",
-        log()
-    );
-    (second, log_path)
-}
-
-/// A second agent for the same chain waits for the first one's node lock (saying so), and
-/// takes over when it goes: the rules are never removed in between.
-#[test]
-#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
-fn a_second_agent_waits_for_the_node_lock() {
-    let mut ns = Netns::new("lock");
-    let dir = Scratch::new("lock");
-    let first = start_first_agent(&mut ns, &dir);
-    let (second, second_log) = start_waiting_agent(&mut ns, &dir, first, &[]);
-    let log = || std::fs::read_to_string(&second_log).unwrap_or_default();
-    super::netns::kill(first, "KILL");
-    assert!(ns.wait_daemon(first, Duration::from_secs(10)).is_some());
-    assert_eq!(
-        jumps_in(&ns, "nft"),
-        1,
-        "the rules stay while the lock changes hands"
-    );
-    // The second agent now holds the lock and heals drift.
-    ns.sh("iptables-nft -t nat -F IP-MASQ-AGENT");
-    ns.sh(&format!("kill -HUP {second}"));
-    assert!(
-        super::netns::wait_until(Duration::from_secs(20), || log().contains("rules repaired")),
-        "{}",
-        log()
-    );
-    assert_eq!(jumps_in(&ns, "nft"), 1);
-}
-
-/// A second agent with --cleanup-on-exit (the systemd unit's flag) stopped while it still
-/// waits for the node lock removes nothing: the rules are the running agent's.
-#[test]
-#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
-fn a_waiting_agent_stopped_with_cleanup_on_exit_removes_nothing() {
-    let mut ns = Netns::new("waitclean");
-    let dir = Scratch::new("waitclean");
-    let first = start_first_agent(&mut ns, &dir);
-    let installed = ns.save("nft", false, Some("nat"));
-    let (second, second_log) = start_waiting_agent(&mut ns, &dir, first, &["--cleanup-on-exit"]);
-    let log = || std::fs::read_to_string(&second_log).unwrap_or_default();
-    super::netns::kill(second, "TERM");
-    assert_eq!(
-        ns.wait_daemon(second, Duration::from_secs(10)),
-        Some(0),
-        "{}",
-        log()
-    );
-    assert!(
-        log().contains("removing nothing: this agent never held the node lock"),
-        "{}",
-        log()
-    );
-    assert_eq!(
-        ns.save("nft", false, Some("nat")),
-        installed,
-        "the running agent's rules stay"
-    );
-    super::netns::kill(first, "TERM");
-    assert_eq!(ns.wait_daemon(first, Duration::from_secs(10)), Some(0));
 }
 
 /// A POSTROUTING jump to our chain whose comment holds a newline (iptables-save prints it over

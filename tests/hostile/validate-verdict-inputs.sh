@@ -1,27 +1,27 @@
 #!/bin/sh
-# Regenerates the hostile inputs of step 16's items 7, 9 and 10 into DIR (default: the
-# current directory), one file each; tests/cli/hostile_step16.rs runs `ipmasq validate` on
-# every one and checks its verdict. Each file is what was found to pass `validate` and then
+# Regenerates the inputs that once passed `validate` and then failed on a node into DIR
+# (default: the current directory), one file each; tests/cli/validate_verdicts.rs runs
+# `ipmasq validate` on every one and checks its verdict. Each file is what was found to pass `validate` and then
 # fail on a node, or to be read otherwise than upstream reads it.
 set -eu
 dir=${1:-.}
 mkdir -p "$dir"
 cd "$dir"
 
-# Item 7: a 16-byte pattern, which iptables-restore ("must be shorter than IFNAMSIZ") and nft
+# Interface patterns: a 16-byte pattern, which iptables-restore ("must be shorter than IFNAMSIZ") and nft
 # ("String exceeds maximum length of 16") refuse; and a name with the byte 0xA0 (à), white
 # space to the kernel.
 printf 'outputInterfaces: ["abcdefghijklmno+"]\n' >interface-pattern-16-bytes.yaml
 printf 'outputInterfaces: ["abcdefghijklmno*"]\n' >interface-pattern-16-bytes-nft.yaml
 printf 'outputInterfaces: ["eth\303\240"]\n' >interface-kernel-space.yaml
 
-# Item 9: a null list entry (upstream keeps the default 172.16.0.0/12 at that position).
+# A null list entry (upstream keeps the default 172.16.0.0/12 at that position).
 printf 'nonMasqueradeCIDRs: [10.0.0.0/8, ~]\n' >null-entry.yaml
 
-# Item 9: --to-ports above 65535, as the agent's arguments.
+# --to-ports above 65535, as the agent's arguments.
 printf -- '--to-ports=1024-70000\n' >to-ports-above-65535.args
 
-# Item 9: ip-masq-agent-v2 ConfigMaps. Files that list no CIDRs: v2's list starts empty.
+# ip-masq-agent-v2 ConfigMaps. Files that list no CIDRs: v2's list starts empty.
 configmap() { # name, config lines...
     name=$1
     shift
@@ -51,12 +51,12 @@ cidrs() { # second octet, count
 # 65 CIDRs in one file: over v2's 64.
 configmap ip-masq-agent-user "$(cidrs 3 65)" >v2-65-cidrs-in-one-file.yaml
 
-# Item 9: one key in data and binaryData, which the API server refuses.
+# One key in data and binaryData, which the API server refuses.
 {
     printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent\n  namespace: kube-system\n'
     printf 'data:\n  config: |\n    nonMasqueradeCIDRs: [10.0.0.0/8]\n'
     printf 'binaryData:\n  config: %s\n' "$(printf 'nonMasqueradeCIDRs: [10.0.0.0/8]\n' | base64 -w0)"
 } >configmap-key-twice.yaml
 
-# Item 10: a ConfigMap without data.config, whose code JSON spelt otherwise than text.
+# A ConfigMap without data.config, whose code JSON spelt otherwise than text.
 printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent\n  namespace: kube-system\ndata:\n  agent-config: |\n    cidrLimit: 3\n' >configmap-without-config.yaml
