@@ -221,3 +221,22 @@ fn is_statement(word: &str) -> bool {
         "snat" | "dnat" | "accept" | "drop" | "jump" | "goto" | "reject" | "redirect" | "notrack"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_lookup_is_ours_only_where_the_caller_says_so() {
+        let ours = describe("ip daddr @nomasq return", &|name| name == "nomasq");
+        assert_eq!(ours.set_lookup.as_deref(), Some("nomasq"));
+        assert!(ours.matches.unjudged.is_empty(), "{:?}", ours.matches);
+        assert_eq!(ours.verdict, Verdict::Keep);
+
+        // Another table's set of the same name is none of ours: its words stay unjudged.
+        let theirs = describe("ip daddr @nomasq return", &|_| false);
+        assert_eq!(theirs.set_lookup, None);
+        assert_eq!(theirs.matches.unjudged, ["ip", "daddr", "@nomasq"]);
+        assert_eq!(theirs.verdict, Verdict::Keep);
+    }
+}
