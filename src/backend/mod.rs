@@ -21,7 +21,7 @@ pub mod select;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use id::{BackendId, BackendKind};
+pub use id::BackendId;
 
 use crate::plan::{Action, Family, Names, Ruleset};
 use ipnet::IpNet;
