@@ -23,7 +23,7 @@ pub struct Snapshot {
     /// The resync interval in force.
     pub interval: Duration,
     pub started: Instant,
-    pub backend: String,
+    pub backend: crate::backend::BackendId,
     /// When the pass under way started (None between passes).
     pub running_since: Option<Instant>,
     /// The output addresses the config in force names: only an address change inside one of
@@ -32,7 +32,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn new(backend: String) -> Self {
+    pub fn new(backend: crate::backend::BackendId) -> Self {
         Snapshot {
             status: Status::default(),
             interval: Duration::from_secs(60),
@@ -47,7 +47,8 @@ impl Snapshot {
 /// Every metric the agent exports, as (name, type, help), read from a rendering of a fresh
 /// agent's metrics: the man page's list can never name a metric that does not exist.
 pub fn metric_catalogue() -> Vec<(String, String, String)> {
-    let mut snapshot = Snapshot::new("iptables-nft".into());
+    // Any backend: it is only a label's value.
+    let mut snapshot = Snapshot::new(crate::backend::BackendId::ALL[0]);
     snapshot.status.drift_repairs.insert("jump_missing", 0);
     snapshot.status.rules.insert(crate::plan::Family::V4, 0);
     snapshot
@@ -135,7 +136,7 @@ struct KindLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RulesLabel {
     family: &'static str,
-    backend: String,
+    backend: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,7 +147,7 @@ struct FamilyLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabel {
     version: &'static str,
-    backend: String,
+    backend: &'static str,
 }
 
 fn seconds_gauge(value: f64) -> Gauge<f64, AtomicU64> {
@@ -315,7 +316,7 @@ fn register_rules(registry: &mut Registry, snapshot: &Snapshot) {
         rules
             .get_or_create(&RulesLabel {
                 family: family.as_str(),
-                backend: snapshot.backend.clone(),
+                backend: snapshot.backend.as_str(),
             })
             .set(i64::try_from(*n).unwrap_or(i64::MAX));
     }
@@ -350,7 +351,7 @@ fn register_rules(registry: &mut Registry, snapshot: &Snapshot) {
     let info = Family::<BuildLabel, Gauge>::default();
     info.get_or_create(&BuildLabel {
         version: env!("CARGO_PKG_VERSION"),
-        backend: snapshot.backend.clone(),
+        backend: snapshot.backend.as_str(),
     })
     .set(1);
     registry.register(
@@ -386,7 +387,7 @@ mod tests {
     use super::*;
 
     fn snapshot() -> Snapshot {
-        Snapshot::new("iptables-nft".into())
+        Snapshot::new(crate::backend::BackendId::IptablesNft)
     }
 
     #[test]
@@ -551,7 +552,7 @@ mod tests {
 
     #[test]
     fn the_text_format_names_counter_samples_and_ends_without_eof() {
-        let s = Snapshot::new("iptables-nft".into());
+        let s = Snapshot::new(crate::backend::BackendId::IptablesNft);
         let open = metrics_text(&s, s.started, SystemTime::now());
         assert!(open.ends_with("# EOF\n"), "{open}");
         assert!(open.contains("# TYPE ipmasq_syncs counter"), "{open}");

@@ -342,7 +342,7 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let shared: Shared = Arc::new(Mutex::new(Snapshot::new("fake".into())));
+        let shared: Shared = Arc::new(Mutex::new(Snapshot::new(crate::backend::BackendId::Fake)));
         let listener = runtime
             .block_on(bind("127.0.0.1:0".parse().unwrap()))
             .unwrap();

@@ -335,8 +335,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let Some((mut sigterm, mut sigint, mut sighup)) = agent_signals() else {
         return Ending::SetupFailed("cannot install signal handlers".into());
     };
-    let shared: http::Shared =
-        Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_name())));
+    let shared: http::Shared = Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_id())));
     let mut watch = match &reconciler.settings.config {
         crate::config::ConfigSource::File(path) => DirWatch::new(path),
         crate::config::ConfigSource::Dir(dir) => DirWatch::for_parts(dir),
@@ -666,7 +665,7 @@ pub fn remove_leftovers_of_other_backends(in_use: crate::backend::BackendId, nam
     use crate::backend::select::{every_backend, sweep};
     let others: Vec<Box<dyn Backend>> = every_backend()
         .into_iter()
-        .filter(|other| other.id().kind() != in_use.kind())
+        .filter(|other| other.id().is_iptables() != in_use.is_iptables())
         .collect();
     sweep(&others, |other, family| {
         let holds = other.may_hold_ours(family, names)

@@ -1,6 +1,6 @@
-//! Which backend, as one typed value: `iptables-nft`, `iptables-legacy` or `nftables`, with
-//! one spelling (logs, metrics labels, the state file, JSON) and one parser, the flag that
-//! chooses it, and its kind (the iptables variants are one kind).
+//! Which backend, as one typed value from the flags to the report: `iptables-nft`,
+//! `iptables-legacy` or `nftables`, with one spelling (logs, metrics labels, the state file,
+//! JSON) and one parser, the flag that chooses it, and whether it writes an iptables chain.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,13 +14,6 @@ pub enum BackendId {
     /// The in-memory backend of unit tests.
     #[cfg(test)]
     Fake,
-}
-
-/// What kind of rules a backend writes: an iptables chain and its jumps, or an nftables table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendKind {
-    Iptables,
-    Nftables,
 }
 
 impl BackendId {
@@ -41,10 +34,15 @@ impl BackendId {
         }
     }
 
-    pub fn kind(self) -> BackendKind {
+    /// Whether the backend writes an iptables chain and its POSTROUTING jumps (either
+    /// variant), rather than an nftables table: what `show` words its report by, and what a
+    /// switch of `--backend` (not of the variant) changes.
+    pub fn is_iptables(self) -> bool {
         match self {
-            BackendId::Nftables => BackendKind::Nftables,
-            _ => BackendKind::Iptables,
+            BackendId::IptablesNft | BackendId::IptablesLegacy => true,
+            BackendId::Nftables => false,
+            #[cfg(test)]
+            BackendId::Fake => true,
         }
     }
 
@@ -54,7 +52,9 @@ impl BackendId {
         match self {
             BackendId::Nftables => "--backend=nftables",
             BackendId::IptablesLegacy => "--iptables-mode=legacy",
-            _ => "--iptables-mode=nft",
+            BackendId::IptablesNft => "--iptables-mode=nft",
+            #[cfg(test)]
+            BackendId::Fake => "(no flag chooses the fake backend)",
         }
     }
 }

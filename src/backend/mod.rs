@@ -11,7 +11,9 @@ mod generation;
 pub(crate) mod golden;
 mod id;
 mod iptables;
+mod nat_before;
 pub(crate) mod nfnetlink;
+mod nft_rule;
 mod nftables;
 mod notify;
 pub(crate) mod runner;
@@ -19,7 +21,7 @@ pub mod select;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use id::{BackendId, BackendKind};
+pub use id::BackendId;
 
 use crate::plan::{Action, Family, Names, Ruleset};
 use ipnet::IpNet;

@@ -5,25 +5,27 @@ use super::iptables::{detect_variant, Iptables, Variant};
 use super::nftables::Nftables;
 use super::{Backend, BackendId};
 use crate::plan::Family;
+use std::time::Duration;
 
-/// Which backend to drive, as the user chose it.
+/// Which backend to drive, as the user chose it: one backend by its identity, or iptables
+/// in whichever variant already holds the node's rules (`--iptables-mode=auto`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
-    /// iptables, in one of its variants.
-    Iptables(IptablesVariant),
-    /// The native nftables backend (tables `ip ipmasq` and `ip6 ipmasq`).
-    Nftables,
+    /// Exactly this backend.
+    Backend(BackendId),
+    /// iptables, the variant that already holds the node's rules (iptables-wrappers' rule).
+    DetectedIptables,
 }
 
-/// Which iptables variant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IptablesVariant {
-    /// The variant that already holds the node's rules (iptables-wrappers' rules).
-    Auto,
-    /// iptables-nft (the nf_tables kernel API through the iptables tools).
-    Nft,
-    /// iptables-legacy (the x_tables kernel API).
-    Legacy,
+impl Choice {
+    /// Whether a backend `id` answers this choice: the one named, or either iptables variant
+    /// for a detected one.
+    pub fn admits(self, id: BackendId) -> bool {
+        match self {
+            Choice::Backend(chosen) => chosen == id,
+            Choice::DetectedIptables => id.is_iptables(),
+        }
+    }
 }
 
 /// A chosen backend and why.
@@ -34,55 +36,62 @@ pub struct Selected {
 
 /// Builds the chosen backend.
 pub fn select(choice: Choice) -> Selected {
-    let (variant, reason) = match choice {
-        Choice::Nftables => {
-            return Selected {
-                backend: Box::new(Nftables::new()),
-                reason: "--backend=nftables".to_string(),
+    match choice {
+        Choice::Backend(id) => Selected {
+            backend: build(id, None),
+            reason: id.flag().to_string(),
+        },
+        Choice::DetectedIptables => {
+            let detection = detect_variant();
+            Selected {
+                backend: Box::new(Iptables::new(detection.variant)),
+                reason: format!("auto: {}", detection.reason),
             }
         }
-        Choice::Iptables(IptablesVariant::Nft) => (Variant::Nft, "--iptables-mode=nft".to_string()),
-        Choice::Iptables(IptablesVariant::Legacy) => {
-            (Variant::Legacy, "--iptables-mode=legacy".to_string())
-        }
-        Choice::Iptables(IptablesVariant::Auto) => {
-            let detection = detect_variant();
-            (detection.variant, format!("auto: {}", detection.reason))
-        }
-    };
-    Selected {
-        backend: Box::new(Iptables::new(variant)),
-        reason,
+    }
+}
+
+/// The factory: one arm per backend, each with its own deadline for every tool it runs or
+/// reply it awaits, or `timeout`.
+fn build(id: BackendId, timeout: Option<Duration>) -> Box<dyn Backend> {
+    match id {
+        BackendId::IptablesNft => Box::new(deadline(
+            Iptables::new(Variant::Nft),
+            timeout,
+            Iptables::with_timeout,
+        )),
+        BackendId::IptablesLegacy => Box::new(deadline(
+            Iptables::new(Variant::Legacy),
+            timeout,
+            Iptables::with_timeout,
+        )),
+        BackendId::Nftables => Box::new(deadline(Nftables::new(), timeout, Nftables::with_timeout)),
+        #[cfg(test)]
+        BackendId::Fake => Box::new(super::fake::FakeBackend::default()),
+    }
+}
+
+/// `backend` with `timeout` set, when one is given.
+fn deadline<B>(backend: B, timeout: Option<Duration>, set: fn(B, Duration) -> B) -> B {
+    match timeout {
+        Some(timeout) => set(backend, timeout),
+        None => backend,
     }
 }
 
 /// The backend `id` whose tools each get at most `timeout`: what a stop uses to clean up
 /// within its deadline.
-pub fn by_id_with_timeout(id: BackendId, timeout: std::time::Duration) -> Box<dyn Backend> {
-    match id {
-        BackendId::Nftables => Box::new(Nftables::new().with_timeout(timeout)),
-        BackendId::IptablesLegacy => Box::new(Iptables::new(Variant::Legacy).with_timeout(timeout)),
-        _ => Box::new(Iptables::new(Variant::Nft).with_timeout(timeout)),
-    }
-}
-
-/// The choice that rebuilds a backend from its id (as the state file records it).
-pub fn choice_of(id: BackendId) -> Choice {
-    match id {
-        BackendId::Nftables => Choice::Nftables,
-        BackendId::IptablesLegacy => Choice::Iptables(IptablesVariant::Legacy),
-        _ => Choice::Iptables(IptablesVariant::Nft),
-    }
+pub fn by_id_with_timeout(id: BackendId, timeout: Duration) -> Box<dyn Backend> {
+    build(id, Some(timeout))
 }
 
 /// Every backend that can hold our rules on a node, whichever the agent uses: what `show`
 /// looks through for leftovers and `cleanup` removes from.
 pub fn every_backend() -> Vec<Box<dyn Backend>> {
-    vec![
-        Box::new(Iptables::new(Variant::Nft)),
-        Box::new(Iptables::new(Variant::Legacy)),
-        Box::new(Nftables::new()),
-    ]
+    BackendId::ALL
+        .into_iter()
+        .map(|id| build(id, None))
+        .collect()
 }
 
 /// Visits every family of every backend given whose tools are installed, collecting what

@@ -2,6 +2,8 @@
 //! pages and the shell completions. Also the multi-call entry (argv[0] picks the applet) and
 //! the translation of Go-style flags (`-flag`, `-flag=value`) that upstream's users type.
 
+use crate::backend::select::Choice;
+use crate::backend::BackendId;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -167,9 +169,10 @@ pub enum Applet {
     Explain(ExplainArgs),
 }
 
-/// Which iptables implementation the agent drives.
+/// `--iptables-mode`'s spelling: which iptables implementation the agent drives. Read only
+/// through [`BackendFlags::choice`], which turns it into a backend's identity.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IptablesMode {
+pub enum IptablesModeArg {
     /// Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither
     Auto,
     /// iptables-nft (the nf_tables kernel API)
@@ -217,9 +220,10 @@ pub struct RuleFlags {
     pub to_ports: crate::plan::ToPorts,
 }
 
-/// The firewall backend.
+/// `--backend`'s spelling: the firewall backend. Read only through [`BackendFlags::choice`],
+/// which turns it into a backend's identity.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendKind {
+pub enum BackendArg {
     /// A nat chain per CIDR, exactly as upstream ip-masq-agent (the drop-in default)
     Iptables,
     /// Native nftables: one table per family with an interval set, any number of CIDRs
@@ -230,16 +234,31 @@ pub enum BackendKind {
 #[derive(Args, Debug, Clone, Copy)]
 pub struct BackendFlags {
     /// The firewall backend
-    #[arg(long, value_enum, value_name = "BACKEND", default_value_t = BackendKind::Iptables)]
-    pub backend: BackendKind,
+    #[arg(long, value_enum, value_name = "BACKEND", default_value_t = BackendArg::Iptables)]
+    backend: BackendArg,
 
     /// Which iptables to drive
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesMode::Auto)]
-    pub iptables_mode: IptablesMode,
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = IptablesModeArg::Auto)]
+    iptables_mode: IptablesModeArg,
 
     /// Which of the two were given on the command line (see [`from_matches`]).
     #[arg(skip)]
     pub given: GivenBackendFlags,
+}
+
+impl BackendFlags {
+    /// The backend the two flags choose, by its identity: the one conversion from the flags'
+    /// spelling (`--backend=nftables` wins over any `--iptables-mode`).
+    pub fn choice(&self) -> Choice {
+        match (self.backend, self.iptables_mode) {
+            (BackendArg::Nftables, _) => Choice::Backend(BackendId::Nftables),
+            (BackendArg::Iptables, IptablesModeArg::Auto) => Choice::DetectedIptables,
+            (BackendArg::Iptables, IptablesModeArg::Nft) => Choice::Backend(BackendId::IptablesNft),
+            (BackendArg::Iptables, IptablesModeArg::Legacy) => {
+                Choice::Backend(BackendId::IptablesLegacy)
+            }
+        }
+    }
 }
 
 /// Which of `--backend` and `--iptables-mode` the command line gave: a clap default has the

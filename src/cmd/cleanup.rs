@@ -9,9 +9,10 @@
 
 use super::{choose_backend, Exit};
 use crate::agent::state::{running_agent, state_dir};
+use crate::backend::select::Choice;
 use crate::backend::select::{every_backend, sweep};
 use crate::backend::{Backend, BackendError, BackendId, CleanupReport, Removed};
-use crate::cli::{BackendKind, CleanupArgs, IptablesMode, OutputFormat};
+use crate::cli::{CleanupArgs, OutputFormat};
 use crate::output::{printable, removed_words, to_json, to_yaml, Styler};
 use crate::plan::{Family, Names};
 use serde::Serialize;
@@ -120,9 +121,10 @@ fn exit_for(errors: &[&BackendError]) -> Exit {
 /// (unless `--all-variants` is given too).
 fn backends_to_clean(args: &CleanupArgs) -> Vec<Box<dyn Backend>> {
     let flags = &args.backend;
-    let one_variant = flags.given.iptables_mode && flags.iptables_mode != IptablesMode::Auto;
+    let choice = flags.choice();
+    let one_variant = flags.given.iptables_mode && choice != Choice::DetectedIptables;
     let all_variants = args.all_variants && (args.all_variants_given || !one_variant);
-    if !all_variants || flags.backend == BackendKind::Nftables {
+    if !all_variants || matches!(choice, Choice::Backend(id) if !id.is_iptables()) {
         return vec![choose_backend(flags).backend];
     }
     if !flags.given.any() {
@@ -130,7 +132,7 @@ fn backends_to_clean(args: &CleanupArgs) -> Vec<Box<dyn Backend>> {
     }
     every_backend()
         .into_iter()
-        .filter(|b| b.id() != BackendId::Nftables)
+        .filter(|b| b.id().is_iptables())
         .collect()
 }
 
@@ -142,8 +144,8 @@ pub fn run(args: &CleanupArgs) -> Exit {
     };
     let steps = cleanup_everywhere(&backends, &names, args.dry_run);
     // nf_tables answers without a tool; iptables' rules cannot be checked without its tools.
-    let iptables_unchecked = backends.iter().any(|b| b.id() != BackendId::Nftables)
-        && steps.iter().all(|s| s.backend == BackendId::Nftables);
+    let iptables_unchecked = backends.iter().any(|b| b.id().is_iptables())
+        && steps.iter().all(|s| !s.backend.is_iptables());
     let no_iptables = || {
         eprintln!(
             "ipmasq cleanup: no iptables found (neither iptables-nft-save nor iptables-legacy-save is on PATH); install iptables"

@@ -9,11 +9,10 @@ pub(crate) mod node;
 pub(crate) mod show;
 pub(crate) mod validate;
 
-use crate::backend::select::{select, Choice, IptablesVariant, Selected};
+use crate::backend::select::{select, Selected};
 use crate::backend::{Backend, BackendError};
 use crate::cli::{
-    applets, multicall_args, Applet, BackendFlags, BackendKind, IptablesMode, RuleFlags,
-    BINARY_NAME, GENERATE_APPLET,
+    applets, multicall_args, Applet, BackendFlags, RuleFlags, BINARY_NAME, GENERATE_APPLET,
 };
 use crate::plan::PlanOptions;
 use std::ffi::OsString;
@@ -53,19 +52,9 @@ impl Exit {
     }
 }
 
-/// The neutral backend choice behind `--backend` and `--iptables-mode`.
-pub fn backend_choice(flags: &BackendFlags) -> Choice {
-    match (flags.backend, flags.iptables_mode) {
-        (BackendKind::Nftables, _) => Choice::Nftables,
-        (BackendKind::Iptables, IptablesMode::Auto) => Choice::Iptables(IptablesVariant::Auto),
-        (BackendKind::Iptables, IptablesMode::Nft) => Choice::Iptables(IptablesVariant::Nft),
-        (BackendKind::Iptables, IptablesMode::Legacy) => Choice::Iptables(IptablesVariant::Legacy),
-    }
-}
-
 /// Builds the backend the flags pick, with the reason.
 pub fn choose_backend(flags: &BackendFlags) -> Selected {
-    select(backend_choice(flags))
+    select(flags.choice())
 }
 
 /// The plan options the agent would use with these flags on this backend: `--random-fully` is

@@ -7,9 +7,9 @@ use super::{choose_backend, Exit};
 use crate::agent::state::{
     find_agent, read_applied, state_dir, AgentLookup, AgentState, ConfigRecord,
 };
-use crate::backend::select::{choice_of, select, Selected};
-use crate::backend::{Backend, BackendError, BackendId, Inspection};
-use crate::cli::{BackendFlags, BackendKind, IptablesMode, RuleFlags};
+use crate::backend::select::{select, Choice, Selected};
+use crate::backend::{Backend, BackendError, Inspection};
+use crate::cli::{BackendFlags, RuleFlags};
 use crate::config::{self, Config, ConfigSource};
 use crate::output::{render_diagnostic, Styler};
 use crate::plan::Family;
@@ -93,16 +93,14 @@ fn agent_flags(agent: &AgentState, given: &RuleFlags) -> Option<RuleFlags> {
 }
 
 /// Whether the running agent's backend answers the flags: when neither `--backend` nor
-/// `--iptables-mode` was given, or `--backend` names the agent's kind and leaves the variant
+/// `--iptables-mode` was given, or `--backend` alone admits the agent's backend and leaves the variant
 /// open (`--backend=iptables` on a node whose agent runs iptables-legacy reads legacy). A
 /// flag given otherwise wins: `show --backend=iptables` reads iptables whatever the agent runs.
 fn follows_agent(flags: &BackendFlags, agent: &AgentState) -> bool {
     if !flags.given.any() {
         return true;
     }
-    !flags.given.iptables_mode
-        && flags.iptables_mode == IptablesMode::Auto
-        && (flags.backend == BackendKind::Nftables) == (agent.backend == BackendId::Nftables)
+    !flags.given.iptables_mode && flags.choice().admits(agent.backend)
 }
 
 /// The backend to read: the running agent's when the flags leave it open (see
@@ -110,7 +108,7 @@ fn follows_agent(flags: &BackendFlags, agent: &AgentState) -> bool {
 fn backend_for(flags: &BackendFlags, agent: Option<&AgentState>) -> Selected {
     let agent_choice = agent
         .filter(|a| follows_agent(flags, a))
-        .map(|a| choice_of(a.backend));
+        .map(|a| Choice::Backend(a.backend));
     match agent_choice {
         Some(choice) => {
             let mut selected = select(choice);
@@ -355,17 +353,11 @@ mod tests {
             let Some(crate::cli::Applet::Cleanup(args)) = cli.applet else {
                 panic!("cleanup")
             };
-            let choice = crate::cmd::backend_choice(&args.backend);
-            let expected = match id {
-                BackendId::Nftables => crate::backend::select::Choice::Nftables,
-                BackendId::IptablesLegacy => crate::backend::select::Choice::Iptables(
-                    crate::backend::select::IptablesVariant::Legacy,
-                ),
-                _ => crate::backend::select::Choice::Iptables(
-                    crate::backend::select::IptablesVariant::Nft,
-                ),
-            };
-            assert_eq!(choice, expected, "{id}");
+            assert_eq!(
+                args.backend.choice(),
+                crate::backend::select::Choice::Backend(id),
+                "{id}"
+            );
         }
     }
 }

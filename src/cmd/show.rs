@@ -11,9 +11,7 @@ use super::node::{inspect, Judgement, Node, Query};
 use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState};
 use crate::backend::select::{every_backend, sweep};
-use crate::backend::{
-    Backend, BackendId, BackendKind, Difference, Entry, Inspection, LiveRule, Verdict,
-};
+use crate::backend::{Backend, BackendId, Difference, Entry, Inspection, LiveRule, Verdict};
 use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
 use crate::config;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
@@ -164,10 +162,13 @@ impl RuleWords {
     }
 
     /// The ACTION column in the backend's own words.
-    fn action_for(&self, kind: BackendKind) -> String {
-        match (kind, self.verdict) {
-            (BackendKind::Nftables, "keep") => "return".into(),
-            (BackendKind::Nftables, "masquerade") => "masquerade".into(),
+    fn action_for(&self, backend: BackendId) -> String {
+        if backend.is_iptables() {
+            return self.action.clone();
+        }
+        match self.verdict {
+            "keep" => "return".into(),
+            "masquerade" => "masquerade".into(),
             _ => self.action.clone(),
         }
     }
@@ -291,7 +292,7 @@ fn human(n: Option<u64>) -> String {
     n.to_string()
 }
 
-fn table(family: &FamilyReport, wide: bool, kind: BackendKind) -> String {
+fn table(family: &FamilyReport, wide: bool, backend: BackendId) -> String {
     let mut builder = Builder::default();
     let mut header = vec![
         "#",
@@ -335,7 +336,7 @@ fn table(family: &FamilyReport, wide: bool, kind: BackendKind) -> String {
         options_width = options_width.max(options.chars().count());
         let mut row = vec![
             rule.number.to_string(),
-            v.action_for(kind),
+            v.action_for(backend),
             v.destination.clone().unwrap_or_else(|| "any".into()),
             ports,
             options,
@@ -389,12 +390,13 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
         out.push_str(&elsewhere_text(report, elsewhere, style));
     }
     if !report.installed {
-        let missing = match report.backend.kind() {
-            BackendKind::Iptables => format!(
+        let missing = if report.backend.is_iptables() {
+            format!(
                 "no {} chain in the nat table of {}",
                 report.chain, report.backend
-            ),
-            BackendKind::Nftables => "no table ip ipmasq with its postrouting chain".to_string(),
+            )
+        } else {
+            "no table ip ipmasq with its postrouting chain".to_string()
         };
         out.push_str(&format!(
             "\n{}\n",
@@ -412,13 +414,12 @@ fn family_text(report: &ShowReport, family: &FamilyReport, style: &Styler, wide:
     if !family.installed && !family.jump.present {
         return format!("{name} {}\n", style.warning("not installed"));
     }
-    let kind = report.backend.kind();
     let chain_state = if family.installed {
         plural(family.rules.len(), "rule")
     } else {
         style.error("chain missing")
     };
-    let entry = entry_text(kind, family, style);
+    let entry = entry_text(report.backend, family, style);
     let mut out = format!("{name} {chain_state}; {entry}\n");
     for stage in &family.before {
         let priority = stage
@@ -435,19 +436,26 @@ fn family_text(report: &ShowReport, family: &FamilyReport, style: &Styler, wide:
         }
     }
     if family.installed {
-        out.push_str(&table(family, wide, kind));
+        out.push_str(&table(family, wide, report.backend));
     }
     out
 }
 
 /// How traffic reaches our rules, in the backend's own words.
-fn entry_text(kind: BackendKind, family: &FamilyReport, style: &Styler) -> String {
+fn entry_text(backend: BackendId, family: &FamilyReport, style: &Styler) -> String {
+    if backend.is_iptables() {
+        iptables_entry_text(family, style)
+    } else {
+        nftables_entry_text(family, style)
+    }
+}
+
+/// How POSTROUTING reaches our iptables chain.
+fn iptables_entry_text(family: &FamilyReport, style: &Styler) -> String {
     let jump = &family.jump;
-    match (kind, family.entry) {
-        (BackendKind::Iptables, Entry::NotHooked) => {
-            style.error("no POSTROUTING jump to this chain")
-        }
-        (BackendKind::Iptables, Entry::Hooked { skips_local }) => {
+    match family.entry {
+        Entry::NotHooked => style.error("no POSTROUTING jump to this chain"),
+        Entry::Hooked { skips_local } => {
             let at = format!(
                 "POSTROUTING jumps here at rule {} of {}",
                 jump.positions.first().copied().unwrap_or(0),
@@ -456,23 +464,34 @@ fn entry_text(kind: BackendKind, family: &FamilyReport, style: &Styler) -> Strin
             if skips_local {
                 at
             } else {
-                style.error(&format!("{at}, for local destinations too (no `-m addrtype ! --dst-type LOCAL`)"))
+                style.error(&format!(
+                    "{at}, for local destinations too (no `-m addrtype ! --dst-type LOCAL`)"
+                ))
             }
         }
-        (BackendKind::Iptables, Entry::HookedMoreThanOnce { copies, .. }) => {
-            style.warning(&format!(
-                "POSTROUTING jumps here {copies} times, at rules {:?} of {}",
-                jump.positions, jump.postrouting_rules
-            ))
-        }
-        (BackendKind::Nftables, Entry::NotHooked) => {
+        Entry::HookedMoreThanOnce { copies, .. } => style.warning(&format!(
+            "POSTROUTING jumps here {copies} times, at rules {:?} of {}",
+            jump.positions, jump.postrouting_rules
+        )),
+    }
+}
+
+/// How our nftables chain is hooked at postrouting.
+fn nftables_entry_text(family: &FamilyReport, style: &Styler) -> String {
+    match family.entry {
+        Entry::NotHooked => {
             style.error("the chain is not hooked at postrouting: nothing sends traffic to our rules")
         }
-        (BackendKind::Nftables, Entry::Hooked { skips_local: true })
-        | (BackendKind::Nftables, Entry::HookedMoreThanOnce { skips_local: true, .. }) => {
+        Entry::Hooked { skips_local: true }
+        | Entry::HookedMoreThanOnce {
+            skips_local: true, ..
+        } => {
             "hooked at postrouting; local destinations leave first".to_string()
         }
-        (BackendKind::Nftables, _) => style.error(
+        Entry::Hooked { skips_local: false }
+        | Entry::HookedMoreThanOnce {
+            skips_local: false, ..
+        } => style.error(
             "hooked at postrouting, but `fib daddr type local return` is not the first rule: local destinations are masqueraded too",
         ),
     }
@@ -549,7 +568,7 @@ fn sync_text(sync: &SyncVerdict, style: &Styler) -> String {
 
 /// Our rules in another backend too, and the command that removes that copy.
 fn elsewhere_text(report: &ShowReport, elsewhere: &Elsewhere, style: &Styler) -> String {
-    let why = if elsewhere.backend.kind() == report.backend.kind() {
+    let why = if elsewhere.backend.is_iptables() == report.backend.is_iptables() {
         "rules in two variants mean two agents or a changed mode"
     } else {
         "rules of two backends mean two agents or a switch of --backend"
@@ -800,7 +819,7 @@ mod tests {
             },
         );
         let report = family_report(Family::V4, &live);
-        let text = table(&report, false, BackendKind::Iptables);
+        let text = table(&report, false, BackendId::IptablesNft);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("192.168.0.0/16"));
         assert!(text.contains("123.5M"), "{text}");
@@ -815,7 +834,7 @@ mod tests {
         let text = table(
             &family_report(Family::V4, &live),
             true,
-            BackendKind::Iptables,
+            BackendId::IptablesNft,
         );
         assert!(!text.contains('\u{1b}'), "{text:?}");
         assert!(text.contains("\\x1b]0;pwned\\x07"), "{text}");
@@ -846,7 +865,7 @@ mod tests {
         let text = table(
             &family_report(Family::V4, &live),
             false,
-            BackendKind::Nftables,
+            BackendId::Nftables,
         );
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("tcp 1024-29999"), "{text}");

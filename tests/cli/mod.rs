@@ -1,6 +1,7 @@
 //! Tests that need no privileges: the command line itself (multi-call dispatch, `validate`,
 //! generated files) and the shape of the code.
 
+mod backend_names;
 mod code_shape;
 mod dispatch;
 mod extensions;

@@ -365,7 +365,7 @@ impl Backend for Iptables {
             Variant::Nft => "nat",
             Variant::Legacy => "",
         };
-        let mut before = super::nftables::nat_chains_before(family, (SRCNAT, own));
+        let mut before = super::nat_before::nat_chains_before(family, (SRCNAT, own));
         before.append(&mut inspection.before);
         inspection.before = before;
         Ok(inspection)

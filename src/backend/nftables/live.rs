@@ -3,12 +3,11 @@
 //! neutral [`Inspection`] made from it.
 
 use super::render::{set_index, set_name, CHAIN, TABLE};
-use crate::backend::nfnetlink::read::{self, RuleReading};
-use crate::backend::nfnetlink::statement::{self, Stmt};
+use crate::backend::nfnetlink::read;
 use crate::backend::nfnetlink::{Failure, Transport};
-use crate::backend::{
-    AddressMatch, Before, Counters, EntryJump, Inspection, LiveRule, Matches, Verdict, Weight,
-};
+pub(super) use crate::backend::nft_rule::LiveRuleSpec;
+use crate::backend::nft_rule::{describe, live_rule};
+use crate::backend::{AddressMatch, EntryJump, Inspection, LiveRule};
 use crate::plan::Family;
 use ipnet::IpNet;
 
@@ -19,14 +18,6 @@ pub(super) struct ChainHook {
     pub hook: String,
     pub priority: i64,
     pub policy: String,
-}
-
-/// One live rule: canonical statements, comment, counters.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct LiveRuleSpec {
-    pub statements: String,
-    pub comment: Option<String>,
-    pub counters: Option<Counters>,
 }
 
 /// One of our sets as read.
@@ -53,22 +44,6 @@ pub(super) struct LiveTable {
     /// in index order.
     pub sets: Vec<LiveSet>,
     pub rules: Vec<LiveRuleSpec>,
-}
-
-/// A rule read back: its canonical text and counters.
-fn live_rule(rule: &RuleReading) -> LiveRuleSpec {
-    let counters = rule.stmts.iter().find_map(|s| match s {
-        Stmt::Counter { packets, bytes } => Some(Counters {
-            packets: *packets,
-            bytes: *bytes,
-        }),
-        _ => None,
-    });
-    LiveRuleSpec {
-        statements: statement::text(&rule.stmts),
-        comment: rule.comment.clone(),
-        counters,
-    }
 }
 
 /// Reads our table of `family`: a missing table (or chain, or set) is an empty part.
@@ -206,7 +181,7 @@ impl LiveTable {
         let mut rules = Vec::new();
         let owned = self.rules.iter().skip(usize::from(skip.is_some()));
         for rule in owned {
-            let described = describe(&rule.statements);
+            let described = describe(&rule.statements, &|name| set_index(name).is_some());
             if let Some(name) = &described.set_lookup {
                 let elements = self.set(name).map_or(&[][..], |s| &s.elements[..]);
                 for element in elements {
@@ -248,216 +223,3 @@ impl LiveTable {
 
 /// The rule that lets local destinations leave before our other rules.
 pub(super) const LOCAL_SKIP: &str = "fib daddr type local return";
-
-/// A rewrite, before its details are read.
-const REWRITES: Verdict = Verdict::Masquerade {
-    snat_to: None,
-    ports: None,
-    weight: None,
-    fully_random: false,
-};
-
-/// `"eth0"`, `"eth*"`: an interface pattern as nft quotes it.
-fn quoted_interface(word: &str) -> Option<crate::config::egress::InterfacePattern> {
-    let name = word.strip_prefix('"')?.strip_suffix('"')?;
-    crate::config::egress::InterfacePattern::parse(name).ok()
-}
-
-/// A rule's canonical statements taken apart.
-struct Described {
-    matches: Matches,
-    verdict: Verdict,
-    /// `daddr @nomasq`: the rule stands for one rule per element of that set of ours.
-    set_lookup: Option<String>,
-}
-
-/// `10.0.0.0/8`, `{ 10.0.0.0/8, 192.168.0.1 }` (bare addresses are host prefixes); the words
-/// taken, or None when they are not addresses.
-fn addresses(words: &[&str]) -> Option<(Vec<IpNet>, usize)> {
-    let parse = crate::backend::net_or_host;
-    if words.first() != Some(&"{") {
-        return Some((vec![parse(words.first()?)?], 1));
-    }
-    let end = words.iter().position(|w| *w == "}")?;
-    let nets = words[1..end]
-        .iter()
-        .map(|w| w.trim_end_matches(','))
-        .filter(|w| !w.is_empty())
-        .map(parse)
-        .collect::<Option<Vec<_>>>()?;
-    Some((nets, end + 1))
-}
-
-/// Takes canonical statements apart (the form `statements` writes and `render` plans).
-fn describe(statements: &str) -> Described {
-    let words: Vec<&str> = statements.split_whitespace().collect();
-    let mut matches = Matches::default();
-    let mut verdict = None;
-    let mut set_lookup = None;
-    let (mut ports, mut weight, mut fully_random) = (None, None, false);
-    let mut snat_to = None;
-    let mut i = 0;
-    while i < words.len() {
-        let rest = &words[i..];
-        let taken = match rest {
-            ["ip" | "ip6", side @ ("saddr" | "daddr"), tail @ ..] => match address_match(tail) {
-                Some((AddressWords::SetLookup(name), used)) if *side == "daddr" => {
-                    set_lookup = Some(name);
-                    Some(2 + used)
-                }
-                Some((AddressWords::Match(found), used)) => {
-                    if *side == "saddr" {
-                        matches.source = Some(found);
-                    } else {
-                        matches.destination = Some(found);
-                    }
-                    Some(2 + used)
-                }
-                _ => None,
-            },
-            ["meta", "l4proto", tail @ ..] => {
-                let (protocols, used) = protocol_list(tail);
-                matches.protocols = protocols;
-                Some(2 + used)
-            }
-            ["numgen", "random", "mod", of, "<", taken, ..] => match (of.parse(), taken.parse()) {
-                (Ok(of), Ok(taken)) => {
-                    weight = Some(Weight { taken, of });
-                    Some(6)
-                }
-                _ => None,
-            },
-            ["counter", ..] => Some(1),
-            ["return", ..] => {
-                verdict = Some(Verdict::Keep);
-                Some(1)
-            }
-            ["oifname", name, ..] => quoted_interface(name).map(|pattern| {
-                matches.output_interface = Some(pattern);
-                2
-            }),
-            ["snat", "to", target, ..] => {
-                crate::backend::address_and_ports(target).map(|(address, range)| {
-                    (snat_to, ports) = (Some(address), range);
-                    verdict = Some(REWRITES);
-                    3
-                })
-            }
-            ["masquerade", ..] => {
-                verdict = Some(REWRITES);
-                Some(1)
-            }
-            ["to", range, ..] if verdict.is_some() => {
-                ports = crate::backend::port_range(range.trim_start_matches(':'));
-                Some(2)
-            }
-            ["fully-random", ..] => {
-                fully_random = true;
-                Some(1)
-            }
-            _ => None,
-        };
-        match taken {
-            Some(n) => i += n,
-            None if verdict.is_none() && is_statement(words[i]) => {
-                verdict = Some(Verdict::Foreign(words[i..].join(" ")));
-                break;
-            }
-            None => {
-                matches.unjudged.push(words[i].to_string());
-                i += 1;
-            }
-        }
-    }
-    let verdict = match verdict {
-        Some(Verdict::Masquerade { .. }) => Verdict::Masquerade {
-            snat_to,
-            ports,
-            weight,
-            fully_random,
-        },
-        Some(verdict) => verdict,
-        None => Verdict::Foreign("no verdict".into()),
-    };
-    Described {
-        matches,
-        verdict,
-        set_lookup,
-    }
-}
-
-/// What follows `ip saddr` / `ip daddr`.
-enum AddressWords {
-    Match(AddressMatch),
-    /// `@nomasq`, `@nomasq_1`, ...: a set of ours.
-    SetLookup(String),
-}
-
-/// `[!=] (CIDR | { CIDR, ... } | @nomasq...)`, and how many words it took.
-fn address_match(tail: &[&str]) -> Option<(AddressWords, usize)> {
-    let negated = tail.first() == Some(&"!=");
-    let tail = &tail[usize::from(negated)..];
-    let ours = tail
-        .first()
-        .and_then(|w| w.strip_prefix('@'))
-        .filter(|name| set_index(name).is_some());
-    if let (false, Some(name)) = (negated, ours) {
-        return Some((AddressWords::SetLookup(name.to_string()), 1));
-    }
-    let (nets, used) = addresses(tail)?;
-    Some((
-        AddressWords::Match(AddressMatch { negated, nets }),
-        usize::from(negated) + used,
-    ))
-}
-
-/// `{ tcp, udp, sctp }` or `tcp`, and how many words it took.
-fn protocol_list(tail: &[&str]) -> (Vec<String>, usize) {
-    let (list, used) = if tail.first() == Some(&"{") {
-        let end = tail.iter().position(|w| *w == "}").unwrap_or(tail.len());
-        (&tail[1..end], end + 1)
-    } else {
-        (&tail[..tail.len().min(1)], 1)
-    };
-    let protocols = list
-        .iter()
-        .map(|w| w.trim_end_matches(',').to_string())
-        .filter(|w| !w.is_empty())
-        .collect();
-    (protocols, used)
-}
-
-/// Words that begin a statement which decides (or rewrites) rather than matches.
-fn is_statement(word: &str) -> bool {
-    matches!(
-        word,
-        "snat" | "dnat" | "accept" | "drop" | "jump" | "goto" | "reject" | "redirect" | "notrack"
-    )
-}
-
-/// Another table's nat postrouting base chain: its rules typed (what this tool cannot judge
-/// stays as it reads).
-pub(super) fn foreign_chain(place: String, priority: i64, rules: &[RuleReading]) -> Before {
-    let rules = rules
-        .iter()
-        .enumerate()
-        .map(|(i, rule)| {
-            let spec = live_rule(rule);
-            let described = describe(&spec.statements);
-            LiveRule {
-                number: i + 1,
-                matches: described.matches,
-                verdict: described.verdict,
-                comment: spec.comment,
-                counters: spec.counters,
-                text: spec.statements,
-            }
-        })
-        .collect();
-    Before {
-        place,
-        priority: Some(priority),
-        rules,
-        keep_ends_walk: false,
-    }
-}

@@ -145,7 +145,7 @@ impl Nftables {
 
     /// Every other nat postrouting base chain that a packet meets before ours.
     fn before_us(&self, family: Family) -> Vec<super::Before> {
-        nat_chains_before(family, (render::PRIORITY_VALUE, TABLE))
+        super::nat_before::nat_chains_before(family, (render::PRIORITY_VALUE, TABLE))
     }
 
     /// iptables-nft's `chain` and its POSTROUTING jumps in `family`, if it left any.
@@ -257,57 +257,6 @@ fn leftovers_over(
         .collect();
     let chain = read::chain(t, family, "nat", chain)?.map(|c| c.name);
     Ok(Leftovers { chain, jumps })
-}
-
-/// Every nat postrouting base chain of `family` (and of `inet`) at `limit` or an earlier
-/// priority (the same priority: whose order nobody promises), other than table `own` of
-/// `family`, in the order a packet meets them, with their rules typed. Empty when nf_tables
-/// cannot be read (the observation then has what the backend itself reads).
-pub(crate) fn nat_chains_before(family: Family, (limit, own): (i64, &str)) -> Vec<super::Before> {
-    nfnetlink::with_kernel(|t| Ok(chains_before_over(t, family, (limit, own)))).unwrap_or_default()
-}
-
-fn chains_before_over(
-    t: &mut dyn Transport,
-    family: Family,
-    (limit, own): (i64, &str),
-) -> Vec<super::Before> {
-    let Ok(chains) = read::base_chains(t) else {
-        return Vec::new();
-    };
-    let ours = nfnetlink::wire::nfproto(family);
-    let inet = netlink_packet_netfilter::NetfilterProtoFamily::Inet;
-    let mut found: Vec<(i64, String, String, String, _)> = chains
-        .into_iter()
-        .filter_map(|(chain_family, table, chain)| {
-            let (kind, hook, priority, _) = chain.base?;
-            let before = hook == "postrouting"
-                && kind == "nat"
-                && (chain_family == ours || chain_family == inet)
-                && !(chain_family == ours && table == own);
-            if !before || priority > limit {
-                return None;
-            }
-            let word = if chain_family == inet {
-                "inet"
-            } else {
-                family_word(family)
-            };
-            Some((priority, word.to_string(), table, chain.name, chain_family))
-        })
-        .collect();
-    found.sort_by(|a, b| (a.0, &a.1, &a.2, &a.3).cmp(&(b.0, &b.1, &b.2, &b.3)));
-    found
-        .into_iter()
-        .filter_map(|(priority, word, table, name, chain_family)| {
-            let rules = read::rules(t, chain_family, &table, &name).ok()?;
-            Some(live::foreign_chain(
-                format!("table {word} {table} chain {name}"),
-                priority,
-                &rules,
-            ))
-        })
-        .collect()
 }
 
 impl Backend for Nftables {
