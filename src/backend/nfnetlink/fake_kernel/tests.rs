@@ -1,0 +1,1 @@
+//! The fake kernel against the golden nft scripts and the real kernel's errnos.
