@@ -24,8 +24,7 @@
 use super::wire::{self, Framed};
 use super::Transport;
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_APPEND, NLM_F_DUMP,
-    NLM_F_EXCL,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_APPEND, NLM_F_DUMP, NLM_F_EXCL,
 };
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, DataAttribute, ExpressionAttribute, Expressions, GenAttribute,
@@ -202,6 +201,95 @@ impl FakeKernel {
     }
 }
 
+impl FakeKernel {
+    /// Table `table` of `family` as its dumps answer over a socket (the table, its chains,
+    /// each set followed by its elements, the rules), as one byte stream of those messages:
+    /// what [`super::script::render`] reads back into nft syntax.
+    pub fn listing(&self, family: NetfilterProtoFamily, table: &str) -> Result<Vec<u8>, String> {
+        let mut socket = self.socket();
+        let mut out = socket.answer(
+            family,
+            NfTablesMessage::GetTable(TableMessage {
+                attributes: vec![TableAttribute::Name(table.into())],
+            }),
+            false,
+        )?;
+        out.extend(socket.answer(
+            family,
+            NfTablesMessage::GetChain(ChainMessage {
+                attributes: vec![ChainAttribute::Table(table.into())],
+            }),
+            true,
+        )?);
+        let sets = socket.answer(
+            family,
+            NfTablesMessage::GetSet(SetMessage {
+                attributes: vec![SetAttribute::Table(table.into())],
+            }),
+            true,
+        )?;
+        for framed in wire::frames(&sets)? {
+            let name = match wire::parse(&framed)?.inner {
+                NetfilterMessageInner::NfTables(NfTablesMessage::NewSet(set)) => {
+                    wire::Named::names(&set.attributes[..]).1.to_string()
+                }
+                _ => continue,
+            };
+            out.extend_from_slice(framed.bytes);
+            out.resize(out.len().next_multiple_of(4), 0);
+            out.extend(socket.answer(
+                family,
+                NfTablesMessage::GetSetElement(SetElementMessage {
+                    attributes: vec![
+                        SetElementList::Table(table.into()),
+                        SetElementList::Set(name),
+                    ],
+                }),
+                true,
+            )?);
+        }
+        out.extend(socket.answer(
+            family,
+            NfTablesMessage::GetRule(RuleMessage {
+                attributes: vec![RuleAttribute::Table(table.into())],
+            }),
+            true,
+        )?);
+        Ok(out)
+    }
+}
+
+impl FakeSocket {
+    /// The object messages answering one request (acknowledgements and ends left out); an
+    /// errno answer is an error.
+    fn answer(
+        &mut self,
+        family: NetfilterProtoFamily,
+        message: NfTablesMessage,
+        dump: bool,
+    ) -> Result<Vec<u8>, String> {
+        let seq = super::sequence(1);
+        self.send(&wire::request(family, message, dump, seq))
+            .map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        while let Some(datagram) = self.inbox.pop_front() {
+            for framed in wire::frames(&datagram)? {
+                match framed.kind {
+                    NLMSG_ERROR | NLMSG_DONE => match wire::error_code(&framed) {
+                        Some(0) => {}
+                        code => return Err(format!("errno {code:?}")),
+                    },
+                    _ => {
+                        out.extend_from_slice(framed.bytes);
+                        out.resize(out.len().next_multiple_of(4), 0);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl FakeRuleset {
     pub fn table(&self, family: NetfilterProtoFamily, name: &str) -> Option<&FakeTable> {
         self.tables
@@ -209,7 +297,11 @@ impl FakeRuleset {
             .find(|t| t.family == family && t.name == name)
     }
 
-    pub fn table_mut(&mut self, family: NetfilterProtoFamily, name: &str) -> Option<&mut FakeTable> {
+    pub fn table_mut(
+        &mut self,
+        family: NetfilterProtoFamily,
+        name: &str,
+    ) -> Option<&mut FakeTable> {
         self.tables
             .iter_mut()
             .find(|t| t.family == family && t.name == name)
@@ -427,7 +519,12 @@ impl Transaction {
         .unwrap_or_else(|| name.to_string())
     }
 
-    fn apply(&mut self, family: NetfilterProtoFamily, message: NfTablesMessage, flags: u16) -> Result<(), i32> {
+    fn apply(
+        &mut self,
+        family: NetfilterProtoFamily,
+        message: NfTablesMessage,
+        flags: u16,
+    ) -> Result<(), i32> {
         let exclusive = flags & NLM_F_EXCL != 0;
         match message {
             NfTablesMessage::NewTable(m) => {
@@ -517,7 +614,9 @@ impl Transaction {
                 table.sets.retain(|s| s.name != name);
                 Ok(())
             }
-            NfTablesMessage::NewSetElement(m) => self.elements(family, &m.attributes, Some(exclusive)),
+            NfTablesMessage::NewSetElement(m) => {
+                self.elements(family, &m.attributes, Some(exclusive))
+            }
             NfTablesMessage::DeleteSetElement(m) => self.elements(family, &m.attributes, None),
             _ => Err(libc::EOPNOTSUPP),
         }
@@ -741,7 +840,11 @@ impl Shared {
     }
 
     /// Processes a batch; the answers, one datagram each.
-    fn batch(&mut self, requests: &[(Request, Option<NetfilterMessage>)], port: u32) -> Vec<Vec<u8>> {
+    fn batch(
+        &mut self,
+        requests: &[(Request, Option<NetfilterMessage>)],
+        port: u32,
+    ) -> Vec<Vec<u8>> {
         self.counts.batches += 1;
         let mut transaction = Transaction {
             ruleset: self.ruleset.clone(),
@@ -795,7 +898,12 @@ impl Shared {
     }
 
     /// Answers a get or a dump.
-    fn query(&mut self, request: &Request, message: Option<NetfilterMessage>, port: u32) -> Vec<Vec<u8>> {
+    fn query(
+        &mut self,
+        request: &Request,
+        message: Option<NetfilterMessage>,
+        port: u32,
+    ) -> Vec<Vec<u8>> {
         let dump = request.flags & NLM_F_DUMP == NLM_F_DUMP;
         let Some(NetfilterMessage {
             header,
@@ -845,7 +953,12 @@ impl Shared {
             }
             Ok(objects) => {
                 for (family, object) in objects {
-                    answers.push(nft_message(family, object, (0, request.seq, port), self.generation));
+                    answers.push(nft_message(
+                        family,
+                        object,
+                        (0, request.seq, port),
+                        self.generation,
+                    ));
                 }
                 if request.flags & NLM_F_ACK != 0 {
                     answers.push(error_message(request, 0, port));
@@ -933,7 +1046,8 @@ fn element_messages(table: &FakeTable, set: &FakeSet) -> Vec<NfTablesMessage> {
             let list = chunk
                 .iter()
                 .map(|(key, end)| {
-                    let mut attrs = vec![SetElementAttribute::Key(DataAttribute::Value(key.clone()))];
+                    let mut attrs =
+                        vec![SetElementAttribute::Key(DataAttribute::Value(key.clone()))];
                     if *end {
                         attrs.push(SetElementAttribute::Flags(SetElementFlags::IntervalEnd));
                     }
@@ -998,7 +1112,11 @@ fn objects(
             // A rule dump filters by table and chain; it checks neither exists.
             let (table, chain) = wire::Named::names(&m.attributes[..]);
             for t in tables.filter(|t| table.is_empty() || t.name == table) {
-                for c in t.chains.iter().filter(|c| chain.is_empty() || c.name == chain) {
+                for c in t
+                    .chains
+                    .iter()
+                    .filter(|c| chain.is_empty() || c.name == chain)
+                {
                     out.extend(c.rules.iter().map(|r| (t.family, rule_message(t, c, r))));
                 }
             }
@@ -1036,8 +1154,8 @@ fn objects(
 
 impl Transport for FakeSocket {
     fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let framed = wire::frames(bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let framed =
+            wire::frames(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         let requests: Vec<(Request, Option<NetfilterMessage>)> = framed
             .iter()
