@@ -565,61 +565,80 @@ impl Transaction {
                 Ok(())
             }
             NfTablesMessage::NewChain(m) => self.new_chain(family, &m.attributes, exclusive),
-            NfTablesMessage::DeleteChain(m) => {
-                let (table, name) = wire::Named::names(&m.attributes[..]);
-                let table = self.table(family, table)?;
-                let index = table
-                    .chains
-                    .iter()
-                    .position(|c| c.name == name)
-                    .ok_or(libc::ENOENT)?;
-                if table.chain_in_use(name) {
-                    return Err(libc::EBUSY);
-                }
-                table.delete_rules(index, None)?;
-                table.chains.remove(index);
-                Ok(())
-            }
+            NfTablesMessage::DeleteChain(m) => self.delete_chain(family, &m.attributes),
             NfTablesMessage::NewRule(m) => self.new_rule(family, m.attributes, flags),
-            NfTablesMessage::DeleteRule(m) => {
-                let (table, chain) = wire::Named::names(&m.attributes[..]);
-                let handle = m.attributes.iter().find_map(|a| match a {
-                    RuleAttribute::Handle(h) => Some(*h),
-                    _ => None,
-                });
-                let table = self.table(family, table)?;
-                if chain.is_empty() {
-                    for index in 0..table.chains.len() {
-                        table.delete_rules(index, None)?;
-                    }
-                    return Ok(());
-                }
-                let index = table
-                    .chains
-                    .iter()
-                    .position(|c| c.name == chain)
-                    .ok_or(libc::ENOENT)?;
-                table.delete_rules(index, handle)
-            }
+            NfTablesMessage::DeleteRule(m) => self.delete_rule(family, &m.attributes),
             NfTablesMessage::NewSet(m) => self.new_set(family, &m.attributes, exclusive),
-            NfTablesMessage::DeleteSet(m) => {
-                let (table, name) = wire::Named::names(&m.attributes[..]);
-                let table = self.table(family, table)?;
-                if table.set(name).is_none() {
-                    return Err(libc::ENOENT);
-                }
-                if table.set_in_use(name) {
-                    return Err(libc::EBUSY);
-                }
-                table.sets.retain(|s| s.name != name);
-                Ok(())
-            }
+            NfTablesMessage::DeleteSet(m) => self.delete_set(family, &m.attributes),
             NfTablesMessage::NewSetElement(m) => {
                 self.elements(family, &m.attributes, Some(exclusive))
             }
             NfTablesMessage::DeleteSetElement(m) => self.elements(family, &m.attributes, None),
             _ => Err(libc::EOPNOTSUPP),
         }
+    }
+
+    fn delete_chain(
+        &mut self,
+        family: NetfilterProtoFamily,
+        attrs: &[ChainAttribute],
+    ) -> Result<(), i32> {
+        let (table, name) = wire::Named::names(attrs);
+        let table = self.table(family, table)?;
+        let index = table
+            .chains
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or(libc::ENOENT)?;
+        if table.chain_in_use(name) {
+            return Err(libc::EBUSY);
+        }
+        table.delete_rules(index, None)?;
+        table.chains.remove(index);
+        Ok(())
+    }
+
+    /// Deletes the rule a handle names, or every rule of the chain (of the table without one).
+    fn delete_rule(
+        &mut self,
+        family: NetfilterProtoFamily,
+        attrs: &[RuleAttribute],
+    ) -> Result<(), i32> {
+        let (table, chain) = wire::Named::names(attrs);
+        let handle = attrs.iter().find_map(|a| match a {
+            RuleAttribute::Handle(h) => Some(*h),
+            _ => None,
+        });
+        let table = self.table(family, table)?;
+        if chain.is_empty() {
+            for index in 0..table.chains.len() {
+                table.delete_rules(index, None)?;
+            }
+            return Ok(());
+        }
+        let index = table
+            .chains
+            .iter()
+            .position(|c| c.name == chain)
+            .ok_or(libc::ENOENT)?;
+        table.delete_rules(index, handle)
+    }
+
+    fn delete_set(
+        &mut self,
+        family: NetfilterProtoFamily,
+        attrs: &[SetAttribute],
+    ) -> Result<(), i32> {
+        let (table, name) = wire::Named::names(attrs);
+        let table = self.table(family, table)?;
+        if table.set(name).is_none() {
+            return Err(libc::ENOENT);
+        }
+        if table.set_in_use(name) {
+            return Err(libc::EBUSY);
+        }
+        table.sets.retain(|s| s.name != name);
+        Ok(())
     }
 
     fn new_chain(
