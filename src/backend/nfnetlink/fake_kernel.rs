@@ -16,10 +16,13 @@
 //! a set a rule looks up or a chain a rule jumps to. Gets answer with the object and an
 //! acknowledgement, dumps with `NLM_F_MULTI` parts ending in `NLMSG_DONE`, GETGEN with the id.
 //!
+//! Faults armed by a test break one answer each: cut short, with another sequence number,
+//! an error for a message not in the batch, or a dump flagged `NLM_F_DUMP_INTR` (nothing
+//! commits during a dump here otherwise).
+//!
 //! Not modelled: notifications (the backend then reads in full whenever the id moved),
 //! interval overlap checks, counters' values, objects, flowtables, table flags, `NLM_F_REPLACE`
-//! and rule positions, set element timeouts, and `NLM_F_DUMP_INTR` (nothing commits during a
-//! dump here).
+//! and rule positions, and set element timeouts.
 
 use super::wire::{self, Framed};
 use super::Transport;
@@ -49,6 +52,8 @@ const NFNL_MSG_BATCH_END: u16 = 17;
 const NLM_F_CAPPED: u16 = 0x100;
 /// `NLM_F_MULTI`: a part of a multi-part answer.
 const NLM_F_MULTI: u16 = 0x2;
+/// `NLM_F_DUMP_INTR`: the ruleset changed while the dump was made.
+const NLM_F_DUMP_INTR: u16 = 0x10;
 /// How many elements one part of a set-element dump carries.
 const ELEMENTS_PER_PART: usize = 256;
 
@@ -119,6 +124,8 @@ pub(crate) enum Fault {
     WrongSequence,
     /// The batch is refused (nothing commits), but the error names a message that is not in it.
     ErrorForAnotherMessage,
+    /// Every part of a dump carries `NLM_F_DUMP_INTR`, as when a commit came in during it.
+    DumpInterrupted,
 }
 
 /// What the fake counted.
@@ -997,6 +1004,14 @@ fn tamper(mut answers: Vec<Vec<u8>>, fault: Option<Fault>) -> Vec<Vec<u8>> {
             if let Some(first) = answers.first_mut() {
                 let keep = (first.len() / 2).max(1);
                 first.truncate(keep);
+            }
+        }
+        Some(Fault::DumpInterrupted) => {
+            for answer in &mut answers {
+                if answer.len() >= 8 {
+                    let flags = u16::from_ne_bytes([answer[6], answer[7]]) | NLM_F_DUMP_INTR;
+                    answer[6..8].copy_from_slice(&flags.to_ne_bytes());
+                }
             }
         }
         Some(Fault::WrongSequence) => {

@@ -358,6 +358,17 @@ fn armed_faults_break_one_answer() {
     let err = read::table(&mut kernel.socket(), Family::V4, "t").unwrap_err();
     assert!(err.to_string().contains("deadline"), "{err}");
 
+    kernel.arm(Strikes::Dump, Fault::DumpInterrupted);
+    let dumps = kernel.counts().dumps;
+    assert!(read::rules(&mut kernel.socket(), V4, "t", "c")
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        kernel.counts().dumps,
+        dumps + 2,
+        "the interrupted dump is made again"
+    );
+
     kernel.arm(Strikes::Batch, Fault::ErrorForAnotherMessage);
     let mut b = batch();
     b.add_table(Family::V4, "t", None).unwrap();
