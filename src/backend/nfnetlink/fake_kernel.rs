@@ -20,8 +20,13 @@
 //! an error for a message not in the batch, or a dump flagged `NLM_F_DUMP_INTR` (nothing
 //! commits during a dump here otherwise).
 //!
-//! Not modelled: notifications (the backend then reads in full whenever the id moved),
-//! interval overlap checks, counters' values, objects, flowtables, table flags, `NLM_F_REPLACE`
+//! A socket subscribed with [`FakeKernel::subscribe`] hears every commit: one notification
+//! per message of the batch (the kernel sends one per object it changed, none for a no-op
+//! re-add, one per element), then NEWGEN with the new id; an [`FakeKernel::edit`] is heard as
+//! a change to an unnamed table of each family. The backend does not listen to the fake (its
+//! monitor is a kernel socket of its own): through the fake, every moved id means a full read.
+//!
+//! Not modelled: interval overlap checks, counters' values, objects, flowtables, table flags, `NLM_F_REPLACE`
 //! and rule positions, and set element timeouts.
 
 use super::wire::{self, Framed};
@@ -146,6 +151,8 @@ struct Shared {
     counts: Counts,
     faults: Vec<(Strikes, Fault)>,
     next_port: u32,
+    /// The notifications waiting for each subscribed socket, by its port id.
+    listeners: Vec<(u32, VecDeque<Vec<u8>>)>,
 }
 
 /// The fake kernel: cheap to clone, every clone and every socket sees one ruleset.
@@ -159,6 +166,8 @@ pub(crate) struct FakeSocket {
     shared: Arc<Mutex<Shared>>,
     port: u32,
     inbox: VecDeque<Vec<u8>>,
+    /// Subscribed to the notifications (`NFNLGRP_NFTABLES`).
+    listening: bool,
 }
 
 impl FakeKernel {
@@ -180,7 +189,16 @@ impl FakeKernel {
             shared: Arc::clone(&self.shared),
             port: 1000 + shared.next_port,
             inbox: VecDeque::new(),
+            listening: false,
         }
+    }
+
+    /// A socket subscribed to the notifications of every commit from now on.
+    pub fn subscribe(&self) -> FakeSocket {
+        let mut socket = self.socket();
+        socket.listening = true;
+        self.lock().listeners.push((socket.port, VecDeque::new()));
+        socket
     }
 
     pub fn generation(&self) -> u32 {
@@ -205,6 +223,13 @@ impl FakeKernel {
         let mut shared = self.lock();
         change(&mut shared.ruleset);
         shared.generation = shared.generation.wrapping_add(1);
+        // Which table changed is not known: notifications naming none, in both families.
+        let mut told = Vec::new();
+        for family in [NetfilterProtoFamily::IPv4, NetfilterProtoFamily::IPv6] {
+            let anonymous = NfTablesMessage::NewTable(TableMessage { attributes: vec![] });
+            told.push(nft_message(family, anonymous, (0, 0, 0), shared.generation));
+        }
+        shared.notify(told, 0);
     }
 }
 
@@ -858,7 +883,33 @@ impl Transaction {
     }
 }
 
+/// The notification of a committed message: the message itself, as an event (no request or
+/// acknowledgement flags). The kernel's carry the object as it now is; what a listener reads
+/// of them (the family and the table's name, attribute 1 of every object) is the same.
+fn notification(request: &Request) -> Vec<u8> {
+    let mut told = request.bytes.clone();
+    told[6..8].copy_from_slice(&0u16.to_ne_bytes());
+    told.resize(told.len().next_multiple_of(4), 0);
+    told
+}
+
 impl Shared {
+    /// Queues a commit's notifications, then its NEWGEN, for every subscribed socket.
+    fn notify(&mut self, mut told: Vec<Vec<u8>>, port: u32) {
+        let gen = GenMessage {
+            attributes: vec![GenAttribute::Id(self.generation)],
+        };
+        told.push(nft_message(
+            NetfilterProtoFamily::Unspec,
+            NfTablesMessage::NewGen(gen),
+            (0, 0, port),
+            self.generation,
+        ));
+        for (_, queue) in &mut self.listeners {
+            queue.extend(told.iter().cloned());
+        }
+    }
+
     /// Takes the armed fault for `strikes`, if any.
     fn fault(&mut self, strikes: Strikes) -> Option<Fault> {
         let at = self.faults.iter().position(|(s, _)| *s == strikes)?;
@@ -919,6 +970,12 @@ impl Shared {
             self.ruleset = transaction.ruleset;
             self.generation = self.generation.wrapping_add(1);
             self.counts.commits += 1;
+            let told = requests
+                .iter()
+                .filter(|(r, _)| !matches!(r.kind, NFNL_MSG_BATCH_BEGIN | NFNL_MSG_BATCH_END))
+                .map(|(r, _)| notification(r))
+                .collect();
+            self.notify(told, port);
         }
         tamper(answers, fault)
     }
@@ -1218,8 +1275,16 @@ impl Transport for FakeSocket {
     /// The next answer; the fake answers as it receives, so an empty queue means no answer
     /// will come: `TimedOut` at once, whatever the deadline.
     fn receive(&mut self, _deadline: Instant) -> io::Result<Vec<u8>> {
-        self.inbox
-            .pop_front()
+        if let Some(answer) = self.inbox.pop_front() {
+            return Ok(answer);
+        }
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let port = self.port;
+        shared
+            .listeners
+            .iter_mut()
+            .find(|(listener, _)| self.listening && *listener == port)
+            .and_then(|(_, queue)| queue.pop_front())
             .ok_or_else(|| io::ErrorKind::TimedOut.into())
     }
 }

@@ -376,3 +376,57 @@ fn armed_faults_break_one_answer() {
     assert!(err.to_string().contains("deadline"), "{err}");
     assert_eq!(kernel.ruleset(), FakeRuleset::default());
 }
+
+/// What a subscribed socket hears, fed to the backend's notification ledger.
+fn hear(listener: &mut FakeSocket, ledger: &mut crate::backend::notify::Ledger) -> usize {
+    let mut heard = 0;
+    while let Ok(datagram) = listener.receive(Instant::now()) {
+        ledger.datagram(&datagram);
+        heard += 1;
+    }
+    heard
+}
+
+/// A commit's notifications tell the backend's ledger what it touched: a neighbour's table
+/// leaves ours untouched, a commit to ours (or an edit of an unknown table) does not; a
+/// refused batch is not heard at all.
+#[test]
+fn notifications_tell_a_neighbours_commit_from_one_that_touched_our_table() {
+    let kernel = FakeKernel::new();
+    let mut listener = kernel.subscribe();
+    let mut ledger = crate::backend::notify::Ledger::new("ipmasq");
+    let start = kernel.generation();
+
+    let mut b = batch();
+    b.add_table(Family::V4, "kube-nat", None).unwrap();
+    b.add_base_chain(Family::V4, "kube-nat", "post", &nat_postrouting(100));
+    commit(&kernel, b).unwrap();
+    assert_eq!(
+        hear(&mut listener, &mut ledger),
+        3,
+        "two objects and NEWGEN"
+    );
+    let theirs = kernel.generation();
+    assert!(ledger.untouched(Family::V4, start, theirs));
+
+    let mut b = batch();
+    b.add_table(Family::V4, "ipmasq", None).unwrap();
+    commit(&kernel, b).unwrap();
+    hear(&mut listener, &mut ledger);
+    let ours = kernel.generation();
+    assert!(!ledger.untouched(Family::V4, theirs, ours));
+    assert!(ledger.untouched(Family::V6, theirs, ours));
+
+    let mut b = batch();
+    b.delete_table(Family::V4, "absent");
+    commit(&kernel, b).unwrap_err();
+    assert_eq!(hear(&mut listener, &mut ledger), 0, "nothing committed");
+
+    kernel.edit(|_| {});
+    hear(&mut listener, &mut ledger);
+    assert!(!ledger.untouched(Family::V6, ours, kernel.generation()));
+    assert!(
+        kernel.socket().receive(Instant::now()).is_err(),
+        "an unsubscribed socket hears nothing"
+    );
+}
