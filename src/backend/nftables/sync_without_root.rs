@@ -73,6 +73,10 @@ fn the_first_apply_writes_the_table_and_an_in_sync_pass_writes_nothing() {
     let kernel = FakeKernel::new();
     let nft = backend(&kernel);
     let want = desired();
+    let dry = nft.sync(&want, true).expect("a dry run");
+    let text = dry.transaction.unwrap_or_default();
+    assert!(text.starts_with("add table ip ipmasq"), "{text}");
+    assert_eq!(kernel.counts().batches, 0, "a dry run writes nothing");
     let report = nft.sync(&want, false).expect("first apply");
     assert!(report.transaction.is_some());
     assert_eq!(kernel.counts().commits, 1);
