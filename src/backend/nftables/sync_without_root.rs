@@ -1,7 +1,7 @@
 //! The nftables backend's sync → observe → diff → repair without root, against the
 //! [`FakeKernel`]: first apply, the in-sync pass that writes nothing, drift repaired, a
-//! neighbour's table and commits left alone, a repair the kernel refuses, and hostile replies
-//! reported as failures. The golden nft scripts check the fake itself: each batch applied to
+//! neighbour's table and commits left alone, a repair the kernel refuses, the take-over of
+//! iptables-nft's leftovers, and hostile replies reported as failures. The golden nft scripts check the fake itself: each batch applied to
 //! it lists back as the script's net effect. The root tests stay the evidence for the real
 //! kernel.
 
@@ -311,6 +311,81 @@ fn hostile_replies_fail_the_pass_and_a_clean_pass_after_converges() {
             nft.sync(&want, false)
                 .unwrap_or_else(|e| panic!("{what}: then {e}"));
             assert_eq!(drift_left(&kernel, &want), Vec::<String>::new(), "{what}");
+        }
+    }
+}
+
+/// iptables-nft's leftovers in `ip nat`: chain `IP-MASQ-AGENT` with a rule, jumped to from
+/// POSTROUTING, and, when `held`, from a foreign chain too.
+fn iptables_nft_left(kernel: &FakeKernel, held: bool) {
+    let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));
+    b.add_table(Family::V4, "nat", None).unwrap();
+    let base = BaseChain {
+        kind: "nat".into(),
+        hook: InetHookNumber::PostRouting,
+        priority: 100,
+    };
+    b.add_base_chain(Family::V4, "nat", "POSTROUTING", &base);
+    let done = b.finish();
+    commit_within(&mut kernel.socket(), &done, Duration::from_secs(1)).unwrap();
+    kernel.edit(|r| {
+        let table = r.table_mut(V4, "nat").unwrap();
+        for name in ["IP-MASQ-AGENT", "FOREIGN"] {
+            let mut chain = table.chain("POSTROUTING").unwrap().clone();
+            (chain.name, chain.hook, chain.kind, chain.policy) = (name.into(), None, None, None);
+            chain.handle += 100;
+            table.chains.push(chain);
+        }
+    });
+    let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));
+    let jump = [Stmt::Verdict(Verdict::Jump("IP-MASQ-AGENT".into()))];
+    b.add_rule(Family::V4, ("nat", "POSTROUTING"), &jump, None)
+        .unwrap();
+    b.add_rule(
+        Family::V4,
+        ("nat", "IP-MASQ-AGENT"),
+        &[Stmt::Verdict(Verdict::Return)],
+        None,
+    )
+    .unwrap();
+    if held {
+        b.add_rule(Family::V4, ("nat", "FOREIGN"), &jump, None)
+            .unwrap();
+    }
+    let done = b.finish();
+    commit_within(&mut kernel.socket(), &done, Duration::from_secs(1)).unwrap();
+}
+
+/// A first install taking over from iptables-nft deletes its jump and chain in the same
+/// commit; when a foreign rule still jumps to that chain the kernel refuses the joint batch
+/// (EBUSY), and ours is installed alone, the leftovers left.
+#[test]
+fn a_take_over_removes_iptables_nfts_leftovers_in_the_same_commit_unless_held() {
+    for held in [false, true] {
+        let kernel = FakeKernel::new();
+        iptables_nft_left(&kernel, held);
+        let nft = backend(&kernel);
+        nft.take_over_at_first_install();
+        let want = desired();
+        let commits = kernel.counts().commits;
+        nft.sync(&want, false).expect("installed");
+        assert_eq!(
+            kernel.counts().commits,
+            commits + 1,
+            "held={held}: one commit"
+        );
+        assert_eq!(drift_left(&kernel, &want), Vec::<String>::new());
+        let ruleset = kernel.ruleset();
+        let nat = ruleset.table(V4, "nat").unwrap();
+        let postrouting = &nat.chain("POSTROUTING").unwrap().rules;
+        assert_eq!(nat.chain("IP-MASQ-AGENT").is_some(), held, "held={held}");
+        assert_eq!(postrouting.len(), usize::from(held), "held={held}");
+        if held {
+            assert_eq!(
+                kernel.counts().batches,
+                kernel.counts().commits + 1,
+                "one refused"
+            );
         }
     }
 }
