@@ -3,6 +3,8 @@
 //! netlink-packet-netfilter's typed messages. Every reply is awaited with a deadline; an error
 //! names the object the kernel refused, in nft's words, and the kernel's errno text.
 
+#[cfg(test)]
+pub(crate) mod fake_kernel;
 pub(crate) mod read;
 pub(crate) mod script;
 pub(crate) mod statement;

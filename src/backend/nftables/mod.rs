@@ -58,6 +58,9 @@ pub(crate) struct Nftables {
     /// Per family: the kernel refused the last repair (something in our table that we do not
     /// read holds on to what it changes), so the next one makes the table anew.
     refused: Mutex<[bool; 2]>,
+    /// The transport every request of this backend goes over: None for the process's shared
+    /// kernel socket; in tests, one given by [`Nftables::over`] (then no notifications).
+    transport: Option<Mutex<Box<dyn Transport + Send>>>,
 }
 
 fn slot(family: Family) -> usize {
@@ -76,7 +79,36 @@ impl Nftables {
             monitor: Mutex::new(None),
             take_over: Mutex::new([false, false]),
             refused: Mutex::new([false, false]),
+            transport: None,
         }
+    }
+
+    /// The same backend speaking over `transport` instead of the kernel's socket.
+    #[cfg(test)]
+    pub fn over(mut self, transport: Box<dyn Transport + Send>) -> Self {
+        self.transport = Some(Mutex::new(transport));
+        self
+    }
+
+    /// Runs `request` over this backend's transport.
+    fn with_transport<T>(
+        &self,
+        request: impl FnOnce(&mut dyn Transport) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        match &self.transport {
+            Some(given) => request(given.lock().unwrap_or_else(|e| e.into_inner()).as_mut()),
+            None => nfnetlink::with_kernel(request),
+        }
+    }
+
+    /// The generation id (see [`generation::current`]).
+    fn generation(&self) -> Option<u32> {
+        if self.transport.is_none() {
+            return generation::current();
+        }
+        self.with_transport(nfnetlink::generation_over)
+            .map_err(|err| tracing::debug!(error = %err, "cannot read the nftables generation id"))
+            .ok()
     }
 
     /// The same backend with another deadline for each commit.
@@ -102,6 +134,9 @@ impl Nftables {
     fn with_monitor<T>(&self, f: impl FnOnce(&mut Monitor) -> T) -> Option<T> {
         let mut slot = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
         let monitor = slot.get_or_insert_with(|| {
+            if self.transport.is_some() {
+                return Err(());
+            }
             Monitor::subscribe(TABLE).map_err(|err| {
                 tracing::debug!(error = %err, "cannot subscribe to nf_tables notifications; a moved generation means a full read");
             })
@@ -134,13 +169,12 @@ impl Nftables {
 
     /// Our table of `family` as it is; an absent table is an empty reading.
     fn read(&self, family: Family) -> Result<LiveTable, BackendError> {
-        nfnetlink::with_kernel(|t| read_table(t, family)).map_err(|failure| {
-            BackendError::Unreadable {
+        self.with_transport(|t| read_table(t, family))
+            .map_err(|failure| BackendError::Unreadable {
                 program: "nf_tables (netlink)".into(),
                 table: format!("{} {TABLE}", family_word(family)),
                 detail: failure.to_string(),
-            }
-        })
+            })
     }
 
     /// Every other nat postrouting base chain that a packet meets before ours.
@@ -150,7 +184,7 @@ impl Nftables {
 
     /// iptables-nft's `chain` and its POSTROUTING jumps in `family`, if it left any.
     fn iptables_nft_leftovers(&self, family: Family, chain: &str) -> Result<Leftovers, Failure> {
-        nfnetlink::with_kernel(|t| leftovers_over(t, family, chain))
+        self.with_transport(|t| leftovers_over(t, family, chain))
     }
 
     /// Applies the table's whole content, our first install together with the deletion of
@@ -228,12 +262,12 @@ impl Nftables {
                 outcome?;
             }
         }
-        Ok(generation::current())
+        Ok(self.generation())
     }
 
     /// One batch, every message acknowledged within the deadline.
     fn apply(&self, batch: &Finished) -> Result<(), BackendError> {
-        nfnetlink::with_kernel(|t| nfnetlink::commit_within(t, batch, self.timeout))
+        self.with_transport(|t| nfnetlink::commit_within(t, batch, self.timeout))
             .map_err(netlink_error)
     }
 }
@@ -299,7 +333,7 @@ impl Backend for Nftables {
 
     fn family_available(&self, _family: Family) -> bool {
         // The kernel answers for nf_tables: no tool needs to be installed.
-        nfnetlink::generation().is_ok()
+        self.with_transport(nfnetlink::generation_over).is_ok()
     }
 
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
@@ -308,7 +342,7 @@ impl Backend for Nftables {
         self.subscribe();
         // Read the id BEFORE the dump, so a change during the dump is never missed. The
         // steady state ends here: an unchanged id and plan, nothing read, nothing built.
-        let before = generation::current();
+        let before = self.generation();
         let (vouched, steady) = self.vouch(desired, before);
         if let Some(rules) = steady {
             return Ok(SyncReport {
@@ -450,7 +484,7 @@ impl Backend for Nftables {
         let batch = ours.then(|| render::removal(family));
         let script = batch.as_ref().map(|b| script::render(&b.bytes));
         if let (Some(batch), false) = (&batch, dry_run) {
-            match nfnetlink::with_kernel(|t| nfnetlink::commit_within(t, batch, self.timeout)) {
+            match self.with_transport(|t| nfnetlink::commit_within(t, batch, self.timeout)) {
                 // Gone meanwhile: nothing to remove is success.
                 Err(failure) if failure.errno() == Some(libc::ENOENT) => {}
                 outcome => outcome.map_err(netlink_error)?,
@@ -475,5 +509,7 @@ impl Backend for Nftables {
 
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod sync_without_root;
 #[cfg(test)]
 mod tests;

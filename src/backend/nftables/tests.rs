@@ -6,6 +6,7 @@ use super::diff::{diff, Repair};
 use super::live::LiveTable;
 use super::render::{DesiredTable, Leftovers};
 use crate::backend::nfnetlink::script;
+use crate::backend::nfnetlink::wire::Finished;
 use crate::backend::DriftKind;
 use crate::config::{Config, Options};
 use crate::plan::{plan, plan_family, Family, PlanOptions, Ruleset};
@@ -213,7 +214,16 @@ fn long_source_and_forced_lists_are_counted_as_written() {
 
 /// The scripts of every flag combination, each under a `### ...` header line.
 pub(crate) fn golden_scripts(config: &Config) -> String {
-    let mut out = String::new();
+    golden_batches(config)
+        .into_iter()
+        .map(|(header, batch)| format!("{header}\n{}", script::render(&batch.bytes)))
+        .collect()
+}
+
+/// The batch of every flag combination, each with its `### ...` header line (without its
+/// newline): what [`golden_scripts`] renders.
+pub(super) fn golden_batches(config: &Config) -> Vec<(String, Finished)> {
+    let mut out = Vec::new();
     for random_fully in [true, false] {
         for to_ports in [
             "",
@@ -234,10 +244,12 @@ pub(crate) fn golden_scripts(config: &Config) -> String {
                     config.masq_link_local_ipv6 = masq_ll;
                     for set in plan(&config, &options) {
                         let table = table_of(&set);
-                        out.push_str(&format!(
-                            "### random-fully={random_fully} to-ports={to_ports:?} enable-ipv6={enable_ipv6} masqLinkLocal={masq_ll} family={}\n{}",
-                            set.family,
-                            script::render(&table.batch(false, &Leftovers::default()).unwrap().bytes)
+                        out.push((
+                            format!(
+                                "### random-fully={random_fully} to-ports={to_ports:?} enable-ipv6={enable_ipv6} masqLinkLocal={masq_ll} family={}",
+                                set.family
+                            ),
+                            table.batch(false, &Leftovers::default()).unwrap(),
                         ));
                     }
                 }
@@ -378,18 +390,26 @@ fn golden_nft_scripts_with_the_extension_keys() {
 /// file of their own (the root tests `nft --check` it).
 #[test]
 fn golden_nft_scripts_with_the_egress_keys() {
-    let mut out = String::new();
+    let out: String = egress_batches()
+        .into_iter()
+        .map(|(header, batch)| format!("{header}\n{}", script::render(&batch.bytes)))
+        .collect();
+    crate::backend::golden::check("nft-scripts-egress.txt", &out);
+}
+
+/// The batch of every egress case, each with its `### ...` header line (without its newline).
+pub(super) fn egress_batches() -> Vec<(String, Finished)> {
+    let mut out = Vec::new();
     for (label, config, options) in crate::plan::decide::tests::egress_cases() {
         for set in plan(&config, &options) {
             let table = table_of(&set);
-            out.push_str(&format!(
-                "### {label} family={}\n{}",
-                set.family,
-                script::render(&table.batch(false, &Leftovers::default()).unwrap().bytes)
+            out.push((
+                format!("### {label} family={}", set.family),
+                table.batch(false, &Leftovers::default()).unwrap(),
             ));
         }
     }
-    crate::backend::golden::check("nft-scripts-egress.txt", &out);
+    out
 }
 
 /// `count` disjoint /30 blocks from 10.0.0.0 up: a config whose set holds exactly `count`
