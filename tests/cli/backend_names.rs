@@ -4,6 +4,7 @@
 //! one is a decision and not an accident. And no backend reads through another: what several
 //! need (the nat chains a packet meets before ours) is read by neutral code.
 
+use super::code_shape::rust_files;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -31,17 +32,6 @@ const PLACES_THAT_NAME_A_BACKEND: &[(&str, &str)] = &[
         "a config too large for the memory limit suggests nftables, the lighter backend",
     ),
 ];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
-        let path = entry.expect("entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

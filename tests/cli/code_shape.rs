@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 const MAX_FUNCTION_LINES: usize = 100;
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every `.rs` file under `dir`, recursively, appended to `out`.
+pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read src") {
         let path = entry.expect("entry").path();
         if path.is_dir() {

@@ -46,17 +46,24 @@ fn drift_left(kernel: &FakeKernel, desired: &Ruleset) -> Vec<String> {
         .collect()
 }
 
-/// A neighbour's commit over its own socket: table `ip kube-nat` with a nat postrouting chain
-/// and one rule.
-fn neighbour_commits(kernel: &FakeKernel) {
+/// A batch that adds table `ip TABLE` with a nat postrouting base chain `CHAIN` (priority 100,
+/// as iptables-nft's), for a neighbour's commit.
+fn nat_postrouting_batch(table: &str, chain: &str) -> Batch {
     let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));
-    b.add_table(Family::V4, "kube-nat", None).unwrap();
+    b.add_table(Family::V4, table, None).unwrap();
     let base = BaseChain {
         kind: "nat".into(),
         hook: InetHookNumber::PostRouting,
         priority: 100,
     };
-    b.add_base_chain(Family::V4, "kube-nat", "post", &base);
+    b.add_base_chain(Family::V4, table, chain, &base);
+    b
+}
+
+/// A neighbour's commit over its own socket: table `ip kube-nat` with a nat postrouting chain
+/// and one rule.
+fn neighbour_commits(kernel: &FakeKernel) {
+    let mut b = nat_postrouting_batch("kube-nat", "post");
     b.add_rule(
         Family::V4,
         ("kube-nat", "post"),
@@ -318,15 +325,7 @@ fn hostile_replies_fail_the_pass_and_a_clean_pass_after_converges() {
 /// iptables-nft's leftovers in `ip nat`: chain `IP-MASQ-AGENT` with a rule, jumped to from
 /// POSTROUTING, and, when `held`, from a foreign chain too.
 fn iptables_nft_left(kernel: &FakeKernel, held: bool) {
-    let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));
-    b.add_table(Family::V4, "nat", None).unwrap();
-    let base = BaseChain {
-        kind: "nat".into(),
-        hook: InetHookNumber::PostRouting,
-        priority: 100,
-    };
-    b.add_base_chain(Family::V4, "nat", "POSTROUTING", &base);
-    let done = b.finish();
+    let done = nat_postrouting_batch("nat", "POSTROUTING").finish();
     commit_within(&mut kernel.socket(), &done, Duration::from_secs(1)).unwrap();
     kernel.edit(|r| {
         let table = r.table_mut(V4, "nat").unwrap();
