@@ -117,7 +117,8 @@ fn record_config(
     (state, state_dir): (&mut AgentState, &std::path::Path),
     recorded: &mut Option<crate::agent::reconcile::ActiveRead>,
 ) {
-    let (Some(config), Some(read)) = (&reconciler.active, &reconciler.active_read) else {
+    let (Some(config), Some(read)) = (reconciler.config_in_force(), reconciler.config_read())
+    else {
         return;
     };
     if recorded.as_ref() == Some(read) {
@@ -203,7 +204,7 @@ fn reconcile_thread(
             outcome = pass_name(&pass),
             "pass done"
         );
-        if let Some(origin) = &reconciler.active_origin {
+        if let Some(origin) = reconciler.config_origin() {
             state.config_source = match origin {
                 crate::config::Origin::Defaults => "defaults".into(),
                 crate::config::Origin::File => "file".into(),
@@ -342,8 +343,8 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     };
     let names = reconciler.settings.plan.names();
     let backend_id = reconciler.backend_id();
-    let config_in_flux = reconciler.config_in_flux.clone();
-    let address_events = reconciler.address_events.clone();
+    let config_in_flux = reconciler.config_in_flux();
+    let address_events = reconciler.address_events();
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();
