@@ -634,6 +634,66 @@ mod tests {
         assert_eq!(reports[0].repairs(), ["chain_missing", "jump_missing"]);
     }
 
+    /// An output address the plan could not resolve (no address of the node read) is never
+    /// handed to the backend: the family fails the pass in the backend's own words, and
+    /// nothing is synced.
+    #[test]
+    fn an_unresolved_output_address_never_reaches_the_backend() {
+        let f = fixture("unresolved");
+        let config =
+            config::check_text("outputAddress: 203.0.113.9\n", &config::Options::default())
+                .into_config()
+                .expect("a valid config");
+        let mut planner = Planner::default();
+        let facts = node_facts::NodeFacts::default();
+        let planned = planner.plan(&PlanInputs {
+            config: (&config, 1),
+            node: (&facts, 0),
+            flags: &PlanOptions::default(),
+        });
+        assert!(
+            matches!(
+                planned,
+                [Err(enforce::Unresolved {
+                    family: Family::V4,
+                    ..
+                })]
+            ),
+            "{planned:?}"
+        );
+        let mut enforcer = Enforcer::new(Box::new(f.fake.clone()));
+        let retry = RetryNote {
+            retry_in_s: None,
+            will_retry: "",
+        };
+        let Pass::Failed(err) = enforcer.enforce(planned, &f.reconciler.settings, &retry) else {
+            panic!("an unresolved output address must fail the pass")
+        };
+        assert_eq!(
+            err.to_string(),
+            "the output address 203.0.113.9 is not resolved to an address of this node"
+        );
+        assert_eq!(f.fake.state().syncs, 0, "nothing reached the backend");
+        // Resolved (the node holds it), the same config is synced.
+        let facts = node_facts::NodeFacts {
+            egress: crate::plan::ResolvedEgress {
+                v4: Some("203.0.113.9".parse().unwrap()),
+                ..Default::default()
+            },
+            memory_limit: None,
+        };
+        let planned = planner.plan(&PlanInputs {
+            config: (&config, 1),
+            node: (&facts, 1),
+            flags: &PlanOptions::default(),
+        });
+        assert!(matches!(
+            enforcer.enforce(planned, &f.reconciler.settings, &retry),
+            Pass::Synced(_)
+        ));
+        assert_eq!(f.fake.state().syncs, 1);
+    }
+
     fn v4_ruleset(cidrs: &str) -> crate::plan::Ruleset {
         let config = config::check_text(
             &format!("nonMasqueradeCIDRs: [{cidrs}]"),
