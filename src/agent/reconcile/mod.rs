@@ -41,11 +41,15 @@ fn backoff(failures: u32, interval: Duration) -> Duration {
     }
 }
 
-/// What the agent was started with: its flags, which no pass writes.
+/// What the agent was started with: its flags, which no pass writes (what a pass learns of
+/// the node is a node fact, handed to the plan beside them).
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Where the config is read (the source stage is made from it, with `options`, at start).
     pub config: config::ConfigSource,
     pub options: config::Options,
+    /// The flags that shape the rules; their `egress` stays unresolved here (the plan stage
+    /// takes the node's from the node facts).
     pub plan: PlanOptions,
     pub dry_run: bool,
     /// One pass and out (`--once`, `--dry-run`): a failure is not retried, and its log line
