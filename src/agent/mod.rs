@@ -9,6 +9,7 @@ pub(crate) mod http;
 pub(crate) mod logging;
 pub(crate) mod memory;
 pub(crate) mod reconcile;
+mod sinks;
 pub(crate) mod state;
 pub(crate) mod systemd;
 pub(crate) mod watch;
@@ -16,6 +17,7 @@ pub(crate) mod watch;
 use crate::backend::Backend;
 use crate::plan::Names;
 use reconcile::{Pass, Reconciler};
+use sinks::{HealthSink, LogSink, PassDone, StateFileSink, StatusSink};
 use state::AgentState;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -108,47 +110,6 @@ pub fn run_forever(reconciler: Reconciler, options: RunOptions) -> Ending {
 /// (a successor must not start before `--cleanup-on-exit` is done with the rules).
 type HeldLock = Arc<Mutex<Option<state::NodeLock>>>;
 
-/// Records the config in force next to the state file when it is newly read: the checked
-/// config itself (so `show` and `explain` on the host judge against exactly it) and, in the
-/// state, where and when it was read.
-/// `recorded` is the read last written down: a steady pass compares and writes nothing.
-fn record_config(
-    reconciler: &Reconciler,
-    (state, state_dir): (&mut AgentState, &std::path::Path),
-    recorded: &mut Option<crate::agent::reconcile::ActiveRead>,
-) {
-    let (Some(config), Some(read)) = (&reconciler.active, &reconciler.active_read) else {
-        return;
-    };
-    if recorded.as_ref() == Some(read) {
-        return;
-    }
-    let read_at = crate::config::digest::rfc3339_utc(read.at);
-    let applied = state::AppliedConfig::of(config, read.digest.clone());
-    match state::write_applied(state_dir, &applied) {
-        Ok(path) => {
-            state.config_read = Some(state::ConfigRecord {
-                path: state
-                    .config_dir
-                    .clone()
-                    .unwrap_or_else(|| state.config.clone()),
-                source: state.config_source.clone(),
-                digest: read.digest.clone(),
-                read_at,
-                applied: path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            });
-            *recorded = Some(read.clone());
-        }
-        Err(err) => {
-            warn!(dir = %state_dir.display(), error = %err, "cannot record the config in force; `ipmasq show` and `explain` will read the config path themselves");
-            state.config_read = None;
-        }
-    }
-}
-
 /// The reconcile thread: a pass, then wait for a command or the interval, until stopped.
 /// Returns the reconciler so a stop can clean up with the backend in use.
 fn reconcile_thread(
@@ -156,7 +117,7 @@ fn reconcile_thread(
     commands: mpsc::Receiver<Command>,
     shared: http::Shared,
     passes_done: tokio::sync::mpsc::UnboundedSender<()>,
-    (mut state, state_dir): (AgentState, PathBuf),
+    (state, state_dir): (AgentState, PathBuf),
     (held, lock_taken): (HeldLock, tokio::sync::oneshot::Sender<()>),
 ) -> Reconciler {
     let Some(node_lock) = take_node_lock_or_wait(&state_dir, &state.rules.masq_chain, &commands)
@@ -173,8 +134,11 @@ fn reconcile_thread(
     reconciler.take_over_leftovers();
     let mut trigger = Trigger::Timer;
     let mut leftovers_checked = false;
-    let mut written: Option<AgentState> = None;
-    let mut recorded = None;
+    let mut sinks: Vec<Box<dyn StatusSink>> = vec![
+        Box::new(HealthSink(shared.clone())),
+        Box::new(LogSink),
+        Box::new(StateFileSink::new(state, state_dir)),
+    ];
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
@@ -190,36 +154,14 @@ fn reconcile_thread(
                 &reconciler.settings.plan.names(),
             );
         }
-        {
-            let mut snapshot = lock(&shared);
-            snapshot.status = reconciler.status.clone();
-            snapshot.interval = reconciler.interval();
-            snapshot.running_since = None;
-            snapshot.egress_targets = reconciler.egress_targets();
-        }
-        debug!(
-            ?trigger,
-            elapsed_ms = crate::text::millis(started.elapsed()),
-            outcome = pass_name(&pass),
-            "pass done"
-        );
-        if let Some(origin) = &reconciler.active_origin {
-            state.config_source = match origin {
-                crate::config::Origin::Defaults => "defaults".into(),
-                crate::config::Origin::File => "file".into(),
-                crate::config::Origin::Dir => "merged files".into(),
-            };
-        }
-        state.rules.enable_ipv6 = reconciler.ipv6_managed();
-        record_config(&reconciler, (&mut state, &state_dir), &mut recorded);
-        if written.as_ref() != Some(&state) {
-            match state::write(&state_dir, &state) {
-                Ok(path) => debug!(path = %path.display(), "state file written"),
-                Err(err) => {
-                    warn!(dir = %state_dir.display(), error = %err, "cannot write the state file; `ipmasq show` will not know this agent's settings")
-                }
-            }
-            written = Some(state.clone());
+        let done = PassDone {
+            reconciler: &reconciler,
+            pass: &pass,
+            trigger,
+            started,
+        };
+        for sink in &mut sinks {
+            sink.publish(&done);
         }
         let _ = passes_done.send(());
         // Wait for the next trigger; a burst of commands makes one pass. An address change
@@ -342,8 +284,8 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     };
     let names = reconciler.settings.plan.names();
     let backend_id = reconciler.backend_id();
-    let config_in_flux = reconciler.config_in_flux.clone();
-    let address_events = reconciler.address_events.clone();
+    let config_in_flux = reconciler.config_in_flux();
+    let address_events = reconciler.address_events();
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();

@@ -100,7 +100,7 @@ pub fn run(args: &AgentArgs) -> Exit {
 /// applied unchecked and a long one can get the agent OOM-killed.
 fn log_memory_limit(reconciler: &Reconciler, backend_name: &str) {
     use crate::agent::memory::{mib, Limit};
-    match &reconciler.memory_limit_found {
+    match reconciler.memory_limit_found() {
         Limit::Bytes(limit) => info!(
             limit = %mib(*limit),
             fits = %reconciler.what_fits(*limit),
@@ -149,7 +149,7 @@ fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
 /// it would leave on their old decision (outside `--conntrack-reset`); nothing when no flow
 /// contradicts the change (the output is then the transactions alone, as before).
 fn print_flows_to_reset(reconciler: &Reconciler) {
-    for (family, report) in &reconciler.conntrack_reports {
+    for (family, report) in reconciler.conntrack_reports() {
         if report.reset + report.left == 0 {
             continue;
         }

@@ -28,7 +28,7 @@ const PLACES_THAT_NAME_A_BACKEND: &[(&str, &str)] = &[
         "the flags' spelling turned into an identity (`BackendFlags::choice`)",
     ),
     (
-        "src/agent/reconcile.rs",
+        "src/agent/reconcile/admission.rs",
         "a config too large for the memory limit suggests nftables, the lighter backend",
     ),
 ];

@@ -1,0 +1,287 @@
+//! The admission stage of a pass: what the source read becomes the config in force when it
+//! is valid and fits the agent's memory limit, or is refused (once logged and counted per
+//! reason) while the last good config stays in force.
+
+use super::node_facts::NodeFacts;
+use super::source::SourceRead;
+use crate::backend::Backend;
+use crate::config::{self, Config, Diagnostic, Origin};
+use crate::plan::PlanOptions;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use tracing::{error, info, warn};
+
+/// When the bytes of the config in force were read, and their digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActiveRead {
+    pub digest: Option<String>,
+    pub at: std::time::SystemTime,
+}
+
+/// What admission reports to the status stage.
+#[derive(Clone, Debug, Default)]
+pub struct AdmissionCounts {
+    pub configs_accepted: u64,
+    pub configs_rejected: u64,
+    /// Whether the config in force is the one the source holds (false while a bad one is
+    /// ignored).
+    pub config_current: bool,
+    pub non_masquerade_cidrs: usize,
+}
+
+/// What a config is judged with besides itself: the backend that would write it (its memory
+/// model), the flags and the node facts it would be planned with.
+pub struct AdmissionInputs<'a> {
+    pub label: &'a str,
+    pub backend: &'a dyn Backend,
+    pub flags: &'a PlanOptions,
+    pub node: &'a NodeFacts,
+}
+
+/// The last good config and what was said about the configs refused since.
+#[derive(Default)]
+pub struct Admission {
+    /// The last valid config: enforced even while the source holds an invalid one.
+    active: Option<Config>,
+    /// Where the active config came from.
+    origin: Option<Origin>,
+    /// The digest of the active config's bytes and when they were read.
+    read: Option<ActiveRead>,
+    /// Bumped whenever the config in force changes (the plan is made again).
+    generation: u64,
+    /// Fingerprint of the last config problem logged, so each is logged once per change.
+    last_note: Option<u64>,
+    /// Why the config the source holds was refused for memory, while it is: not ready.
+    memory_refusal: Option<String>,
+    pub counts: AdmissionCounts,
+}
+
+/// Most CIDRs of one list named in a log line; the rest are counted.
+const LOGGED_CIDRS: usize = 20;
+
+/// A list for a log line: the first [`LOGGED_CIDRS`] entries and how many more (a 25,000-CIDR
+/// list is one short line, not 360 kB).
+fn join(nets: &[ipnet::IpNet]) -> String {
+    let mut text = nets
+        .iter()
+        .take(LOGGED_CIDRS)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    if nets.len() > LOGGED_CIDRS {
+        text.push_str(&format!(",... ({} in all)", nets.len()));
+    }
+    text
+}
+
+fn fingerprint(diagnostics: &[Diagnostic]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    for d in diagnostics {
+        d.one_line().hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// How many rules (iptables) or set elements (nftables) fit the usable share of `limit`
+/// with `backend`, in its words (`16500 rules`).
+pub fn what_fits(backend: &dyn Backend, limit: u64) -> String {
+    let model = backend.memory_model();
+    model
+        .unit
+        .words(model.ceiling(limit / 100 * crate::agent::memory::USABLE_PERCENT))
+}
+
+impl Admission {
+    /// The config in force (None before a valid one was read).
+    pub fn config(&self) -> Option<&Config> {
+        self.active.as_ref()
+    }
+
+    pub fn origin(&self) -> Option<&Origin> {
+        self.origin.as_ref()
+    }
+
+    pub fn read(&self) -> Option<&ActiveRead> {
+        self.read.as_ref()
+    }
+
+    /// Changes whenever the config in force does.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Why the config the source holds is refused for memory, while it is.
+    pub fn memory_refusal(&self) -> Option<&String> {
+        self.memory_refusal.as_ref()
+    }
+
+    /// Judges what the source read; the config in force changes only to a valid one.
+    pub fn admit(&mut self, read: SourceRead, inputs: &AdmissionInputs) {
+        let path = inputs.label;
+        let loaded = match read {
+            SourceRead::Nothing => return,
+            SourceRead::Loaded(loaded) => *loaded,
+            SourceRead::Unreadable(message) => {
+                let kept = (
+                    "keeping the rules of the last good config",
+                    "no rules are installed until it can be read",
+                );
+                self.refuse_for(&message, kept, |kept| {
+                    error!(config = %path, error = %message, "cannot read config; {kept}");
+                });
+                return;
+            }
+        };
+        let checked = loaded.checked;
+        let refusal = checked
+            .config()
+            .and_then(|c| too_large_for_memory(c, inputs));
+        if refusal.is_none() {
+            self.memory_refusal = None;
+        }
+        if let Some(reason) = refusal {
+            let kept = (
+                "keeping the last good config in force",
+                "no rules are installed until it fits",
+            );
+            self.refuse_for(&reason, kept, |kept| {
+                error!(config = %path, reason = %reason, "config refused: it cannot fit the memory this agent has; {kept}");
+            });
+            self.memory_refusal = Some(reason);
+            return;
+        }
+        match checked.config().cloned() {
+            None => {
+                let note = fingerprint(checked.diagnostics());
+                self.refuse(note, |enforcing| {
+                    let problems: Vec<String> =
+                        checked.errors().map(Diagnostic::one_line).collect();
+                    let kept = if enforcing {
+                        "keeping the last good config in force"
+                    } else {
+                        "no rules are installed until it is fixed"
+                    };
+                    error!(config = %path, errors = %problems.join("; "), "invalid config rejected; {kept}");
+                });
+            }
+            Some(new) => self.accept(new, &checked, (loaded.origin, loaded.digest), path),
+        }
+    }
+
+    /// Takes a valid config into force; logs it when it changed (and its warnings when they
+    /// did), and notes where and when its bytes were read.
+    fn accept(
+        &mut self,
+        new: Config,
+        checked: &config::Checked,
+        (origin, digest): (Origin, Option<String>),
+        path: &str,
+    ) {
+        let note = fingerprint(checked.diagnostics());
+        let changed = self.active.as_ref() != Some(&new);
+        if changed || self.last_note != Some(note) {
+            if changed {
+                self.counts.configs_accepted += 1;
+                let source = match origin {
+                    Origin::Defaults => "defaults (no config file)",
+                    Origin::File => "file",
+                    Origin::Dir => "merged files",
+                };
+                info!(
+                    config = %path,
+                    source,
+                    nonMasqueradeCIDRs = %join(&new.non_masquerade_cidrs),
+                    forceMasqueradeCIDRs = %join(&new.force_masquerade_cidrs),
+                    masqueradeSourceCIDRs = %join(&new.masquerade_source_cidrs),
+                    masqLinkLocal = new.masq_link_local,
+                    masqLinkLocalIPv6 = new.masq_link_local_ipv6,
+                    enableIPv6 = new.enable_ipv6,
+                    resyncInterval = %new.resync_interval,
+                    "config accepted"
+                );
+            }
+            for warning in checked.warnings() {
+                warn!(config = %path, "{}", warning.one_line());
+            }
+            self.last_note = Some(note);
+        }
+        self.counts.non_masquerade_cidrs = new.non_masquerade_cidrs.len();
+        if changed {
+            self.generation += 1;
+        }
+        self.active = Some(new);
+        self.origin = Some(origin);
+        self.read = Some(ActiveRead {
+            digest,
+            at: std::time::SystemTime::now(),
+        });
+        self.counts.config_current = true;
+    }
+
+    /// [`Self::refuse`] for one reason: `log` gets the words for what stays in force, the
+    /// first of `kept` while a good config is enforced, the second before there is one.
+    fn refuse_for(&mut self, reason: &str, kept: (&str, &str), log: impl FnOnce(&str)) {
+        let note = fingerprint(&[Diagnostic::error(config::Code::Io, reason.to_string())]);
+        self.refuse(note, |enforcing| {
+            log(if enforcing { kept.0 } else { kept.1 })
+        });
+    }
+
+    /// A config that cannot be taken (unreadable, invalid, too large): counted and logged
+    /// once per distinct reason (`note`), by `log`, told whether a good config is still in
+    /// force; the config in force stays.
+    fn refuse(&mut self, note: u64, log: impl FnOnce(bool)) {
+        if self.last_note != Some(note) {
+            self.last_note = Some(note);
+            self.counts.configs_rejected += 1;
+            log(self.active.is_some());
+        }
+        self.counts.config_current = false;
+    }
+}
+
+/// Why `config` cannot be applied within the agent's memory limit, if it cannot: its
+/// estimated peak (agent and tools, with this backend, from the rules and set elements its
+/// plan renders) above the usable share of the limit.
+fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<String> {
+    use crate::agent::memory;
+    let limit = inputs.node.memory_limit?;
+    let usable = limit / 100 * memory::USABLE_PERCENT;
+    let backend = inputs.backend;
+    let rulesets = crate::plan::plan(config, &inputs.node.plan_options(inputs.flags));
+    let estimate = crate::backend::Estimate::of(backend, &rulesets);
+    if estimate.peak <= usable {
+        return None;
+    }
+    let nftables = crate::backend::BackendId::Nftables;
+    let lighter = if backend.id() == nftables {
+        String::new()
+    } else {
+        crate::backend::select::every_backend()
+            .iter()
+            .find(|b| b.id() == nftables)
+            .map(|b| crate::backend::Estimate::of(b.as_ref(), &rulesets))
+            .filter(|e| e.peak <= usable)
+            .map(|e| {
+                format!(
+                    ", or use --backend=nftables (it writes {}: about {})",
+                    e.footprint,
+                    memory::mib(e.peak)
+                )
+            })
+            .unwrap_or_default()
+    };
+    Some(format!(
+        "for this config ({} CIDRs listed) the {} backend writes {}: about {} at the peak, more than {}% of this agent's memory limit of {} (at most about {} fit); raise the container's memory limit to at least {}, shorten the lists{lighter}",
+        config.non_masquerade_cidrs.len()
+            + config.force_masquerade_cidrs.len()
+            + config.masquerade_source_cidrs.len(),
+        backend.name(),
+        estimate.footprint,
+        memory::mib(estimate.peak),
+        memory::USABLE_PERCENT,
+        memory::mib(limit),
+        what_fits(backend, limit),
+        memory::mib(memory::suggested_limit(estimate.peak, limit)),
+    ))
+}

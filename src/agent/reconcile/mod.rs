@@ -1,0 +1,750 @@
+//! One reconcile pass, as a sequence of stages each with its own inputs and outputs:
+//! *source* (the config file or directory) → *admission* (checks, the memory limit; the last
+//! good config kept) → *node facts* (the output addresses resolved, the memory limit) →
+//! *plan* (pure: config + flags + node facts) → *enforce* (the backend's sync, the conntrack
+//! follow) → *status* (what health and metrics report). [`Reconciler::pass`] drives them.
+
+mod admission;
+mod enforce;
+mod node_facts;
+mod planner;
+mod source;
+mod status;
+
+pub use admission::ActiveRead;
+pub use status::Status;
+
+use crate::backend::{BackendError, SyncReport};
+use crate::config::{self, Config, Origin};
+use crate::plan::PlanOptions;
+use admission::{Admission, AdmissionInputs};
+use enforce::{Enforcer, RetryNote};
+use node_facts::NodeReader;
+use planner::{PlanInputs, Planner};
+use source::Source;
+#[cfg(test)]
+use source::BLANK_GRACE;
+use status::PassReport;
+use std::time::{Duration, Instant};
+
+/// The first retry after a failed sync comes this soon (then 2 s, 4 s, ... up to the interval).
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+/// The wait after `failures` failed syncs in a row: the interval when there is none, else
+/// [`FIRST_RETRY`] doubled per further failure, capped at the interval.
+fn backoff(failures: u32, interval: Duration) -> Duration {
+    match failures {
+        0 => interval,
+        n => FIRST_RETRY
+            .saturating_mul(1 << (n - 1).min(16))
+            .min(interval),
+    }
+}
+
+/// What the agent was started with: its flags, which no pass writes (what a pass learns of
+/// the node is a node fact, handed to the plan beside them).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Where the config is read (the source stage is made from it, with `options`, at start).
+    pub config: config::ConfigSource,
+    pub options: config::Options,
+    /// The flags that shape the rules; their `egress` stays unresolved here (the plan stage
+    /// takes the node's from the node facts).
+    pub plan: PlanOptions,
+    pub dry_run: bool,
+    /// One pass and out (`--once`, `--dry-run`): a failure is not retried, and its log line
+    /// does not say it will be.
+    pub single_pass: bool,
+    /// Which conntrack entries a change deletes (`--conntrack-reset`).
+    pub conntrack_reset: crate::conntrack::judge::ResetScope,
+}
+
+/// The outcome of one pass.
+#[derive(Debug)]
+pub enum Pass {
+    /// Rules checked (and repaired where needed) for every family.
+    Synced(Vec<SyncReport>),
+    /// No valid config has been seen yet: nothing is installed.
+    NoValidConfig,
+    /// The backend failed; the previous rules stay as they are.
+    Failed(BackendError),
+}
+
+/// The reconcile loop's state: the flags and one value per stage.
+pub struct Reconciler {
+    pub settings: Settings,
+    source: Source,
+    admission: Admission,
+    node: NodeReader,
+    planner: Planner,
+    enforcer: Enforcer,
+    pub status: Status,
+}
+
+impl Reconciler {
+    pub fn new(settings: Settings, backend: Box<dyn crate::backend::Backend>) -> Self {
+        Reconciler {
+            source: Source::new(settings.config.clone(), settings.options),
+            settings,
+            admission: Admission::default(),
+            node: NodeReader::new(),
+            planner: Planner::default(),
+            enforcer: Enforcer::new(backend),
+            status: Status::default(),
+        }
+    }
+
+    /// One full pass: read and admit the config, then (with a config in force) read the node
+    /// facts, plan, enforce; then the status.
+    pub fn pass(&mut self) -> Pass {
+        let read = self.source.read();
+        let label = self.source.label();
+        self.admission.admit(
+            read,
+            &AdmissionInputs {
+                label: &label,
+                backend: self.enforcer.backend(),
+                flags: &self.settings.plan,
+                node: self.node.facts(),
+            },
+        );
+        let started = Instant::now();
+        let result = self.sync();
+        let now = Instant::now();
+        self.status.record(&PassReport {
+            pass: &result,
+            timing: (started, now),
+            admission: &self.admission,
+            enforce: &self.enforcer.counts,
+            egress_fallback: &self.node.fallbacks,
+        });
+        self.status.next_pass_in = self.next_wait();
+        result
+    }
+
+    /// Node facts, plan and enforce, for the config in force.
+    fn sync(&mut self) -> Pass {
+        let Some(config) = self.admission.config() else {
+            return Pass::NoValidConfig;
+        };
+        let retry = self.retry_note();
+        let families = crate::plan::families(&self.settings.plan, config);
+        if let Err(err) = self.node.resolve_egress(Some(config), &families) {
+            return self.enforcer.node_unusable(err, &retry);
+        }
+        let planned = self.planner.plan(&PlanInputs {
+            config: (config, self.admission.generation()),
+            node: (self.node.facts(), self.node.generation()),
+            flags: &self.settings.plan,
+        });
+        self.enforcer.enforce(planned, &self.settings, &retry)
+    }
+
+    pub fn backend_name(&self) -> String {
+        self.enforcer.backend().name()
+    }
+
+    pub fn backend_id(&self) -> crate::backend::BackendId {
+        self.enforcer.backend().id()
+    }
+
+    /// The config in force (None before a valid one was read).
+    pub fn config_in_force(&self) -> Option<&Config> {
+        self.admission.config()
+    }
+
+    /// Where the config in force came from.
+    pub fn config_origin(&self) -> Option<&Origin> {
+        self.admission.origin()
+    }
+
+    /// The digest of the config in force's bytes and when they were read.
+    pub fn config_read(&self) -> Option<&ActiveRead> {
+        self.admission.read()
+    }
+
+    /// Set while a writer has the config file open (the directory watch sees it modified and
+    /// not yet closed): the file is not read until it is whole.
+    pub fn config_in_flux(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        match &self.source {
+            Source::Files(files) => files.in_flux.clone(),
+        }
+    }
+
+    /// Set by the event loop while it is subscribed to address changes: then a resolution
+    /// stands until a change that matters is reported, and a steady pass reads no address.
+    pub fn address_events(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.node.address_events.clone()
+    }
+
+    /// What reading the memory limit found at start.
+    pub fn memory_limit_found(&self) -> &crate::agent::memory::Limit {
+        &self.node.memory_limit_found
+    }
+
+    /// What the conntrack reset of the last pass did (a dry run: would do), per family.
+    pub fn conntrack_reports(&self) -> &[(crate::plan::Family, crate::conntrack::ResetReport)] {
+        &self.enforcer.conntrack_reports
+    }
+
+    /// The resync interval of the config in force (upstream's 60s before any is valid).
+    pub fn interval(&self) -> Duration {
+        self.admission
+            .config()
+            .map_or(Duration::from_secs(60), Config::resync)
+    }
+
+    /// The node lock is ours: the backend may take over another's leftovers at its first
+    /// install (see [`crate::backend::Backend::take_over_at_first_install`]).
+    pub fn take_over_leftovers(&self) {
+        if !self.settings.dry_run {
+            self.enforcer.backend().take_over_at_first_install();
+        }
+    }
+
+    /// How many rules (iptables) or set elements (nftables) fit the usable share of `limit`
+    /// with this backend, in its words (`16500 rules`).
+    pub fn what_fits(&self, limit: u64) -> String {
+        admission::what_fits(self.enforcer.backend(), limit)
+    }
+
+    /// How long to wait before the next pass: the resync interval, or, after failed syncs, a
+    /// backoff from [`FIRST_RETRY`] doubling per failure, never longer than the interval.
+    pub fn next_wait(&self) -> Duration {
+        let mut wait = backoff(self.status.consecutive_failures, self.interval());
+        if self.node.reread_soon {
+            wait = wait.min(FIRST_RETRY);
+        }
+        match self.source.read_again_within() {
+            Some(within) => wait.min(within),
+            None => wait,
+        }
+    }
+
+    /// Whether the active config names an output address: then the node's addresses are
+    /// read at every pass, and an address change is worth a pass.
+    pub fn uses_node_addresses(&self) -> bool {
+        self.admission.config().is_some_and(|config| {
+            let families = crate::plan::families(&self.settings.plan, config);
+            crate::plan::egress::names_output_address(config, &families)
+        })
+    }
+
+    /// The output addresses the active config names for the managed families: only an
+    /// address change inside one of them can change what a pass resolves.
+    pub fn egress_targets(&self) -> Vec<crate::config::egress::EgressTarget> {
+        self.admission.config().map_or_else(Vec::new, |config| {
+            let families = crate::plan::families(&self.settings.plan, config);
+            crate::plan::egress::targets(config, &families)
+        })
+    }
+
+    /// An address change that can move the output address was reported, or an operator asked
+    /// for a fresh look (SIGHUP): the next pass reads the node's addresses.
+    pub fn addresses_may_have_changed(&mut self) {
+        self.node.addresses_may_have_changed();
+    }
+
+    /// Whether IPv6 is managed now (the flag, or the active config's `enableIPv6`).
+    pub fn ipv6_managed(&self) -> bool {
+        self.admission
+            .config()
+            .map_or(self.settings.plan.enable_ipv6, |config| {
+                crate::plan::families(&self.settings.plan, config)
+                    .contains(&crate::plan::Family::V6)
+            })
+    }
+
+    /// What a failure's log line says about the retry: the backoff the failure being handled
+    /// will lead to (it is not counted yet), none for a single pass, which does not retry.
+    fn retry_note(&self) -> RetryNote {
+        let single_pass = self.settings.single_pass;
+        RetryNote {
+            retry_in_s: (!single_pass).then(|| {
+                backoff(self.status.consecutive_failures + 1, self.interval()).as_secs_f64()
+            }),
+            will_retry: if single_pass { "" } else { "; will retry" },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::enforce::ResetBasis;
+    use super::*;
+    use crate::backend::fake::{FakeBackend, FakeFamily};
+    use crate::plan::Family;
+
+    /// The stages' state the tests look at or set, reached through the reconciler.
+    impl Reconciler {
+        fn config_parses_skipped(&self) -> u64 {
+            match &self.source {
+                Source::Files(files) => files.parses_skipped,
+            }
+        }
+
+        fn blank_since(&mut self) -> &mut Option<Instant> {
+            match &mut self.source {
+                Source::Files(files) => &mut files.blank_since,
+            }
+        }
+
+        fn reset_basis(
+            &mut self,
+            ruleset: &crate::plan::Ruleset,
+            installed_fresh: bool,
+        ) -> Option<ResetBasis> {
+            self.enforcer
+                .reset_basis(ruleset, installed_fresh, &self.settings)
+        }
+    }
+
+    struct Fixture {
+        dir: std::path::PathBuf,
+        fake: FakeBackend,
+        reconciler: Reconciler,
+    }
+
+    fn fixture(name: &str) -> Fixture {
+        let dir = std::env::temp_dir().join(format!("ipmasq-rec-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = FakeBackend::default();
+        let settings = Settings {
+            config: config::ConfigSource::File(dir.join("config")),
+            options: config::Options::default(),
+            plan: PlanOptions::default(),
+            dry_run: false,
+            single_pass: false,
+            // The fake backend's rules are in no kernel: a reset would read (and delete from)
+            // the conntrack table of the namespace the tests run in.
+            conntrack_reset: crate::conntrack::judge::ResetScope::Off,
+        };
+        let reconciler = Reconciler::new(settings, Box::new(fake.clone()));
+        Fixture {
+            dir,
+            fake,
+            reconciler,
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn write(f: &Fixture, text: &str) {
+        std::fs::write(f.dir.join("config"), text).unwrap();
+    }
+
+    /// The non-masquerade CIDRs of the installed IPv4 ruleset.
+    fn cidr_rules(f: &Fixture) -> Vec<String> {
+        f.fake
+            .live(Family::V4)
+            .ruleset
+            .map(|r| r.non_masquerade().map(ToString::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn missing_file_installs_defaults_then_steady_state_writes_nothing() {
+        let mut f = fixture("defaults");
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(
+            cidr_rules(&f),
+            [
+                "169.254.0.0/16",
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16"
+            ]
+        );
+        assert_eq!(f.fake.state().applies, 1);
+        for _ in 0..3 {
+            f.reconciler.pass();
+        }
+        assert_eq!(f.fake.state().applies, 1, "in sync: no writes");
+        assert_eq!(f.fake.state().syncs, 4, "one sync per family and pass");
+        assert_eq!(f.reconciler.status.syncs_ok, 4);
+    }
+
+    #[test]
+    fn invalid_config_keeps_the_last_good_one_and_keeps_healing() {
+        let mut f = fixture("keep");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        write(&f, "nonMasqueradeCIDRs: [10.1.2.3/8]\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        assert!(!f.reconciler.status.config_current);
+        assert_eq!(f.reconciler.status.configs_rejected, 1);
+        // Drift while the file is bad is still repaired with the last good config.
+        f.fake.set_live(Family::V4, FakeFamily::default());
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        assert_eq!(
+            f.reconciler.status.configs_rejected, 1,
+            "counted once per change"
+        );
+        // Fixing the file applies the new config.
+        write(&f, "nonMasqueradeCIDRs: [192.168.0.0/16]\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
+        assert!(f.reconciler.status.config_current);
+    }
+
+    #[test]
+    fn a_config_with_an_unsupported_key_is_rejected_not_applied() {
+        let mut f = fixture("complex-key");
+        write(&f, "? [a, b]\n: 1\n");
+        assert!(matches!(f.reconciler.pass(), Pass::NoValidConfig));
+        assert_eq!(f.fake.state().applies, 0);
+        assert_eq!(f.reconciler.status.configs_rejected, 1);
+    }
+
+    #[test]
+    fn an_unchanged_file_is_not_parsed_again() {
+        let mut f = fixture("cache");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        f.reconciler.pass();
+        f.reconciler.pass();
+        assert_eq!(f.reconciler.config_parses_skipped(), 2);
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]\n");
+        f.reconciler.pass();
+        assert_eq!(
+            f.reconciler.config_parses_skipped(),
+            2,
+            "a change is parsed"
+        );
+        assert_eq!(cidr_rules(&f).len(), 3);
+    }
+
+    #[test]
+    fn invalid_at_start_installs_nothing_until_fixed() {
+        let mut f = fixture("start");
+        write(&f, "resyncInterval: 1d\n");
+        assert!(matches!(f.reconciler.pass(), Pass::NoValidConfig));
+        assert_eq!(f.fake.state().applies, 0);
+        assert!(f.reconciler.status.not_ready.is_some());
+        write(&f, "resyncInterval: 5s\n");
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(f.reconciler.interval(), Duration::from_secs(5));
+        assert!(f.reconciler.status.not_ready.is_none());
+    }
+
+    /// `cat > file` leaves the file empty for a moment: the config in force stays until the
+    /// file has stayed empty for [`BLANK_GRACE`]; an empty file at start is the defaults.
+    #[test]
+    fn an_emptied_file_is_the_defaults_only_once_it_stays_empty() {
+        let mut f = fixture("emptied");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8, 100.64.0.0/10]\n");
+        f.reconciler.pass();
+        write(&f, "");
+        f.reconciler.pass();
+        assert_eq!(
+            cidr_rules(&f),
+            ["169.254.0.0/16", "10.0.0.0/8", "100.64.0.0/10"]
+        );
+        assert!(f.reconciler.next_wait() <= BLANK_GRACE);
+        // The writer finishes: its config, never the defaults in between.
+        write(&f, "nonMasqueradeCIDRs: [100.64.0.0/10]\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "100.64.0.0/10"]);
+        assert_eq!(f.reconciler.status.configs_accepted, 2);
+        // Emptied for good: the defaults once the grace has passed.
+        write(&f, "");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "100.64.0.0/10"]);
+        *f.reconciler.blank_since() = Some(Instant::now() - BLANK_GRACE);
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f).len(), 4, "the defaults");
+        // While a writer holds the file, it is not read at all.
+        f.reconciler
+            .config_in_flux()
+            .store(true, std::sync::atomic::Ordering::Release);
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f).len(), 4);
+        assert_eq!(f.reconciler.status.configs_rejected, 0);
+    }
+
+    /// Writes a config of `count` distinct /24s inside 10.0.0.0/8 (and a `cidrLimit` that
+    /// admits them).
+    fn write_distinct_cidrs(f: &Fixture, count: u32) {
+        let many: Vec<String> = (0..count)
+            .map(|i| format!("10.{}.{}.0/24", i >> 8 & 0xff, i & 0xff))
+            .collect();
+        write(
+            f,
+            &format!(
+                "cidrLimit: 100000\nnonMasqueradeCIDRs: [{}]\n",
+                many.join(",")
+            ),
+        );
+    }
+
+    /// A list whose estimated peak exceeds the memory limit is refused: the last good config
+    /// stays in force, the agent is not ready, and a list that fits is taken again.
+    #[test]
+    fn a_config_that_cannot_fit_the_memory_limit_is_refused() {
+        let mut f = fixture("memory");
+        f.reconciler.node.set_memory_limit(Some(64 << 20));
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        assert!(f.reconciler.status.not_ready.is_none());
+        // The fake's model: 8 MiB + 10 MiB per 10,000 CIDRs; 57.6 MiB usable of 64.
+        write_distinct_cidrs(&f, 60_000);
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        let reason = f.reconciler.status.not_ready.clone().unwrap();
+        assert!(
+            reason.contains("more than 90% of this agent's memory limit of 64.0 MiB"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains(
+                "for this config (60000 CIDRs listed) the fake backend writes 60002 rules: about 68.0 MiB at the peak"
+            ),
+            "{reason}"
+        );
+        assert!(reason.contains("at most about 49599 rules fit"), "{reason}");
+        assert!(
+            reason.contains("raise the container's memory limit to at least 76.0 MiB"),
+            "{reason}"
+        );
+        assert_eq!(f.reconciler.status.configs_rejected, 1);
+        assert!(!f.reconciler.status.config_current);
+        f.reconciler.pass();
+        assert_eq!(
+            f.reconciler.status.configs_rejected, 1,
+            "counted once per change"
+        );
+        write(&f, "nonMasqueradeCIDRs: [192.168.0.0/16]\n");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
+        assert!(f.reconciler.status.not_ready.is_none());
+    }
+
+    /// A peak just over the usable share of 64 MiB: the limit suggested is above the one the
+    /// agent has (it once said "raise the container's memory limit to at least 64.0 MiB" to
+    /// an agent with 64 MiB, as 90 % of the limit was rounded down and the suggestion too).
+    #[test]
+    fn a_peak_just_over_the_limit_never_suggests_the_limit_the_agent_has() {
+        let mut f = fixture("memory-edge");
+        f.reconciler.node.set_memory_limit(Some(64 << 20));
+        // The fake's model: 8 MiB + 1 MiB per 1,000 rules; 49,600 CIDRs and more are over the
+        // 57.6 MiB usable.
+        write_distinct_cidrs(&f, 49_600);
+        f.reconciler.pass();
+        let reason = f.reconciler.status.not_ready.clone().unwrap();
+        assert!(
+            !reason.contains("at least 64.0 MiB"),
+            "suggests the limit the agent has: {reason}"
+        );
+        assert!(
+            reason.contains("raise the container's memory limit to at least 65.0 MiB"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn an_empty_file_at_start_is_the_defaults() {
+        let mut f = fixture("empty-start");
+        write(&f, "");
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f).len(), 4);
+    }
+
+    #[test]
+    fn removed_file_means_defaults() {
+        let mut f = fixture("removed");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        std::fs::remove_file(f.dir.join("config")).unwrap();
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f).len(), 4);
+    }
+
+    #[test]
+    fn apply_failure_is_reported_and_retried() {
+        let mut f = fixture("fail");
+        f.fake.state().fail_apply = Some("boom".into());
+        assert!(matches!(f.reconciler.pass(), Pass::Failed(_)));
+        assert_eq!(f.reconciler.status.syncs_failed, 1);
+        assert!(f
+            .reconciler
+            .status
+            .not_ready
+            .as_deref()
+            .unwrap()
+            .contains("boom"));
+        f.fake.state().fail_apply = None;
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(
+            f.reconciler.status.drift_repairs.get("chain_missing"),
+            Some(&1)
+        );
+        assert_eq!(
+            f.reconciler.status.drift_repairs.get("jump_missing"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn failed_syncs_are_retried_with_a_bounded_exponential_backoff() {
+        let mut f = fixture("backoff");
+        write(&f, "resyncInterval: 10s\n");
+        f.fake.state().fail_apply = Some("locked".into());
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            assert!(matches!(f.reconciler.pass(), Pass::Failed(_)));
+            waits.push(f.reconciler.status.next_pass_in.as_secs());
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
+        f.fake.state().fail_apply = None;
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(f.reconciler.status.consecutive_failures, 0);
+        assert_eq!(f.reconciler.status.next_pass_in, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn injected_drift_is_counted_by_repair_kind() {
+        let mut f = fixture("drift");
+        f.reconciler.pass();
+        let mut live = f.fake.live(Family::V4);
+        live.jumps = 3;
+        f.fake.set_live(Family::V4, live);
+        let Pass::Synced(reports) = f.reconciler.pass() else {
+            panic!("should sync")
+        };
+        assert_eq!(reports[0].repairs(), ["jump_duplicate"]);
+        assert_eq!(
+            f.reconciler.status.drift_repairs.get("jump_duplicate"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn dry_run_writes_nothing_but_reports_the_transaction() {
+        let mut f = fixture("dry");
+        f.reconciler.settings.dry_run = true;
+        let Pass::Synced(reports) = f.reconciler.pass() else {
+            panic!("dry run should plan")
+        };
+        assert_eq!(f.fake.state().applies, 0);
+        assert!(reports[0].transaction.is_some());
+        assert_eq!(reports[0].repairs(), ["chain_missing", "jump_missing"]);
+    }
+
+    /// An output address the plan could not resolve (no address of the node read) is never
+    /// handed to the backend: the family fails the pass in the backend's own words, and
+    /// nothing is synced.
+    #[test]
+    fn an_unresolved_output_address_never_reaches_the_backend() {
+        let f = fixture("unresolved");
+        let config =
+            config::check_text("outputAddress: 203.0.113.9\n", &config::Options::default())
+                .into_config()
+                .expect("a valid config");
+        let mut planner = Planner::default();
+        let facts = node_facts::NodeFacts::default();
+        let planned = planner.plan(&PlanInputs {
+            config: (&config, 1),
+            node: (&facts, 0),
+            flags: &PlanOptions::default(),
+        });
+        assert!(
+            matches!(
+                planned,
+                [Err(enforce::Unresolved {
+                    family: Family::V4,
+                    ..
+                })]
+            ),
+            "{planned:?}"
+        );
+        let mut enforcer = Enforcer::new(Box::new(f.fake.clone()));
+        let retry = RetryNote {
+            retry_in_s: None,
+            will_retry: "",
+        };
+        let Pass::Failed(err) = enforcer.enforce(planned, &f.reconciler.settings, &retry) else {
+            panic!("an unresolved output address must fail the pass")
+        };
+        assert_eq!(
+            err.to_string(),
+            "the output address 203.0.113.9 is not resolved to an address of this node"
+        );
+        assert_eq!(f.fake.state().syncs, 0, "nothing reached the backend");
+        // Resolved (the node holds it), the same config is synced.
+        let facts = node_facts::NodeFacts {
+            egress: crate::plan::ResolvedEgress {
+                v4: Some("203.0.113.9".parse().unwrap()),
+                ..Default::default()
+            },
+            memory_limit: None,
+        };
+        let planned = planner.plan(&PlanInputs {
+            config: (&config, 1),
+            node: (&facts, 1),
+            flags: &PlanOptions::default(),
+        });
+        assert!(matches!(
+            enforcer.enforce(planned, &f.reconciler.settings, &retry),
+            Pass::Synced(_)
+        ));
+        assert_eq!(f.fake.state().syncs, 1);
+    }
+
+    fn v4_ruleset(cidrs: &str) -> crate::plan::Ruleset {
+        let config = config::check_text(
+            &format!("nonMasqueradeCIDRs: [{cidrs}]"),
+            &config::Options::default(),
+        )
+        .into_config()
+        .expect("a valid config");
+        crate::plan::plan_family(&config, &PlanOptions::default(), Family::V4)
+    }
+
+    #[test]
+    fn a_reset_judges_flows_by_the_rules_they_were_decided_by() {
+        use crate::conntrack::judge::ResetScope;
+        let mut f = fixture("basis");
+        let (one, two) = (
+            v4_ruleset("10.0.0.0/8"),
+            v4_ruleset("10.0.0.0/8, 203.0.113.0/24"),
+        );
+        let rec = &mut f.reconciler;
+        rec.settings.conntrack_reset = ResetScope::Connectionless;
+        // A restart: rules of ours were there, what decided the tracked flows is unknown.
+        assert_eq!(rec.reset_basis(&one, false), None);
+        // A steady pass.
+        assert_eq!(rec.reset_basis(&one, false), None);
+        // A change: the flows were decided by the rules in force before.
+        assert_eq!(
+            rec.reset_basis(&two, false),
+            Some(ResetBasis::Previous(one.clone()))
+        );
+        // The chain and jump deleted under the agent and put back, the same rules: the flows
+        // of the gap were decided without rules of ours.
+        assert_eq!(rec.reset_basis(&two, true), Some(ResetBasis::NoRulesOfOurs));
+        // A fresh node (or after a cleanup): the same.
+        let mut fresh = fixture("basis-fresh");
+        fresh.reconciler.settings.conntrack_reset = ResetScope::All;
+        assert_eq!(
+            fresh.reconciler.reset_basis(&one, true),
+            Some(ResetBasis::NoRulesOfOurs)
+        );
+        // Turned off: never, and what is in force is still recorded.
+        rec.settings.conntrack_reset = ResetScope::Off;
+        assert_eq!(rec.reset_basis(&one, true), None);
+        rec.settings.conntrack_reset = ResetScope::Connectionless;
+        assert_eq!(rec.reset_basis(&one, false), None);
+        // A dry run compares what changed with the live rules.
+        rec.settings.dry_run = true;
+        assert_eq!(rec.reset_basis(&two, true), Some(ResetBasis::Live));
+        assert_eq!(rec.reset_basis(&two, true), None);
+    }
+}
