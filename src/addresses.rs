@@ -5,9 +5,10 @@
 //! route lookup (which interface traffic to an address leaves). Hand-framed messages of a
 //! few fixed layouts; no route library.
 
-use crate::netlink_dump::{self, NLMSG_HDRLEN};
+use crate::netlink::dump as netlink_dump;
+use crate::netlink::framing::{self, NLMSG_HDRLEN};
+use crate::netlink::{interface_name, Socket, NETLINK_ROUTE};
 use crate::plan::egress::NodeAddress;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
@@ -84,7 +85,7 @@ fn dump_streamed<S>(
     let mut attempt = 0;
     let mut interrupted: Option<S> = None;
     loop {
-        let seq = crate::backend::nfnetlink::sequence(1);
+        let seq = crate::netlink::sequence(1);
         let mut state = start();
         let ended = netlink_dump::dump_each(
             socket,
@@ -128,7 +129,7 @@ fn never<S>(_: &S, _: &S) -> bool {
 fn link_of(payload: &[u8]) -> Option<(u32, String)> {
     let index = u32::from_ne_bytes(payload.get(4..8)?.try_into().ok()?);
     let attrs = payload.get(IFINFOMSG_LEN..)?;
-    let name = crate::backend::nfnetlink::wire::attributes(attrs)
+    let name = framing::attributes(attrs)
         .find_map(|(kind, value)| (kind == IFLA_IFNAME).then_some(value))?;
     let name = name.split(|b| *b == 0).next()?;
     Some((index, String::from_utf8_lossy(name).into_owned()))
@@ -163,8 +164,7 @@ pub(crate) fn listed(payload: &[u8]) -> Option<Listed> {
     let mut flags = u32::from(*payload.get(2)?);
     let index = u32::from_ne_bytes(payload.get(4..8)?.try_into().ok()?);
     let (mut local, mut address) = (None, None);
-    for (kind, value) in crate::backend::nfnetlink::wire::attributes(payload.get(IFADDRMSG_LEN..)?)
-    {
+    for (kind, value) in framing::attributes(payload.get(IFADDRMSG_LEN..)?) {
         let ip = match (family as i32, value.len()) {
             (libc::AF_INET, 4) => Some(IpAddr::from(<[u8; 4]>::try_from(value).ok()?)),
             (libc::AF_INET6, 16) => Some(IpAddr::from(<[u8; 16]>::try_from(value).ok()?)),
@@ -202,10 +202,7 @@ pub struct NodeView {
 }
 
 fn route_socket() -> io::Result<Socket> {
-    let mut socket = Socket::new(NETLINK_ROUTE)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    Ok(socket)
+    Socket::request(NETLINK_ROUTE)
 }
 
 /// The address-dump request header asking for one family (`AF_UNSPEC`: both).
@@ -320,12 +317,9 @@ pub struct Routes {
 
 impl Routes {
     pub fn open() -> io::Result<Self> {
-        let mut socket = Socket::new(NETLINK_ROUTE)?;
-        socket.bind_auto()?;
-        socket.connect(&SocketAddr::new(0, 0))?;
         Ok(Routes {
-            socket,
-            seq: crate::backend::nfnetlink::sequence(1 << 16),
+            socket: route_socket()?,
+            seq: crate::netlink::sequence(1 << 16),
         })
     }
 
@@ -353,21 +347,19 @@ impl Routes {
         request.extend_from_slice(&(attr_len as u16).to_ne_bytes());
         request.extend_from_slice(&RTA_DST.to_ne_bytes());
         request.extend_from_slice(&octets);
-        self.socket.send(&request, 0)?;
+        self.socket.send(&request)?;
         let deadline = std::time::Instant::now() + DEADLINES.quiet;
         let mut buffer = vec![0u8; 8 * 1024];
         loop {
-            crate::backend::nfnetlink::time_out_receives_at(&self.socket, deadline)?;
-            let length = crate::backend::nfnetlink::receive_into(&self.socket, &mut buffer, 0)?;
-            let frames =
-                crate::backend::nfnetlink::wire::frames(&buffer[..length.min(buffer.len())])
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let length = self.socket.receive_by(&mut buffer, 0, deadline)?;
+            let frames = framing::frames(&buffer[..length.min(buffer.len())])
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             for framed in frames.iter().filter(|f| f.seq == seq) {
                 if framed.kind == RTM_NEWROUTE {
                     return Ok(route_interface_index(&framed.bytes[NLMSG_HDRLEN..])
                         .and_then(interface_name));
                 }
-                let code = crate::backend::nfnetlink::wire::error_code(framed).unwrap_or(0);
+                let code = framing::error_code(framed).unwrap_or(0);
                 match -code {
                     0 => {}
                     libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EACCES | libc::EINVAL => {
@@ -382,22 +374,9 @@ impl Routes {
 
 /// The outgoing interface index of an RTM_NEWROUTE payload.
 fn route_interface_index(payload: &[u8]) -> Option<u32> {
-    crate::backend::nfnetlink::wire::attributes(payload.get(RTMSG_LEN..)?)
+    framing::attributes(payload.get(RTMSG_LEN..)?)
         .find(|(kind, value)| *kind == RTA_OIF && value.len() == 4)
         .map(|(_, value)| u32::from_ne_bytes(value.try_into().expect("4 bytes")))
-}
-
-/// The name of the interface with `index` in this network namespace.
-fn interface_name(index: u32) -> Option<String> {
-    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
-    // SAFETY: if_indextoname writes at most IF_NAMESIZE bytes, NUL included, into `name`.
-    let found = unsafe { libc::if_indextoname(index, name.as_mut_ptr()) };
-    if found.is_null() {
-        return None;
-    }
-    // SAFETY: on success `name` holds a NUL-terminated string.
-    let text = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
-    Some(text.to_string_lossy().into_owned())
 }
 
 /// A subscription to address changes (IPv4 and IPv6), read without blocking.
@@ -407,10 +386,12 @@ pub struct AddressEvents {
 
 impl AddressEvents {
     pub fn subscribe() -> io::Result<Self> {
-        let mut socket = Socket::new(NETLINK_ROUTE)?;
-        socket.bind(&SocketAddr::new(0, RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR))?;
-        socket.set_non_blocking(true)?;
-        Ok(AddressEvents { socket })
+        Ok(AddressEvents {
+            socket: Socket::bound_to_groups(
+                NETLINK_ROUTE,
+                RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR,
+            )?,
+        })
     }
 
     /// Reads every pending notification; whether one of them is about an address `matters`
@@ -420,7 +401,7 @@ impl AddressEvents {
         let mut buffer = vec![0u8; 16 * 1024];
         let mut any = false;
         loop {
-            match crate::backend::nfnetlink::receive_into(&self.socket, &mut buffer, 0) {
+            match self.socket.receive_queued(&mut buffer) {
                 Ok(length) => {
                     any |= notifications_matter(&buffer[..length.min(buffer.len())], &matters)
                 }
@@ -434,7 +415,7 @@ impl AddressEvents {
 /// Whether one datagram of address notifications names an address `matters` admits (a
 /// datagram that does not frame is taken as one that does).
 fn notifications_matter(datagram: &[u8], matters: &impl Fn(IpAddr) -> bool) -> bool {
-    let Ok(frames) = crate::backend::nfnetlink::wire::frames(datagram) else {
+    let Ok(frames) = framing::frames(datagram) else {
         return true;
     };
     frames.iter().any(|framed| {
@@ -471,7 +452,7 @@ mod tests {
             out.extend_from_slice(&(len as u16).to_ne_bytes());
             out.extend_from_slice(&kind.to_ne_bytes());
             out.extend_from_slice(value);
-            out.resize((out.len() + 3) & !3, 0);
+            framing::pad(&mut out);
         }
         out
     }
@@ -485,7 +466,7 @@ mod tests {
         out.extend_from_slice(&0u32.to_ne_bytes());
         out.extend_from_slice(&0u32.to_ne_bytes());
         out.extend_from_slice(payload);
-        out.resize((out.len() + 3) & !3, 0);
+        framing::pad(&mut out);
         out
     }
 

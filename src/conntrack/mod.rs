@@ -7,10 +7,11 @@
 
 pub mod judge;
 
-use crate::netlink_dump::{self, Deadlines};
+use crate::netlink::dump::{self as netlink_dump, Deadlines};
+use crate::netlink::framing;
+use crate::netlink::{Socket, NETLINK_NETFILTER};
 use crate::plan::Family;
 use judge::{Decides, Disposition, Flow, Node, ResetScope};
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
@@ -56,13 +57,8 @@ pub const LISTED: usize = 50;
 /// queues one per delete, each charged far more than its bytes, and a full buffer drops them
 /// (ENOBUFS).
 fn netfilter_socket() -> io::Result<Socket> {
-    let mut socket = Socket::new(NETLINK_NETFILTER)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    let receive: libc::c_int = RECEIVE_BUFFER;
-    if crate::backend::nfnetlink::set_option(&socket, libc::SO_RCVBUFFORCE, &receive).is_err() {
-        let _ = crate::backend::nfnetlink::set_option(&socket, libc::SO_RCVBUF, &receive);
-    }
+    let socket = Socket::request(NETLINK_NETFILTER)?;
+    socket.grow_receive_buffer(RECEIVE_BUFFER);
     Ok(socket)
 }
 
@@ -92,17 +88,8 @@ fn finish(mut message: Vec<u8>) -> Vec<u8> {
 }
 
 /// The attributes of a payload with each one's whole bytes: `(type, value, whole)`.
-fn raw_attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8], &[u8])> {
-    std::iter::from_fn(move || {
-        let len = usize::from(u16::from_ne_bytes([*data.first()?, *data.get(1)?]));
-        let kind = u16::from_ne_bytes([*data.get(2)?, *data.get(3)?]) & 0x3fff;
-        if len < 4 || len > data.len() {
-            return None;
-        }
-        let whole = &data[..len];
-        data = data.get((len + 3) & !3..).unwrap_or_default();
-        Some((kind, &whole[4..], whole))
-    })
+fn raw_attributes(data: &[u8]) -> impl Iterator<Item = (u16, &[u8], &[u8])> {
+    framing::attributes_whole(data)
 }
 
 /// A tuple's `(source, destination, protocol, source port, destination port)`.
@@ -199,10 +186,10 @@ fn parse_entry(payload: &[u8]) -> Option<Parsed<'_>> {
 fn delete_request(parsed: &Parsed<'_>, seq: u32) -> Vec<u8> {
     let mut message = request_header(IPCTNL_MSG_CT_DELETE, NLM_F_ACK, seq, parsed.flow.family);
     message.extend_from_slice(parsed.original);
-    message.resize((message.len() + 3) & !3, 0);
+    framing::pad(&mut message);
     if let Some(zone) = parsed.zone {
         message.extend_from_slice(zone);
-        message.resize((message.len() + 3) & !3, 0);
+        framing::pad(&mut message);
     }
     message.extend_from_slice(&8u16.to_ne_bytes());
     message.extend_from_slice(&CTA_ID.to_ne_bytes());
@@ -228,7 +215,7 @@ fn dump(
     family: Family,
     mut each: impl FnMut(&Parsed<'_>) -> io::Result<()>,
 ) -> io::Result<netlink_dump::Ended> {
-    let seq = crate::backend::nfnetlink::sequence(1);
+    let seq = crate::netlink::sequence(1);
     let request = finish(request_header(IPCTNL_MSG_CT_GET, NLM_F_DUMP, seq, family));
     netlink_dump::dump_each(socket, &request, seq, DUMP_DEADLINES, |kind, payload| {
         if kind == (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW {
@@ -253,7 +240,7 @@ struct Deleter {
 
 impl Deleter {
     fn open() -> io::Result<Self> {
-        let seq = crate::backend::nfnetlink::sequence(1 << 20);
+        let seq = crate::netlink::sequence(1 << 20);
         Ok(Deleter {
             socket: netfilter_socket()?,
             pending: Vec::with_capacity(DELETE_BATCH + 256),
@@ -282,7 +269,7 @@ impl Deleter {
         if self.pending_count == 0 {
             return Ok(());
         }
-        self.socket.send(&self.pending, 0)?;
+        self.socket.send(&self.pending)?;
         let (first, count) = (self.first_seq, self.pending_count);
         self.pending.clear();
         self.pending_count = 0;
@@ -291,17 +278,15 @@ impl Deleter {
         let mut acknowledged = 0;
         let mut buffer = vec![0u8; 64 * 1024];
         while acknowledged < count {
-            crate::backend::nfnetlink::time_out_receives_at(&self.socket, deadline)?;
-            let length = crate::backend::nfnetlink::receive_into(&self.socket, &mut buffer, 0)?;
-            let frames =
-                crate::backend::nfnetlink::wire::frames(&buffer[..length.min(buffer.len())])
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let length = self.socket.receive_by(&mut buffer, 0, deadline)?;
+            let frames = framing::frames(&buffer[..length.min(buffer.len())])
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             for framed in frames {
                 if framed.kind != NLMSG_ERROR || framed.seq.wrapping_sub(first) >= count {
                     continue;
                 }
                 acknowledged += 1;
-                match crate::backend::nfnetlink::wire::error_code(&framed).map(|c| -c) {
+                match framing::error_code(&framed).map(|c| -c) {
                     Some(0) => self.deleted += 1,
                     Some(libc::ENOENT) => self.gone += 1,
                     Some(errno) => return Err(io::Error::from_raw_os_error(errno)),
@@ -425,14 +410,14 @@ pub fn reset(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink_dump::NLMSG_HDRLEN;
+    use crate::netlink::framing::NLMSG_HDRLEN;
 
     fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
         out.extend_from_slice(&kind.to_ne_bytes());
         out.extend_from_slice(value);
-        out.resize((out.len() + 3) & !3, 0);
+        framing::pad(&mut out);
         out
     }
 
