@@ -7,11 +7,12 @@
 
 use crate::netlink::dump as netlink_dump;
 use crate::netlink::framing::{self, NLMSG_HDRLEN};
-use crate::netlink::{interface_name, Socket, NETLINK_ROUTE};
+use crate::netlink::{interface_name, Queued, Socket, NETLINK_ROUTE};
 use crate::plan::egress::NodeAddress;
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 const RTM_NEWLINK: u16 = 16;
@@ -350,25 +351,23 @@ impl Routes {
         self.socket.send(&request)?;
         let deadline = std::time::Instant::now() + DEADLINES.quiet;
         let mut buffer = vec![0u8; 8 * 1024];
-        loop {
-            let length = self.socket.receive_by(&mut buffer, 0, deadline)?;
-            let frames = framing::frames(&buffer[..length.min(buffer.len())])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            for framed in frames.iter().filter(|f| f.seq == seq) {
+        self.socket
+            .answers((seq, 1), deadline, &mut buffer, |framed| {
                 if framed.kind == RTM_NEWROUTE {
-                    return Ok(route_interface_index(&framed.bytes[NLMSG_HDRLEN..])
-                        .and_then(interface_name));
+                    return ControlFlow::Break(Ok(route_interface_index(
+                        &framed.bytes[NLMSG_HDRLEN..],
+                    )
+                    .and_then(interface_name)));
                 }
                 let code = framing::error_code(framed).unwrap_or(0);
                 match -code {
-                    0 => {}
+                    0 => ControlFlow::Continue(()),
                     libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EACCES | libc::EINVAL => {
-                        return Ok(None)
+                        ControlFlow::Break(Ok(None))
                     }
-                    errno => return Err(io::Error::from_raw_os_error(errno)),
+                    errno => ControlFlow::Break(Err(io::Error::from_raw_os_error(errno))),
                 }
-            }
-        }
+            })
     }
 }
 
@@ -400,15 +399,12 @@ impl AddressEvents {
     pub fn drain(&self, matters: impl Fn(IpAddr) -> bool) -> bool {
         let mut buffer = vec![0u8; 16 * 1024];
         let mut any = false;
-        loop {
-            match self.socket.receive_queued(&mut buffer) {
-                Ok(length) => {
-                    any |= notifications_matter(&buffer[..length.min(buffer.len())], &matters)
-                }
-                Err(err) if err.raw_os_error() == Some(libc::ENOBUFS) => any = true,
-                Err(_) => return any,
-            }
-        }
+        // An error ends the drain as an empty queue does: the next event reads again.
+        let _ = self.socket.drain(&mut buffer, |queued| match queued {
+            Queued::Datagram(datagram) => any |= notifications_matter(datagram, &matters),
+            Queued::Lost => any = true,
+        });
+        any
     }
 }
 

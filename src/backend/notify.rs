@@ -6,7 +6,7 @@
 
 use super::nfnetlink::wire::{self, NFNL_SUBSYS_NFTABLES};
 use crate::netlink::framing::{self, Broken, NLMSG_HDRLEN};
-use crate::netlink::{Socket, NETLINK_NETFILTER};
+use crate::netlink::{Queued, Socket, NETLINK_NETFILTER};
 use crate::plan::Family;
 use std::io;
 use std::time::{Duration, Instant};
@@ -206,26 +206,17 @@ impl Monitor {
 
     /// Reads every queued notification without waiting.
     fn drain(&mut self) {
-        loop {
-            match self.socket.receive_queued(&mut self.buffer) {
-                Ok(n) => {
-                    let n = n.min(self.buffer.len());
-                    self.ledger.datagram(&self.buffer[..n]);
-                }
-                Err(err) if err.raw_os_error() == Some(libc::ENOBUFS) => {
-                    tracing::debug!(
-                        "nf_tables notifications were lost; the next pass reads in full"
-                    );
-                    self.ledger.lost();
-                }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => {
-                    tracing::debug!(error = %err, "reading nf_tables notifications failed");
-                    self.renew();
-                    return;
-                }
+        let ledger = &mut self.ledger;
+        let drained = self.socket.drain(&mut self.buffer, |queued| match queued {
+            Queued::Datagram(datagram) => ledger.datagram(datagram),
+            Queued::Lost => {
+                tracing::debug!("nf_tables notifications were lost; the next pass reads in full");
+                ledger.lost();
             }
+        });
+        if let Err(err) = drained {
+            tracing::debug!(error = %err, "reading nf_tables notifications failed");
+            self.renew();
         }
     }
 

@@ -15,6 +15,7 @@ use judge::{Decides, Disposition, Flow, Node, ResetScope};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
@@ -277,24 +278,28 @@ impl Deleter {
         let deadline = Instant::now() + DUMP_DEADLINES.quiet;
         let mut acknowledged = 0;
         let mut buffer = vec![0u8; 64 * 1024];
-        while acknowledged < count {
-            let length = self.socket.receive_by(&mut buffer, 0, deadline)?;
-            let frames = framing::frames(&buffer[..length.min(buffer.len())])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            for framed in frames {
-                if framed.kind != NLMSG_ERROR || framed.seq.wrapping_sub(first) >= count {
-                    continue;
+        self.socket
+            .answers((first, count), deadline, &mut buffer, |framed| {
+                if framed.kind != NLMSG_ERROR {
+                    return ControlFlow::Continue(());
                 }
                 acknowledged += 1;
-                match framing::error_code(&framed).map(|c| -c) {
+                match framing::error_code(framed).map(|c| -c) {
                     Some(0) => self.deleted += 1,
                     Some(libc::ENOENT) => self.gone += 1,
-                    Some(errno) => return Err(io::Error::from_raw_os_error(errno)),
-                    None => return Err(io::Error::from_raw_os_error(libc::EPROTO)),
+                    Some(errno) => {
+                        return ControlFlow::Break(Err(io::Error::from_raw_os_error(errno)))
+                    }
+                    None => {
+                        return ControlFlow::Break(Err(io::Error::from_raw_os_error(libc::EPROTO)))
+                    }
                 }
-            }
-        }
-        Ok(())
+                if acknowledged == count {
+                    ControlFlow::Break(Ok(()))
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
     }
 }
 

@@ -12,6 +12,7 @@ pub(crate) mod xtables;
 pub(crate) use netlink_sys::protocols::{NETLINK_NETFILTER, NETLINK_ROUTE};
 use netlink_sys::SocketAddr;
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -21,6 +22,14 @@ static SEQUENCE: AtomicU32 = AtomicU32::new(1);
 /// A fresh run of `n` sequence numbers, unique in the process across protocols.
 pub(crate) fn sequence(n: u32) -> u32 {
     SEQUENCE.fetch_add(n.max(1), Ordering::Relaxed)
+}
+
+/// What a subscriber finds queued.
+pub(crate) enum Queued<'a> {
+    /// One datagram of notifications.
+    Datagram(&'a [u8]),
+    /// The kernel dropped notifications that did not fit the receive buffer.
+    Lost,
 }
 
 /// A netlink socket of one protocol.
@@ -130,10 +139,44 @@ impl Socket {
         self.receive_into(buffer, flags)
     }
 
-    /// One `recv` of a non-blocking socket as the kernel answers it: `WouldBlock` when
-    /// nothing is queued, ENOBUFS when the kernel dropped what did not fit the buffer.
-    pub fn receive_queued(&self, mut buffer: &mut [u8]) -> io::Result<usize> {
-        self.socket.recv(&mut buffer, 0)
+    /// Receives into `buffer` until `each` is done, by `deadline`: every message whose
+    /// sequence number is one of the `count` from `first` goes to `each`, in order (others are
+    /// not answers to this request); a datagram that does not frame is `InvalidData`.
+    pub fn answers<T>(
+        &self,
+        (first, count): (u32, u32),
+        deadline: Instant,
+        buffer: &mut [u8],
+        mut each: impl FnMut(&framing::Framed<'_>) -> ControlFlow<io::Result<T>>,
+    ) -> io::Result<T> {
+        loop {
+            let length = self.receive_by(buffer, 0, deadline)?;
+            let frames = framing::frames(&buffer[..length.min(buffer.len())])
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            for framed in frames.iter().filter(|f| f.seq.wrapping_sub(first) < count) {
+                if let ControlFlow::Break(done) = each(framed) {
+                    return done;
+                }
+            }
+        }
+    }
+
+    /// Reads every datagram queued on a non-blocking socket, without waiting: each goes to
+    /// `each` as [`Queued::Datagram`], and a loss the kernel reports (ENOBUFS: the receive
+    /// buffer overflowed and notifications were dropped) as [`Queued::Lost`]. Ends when the
+    /// queue is empty; another error ends it with that error.
+    pub fn drain(&self, buffer: &mut [u8], mut each: impl FnMut(Queued<'_>)) -> io::Result<()> {
+        loop {
+            // `recv` advances the slice it fills: hand it a fresh one each time.
+            let mut free = &mut buffer[..];
+            match self.socket.recv(&mut free, 0) {
+                Ok(n) => each(Queued::Datagram(&buffer[..n.min(buffer.len())])),
+                Err(err) if err.raw_os_error() == Some(libc::ENOBUFS) => each(Queued::Lost),
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
     }
 
     /// Waits until a datagram is queued or `timeout` has passed (whichever comes first).
