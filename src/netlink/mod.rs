@@ -7,6 +7,7 @@
 
 pub(crate) mod dump;
 pub(crate) mod framing;
+pub(crate) mod nf_tables;
 pub(crate) mod xtables;
 
 pub(crate) use netlink_sys::protocols::{NETLINK_NETFILTER, NETLINK_ROUTE};

@@ -4,7 +4,7 @@
 //! variant the system's `iptables` command is, from where its link points.
 
 use super::tools::Variant;
-use crate::backend::nfnetlink::{self, read, Transport};
+use crate::netlink::nf_tables::{self, read, Transport};
 use crate::netlink::xtables::{getsockopt, raw_socket};
 use crate::plan::Family;
 use netlink_packet_netfilter::nftables::{NfTablesMessage, RuleAttribute, RuleMessage};
@@ -25,7 +25,7 @@ pub(crate) struct Evidence {
 
 /// iptables-nft's evidence, from nf_tables; None when nf_tables cannot be read.
 pub(crate) fn nft_evidence() -> Option<Evidence> {
-    nfnetlink::with_kernel(|t| Ok(nft_evidence_over(t)))
+    nf_tables::with_kernel(|t| Ok(nft_evidence_over(t)))
         .ok()
         .flatten()
 }
@@ -37,8 +37,8 @@ fn nft_evidence_over(t: &mut dyn Transport) -> Option<Evidence> {
             evidence.hint |= read::chain(t, family, "mangle", hint).ok()?.is_some();
         }
         let message = NfTablesMessage::GetRule(RuleMessage { attributes: vec![] });
-        let proto = nfnetlink::wire::nfproto(family);
-        let rules = nfnetlink::query(t, proto, message, true, "list ruleset").ok()?;
+        let proto = nf_tables::wire::nfproto(family);
+        let rules = nf_tables::query(t, proto, message, true, "list ruleset").ok()?;
         evidence.rules += rules
             .iter()
             .filter(|(_, m)| match m {
@@ -178,14 +178,14 @@ pub(crate) fn legacy_evidence() -> Evidence {
 /// Whether iptables-nft's nat table of `family` holds chain `chain`; None when nf_tables
 /// cannot be read.
 pub(crate) fn nft_holds_chain(family: Family, chain: &str) -> Option<bool> {
-    nfnetlink::with_kernel(|t| read::chain(t, family, "nat", chain))
+    nf_tables::with_kernel(|t| read::chain(t, family, "nat", chain))
         .ok()
         .map(|found| found.is_some())
 }
 
 /// Whether nf_tables holds a nat table of `family` (iptables-nft's); None when it cannot tell.
 pub(crate) fn nft_nat_table_exists(family: Family) -> Option<bool> {
-    nfnetlink::with_kernel(|t| read::table_exists(t, family, "nat")).ok()
+    nf_tables::with_kernel(|t| read::table_exists(t, family, "nat")).ok()
 }
 
 /// Whether iptables-legacy's nat table of `family` exists and holds chain `chain` (a table

@@ -4,7 +4,7 @@
 //! leaves our table as we last saw it, and the pass needs no re-read. Lost notifications
 //! (ENOBUFS) or a generation whose notifications do not arrive in time mean one full read.
 
-use super::nfnetlink::wire::{self, NFNL_SUBSYS_NFTABLES};
+use super::wire::{self, NFNL_SUBSYS_NFTABLES};
 use crate::netlink::framing::{self, Broken, NLMSG_HDRLEN};
 use crate::netlink::{Queued, Socket, NETLINK_NETFILTER};
 use crate::plan::Family;
