@@ -6,7 +6,7 @@
 //! few fixed layouts; no route library.
 
 use crate::netlink::dump as netlink_dump;
-use crate::netlink::framing::{self, NLMSG_HDRLEN};
+use crate::netlink::framing::{self, NLMSG_HDRLEN, NLM_F_DUMP};
 use crate::netlink::{interface_name, Queued, Socket, NETLINK_ROUTE};
 use crate::plan::egress::NodeAddress;
 use std::collections::HashMap;
@@ -25,8 +25,6 @@ const RTM_GETROUTE: u16 = 26;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
 const RTMSG_LEN: usize = 12;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_DUMP: u16 = 0x300;
 const IFLA_IFNAME: u16 = 3;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
@@ -51,14 +49,9 @@ const ATTEMPTS: usize = 5;
 
 /// A dump request of `kind` whose family header is `header` (zeroed but for its family).
 fn dump_request(kind: u16, header: &[u8], seq: u32) -> Vec<u8> {
-    let len = NLMSG_HDRLEN + header.len();
-    let mut out = Vec::with_capacity(len);
-    out.extend_from_slice(&(len as u32).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
+    let mut out = framing::request(kind, NLM_F_DUMP, seq, NLMSG_HDRLEN + header.len());
     out.extend_from_slice(header);
+    framing::finish(&mut out);
     out
 }
 
@@ -333,21 +326,14 @@ impl Routes {
             IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
             IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
         };
-        let attr_len = 4 + octets.len();
-        let len = NLMSG_HDRLEN + RTMSG_LEN + attr_len;
-        let mut request = Vec::with_capacity(len);
-        request.extend_from_slice(&(len as u32).to_ne_bytes());
-        request.extend_from_slice(&RTM_GETROUTE.to_ne_bytes());
-        request.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-        request.extend_from_slice(&seq.to_ne_bytes());
-        request.extend_from_slice(&0u32.to_ne_bytes());
+        let len = NLMSG_HDRLEN + RTMSG_LEN + 4 + octets.len();
+        let mut request = framing::request(RTM_GETROUTE, 0, seq, len);
         let mut header = [0u8; RTMSG_LEN];
         header[0] = family;
         header[1] = (octets.len() * 8) as u8;
         request.extend_from_slice(&header);
-        request.extend_from_slice(&(attr_len as u16).to_ne_bytes());
-        request.extend_from_slice(&RTA_DST.to_ne_bytes());
-        request.extend_from_slice(&octets);
+        framing::put_attribute(&mut request, RTA_DST, &octets);
+        framing::finish(&mut request);
         self.socket.send(&request)?;
         let deadline = std::time::Instant::now() + DEADLINES.quiet;
         let mut buffer = vec![0u8; 8 * 1024];

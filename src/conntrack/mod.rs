@@ -8,7 +8,7 @@
 pub mod judge;
 
 use crate::netlink::dump::{self as netlink_dump, Deadlines};
-use crate::netlink::framing;
+use crate::netlink::framing::{self, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP};
 use crate::netlink::{Socket, NETLINK_NETFILTER};
 use crate::plan::Family;
 use judge::{Decides, Disposition, Flow, Node, ResetScope};
@@ -22,10 +22,6 @@ const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const NLM_F_DUMP: u16 = 0x300;
-const NLMSG_ERROR: u16 = 2;
 const NFGENMSG_LEN: usize = 4;
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
@@ -72,19 +68,14 @@ fn nfproto(family: Family) -> u8 {
 
 /// A ctnetlink request header: netlink header (length filled in later) and nfgenmsg.
 fn request_header(message: u16, flags: u16, seq: u32, family: Family) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(&((NFNL_SUBSYS_CTNETLINK << 8) | message).to_ne_bytes());
-    out.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
+    let kind = (NFNL_SUBSYS_CTNETLINK << 8) | message;
+    let mut out = framing::request(kind, flags, seq, 128);
     out.extend_from_slice(&[nfproto(family), 0, 0, 0]);
     out
 }
 
 fn finish(mut message: Vec<u8>) -> Vec<u8> {
-    let len = message.len() as u32;
-    message[..4].copy_from_slice(&len.to_ne_bytes());
+    framing::finish(&mut message);
     message
 }
 
@@ -192,9 +183,7 @@ fn delete_request(parsed: &Parsed<'_>, seq: u32) -> Vec<u8> {
         message.extend_from_slice(zone);
         framing::pad(&mut message);
     }
-    message.extend_from_slice(&8u16.to_ne_bytes());
-    message.extend_from_slice(&CTA_ID.to_ne_bytes());
-    message.extend_from_slice(&parsed.flow.id.to_be_bytes());
+    framing::put_attribute(&mut message, CTA_ID, &parsed.flow.id.to_be_bytes());
     finish(message)
 }
 
@@ -415,7 +404,7 @@ pub fn reset(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::framing::NLMSG_HDRLEN;
+    use crate::netlink::framing::{NLMSG_HDRLEN, NLM_F_REQUEST};
 
     fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();

@@ -3,15 +3,11 @@
 //! come in time, a reply that does not frame, or an error the kernel sends ends the dump
 //! with an error; nothing is kept here, so a dump of any size costs one receive buffer.
 
-use super::framing::{self, NLMSG_HDRLEN};
+use super::framing::{self, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_DUMP_INTR};
 use super::Socket;
 use std::io;
 use std::time::{Duration, Instant};
 
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-/// The flag of a dump's part that a concurrent change interrupted the dump.
-pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
 /// The largest datagram a dump sends: the kernel caps a dump's parts at 32 KiB.
 const RECEIVE_BUFFER: usize = 64 * 1024;
 

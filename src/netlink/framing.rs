@@ -1,10 +1,20 @@
-//! Netlink framing, the one place it is spelled: the messages of a datagram, the attributes
-//! of a payload (each padded to four bytes), and the padding a hand-written attribute needs.
+//! Netlink framing, the one place it is spelled: a request's header, attributes and length
+//! written; the messages of a datagram and the attributes of a payload (each padded to four
+//! bytes) read.
 
 use std::fmt;
 
 /// The netlink header every message starts with.
 pub(crate) const NLMSG_HDRLEN: usize = 16;
+/// Message types every protocol shares: an error (errno 0: an acknowledgement), a dump's end.
+pub(crate) const NLMSG_ERROR: u16 = 2;
+pub(crate) const NLMSG_DONE: u16 = 3;
+/// Header flags: a request, one that wants an acknowledgement, a dump (root and match).
+pub(crate) const NLM_F_REQUEST: u16 = 1;
+pub(crate) const NLM_F_ACK: u16 = 4;
+pub(crate) const NLM_F_DUMP: u16 = 0x300;
+/// The flag of a dump's part that a concurrent change interrupted the dump.
+pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
 /// An attribute's type without its nested and byte-order flags.
 pub(crate) const NLA_TYPE_MASK: u16 = 0x3fff;
 
@@ -16,6 +26,32 @@ pub(crate) const fn align(len: usize) -> usize {
 /// Pads `buf` with zeros to netlink's four-byte alignment.
 pub(crate) fn pad(buf: &mut Vec<u8>) {
     buf.resize(align(buf.len()), 0);
+}
+
+/// The start of a request of type `kind`: its netlink header with `NLM_F_REQUEST | flags`
+/// and sequence number `seq`, its length left to [`finish`], in a buffer of `capacity`.
+pub(crate) fn request(kind: u16, flags: u16, seq: u32, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity.max(NLMSG_HDRLEN));
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    out
+}
+
+/// Writes a message's length into its header.
+pub(crate) fn finish(message: &mut [u8]) {
+    let len = message.len() as u32;
+    message[..4].copy_from_slice(&len.to_ne_bytes());
+}
+
+/// Appends attribute `kind` holding `value`, padded to four bytes.
+pub(crate) fn put_attribute(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
+    buf.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(value);
+    pad(buf);
 }
 
 /// Where the framing of a datagram broke.
@@ -155,6 +191,30 @@ mod tests {
                 says: 200,
                 left: 16
             })]
+        );
+    }
+
+    #[test]
+    fn a_request_is_its_header_its_body_and_padded_attributes() {
+        let mut request = super::request(22, NLM_F_DUMP, 7, 0);
+        request.extend_from_slice(&[2, 0, 0, 0]);
+        put_attribute(&mut request, 1, &[10, 0, 0, 1, 9]);
+        finish(&mut request);
+        let mut expected = Vec::new();
+        expected.extend_from_slice(&32u32.to_ne_bytes());
+        expected.extend_from_slice(&22u16.to_ne_bytes());
+        expected.extend_from_slice(&0x301u16.to_ne_bytes());
+        expected.extend_from_slice(&7u32.to_ne_bytes());
+        expected.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0]);
+        expected.extend_from_slice(&9u16.to_ne_bytes());
+        expected.extend_from_slice(&1u16.to_ne_bytes());
+        expected.extend_from_slice(&[10, 0, 0, 1, 9, 0, 0, 0]);
+        assert_eq!(request, expected);
+        let framed = frames(&request).unwrap();
+        assert_eq!((framed[0].kind, framed[0].seq), (22, 7));
+        assert_eq!(
+            attribute(&framed[0].bytes[20..], 1),
+            Some(&[10, 0, 0, 1, 9][..])
         );
     }
 

@@ -11,7 +11,7 @@ pub(crate) mod script;
 pub(crate) mod statement;
 pub(crate) mod wire;
 
-use crate::netlink::dump::NLM_F_DUMP_INTR;
+use crate::netlink::framing::{NLMSG_DONE, NLMSG_ERROR, NLM_F_DUMP_INTR};
 pub(crate) use crate::netlink::sequence;
 use crate::netlink::{Socket, NETLINK_NETFILTER};
 use netlink_packet_netfilter::nftables::{GenAttribute, NfTablesMessage};
@@ -22,8 +22,6 @@ use wire::Finished;
 
 /// The longest a request waits for all of its replies.
 pub(crate) const REPLY_DEADLINE: Duration = Duration::from_secs(5);
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
 /// How often a dump that a concurrent commit interrupted is started again.
 const DUMP_ATTEMPTS: usize = 5;
 
