@@ -2,9 +2,11 @@
 //! node's readers. One socket type for every protocol (nf_tables, ctnetlink, rtnetlink):
 //! requests bound to the kernel, multicast subscriptions, receive buffers (and the ENOBUFS a
 //! full one means), a deadline on every receive, and one sequence counter; [`dump`] reads a
-//! dump to its end, [`framing`] frames messages and walks attributes, [`xtables`] holds the
-//! x_tables socket options. Every netlink `unsafe` of the program is in this folder.
+//! dump to its end, [`framing`] frames messages and walks attributes. One module per protocol
+//! above them: [`nf_tables`], [`conntrack`] (ctnetlink), and [`xtables`] (x_tables' socket
+//! options, not netlink). Every netlink `unsafe` of the program is in this folder.
 
+pub(crate) mod conntrack;
 pub(crate) mod dump;
 pub(crate) mod framing;
 pub(crate) mod nf_tables;
