@@ -3,13 +3,14 @@
 //! requests bound to the kernel, multicast subscriptions, receive buffers (and the ENOBUFS a
 //! full one means), a deadline on every receive, and one sequence counter; [`dump`] reads a
 //! dump to its end, [`framing`] frames messages and walks attributes. One module per protocol
-//! above them: [`nf_tables`], [`conntrack`] (ctnetlink), and [`xtables`] (x_tables' socket
+//! above them: [`nf_tables`], [`conntrack`] (ctnetlink), [`route`] (rtnetlink), and [`xtables`] (x_tables' socket
 //! options, not netlink). Every netlink `unsafe` of the program is in this folder.
 
 pub(crate) mod conntrack;
 pub(crate) mod dump;
 pub(crate) mod framing;
 pub(crate) mod nf_tables;
+pub(crate) mod route;
 pub(crate) mod xtables;
 
 pub(crate) use netlink_sys::protocols::{NETLINK_NETFILTER, NETLINK_ROUTE};
