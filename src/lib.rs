@@ -10,7 +10,7 @@ pub mod cmd;
 /// The config reader is public for the fuzz targets (`fuzz/`).
 pub mod config;
 pub(crate) mod conntrack;
-pub(crate) mod netlink_dump;
+pub(crate) mod netlink;
 pub(crate) mod output;
 pub(crate) mod plan;
 pub(crate) mod text;

@@ -1,4 +1,4 @@
-//! What the nftables ruleset generation id (`NFT_MSG_GETGEN`, read by [`super::nfnetlink`]:
+//! What the nftables ruleset generation id (`NFT_MSG_GETGEN`, read by [`crate::netlink::nf_tables`]:
 //! one request and one reply of a few bytes, microseconds at any ruleset size) vouches for. Every nftables commit in the
 //! network namespace (ours, kube-proxy's, iptables-nft's) moves it, so an unchanged id means
 //! nothing changed since it was read. Both the nftables backend and the iptables-nft variant
@@ -80,7 +80,7 @@ impl Gate {
 
 /// The generation id, or None when netlink cannot tell (then every pass compares fully).
 pub(crate) fn current() -> Option<u32> {
-    match super::nfnetlink::generation() {
+    match crate::netlink::nf_tables::generation() {
         Ok(id) => Some(id),
         Err(err) => {
             tracing::debug!(error = %err, "cannot read the nftables generation id");

@@ -12,10 +12,8 @@ pub(crate) mod golden;
 mod id;
 mod iptables;
 mod nat_before;
-pub(crate) mod nfnetlink;
 mod nft_rule;
 mod nftables;
-mod notify;
 pub(crate) mod runner;
 pub mod select;
 #[cfg(test)]

@@ -2,10 +2,10 @@
 //! at our priority or earlier, with its rules typed. Read once, here, for every backend (the
 //! iptables variants and nftables alike), so that no backend reads through another.
 
-use super::nfnetlink::read::{self, RuleReading};
-use super::nfnetlink::{self, wire, Transport};
 use super::nft_rule::{describe, live_rule};
 use super::{Before, LiveRule};
+use crate::netlink::nf_tables::read::{self, RuleReading};
+use crate::netlink::nf_tables::{self, wire, Transport};
 use crate::plan::Family;
 
 /// nft's word for the table family of `family`.
@@ -21,7 +21,7 @@ fn family_word(family: Family) -> &'static str {
 /// `family`, in the order a packet meets them, with their rules typed. Empty when nf_tables
 /// cannot be read (the observation then has what the backend itself reads).
 pub(crate) fn nat_chains_before(family: Family, (limit, own): (i64, &str)) -> Vec<Before> {
-    nfnetlink::with_kernel(|t| Ok(chains_before_over(t, family, (limit, own)))).unwrap_or_default()
+    nf_tables::with_kernel(|t| Ok(chains_before_over(t, family, (limit, own)))).unwrap_or_default()
 }
 
 fn chains_before_over(

@@ -1,10 +1,10 @@
-//! nft's canonical rule text (the form `nfnetlink::statement` writes) taken apart into the
+//! nft's canonical rule text (the form `nf_tables::statement` writes) taken apart into the
 //! neutral matches and verdict, for the rules of any table: ours (the nftables backend) and
 //! the nat chains of others that run before ours (`nat_before`).
 
-use super::nfnetlink::read::RuleReading;
-use super::nfnetlink::statement::{self, Stmt};
 use super::{AddressMatch, Counters, Matches, Verdict, Weight};
+use crate::netlink::nf_tables::read::RuleReading;
+use crate::netlink::nf_tables::statement::{self, Stmt};
 use ipnet::IpNet;
 
 /// One rule as read: canonical statements, comment, counters.

@@ -5,79 +5,10 @@
 //! source and destination *and* its entry holds what the rules in force no longer decide.
 
 use crate::backend::{Inspection, LiveReason, Verdict as LiveRuleVerdict};
-use crate::plan::{intervals, Action, Egress, Family, Ruleset};
+use crate::plan::{intervals, Action, Egress, Ruleset};
 use std::net::IpAddr;
 
-/// One tracked flow, as conntrack holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Flow {
-    pub family: Family,
-    /// IP protocol number (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6, 132 SCTP, ...).
-    pub protocol: u8,
-    /// The original direction: where the first packet came from and went to.
-    pub source: IpAddr,
-    pub destination: IpAddr,
-    pub source_port: Option<u16>,
-    pub destination_port: Option<u16>,
-    /// The reply direction: who answers (the destination after any DNAT) and to whom (the
-    /// source after any SNAT).
-    pub reply_source: IpAddr,
-    pub reply_destination: IpAddr,
-    /// The kernel's id of the entry (what `conntrack -L -o id` prints).
-    pub id: u32,
-}
-
-impl Flow {
-    /// The destination our rules judged: nat postrouting runs after any DNAT, so the address
-    /// that answers.
-    pub fn judged_destination(&self) -> IpAddr {
-        self.reply_source
-    }
-
-    /// The source the flow leaves with, when NAT rewrote it.
-    pub fn rewritten_to(&self) -> Option<IpAddr> {
-        (self.reply_destination != self.source).then_some(self.reply_destination)
-    }
-
-    /// The protocol's name, as `conntrack -L` prints it.
-    pub fn protocol_name(&self) -> String {
-        match self.protocol {
-            1 => "icmp".into(),
-            6 => "tcp".into(),
-            17 => "udp".into(),
-            33 => "dccp".into(),
-            58 => "icmpv6".into(),
-            132 => "sctp".into(),
-            136 => "udplite".into(),
-            47 => "gre".into(),
-            other => format!("proto {other}"),
-        }
-    }
-
-    /// One line in `conntrack -L`'s words: protocol, the original tuple and where the
-    /// source went.
-    pub fn describe(&self) -> String {
-        let port = |p: Option<u16>, name: &str| p.map_or(String::new(), |p| format!(" {name}={p}"));
-        let now = match self.rewritten_to() {
-            Some(to) => format!("source rewritten to {to}"),
-            None => "source kept".into(),
-        };
-        let via = if self.reply_source != self.destination {
-            format!(" (DNAT to {})", self.reply_source)
-        } else {
-            String::new()
-        };
-        format!(
-            "{} src={} dst={}{}{}{via} id={}: {now}",
-            self.protocol_name(),
-            self.source,
-            self.destination,
-            port(self.source_port, "sport"),
-            port(self.destination_port, "dport"),
-            self.id,
-        )
-    }
-}
+pub use crate::netlink::conntrack::Flow;
 
 /// What NAT a flow should get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,7 +240,7 @@ pub fn dispose(
 mod tests {
     use super::*;
     use crate::config::{Config, Options};
-    use crate::plan::{plan_family, PlanOptions};
+    use crate::plan::{plan_family, Family, PlanOptions};
 
     fn ruleset(yaml: &str, egress: Option<IpAddr>) -> Ruleset {
         let config = crate::config::check_text(yaml, &Options::default())

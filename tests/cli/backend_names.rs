@@ -8,8 +8,9 @@ use super::code_shape::rust_files;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Folders under `src/backend/` that are no backend: protocol plumbing any backend may use.
-const NEUTRAL_FOLDERS: &[&str] = &["nfnetlink"];
+/// Folders under `src/backend/` that are no backend (none: the protocol plumbing any backend
+/// may use lives in `src/netlink/`).
+const NEUTRAL_FOLDERS: &[&str] = &[];
 
 /// Every file outside a backend's own folder whose code (tests aside) names a particular
 /// backend, and why it must.

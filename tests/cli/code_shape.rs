@@ -20,7 +20,7 @@ pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// A line's code for brace counting: string and char literals and `//` comments removed.
-fn code_of(line: &str) -> String {
+pub(super) fn code_of(line: &str) -> String {
     let mut code = String::new();
     let mut chars = line.chars().peekable();
     let mut in_string = false;

@@ -7,5 +7,6 @@ mod dispatch;
 mod extensions;
 mod generated;
 mod hostile_input;
+mod netlink_floor;
 mod validate;
 mod validate_verdicts;

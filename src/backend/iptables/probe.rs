@@ -4,10 +4,11 @@
 //! variant the system's `iptables` command is, from where its link points.
 
 use super::tools::Variant;
-use crate::backend::nfnetlink::{self, read, Transport};
+use crate::netlink::nf_tables::{self, read, Transport};
+use crate::netlink::xtables::{getsockopt, raw_socket};
 use crate::plan::Family;
 use netlink_packet_netfilter::nftables::{NfTablesMessage, RuleAttribute, RuleMessage};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// Chains kubelet creates in the mangle table of the variant it uses.
 pub(super) const HINTS: [&str; 2] = ["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"];
@@ -24,7 +25,7 @@ pub(crate) struct Evidence {
 
 /// iptables-nft's evidence, from nf_tables; None when nf_tables cannot be read.
 pub(crate) fn nft_evidence() -> Option<Evidence> {
-    nfnetlink::with_kernel(|t| Ok(nft_evidence_over(t)))
+    nf_tables::with_kernel(|t| Ok(nft_evidence_over(t)))
         .ok()
         .flatten()
 }
@@ -36,8 +37,8 @@ fn nft_evidence_over(t: &mut dyn Transport) -> Option<Evidence> {
             evidence.hint |= read::chain(t, family, "mangle", hint).ok()?.is_some();
         }
         let message = NfTablesMessage::GetRule(RuleMessage { attributes: vec![] });
-        let proto = nfnetlink::wire::nfproto(family);
-        let rules = nfnetlink::query(t, proto, message, true, "list ruleset").ok()?;
+        let proto = nf_tables::wire::nfproto(family);
+        let rules = nf_tables::query(t, proto, message, true, "list ruleset").ok()?;
         evidence.rules += rules
             .iter()
             .filter(|(_, m)| match m {
@@ -124,20 +125,6 @@ fn cstr(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-fn getsockopt(fd: &OwnedFd, level: libc::c_int, option: libc::c_int, buf: &mut [u8]) -> bool {
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `buf`, which is that long.
-    unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            option,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        ) == 0
-    }
-}
-
 /// One legacy table's entries, read with the socket options iptables-legacy-save uses.
 fn legacy_table(layout: &Layout, fd: &OwnedFd, table: &str) -> Option<TableEntries> {
     let mut info = vec![0u8; GETINFO_LEN];
@@ -173,7 +160,7 @@ pub(crate) fn legacy_evidence() -> Evidence {
         let Ok(names) = std::fs::read_to_string(layout.names) else {
             continue;
         };
-        let Some(fd) = raw_socket(&layout) else {
+        let Some(fd) = raw_socket(layout.domain) else {
             continue;
         };
         for table in names.lines().map(str::trim).filter(|t| !t.is_empty()) {
@@ -191,14 +178,14 @@ pub(crate) fn legacy_evidence() -> Evidence {
 /// Whether iptables-nft's nat table of `family` holds chain `chain`; None when nf_tables
 /// cannot be read.
 pub(crate) fn nft_holds_chain(family: Family, chain: &str) -> Option<bool> {
-    nfnetlink::with_kernel(|t| read::chain(t, family, "nat", chain))
+    nf_tables::with_kernel(|t| read::chain(t, family, "nat", chain))
         .ok()
         .map(|found| found.is_some())
 }
 
 /// Whether nf_tables holds a nat table of `family` (iptables-nft's); None when it cannot tell.
 pub(crate) fn nft_nat_table_exists(family: Family) -> Option<bool> {
-    nfnetlink::with_kernel(|t| read::table_exists(t, family, "nat")).ok()
+    nf_tables::with_kernel(|t| read::table_exists(t, family, "nat")).ok()
 }
 
 /// Whether iptables-legacy's nat table of `family` exists and holds chain `chain` (a table
@@ -215,16 +202,9 @@ pub(crate) fn legacy_holds_chain(family: Family, chain: &str) -> Option<bool> {
     if !names.lines().any(|t| t.trim() == "nat") {
         return Some(false);
     }
-    let fd = raw_socket(&layout)?;
+    let fd = raw_socket(layout.domain)?;
     let found = legacy_table(&layout, &fd, "nat")?;
     Some(found.chains.iter().any(|c| c == chain))
-}
-
-fn raw_socket(layout: &Layout) -> Option<OwnedFd> {
-    // SAFETY: a plain socket(2) call; the descriptor is owned at once.
-    let raw = unsafe { libc::socket(layout.domain, libc::SOCK_RAW, libc::IPPROTO_RAW) };
-    // SAFETY: `raw` is a fresh descriptor nothing else owns.
-    (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// The variant the system's `iptables` is, from where its links point

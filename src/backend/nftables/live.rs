@@ -3,11 +3,11 @@
 //! neutral [`Inspection`] made from it.
 
 use super::render::{set_index, set_name, CHAIN, TABLE};
-use crate::backend::nfnetlink::read;
-use crate::backend::nfnetlink::{Failure, Transport};
 pub(super) use crate::backend::nft_rule::LiveRuleSpec;
 use crate::backend::nft_rule::{describe, live_rule};
 use crate::backend::{AddressMatch, EntryJump, Inspection, LiveRule};
+use crate::netlink::nf_tables::read;
+use crate::netlink::nf_tables::{Failure, Transport};
 use crate::plan::Family;
 use ipnet::IpNet;
 
@@ -61,7 +61,7 @@ pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTa
             priority,
             policy,
         });
-        let proto = crate::backend::nfnetlink::wire::nfproto(family);
+        let proto = crate::netlink::nf_tables::wire::nfproto(family);
         live.rules = read::rules(t, proto, TABLE, CHAIN)?
             .iter()
             .map(live_rule)

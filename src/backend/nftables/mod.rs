@@ -1,6 +1,6 @@
 //! The native nftables backend: one table per family (`ip ipmasq`, `ip6 ipmasq`) holding an
 //! interval set of the non-masquerade CIDRs and one nat chain hooked at postrouting
-//! (`render`). Everything goes over netlink (`nfnetlink`), no `nft` process on any path. A
+//! (`render`). Everything goes over netlink (`crate::netlink::nf_tables`), no `nft` process on any path. A
 //! pass first reads the ruleset generation id: when it has not moved since our own last apply
 //! (or last full comparison), nothing can have changed and the pass does nothing else.
 //! Otherwise it reads the table back (`live`), compares (`diff`) and repairs with ONE batch:
@@ -14,10 +14,10 @@ mod render;
 pub(crate) use render::TABLE;
 
 use super::generation::{self, Gate};
-use super::nfnetlink::{self, read, script, wire::Finished, Failure, Transport};
-use super::notify::Monitor;
 use super::runner::DEFAULT_TIMEOUT;
 use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
+use crate::netlink::nf_tables::notify::Monitor;
+use crate::netlink::nf_tables::{self, read, script, wire::Finished, Failure, Transport};
 use crate::plan::{Family, Names, Ruleset};
 use diff::{diff, Repair};
 use live::{read_table, LiveTable};
@@ -73,7 +73,7 @@ fn slot(family: Family) -> usize {
 impl Nftables {
     pub fn new() -> Self {
         Nftables {
-            timeout: DEFAULT_TIMEOUT.min(nfnetlink::REPLY_DEADLINE),
+            timeout: DEFAULT_TIMEOUT.min(nf_tables::REPLY_DEADLINE),
             gate: Mutex::new(Gate::default()),
             written: Mutex::new([None, None]),
             monitor: Mutex::new(None),
@@ -97,7 +97,7 @@ impl Nftables {
     ) -> Result<T, Failure> {
         match &self.transport {
             Some(given) => request(given.lock().unwrap_or_else(|e| e.into_inner()).as_mut()),
-            None => nfnetlink::with_kernel(request),
+            None => nf_tables::with_kernel(request),
         }
     }
 
@@ -106,14 +106,14 @@ impl Nftables {
         if self.transport.is_none() {
             return generation::current();
         }
-        self.with_transport(nfnetlink::generation_over)
+        self.with_transport(nf_tables::generation_over)
             .map_err(|err| tracing::debug!(error = %err, "cannot read the nftables generation id"))
             .ok()
     }
 
     /// The same backend with another deadline for each commit.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout.min(nfnetlink::REPLY_DEADLINE);
+        self.timeout = timeout.min(nf_tables::REPLY_DEADLINE);
         self
     }
 
@@ -267,7 +267,7 @@ impl Nftables {
 
     /// One batch, every message acknowledged within the deadline.
     fn apply(&self, batch: &Finished) -> Result<(), BackendError> {
-        self.with_transport(|t| nfnetlink::commit_within(t, batch, self.timeout))
+        self.with_transport(|t| nf_tables::commit_within(t, batch, self.timeout))
             .map_err(netlink_error)
     }
 }
@@ -278,13 +278,13 @@ fn leftovers_over(
     family: Family,
     chain: &str,
 ) -> Result<Leftovers, Failure> {
-    let proto = nfnetlink::wire::nfproto(family);
+    let proto = nf_tables::wire::nfproto(family);
     let jumps = read::rules(t, proto, "nat", "POSTROUTING")?
         .into_iter()
         .filter(|rule| {
             rule.stmts.iter().any(|s| {
-                matches!(s, nfnetlink::statement::Stmt::Verdict(
-                    nfnetlink::statement::Verdict::Jump(target)) if target == chain)
+                matches!(s, nf_tables::statement::Stmt::Verdict(
+                    nf_tables::statement::Verdict::Jump(target)) if target == chain)
             })
         })
         .map(|rule| rule.handle)
@@ -333,7 +333,7 @@ impl Backend for Nftables {
 
     fn family_available(&self, _family: Family) -> bool {
         // The kernel answers for nf_tables: no tool needs to be installed.
-        self.with_transport(nfnetlink::generation_over).is_ok()
+        self.with_transport(nf_tables::generation_over).is_ok()
     }
 
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
@@ -484,7 +484,7 @@ impl Backend for Nftables {
         let batch = ours.then(|| render::removal(family));
         let script = batch.as_ref().map(|b| script::render(&b.bytes));
         if let (Some(batch), false) = (&batch, dry_run) {
-            match self.with_transport(|t| nfnetlink::commit_within(t, batch, self.timeout)) {
+            match self.with_transport(|t| nf_tables::commit_within(t, batch, self.timeout)) {
                 // Gone meanwhile: nothing to remove is success.
                 Err(failure) if failure.errno() == Some(libc::ENOENT) => {}
                 outcome => outcome.map_err(netlink_error)?,

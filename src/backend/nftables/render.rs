@@ -3,12 +3,12 @@
 //! (`ip ipmasq`, `ip6 ipmasq`) with one interval set of the CIDRs that keep their source and
 //! one nat chain hooked at postrouting.
 
-use crate::backend::nfnetlink::statement::{
-    self, Side, Stmt, Verdict, NAT_RANGE_PROTO_RANDOM_FULLY,
-};
-use crate::backend::nfnetlink::wire::{self, BaseChain, Batch, Finished, Keys, SetRef};
 use crate::backend::BackendError;
 use crate::config::egress::InterfacePattern;
+use crate::netlink::nf_tables::statement::{
+    self, Side, Stmt, Verdict, NAT_RANGE_PROTO_RANDOM_FULLY,
+};
+use crate::netlink::nf_tables::wire::{self, BaseChain, Batch, Finished, Keys, SetRef};
 use crate::plan::{Action, ChainName, Egress, Family, Ruleset};
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::InetHookNumber;
@@ -255,7 +255,7 @@ impl DesiredTable {
     /// transaction.
     pub fn batch(&self, recreate: bool, leftovers: &Leftovers) -> Result<Finished, BackendError> {
         let family = self.family;
-        let mut b = Batch::new(crate::backend::nfnetlink::sequence(4096));
+        let mut b = Batch::new(crate::netlink::nf_tables::sequence(4096));
         b.add_table(family, TABLE, Some(OWNER_MARK))
             .map_err(BackendError::Unsupported)?;
         if recreate {
@@ -300,7 +300,7 @@ impl DesiredTable {
     /// A transaction that changes only sets' elements: every deletion first (an aggregated
     /// element may replace ones it now covers, in this set or another), then the additions.
     pub fn element_batch(&self, changes: &[SetChange]) -> Finished {
-        let mut b = Batch::new(crate::backend::nfnetlink::sequence(4096));
+        let mut b = Batch::new(crate::netlink::nf_tables::sequence(4096));
         for add in [false, true] {
             for change in changes {
                 let nets = if add { &change.add } else { &change.remove };
@@ -398,7 +398,7 @@ pub(super) fn footprint(ruleset: &Ruleset) -> crate::backend::Footprint {
 
 /// The transaction that removes our table of `family`.
 pub(super) fn removal(family: Family) -> Finished {
-    let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));
+    let mut b = Batch::new(crate::netlink::nf_tables::sequence(16));
     b.delete_table(family, TABLE);
     b.finish()
 }

@@ -9,12 +9,12 @@ use super::live::read_table;
 use super::render::DesiredTable;
 use super::tests::{egress_batches, golden_batches};
 use super::{diff::diff, Nftables, TABLE};
-use crate::backend::nfnetlink::fake_kernel::{FakeKernel, FakeRuleset, Fault, Strikes};
-use crate::backend::nfnetlink::statement::{Stmt, Verdict};
-use crate::backend::nfnetlink::wire::{BaseChain, Batch, Finished};
-use crate::backend::nfnetlink::{commit_within, script};
 use crate::backend::{Backend, BackendError};
 use crate::config::{Config, Options};
+use crate::netlink::nf_tables::fake_kernel::{FakeKernel, FakeRuleset, Fault, Strikes};
+use crate::netlink::nf_tables::statement::{Stmt, Verdict};
+use crate::netlink::nf_tables::wire::{BaseChain, Batch, Finished};
+use crate::netlink::nf_tables::{commit_within, script};
 use crate::plan::{plan, plan_family, Family, PlanOptions, Ruleset};
 use netlink_packet_netfilter::nftables::InetHookNumber;
 use netlink_packet_netfilter::NetfilterProtoFamily;
@@ -49,7 +49,7 @@ fn drift_left(kernel: &FakeKernel, desired: &Ruleset) -> Vec<String> {
 /// A batch that adds table `ip TABLE` with a nat postrouting base chain `CHAIN` (priority 100,
 /// as iptables-nft's), for a neighbour's commit.
 fn nat_postrouting_batch(table: &str, chain: &str) -> Batch {
-    let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));
+    let mut b = Batch::new(crate::netlink::nf_tables::sequence(16));
     b.add_table(Family::V4, table, None).unwrap();
     let base = BaseChain {
         kind: "nat".into(),
@@ -93,7 +93,7 @@ fn the_first_apply_writes_the_table_and_an_in_sync_pass_writes_nothing() {
     assert_eq!(
         ours.udata
             .as_deref()
-            .map(crate::backend::nfnetlink::wire::comment_of),
+            .map(crate::netlink::nf_tables::wire::comment_of),
         Some(Some(super::render::OWNER_MARK.into()))
     );
 
@@ -336,7 +336,7 @@ fn iptables_nft_left(kernel: &FakeKernel, held: bool) {
             table.chains.push(chain);
         }
     });
-    let mut b = Batch::new(crate::backend::nfnetlink::sequence(16));
+    let mut b = Batch::new(crate::netlink::nf_tables::sequence(16));
     let jump = [Stmt::Verdict(Verdict::Jump("IP-MASQ-AGENT".into()))];
     b.add_rule(Family::V4, ("nat", "POSTROUTING"), &jump, None)
         .unwrap();

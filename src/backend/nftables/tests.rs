@@ -5,10 +5,10 @@
 use super::diff::{diff, Repair};
 use super::live::LiveTable;
 use super::render::{DesiredTable, Leftovers};
-use crate::backend::nfnetlink::script;
-use crate::backend::nfnetlink::wire::Finished;
 use crate::backend::DriftKind;
 use crate::config::{Config, Options};
+use crate::netlink::nf_tables::script;
+use crate::netlink::nf_tables::wire::Finished;
 use crate::plan::{plan, plan_family, Family, PlanOptions, Ruleset};
 
 fn default_table(options: &PlanOptions) -> DesiredTable {
@@ -173,7 +173,7 @@ fn table_of(set: &Ruleset) -> DesiredTable {
         .iter()
         .flat_map(|r| &r.stmts)
         .map(|stmt| match stmt {
-            crate::backend::nfnetlink::statement::Stmt::Address { nets, .. } => nets.len(),
+            crate::netlink::nf_tables::statement::Stmt::Address { nets, .. } => nets.len(),
             _ => 0,
         })
         .sum();

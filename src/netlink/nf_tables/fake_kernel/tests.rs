@@ -3,11 +3,11 @@
 //! changes nothing, how it acknowledges, and that its dumps end as the kernel's do.
 
 use super::*;
-use crate::backend::nfnetlink::statement::{Side, Stmt, Verdict};
-use crate::backend::nfnetlink::wire::{
+use crate::netlink::nf_tables::statement::{Side, Stmt, Verdict};
+use crate::netlink::nf_tables::wire::{
     BaseChain, Batch, Keys, SetRef, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
-use crate::backend::nfnetlink::{commit_within, generation_over, read, Failure};
+use crate::netlink::nf_tables::{commit_within, generation_over, read, Failure};
 use crate::plan::Family;
 use netlink_packet_netfilter::nftables::InetHookNumber;
 use std::time::Duration;
@@ -34,7 +34,7 @@ fn nat_postrouting(priority: i32) -> BaseChain {
 /// looking `s` up, and a regular chain `d` that `c` jumps to.
 fn populated() -> FakeKernel {
     let kernel = FakeKernel::new();
-    let mut b = Batch::new(crate::backend::nfnetlink::sequence(64));
+    let mut b = Batch::new(crate::netlink::nf_tables::sequence(64));
     b.add_table(Family::V4, "t", None).unwrap();
     b.add_base_chain(Family::V4, "t", "c", &nat_postrouting(110));
     let set = b.add_set(Family::V4, "t", "s", TYPE_IPV4_ADDR, true);
@@ -87,7 +87,7 @@ fn populated() -> FakeKernel {
 }
 
 fn batch() -> Batch {
-    Batch::new(crate::backend::nfnetlink::sequence(64))
+    Batch::new(crate::netlink::nf_tables::sequence(64))
 }
 
 /// A rule for a chain that does not exist: the kernel answers ENOENT and the fake does too;
@@ -305,7 +305,7 @@ fn dumps_end_with_done_and_the_generation_moves_per_commit() {
     commit(&kernel, b).unwrap();
     assert_eq!(generation_over(&mut socket).unwrap(), 2);
 
-    let seq = crate::backend::nfnetlink::sequence(1);
+    let seq = crate::netlink::nf_tables::sequence(1);
     let request = NfTablesMessage::GetSetElement(SetElementMessage {
         attributes: vec![
             SetElementList::Table("t".into()),
@@ -378,7 +378,10 @@ fn armed_faults_break_one_answer() {
 }
 
 /// What a subscribed socket hears, fed to the backend's notification ledger.
-fn hear(listener: &mut FakeSocket, ledger: &mut crate::backend::notify::Ledger) -> usize {
+fn hear(
+    listener: &mut FakeSocket,
+    ledger: &mut crate::netlink::nf_tables::notify::Ledger,
+) -> usize {
     let mut heard = 0;
     while let Ok(datagram) = listener.receive(Instant::now()) {
         ledger.datagram(&datagram);
@@ -394,7 +397,7 @@ fn hear(listener: &mut FakeSocket, ledger: &mut crate::backend::notify::Ledger) 
 fn notifications_tell_a_neighbours_commit_from_one_that_touched_our_table() {
     let kernel = FakeKernel::new();
     let mut listener = kernel.subscribe();
-    let mut ledger = crate::backend::notify::Ledger::new("ipmasq");
+    let mut ledger = crate::netlink::nf_tables::notify::Ledger::new("ipmasq");
     let start = kernel.generation();
 
     let mut b = batch();

@@ -2,7 +2,7 @@
 //! the kernel's errnos (see the parent module for which).
 
 use super::{family_matches, jumps, lookups, FakeChain, FakeRule, FakeRuleset, FakeSet, FakeTable};
-use crate::backend::nfnetlink::wire;
+use crate::netlink::nf_tables::wire;
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_EXCL};
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ExpressionAttribute, Expressions, ListAttribute, Lookup, NfTablesMessage,

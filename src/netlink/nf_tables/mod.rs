@@ -5,25 +5,23 @@
 
 #[cfg(test)]
 pub(crate) mod fake_kernel;
+pub(crate) mod notify;
 pub(crate) mod read;
 pub(crate) mod script;
 pub(crate) mod statement;
 pub(crate) mod wire;
 
+use crate::netlink::framing::{NLMSG_DONE, NLMSG_ERROR, NLM_F_DUMP_INTR};
+pub(crate) use crate::netlink::sequence;
+use crate::netlink::{Socket, NETLINK_NETFILTER};
 use netlink_packet_netfilter::nftables::{GenAttribute, NfTablesMessage};
 use netlink_packet_netfilter::{NetfilterMessageInner, NetfilterProtoFamily};
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use wire::Finished;
 
 /// The longest a request waits for all of its replies.
 pub(crate) const REPLY_DEADLINE: Duration = Duration::from_secs(5);
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_DUMP_INTR: u16 = 0x10;
 /// How often a dump that a concurrent commit interrupted is started again.
 const DUMP_ATTEMPTS: usize = 5;
 
@@ -81,35 +79,11 @@ pub(crate) struct Kernel {
     receive_buffer: Vec<u8>,
 }
 
-/// Sets a `SOL_SOCKET` option of `socket` to `value`.
-pub(crate) fn set_option<T>(socket: &Socket, option: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: setsockopt reads `size_of::<T>()` bytes of `value`; the fd is the socket's own.
-    let set = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if set == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 impl Kernel {
     pub fn open() -> io::Result<Self> {
-        let mut socket = Socket::new(NETLINK_NETFILTER)?;
-        socket.bind_auto()?;
-        socket.connect(&SocketAddr::new(0, 0))?;
+        let socket = Socket::request(NETLINK_NETFILTER)?;
         // Room for the acknowledgements of a large batch (each error echoes its message).
-        let receive: libc::c_int = 4 << 20;
-        if set_option(&socket, libc::SO_RCVBUFFORCE, &receive).is_err() {
-            let _ = set_option(&socket, libc::SO_RCVBUF, &receive);
-        }
+        socket.grow_receive_buffer(4 << 20);
         Ok(Kernel {
             socket,
             send_buffer: 0,
@@ -123,66 +97,33 @@ impl Transport for Kernel {
         // One datagram must fit the send buffer: grow it for a large batch (nft does too).
         if bytes.len() + 4096 > self.send_buffer && bytes.len() > 64 * 1024 {
             let size = libc::c_int::try_from(bytes.len() + 65536).unwrap_or(libc::c_int::MAX);
-            if set_option(&self.socket, libc::SO_SNDBUFFORCE, &size).is_err() {
-                set_option(&self.socket, libc::SO_SNDBUF, &size)?;
+            if self.socket.set_option(libc::SO_SNDBUFFORCE, &size).is_err() {
+                self.socket.set_option(libc::SO_SNDBUF, &size)?;
             }
             self.send_buffer = bytes.len() + 65536;
         }
-        self.socket.send(bytes, 0).map(|_| ())
+        self.socket.send(bytes)
     }
 
     fn receive(&mut self, deadline: Instant) -> io::Result<Vec<u8>> {
-        time_out_receives_at(&self.socket, deadline)?;
+        self.socket.time_out_receives_at(deadline)?;
         // A peek with the whole buffer first: the kernel sizes a dump's next part by the
         // largest buffer its reader offered (up to 32 KiB). Reading each datagram with a
         // buffer of exactly its size kept the parts at one page, and nf_tables walks a set
         // from its start again for every part: 1.7 s of kernel time for a 100,000-CIDR set.
-        let length = receive_into(
-            &self.socket,
-            &mut self.receive_buffer,
-            libc::MSG_PEEK | libc::MSG_TRUNC,
-        )?;
+        let length = self
+            .socket
+            .receive_into(&mut self.receive_buffer, libc::MSG_PEEK | libc::MSG_TRUNC)?;
         if length > self.receive_buffer.len() {
             self.receive_buffer.resize(length, 0);
         }
-        let length = receive_into(&self.socket, &mut self.receive_buffer, 0)?;
+        let length = self.socket.receive_into(&mut self.receive_buffer, 0)?;
         Ok(self.receive_buffer[..length.min(self.receive_buffer.len())].to_vec())
     }
 }
 
-/// Makes the socket's next receives give up at `deadline` (`TimedOut` once it has passed).
-pub(crate) fn time_out_receives_at(socket: &Socket, deadline: Instant) -> io::Result<()> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::ErrorKind::TimedOut.into());
-    }
-    let timeout = libc::timeval {
-        tv_sec: left.as_secs().try_into().unwrap_or(5),
-        tv_usec: left.subsec_micros().max(1).into(),
-    };
-    set_option(socket, libc::SO_RCVTIMEO, &timeout)
-}
-
 /// The buffer every datagram is received into (see [`Kernel::receive`]).
 const RECEIVE_BUFFER: usize = 64 * 1024;
-
-/// One `recv` into `buffer` with `flags`; a timeout is `TimedOut`. With `MSG_TRUNC`, the
-/// datagram's whole length even when it exceeds the buffer.
-pub(crate) fn receive_into(
-    socket: &Socket,
-    mut buffer: &mut [u8],
-    flags: libc::c_int,
-) -> io::Result<usize> {
-    socket.recv(&mut buffer, flags).map_err(|err| {
-        if err.kind() == io::ErrorKind::WouldBlock {
-            io::ErrorKind::TimedOut.into()
-        } else {
-            err
-        }
-    })
-}
-
-static SEQUENCE: AtomicU32 = AtomicU32::new(1);
 
 /// The process's one request socket to nf_tables, kept open: closing a netlink socket right
 /// after a commit waits for the kernel to free what the commit replaced (an RCU grace period,
@@ -211,11 +152,6 @@ pub(crate) fn with_kernel<T>(
         *slot = None;
     }
     outcome
-}
-
-/// A fresh run of `n` sequence numbers.
-pub(crate) fn sequence(n: u32) -> u32 {
-    SEQUENCE.fetch_add(n.max(1), Ordering::Relaxed)
 }
 
 /// Sends a finished batch and waits, until `within` has passed, for every message's

@@ -3,16 +3,11 @@
 //! come in time, a reply that does not frame, or an error the kernel sends ends the dump
 //! with an error; nothing is kept here, so a dump of any size costs one receive buffer.
 
-use crate::backend::nfnetlink::{receive_into, time_out_receives_at, wire};
-use netlink_sys::Socket;
+use super::framing::{self, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLM_F_DUMP_INTR};
+use super::Socket;
 use std::io;
 use std::time::{Duration, Instant};
 
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_DUMP_INTR: u16 = 0x10;
-/// The netlink header every message starts with.
-pub(crate) const NLMSG_HDRLEN: usize = 16;
 /// The largest datagram a dump sends: the kernel caps a dump's parts at 32 KiB.
 const RECEIVE_BUFFER: usize = 64 * 1024;
 
@@ -43,21 +38,20 @@ pub(crate) fn dump_each(
     deadlines: Deadlines,
     mut each: impl FnMut(u16, &[u8]) -> io::Result<()>,
 ) -> io::Result<Ended> {
-    socket.send(request, 0)?;
+    socket.send(request)?;
     let started = Instant::now();
     let mut buffer = vec![0u8; RECEIVE_BUFFER];
     let mut interrupted = false;
     loop {
         let deadline = (Instant::now() + deadlines.quiet).min(started + deadlines.overall);
-        time_out_receives_at(socket, deadline)?;
-        let length = receive_into(socket, &mut buffer, libc::MSG_TRUNC)?;
+        let length = socket.receive_by(&mut buffer, libc::MSG_TRUNC, deadline)?;
         if length > buffer.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("a dump part of {length} bytes, larger than any the kernel sends"),
             ));
         }
-        let frames = wire::frames(&buffer[..length])
+        let frames = framing::frames(&buffer[..length])
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         for framed in frames {
             if framed.seq != seq {
@@ -73,7 +67,7 @@ pub(crate) fn dump_each(
                     })
                 }
                 NLMSG_ERROR => {
-                    let code = wire::error_code(&framed).unwrap_or(-libc::EPROTO);
+                    let code = framing::error_code(&framed).unwrap_or(-libc::EPROTO);
                     if code != 0 {
                         return Err(io::Error::from_raw_os_error(-code));
                     }

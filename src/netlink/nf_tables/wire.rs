@@ -1,8 +1,11 @@
 //! nf_tables messages in netlink-packet-netfilter's types: the batch a transaction sends
 //! (tables, chains, sets and their elements, rules), the requests a reading sends, and the
-//! framing of what comes back. Pure: nothing here touches a socket.
+//! reading of what comes back (framed by `crate::netlink::framing`). Pure: nothing here
+//! touches a socket.
 
 use super::statement::{self, Stmt};
+use crate::netlink::framing;
+pub(crate) use crate::netlink::framing::{attributes, error_code, frames, Framed};
 use crate::plan::Family;
 use ipnet::IpNet;
 use netlink_packet_core::{
@@ -41,11 +44,14 @@ pub(crate) fn be32(v: u32) -> Vec<u8> {
 /// The value of attribute `kind` among `attrs` (flags masked off).
 pub(crate) fn nla_value(attrs: &[DefaultNla], kind: u16) -> Option<Vec<u8>> {
     use netlink_packet_core::Nla;
-    attrs.iter().find(|a| a.kind() & 0x3fff == kind).map(|a| {
-        let mut buf = vec![0; a.value_len()];
-        a.emit_value(&mut buf);
-        buf
-    })
+    attrs
+        .iter()
+        .find(|a| a.kind() & framing::NLA_TYPE_MASK == kind)
+        .map(|a| {
+            let mut buf = vec![0; a.value_len()];
+            a.emit_value(&mut buf);
+            buf
+        })
 }
 
 /// An expression the crate has no type for, by name and raw attributes.
@@ -207,7 +213,7 @@ fn open_nla(buf: &mut Vec<u8>, kind: u16) -> usize {
 fn close_nla(buf: &mut Vec<u8>, start: usize) {
     let length = (buf.len() - start) as u16;
     buf[start..start + 2].copy_from_slice(&length.to_ne_bytes());
-    buf.resize(buf.len().next_multiple_of(4), 0);
+    framing::pad(buf);
 }
 
 fn put_nla(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
@@ -765,59 +771,6 @@ pub(crate) fn getgen(seq: u32) -> Vec<u8> {
     buf
 }
 
-/// One framed message of a datagram: its header fields and whole bytes.
-pub(crate) struct Framed<'a> {
-    pub kind: u16,
-    pub flags: u16,
-    pub seq: u32,
-    pub bytes: &'a [u8],
-}
-
-/// The messages of a datagram; Err when the framing breaks (a truncated reply).
-pub(crate) fn frames(mut data: &[u8]) -> Result<Vec<Framed<'_>>, String> {
-    let mut out = Vec::new();
-    while !data.is_empty() {
-        if data.len() < 16 {
-            return Err(format!(
-                "a truncated netlink message ({} bytes)",
-                data.len()
-            ));
-        }
-        let len = u32::from_ne_bytes(data[0..4].try_into().expect("4 bytes")) as usize;
-        if len < 16 || len > data.len() {
-            return Err(format!(
-                "a truncated netlink message (says {len} bytes, {} arrived)",
-                data.len()
-            ));
-        }
-        out.push(Framed {
-            kind: u16::from_ne_bytes(data[4..6].try_into().expect("2 bytes")),
-            flags: u16::from_ne_bytes(data[6..8].try_into().expect("2 bytes")),
-            seq: u32::from_ne_bytes(data[8..12].try_into().expect("4 bytes")),
-            bytes: &data[..len],
-        });
-        data = data.get((len + 3) & !3..).unwrap_or_default();
-    }
-    Ok(out)
-}
-
-/// The attributes of a netlink attribute payload: `(type without flags, value)` each.
-pub(crate) fn attributes(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if data.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([data[0], data[1]]) as usize;
-        let kind = u16::from_ne_bytes([data[2], data[3]]) & 0x3fff;
-        if len < 4 || len > data.len() {
-            return None;
-        }
-        let value = &data[4..len];
-        data = data.get((len + 3) & !3..).unwrap_or_default();
-        Some((kind, value))
-    })
-}
-
 fn attr_string(value: &[u8]) -> String {
     String::from_utf8_lossy(value.strip_suffix(&[0]).unwrap_or(value)).into_owned()
 }
@@ -895,14 +848,6 @@ pub(crate) fn parse(framed: &Framed<'_>) -> Result<NetfilterMessage, String> {
             other.message_type()
         )),
     }
-}
-
-/// The errno an NLMSG_ERROR carries (0: an acknowledgement).
-pub(crate) fn error_code(framed: &Framed<'_>) -> Option<i32> {
-    framed
-        .bytes
-        .get(16..20)
-        .map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes")))
 }
 
 /// The chain hooked by a base chain's attributes: `(type, hook, priority)`.

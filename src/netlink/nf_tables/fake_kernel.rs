@@ -265,7 +265,7 @@ impl FakeKernel {
                 _ => continue,
             };
             out.extend_from_slice(framed.bytes);
-            out.resize(out.len().next_multiple_of(4), 0);
+            crate::netlink::framing::pad(&mut out);
             out.extend(socket.answer(
                 family,
                 NfTablesMessage::GetSetElement(SetElementMessage {
@@ -310,7 +310,7 @@ impl FakeSocket {
                     },
                     _ => {
                         out.extend_from_slice(framed.bytes);
-                        out.resize(out.len().next_multiple_of(4), 0);
+                        crate::netlink::framing::pad(&mut out);
                     }
                 }
             }
@@ -490,7 +490,7 @@ fn raw(kind: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> Vec<u8> {
     msg.extend_from_slice(&seq.to_ne_bytes());
     msg.extend_from_slice(&port.to_ne_bytes());
     msg.extend_from_slice(payload);
-    msg.resize(msg.len().next_multiple_of(4), 0);
+    crate::netlink::framing::pad(&mut msg);
     msg
 }
 
@@ -532,7 +532,7 @@ fn family_matches(asked: NetfilterProtoFamily, table: NetfilterProtoFamily) -> b
 fn notification(request: &Request) -> Vec<u8> {
     let mut told = request.bytes.clone();
     told[6..8].copy_from_slice(&0u16.to_ne_bytes());
-    told.resize(told.len().next_multiple_of(4), 0);
+    crate::netlink::framing::pad(&mut told);
     told
 }
 

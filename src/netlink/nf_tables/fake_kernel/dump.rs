@@ -2,7 +2,7 @@
 //! them (a table, chain, set or rule message each; a set's elements in parts).
 
 use super::{family_matches, FakeChain, FakeRule, FakeRuleset, FakeSet, FakeTable};
-use crate::backend::nfnetlink::wire;
+use crate::netlink::nf_tables::wire;
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, DataAttribute, ListAttribute, NfTablesMessage, RuleAttribute,
     RuleMessage, SetAttribute, SetElementAttribute, SetElementFlags, SetElementList,

@@ -4,24 +4,22 @@
 //! leaves our table as we last saw it, and the pass needs no re-read. Lost notifications
 //! (ENOBUFS) or a generation whose notifications do not arrive in time mean one full read.
 
-use super::nfnetlink::set_option;
-use super::nfnetlink::wire::{self, NFNL_SUBSYS_NFTABLES};
+use super::wire::{self, NFNL_SUBSYS_NFTABLES};
+use crate::netlink::framing::{self, Broken, NLMSG_HDRLEN};
+use crate::netlink::{Queued, Socket, NETLINK_NETFILTER};
 use crate::plan::Family;
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// A commit's new generation: the last notification of every commit.
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFTA_GEN_ID: u16 = 1;
-const NLMSG_HDRLEN: usize = 16;
 const NFGENMSG_LEN: usize = 4;
 
 /// The value of the first netlink attribute of type `wanted` in `attrs` (flags masked off);
 /// None when there is none or the attributes do not frame.
 fn attribute(attrs: &[u8], wanted: u16) -> Option<&[u8]> {
-    wire::attributes(attrs).find_map(|(kind, value)| (kind == wanted).then_some(value))
+    framing::attribute(attrs, wanted)
 }
 
 /// The nfnetlink multicast group of nf_tables object changes.
@@ -78,16 +76,18 @@ impl Ledger {
     }
 
     /// Takes in one datagram (one or more netlink messages).
-    pub fn datagram(&mut self, mut data: &[u8]) {
-        while data.len() >= NLMSG_HDRLEN {
-            let len = u32::from_ne_bytes(data[0..4].try_into().expect("4 bytes")) as usize;
-            if len < NLMSG_HDRLEN || len > data.len() {
-                // A message we cannot frame: assume it touched us.
-                self.pending = [true, true];
-                return;
+    pub fn datagram(&mut self, data: &[u8]) {
+        for message in framing::messages(data) {
+            match message {
+                Ok(message) => self.message(message),
+                // Less than a header left: nothing more to read.
+                Err(Broken::Short { .. }) => return,
+                Err(Broken::Length { .. }) => {
+                    // A message we cannot frame: assume it touched us.
+                    self.pending = [true, true];
+                    return;
+                }
             }
-            self.message(&data[..len]);
-            data = data.get((len + 3) & !3..).unwrap_or_default();
         }
     }
 
@@ -191,16 +191,7 @@ impl Monitor {
 
     /// A socket in the nf_tables group, with room for a busy neighbour's notifications.
     fn socket() -> io::Result<Socket> {
-        let mut socket = Socket::new(NETLINK_NETFILTER)?;
-        socket.bind_auto()?;
-        // Root may exceed rmem_max (SO_RCVBUFFORCE); otherwise the ordinary limit applies.
-        let size = RECEIVE_BUFFER as libc::c_int;
-        if set_option(&socket, libc::SO_RCVBUFFORCE, &size).is_err() {
-            socket.set_rx_buf_sz(RECEIVE_BUFFER)?;
-        }
-        socket.add_membership(NFNLGRP_NFTABLES)?;
-        socket.set_non_blocking(true)?;
-        Ok(socket)
+        Socket::member_of(NETLINK_NETFILTER, NFNLGRP_NFTABLES, RECEIVE_BUFFER)
     }
 
     /// After a loss: a fresh socket, so what was queued before (commits whose NEWGEN may have
@@ -215,27 +206,17 @@ impl Monitor {
 
     /// Reads every queued notification without waiting.
     fn drain(&mut self) {
-        loop {
-            let mut buf = &mut self.buffer[..];
-            match self.socket.recv(&mut buf, 0) {
-                Ok(n) => {
-                    let n = n.min(self.buffer.len());
-                    self.ledger.datagram(&self.buffer[..n]);
-                }
-                Err(err) if err.raw_os_error() == Some(libc::ENOBUFS) => {
-                    tracing::debug!(
-                        "nf_tables notifications were lost; the next pass reads in full"
-                    );
-                    self.ledger.lost();
-                }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => {
-                    tracing::debug!(error = %err, "reading nf_tables notifications failed");
-                    self.renew();
-                    return;
-                }
+        let ledger = &mut self.ledger;
+        let drained = self.socket.drain(&mut self.buffer, |queued| match queued {
+            Queued::Datagram(datagram) => ledger.datagram(datagram),
+            Queued::Lost => {
+                tracing::debug!("nf_tables notifications were lost; the next pass reads in full");
+                ledger.lost();
             }
+        });
+        if let Err(err) = drained {
+            tracing::debug!(error = %err, "reading nf_tables notifications failed");
+            self.renew();
         }
     }
 
@@ -260,15 +241,7 @@ impl Monitor {
                 tracing::debug!(%family, to, latest = ?self.ledger.latest, "the notifications of the current generation did not arrive in time; reading the table");
                 return false;
             }
-            let mut poll = libc::pollfd {
-                fd: self.socket.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd, valid for the call.
-            unsafe {
-                libc::poll(&mut poll, 1, left.as_millis().max(1) as libc::c_int);
-            }
+            self.socket.wait_readable(left);
         }
     }
 
@@ -293,7 +266,7 @@ mod tests {
             body.extend_from_slice(&(len as u16).to_ne_bytes());
             body.extend_from_slice(&kind.to_ne_bytes());
             body.extend_from_slice(value);
-            body.resize((body.len() + 3) & !3, 0);
+            framing::pad(&mut body);
         }
         let mut msg = Vec::new();
         msg.extend_from_slice(&((NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
