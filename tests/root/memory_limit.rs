@@ -126,6 +126,15 @@ impl CappedAgent {
         std::fs::write(&self.config, text).unwrap();
     }
 
+    /// Waits up to `patience` for `/readyz` to answer 200; fails with the log's end if not.
+    pub(super) fn wait_ready(&self, patience: Duration) {
+        assert!(
+            super::netns::wait_until(patience, || readyz(&self.ns).0 == 200),
+            "{}",
+            self.log_tail()
+        );
+    }
+
     /// Whether the agent is still running.
     pub(super) fn alive(&self) -> bool {
         std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
@@ -195,11 +204,7 @@ fn configs_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
             &["--iptables-mode=nft"],
         );
         let (ns, read) = (&agent.ns, || agent.log_tail());
-        assert!(
-            super::netns::wait_until(PATIENCE, || readyz(ns).0 == 200),
-            "{}",
-            read()
-        );
+        agent.wait_ready(PATIENCE);
         let rules = |ns: &Netns| {
             ns.save("nft", false, Some("nat"))
                 .matches("-j RETURN")
@@ -247,11 +252,7 @@ fn configs_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
             .stdout
             .contains("ipmasq"));
         agent.rewrite(&cidr_config(50_000));
-        assert!(
-            super::netns::wait_until(Duration::from_secs(60), || readyz(ns).0 == 200),
-            "{}",
-            read()
-        );
+        agent.wait_ready(Duration::from_secs(60));
         assert_eq!(agent.group.oom_kills(), 0, "{}", read());
     }
 }
@@ -288,11 +289,7 @@ fn short_lists_that_write_many_rules_are_refused_not_oom_killed() {
         let mode = format!("--iptables-mode={variant}");
         let agent = CappedAgent::start(&tag, 64 << 20, good, &[&mode]);
         let (ns, read) = (&agent.ns, || agent.log_tail());
-        assert!(
-            super::netns::wait_until(PATIENCE, || readyz(ns).0 == 200),
-            "{}",
-            read()
-        );
+        agent.wait_ready(PATIENCE);
         let returns = |ns: &Netns| {
             ns.save(variant, false, Some("nat"))
                 .matches("-j RETURN")
@@ -325,11 +322,7 @@ fn short_lists_that_write_many_rules_are_refused_not_oom_killed() {
         &["--backend=nftables"],
     );
     let (ns, read) = (&agent.ns, || agent.log_tail());
-    assert!(
-        super::netns::wait_until(PATIENCE, || readyz(ns).0 == 200),
-        "{}",
-        read()
-    );
+    agent.wait_ready(PATIENCE);
     assert!(
         ns.sh("nft list chain ip ipmasq postrouting")
             .contains("saddr != {"),

@@ -2,7 +2,7 @@
 //! agent in the DaemonSet's 64 MiB and against `show` and `explain`: one parse budget per
 //! file, the later documents never built.
 
-use super::memory_limit::{readyz, tail, CappedAgent};
+use super::memory_limit::{tail, CappedAgent};
 use super::netns::Netns;
 use std::time::Duration;
 
@@ -27,11 +27,7 @@ fn fifty_alias_bomb_documents_neither_kill_the_agent_nor_bloat_show_and_explain(
         &["--iptables-mode=nft"],
     );
     let (ns, read) = (&agent.ns, || agent.log_tail());
-    assert!(
-        super::netns::wait_until(PATIENCE, || readyz(ns).0 == 200),
-        "{}",
-        read()
-    );
+    agent.wait_ready(PATIENCE);
     let saved = ns.save("nft", false, Some("nat"));
     assert!(
         saved.contains("-A IP-MASQ-AGENT -d 10.0.0.0/8") && saved.contains("-j RETURN"),

@@ -11,7 +11,7 @@ use super::tests::{egress_batches, golden_batches};
 use super::{diff::diff, Nftables, TABLE};
 use crate::backend::{Backend, BackendError};
 use crate::config::{Config, Options};
-use crate::netlink::nf_tables::fake_kernel::{FakeKernel, FakeRuleset, Fault, Strikes};
+use crate::netlink::nf_tables::fake_kernel::{FakeKernel, FakeRule, FakeRuleset, Fault, Strikes};
 use crate::netlink::nf_tables::statement::{Stmt, Verdict};
 use crate::netlink::nf_tables::wire::{BaseChain, Batch, Finished};
 use crate::netlink::nf_tables::{commit_within, script};
@@ -44,6 +44,18 @@ fn drift_left(kernel: &FakeKernel, desired: &Ruleset) -> Vec<String> {
         .into_iter()
         .map(|d| d.detail)
         .collect()
+}
+
+/// The rules of our table's postrouting chain as the fake holds them.
+fn postrouting_rules(kernel: &FakeKernel) -> Vec<FakeRule> {
+    kernel
+        .ruleset()
+        .table(V4, TABLE)
+        .unwrap()
+        .chain("postrouting")
+        .unwrap()
+        .rules
+        .clone()
 }
 
 /// A batch that adds table `ip TABLE` with a nat postrouting base chain `CHAIN` (priority 100,
@@ -193,14 +205,7 @@ fn drift_behind_the_backends_back_is_repaired() {
         let nft = backend(&kernel);
         let want = desired();
         nft.sync(&want, false).unwrap();
-        let rules_before = kernel
-            .ruleset()
-            .table(V4, TABLE)
-            .unwrap()
-            .chain("postrouting")
-            .unwrap()
-            .rules
-            .clone();
+        let rules_before = postrouting_rules(&kernel);
         kernel.edit(drift);
         assert!(!drift_left(&kernel, &want).is_empty(), "{what}: drift seen");
         let commits = kernel.counts().commits;
@@ -208,14 +213,7 @@ fn drift_behind_the_backends_back_is_repaired() {
         assert!(!report.differences.is_empty(), "{what}: reported");
         assert_eq!(kernel.counts().commits, commits + 1, "{what}: one batch");
         assert_eq!(drift_left(&kernel, &want), Vec::<String>::new(), "{what}");
-        let rules_after = &kernel
-            .ruleset()
-            .table(V4, TABLE)
-            .unwrap()
-            .chain("postrouting")
-            .unwrap()
-            .rules
-            .clone();
+        let rules_after = &postrouting_rules(&kernel);
         assert_eq!(
             &rules_before == rules_after,
             elements_only,
