@@ -467,7 +467,7 @@ pub(crate) fn port_range(text: &str) -> Option<(u16, u16)> {
 
 /// What a live rule does with a packet it matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum RuleVerdict {
     /// The source address is kept (iptables RETURN, nftables return).
     Keep,
     /// The source is rewritten: to the outgoing interface's address (MASQUERADE), or to
@@ -491,7 +491,7 @@ pub struct LiveRule {
     /// 1-based position.
     pub number: usize,
     pub matches: Matches,
-    pub verdict: Verdict,
+    pub verdict: RuleVerdict,
     pub comment: Option<String>,
     pub counters: Option<Counters>,
     /// The rule in the backend's own text.
@@ -604,11 +604,11 @@ enum BeforeEffect {
     Unknown,
 }
 
-fn before_effect(verdict: &Verdict) -> BeforeEffect {
+fn before_effect(verdict: &RuleVerdict) -> BeforeEffect {
     match verdict {
-        Verdict::Masquerade { .. } => BeforeEffect::Rewrites,
-        Verdict::Keep => BeforeEffect::Keeps,
-        Verdict::Foreign(text) => match text.split_whitespace().next().unwrap_or_default() {
+        RuleVerdict::Masquerade { .. } => BeforeEffect::Rewrites,
+        RuleVerdict::Keep => BeforeEffect::Keeps,
+        RuleVerdict::Foreign(text) => match text.split_whitespace().next().unwrap_or_default() {
             "SNAT" | "snat" | "MASQUERADE" | "masquerade" => BeforeEffect::Rewrites,
             "ACCEPT" | "accept" | "RETURN" | "return" => BeforeEffect::Keeps,
             _ => BeforeEffect::Unknown,
@@ -709,9 +709,9 @@ impl Inspection {
         let mut unjudged = Vec::new();
         for (index, rule) in self.rules.iter().enumerate() {
             let action = match rule.verdict {
-                Verdict::Keep => Action::KeepSource,
-                Verdict::Masquerade { .. } => Action::Masquerade,
-                Verdict::Foreign(_) => {
+                RuleVerdict::Keep => Action::KeepSource,
+                RuleVerdict::Masquerade { .. } => Action::Masquerade,
+                RuleVerdict::Foreign(_) => {
                     unjudged.push(index);
                     continue;
                 }

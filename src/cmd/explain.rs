@@ -481,7 +481,7 @@ fn live_answer(
         }
     });
     let snat_to = match rule_index.map(|i| &inspection.rules[i].verdict) {
-        Some(crate::backend::Verdict::Masquerade { snat_to, .. }) => *snat_to,
+        Some(crate::backend::RuleVerdict::Masquerade { snat_to, .. }) => *snat_to,
         _ => None,
     };
     LiveAnswer {

@@ -11,7 +11,7 @@ use super::node::{inspect, Judgement, Node, Query};
 use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState};
 use crate::backend::select::{every_backend, sweep};
-use crate::backend::{Backend, BackendId, Difference, Entry, Inspection, LiveRule, Verdict};
+use crate::backend::{Backend, BackendId, Difference, Entry, Inspection, LiveRule, RuleVerdict};
 use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
 use crate::config;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
@@ -128,11 +128,11 @@ impl RuleWords {
             ..RuleWords::default()
         };
         match &rule.verdict {
-            Verdict::Keep => {
+            RuleVerdict::Keep => {
                 words.verdict = "keep";
                 words.action = "RETURN".into();
             }
-            Verdict::Masquerade {
+            RuleVerdict::Masquerade {
                 snat_to,
                 ports,
                 weight,
@@ -153,7 +153,7 @@ impl RuleWords {
                 words.probability = weight.map(|w| format!("{:.11}", w.share()));
                 words.random_fully = *fully_random;
             }
-            Verdict::Foreign(what) => {
+            RuleVerdict::Foreign(what) => {
                 words.verdict = "foreign";
                 words.action = what.clone();
             }
@@ -753,7 +753,7 @@ mod tests {
                 }),
                 ..Matches::default()
             },
-            verdict: Verdict::Keep,
+            verdict: RuleVerdict::Keep,
             comment: Some("ip-masq-agent: local traffic is not subject to MASQUERADE".into()),
             counters: None,
             text: String::new(),
@@ -767,7 +767,7 @@ mod tests {
                 protocols: protocol.map(|p| vec![p.to_string()]).unwrap_or_default(),
                 ..Matches::default()
             },
-            verdict: Verdict::Masquerade {
+            verdict: RuleVerdict::Masquerade {
                 snat_to: None,
                 ports,
                 weight,

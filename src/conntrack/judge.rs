@@ -4,7 +4,7 @@
 //! flow's conntrack entry; a flow is reset only when the change alters the decision for its
 //! source and destination *and* its entry holds what the rules in force no longer decide.
 
-use crate::backend::{Inspection, LiveReason, Verdict as LiveRuleVerdict};
+use crate::backend::{Inspection, LiveReason, RuleVerdict};
 use crate::plan::{intervals, Action, Egress, Ruleset};
 use std::net::IpAddr;
 
@@ -114,10 +114,10 @@ impl Decides for Inspection {
             (_, LiveReason::DecidedBefore) => None,
             (Action::KeepSource, _) => Some(Outcome::Keep),
             (Action::Masquerade, _) => match &self.rules[verdict.rule?].verdict {
-                LiveRuleVerdict::Masquerade {
+                RuleVerdict::Masquerade {
                     snat_to: Some(to), ..
                 } => Some(Outcome::Snat(*to)),
-                LiveRuleVerdict::Masquerade { snat_to: None, .. } => Some(Outcome::Masquerade),
+                RuleVerdict::Masquerade { snat_to: None, .. } => Some(Outcome::Masquerade),
                 _ => None,
             },
         }

@@ -27,7 +27,7 @@ pub enum Reason {
 
 /// The verdict for one packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Verdict {
+pub struct PlanVerdict {
     pub action: Action,
     /// Index into `ruleset.decisions` of the decision that decided, if one did.
     pub decision: Option<usize>,
@@ -36,10 +36,10 @@ pub struct Verdict {
 
 /// [`decide`] for a packet leaving `interface`: a rewrite becomes a keep when the ruleset is
 /// scoped to interfaces that do not match it.
-pub fn decide_leaving(ruleset: &Ruleset, src: IpAddr, dst: IpAddr, interface: &str) -> Verdict {
+pub fn decide_leaving(ruleset: &Ruleset, src: IpAddr, dst: IpAddr, interface: &str) -> PlanVerdict {
     let verdict = decide(ruleset, src, dst);
     if verdict.action == Action::Masquerade && !ruleset.entry.selects_interface(interface) {
-        return Verdict {
+        return PlanVerdict {
             action: Action::KeepSource,
             decision: verdict.decision,
             reason: Reason::InterfaceNotSelected,
@@ -51,8 +51,8 @@ pub fn decide_leaving(ruleset: &Ruleset, src: IpAddr, dst: IpAddr, interface: &s
 /// The verdict of `ruleset` for a packet from `src` to `dst`, where `dst` is not an address
 /// of this node (local destinations never enter the ruleset: that check is the kernel's),
 /// leaving an interface the ruleset selects (see [`decide_leaving`]).
-pub fn decide(ruleset: &Ruleset, src: IpAddr, dst: IpAddr) -> Verdict {
-    let untouched = |reason| Verdict {
+pub fn decide(ruleset: &Ruleset, src: IpAddr, dst: IpAddr) -> PlanVerdict {
+    let untouched = |reason| PlanVerdict {
         action: Action::KeepSource,
         decision: None,
         reason,
@@ -69,12 +69,12 @@ pub fn decide(ruleset: &Ruleset, src: IpAddr, dst: IpAddr) -> Verdict {
         .iter()
         .position(|d| d.destination.contains(&dst))
     {
-        Some(index) => Verdict {
+        Some(index) => PlanVerdict {
             action: ruleset.decisions[index].action,
             decision: Some(index),
             reason: Reason::DecisionMatched,
         },
-        None => Verdict {
+        None => PlanVerdict {
             action: Action::Masquerade,
             decision: None,
             reason: Reason::NoDecisionMatched,
@@ -386,7 +386,8 @@ pub(crate) mod tests {
                 "round {round}: {src} -> {dst} via {interface} with {config:?}"
             );
             if let Some(rule) = walked.rule.filter(|_| walked.action == Action::Masquerade) {
-                let crate::backend::Verdict::Masquerade { snat_to, .. } = live.rules[rule].verdict
+                let crate::backend::RuleVerdict::Masquerade { snat_to, .. } =
+                    live.rules[rule].verdict
                 else {
                     panic!("round {round}: a rewrite by a rule that does not rewrite");
                 };

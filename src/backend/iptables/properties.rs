@@ -132,7 +132,7 @@ proptest! {
         let foreign_numbers: Vec<usize> = inspection
             .rules
             .iter()
-            .filter(|r| !r.matches.unjudged.is_empty() || matches!(r.verdict, crate::backend::Verdict::Foreign(_)))
+            .filter(|r| !r.matches.unjudged.is_empty() || matches!(r.verdict, crate::backend::RuleVerdict::Foreign(_)))
             .map(|r| r.number)
             .collect();
         prop_assert_eq!(foreign_numbers.len(), foreign.len());

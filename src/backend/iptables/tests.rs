@@ -436,14 +436,14 @@ fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
     );
     // Our rules are typed: a keep for a destination, a masquerade for the rest.
     let first = &inspection.rules[0];
-    assert_eq!(first.verdict, crate::backend::Verdict::Keep);
+    assert_eq!(first.verdict, crate::backend::RuleVerdict::Keep);
     assert_eq!(
         first.matches.destination.as_ref().map(|d| d.nets.clone()),
         Some(vec!["169.254.0.0/16".parse().unwrap()])
     );
     assert!(matches!(
         inspection.rules.last().unwrap().verdict,
-        crate::backend::Verdict::Masquerade {
+        crate::backend::RuleVerdict::Masquerade {
             fully_random: true,
             ..
         }
@@ -564,8 +564,8 @@ fn extensions_change_the_chain_only_when_used() {
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
                 match v.verdict {
-                    Some(crate::backend::Verdict::Keep) => "RETURN",
-                    Some(crate::backend::Verdict::Masquerade { .. }) => "MASQUERADE",
+                    Some(crate::backend::RuleVerdict::Keep) => "RETURN",
+                    Some(crate::backend::RuleVerdict::Masquerade { .. }) => "MASQUERADE",
                     _ => "other",
                 }
             )

@@ -12,7 +12,7 @@ use super::{diff::diff, Nftables, TABLE};
 use crate::backend::{Backend, BackendError};
 use crate::config::{Config, Options};
 use crate::netlink::nf_tables::fake_kernel::{FakeKernel, FakeRule, FakeRuleset, Fault, Strikes};
-use crate::netlink::nf_tables::statement::{Stmt, Verdict};
+use crate::netlink::nf_tables::statement::{NftVerdict, Stmt};
 use crate::netlink::nf_tables::wire::{BaseChain, Batch, Finished};
 use crate::netlink::nf_tables::{commit_within, script};
 use crate::plan::{plan, plan_family, Family, PlanOptions, Ruleset};
@@ -79,7 +79,7 @@ fn neighbour_commits(kernel: &FakeKernel) {
     b.add_rule(
         Family::V4,
         ("kube-nat", "post"),
-        &[Stmt::Verdict(Verdict::Accept)],
+        &[Stmt::Verdict(NftVerdict::Accept)],
         Some("theirs"),
     )
     .unwrap();
@@ -335,13 +335,13 @@ fn iptables_nft_left(kernel: &FakeKernel, held: bool) {
         }
     });
     let mut b = Batch::new(crate::netlink::nf_tables::sequence(16));
-    let jump = [Stmt::Verdict(Verdict::Jump("IP-MASQ-AGENT".into()))];
+    let jump = [Stmt::Verdict(NftVerdict::Jump("IP-MASQ-AGENT".into()))];
     b.add_rule(Family::V4, ("nat", "POSTROUTING"), &jump, None)
         .unwrap();
     b.add_rule(
         Family::V4,
         ("nat", "IP-MASQ-AGENT"),
-        &[Stmt::Verdict(Verdict::Return)],
+        &[Stmt::Verdict(NftVerdict::Return)],
         None,
     )
     .unwrap();
