@@ -515,7 +515,7 @@ pub struct EntryJump {
 /// How traffic reaches our rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case", rename_all_fields = "camelCase")]
-pub enum Entry {
+pub enum HookStatus {
     /// Nothing sends traffic to our rules.
     NotHooked,
     /// Hooked once; local destinations skip our rules or do not.
@@ -632,13 +632,13 @@ pub enum LiveReason {
 
 impl Inspection {
     /// How traffic reaches our rules.
-    pub fn entry(&self) -> Entry {
+    pub fn entry(&self) -> HookStatus {
         let skips_local =
             !self.entry_jumps.is_empty() && self.entry_jumps.iter().all(|j| j.skips_local);
         match self.entry_jumps.len() {
-            0 => Entry::NotHooked,
-            1 => Entry::Hooked { skips_local },
-            copies => Entry::HookedMoreThanOnce {
+            0 => HookStatus::NotHooked,
+            1 => HookStatus::Hooked { skips_local },
+            copies => HookStatus::HookedMoreThanOnce {
                 copies,
                 skips_local,
             },
@@ -699,9 +699,9 @@ impl Inspection {
             return keep(LiveReason::NotInstalled);
         }
         match self.entry() {
-            Entry::NotHooked => return keep(LiveReason::NoEntryJump),
-            Entry::Hooked { skips_local: true }
-            | Entry::HookedMoreThanOnce {
+            HookStatus::NotHooked => return keep(LiveReason::NoEntryJump),
+            HookStatus::Hooked { skips_local: true }
+            | HookStatus::HookedMoreThanOnce {
                 skips_local: true, ..
             } if local => return keep(LiveReason::LocalDestination),
             _ => {}

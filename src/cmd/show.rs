@@ -11,7 +11,9 @@ use super::node::{inspect, Judgement, Node, Query};
 use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState};
 use crate::backend::select::{every_backend, sweep};
-use crate::backend::{Backend, BackendId, Difference, Entry, Inspection, LiveRule, RuleVerdict};
+use crate::backend::{
+    Backend, BackendId, Difference, HookStatus, Inspection, LiveRule, RuleVerdict,
+};
 use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
 use crate::config;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
@@ -62,7 +64,7 @@ pub struct FamilyReport {
     pub family: String,
     pub installed: bool,
     /// How traffic reaches our rules: `{"hooked": {"skipsLocal": true}}`, `"not-hooked"`, …
-    pub entry: Entry,
+    pub entry: HookStatus,
     /// What a packet meets at the same hook before our rules.
     pub before: Vec<BeforeReport>,
     pub jump: JumpReport,
@@ -454,8 +456,8 @@ fn entry_text(backend: BackendId, family: &FamilyReport, style: &Styler) -> Stri
 fn iptables_entry_text(family: &FamilyReport, style: &Styler) -> String {
     let jump = &family.jump;
     match family.entry {
-        Entry::NotHooked => style.error("no POSTROUTING jump to this chain"),
-        Entry::Hooked { skips_local } => {
+        HookStatus::NotHooked => style.error("no POSTROUTING jump to this chain"),
+        HookStatus::Hooked { skips_local } => {
             let at = format!(
                 "POSTROUTING jumps here at rule {} of {}",
                 jump.positions.first().copied().unwrap_or(0),
@@ -469,7 +471,7 @@ fn iptables_entry_text(family: &FamilyReport, style: &Styler) -> String {
                 ))
             }
         }
-        Entry::HookedMoreThanOnce { copies, .. } => style.warning(&format!(
+        HookStatus::HookedMoreThanOnce { copies, .. } => style.warning(&format!(
             "POSTROUTING jumps here {copies} times, at rules {:?} of {}",
             jump.positions, jump.postrouting_rules
         )),
@@ -479,17 +481,17 @@ fn iptables_entry_text(family: &FamilyReport, style: &Styler) -> String {
 /// How our nftables chain is hooked at postrouting.
 fn nftables_entry_text(family: &FamilyReport, style: &Styler) -> String {
     match family.entry {
-        Entry::NotHooked => {
+        HookStatus::NotHooked => {
             style.error("the chain is not hooked at postrouting: nothing sends traffic to our rules")
         }
-        Entry::Hooked { skips_local: true }
-        | Entry::HookedMoreThanOnce {
+        HookStatus::Hooked { skips_local: true }
+        | HookStatus::HookedMoreThanOnce {
             skips_local: true, ..
         } => {
             "hooked at postrouting; local destinations leave first".to_string()
         }
-        Entry::Hooked { skips_local: false }
-        | Entry::HookedMoreThanOnce {
+        HookStatus::Hooked { skips_local: false }
+        | HookStatus::HookedMoreThanOnce {
             skips_local: false, ..
         } => style.error(
             "hooked at postrouting, but `fib daddr type local return` is not the first rule: local destinations are masqueraded too",

@@ -105,7 +105,7 @@ pub struct Decision {
 
 /// Which packets the ruleset looks at at all; the rest leave untouched.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct EntryScope {
     /// Packets to an address of this node are never masqueraded (upstream's `! LOCAL`).
     pub skip_local_destinations: bool,
     /// When not empty, only packets from these ranges are considered.
@@ -115,9 +115,9 @@ pub struct Entry {
     pub output_interfaces: Vec<InterfacePattern>,
 }
 
-impl Default for Entry {
+impl Default for EntryScope {
     fn default() -> Self {
-        Entry {
+        EntryScope {
             skip_local_destinations: true,
             source_ranges: Vec::new(),
             output_interfaces: Vec::new(),
@@ -125,7 +125,7 @@ impl Default for Entry {
     }
 }
 
-impl Entry {
+impl EntryScope {
     /// Whether a packet leaving `interface` may be rewritten.
     pub fn selects_interface(&self, interface: &str) -> bool {
         self.output_interfaces.is_empty()
@@ -164,7 +164,7 @@ pub struct MasqueradeRequest {
 pub struct Ruleset {
     pub family: Family,
     pub names: Names,
-    pub entry: Entry,
+    pub entry: EntryScope,
     /// Evaluated in order; the first decision whose destination holds the packet's wins.
     /// Upstream's order: link-local first, then the config's list as written (duplicates kept).
     /// With forced CIDRs, the longest prefix first (stable), so the first match is the
@@ -287,7 +287,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
     Ruleset {
         family,
         names: options.names(),
-        entry: Entry {
+        entry: EntryScope {
             skip_local_destinations: true,
             source_ranges: config
                 .masquerade_source_cidrs

@@ -450,7 +450,7 @@ fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
     ));
     assert_eq!(
         inspection.entry(),
-        crate::backend::Entry::HookedMoreThanOnce {
+        crate::backend::HookStatus::HookedMoreThanOnce {
             copies: 2,
             skips_local: true
         }

@@ -7,7 +7,7 @@
 use super::live::{LiveRuleSpec, LiveTable};
 use super::render::DesiredTable;
 use super::Nftables;
-use crate::backend::{Backend, Entry};
+use crate::backend::{Backend, HookStatus};
 use crate::config::{Config, Options};
 use crate::plan::{plan_family, Action, Family, PlanOptions};
 use ipnet::{IpNet, Ipv4Net};
@@ -56,7 +56,7 @@ proptest! {
         }
         let inspection = live.inspection();
         let skips_local = !skip_deleted && hand_rule.is_none();
-        prop_assert_eq!(inspection.entry(), Entry::Hooked { skips_local });
+        prop_assert_eq!(inspection.entry(), HookStatus::Hooked { skips_local });
         for (src, dst, local) in packets {
             let (src, dst) = (IpAddr::V4(src.into()), IpAddr::V4(dst.into()));
             let kept = (local && skips_local)
