@@ -12,7 +12,7 @@
 //! contradictingTotal, contradicting}, conntrackUnavailable?}`, where `outcome` is
 //! `masquerade`, `keep-source` or `disagreement`.
 
-use super::node::{Judgement, Node, Query};
+use super::node::{Judgement, Query, ResolvedNode};
 use super::Exit;
 use crate::backend::{LiveReason, LiveVerdict};
 use crate::cli::{ExplainArgs, OutputFormat};
@@ -213,7 +213,7 @@ fn is_local_address(addr: IpAddr) -> bool {
 }
 
 /// The node resolved once, and the config to judge against (its story said on stderr).
-fn resolve(args: &ExplainArgs) -> Result<(Node, Judgement), Exit> {
+fn resolve(args: &ExplainArgs) -> Result<(ResolvedNode, Judgement), Exit> {
     let given = match (&args.config_dir, &args.config) {
         (Some(dir), _) => Some(ConfigSource::Dir(dir.clone())),
         (None, Some(file)) => Some(ConfigSource::File(file.clone())),
@@ -227,7 +227,7 @@ fn resolve(args: &ExplainArgs) -> Result<(Node, Judgement), Exit> {
         config: given,
         fallback: Some(ConfigSource::File(DEFAULT_CONFIG_PATH.into())),
     };
-    let node = Node::resolve(&query);
+    let node = ResolvedNode::resolve(&query);
     let judgement = match node.judgement(&query)? {
         Some(judgement) => judgement,
         None => {
@@ -444,7 +444,7 @@ fn out_interface(
 /// The live rules' answer from the backend in use (the running agent's, when the mode is left
 /// to auto).
 fn live_answer(
-    node: &Node,
+    node: &ResolvedNode,
     inspection: &crate::backend::Inspection,
     src: IpAddr,
     (dst, local, interface): (IpAddr, bool, Option<&str>),

@@ -7,7 +7,7 @@
 //! protocol, toPorts, randomFully, probability, comment, other, packets, bytes, rule}]}],
 //! sync: null | {config, inSync, differences: [{family, kind, position, detail}]}}`.
 
-use super::node::{inspect, Judgement, Node, Query};
+use super::node::{inspect, Judgement, Query, ResolvedNode};
 use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState};
 use crate::backend::select::{every_backend, sweep};
@@ -597,7 +597,7 @@ pub fn run(args: &ShowArgs) -> Exit {
         config: args.config.clone().map(config::ConfigSource::File),
         fallback: None,
     };
-    let node = Node::resolve(&query);
+    let node = ResolvedNode::resolve(&query);
     let backend = node.backend();
     let mut lives = Vec::new();
     for family in Family::ALL {
@@ -691,7 +691,7 @@ fn elsewhere(backend: &dyn Backend, flags: &RuleFlags) -> Vec<Elsewhere> {
 
 /// The live rules judged against a config: every difference, per planned family.
 fn sync_verdict(
-    node: &Node,
+    node: &ResolvedNode,
     judgement: &Judgement,
     lives: &[(Family, Inspection)],
     config_given: bool,

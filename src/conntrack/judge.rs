@@ -192,7 +192,7 @@ pub enum Disposition {
 }
 
 /// What a reset knows of the node beyond the rules.
-pub struct Node<'a> {
+pub struct ResetContext<'a> {
     pub is_node_address: &'a dyn Fn(IpAddr) -> bool,
     /// The interface traffic to an address leaves by (asked only when an outcome depends on
     /// it).
@@ -205,7 +205,7 @@ pub fn dispose(
     flow: &Flow,
     before: &dyn Decides,
     after: &dyn Decides,
-    node: &mut Node<'_>,
+    node: &mut ResetContext<'_>,
 ) -> Disposition {
     let destination = flow.judged_destination();
     // Traffic to the node itself never reaches our rules.
@@ -289,7 +289,7 @@ mod tests {
     ) -> Disposition {
         let node_address = |a: IpAddr| a == NODE.parse::<IpAddr>().unwrap();
         let mut route = |_: IpAddr| Some("eth0".to_string());
-        let mut node = Node {
+        let mut node = ResetContext {
             is_node_address: &node_address,
             interface_to: &mut route,
             scope,
@@ -439,7 +439,7 @@ mod tests {
             (None, Disposition::Untouched),
         ] {
             let mut lookup = |_: IpAddr| route.map(str::to_string);
-            let mut node = Node {
+            let mut node = ResetContext {
                 is_node_address: &node_address,
                 interface_to: &mut lookup,
                 scope: ResetScope::Connectionless,
