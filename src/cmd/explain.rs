@@ -18,7 +18,7 @@ use crate::backend::{LiveReason, LiveVerdict};
 use crate::cli::{ExplainArgs, OutputFormat};
 use crate::config::{Config, ConfigSource, ListName, DEFAULT_CONFIG_PATH};
 use crate::output::{printable, to_json, to_yaml, Styler};
-use crate::plan::{decide, plan_family, Action, Family, Origin, PlanOptions, Reason};
+use crate::plan::{decide, plan_family, Action, DecisionOrigin, Family, PlanOptions, Reason};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -153,15 +153,15 @@ fn config_answer(
     let decision = match verdict.decision.map(|i| &ruleset.decisions[i]) {
         Some(d) => {
             let (list, written) = match d.origin {
-                Origin::LinkLocal => (
+                DecisionOrigin::LinkLocal => (
                     "link-local".to_string(),
                     "built in (masqLinkLocal is false)".to_string(),
                 ),
-                Origin::NonMasqueradeCidr { index } => (
+                DecisionOrigin::NonMasqueradeCidr { index } => (
                     ListName::NonMasquerade.key().to_string(),
                     config.place(ListName::NonMasquerade, index).to_string(),
                 ),
-                Origin::ForceMasqueradeCidr { index } => (
+                DecisionOrigin::ForceMasqueradeCidr { index } => (
                     ListName::Force.key().to_string(),
                     config.place(ListName::Force, index).to_string(),
                 ),

@@ -9,8 +9,8 @@
 
 use super::check::check_across_lists;
 use super::{
-    check_text, default_cidrs, file_stamp, read_config_source, Checked, Code, Config, Diagnostic,
-    FileStamp, Loaded, Options, Origin, Place, Provenance, ReadError,
+    check_text, default_cidrs, file_stamp, read_config_source, Checked, Code, Config, ConfigOrigin,
+    Diagnostic, FileStamp, Loaded, Options, Place, Provenance, ReadError,
 };
 use ipnet::IpNet;
 use std::collections::HashSet;
@@ -362,7 +362,7 @@ pub fn load_dir_unless_unchanged(
         texts,
     });
     Ok(Some(Loaded {
-        origin: Origin::Dir,
+        origin: ConfigOrigin::Dir,
         checked,
         blank: false,
         digest: Some(super::digest::sha256_hex(listing.as_bytes())),

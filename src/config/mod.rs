@@ -345,7 +345,7 @@ impl Checked {
 
 /// Where a loaded config came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Origin {
+pub enum ConfigOrigin {
     /// No file at the path: upstream's defaults.
     Defaults,
     /// The file's contents.
@@ -423,7 +423,7 @@ pub fn load_source(source: &ConfigSource, options: &Options) -> Result<Loaded, R
 /// A config loaded from a path the way the agent loads it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Loaded {
-    pub origin: Origin,
+    pub origin: ConfigOrigin,
     pub checked: Checked,
     /// The file exists but holds nothing but white space: what a writer that truncates and
     /// then writes (`cat > file`) leaves for a moment.
@@ -469,7 +469,7 @@ pub fn load_unless_unchanged(
     let Some(text) = read_config_source(path)? else {
         *cache = None;
         return Ok(Some(Loaded {
-            origin: Origin::Defaults,
+            origin: ConfigOrigin::Defaults,
             checked: Checked::new(Config::defaults(options), Vec::new()),
             blank: false,
             digest: None,
@@ -483,7 +483,7 @@ pub fn load_unless_unchanged(
         return Ok(None);
     }
     let loaded = Loaded {
-        origin: Origin::File,
+        origin: ConfigOrigin::File,
         checked: check_text(&text.text, options),
         blank: text.is_blank(),
         digest: Some(digest::sha256_hex(text.text.as_bytes())),

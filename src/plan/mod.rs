@@ -86,7 +86,7 @@ impl Action {
 
 /// Where a destination decision came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Origin {
+pub enum DecisionOrigin {
     /// The family's link-local block (kept unless `masqLinkLocal[IPv6]`).
     LinkLocal,
     /// Entry `index` (0-based) of the config's `nonMasqueradeCIDRs` (or of the default list).
@@ -100,7 +100,7 @@ pub enum Origin {
 pub struct Decision {
     pub destination: IpNet,
     pub action: Action,
-    pub origin: Origin,
+    pub origin: DecisionOrigin,
 }
 
 /// Which packets the ruleset looks at at all; the rest leave untouched.
@@ -253,7 +253,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
         decisions.push(Decision {
             destination: family.link_local(),
             action: Action::KeepSource,
-            origin: Origin::LinkLocal,
+            origin: DecisionOrigin::LinkLocal,
         });
     }
     decisions.extend(
@@ -265,7 +265,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
             .map(|(index, c)| Decision {
                 destination: *c,
                 action: Action::KeepSource,
-                origin: Origin::NonMasqueradeCidr { index },
+                origin: DecisionOrigin::NonMasqueradeCidr { index },
             }),
     );
     let before = decisions.len();
@@ -278,7 +278,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
             .map(|(index, c)| Decision {
                 destination: *c,
                 action: Action::Masquerade,
-                origin: Origin::ForceMasqueradeCidr { index },
+                origin: DecisionOrigin::ForceMasqueradeCidr { index },
             }),
     );
     if decisions.len() > before {
@@ -349,10 +349,10 @@ mod tests {
                 "192.168.0.0/16"
             ]
         );
-        assert_eq!(sets[0].decisions[0].origin, Origin::LinkLocal);
+        assert_eq!(sets[0].decisions[0].origin, DecisionOrigin::LinkLocal);
         assert_eq!(
             sets[0].decisions[3].origin,
-            Origin::NonMasqueradeCidr { index: 2 }
+            DecisionOrigin::NonMasqueradeCidr { index: 2 }
         );
         assert!(sets[0].entry.skip_local_destinations);
         assert!(sets[0].masquerade.random_fully);
@@ -380,11 +380,11 @@ mod tests {
         // Origins index the config's list, across families.
         assert_eq!(
             sets[1].decisions[1].origin,
-            Origin::NonMasqueradeCidr { index: 0 }
+            DecisionOrigin::NonMasqueradeCidr { index: 0 }
         );
         assert_eq!(
             sets[0].decisions[1].origin,
-            Origin::NonMasqueradeCidr { index: 2 }
+            DecisionOrigin::NonMasqueradeCidr { index: 2 }
         );
     }
 

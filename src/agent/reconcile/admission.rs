@@ -5,7 +5,7 @@
 use super::node_facts::NodeFacts;
 use super::source::SourceRead;
 use crate::backend::Backend;
-use crate::config::{self, Config, Diagnostic, Origin};
+use crate::config::{self, Config, ConfigOrigin, Diagnostic};
 use crate::plan::PlanOptions;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -44,7 +44,7 @@ pub struct Admission {
     /// The last valid config: enforced even while the source holds an invalid one.
     active: Option<Config>,
     /// Where the active config came from.
-    origin: Option<Origin>,
+    origin: Option<ConfigOrigin>,
     /// The digest of the active config's bytes and when they were read.
     read: Option<ActiveRead>,
     /// Bumped whenever the config in force changes (the plan is made again).
@@ -97,7 +97,7 @@ impl Admission {
         self.active.as_ref()
     }
 
-    pub fn origin(&self) -> Option<&Origin> {
+    pub fn origin(&self) -> Option<&ConfigOrigin> {
         self.origin.as_ref()
     }
 
@@ -174,7 +174,7 @@ impl Admission {
         &mut self,
         new: Config,
         checked: &config::Checked,
-        (origin, digest): (Origin, Option<String>),
+        (origin, digest): (ConfigOrigin, Option<String>),
         path: &str,
     ) {
         let note = fingerprint(checked.diagnostics());
@@ -183,9 +183,9 @@ impl Admission {
             if changed {
                 self.counts.configs_accepted += 1;
                 let source = match origin {
-                    Origin::Defaults => "defaults (no config file)",
-                    Origin::File => "file",
-                    Origin::Dir => "merged files",
+                    ConfigOrigin::Defaults => "defaults (no config file)",
+                    ConfigOrigin::File => "file",
+                    ConfigOrigin::Dir => "merged files",
                 };
                 info!(
                     config = %path,

@@ -15,7 +15,7 @@ pub use admission::ActiveRead;
 pub use status::Status;
 
 use crate::backend::{BackendError, SyncReport};
-use crate::config::{self, Config, Origin};
+use crate::config::{self, Config, ConfigOrigin};
 use crate::plan::PlanOptions;
 use admission::{Admission, AdmissionInputs};
 use enforce::{Enforcer, RetryNote};
@@ -154,7 +154,7 @@ impl Reconciler {
     }
 
     /// Where the config in force came from.
-    pub fn config_origin(&self) -> Option<&Origin> {
+    pub fn config_origin(&self) -> Option<&ConfigOrigin> {
         self.admission.origin()
     }
 

@@ -1,7 +1,7 @@
 //! The source stage of a pass: where the config comes from (a file or a directory of files
 //! today), read only when its bytes changed and only once a writer is done with them.
 
-use crate::config::{self, Origin};
+use crate::config::{self, ConfigOrigin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -116,7 +116,7 @@ impl FileSource {
             }
         }
         self.blank_since = None;
-        self.had_content = loaded.origin == Origin::File && !loaded.blank;
+        self.had_content = loaded.origin == ConfigOrigin::File && !loaded.blank;
         SourceRead::Loaded(Box::new(loaded))
     }
 

@@ -8,7 +8,7 @@ use super::saved::{Jump, LiveChain};
 use super::{Iptables, Variant};
 use crate::backend::Backend;
 use crate::config::{Config, Options};
-use crate::plan::{decide, plan, Action, Decision, Origin, PlanOptions, Ruleset};
+use crate::plan::{decide, plan, Action, Decision, DecisionOrigin, PlanOptions, Ruleset};
 use ipnet::{IpNet, Ipv4Net};
 use proptest::prelude::*;
 use std::borrow::Cow;
@@ -42,9 +42,9 @@ fn decisions() -> impl Strategy<Value = Vec<Decision>> {
                     Action::Masquerade
                 },
                 origin: if keep {
-                    Origin::NonMasqueradeCidr { index }
+                    DecisionOrigin::NonMasqueradeCidr { index }
                 } else {
-                    Origin::ForceMasqueradeCidr { index }
+                    DecisionOrigin::ForceMasqueradeCidr { index }
                 },
             })
             .collect()
