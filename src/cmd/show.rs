@@ -698,10 +698,10 @@ fn sync_verdict(
 ) -> SyncVerdict {
     let backend = node.backend();
     let (plan, _) = plan_options(&node.flags, backend);
-    let (plan, output_address_fallback) = super::node_egress(plan, &judgement.config);
+    let (egress, output_address_fallback) = super::node_egress(&plan, &judgement.config);
     let mut differences = Vec::new();
     for family in crate::plan::families(&plan, &judgement.config) {
-        let desired = plan_family(&judgement.config, &plan, family);
+        let desired = plan_family(&judgement.config, &plan, &egress, family);
         let live = lives
             .iter()
             .find(|(f, _)| *f == family)

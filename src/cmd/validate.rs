@@ -242,7 +242,11 @@ impl ConfigReport {
 /// What each backend writes for `config` (with the agent's default flags) and the agent's
 /// estimated peak memory applying it, by backend name.
 fn estimates(config: &Config) -> std::collections::BTreeMap<String, crate::backend::Estimate> {
-    let rulesets = crate::plan::plan(config, &crate::plan::PlanOptions::default());
+    let rulesets = crate::plan::plan(
+        config,
+        &crate::plan::PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+    );
     crate::backend::select::every_backend()
         .iter()
         .map(|b| {

@@ -246,14 +246,11 @@ mod tests {
         let config = crate::config::check_text(yaml, &Options::default())
             .into_config()
             .expect("a valid config");
-        let options = PlanOptions {
-            egress: crate::plan::ResolvedEgress {
-                v4: egress,
-                ..Default::default()
-            },
-            ..PlanOptions::default()
+        let egress = crate::plan::ResolvedEgress {
+            v4: egress,
+            ..Default::default()
         };
-        plan_family(&config, &options, Family::V4)
+        plan_family(&config, &PlanOptions::default(), &egress, Family::V4)
     }
 
     fn flow(protocol: u8, source: &str, destination: &str, reply_destination: &str) -> Flow {
@@ -468,7 +465,12 @@ mod tests {
             config.non_masquerade_cidrs = (0..rng.below(12)).map(|_| rng.net(Family::V4)).collect();
             config.force_masquerade_cidrs =
                 (0..rng.below(6)).map(|_| rng.net(Family::V4)).collect();
-            let ruleset = plan_family(&config, &PlanOptions::default(), Family::V4);
+            let ruleset = plan_family(
+                &config,
+                &PlanOptions::default(),
+                &crate::plan::ResolvedEgress::default(),
+                Family::V4,
+            );
             let planned = Planned::new(&ruleset);
             for _ in 0..50 {
                 let (src, dst) = (rng.addr(Family::V4), rng.addr(Family::V4));

@@ -147,10 +147,19 @@ pub(crate) mod tests {
         config
     }
 
+    /// One of the golden files' egress cases: what it is planned from.
+    pub(crate) struct EgressCase {
+        pub label: String,
+        pub config: Config,
+        /// The flags (IPv6 on).
+        pub options: PlanOptions,
+        /// The output addresses as a node holding them resolves them.
+        pub egress: crate::plan::ResolvedEgress,
+    }
+
     /// The golden files' egress cases (`outputAddress` resolved on a node, `outputInterfaces`,
-    /// both; over the extension config, with and without `--to-ports`): a label, the config
-    /// and the plan options, IPv6 on.
-    pub(crate) fn egress_cases() -> Vec<(String, Config, PlanOptions)> {
+    /// both; over the extension config, with and without `--to-ports`).
+    pub(crate) fn egress_cases() -> Vec<EgressCase> {
         let snat = crate::plan::ResolvedEgress {
             v4: Some("203.0.113.9".parse().unwrap()),
             v6: Some("2001:db8:f0::9".parse().unwrap()),
@@ -184,10 +193,14 @@ pub(crate) mod tests {
                 let options = PlanOptions {
                     to_ports: to_ports.parse().unwrap(),
                     enable_ipv6: true,
-                    egress: resolved,
                     ..PlanOptions::default()
                 };
-                cases.push((format!("{label} to-ports={to_ports:?}"), config, options));
+                cases.push(EgressCase {
+                    label: format!("{label} to-ports={to_ports:?}"),
+                    config,
+                    options,
+                    egress: resolved,
+                });
             }
         }
         cases
@@ -414,10 +427,9 @@ pub(crate) mod tests {
             let config = random_config(&mut rng, family);
             let options = PlanOptions {
                 enable_ipv6: true,
-                egress: node_egress(&config),
                 ..PlanOptions::default()
             };
-            let set = plan(&config, &options)
+            let set = plan(&config, &options, &node_egress(&config))
                 .into_iter()
                 .find(|s| s.family == family)
                 .unwrap();
@@ -474,6 +486,7 @@ pub(crate) mod tests {
         plan(
             &Config::defaults(&Options::default()),
             &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
         )
         .remove(0)
     }
@@ -532,7 +545,7 @@ pub(crate) mod tests {
                 enable_ipv6: true,
                 ..PlanOptions::default()
             };
-            let set = plan(&config, &options)
+            let set = plan(&config, &options, &crate::plan::ResolvedEgress::default())
                 .into_iter()
                 .find(|s| s.family == family)
                 .unwrap();

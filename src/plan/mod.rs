@@ -195,7 +195,8 @@ impl Ruleset {
     }
 }
 
-/// The agent flags that shape the rules.
+/// The agent flags that shape the rules. Only flags: what the plan knows of the node (the
+/// output addresses resolved on it, a [`ResolvedEgress`]) is an input of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanOptions {
     pub chain: ChainName,
@@ -203,8 +204,6 @@ pub struct PlanOptions {
     pub random_fully: bool,
     pub to_ports: ToPorts,
     pub enable_ipv6: bool,
-    /// The output addresses resolved on this node (the agent's, at each pass).
-    pub egress: ResolvedEgress,
 }
 
 impl Default for PlanOptions {
@@ -214,7 +213,6 @@ impl Default for PlanOptions {
             random_fully: true,
             to_ports: ToPorts::default(),
             enable_ipv6: false,
-            egress: ResolvedEgress::default(),
         }
     }
 }
@@ -243,7 +241,14 @@ pub fn families(options: &PlanOptions, config: &Config) -> Vec<Family> {
 /// Forced CIDRs add masquerade decisions, and then every decision is ordered longest prefix
 /// first; without them upstream's order stands, so upstream's rules are written byte for byte.
 /// `masqueradeSourceCIDRs` of the family scope the entry (none of the family: unscoped).
-pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ruleset {
+/// `egress` is the node's fact: the output addresses resolved on it (none resolved: a
+/// configured output address stays `Unresolved`, which no backend writes).
+pub fn plan_family(
+    config: &Config,
+    options: &PlanOptions,
+    egress: &ResolvedEgress,
+    family: Family,
+) -> Ruleset {
     let mut decisions = Vec::new();
     let masq_link_local = match family {
         Family::V4 => config.masq_link_local,
@@ -301,7 +306,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
         masquerade: MasqueradeRequest {
             ports: options.to_ports.shares(),
             random_fully: options.random_fully,
-            egress: egress_of(config, options, family),
+            egress: egress_of(config, egress, family),
         },
     }
 }
@@ -310,22 +315,23 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
 /// config names one (and it is one the config admits); masquerade when it names none, or
 /// when the node holds no address it names (never SNAT to an address the node lacks: the
 /// replies would go elsewhere).
-fn egress_of(config: &Config, options: &PlanOptions, family: Family) -> Egress {
+fn egress_of(config: &Config, egress: &ResolvedEgress, family: Family) -> Egress {
     let Some(target) = config.output_address_of(family == Family::V6) else {
         return Egress::Masquerade;
     };
-    match options.egress.of(family) {
+    match egress.of(family) {
         Some(address) if target.admits(address) => Egress::Snat(address),
-        _ if options.egress.falls_back(family) => Egress::Masquerade,
+        _ if egress.falls_back(family) => Egress::Masquerade,
         _ => Egress::Unresolved(target),
     }
 }
 
-/// Plans every managed family.
-pub fn plan(config: &Config, options: &PlanOptions) -> Vec<Ruleset> {
+/// Plans every managed family: the config, the flags, and the node's resolved output
+/// addresses (see [`plan_family`]).
+pub fn plan(config: &Config, options: &PlanOptions, egress: &ResolvedEgress) -> Vec<Ruleset> {
     families(options, config)
         .into_iter()
-        .map(|f| plan_family(config, options, f))
+        .map(|f| plan_family(config, options, egress, f))
         .collect()
 }
 
@@ -337,7 +343,7 @@ mod tests {
     #[test]
     fn default_plan_is_upstreams_order() {
         let config = Config::defaults(&Options::default());
-        let sets = plan(&config, &PlanOptions::default());
+        let sets = plan(&config, &PlanOptions::default(), &ResolvedEgress::default());
         assert_eq!(sets.len(), 1);
         let dests: Vec<String> = sets[0].non_masquerade().map(ToString::to_string).collect();
         assert_eq!(
@@ -372,7 +378,7 @@ mod tests {
             enable_ipv6: true,
             ..PlanOptions::default()
         };
-        let sets = plan(&config, &options);
+        let sets = plan(&config, &options, &ResolvedEgress::default());
         let v4: Vec<String> = sets[0].non_masquerade().map(ToString::to_string).collect();
         let v6: Vec<String> = sets[1].non_masquerade().map(ToString::to_string).collect();
         assert_eq!(v4, ["10.0.0.0/8", "10.0.0.0/8"]);
@@ -394,7 +400,12 @@ mod tests {
             to_ports: "1024-29999,32768-65535".parse().unwrap(),
             ..PlanOptions::default()
         };
-        let set = plan_family(&Config::defaults(&Options::default()), &options, Family::V4);
+        let set = plan_family(
+            &Config::defaults(&Options::default()),
+            &options,
+            &ResolvedEgress::default(),
+            Family::V4,
+        );
         assert_eq!(set.masquerade.ports.len(), 2);
         assert_eq!(set.masquerade.ports[0].taken, 28976);
         assert_eq!(set.masquerade.ports[1].range.to_string(), "32768-65535");

@@ -248,7 +248,7 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
     let limit = inputs.node.memory_limit?;
     let usable = limit / 100 * memory::USABLE_PERCENT;
     let backend = inputs.backend;
-    let rulesets = crate::plan::plan(config, &inputs.node.plan_options(inputs.flags));
+    let rulesets = crate::plan::plan(config, inputs.flags, &inputs.node.egress);
     let estimate = crate::backend::Estimate::of(backend, &rulesets);
     if estimate.peak <= usable {
         return None;

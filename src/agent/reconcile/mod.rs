@@ -705,7 +705,12 @@ mod tests {
         )
         .into_config()
         .expect("a valid config");
-        crate::plan::plan_family(&config, &PlanOptions::default(), Family::V4)
+        crate::plan::plan_family(
+            &config,
+            &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
+            Family::V4,
+        )
     }
 
     #[test]

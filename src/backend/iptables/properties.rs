@@ -107,7 +107,8 @@ proptest! {
         foreign in prop::collection::vec((any::<usize>(), net(), any::<bool>()), 0..3),
         packets in prop::collection::vec((any::<u32>(), any::<u32>()), 1..24),
     ) {
-        let base = plan(&Config::defaults(&Options::default()), &PlanOptions::default())
+        let no_egress = crate::plan::ResolvedEgress::default();
+        let base = plan(&Config::defaults(&Options::default()), &PlanOptions::default(), &no_egress)
             .remove(0);
         let intended = with_decisions(&base, original.clone());
         let live_set = with_decisions(&base, damaged(&original, &damage));

@@ -35,7 +35,8 @@ proptest! {
     ) {
         let mut config = Config::defaults(&Options::default());
         config.non_masquerade_cidrs = cidrs.iter().map(|n| IpNet::V4(*n)).collect();
-        let desired = plan_family(&config, &PlanOptions::default(), Family::V4);
+        let no_egress = crate::plan::ResolvedEgress::default();
+        let desired = plan_family(&config, &PlanOptions::default(), &no_egress, Family::V4);
         let table = DesiredTable::new(&desired).expect("a table");
         let mut live = LiveTable::written(&table);
         for index in &deleted {

@@ -27,7 +27,12 @@ fn desired() -> Ruleset {
     config
         .non_masquerade_cidrs
         .extend(["10.0.0.0/8", "100.64.0.0/10"].map(|c| c.parse::<ipnet::IpNet>().unwrap()));
-    plan_family(&config, &PlanOptions::default(), Family::V4)
+    plan_family(
+        &config,
+        &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+        Family::V4,
+    )
 }
 
 fn backend(kernel: &FakeKernel) -> Nftables {
@@ -478,7 +483,11 @@ fn both_families_apply_and_read_back_in_sync() {
     };
     let kernel = FakeKernel::new();
     let nft = backend(&kernel);
-    for want in plan(&Config::defaults(&Options::default()), &options) {
+    for want in plan(
+        &Config::defaults(&Options::default()),
+        &options,
+        &crate::plan::ResolvedEgress::default(),
+    ) {
         nft.sync(&want, false).unwrap();
         assert_eq!(
             drift_left(&kernel, &want),
