@@ -1,6 +1,7 @@
-//! The admission stage of a pass: what the source read becomes the config in force when it
-//! is valid and fits the agent's memory limit, or is refused (once logged and counted per
-//! reason) while the last good config stays in force.
+//! The admission stage of a pass: the bytes the source read are parsed and checked here
+//! (within the per-file parse budget), and the config they make becomes the config in force
+//! when it is valid and fits the agent's memory limit, or is refused (once logged and counted
+//! per reason) while the last good config stays in force.
 
 use super::node_facts::NodeFacts;
 use super::source::SourceRead;
@@ -29,10 +30,11 @@ pub struct AdmissionCounts {
     pub non_masquerade_cidrs: usize,
 }
 
-/// What a config is judged with besides itself: the backend that would write it (its memory
-/// model), the flags and the node facts it would be planned with.
+/// What a config is judged with besides itself: how to parse and check it, the backend that
+/// would write it (its memory model), the flags and the node facts it would be planned with.
 pub struct AdmissionInputs<'a> {
     pub label: &'a str,
+    pub options: &'a config::Options,
     pub backend: &'a dyn Backend,
     pub flags: &'a PlanOptions,
     pub node: &'a NodeFacts,
@@ -115,12 +117,13 @@ impl Admission {
         self.memory_refusal.as_ref()
     }
 
-    /// Judges what the source read; the config in force changes only to a valid one.
+    /// Parses and checks what the source read, and judges it; the config in force changes
+    /// only to a valid one.
     pub fn admit(&mut self, read: SourceRead, inputs: &AdmissionInputs) {
         let path = inputs.label;
         let loaded = match read {
             SourceRead::Nothing => return,
-            SourceRead::Loaded(loaded) => *loaded,
+            SourceRead::Read(text) => text.check(inputs.options),
             SourceRead::Unreadable(message) => {
                 let kept = (
                     "keeping the rules of the last good config",
