@@ -115,9 +115,9 @@ impl StatusSink for StateFileSink {
         let reconciler = done.reconciler;
         if let Some(origin) = reconciler.config_origin() {
             self.state.config_source = match origin {
-                crate::config::Origin::Defaults => "defaults".into(),
-                crate::config::Origin::File => "file".into(),
-                crate::config::Origin::Dir => "merged files".into(),
+                crate::config::ConfigOrigin::Defaults => "defaults".into(),
+                crate::config::ConfigOrigin::File => "file".into(),
+                crate::config::ConfigOrigin::Dir => "merged files".into(),
             };
         }
         self.state.rules.enable_ipv6 = reconciler.ipv6_managed();

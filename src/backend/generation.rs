@@ -98,6 +98,7 @@ mod tests {
         let ruleset = crate::plan::plan(
             &crate::config::Config::defaults(&crate::config::Options::default()),
             &crate::plan::PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
         )
         .remove(0);
         let mut gate = Gate::default();

@@ -467,7 +467,7 @@ pub(crate) fn port_range(text: &str) -> Option<(u16, u16)> {
 
 /// What a live rule does with a packet it matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum RuleVerdict {
     /// The source address is kept (iptables RETURN, nftables return).
     Keep,
     /// The source is rewritten: to the outgoing interface's address (MASQUERADE), or to
@@ -491,7 +491,7 @@ pub struct LiveRule {
     /// 1-based position.
     pub number: usize,
     pub matches: Matches,
-    pub verdict: Verdict,
+    pub verdict: RuleVerdict,
     pub comment: Option<String>,
     pub counters: Option<Counters>,
     /// The rule in the backend's own text.
@@ -515,7 +515,7 @@ pub struct EntryJump {
 /// How traffic reaches our rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case", rename_all_fields = "camelCase")]
-pub enum Entry {
+pub enum HookStatus {
     /// Nothing sends traffic to our rules.
     NotHooked,
     /// Hooked once; local destinations skip our rules or do not.
@@ -604,11 +604,11 @@ enum BeforeEffect {
     Unknown,
 }
 
-fn before_effect(verdict: &Verdict) -> BeforeEffect {
+fn before_effect(verdict: &RuleVerdict) -> BeforeEffect {
     match verdict {
-        Verdict::Masquerade { .. } => BeforeEffect::Rewrites,
-        Verdict::Keep => BeforeEffect::Keeps,
-        Verdict::Foreign(text) => match text.split_whitespace().next().unwrap_or_default() {
+        RuleVerdict::Masquerade { .. } => BeforeEffect::Rewrites,
+        RuleVerdict::Keep => BeforeEffect::Keeps,
+        RuleVerdict::Foreign(text) => match text.split_whitespace().next().unwrap_or_default() {
             "SNAT" | "snat" | "MASQUERADE" | "masquerade" => BeforeEffect::Rewrites,
             "ACCEPT" | "accept" | "RETURN" | "return" => BeforeEffect::Keeps,
             _ => BeforeEffect::Unknown,
@@ -632,13 +632,13 @@ pub enum LiveReason {
 
 impl Inspection {
     /// How traffic reaches our rules.
-    pub fn entry(&self) -> Entry {
+    pub fn entry(&self) -> HookStatus {
         let skips_local =
             !self.entry_jumps.is_empty() && self.entry_jumps.iter().all(|j| j.skips_local);
         match self.entry_jumps.len() {
-            0 => Entry::NotHooked,
-            1 => Entry::Hooked { skips_local },
-            copies => Entry::HookedMoreThanOnce {
+            0 => HookStatus::NotHooked,
+            1 => HookStatus::Hooked { skips_local },
+            copies => HookStatus::HookedMoreThanOnce {
                 copies,
                 skips_local,
             },
@@ -699,9 +699,9 @@ impl Inspection {
             return keep(LiveReason::NotInstalled);
         }
         match self.entry() {
-            Entry::NotHooked => return keep(LiveReason::NoEntryJump),
-            Entry::Hooked { skips_local: true }
-            | Entry::HookedMoreThanOnce {
+            HookStatus::NotHooked => return keep(LiveReason::NoEntryJump),
+            HookStatus::Hooked { skips_local: true }
+            | HookStatus::HookedMoreThanOnce {
                 skips_local: true, ..
             } if local => return keep(LiveReason::LocalDestination),
             _ => {}
@@ -709,9 +709,9 @@ impl Inspection {
         let mut unjudged = Vec::new();
         for (index, rule) in self.rules.iter().enumerate() {
             let action = match rule.verdict {
-                Verdict::Keep => Action::KeepSource,
-                Verdict::Masquerade { .. } => Action::Masquerade,
-                Verdict::Foreign(_) => {
+                RuleVerdict::Keep => Action::KeepSource,
+                RuleVerdict::Masquerade { .. } => Action::Masquerade,
+                RuleVerdict::Foreign(_) => {
                     unjudged.push(index);
                     continue;
                 }

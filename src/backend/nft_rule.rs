@@ -2,7 +2,7 @@
 //! neutral matches and verdict, for the rules of any table: ours (the nftables backend) and
 //! the nat chains of others that run before ours (`nat_before`).
 
-use super::{AddressMatch, Counters, Matches, Verdict, Weight};
+use super::{AddressMatch, Counters, Matches, RuleVerdict, Weight};
 use crate::netlink::nf_tables::read::RuleReading;
 use crate::netlink::nf_tables::statement::{self, Stmt};
 use ipnet::IpNet;
@@ -32,7 +32,7 @@ pub(crate) fn live_rule(rule: &RuleReading) -> LiveRuleSpec {
 }
 
 /// A rewrite, before its details are read.
-const REWRITES: Verdict = Verdict::Masquerade {
+const REWRITES: RuleVerdict = RuleVerdict::Masquerade {
     snat_to: None,
     ports: None,
     weight: None,
@@ -48,7 +48,7 @@ fn quoted_interface(word: &str) -> Option<crate::config::egress::InterfacePatter
 /// A rule's canonical statements taken apart.
 pub(crate) struct Described {
     pub matches: Matches,
-    pub verdict: Verdict,
+    pub verdict: RuleVerdict,
     /// `daddr @nomasq`: the rule stands for one rule per element of that set of ours.
     pub set_lookup: Option<String>,
 }
@@ -113,7 +113,7 @@ pub(crate) fn describe(statements: &str, is_our_set: &dyn Fn(&str) -> bool) -> D
             },
             ["counter", ..] => Some(1),
             ["return", ..] => {
-                verdict = Some(Verdict::Keep);
+                verdict = Some(RuleVerdict::Keep);
                 Some(1)
             }
             ["oifname", name, ..] => quoted_interface(name).map(|pattern| {
@@ -144,7 +144,7 @@ pub(crate) fn describe(statements: &str, is_our_set: &dyn Fn(&str) -> bool) -> D
         match taken {
             Some(n) => i += n,
             None if verdict.is_none() && is_statement(words[i]) => {
-                verdict = Some(Verdict::Foreign(words[i..].join(" ")));
+                verdict = Some(RuleVerdict::Foreign(words[i..].join(" ")));
                 break;
             }
             None => {
@@ -154,14 +154,14 @@ pub(crate) fn describe(statements: &str, is_our_set: &dyn Fn(&str) -> bool) -> D
         }
     }
     let verdict = match verdict {
-        Some(Verdict::Masquerade { .. }) => Verdict::Masquerade {
+        Some(RuleVerdict::Masquerade { .. }) => RuleVerdict::Masquerade {
             snat_to,
             ports,
             weight,
             fully_random,
         },
         Some(verdict) => verdict,
-        None => Verdict::Foreign("no verdict".into()),
+        None => RuleVerdict::Foreign("no verdict".into()),
     };
     Described {
         matches,
@@ -231,12 +231,12 @@ mod tests {
         let ours = describe("ip daddr @nomasq return", &|name| name == "nomasq");
         assert_eq!(ours.set_lookup.as_deref(), Some("nomasq"));
         assert!(ours.matches.unjudged.is_empty(), "{:?}", ours.matches);
-        assert_eq!(ours.verdict, Verdict::Keep);
+        assert_eq!(ours.verdict, RuleVerdict::Keep);
 
         // Another table's set of the same name is none of ours: its words stay unjudged.
         let theirs = describe("ip daddr @nomasq return", &|_| false);
         assert_eq!(theirs.set_lookup, None);
         assert_eq!(theirs.matches.unjudged, ["ip", "daddr", "@nomasq"]);
-        assert_eq!(theirs.verdict, Verdict::Keep);
+        assert_eq!(theirs.verdict, RuleVerdict::Keep);
     }
 }

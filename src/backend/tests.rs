@@ -55,7 +55,7 @@ fn estimate(id: BackendId, config: &Config) -> Estimate {
 }
 
 fn estimate_with(id: BackendId, config: &Config, options: &PlanOptions) -> Estimate {
-    let rulesets = plan(config, options);
+    let rulesets = plan(config, options, &crate::plan::ResolvedEgress::default());
     let backends = select::every_backend();
     let backend = backends.iter().find(|b| b.id() == id).expect("a backend");
     Estimate::of(backend.as_ref(), &rulesets)

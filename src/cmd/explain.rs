@@ -12,13 +12,15 @@
 //! contradictingTotal, contradicting}, conntrackUnavailable?}`, where `outcome` is
 //! `masquerade`, `keep-source` or `disagreement`.
 
-use super::node::{Judgement, Node, Query};
+use super::node::{Judgement, Query, ResolvedNode};
 use super::Exit;
 use crate::backend::{LiveReason, LiveVerdict};
 use crate::cli::{ExplainArgs, OutputFormat};
 use crate::config::{Config, ConfigSource, ListName, DEFAULT_CONFIG_PATH};
 use crate::output::{printable, to_json, to_yaml, Styler};
-use crate::plan::{decide, plan_family, Action, Family, Origin, PlanOptions, Reason};
+use crate::plan::{
+    decide, plan_family, Action, DecisionOrigin, Family, PlanOptions, Reason, ResolvedEgress,
+};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -141,11 +143,11 @@ fn source_address(given: Option<IpAddr>, config: &Config, family: Family) -> Opt
 fn config_answer(
     config: &Config,
     source_name: String,
-    plan: &PlanOptions,
+    plan: &PlanOnNode,
     family: Family,
     (src, dst, interface): (IpAddr, IpAddr, Option<&str>),
 ) -> ConfigAnswer {
-    let ruleset = plan_family(config, plan, family);
+    let ruleset = plan_family(config, &plan.options, &plan.egress, family);
     let verdict = match interface {
         Some(interface) => crate::plan::decide_leaving(&ruleset, src, dst, interface),
         None => decide(&ruleset, src, dst),
@@ -153,15 +155,15 @@ fn config_answer(
     let decision = match verdict.decision.map(|i| &ruleset.decisions[i]) {
         Some(d) => {
             let (list, written) = match d.origin {
-                Origin::LinkLocal => (
+                DecisionOrigin::LinkLocal => (
                     "link-local".to_string(),
                     "built in (masqLinkLocal is false)".to_string(),
                 ),
-                Origin::NonMasqueradeCidr { index } => (
+                DecisionOrigin::NonMasqueradeCidr { index } => (
                     ListName::NonMasquerade.key().to_string(),
                     config.place(ListName::NonMasquerade, index).to_string(),
                 ),
-                Origin::ForceMasqueradeCidr { index } => (
+                DecisionOrigin::ForceMasqueradeCidr { index } => (
                     ListName::Force.key().to_string(),
                     config.place(ListName::Force, index).to_string(),
                 ),
@@ -213,7 +215,7 @@ fn is_local_address(addr: IpAddr) -> bool {
 }
 
 /// The node resolved once, and the config to judge against (its story said on stderr).
-fn resolve(args: &ExplainArgs) -> Result<(Node, Judgement), Exit> {
+fn resolve(args: &ExplainArgs) -> Result<(ResolvedNode, Judgement), Exit> {
     let given = match (&args.config_dir, &args.config) {
         (Some(dir), _) => Some(ConfigSource::Dir(dir.clone())),
         (None, Some(file)) => Some(ConfigSource::File(file.clone())),
@@ -227,7 +229,7 @@ fn resolve(args: &ExplainArgs) -> Result<(Node, Judgement), Exit> {
         config: given,
         fallback: Some(ConfigSource::File(DEFAULT_CONFIG_PATH.into())),
     };
-    let node = Node::resolve(&query);
+    let node = ResolvedNode::resolve(&query);
     let judgement = match node.judgement(&query)? {
         Some(judgement) => judgement,
         None => {
@@ -245,7 +247,7 @@ fn resolve(args: &ExplainArgs) -> Result<(Node, Judgement), Exit> {
 /// --enable-ipv6 no IPv6 rules exist and that a local destination never meets the rules.
 fn config_verdict(
     (config, described): (&Config, String),
-    plan: &PlanOptions,
+    plan: &PlanOnNode,
     (src, dst): (IpAddr, IpAddr),
     (local, interface): (bool, Option<&str>),
 ) -> ConfigAnswer {
@@ -254,7 +256,7 @@ fn config_verdict(
     } else {
         Family::V6
     };
-    let managed = family == Family::V4 || plan.enable_ipv6;
+    let managed = family == Family::V4 || plan.options.enable_ipv6;
     let mut answer = config_answer(config, described, plan, family, (src, dst, interface));
     if !managed {
         // Without --enable-ipv6 the agent writes no IPv6 rules at all.
@@ -285,21 +287,32 @@ fn config_verdict(
     answer
 }
 
+/// What the config is planned with on this node: the flags in force, and beside them (never
+/// in them) the node fact the plan takes, the output addresses resolved here.
+#[derive(Default)]
+struct PlanOnNode {
+    options: PlanOptions,
+    egress: ResolvedEgress,
+    /// Each family that masquerades because the node lacks its output address, and why.
+    fallback: Vec<(Family, String)>,
+}
+
 /// The plan the config is judged with on this node: the flags in force, and the output
 /// addresses resolved here, with why a family masquerades instead when the node lacks its.
-fn plan_on_node(
-    flags: &crate::cli::RuleFlags,
-    config: &Config,
-) -> (PlanOptions, Vec<(Family, String)>) {
-    let plan = PlanOptions {
+fn plan_on_node(flags: &crate::cli::RuleFlags, config: &Config) -> PlanOnNode {
+    let options = PlanOptions {
         chain: flags.masq_chain.clone(),
         random_fully: flags.random_fully,
         to_ports: flags.to_ports.clone(),
         // The config is judged with the flag already: its value is the one in force.
         enable_ipv6: config.enable_ipv6,
-        egress: crate::plan::ResolvedEgress::default(),
     };
-    super::node_egress(plan, config)
+    let (egress, fallback) = super::node_egress(&options, config);
+    PlanOnNode {
+        options,
+        egress,
+        fallback,
+    }
 }
 
 /// Runs `ipmasq explain`.
@@ -319,7 +332,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
         eprintln!("ipmasq explain: --from and DEST must be of the same IP family");
         return Exit::Usage;
     }
-    let (plan, fallback) = plan_on_node(&node.flags, config);
+    let plan = plan_on_node(&node.flags, config);
     let src = source_address(args.from, config, family);
     let packet_src = src.unwrap_or_else(|| unspecified(family));
     let local = is_local_address(dst);
@@ -331,9 +344,10 @@ pub fn run(args: &ExplainArgs) -> Exit {
         (local, interface.as_deref()),
     );
     if config_verdict.action == Action::Masquerade {
-        config_verdict.output_address_fallback = fallback
-            .into_iter()
-            .find_map(|(of, reason)| (of == family).then_some(reason));
+        config_verdict.output_address_fallback = plan
+            .fallback
+            .iter()
+            .find_map(|(of, reason)| (*of == family).then(|| reason.clone()));
     }
     let inspected = (!args.no_live).then(|| node.inspect(family));
     let (live, live_unavailable) = match &inspected {
@@ -363,7 +377,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
     let (conntrack, conntrack_unavailable) = if local || args.no_live {
         (None, None)
     } else {
-        let ruleset = plan_family(config, &plan, family);
+        let ruleset = plan_family(config, &plan.options, &plan.egress, family);
         flows_answer(
             (family, dst),
             inspected.as_ref(),
@@ -444,7 +458,7 @@ fn out_interface(
 /// The live rules' answer from the backend in use (the running agent's, when the mode is left
 /// to auto).
 fn live_answer(
-    node: &Node,
+    node: &ResolvedNode,
     inspection: &crate::backend::Inspection,
     src: IpAddr,
     (dst, local, interface): (IpAddr, bool, Option<&str>),
@@ -481,7 +495,7 @@ fn live_answer(
         }
     });
     let snat_to = match rule_index.map(|i| &inspection.rules[i].verdict) {
-        Some(crate::backend::Verdict::Masquerade { snat_to, .. }) => *snat_to,
+        Some(crate::backend::RuleVerdict::Masquerade { snat_to, .. }) => *snat_to,
         _ => None,
     };
     LiveAnswer {
@@ -653,7 +667,7 @@ mod tests {
         let config = config(
             "nonMasqueradeCIDRs: [10.0.0.0/8, 10.8.1.0/24]\nforceMasqueradeCIDRs:\n  - 10.8.0.0/16\n",
         );
-        let plan = PlanOptions::default();
+        let plan = PlanOnNode::default();
         let ask = |dst: &str| {
             config_answer(
                 &config,
@@ -691,7 +705,7 @@ mod tests {
         let answer = config_answer(
             &config,
             "cfg".into(),
-            &PlanOptions::default(),
+            &PlanOnNode::default(),
             Family::V4,
             (
                 "192.168.5.5".parse().unwrap(),

@@ -86,31 +86,31 @@ pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, O
             random_fully,
             to_ports: flags.to_ports.clone(),
             enable_ipv6: flags.config_flags.ipv6(),
-            egress: crate::plan::ResolvedEgress::default(),
         },
         note,
     )
 }
 
-/// `plan` with the config's output addresses resolved against this machine's addresses, as
+/// The node fact the plan takes besides the config and the flags: the config's output
+/// addresses (of the families `options` manage) resolved against this machine's addresses, as
 /// the agent resolves them; left unresolved (described, never written) when this machine
-/// holds none the config names or its addresses cannot be read.
-pub fn with_node_egress(plan: PlanOptions, config: &crate::config::Config) -> PlanOptions {
-    node_egress(plan, config).0
-}
-
-/// [`with_node_egress`], and for each family whose output address this node holds no
-/// address of, why it masquerades instead (what the agent does and says).
+/// holds none the config names or its addresses cannot be read. With it, for each family
+/// whose output address this node holds no address of, why it masquerades instead (what the
+/// agent does and says).
 pub fn node_egress(
-    mut plan: PlanOptions,
+    options: &PlanOptions,
     config: &crate::config::Config,
-) -> (PlanOptions, Vec<(crate::plan::Family, String)>) {
-    let families = crate::plan::families(&plan, config);
+) -> (
+    crate::plan::ResolvedEgress,
+    Vec<(crate::plan::Family, String)>,
+) {
+    let families = crate::plan::families(options, config);
+    let mut egress = crate::plan::ResolvedEgress::default();
     let mut fallback = Vec::new();
     if crate::plan::egress::names_output_address(config, &families) {
         if let Ok(addresses) = crate::addresses::node_addresses() {
             let resolution = crate::plan::egress::on_node(config, &families, &addresses);
-            plan.egress = resolution.egress;
+            egress = resolution.egress;
             fallback = resolution
                 .lost
                 .iter()
@@ -118,7 +118,7 @@ pub fn node_egress(
                 .collect();
         }
     }
-    (plan, fallback)
+    (egress, fallback)
 }
 
 /// Why `family` masquerades although the config names an output address: said alike by the

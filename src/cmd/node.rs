@@ -29,7 +29,7 @@ pub struct Query<'a> {
 }
 
 /// The node as resolved once.
-pub struct Node {
+pub struct ResolvedNode {
     pub agent: AgentLookup,
     /// The flags the rules are judged with: the running agent's, unless a config was given.
     pub flags: RuleFlags,
@@ -127,9 +127,9 @@ fn agent_config_source(agent: &AgentState) -> ConfigSource {
     }
 }
 
-impl Node {
+impl ResolvedNode {
     /// Resolves the node for `query`: one read of the state directory.
-    pub fn resolve(query: &Query<'_>) -> Node {
+    pub fn resolve(query: &Query<'_>) -> ResolvedNode {
         let state_dir = state_dir(query.state_dir);
         let agent = find_agent(&state_dir);
         let judged_by_agent = agent.running().filter(|_| query.config.is_none());
@@ -137,7 +137,7 @@ impl Node {
             .and_then(|a| agent_flags(a, query.rules))
             .unwrap_or_else(|| query.rules.clone());
         let selected = backend_for(query.backend, agent.running());
-        Node {
+        ResolvedNode {
             agent,
             flags,
             selected,

@@ -7,11 +7,13 @@
 //! protocol, toPorts, randomFully, probability, comment, other, packets, bytes, rule}]}],
 //! sync: null | {config, inSync, differences: [{family, kind, position, detail}]}}`.
 
-use super::node::{inspect, Judgement, Node, Query};
+use super::node::{inspect, Judgement, Query, ResolvedNode};
 use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState};
 use crate::backend::select::{every_backend, sweep};
-use crate::backend::{Backend, BackendId, Difference, Entry, Inspection, LiveRule, Verdict};
+use crate::backend::{
+    Backend, BackendId, Difference, HookStatus, Inspection, LiveRule, RuleVerdict,
+};
 use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
 use crate::config;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
@@ -62,7 +64,7 @@ pub struct FamilyReport {
     pub family: String,
     pub installed: bool,
     /// How traffic reaches our rules: `{"hooked": {"skipsLocal": true}}`, `"not-hooked"`, …
-    pub entry: Entry,
+    pub entry: HookStatus,
     /// What a packet meets at the same hook before our rules.
     pub before: Vec<BeforeReport>,
     pub jump: JumpReport,
@@ -128,11 +130,11 @@ impl RuleWords {
             ..RuleWords::default()
         };
         match &rule.verdict {
-            Verdict::Keep => {
+            RuleVerdict::Keep => {
                 words.verdict = "keep";
                 words.action = "RETURN".into();
             }
-            Verdict::Masquerade {
+            RuleVerdict::Masquerade {
                 snat_to,
                 ports,
                 weight,
@@ -153,7 +155,7 @@ impl RuleWords {
                 words.probability = weight.map(|w| format!("{:.11}", w.share()));
                 words.random_fully = *fully_random;
             }
-            Verdict::Foreign(what) => {
+            RuleVerdict::Foreign(what) => {
                 words.verdict = "foreign";
                 words.action = what.clone();
             }
@@ -454,8 +456,8 @@ fn entry_text(backend: BackendId, family: &FamilyReport, style: &Styler) -> Stri
 fn iptables_entry_text(family: &FamilyReport, style: &Styler) -> String {
     let jump = &family.jump;
     match family.entry {
-        Entry::NotHooked => style.error("no POSTROUTING jump to this chain"),
-        Entry::Hooked { skips_local } => {
+        HookStatus::NotHooked => style.error("no POSTROUTING jump to this chain"),
+        HookStatus::Hooked { skips_local } => {
             let at = format!(
                 "POSTROUTING jumps here at rule {} of {}",
                 jump.positions.first().copied().unwrap_or(0),
@@ -469,7 +471,7 @@ fn iptables_entry_text(family: &FamilyReport, style: &Styler) -> String {
                 ))
             }
         }
-        Entry::HookedMoreThanOnce { copies, .. } => style.warning(&format!(
+        HookStatus::HookedMoreThanOnce { copies, .. } => style.warning(&format!(
             "POSTROUTING jumps here {copies} times, at rules {:?} of {}",
             jump.positions, jump.postrouting_rules
         )),
@@ -479,17 +481,17 @@ fn iptables_entry_text(family: &FamilyReport, style: &Styler) -> String {
 /// How our nftables chain is hooked at postrouting.
 fn nftables_entry_text(family: &FamilyReport, style: &Styler) -> String {
     match family.entry {
-        Entry::NotHooked => {
+        HookStatus::NotHooked => {
             style.error("the chain is not hooked at postrouting: nothing sends traffic to our rules")
         }
-        Entry::Hooked { skips_local: true }
-        | Entry::HookedMoreThanOnce {
+        HookStatus::Hooked { skips_local: true }
+        | HookStatus::HookedMoreThanOnce {
             skips_local: true, ..
         } => {
             "hooked at postrouting; local destinations leave first".to_string()
         }
-        Entry::Hooked { skips_local: false }
-        | Entry::HookedMoreThanOnce {
+        HookStatus::Hooked { skips_local: false }
+        | HookStatus::HookedMoreThanOnce {
             skips_local: false, ..
         } => style.error(
             "hooked at postrouting, but `fib daddr type local return` is not the first rule: local destinations are masqueraded too",
@@ -595,7 +597,7 @@ pub fn run(args: &ShowArgs) -> Exit {
         config: args.config.clone().map(config::ConfigSource::File),
         fallback: None,
     };
-    let node = Node::resolve(&query);
+    let node = ResolvedNode::resolve(&query);
     let backend = node.backend();
     let mut lives = Vec::new();
     for family in Family::ALL {
@@ -689,17 +691,17 @@ fn elsewhere(backend: &dyn Backend, flags: &RuleFlags) -> Vec<Elsewhere> {
 
 /// The live rules judged against a config: every difference, per planned family.
 fn sync_verdict(
-    node: &Node,
+    node: &ResolvedNode,
     judgement: &Judgement,
     lives: &[(Family, Inspection)],
     config_given: bool,
 ) -> SyncVerdict {
     let backend = node.backend();
     let (plan, _) = plan_options(&node.flags, backend);
-    let (plan, output_address_fallback) = super::node_egress(plan, &judgement.config);
+    let (egress, output_address_fallback) = super::node_egress(&plan, &judgement.config);
     let mut differences = Vec::new();
     for family in crate::plan::families(&plan, &judgement.config) {
-        let desired = plan_family(&judgement.config, &plan, family);
+        let desired = plan_family(&judgement.config, &plan, &egress, family);
         let live = lives
             .iter()
             .find(|(f, _)| *f == family)
@@ -753,7 +755,7 @@ mod tests {
                 }),
                 ..Matches::default()
             },
-            verdict: Verdict::Keep,
+            verdict: RuleVerdict::Keep,
             comment: Some("ip-masq-agent: local traffic is not subject to MASQUERADE".into()),
             counters: None,
             text: String::new(),
@@ -767,7 +769,7 @@ mod tests {
                 protocols: protocol.map(|p| vec![p.to_string()]).unwrap_or_default(),
                 ..Matches::default()
             },
-            verdict: Verdict::Masquerade {
+            verdict: RuleVerdict::Masquerade {
                 snat_to: None,
                 ports,
                 weight,

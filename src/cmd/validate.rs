@@ -41,13 +41,13 @@ pub struct Report {
     pub valid: bool,
     pub errors: usize,
     pub warnings: usize,
-    pub results: Vec<Entry>,
+    pub results: Vec<ConfigReport>,
 }
 
 /// What a result describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum EntryKind {
+pub enum InputKind {
     Config,
     Configmap,
     Defaults,
@@ -105,9 +105,9 @@ pub struct ConfigMapRef {
 /// The verdict on one config.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Entry {
+pub struct ConfigReport {
     pub path: String,
-    pub kind: EntryKind,
+    pub kind: InputKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapRef>,
     /// For the `ip-masq*` keys of ConfigMaps merged as `--config-dir` merges them: each key
@@ -173,10 +173,10 @@ impl From<&Diagnostic> for JsonDiagnostic {
     }
 }
 
-impl Entry {
+impl ConfigReport {
     fn new(
         path: &str,
-        kind: EntryKind,
+        kind: InputKind,
         checked: Checked,
         strict: bool,
         source: Option<std::rc::Rc<String>>,
@@ -205,7 +205,7 @@ impl Entry {
             .sum();
         let valid = errors == 0 && config.is_some();
         let estimated = config.as_ref().filter(|_| valid).map(estimates);
-        Entry {
+        ConfigReport {
             path: path.to_string(),
             kind,
             config_map: None,
@@ -235,14 +235,18 @@ impl Entry {
             .strip_prefix(&format!("{path}: "))
             .unwrap_or(&message);
         let checked = Checked::rejected(vec![Diagnostic::error(Code::Io, reason)]);
-        Entry::new(path, EntryKind::Unreadable, checked, false, None)
+        ConfigReport::new(path, InputKind::Unreadable, checked, false, None)
     }
 }
 
 /// What each backend writes for `config` (with the agent's default flags) and the agent's
 /// estimated peak memory applying it, by backend name.
 fn estimates(config: &Config) -> std::collections::BTreeMap<String, crate::backend::Estimate> {
-    let rulesets = crate::plan::plan(config, &crate::plan::PlanOptions::default());
+    let rulesets = crate::plan::plan(
+        config,
+        &crate::plan::PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+    );
     crate::backend::select::every_backend()
         .iter()
         .map(|b| {
@@ -335,7 +339,7 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
 /// What one input gave: its entries, and the `ip-masq*` keys of its ConfigMaps, which the
 /// run merges across all its inputs (ip-masq-agent-v2 projects them into one directory).
 struct SourceFindings {
-    entries: Vec<Entry>,
+    entries: Vec<ConfigReport>,
     parts: Vec<manifest::ManifestPart>,
     source: std::rc::Rc<String>,
 }
@@ -355,9 +359,9 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
             // Every document of a manifest counts: one that cannot be read (broken, or past the
             // file's parse budget) may hold a ConfigMap, so the file cannot be called valid.
             if let Some(err) = &stream.trailing_error {
-                found.entries.push(Entry::new(
+                found.entries.push(ConfigReport::new(
                     path,
-                    EntryKind::Configmap,
+                    InputKind::Configmap,
                     Checked::rejected(vec![manifest::unreadable_document(err)]),
                     strict,
                     Some(source.clone()),
@@ -376,9 +380,9 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
                 Err(_) if !found.entries.is_empty() => {}
                 Err(diag) => {
                     let checked = Checked::rejected(vec![diag]);
-                    found.entries = vec![Entry::new(
+                    found.entries = vec![ConfigReport::new(
                         path,
-                        EntryKind::Configmap,
+                        InputKind::Configmap,
                         checked,
                         strict,
                         Some(source),
@@ -389,9 +393,9 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
         }
     }
     let checked = check_parsed(&source, &parsed, options);
-    found.entries = vec![Entry::new(
+    found.entries = vec![ConfigReport::new(
         path,
-        EntryKind::Config,
+        InputKind::Config,
         checked,
         strict,
         Some(source),
@@ -404,8 +408,8 @@ fn configmap_entry(
     cm: manifest::ConfigMapResult,
     strict: bool,
     source: Option<std::rc::Rc<String>>,
-) -> Entry {
-    let mut entry = Entry::new(path, EntryKind::Configmap, cm.checked, strict, source);
+) -> ConfigReport {
+    let mut entry = ConfigReport::new(path, InputKind::Configmap, cm.checked, strict, source);
     if cm.merged.is_empty() {
         entry.config_map = Some(ConfigMapRef {
             namespace: cm.namespace,
@@ -435,7 +439,7 @@ struct InputParts {
 }
 
 impl RunParts {
-    fn add(&mut self, path: &str, found: SourceFindings, results: &mut Vec<Entry>) {
+    fn add(&mut self, path: &str, found: SourceFindings, results: &mut Vec<ConfigReport>) {
         results.extend(found.entries);
         if !found.parts.is_empty() {
             self.inputs.push(InputParts {
@@ -447,7 +451,7 @@ impl RunParts {
         }
     }
 
-    fn merge_into(self, results: &mut Vec<Entry>, options: &Options, strict: bool) {
+    fn merge_into(self, results: &mut Vec<ConfigReport>, options: &Options, strict: bool) {
         let Some(at) = self.inputs.last().map(|i| i.results_end) else {
             return;
         };
@@ -474,7 +478,7 @@ impl RunParts {
 /// volume): the `ip-masq*` keys of their ConfigMaps and the `ip-masq*` plain config files,
 /// merged as the agent's `--config-dir` merges the files a projected volume makes of them.
 /// `None` when no file there is a manifest: the directory is read exactly as the agent does.
-fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<Entry>> {
+fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<ConfigReport>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
@@ -533,7 +537,7 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<E
         }
     }
     let merged = manifest::merge_parts(&parts, options);
-    let mut entry = Entry::new(&label, EntryKind::Merged, merged.checked, strict, None);
+    let mut entry = ConfigReport::new(&label, InputKind::Merged, merged.checked, strict, None);
     entry.entries = entry.effective.as_ref().map(MergedEntry::of);
     results.push(entry);
     Some(results)
@@ -541,15 +545,15 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<E
 
 /// Nothing on standard input: in `kubectl get cm … | ipmasq validate -` that is a failed
 /// kubectl, never a valid config.
-fn empty_input(strict: bool) -> Entry {
+fn empty_input(strict: bool) -> ConfigReport {
     let finding = crate::config::Diagnostic::error(
         crate::config::Code::EmptyInput,
         "no input — did the command before the pipe fail?",
     )
     .hint("check the command that feeds `ipmasq validate -` (with `set -o pipefail` its failure fails the pipe), or pass the file itself");
-    Entry::new(
+    ConfigReport::new(
         STDIN_NAME,
-        EntryKind::Config,
+        InputKind::Config,
         Checked::rejected(vec![finding]),
         strict,
         None,
@@ -601,7 +605,7 @@ pub fn build_report(args: &ValidateArgs) -> Report {
     let mut run_parts = RunParts::default();
     for input in expand_inputs(&args.files, args.merged) {
         match input {
-            Err((name, err)) => results.push(Entry::unreadable(&name, &err)),
+            Err((name, err)) => results.push(ConfigReport::unreadable(&name, &err)),
             Ok(Input::Merged(dir)) => {
                 let name = dir.display().to_string();
                 if let Some(entries) = merged_manifests(&dir, &options, args.strict) {
@@ -610,12 +614,17 @@ pub fn build_report(args: &ValidateArgs) -> Report {
                 }
                 match crate::config::load_source(&crate::config::ConfigSource::Dir(dir), &options) {
                     Ok(loaded) => {
-                        let mut entry =
-                            Entry::new(&name, EntryKind::Merged, loaded.checked, args.strict, None);
+                        let mut entry = ConfigReport::new(
+                            &name,
+                            InputKind::Merged,
+                            loaded.checked,
+                            args.strict,
+                            None,
+                        );
                         entry.entries = entry.effective.as_ref().map(MergedEntry::of);
                         results.push(entry);
                     }
-                    Err(err) => results.push(Entry::unreadable(&name, &err)),
+                    Err(err) => results.push(ConfigReport::unreadable(&name, &err)),
                 }
             }
             Ok(Input::Stdin) => {
@@ -627,7 +636,7 @@ pub fn build_report(args: &ValidateArgs) -> Report {
                         let checked = check_source(STDIN_NAME, text.text, &options, args.strict);
                         run_parts.add(STDIN_NAME, checked, &mut results);
                     }
-                    Err(err) => results.push(Entry::unreadable(STDIN_NAME, &err)),
+                    Err(err) => results.push(ConfigReport::unreadable(STDIN_NAME, &err)),
                 }
             }
             Ok(Input::File { path, explicit }) => {
@@ -639,10 +648,18 @@ pub fn build_report(args: &ValidateArgs) -> Report {
                     }
                     Ok(None) if !explicit => {
                         let checked = Checked::new(Config::defaults(&options), Vec::new());
-                        results.push(Entry::new(&name, EntryKind::Defaults, checked, false, None));
+                        results.push(ConfigReport::new(
+                            &name,
+                            InputKind::Defaults,
+                            checked,
+                            false,
+                            None,
+                        ));
                     }
-                    Ok(None) => results.push(Entry::unreadable(&name, &ReadError::NotFound(path))),
-                    Err(err) => results.push(Entry::unreadable(&name, &err)),
+                    Ok(None) => {
+                        results.push(ConfigReport::unreadable(&name, &ReadError::NotFound(path)))
+                    }
+                    Err(err) => results.push(ConfigReport::unreadable(&name, &err)),
                 }
             }
         }
@@ -662,7 +679,7 @@ pub fn build_report(args: &ValidateArgs) -> Report {
 impl Report {
     /// 2 when an input could not be read, 1 when any is invalid, else 0.
     pub fn exit(&self) -> Exit {
-        if self.results.iter().any(|r| r.kind == EntryKind::Unreadable) {
+        if self.results.iter().any(|r| r.kind == InputKind::Unreadable) {
             Exit::Usage
         } else if self.valid {
             Exit::Ok
@@ -711,7 +728,7 @@ impl Report {
 }
 
 /// How an entry is named in the report: its path, and the ConfigMap and document it is.
-fn entry_label(entry: &Entry) -> String {
+fn entry_label(entry: &ConfigReport) -> String {
     if let Some(keys) = &entry.config_maps {
         let names: Vec<String> = keys
             .iter()
@@ -749,9 +766,9 @@ fn entry_label(entry: &Entry) -> String {
 }
 
 /// `valid`, `valid (2 warnings)`, `invalid (1 error, 0 warnings)`, `unreadable`.
-fn verdict(entry: &Entry, style: &Styler) -> String {
+fn verdict(entry: &ConfigReport, style: &Styler) -> String {
     match (entry.kind, entry.valid) {
-        (EntryKind::Defaults, _) => format!(
+        (InputKind::Defaults, _) => format!(
             "{} (no file: the agent runs on upstream defaults)",
             style.success("valid")
         ),
@@ -761,7 +778,7 @@ fn verdict(entry: &Entry, style: &Styler) -> String {
             style.success("valid"),
             plural(entry.warnings, "warning")
         ),
-        (EntryKind::Unreadable, false) => style.error("unreadable"),
+        (InputKind::Unreadable, false) => style.error("unreadable"),
         (_, false) => format!(
             "{} ({}, {})",
             style.error("invalid"),
@@ -773,7 +790,7 @@ fn verdict(entry: &Entry, style: &Styler) -> String {
 
 /// The agent's estimated peak memory per backend, from what each writes, for configs that
 /// make enough rules or set elements to matter (a short list of sources can make thousands).
-fn memory_note(entry: &Entry) -> String {
+fn memory_note(entry: &ConfigReport) -> String {
     let (Some(peaks), Some(rendered)) = (&entry.peak_memory_mib, &entry.rendered) else {
         return String::new();
     };
@@ -794,7 +811,7 @@ fn memory_note(entry: &Entry) -> String {
 }
 
 /// `--merged`: every entry of the merged config with the file and line it came from.
-fn merged_listing(entry: &Entry, label: &str) -> String {
+fn merged_listing(entry: &ConfigReport, label: &str) -> String {
     let mut out = String::new();
     if let Some(entries) = &entry.entries {
         out.push_str(&format!("# merged config of {label}, entry by entry\n"));

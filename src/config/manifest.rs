@@ -4,7 +4,7 @@
 
 use super::merge::{self, Part};
 use super::yaml::{Budget, Stream};
-use super::yaml::{Documents, Location, Node, Style, Value, YamlError};
+use super::yaml::{Documents, Location, Style, Value, YamlError, YamlNode};
 use super::{check_text_within, Checked, Code, Diagnostic, Options};
 use std::path::Path;
 
@@ -14,9 +14,9 @@ pub const CONFIG_KEY: &str = "config";
 pub const CONFIGMAP_NAME: &str = "ip-masq-agent";
 
 /// Whether a document is a Kubernetes object rather than an agent config.
-pub fn is_manifest(doc: &Node) -> bool {
-    doc.get("apiVersion").and_then(Node::as_str).is_some()
-        && doc.get("kind").and_then(Node::as_str).is_some()
+pub fn is_manifest(doc: &YamlNode) -> bool {
+    doc.get("apiVersion").and_then(YamlNode::as_str).is_some()
+        && doc.get("kind").and_then(YamlNode::as_str).is_some()
 }
 
 /// How `validate` reads a file that may be a manifest: every document of a manifest (its
@@ -26,7 +26,7 @@ pub const MANIFEST_OR_CONFIG: Documents = Documents::AllWhen(is_manifest);
 /// Whether a YAML stream is a Kubernetes manifest: its first document that holds anything is
 /// an object with `apiVersion` and `kind`. Empty documents before it are skipped, as
 /// `helm template` starts with one (`---` and a `# Source:` comment).
-pub fn is_manifest_stream(documents: &[Node]) -> bool {
+pub fn is_manifest_stream(documents: &[YamlNode]) -> bool {
     documents
         .iter()
         .find(|d| !d.is_null())
@@ -127,14 +127,14 @@ pub fn read_manifest(
         let mut objects = Vec::new();
         collect_objects(doc, &mut objects);
         for object in objects {
-            if object.get("kind").and_then(Node::as_str) != Some("ConfigMap") {
+            if object.get("kind").and_then(YamlNode::as_str) != Some("ConfigMap") {
                 continue;
             }
             let metadata = object.get("metadata");
             let field = |key: &str| {
                 metadata
                     .and_then(|m| m.get(key))
-                    .and_then(Node::as_str)
+                    .and_then(YamlNode::as_str)
                     .map(str::to_string)
             };
             let name = field("name");
@@ -232,8 +232,8 @@ fn in_both_sections(keys: &[ConfigKey<'_>], name: &str) -> bool {
 
 /// An error for each key a ConfigMap has in both `data` and `binaryData`: the API server
 /// refuses such a ConfigMap, so it never reaches a node.
-fn keys_in_both_sections(object: &Node) -> Vec<Diagnostic> {
-    let section = |name: &str| object.get(name).and_then(Node::as_mapping);
+fn keys_in_both_sections(object: &YamlNode) -> Vec<Diagnostic> {
+    let section = |name: &str| object.get(name).and_then(YamlNode::as_mapping);
     let (Some(data), Some(binary)) = (section("data"), section("binaryData")) else {
         return Vec::new();
     };
@@ -257,8 +257,8 @@ fn keys_in_both_sections(object: &Node) -> Vec<Diagnostic> {
 /// A ConfigMap key that holds a config: `config`, or one starting with `ip-masq`.
 struct ConfigKey<'a> {
     name: String,
-    key: &'a Node,
-    value: &'a Node,
+    key: &'a YamlNode,
+    value: &'a YamlNode,
     /// From `binaryData`: base64 of the config.
     binary: bool,
 }
@@ -295,10 +295,10 @@ impl ConfigKey<'_> {
 }
 
 /// The keys of a ConfigMap that hold a config, from `data` and `binaryData`.
-fn config_keys(object: &Node) -> Vec<ConfigKey<'_>> {
+fn config_keys(object: &YamlNode) -> Vec<ConfigKey<'_>> {
     let mut keys = Vec::new();
     for (section, binary) in [("data", false), ("binaryData", true)] {
-        let Some(entries) = object.get(section).and_then(Node::as_mapping) else {
+        let Some(entries) = object.get(section).and_then(YamlNode::as_mapping) else {
             continue;
         };
         for (key, value) in entries {
@@ -317,10 +317,10 @@ fn config_keys(object: &Node) -> Vec<ConfigKey<'_>> {
 }
 
 /// The finding for a ConfigMap named for the agent that holds no config key.
-fn without_config(object: &Node, name: Option<&str>) -> Checked {
+fn without_config(object: &YamlNode, name: Option<&str>) -> Checked {
     let keys: Vec<String> = object
         .get("data")
-        .and_then(Node::as_mapping)
+        .and_then(YamlNode::as_mapping)
         .map(|m| {
             m.iter()
                 .filter_map(|(k, _)| k.as_str().map(str::to_string))
@@ -348,7 +348,7 @@ fn without_config(object: &Node, name: Option<&str>) -> Checked {
 
 /// A `binaryData` key: base64 of the config text, checked, its findings placed at the value
 /// (with where inside the decoded text).
-fn check_binary(value: &Node, key: &str, options: &Options, budget: Budget) -> Checked {
+fn check_binary(value: &YamlNode, key: &str, options: &Options, budget: Budget) -> Checked {
     let decoded = value
         .as_str()
         .and_then(base64_decode)
@@ -405,10 +405,10 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 }
 
 /// The objects of a document: itself, or the items of a `kind: List` (or `ConfigMapList`...).
-fn collect_objects<'a>(doc: &'a Node, out: &mut Vec<&'a Node>) {
+fn collect_objects<'a>(doc: &'a YamlNode, out: &mut Vec<&'a YamlNode>) {
     if doc
         .get("kind")
-        .and_then(Node::as_str)
+        .and_then(YamlNode::as_str)
         .is_some_and(|k| k.ends_with("List"))
     {
         if let Some(Value::Sequence(items)) = doc.get("items").map(|n| &n.value) {
@@ -424,7 +424,7 @@ fn collect_objects<'a>(doc: &'a Node, out: &mut Vec<&'a Node>) {
 /// Checks the embedded config text and maps its positions back into the manifest.
 fn check_embedded(
     source: &str,
-    value: &Node,
+    value: &YamlNode,
     key: &str,
     options: &Options,
     budget: Budget,
@@ -476,7 +476,7 @@ enum PositionMap {
 }
 
 impl PositionMap {
-    fn for_scalar(value: &Node) -> Self {
+    fn for_scalar(value: &YamlNode) -> Self {
         let Some(scalar) = value.as_scalar() else {
             return PositionMap::Whole(value.location);
         };

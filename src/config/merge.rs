@@ -9,8 +9,8 @@
 
 use super::check::check_across_lists;
 use super::{
-    check_text, default_cidrs, file_stamp, read_config_source, Checked, Code, Config, Diagnostic,
-    FileStamp, Loaded, Options, Origin, Place, Provenance, ReadError,
+    check_text, default_cidrs, Checked, Code, Config, Diagnostic, Options, Place, Provenance,
+    ReadError,
 };
 use ipnet::IpNet;
 use std::collections::HashSet;
@@ -304,69 +304,27 @@ pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
     Checked::new(merged, diagnostics)
 }
 
-/// What the last merge read, to tell an unchanged directory.
-#[derive(Clone, Debug, Default)]
-pub struct DirCache {
-    options: Options,
-    paths: Vec<PathBuf>,
-    stamps: Vec<Option<FileStamp>>,
-    texts: Vec<Result<String, String>>,
+/// Checks every part of a directory's read (`paths` and their `texts`) and merges them.
+pub fn check_parts(
+    dir: &Path,
+    paths: &[PathBuf],
+    texts: &[Result<String, String>],
+    options: &Options,
+) -> Checked {
+    merge(dir, &read_parts(paths, texts, options), options)
 }
 
-/// Loads and merges `dir` as the agent does; `Ok(None)` when the files (names, stamps, or
-/// else bytes) and the options are those of the last load through `cache`.
-pub fn load_dir_unless_unchanged(
-    dir: &Path,
-    options: &Options,
-    cache: &mut Option<DirCache>,
-) -> Result<Option<Loaded>, ReadError> {
-    let paths = part_paths(dir)?;
-    let stamps: Vec<Option<FileStamp>> = paths.iter().map(|p| file_stamp(p)).collect();
-    if let Some(c) = cache.as_ref() {
-        if c.options == *options
-            && c.paths == paths
-            && c.stamps == stamps
-            && stamps.iter().all(Option::is_some)
-        {
-            return Ok(None);
-        }
-    }
-    let texts: Vec<Result<String, String>> = paths
-        .iter()
-        .map(|p| match read_config_source(p) {
-            Ok(Some(text)) => Ok(text.text),
-            Ok(None) => Err("the file disappeared while the directory was read".to_string()),
-            Err(err) => Err(err.to_string()),
-        })
-        .collect();
-    if let Some(c) = cache.as_mut() {
-        if c.options == *options && c.paths == paths && c.texts == texts {
-            c.stamps = stamps;
-            return Ok(None);
-        }
-    }
-    let parts = read_parts(&paths, &texts, options);
-    let checked = merge(dir, &parts, options);
+/// The digest of a directory's read: of `sha256sum`'s lines for its parts.
+pub fn listing_digest(paths: &[PathBuf], texts: &[Result<String, String>]) -> String {
     let listing: String = paths
         .iter()
-        .zip(&texts)
+        .zip(texts)
         .map(|(path, text)| {
             let bytes = text.as_deref().unwrap_or_default().as_bytes();
             format!("{}  {}\n", super::digest::sha256_hex(bytes), path.display())
         })
         .collect();
-    *cache = Some(DirCache {
-        options: *options,
-        paths,
-        stamps,
-        texts,
-    });
-    Ok(Some(Loaded {
-        origin: Origin::Dir,
-        checked,
-        blank: false,
-        digest: Some(super::digest::sha256_hex(listing.as_bytes())),
-    }))
+    super::digest::sha256_hex(listing.as_bytes())
 }
 
 #[cfg(test)]

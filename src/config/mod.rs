@@ -17,8 +17,8 @@ pub use check::{check_document, check_parsed, check_text, check_text_within, sug
 pub use diagnostic::{Code, Diagnostic, Severity};
 pub use duration::{parse_go_duration, GoDuration};
 pub use source::{
-    file_stamp, read_config_source, read_limited, ConfigText, FileStamp, ReadError,
-    BYTE_ORDER_MARK, MAX_CONFIG_BYTES,
+    file_stamp, read_config_source, read_limited, read_source, read_source_unless_unchanged,
+    ConfigText, FileStamp, ReadCache, ReadError, SourceText, BYTE_ORDER_MARK, MAX_CONFIG_BYTES,
 };
 
 use ipnet::IpNet;
@@ -345,7 +345,7 @@ impl Checked {
 
 /// Where a loaded config came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Origin {
+pub enum ConfigOrigin {
     /// No file at the path: upstream's defaults.
     Defaults,
     /// The file's contents.
@@ -379,51 +379,44 @@ impl std::fmt::Display for ConfigSource {
     }
 }
 
-/// What the last load of a source read.
-#[derive(Clone, Debug)]
-pub enum SourceCache {
-    File(LoadCache),
-    Dir(merge::DirCache),
-}
-
-/// [`load_unless_unchanged`] for either kind of source.
-pub fn load_source_unless_unchanged(
-    source: &ConfigSource,
-    options: &Options,
-    cache: &mut Option<SourceCache>,
-) -> Result<Option<Loaded>, ReadError> {
-    match source {
-        ConfigSource::File(path) => {
-            let mut inner = match cache.take() {
-                Some(SourceCache::File(c)) => Some(c),
-                _ => None,
-            };
-            let result = load_unless_unchanged(path, options, &mut inner);
-            *cache = inner.map(SourceCache::File);
-            result
-        }
-        ConfigSource::Dir(dir) => {
-            let mut inner = match cache.take() {
-                Some(SourceCache::Dir(c)) => Some(c),
-                _ => None,
-            };
-            let result = merge::load_dir_unless_unchanged(dir, options, &mut inner);
-            *cache = inner.map(SourceCache::Dir);
-            result
+impl SourceText {
+    /// Parses and checks what a source held, as the agent does: upstream's defaults for a
+    /// missing file, a file's text checked (within the per-file parse budget of `options`),
+    /// a directory's files each checked and then merged.
+    pub fn check(&self, options: &Options) -> Loaded {
+        match self {
+            SourceText::Missing => Loaded {
+                origin: ConfigOrigin::Defaults,
+                checked: Checked::new(Config::defaults(options), Vec::new()),
+                blank: false,
+                digest: None,
+            },
+            SourceText::File(text) => Loaded {
+                origin: ConfigOrigin::File,
+                checked: check_text(text, options),
+                blank: self.is_blank(),
+                digest: Some(digest::sha256_hex(text.as_bytes())),
+            },
+            SourceText::Dir { dir, paths, texts } => Loaded {
+                origin: ConfigOrigin::Dir,
+                checked: merge::check_parts(dir, paths, texts, options),
+                blank: false,
+                digest: Some(merge::listing_digest(paths, texts)),
+            },
         }
     }
 }
 
-/// Loads a source as the agent does (see [`load`]).
+/// Loads a source as the agent does: read (see [`read_source`]), then checked (see
+/// [`SourceText::check`]).
 pub fn load_source(source: &ConfigSource, options: &Options) -> Result<Loaded, ReadError> {
-    load_source_unless_unchanged(source, options, &mut None)
-        .map(|loaded| loaded.expect("without a cache every load is fresh"))
+    Ok(read_source(source)?.check(options))
 }
 
 /// A config loaded from a path the way the agent loads it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Loaded {
-    pub origin: Origin,
+    pub origin: ConfigOrigin,
     pub checked: Checked,
     /// The file exists but holds nothing but white space: what a writer that truncates and
     /// then writes (`cat > file`) leaves for a moment.
@@ -431,67 +424,4 @@ pub struct Loaded {
     /// The SHA-256 of the bytes read (`sha256sum FILE`); for a merged directory, of
     /// `sha256sum`'s lines for its parts; None for the defaults.
     pub digest: Option<String>,
-}
-
-/// Loads the config at `path` as the agent does: a missing file means defaults; anything that
-/// cannot be read is an error; otherwise the contents are checked.
-pub fn load(path: &Path, options: &Options) -> Result<Loaded, ReadError> {
-    load_unless_unchanged(path, options, &mut None)
-        .map(|loaded| loaded.expect("without a cache every load is fresh"))
-}
-
-/// The bytes of the last file loaded (and the options), to tell an unchanged file.
-#[derive(Clone, Debug, Default)]
-pub struct LoadCache {
-    text: String,
-    options: Options,
-    /// The file's stamp when it was read: the same stamp means the same bytes, unread.
-    stamp: Option<FileStamp>,
-}
-
-/// Like [`load`], but `Ok(None)` when the file's bytes (and the options) are those of the
-/// last load through this cache: a steady resync reads the file and compares, and parses,
-/// checks and copies nothing. A missing file resets the cache; so must the caller after a
-/// read error (the next readable file is then loaded afresh).
-pub fn load_unless_unchanged(
-    path: &Path,
-    options: &Options,
-    cache: &mut Option<LoadCache>,
-) -> Result<Option<Loaded>, ReadError> {
-    let stamp = file_stamp(path);
-    if stamp.is_some()
-        && cache
-            .as_ref()
-            .is_some_and(|c| c.stamp == stamp && c.options == *options)
-    {
-        return Ok(None);
-    }
-    let Some(text) = read_config_source(path)? else {
-        *cache = None;
-        return Ok(Some(Loaded {
-            origin: Origin::Defaults,
-            checked: Checked::new(Config::defaults(options), Vec::new()),
-            blank: false,
-            digest: None,
-        }));
-    };
-    if let Some(c) = cache
-        .as_mut()
-        .filter(|c| c.text == text.text && c.options == *options)
-    {
-        c.stamp = stamp;
-        return Ok(None);
-    }
-    let loaded = Loaded {
-        origin: Origin::File,
-        checked: check_text(&text.text, options),
-        blank: text.is_blank(),
-        digest: Some(digest::sha256_hex(text.text.as_bytes())),
-    };
-    *cache = Some(LoadCache {
-        text: text.text,
-        options: *options,
-        stamp,
-    });
-    Ok(Some(loaded))
 }

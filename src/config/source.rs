@@ -3,6 +3,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Largest config accepted: a ConfigMap is capped near 1 MiB, but a file on a bare-metal host
 /// may list 100,000 CIDRs for the nftables backend (about 2 MiB).
@@ -17,11 +18,13 @@ pub struct ConfigText {
 impl ConfigText {
     /// Nothing but white space (after a byte order mark, if any).
     pub fn is_blank(&self) -> bool {
-        self.text
-            .trim_start_matches(BYTE_ORDER_MARK)
-            .trim()
-            .is_empty()
+        is_blank(&self.text)
     }
+}
+
+/// Nothing but white space (after a byte order mark, if any).
+fn is_blank(text: &str) -> bool {
+    text.trim_start_matches(BYTE_ORDER_MARK).trim().is_empty()
 }
 
 /// U+FEFF, which an editor may write at the start of a UTF-8 file.
@@ -130,6 +133,159 @@ pub fn read_config_source(path: &Path) -> Result<Option<ConfigText>, ReadError> 
     read_limited(file, path).map(Some)
 }
 
+/// What a config source held when it was read: its bytes, not yet parsed (parsing and
+/// checking them is the reader's business: [`SourceText::check`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceText {
+    /// Nothing at the file's path: upstream's defaults.
+    Missing,
+    /// The file's text, byte for byte (shared with the read cache, never copied).
+    File(Arc<String>),
+    /// A directory's `ip-masq*` files in name order, each with its text or why it could not
+    /// be read (which rejects the merge).
+    Dir {
+        dir: PathBuf,
+        paths: Arc<[PathBuf]>,
+        texts: Arc<[Result<String, String>]>,
+    },
+}
+
+impl SourceText {
+    /// Where a config made of these bytes comes from.
+    pub fn origin(&self) -> super::ConfigOrigin {
+        match self {
+            SourceText::Missing => super::ConfigOrigin::Defaults,
+            SourceText::File(_) => super::ConfigOrigin::File,
+            SourceText::Dir { .. } => super::ConfigOrigin::Dir,
+        }
+    }
+
+    /// A file that exists but holds nothing but white space (see [`ConfigText::is_blank`]).
+    pub fn is_blank(&self) -> bool {
+        match self {
+            SourceText::File(text) => is_blank(text),
+            SourceText::Missing | SourceText::Dir { .. } => false,
+        }
+    }
+}
+
+/// What the last read of a source found, to tell unchanged bytes: the same stamps mean the
+/// same bytes, unread; new stamps over the same bytes are nothing new either.
+#[derive(Clone, Debug)]
+pub struct ReadCache {
+    stamps: Vec<Option<FileStamp>>,
+    text: SourceText,
+}
+
+/// Reads `source` (a file, or a directory's `ip-masq*` files), `Ok(None)` when its bytes are
+/// those of the last read through `cache`: a steady resync reads the files' stamps (and
+/// compares bytes when a stamp moved), and copies nothing. A missing file resets the cache;
+/// so must the caller after a read error (the next readable bytes are then new).
+pub fn read_source_unless_unchanged(
+    source: &super::ConfigSource,
+    cache: &mut Option<ReadCache>,
+) -> Result<Option<SourceText>, ReadError> {
+    match source {
+        super::ConfigSource::File(path) => read_file_unless_unchanged(path, cache),
+        super::ConfigSource::Dir(dir) => read_dir_unless_unchanged(dir, cache),
+    }
+}
+
+/// Reads `source` afresh (see [`read_source_unless_unchanged`]).
+pub fn read_source(source: &super::ConfigSource) -> Result<SourceText, ReadError> {
+    match source {
+        super::ConfigSource::File(path) => Ok(read_config_source(path)?
+            .map_or(SourceText::Missing, |read| {
+                SourceText::File(Arc::new(read.text))
+            })),
+        super::ConfigSource::Dir(dir) => {
+            let paths = super::merge::part_paths(dir)?;
+            let texts = read_parts(&paths);
+            Ok(SourceText::Dir {
+                dir: dir.to_path_buf(),
+                paths: paths.into(),
+                texts: texts.into(),
+            })
+        }
+    }
+}
+
+/// Each part's text, or why it could not be read.
+fn read_parts(paths: &[PathBuf]) -> Vec<Result<String, String>> {
+    paths
+        .iter()
+        .map(|p| match read_config_source(p) {
+            Ok(Some(text)) => Ok(text.text),
+            Ok(None) => Err("the file disappeared while the directory was read".to_string()),
+            Err(err) => Err(err.to_string()),
+        })
+        .collect()
+}
+
+fn read_file_unless_unchanged(
+    path: &Path,
+    cache: &mut Option<ReadCache>,
+) -> Result<Option<SourceText>, ReadError> {
+    let stamp = file_stamp(path);
+    if stamp.is_some()
+        && cache
+            .as_ref()
+            .is_some_and(|c| matches!(c.text, SourceText::File(_)) && c.stamps == [stamp])
+    {
+        return Ok(None);
+    }
+    let Some(read) = read_config_source(path)? else {
+        *cache = None;
+        return Ok(Some(SourceText::Missing));
+    };
+    if let Some(c) = cache
+        .as_mut()
+        .filter(|c| matches!(&c.text, SourceText::File(text) if **text == *read.text))
+    {
+        c.stamps = vec![stamp];
+        return Ok(None);
+    }
+    let text = SourceText::File(Arc::new(read.text));
+    *cache = Some(ReadCache {
+        stamps: vec![stamp],
+        text: text.clone(),
+    });
+    Ok(Some(text))
+}
+
+fn read_dir_unless_unchanged(
+    dir: &Path,
+    cache: &mut Option<ReadCache>,
+) -> Result<Option<SourceText>, ReadError> {
+    let paths = super::merge::part_paths(dir)?;
+    let stamps: Vec<Option<FileStamp>> = paths.iter().map(|p| file_stamp(p)).collect();
+    let same_paths =
+        |text: &SourceText| matches!(text, SourceText::Dir { paths: last, .. } if **last == *paths);
+    if let Some(c) = cache.as_ref() {
+        if same_paths(&c.text) && c.stamps == stamps && stamps.iter().all(Option::is_some) {
+            return Ok(None);
+        }
+    }
+    let texts = read_parts(&paths);
+    if let Some(c) = cache.as_mut() {
+        let same_texts = matches!(&c.text, SourceText::Dir { texts: last, .. } if **last == *texts);
+        if same_paths(&c.text) && same_texts {
+            c.stamps = stamps;
+            return Ok(None);
+        }
+    }
+    let text = SourceText::Dir {
+        dir: dir.to_path_buf(),
+        paths: paths.into(),
+        texts: texts.into(),
+    };
+    *cache = Some(ReadCache {
+        stamps,
+        text: text.clone(),
+    });
+    Ok(Some(text))
+}
+
 /// `O_NONBLOCK` on Linux (asm-generic and x86).
 const O_NONBLOCK: i32 = 0o4000;
 
@@ -181,6 +337,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_file_is_handed_on_only_when_its_bytes_changed() {
+        let dir = scratch("unchanged");
+        let path = dir.join("config");
+        let source = crate::config::ConfigSource::File(path.clone());
+        let mut cache = None;
+        let mut read = || read_source_unless_unchanged(&source, &mut cache).unwrap();
+        assert_eq!(read(), Some(SourceText::Missing));
+        std::fs::write(&path, "masqLinkLocal: true\n").unwrap();
+        assert_eq!(
+            read(),
+            Some(SourceText::File(Arc::new("masqLinkLocal: true\n".into())))
+        );
+        assert_eq!(read(), None, "same stamp: nothing new");
+        // Rewritten with the same bytes (a new inode, so a new stamp): nothing new either.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "masqLinkLocal: true\n").unwrap();
+        assert_eq!(read(), None, "same bytes: nothing new");
+        std::fs::write(&path, "  \n").unwrap();
+        let blank = read().expect("new bytes");
+        assert!(blank.is_blank());
+        assert_eq!(blank.origin(), crate::config::ConfigOrigin::File);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(read(), Some(SourceText::Missing));
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -272,7 +272,7 @@ fn is_yaml_float(s: &str) -> bool {
 
 /// One node of the tree.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Node {
+pub struct YamlNode {
     pub value: Value,
     pub location: Location,
 }
@@ -280,12 +280,12 @@ pub struct Node {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Scalar(Scalar),
-    Sequence(Vec<Node>),
+    Sequence(Vec<YamlNode>),
     /// Entries in document order; duplicates are kept, deciding is the reader's business.
-    Mapping(Vec<(Node, Node)>),
+    Mapping(Vec<(YamlNode, YamlNode)>),
 }
 
-impl Node {
+impl YamlNode {
     /// The node's scalar, if it is one.
     pub fn as_scalar(&self) -> Option<&Scalar> {
         match &self.value {
@@ -295,7 +295,7 @@ impl Node {
     }
 
     /// The node's mapping entries, if it is a mapping.
-    pub fn as_mapping(&self) -> Option<&[(Node, Node)]> {
+    pub fn as_mapping(&self) -> Option<&[(YamlNode, YamlNode)]> {
         match &self.value {
             Value::Mapping(m) => Some(m),
             _ => None,
@@ -303,7 +303,7 @@ impl Node {
     }
 
     /// The last value of an exact string key in a mapping (the one that wins).
-    pub fn get(&self, key: &str) -> Option<&Node> {
+    pub fn get(&self, key: &str) -> Option<&YamlNode> {
         self.as_mapping()?
             .iter()
             .rev()
@@ -338,8 +338,8 @@ impl Node {
         matches!(&self.value, Value::Scalar(s) if s.resolve() == Resolved::Null)
     }
 
-    fn null_at(location: Location) -> Node {
-        Node {
+    fn null_at(location: Location) -> YamlNode {
+        YamlNode {
             value: Value::Scalar(Scalar {
                 text: String::new(),
                 style: Style::Plain,
@@ -392,14 +392,14 @@ pub enum Documents {
     /// Every document, when the first one that holds anything passes this test (a Kubernetes
     /// manifest, whose ConfigMap may be in any document); otherwise as [`Documents::First`]
     /// (empty documents before the deciding one are built too: they cost nothing).
-    AllWhen(fn(&Node) -> bool),
+    AllWhen(fn(&YamlNode) -> bool),
 }
 
 /// The documents of a YAML stream, as far as they were read.
 #[derive(Debug)]
 pub struct Stream {
     /// The documents built, in order; an empty document is a null scalar.
-    pub documents: Vec<Node>,
+    pub documents: Vec<YamlNode>,
     /// The documents after those, scanned and counted but not built.
     pub unbuilt: Unbuilt,
     /// What is left of the budget once the built documents are kept: what a config embedded
@@ -543,13 +543,13 @@ impl Unbuilt {
 
 enum Frame {
     Sequence {
-        items: Vec<Node>,
+        items: Vec<YamlNode>,
         location: Location,
         anchor: usize,
     },
     Mapping {
-        entries: Vec<(Node, Node)>,
-        pending_key: Option<Node>,
+        entries: Vec<(YamlNode, YamlNode)>,
+        pending_key: Option<YamlNode>,
         location: Location,
         anchor: usize,
     },
@@ -560,8 +560,8 @@ struct Builder<'s> {
     source: &'s str,
     stack: Vec<Frame>,
     /// Anchored nodes with what one more copy of each costs.
-    anchors: std::collections::HashMap<usize, (Node, Cost)>,
-    document_root: Option<Node>,
+    anchors: std::collections::HashMap<usize, (YamlNode, Cost)>,
+    document_root: Option<YamlNode>,
     document_start: Location,
     in_document: bool,
     /// Nodes and bytes of tree charged so far in this file (never reset between documents),
@@ -586,7 +586,10 @@ impl<'s> Builder<'s> {
         }
     }
 
-    fn feed(&mut self, (event, span): (Event<'_>, ParserSpan)) -> Result<Option<Node>, YamlError> {
+    fn feed(
+        &mut self,
+        (event, span): (Event<'_>, ParserSpan),
+    ) -> Result<Option<YamlNode>, YamlError> {
         let location = Location::from_parser(&span, self.source);
         match event {
             Event::DocumentStart(..) => {
@@ -601,7 +604,7 @@ impl<'s> Builder<'s> {
                 let root = self
                     .document_root
                     .take()
-                    .unwrap_or_else(|| Node::null_at(self.document_start));
+                    .unwrap_or_else(|| YamlNode::null_at(self.document_start));
                 return Ok(Some(root));
             }
             Event::Scalar(text, style, anchor, tag) => {
@@ -659,7 +662,7 @@ impl<'s> Builder<'s> {
         anchor: usize,
         location: Location,
     ) -> Result<(), YamlError> {
-        let node = Node {
+        let node = YamlNode {
             value: Value::Scalar(scalar),
             location,
         };
@@ -682,7 +685,7 @@ impl<'s> Builder<'s> {
             .ok_or_else(|| YamlError::at("YAML alias refers to an unknown anchor", location))?;
         self.charge(cost, location)?;
         let node = self.anchors[&id].0.clone();
-        self.attach(Node { location, ..node })
+        self.attach(YamlNode { location, ..node })
     }
 
     /// The end of a sequence or mapping: the collection becomes a node, anchored and attached.
@@ -693,7 +696,7 @@ impl<'s> Builder<'s> {
                 location,
                 anchor,
             }) => (
-                Node {
+                YamlNode {
                     value: Value::Sequence(items),
                     location,
                 },
@@ -705,7 +708,7 @@ impl<'s> Builder<'s> {
                 anchor,
                 ..
             }) => (
-                Node {
+                YamlNode {
                     value: Value::Mapping(entries),
                     location,
                 },
@@ -727,7 +730,7 @@ impl<'s> Builder<'s> {
         self.charge(
             Cost {
                 nodes: 1,
-                bytes: std::mem::size_of::<Node>(),
+                bytes: std::mem::size_of::<YamlNode>(),
             },
             location,
         )?;
@@ -770,7 +773,7 @@ impl<'s> Builder<'s> {
         Ok(())
     }
 
-    fn attach(&mut self, node: Node) -> Result<(), YamlError> {
+    fn attach(&mut self, node: YamlNode) -> Result<(), YamlError> {
         match self.stack.last_mut() {
             None => {
                 if !self.in_document {
@@ -801,8 +804,8 @@ struct Cost {
 }
 
 impl Cost {
-    fn of(node: &Node) -> Cost {
-        let own = std::mem::size_of::<Node>();
+    fn of(node: &YamlNode) -> Cost {
+        let own = std::mem::size_of::<YamlNode>();
         match &node.value {
             Value::Scalar(s) => Cost {
                 nodes: 1,
@@ -837,7 +840,7 @@ impl Cost {
 mod tests {
     use super::*;
 
-    fn first(src: &str) -> Node {
+    fn first(src: &str) -> YamlNode {
         parse_stream(src, Documents::First)
             .unwrap()
             .documents

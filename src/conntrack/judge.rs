@@ -4,7 +4,7 @@
 //! flow's conntrack entry; a flow is reset only when the change alters the decision for its
 //! source and destination *and* its entry holds what the rules in force no longer decide.
 
-use crate::backend::{Inspection, LiveReason, Verdict as LiveRuleVerdict};
+use crate::backend::{Inspection, LiveReason, RuleVerdict};
 use crate::plan::{intervals, Action, Egress, Ruleset};
 use std::net::IpAddr;
 
@@ -114,10 +114,10 @@ impl Decides for Inspection {
             (_, LiveReason::DecidedBefore) => None,
             (Action::KeepSource, _) => Some(Outcome::Keep),
             (Action::Masquerade, _) => match &self.rules[verdict.rule?].verdict {
-                LiveRuleVerdict::Masquerade {
+                RuleVerdict::Masquerade {
                     snat_to: Some(to), ..
                 } => Some(Outcome::Snat(*to)),
-                LiveRuleVerdict::Masquerade { snat_to: None, .. } => Some(Outcome::Masquerade),
+                RuleVerdict::Masquerade { snat_to: None, .. } => Some(Outcome::Masquerade),
                 _ => None,
             },
         }
@@ -192,7 +192,7 @@ pub enum Disposition {
 }
 
 /// What a reset knows of the node beyond the rules.
-pub struct Node<'a> {
+pub struct ResetContext<'a> {
     pub is_node_address: &'a dyn Fn(IpAddr) -> bool,
     /// The interface traffic to an address leaves by (asked only when an outcome depends on
     /// it).
@@ -205,7 +205,7 @@ pub fn dispose(
     flow: &Flow,
     before: &dyn Decides,
     after: &dyn Decides,
-    node: &mut Node<'_>,
+    node: &mut ResetContext<'_>,
 ) -> Disposition {
     let destination = flow.judged_destination();
     // Traffic to the node itself never reaches our rules.
@@ -246,14 +246,11 @@ mod tests {
         let config = crate::config::check_text(yaml, &Options::default())
             .into_config()
             .expect("a valid config");
-        let options = PlanOptions {
-            egress: crate::plan::ResolvedEgress {
-                v4: egress,
-                ..Default::default()
-            },
-            ..PlanOptions::default()
+        let egress = crate::plan::ResolvedEgress {
+            v4: egress,
+            ..Default::default()
         };
-        plan_family(&config, &options, Family::V4)
+        plan_family(&config, &PlanOptions::default(), &egress, Family::V4)
     }
 
     fn flow(protocol: u8, source: &str, destination: &str, reply_destination: &str) -> Flow {
@@ -289,7 +286,7 @@ mod tests {
     ) -> Disposition {
         let node_address = |a: IpAddr| a == NODE.parse::<IpAddr>().unwrap();
         let mut route = |_: IpAddr| Some("eth0".to_string());
-        let mut node = Node {
+        let mut node = ResetContext {
             is_node_address: &node_address,
             interface_to: &mut route,
             scope,
@@ -439,7 +436,7 @@ mod tests {
             (None, Disposition::Untouched),
         ] {
             let mut lookup = |_: IpAddr| route.map(str::to_string);
-            let mut node = Node {
+            let mut node = ResetContext {
                 is_node_address: &node_address,
                 interface_to: &mut lookup,
                 scope: ResetScope::Connectionless,
@@ -468,7 +465,12 @@ mod tests {
             config.non_masquerade_cidrs = (0..rng.below(12)).map(|_| rng.net(Family::V4)).collect();
             config.force_masquerade_cidrs =
                 (0..rng.below(6)).map(|_| rng.net(Family::V4)).collect();
-            let ruleset = plan_family(&config, &PlanOptions::default(), Family::V4);
+            let ruleset = plan_family(
+                &config,
+                &PlanOptions::default(),
+                &crate::plan::ResolvedEgress::default(),
+                Family::V4,
+            );
             let planned = Planned::new(&ruleset);
             for _ in 0..50 {
                 let (src, dst) = (rng.addr(Family::V4), rng.addr(Family::V4));

@@ -9,7 +9,7 @@ pub mod judge;
 use crate::netlink::conntrack::{self as ctnetlink, Deleter};
 use crate::netlink::dump::Ended;
 use crate::plan::Family;
-use judge::{Decides, Disposition, Flow, Node, ResetScope};
+use judge::{Decides, Disposition, Flow, ResetContext, ResetScope};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
@@ -102,7 +102,7 @@ pub fn reset(
             })
             .clone()
     };
-    let mut node = Node {
+    let mut node = ResetContext {
         is_node_address: &is_node_address,
         interface_to: &mut interface_to,
         scope,

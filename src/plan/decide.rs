@@ -27,7 +27,7 @@ pub enum Reason {
 
 /// The verdict for one packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Verdict {
+pub struct PlanVerdict {
     pub action: Action,
     /// Index into `ruleset.decisions` of the decision that decided, if one did.
     pub decision: Option<usize>,
@@ -36,10 +36,10 @@ pub struct Verdict {
 
 /// [`decide`] for a packet leaving `interface`: a rewrite becomes a keep when the ruleset is
 /// scoped to interfaces that do not match it.
-pub fn decide_leaving(ruleset: &Ruleset, src: IpAddr, dst: IpAddr, interface: &str) -> Verdict {
+pub fn decide_leaving(ruleset: &Ruleset, src: IpAddr, dst: IpAddr, interface: &str) -> PlanVerdict {
     let verdict = decide(ruleset, src, dst);
     if verdict.action == Action::Masquerade && !ruleset.entry.selects_interface(interface) {
-        return Verdict {
+        return PlanVerdict {
             action: Action::KeepSource,
             decision: verdict.decision,
             reason: Reason::InterfaceNotSelected,
@@ -51,8 +51,8 @@ pub fn decide_leaving(ruleset: &Ruleset, src: IpAddr, dst: IpAddr, interface: &s
 /// The verdict of `ruleset` for a packet from `src` to `dst`, where `dst` is not an address
 /// of this node (local destinations never enter the ruleset: that check is the kernel's),
 /// leaving an interface the ruleset selects (see [`decide_leaving`]).
-pub fn decide(ruleset: &Ruleset, src: IpAddr, dst: IpAddr) -> Verdict {
-    let untouched = |reason| Verdict {
+pub fn decide(ruleset: &Ruleset, src: IpAddr, dst: IpAddr) -> PlanVerdict {
+    let untouched = |reason| PlanVerdict {
         action: Action::KeepSource,
         decision: None,
         reason,
@@ -69,12 +69,12 @@ pub fn decide(ruleset: &Ruleset, src: IpAddr, dst: IpAddr) -> Verdict {
         .iter()
         .position(|d| d.destination.contains(&dst))
     {
-        Some(index) => Verdict {
+        Some(index) => PlanVerdict {
             action: ruleset.decisions[index].action,
             decision: Some(index),
             reason: Reason::DecisionMatched,
         },
-        None => Verdict {
+        None => PlanVerdict {
             action: Action::Masquerade,
             decision: None,
             reason: Reason::NoDecisionMatched,
@@ -147,10 +147,19 @@ pub(crate) mod tests {
         config
     }
 
+    /// One of the golden files' egress cases: what it is planned from.
+    pub(crate) struct EgressCase {
+        pub label: String,
+        pub config: Config,
+        /// The flags (IPv6 on).
+        pub options: PlanOptions,
+        /// The output addresses as a node holding them resolves them.
+        pub egress: crate::plan::ResolvedEgress,
+    }
+
     /// The golden files' egress cases (`outputAddress` resolved on a node, `outputInterfaces`,
-    /// both; over the extension config, with and without `--to-ports`): a label, the config
-    /// and the plan options, IPv6 on.
-    pub(crate) fn egress_cases() -> Vec<(String, Config, PlanOptions)> {
+    /// both; over the extension config, with and without `--to-ports`).
+    pub(crate) fn egress_cases() -> Vec<EgressCase> {
         let snat = crate::plan::ResolvedEgress {
             v4: Some("203.0.113.9".parse().unwrap()),
             v6: Some("2001:db8:f0::9".parse().unwrap()),
@@ -184,10 +193,14 @@ pub(crate) mod tests {
                 let options = PlanOptions {
                     to_ports: to_ports.parse().unwrap(),
                     enable_ipv6: true,
-                    egress: resolved,
                     ..PlanOptions::default()
                 };
-                cases.push((format!("{label} to-ports={to_ports:?}"), config, options));
+                cases.push(EgressCase {
+                    label: format!("{label} to-ports={to_ports:?}"),
+                    config,
+                    options,
+                    egress: resolved,
+                });
             }
         }
         cases
@@ -386,7 +399,8 @@ pub(crate) mod tests {
                 "round {round}: {src} -> {dst} via {interface} with {config:?}"
             );
             if let Some(rule) = walked.rule.filter(|_| walked.action == Action::Masquerade) {
-                let crate::backend::Verdict::Masquerade { snat_to, .. } = live.rules[rule].verdict
+                let crate::backend::RuleVerdict::Masquerade { snat_to, .. } =
+                    live.rules[rule].verdict
                 else {
                     panic!("round {round}: a rewrite by a rule that does not rewrite");
                 };
@@ -413,10 +427,9 @@ pub(crate) mod tests {
             let config = random_config(&mut rng, family);
             let options = PlanOptions {
                 enable_ipv6: true,
-                egress: node_egress(&config),
                 ..PlanOptions::default()
             };
-            let set = plan(&config, &options)
+            let set = plan(&config, &options, &node_egress(&config))
                 .into_iter()
                 .find(|s| s.family == family)
                 .unwrap();
@@ -473,6 +486,7 @@ pub(crate) mod tests {
         plan(
             &Config::defaults(&Options::default()),
             &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
         )
         .remove(0)
     }
@@ -531,7 +545,7 @@ pub(crate) mod tests {
                 enable_ipv6: true,
                 ..PlanOptions::default()
             };
-            let set = plan(&config, &options)
+            let set = plan(&config, &options, &crate::plan::ResolvedEgress::default())
                 .into_iter()
                 .find(|s| s.family == family)
                 .unwrap();

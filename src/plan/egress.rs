@@ -444,12 +444,11 @@ mod fallback_tests {
         assert!(err.to_string().contains("203.0.113.1 on vout"), "{err}");
         let options = crate::plan::PlanOptions {
             enable_ipv6: true,
-            egress: resolution.egress,
             ..Default::default()
         };
-        let v4 = crate::plan::plan_family(&config, &options, Family::V4);
+        let v4 = crate::plan::plan_family(&config, &options, &resolution.egress, Family::V4);
         assert_eq!(v4.masquerade.egress, crate::plan::Egress::Masquerade);
-        let v6 = crate::plan::plan_family(&config, &options, Family::V6);
+        let v6 = crate::plan::plan_family(&config, &options, &resolution.egress, Family::V6);
         assert_eq!(
             v6.masquerade.egress,
             crate::plan::Egress::Snat("2001:db8:f0::9".parse().unwrap())

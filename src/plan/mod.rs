@@ -86,7 +86,7 @@ impl Action {
 
 /// Where a destination decision came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Origin {
+pub enum DecisionOrigin {
     /// The family's link-local block (kept unless `masqLinkLocal[IPv6]`).
     LinkLocal,
     /// Entry `index` (0-based) of the config's `nonMasqueradeCIDRs` (or of the default list).
@@ -100,12 +100,12 @@ pub enum Origin {
 pub struct Decision {
     pub destination: IpNet,
     pub action: Action,
-    pub origin: Origin,
+    pub origin: DecisionOrigin,
 }
 
 /// Which packets the ruleset looks at at all; the rest leave untouched.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct EntryScope {
     /// Packets to an address of this node are never masqueraded (upstream's `! LOCAL`).
     pub skip_local_destinations: bool,
     /// When not empty, only packets from these ranges are considered.
@@ -115,9 +115,9 @@ pub struct Entry {
     pub output_interfaces: Vec<InterfacePattern>,
 }
 
-impl Default for Entry {
+impl Default for EntryScope {
     fn default() -> Self {
-        Entry {
+        EntryScope {
             skip_local_destinations: true,
             source_ranges: Vec::new(),
             output_interfaces: Vec::new(),
@@ -125,7 +125,7 @@ impl Default for Entry {
     }
 }
 
-impl Entry {
+impl EntryScope {
     /// Whether a packet leaving `interface` may be rewritten.
     pub fn selects_interface(&self, interface: &str) -> bool {
         self.output_interfaces.is_empty()
@@ -164,7 +164,7 @@ pub struct MasqueradeRequest {
 pub struct Ruleset {
     pub family: Family,
     pub names: Names,
-    pub entry: Entry,
+    pub entry: EntryScope,
     /// Evaluated in order; the first decision whose destination holds the packet's wins.
     /// Upstream's order: link-local first, then the config's list as written (duplicates kept).
     /// With forced CIDRs, the longest prefix first (stable), so the first match is the
@@ -195,7 +195,8 @@ impl Ruleset {
     }
 }
 
-/// The agent flags that shape the rules.
+/// The agent flags that shape the rules. Only flags: what the plan knows of the node (the
+/// output addresses resolved on it, a [`ResolvedEgress`]) is an input of its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanOptions {
     pub chain: ChainName,
@@ -203,8 +204,6 @@ pub struct PlanOptions {
     pub random_fully: bool,
     pub to_ports: ToPorts,
     pub enable_ipv6: bool,
-    /// The output addresses resolved on this node (the agent's, at each pass).
-    pub egress: ResolvedEgress,
 }
 
 impl Default for PlanOptions {
@@ -214,7 +213,6 @@ impl Default for PlanOptions {
             random_fully: true,
             to_ports: ToPorts::default(),
             enable_ipv6: false,
-            egress: ResolvedEgress::default(),
         }
     }
 }
@@ -243,7 +241,14 @@ pub fn families(options: &PlanOptions, config: &Config) -> Vec<Family> {
 /// Forced CIDRs add masquerade decisions, and then every decision is ordered longest prefix
 /// first; without them upstream's order stands, so upstream's rules are written byte for byte.
 /// `masqueradeSourceCIDRs` of the family scope the entry (none of the family: unscoped).
-pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ruleset {
+/// `egress` is the node's fact: the output addresses resolved on it (none resolved: a
+/// configured output address stays `Unresolved`, which no backend writes).
+pub fn plan_family(
+    config: &Config,
+    options: &PlanOptions,
+    egress: &ResolvedEgress,
+    family: Family,
+) -> Ruleset {
     let mut decisions = Vec::new();
     let masq_link_local = match family {
         Family::V4 => config.masq_link_local,
@@ -253,7 +258,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
         decisions.push(Decision {
             destination: family.link_local(),
             action: Action::KeepSource,
-            origin: Origin::LinkLocal,
+            origin: DecisionOrigin::LinkLocal,
         });
     }
     decisions.extend(
@@ -265,7 +270,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
             .map(|(index, c)| Decision {
                 destination: *c,
                 action: Action::KeepSource,
-                origin: Origin::NonMasqueradeCidr { index },
+                origin: DecisionOrigin::NonMasqueradeCidr { index },
             }),
     );
     let before = decisions.len();
@@ -278,7 +283,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
             .map(|(index, c)| Decision {
                 destination: *c,
                 action: Action::Masquerade,
-                origin: Origin::ForceMasqueradeCidr { index },
+                origin: DecisionOrigin::ForceMasqueradeCidr { index },
             }),
     );
     if decisions.len() > before {
@@ -287,7 +292,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
     Ruleset {
         family,
         names: options.names(),
-        entry: Entry {
+        entry: EntryScope {
             skip_local_destinations: true,
             source_ranges: config
                 .masquerade_source_cidrs
@@ -301,7 +306,7 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
         masquerade: MasqueradeRequest {
             ports: options.to_ports.shares(),
             random_fully: options.random_fully,
-            egress: egress_of(config, options, family),
+            egress: egress_of(config, egress, family),
         },
     }
 }
@@ -310,22 +315,23 @@ pub fn plan_family(config: &Config, options: &PlanOptions, family: Family) -> Ru
 /// config names one (and it is one the config admits); masquerade when it names none, or
 /// when the node holds no address it names (never SNAT to an address the node lacks: the
 /// replies would go elsewhere).
-fn egress_of(config: &Config, options: &PlanOptions, family: Family) -> Egress {
+fn egress_of(config: &Config, egress: &ResolvedEgress, family: Family) -> Egress {
     let Some(target) = config.output_address_of(family == Family::V6) else {
         return Egress::Masquerade;
     };
-    match options.egress.of(family) {
+    match egress.of(family) {
         Some(address) if target.admits(address) => Egress::Snat(address),
-        _ if options.egress.falls_back(family) => Egress::Masquerade,
+        _ if egress.falls_back(family) => Egress::Masquerade,
         _ => Egress::Unresolved(target),
     }
 }
 
-/// Plans every managed family.
-pub fn plan(config: &Config, options: &PlanOptions) -> Vec<Ruleset> {
+/// Plans every managed family: the config, the flags, and the node's resolved output
+/// addresses (see [`plan_family`]).
+pub fn plan(config: &Config, options: &PlanOptions, egress: &ResolvedEgress) -> Vec<Ruleset> {
     families(options, config)
         .into_iter()
-        .map(|f| plan_family(config, options, f))
+        .map(|f| plan_family(config, options, egress, f))
         .collect()
 }
 
@@ -337,7 +343,7 @@ mod tests {
     #[test]
     fn default_plan_is_upstreams_order() {
         let config = Config::defaults(&Options::default());
-        let sets = plan(&config, &PlanOptions::default());
+        let sets = plan(&config, &PlanOptions::default(), &ResolvedEgress::default());
         assert_eq!(sets.len(), 1);
         let dests: Vec<String> = sets[0].non_masquerade().map(ToString::to_string).collect();
         assert_eq!(
@@ -349,10 +355,10 @@ mod tests {
                 "192.168.0.0/16"
             ]
         );
-        assert_eq!(sets[0].decisions[0].origin, Origin::LinkLocal);
+        assert_eq!(sets[0].decisions[0].origin, DecisionOrigin::LinkLocal);
         assert_eq!(
             sets[0].decisions[3].origin,
-            Origin::NonMasqueradeCidr { index: 2 }
+            DecisionOrigin::NonMasqueradeCidr { index: 2 }
         );
         assert!(sets[0].entry.skip_local_destinations);
         assert!(sets[0].masquerade.random_fully);
@@ -372,7 +378,7 @@ mod tests {
             enable_ipv6: true,
             ..PlanOptions::default()
         };
-        let sets = plan(&config, &options);
+        let sets = plan(&config, &options, &ResolvedEgress::default());
         let v4: Vec<String> = sets[0].non_masquerade().map(ToString::to_string).collect();
         let v6: Vec<String> = sets[1].non_masquerade().map(ToString::to_string).collect();
         assert_eq!(v4, ["10.0.0.0/8", "10.0.0.0/8"]);
@@ -380,11 +386,11 @@ mod tests {
         // Origins index the config's list, across families.
         assert_eq!(
             sets[1].decisions[1].origin,
-            Origin::NonMasqueradeCidr { index: 0 }
+            DecisionOrigin::NonMasqueradeCidr { index: 0 }
         );
         assert_eq!(
             sets[0].decisions[1].origin,
-            Origin::NonMasqueradeCidr { index: 2 }
+            DecisionOrigin::NonMasqueradeCidr { index: 2 }
         );
     }
 
@@ -394,7 +400,12 @@ mod tests {
             to_ports: "1024-29999,32768-65535".parse().unwrap(),
             ..PlanOptions::default()
         };
-        let set = plan_family(&Config::defaults(&Options::default()), &options, Family::V4);
+        let set = plan_family(
+            &Config::defaults(&Options::default()),
+            &options,
+            &ResolvedEgress::default(),
+            Family::V4,
+        );
         assert_eq!(set.masquerade.ports.len(), 2);
         assert_eq!(set.masquerade.ports[0].taken, 28976);
         assert_eq!(set.masquerade.ports[1].range.to_string(), "32768-65535");

@@ -34,14 +34,14 @@ fn churn(ns: &Netns, args: &[&str]) -> String {
 }
 
 /// A node with its output addresses on `vout` (a veth end), and an agent enforcing `config`.
-struct Node {
+struct ChurnNode {
     ns: Netns,
     log: std::path::PathBuf,
     _config: ConfigFile,
 }
 
-impl Node {
-    fn start(config: &str, prepare: impl FnOnce(&Netns)) -> Node {
+impl ChurnNode {
+    fn start(config: &str, prepare: impl FnOnce(&Netns)) -> ChurnNode {
         let mut ns = Netns::new("churn");
         ns.sh(
             "ip link add vout type veth peer name vpeer && ip link set vout up && \
@@ -56,7 +56,7 @@ impl Node {
             format!("--config={}", config.path().display()),
         ];
         spawn_ipmasq_on(&mut ns, "nftables", args, &log);
-        let node = Node {
+        let node = ChurnNode {
             ns,
             log,
             _config: config,
@@ -93,7 +93,7 @@ impl Node {
     }
 }
 
-impl Drop for Node {
+impl Drop for ChurnNode {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.log);
     }
@@ -106,7 +106,7 @@ impl Drop for Node {
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn veth_churn_fails_no_pass_and_costs_no_address_pass() {
-    let node = Node::start(
+    let node = ChurnNode::start(
         "enableIPv6: true\nresyncInterval: 200ms\noutputAddress: 203.0.113.0/24\noutputAddressIPv6: \"2001:db8:f0::/64\"\n",
         |_| {},
     );
@@ -150,7 +150,7 @@ fn veth_churn_fails_no_pass_and_costs_no_address_pass() {
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn address_changes_that_cannot_move_the_output_address_do_no_work() {
-    let node = Node::start(
+    let node = ChurnNode::start(
         "resyncInterval: 1h\noutputAddress: 203.0.113.0/24\n",
         |_| {},
     );
@@ -217,7 +217,7 @@ fn address_changes_that_cannot_move_the_output_address_do_no_work() {
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn more_than_65536_addresses_are_read_and_the_agent_is_ready() {
-    let node = Node::start("resyncInterval: 1h\noutputAddress: 203.0.113.9\n", |ns| {
+    let node = ChurnNode::start("resyncInterval: 1h\noutputAddress: 203.0.113.9\n", |ns| {
         let done = churn(ns, &["addresses", "--count", "70000"]);
         eprintln!("addresses: {done}");
     });

@@ -49,15 +49,15 @@ COMMIT
 ";
 
 /// A node namespace with a config directory, driving one iptables variant.
-struct Node {
+struct IptablesNode {
     ns: Netns,
     variant: &'static str,
     dir: Scratch,
 }
 
-impl Node {
-    fn new(variant: &'static str, tag: &str) -> Node {
-        Node {
+impl IptablesNode {
+    fn new(variant: &'static str, tag: &str) -> IptablesNode {
+        IptablesNode {
             ns: Netns::new(tag),
             variant,
             dir: Scratch::new(&format!("{tag}-{variant}")),
@@ -181,7 +181,7 @@ both_variants!(
 );
 
 fn default_sync_writes_exactly_upstreams_rules(variant: &'static str) {
-    let node = Node::new(variant, "default");
+    let node = IptablesNode::new(variant, "default");
     let run = node.once(&[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(node.ours(false), DEFAULT_SAVED);
@@ -248,7 +248,7 @@ fn config_edge_cases_through_the_agent(variant: &'static str) {
         ("masqLinkLocal: \"true\"\n", &[], None),
     ];
     for (config, flags, expected) in cases {
-        let node = Node::new(variant, "edge");
+        let node = IptablesNode::new(variant, "edge");
         node.write_config(config);
         let run = node.once(flags);
         match expected {
@@ -270,7 +270,7 @@ fn config_edge_cases_through_the_agent(variant: &'static str) {
 }
 
 fn ipv6_chain_with_enable_ipv6(variant: &'static str) {
-    let node = Node::new(variant, "v6");
+    let node = IptablesNode::new(variant, "v6");
     node.write_config("nonMasqueradeCIDRs: [10.0.0.0/8, 'fd00::/8', '2001:db8::/32']\n");
     let run = node.once(&["--enable-ipv6"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -288,7 +288,7 @@ fn ipv6_chain_with_enable_ipv6(variant: &'static str) {
 }
 
 fn in_sync_resync_writes_nothing_and_keeps_counters(variant: &'static str) {
-    let node = Node::new(variant, "counters");
+    let node = IptablesNode::new(variant, "counters");
     assert_eq!(node.once(&[]).code, 0);
     let tool = format!("iptables-{variant}");
     node.ns.sh(&format!(
@@ -310,7 +310,7 @@ fn in_sync_resync_writes_nothing_and_keeps_counters(variant: &'static str) {
 }
 
 fn duplicate_and_stale_jumps_leave_exactly_one(variant: &'static str) {
-    let node = Node::new(variant, "dupes");
+    let node = IptablesNode::new(variant, "dupes");
     let canonical = DEFAULT_SAVED.lines().nth(1).unwrap();
     // v2.10.0-v2.12.1 wrote the comment with literal quotes inside it.
     let stale = canonical.replace(
@@ -331,7 +331,7 @@ fn duplicate_and_stale_jumps_leave_exactly_one(variant: &'static str) {
 }
 
 fn foreign_rules_stay_byte_for_byte(variant: &'static str) {
-    let mut node = Node::new(variant, "foreign");
+    let mut node = IptablesNode::new(variant, "foreign");
     node.ns.restore(variant, false, FOREIGN_V4);
     let before = node.foreign();
     assert!(before.contains("KUBE-POSTROUTING"));
@@ -360,7 +360,7 @@ fn foreign_rules_stay_byte_for_byte(variant: &'static str) {
 }
 
 fn drift_is_healed_within_one_resync(variant: &'static str) {
-    let mut node = Node::new(variant, "drift");
+    let mut node = IptablesNode::new(variant, "drift");
     node.write_config("resyncInterval: 300ms\n");
     let (_pid, log) = node.spawn(&[]);
     assert!(
@@ -425,7 +425,7 @@ pub(super) fn configmap_dir(dir: &std::path::Path, version: u32, config: &str) {
 }
 
 fn configmap_data_swap_applies_without_waiting_for_the_timer(variant: &'static str) {
-    let mut node = Node::new(variant, "swap");
+    let mut node = IptablesNode::new(variant, "swap");
     let volume = node.dir.path.join("volume");
     std::fs::create_dir_all(&volume).unwrap();
     // An hour-long resync: only the directory watch can explain a prompt reload.
@@ -464,7 +464,7 @@ fn configmap_data_swap_applies_without_waiting_for_the_timer(variant: &'static s
 /// restart (hour-long resync: the swap alone explains it); swapped back off, the agent
 /// removes its IPv6 rules and keeps the IPv4 ones.
 fn enable_ipv6_from_the_configmap_alone(variant: &'static str) {
-    let mut node = Node::new(variant, "v6file");
+    let mut node = IptablesNode::new(variant, "v6file");
     let volume = node.dir.path.join("volume");
     std::fs::create_dir_all(&volume).unwrap();
     let v4_only = "nonMasqueradeCIDRs: [10.0.0.0/8, 'fd00::/8']\nresyncInterval: 1h\n";
@@ -518,7 +518,7 @@ fn enable_ipv6_from_the_configmap_alone(variant: &'static str) {
 }
 
 fn invalid_config_keeps_the_last_good_rules(variant: &'static str) {
-    let mut node = Node::new(variant, "invalid");
+    let mut node = IptablesNode::new(variant, "invalid");
     node.write_config("nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 200ms\n");
     // --v=2 logs every pass, so the test can count passes instead of sleeping.
     let (_pid, log) = node.spawn(&["--v=2"]);
@@ -550,7 +550,7 @@ fn invalid_config_keeps_the_last_good_rules(variant: &'static str) {
 
 fn sigterm_keeps_rules_and_cleanup_on_exit_removes_them(variant: &'static str) {
     for (cleanup, expect_rules) in [(false, true), (true, false)] {
-        let mut node = Node::new(variant, "sigterm");
+        let mut node = IptablesNode::new(variant, "sigterm");
         let extra: &[&str] = if cleanup { &["--cleanup-on-exit"] } else { &[] };
         let (pid, _log) = node.spawn(extra);
         assert!(wait_until(PATIENCE, || node.ours(false) == DEFAULT_SAVED));
@@ -570,7 +570,7 @@ fn sigterm_keeps_rules_and_cleanup_on_exit_removes_them(variant: &'static str) {
         }
     }
     // SIGINT too.
-    let mut node = Node::new(variant, "sigint");
+    let mut node = IptablesNode::new(variant, "sigint");
     let (pid, _log) = node.spawn(&[]);
     assert!(wait_until(PATIENCE, || node.ours(false) == DEFAULT_SAVED));
     kill(pid, "INT");
@@ -578,7 +578,7 @@ fn sigterm_keeps_rules_and_cleanup_on_exit_removes_them(variant: &'static str) {
 }
 
 fn dry_run_prints_and_touches_nothing(variant: &'static str) {
-    let node = Node::new(variant, "dry");
+    let node = IptablesNode::new(variant, "dry");
     let config = node.config_path().display().to_string();
     let args = node.agent_args(&config, &["--dry-run"]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -618,7 +618,7 @@ fn auto_mode_follows_iptables_wrappers() {
         ),
     ];
     for (what, setup, expected) in cases {
-        let node = Node::new("nft", "auto");
+        let node = IptablesNode::new("nft", "auto");
         if !setup.is_empty() {
             node.ns.sh(setup);
         }
@@ -645,7 +645,7 @@ fn auto_mode_follows_iptables_wrappers() {
 }
 
 fn to_ports_and_random_fully_flags_round_trip(variant: &'static str) {
-    let node = Node::new(variant, "ports");
+    let node = IptablesNode::new(variant, "ports");
     let run = node.once(&["--to-ports=1024-29999,32768-65535", "--random-fully=false"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let ours = node.ours(false);
@@ -702,7 +702,7 @@ fn auto_mode_counts_rules_as_the_save_tools_do() {
         "iptables-nft -N CUSTOM && iptables-nft -A CUSTOM -j ACCEPT && iptables-nft -A INPUT -j CUSTOM && ip6tables-nft -t nat -A POSTROUTING -j MASQUERADE && iptables-nft -t raw -A PREROUTING -j NOTRACK && iptables-legacy -t nat -A POSTROUTING -j ACCEPT",
     ];
     for setup in setups {
-        let node = Node::new("nft", "auto");
+        let node = IptablesNode::new("nft", "auto");
         node.ns.sh(setup);
         let count = |variant: &str| -> usize {
             [false, true]
@@ -741,7 +741,7 @@ fn auto_mode_counts_rules_as_the_save_tools_do() {
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn an_iptables_without_random_fully_gets_plain_masquerade() {
-    let node = Node::new("nft", "nft");
+    let node = IptablesNode::new("nft", "nft");
     let fakes = crate::util::Scratch::new("old-iptables");
     super::netns::executable(
         &fakes.path.join("iptables-nft-restore"),
@@ -776,7 +776,7 @@ fn a_first_sync_on_a_fresh_node_is_one_restore() {
             vec!["iptables-nft-save", "iptables-nft-restore"],
         ),
     ] {
-        let node = Node::new("nft", mode);
+        let node = IptablesNode::new("nft", mode);
         if !setup.is_empty() {
             node.ns.sh(setup);
         }

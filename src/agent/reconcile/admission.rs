@@ -1,11 +1,12 @@
-//! The admission stage of a pass: what the source read becomes the config in force when it
-//! is valid and fits the agent's memory limit, or is refused (once logged and counted per
-//! reason) while the last good config stays in force.
+//! The admission stage of a pass: the bytes the source read are parsed and checked here
+//! (within the per-file parse budget), and the config they make becomes the config in force
+//! when it is valid and fits the agent's memory limit, or is refused (once logged and counted
+//! per reason) while the last good config stays in force.
 
 use super::node_facts::NodeFacts;
 use super::source::SourceRead;
 use crate::backend::Backend;
-use crate::config::{self, Config, Diagnostic, Origin};
+use crate::config::{self, Config, ConfigOrigin, Diagnostic};
 use crate::plan::PlanOptions;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -29,10 +30,11 @@ pub struct AdmissionCounts {
     pub non_masquerade_cidrs: usize,
 }
 
-/// What a config is judged with besides itself: the backend that would write it (its memory
-/// model), the flags and the node facts it would be planned with.
+/// What a config is judged with besides itself: how to parse and check it, the backend that
+/// would write it (its memory model), the flags and the node facts it would be planned with.
 pub struct AdmissionInputs<'a> {
     pub label: &'a str,
+    pub options: &'a config::Options,
     pub backend: &'a dyn Backend,
     pub flags: &'a PlanOptions,
     pub node: &'a NodeFacts,
@@ -44,7 +46,7 @@ pub struct Admission {
     /// The last valid config: enforced even while the source holds an invalid one.
     active: Option<Config>,
     /// Where the active config came from.
-    origin: Option<Origin>,
+    origin: Option<ConfigOrigin>,
     /// The digest of the active config's bytes and when they were read.
     read: Option<ActiveRead>,
     /// Bumped whenever the config in force changes (the plan is made again).
@@ -97,7 +99,7 @@ impl Admission {
         self.active.as_ref()
     }
 
-    pub fn origin(&self) -> Option<&Origin> {
+    pub fn origin(&self) -> Option<&ConfigOrigin> {
         self.origin.as_ref()
     }
 
@@ -115,12 +117,13 @@ impl Admission {
         self.memory_refusal.as_ref()
     }
 
-    /// Judges what the source read; the config in force changes only to a valid one.
+    /// Parses and checks what the source read, and judges it; the config in force changes
+    /// only to a valid one.
     pub fn admit(&mut self, read: SourceRead, inputs: &AdmissionInputs) {
         let path = inputs.label;
         let loaded = match read {
             SourceRead::Nothing => return,
-            SourceRead::Loaded(loaded) => *loaded,
+            SourceRead::Read(text) => text.check(inputs.options),
             SourceRead::Unreadable(message) => {
                 let kept = (
                     "keeping the rules of the last good config",
@@ -174,7 +177,7 @@ impl Admission {
         &mut self,
         new: Config,
         checked: &config::Checked,
-        (origin, digest): (Origin, Option<String>),
+        (origin, digest): (ConfigOrigin, Option<String>),
         path: &str,
     ) {
         let note = fingerprint(checked.diagnostics());
@@ -183,9 +186,9 @@ impl Admission {
             if changed {
                 self.counts.configs_accepted += 1;
                 let source = match origin {
-                    Origin::Defaults => "defaults (no config file)",
-                    Origin::File => "file",
-                    Origin::Dir => "merged files",
+                    ConfigOrigin::Defaults => "defaults (no config file)",
+                    ConfigOrigin::File => "file",
+                    ConfigOrigin::Dir => "merged files",
                 };
                 info!(
                     config = %path,
@@ -248,7 +251,7 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
     let limit = inputs.node.memory_limit?;
     let usable = limit / 100 * memory::USABLE_PERCENT;
     let backend = inputs.backend;
-    let rulesets = crate::plan::plan(config, &inputs.node.plan_options(inputs.flags));
+    let rulesets = crate::plan::plan(config, inputs.flags, &inputs.node.egress);
     let estimate = crate::backend::Estimate::of(backend, &rulesets);
     if estimate.peak <= usable {
         return None;

@@ -1,6 +1,6 @@
 //! One reconcile pass, as a sequence of stages each with its own inputs and outputs:
-//! *source* (the config file or directory) → *admission* (checks, the memory limit; the last
-//! good config kept) → *node facts* (the output addresses resolved, the memory limit) →
+//! *source* (the config file or directory: the bytes read, when they changed) → *admission*
+//! (parse, checks, the memory limit; the last good config kept) → *node facts* (the output addresses resolved, the memory limit) →
 //! *plan* (pure: config + flags + node facts) → *enforce* (the backend's sync, the conntrack
 //! follow) → *status* (what health and metrics report). [`Reconciler::pass`] drives them.
 
@@ -15,7 +15,7 @@ pub use admission::ActiveRead;
 pub use status::Status;
 
 use crate::backend::{BackendError, SyncReport};
-use crate::config::{self, Config, Origin};
+use crate::config::{self, Config, ConfigOrigin};
 use crate::plan::PlanOptions;
 use admission::{Admission, AdmissionInputs};
 use enforce::{Enforcer, RetryNote};
@@ -45,11 +45,12 @@ fn backoff(failures: u32, interval: Duration) -> Duration {
 /// the node is a node fact, handed to the plan beside them).
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Where the config is read (the source stage is made from it, with `options`, at start).
+    /// Where the config is read (the source stage is made from it at start).
     pub config: config::ConfigSource,
+    /// How admission parses and checks what the source read.
     pub options: config::Options,
-    /// The flags that shape the rules; their `egress` stays unresolved here (the plan stage
-    /// takes the node's from the node facts).
+    /// The flags that shape the rules (the node's output addresses are no flag: the plan
+    /// stage takes them from the node facts).
     pub plan: PlanOptions,
     pub dry_run: bool,
     /// One pass and out (`--once`, `--dry-run`): a failure is not retried, and its log line
@@ -84,7 +85,7 @@ pub struct Reconciler {
 impl Reconciler {
     pub fn new(settings: Settings, backend: Box<dyn crate::backend::Backend>) -> Self {
         Reconciler {
-            source: Source::new(settings.config.clone(), settings.options),
+            source: Source::new(settings.config.clone()),
             settings,
             admission: Admission::default(),
             node: NodeReader::new(),
@@ -94,8 +95,8 @@ impl Reconciler {
         }
     }
 
-    /// One full pass: read and admit the config, then (with a config in force) read the node
-    /// facts, plan, enforce; then the status.
+    /// One full pass: read the config's bytes, admit them (parse, check), then (with a config
+    /// in force) read the node facts, plan, enforce; then the status.
     pub fn pass(&mut self) -> Pass {
         let read = self.source.read();
         let label = self.source.label();
@@ -103,6 +104,7 @@ impl Reconciler {
             read,
             &AdmissionInputs {
                 label: &label,
+                options: &self.settings.options,
                 backend: self.enforcer.backend(),
                 flags: &self.settings.plan,
                 node: self.node.facts(),
@@ -154,7 +156,7 @@ impl Reconciler {
     }
 
     /// Where the config in force came from.
-    pub fn config_origin(&self) -> Option<&Origin> {
+    pub fn config_origin(&self) -> Option<&ConfigOrigin> {
         self.admission.origin()
     }
 
@@ -705,7 +707,12 @@ mod tests {
         )
         .into_config()
         .expect("a valid config");
-        crate::plan::plan_family(&config, &PlanOptions::default(), Family::V4)
+        crate::plan::plan_family(
+            &config,
+            &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
+            Family::V4,
+        )
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use crate::backend::BackendError;
 use crate::config::egress::EgressTarget;
 use crate::config::Config;
-use crate::plan::{Family, PlanOptions, ResolvedEgress};
+use crate::plan::{Family, ResolvedEgress};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,16 +19,6 @@ pub struct NodeFacts {
     pub egress: ResolvedEgress,
     /// The memory the agent may use (its cgroup's limit); None: no limit.
     pub memory_limit: Option<u64>,
-}
-
-impl NodeFacts {
-    /// The plan's options: the flags, with this node's output addresses.
-    pub fn plan_options(&self, flags: &PlanOptions) -> PlanOptions {
-        PlanOptions {
-            egress: self.egress,
-            ..flags.clone()
-        }
-    }
 }
 
 /// Reads the node facts, and keeps what the last read found.

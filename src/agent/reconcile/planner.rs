@@ -33,8 +33,7 @@ impl Planner {
         let made_from = (inputs.config.1, inputs.node.1);
         let fresh = !matches!(&self.made, Some((from, _)) if *from == made_from);
         if fresh {
-            let options = inputs.node.0.plan_options(inputs.flags);
-            let rulesets = crate::plan::plan(inputs.config.0, &options)
+            let rulesets = crate::plan::plan(inputs.config.0, inputs.flags, &inputs.node.0.egress)
                 .into_iter()
                 .map(Enforceable::check)
                 .collect();

@@ -1,7 +1,9 @@
 //! The source stage of a pass: where the config comes from (a file or a directory of files
-//! today), read only when its bytes changed and only once a writer is done with them.
+//! today), read only when its bytes changed and only once a writer is done with them. It
+//! yields the bytes it read ([`config::SourceText`]), never a parsed config: parsing and
+//! checking them is admission's.
 
-use crate::config::{self, Origin};
+use crate::config::{self, ConfigOrigin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,15 +27,14 @@ pub enum SourceRead {
     Nothing,
     /// The source cannot be read, and why.
     Unreadable(String),
-    /// A config read and checked, with where it came from and its digest.
-    Loaded(Box<config::Loaded>),
+    /// New bytes: the file's (or its absence), or the directory's files; not yet parsed.
+    Read(config::SourceText),
 }
 
 impl Source {
-    pub fn new(source: config::ConfigSource, options: config::Options) -> Source {
+    pub fn new(source: config::ConfigSource) -> Source {
         Source::Files(FileSource {
             source,
-            options,
             cache: None,
             parses_skipped: 0,
             in_flux: Arc::default(),
@@ -49,7 +50,7 @@ impl Source {
         }
     }
 
-    /// Reads the config, when there is something new to read.
+    /// Reads the config's bytes, when there is something new to read.
     pub fn read(&mut self) -> SourceRead {
         match self {
             Source::Files(files) => files.read(),
@@ -68,10 +69,9 @@ impl Source {
 /// The config file or directory, with what the last read found.
 pub struct FileSource {
     source: config::ConfigSource,
-    options: config::Options,
-    /// The last file read and its result: unchanged bytes are not parsed again.
-    cache: Option<config::SourceCache>,
-    /// Config parses skipped because the file had not changed (for tests and debugging).
+    /// What the last read found: unchanged bytes are not handed on (so never parsed again).
+    cache: Option<config::ReadCache>,
+    /// Config parses skipped because the bytes had not changed (for tests and debugging).
     pub parses_skipped: u64,
     /// Set while a writer has the config file open (the directory watch sees it modified and
     /// not yet closed): the file is not read until it is whole.
@@ -89,12 +89,8 @@ impl FileSource {
             debug!(config = %path, "the config file is being written; it is read once the writer closes it");
             return SourceRead::Nothing;
         }
-        let loaded = match config::load_source_unless_unchanged(
-            &self.source,
-            &self.options,
-            &mut self.cache,
-        ) {
-            Ok(Some(loaded)) => loaded,
+        let text = match config::read_source_unless_unchanged(&self.source, &mut self.cache) {
+            Ok(Some(text)) => text,
             Ok(None) => {
                 self.parses_skipped += 1;
                 return SourceRead::Nothing;
@@ -104,7 +100,8 @@ impl FileSource {
                 return SourceRead::Unreadable(err.to_string());
             }
         };
-        if loaded.blank && self.had_content {
+        let blank = text.is_blank();
+        if blank && self.had_content {
             let since = *self.blank_since.get_or_insert_with(|| {
                 info!(config = %path, grace_s = BLANK_GRACE.as_secs_f64(), "the config file was emptied; keeping the config in force unless it stays empty (a writer may be rewriting it in place)");
                 Instant::now()
@@ -116,8 +113,8 @@ impl FileSource {
             }
         }
         self.blank_since = None;
-        self.had_content = loaded.origin == Origin::File && !loaded.blank;
-        SourceRead::Loaded(Box::new(loaded))
+        self.had_content = text.origin() == ConfigOrigin::File && !blank;
+        SourceRead::Read(text)
     }
 
     /// Look again when the grace of an emptied file ends.

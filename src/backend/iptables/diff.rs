@@ -3,7 +3,7 @@
 
 use super::render::{Rendered, POSTROUTING};
 use super::saved::{describe_rule, Described, Jump, LiveChain};
-use crate::backend::{Difference, DriftKind, Verdict};
+use crate::backend::{Difference, DriftKind, RuleVerdict};
 use crate::plan::ChainName;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -65,11 +65,11 @@ impl Drift {
 fn summary(rule: &Described) -> String {
     let mut parts = Vec::new();
     let (ports, weight, fully_random) = match &rule.verdict {
-        Some(Verdict::Keep) => {
+        Some(RuleVerdict::Keep) => {
             parts.push("RETURN".to_string());
             (None, None, false)
         }
-        Some(Verdict::Masquerade {
+        Some(RuleVerdict::Masquerade {
             snat_to,
             ports,
             weight,
@@ -81,7 +81,7 @@ fn summary(rule: &Described) -> String {
             });
             (*ports, *weight, *fully_random)
         }
-        Some(Verdict::Foreign(target)) => {
+        Some(RuleVerdict::Foreign(target)) => {
             parts.push(target.clone());
             (None, None, false)
         }

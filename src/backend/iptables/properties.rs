@@ -8,7 +8,7 @@ use super::saved::{Jump, LiveChain};
 use super::{Iptables, Variant};
 use crate::backend::Backend;
 use crate::config::{Config, Options};
-use crate::plan::{decide, plan, Action, Decision, Origin, PlanOptions, Ruleset};
+use crate::plan::{decide, plan, Action, Decision, DecisionOrigin, PlanOptions, Ruleset};
 use ipnet::{IpNet, Ipv4Net};
 use proptest::prelude::*;
 use std::borrow::Cow;
@@ -42,9 +42,9 @@ fn decisions() -> impl Strategy<Value = Vec<Decision>> {
                     Action::Masquerade
                 },
                 origin: if keep {
-                    Origin::NonMasqueradeCidr { index }
+                    DecisionOrigin::NonMasqueradeCidr { index }
                 } else {
-                    Origin::ForceMasqueradeCidr { index }
+                    DecisionOrigin::ForceMasqueradeCidr { index }
                 },
             })
             .collect()
@@ -107,7 +107,8 @@ proptest! {
         foreign in prop::collection::vec((any::<usize>(), net(), any::<bool>()), 0..3),
         packets in prop::collection::vec((any::<u32>(), any::<u32>()), 1..24),
     ) {
-        let base = plan(&Config::defaults(&Options::default()), &PlanOptions::default())
+        let no_egress = crate::plan::ResolvedEgress::default();
+        let base = plan(&Config::defaults(&Options::default()), &PlanOptions::default(), &no_egress)
             .remove(0);
         let intended = with_decisions(&base, original.clone());
         let live_set = with_decisions(&base, damaged(&original, &damage));
@@ -132,7 +133,7 @@ proptest! {
         let foreign_numbers: Vec<usize> = inspection
             .rules
             .iter()
-            .filter(|r| !r.matches.unjudged.is_empty() || matches!(r.verdict, crate::backend::Verdict::Foreign(_)))
+            .filter(|r| !r.matches.unjudged.is_empty() || matches!(r.verdict, crate::backend::RuleVerdict::Foreign(_)))
             .map(|r| r.number)
             .collect();
         prop_assert_eq!(foreign_numbers.len(), foreign.len());

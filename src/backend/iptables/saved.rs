@@ -4,7 +4,7 @@
 
 use super::render::POSTROUTING;
 use crate::backend::{
-    AddressMatch, Before, Counters, EntryJump, Inspection, LiveRule, Matches, Verdict, Weight,
+    AddressMatch, Before, Counters, EntryJump, Inspection, LiveRule, Matches, RuleVerdict, Weight,
 };
 use crate::plan::ChainName;
 use ipnet::IpNet;
@@ -163,7 +163,7 @@ impl<'a> LiveChain<'a> {
                         matches: described.matches,
                         verdict: described
                             .verdict
-                            .unwrap_or_else(|| Verdict::Foreign("no target".into())),
+                            .unwrap_or_else(|| RuleVerdict::Foreign("no target".into())),
                         comment: described.comment,
                         counters: self.counters.get(i).copied().flatten(),
                         text: line.to_string(),
@@ -201,7 +201,7 @@ impl<'a> LiveChain<'a> {
                     matches: described.matches,
                     verdict: described
                         .verdict
-                        .unwrap_or_else(|| Verdict::Foreign("no target".into())),
+                        .unwrap_or_else(|| RuleVerdict::Foreign("no target".into())),
                     comment: described.comment,
                     counters: *counters,
                     text: format!("-A {POSTROUTING} {spec}"),
@@ -254,7 +254,7 @@ fn skips_local(spec: &str) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Described {
     pub matches: Matches,
-    pub verdict: Option<Verdict>,
+    pub verdict: Option<RuleVerdict>,
     pub comment: Option<String>,
 }
 
@@ -347,20 +347,20 @@ pub(super) fn describe_rule(line: &str) -> Described {
         }
     }
     out.verdict = target.map(|t| match t.as_str() {
-        "RETURN" => Verdict::Keep,
-        "MASQUERADE" => Verdict::Masquerade {
+        "RETURN" => RuleVerdict::Keep,
+        "MASQUERADE" => RuleVerdict::Masquerade {
             snat_to: None,
             ports,
             weight,
             fully_random,
         },
-        "SNAT" if snat_to.is_some() => Verdict::Masquerade {
+        "SNAT" if snat_to.is_some() => RuleVerdict::Masquerade {
             snat_to,
             ports,
             weight,
             fully_random,
         },
-        _ => Verdict::Foreign(t),
+        _ => RuleVerdict::Foreign(t),
     });
     out
 }

@@ -32,7 +32,12 @@ fn long_source_and_forced_lists_are_counted_as_written() {
             32_018,
         ),
     ] {
-        let set = plan(&config, &PlanOptions::default()).remove(0);
+        let set = plan(
+            &config,
+            &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
+        )
+        .remove(0);
         assert_eq!(render_rules(&set).len(), rules);
     }
     let ported = PlanOptions {
@@ -42,6 +47,7 @@ fn long_source_and_forced_lists_are_counted_as_written() {
     let set = plan(
         &crate::backend::tests::forced_per_interface(500, 4),
         &ported,
+        &crate::plan::ResolvedEgress::default(),
     )
     .remove(0);
     assert_eq!(render_rules(&set).len(), 14_030);
@@ -52,7 +58,11 @@ fn kinds(drift: &diff::Drift) -> Vec<DriftKind> {
 }
 
 fn default_ruleset(options: &PlanOptions) -> Vec<Ruleset> {
-    plan(&Config::defaults(&Options::default()), options)
+    plan(
+        &Config::defaults(&Options::default()),
+        options,
+        &crate::plan::ResolvedEgress::default(),
+    )
 }
 
 const JUMP: &str = "-A POSTROUTING -m comment --comment \"ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom IP-MASQ-AGENT chain\" -m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT";
@@ -163,7 +173,7 @@ fn ipv6_ruleset_renders_with_fe80() {
         enable_ipv6: true,
         ..PlanOptions::default()
     };
-    let sets = plan(&config, &options);
+    let sets = plan(&config, &options, &crate::plan::ResolvedEgress::default());
     let v6 = render_rules(&sets[1]);
     assert_eq!(
         v6,
@@ -179,7 +189,11 @@ fn ipv6_ruleset_renders_with_fe80() {
 fn masq_link_local_drops_the_169_254_line() {
     let mut config = Config::defaults(&Options::default());
     config.masq_link_local = true;
-    let sets = plan(&config, &PlanOptions::default());
+    let sets = plan(
+        &config,
+        &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+    );
     assert!(!render_rules(&sets[0]).iter().any(|l| l.contains("169.254")));
 }
 
@@ -318,12 +332,12 @@ fn golden_transactions_for_every_flag_combination() {
                             random_fully,
                             to_ports: to_ports.parse().unwrap(),
                             enable_ipv6,
-                            ..PlanOptions::default()
                         };
                         let mut config = config.clone();
                         config.masq_link_local = masq_ll;
                         config.masq_link_local_ipv6 = masq_ll6;
-                        for set in plan(&config, &options) {
+                        for set in plan(&config, &options, &crate::plan::ResolvedEgress::default())
+                        {
                             let desired = Rendered::new(&set);
                             let script =
                                 transaction(&desired, &diff(&desired, &LiveChain::default()));
@@ -436,21 +450,21 @@ fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
     );
     // Our rules are typed: a keep for a destination, a masquerade for the rest.
     let first = &inspection.rules[0];
-    assert_eq!(first.verdict, crate::backend::Verdict::Keep);
+    assert_eq!(first.verdict, crate::backend::RuleVerdict::Keep);
     assert_eq!(
         first.matches.destination.as_ref().map(|d| d.nets.clone()),
         Some(vec!["169.254.0.0/16".parse().unwrap()])
     );
     assert!(matches!(
         inspection.rules.last().unwrap().verdict,
-        crate::backend::Verdict::Masquerade {
+        crate::backend::RuleVerdict::Masquerade {
             fully_random: true,
             ..
         }
     ));
     assert_eq!(
         inspection.entry(),
-        crate::backend::Entry::HookedMoreThanOnce {
+        crate::backend::HookStatus::HookedMoreThanOnce {
             copies: 2,
             skips_local: true
         }
@@ -503,7 +517,6 @@ fn property_rendered_rules_agree_with_decide() {
         let config = random_config(&mut rng, family);
         let options = PlanOptions {
             enable_ipv6: true,
-            egress: crate::plan::decide::tests::node_egress(&config),
             to_ports: if rng.below(2) == 0 {
                 "1024-2047,4096-8191".parse().unwrap()
             } else {
@@ -511,7 +524,8 @@ fn property_rendered_rules_agree_with_decide() {
             },
             ..PlanOptions::default()
         };
-        let set = plan(&config, &options)
+        let egress = crate::plan::decide::tests::node_egress(&config);
+        let set = plan(&config, &options, &egress)
             .into_iter()
             .find(|s| s.family == family)
             .unwrap();
@@ -543,7 +557,14 @@ fn property_rendered_rules_agree_with_decide() {
 #[test]
 fn extensions_change_the_chain_only_when_used() {
     let mut config = Config::defaults(&Options::default());
-    let upstream = Rendered::new(&plan(&config, &PlanOptions::default())[0]).lines;
+    let upstream = Rendered::new(
+        &plan(
+            &config,
+            &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
+        )[0],
+    )
+    .lines;
     assert_eq!(upstream.len(), 5);
     assert!(upstream[0].contains("-d 169.254.0.0/16"));
     config.force_masquerade_cidrs = vec!["10.8.0.0/16".parse().unwrap()];
@@ -551,7 +572,14 @@ fn extensions_change_the_chain_only_when_used() {
         .non_masquerade_cidrs
         .push("10.8.1.0/24".parse().unwrap());
     config.masquerade_source_cidrs = vec!["10.244.0.0/16".parse().unwrap()];
-    let lines = Rendered::new(&plan(&config, &PlanOptions::default())[0]).lines;
+    let lines = Rendered::new(
+        &plan(
+            &config,
+            &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
+        )[0],
+    )
+    .lines;
     let shapes: Vec<String> = lines
         .iter()
         .map(|l| {
@@ -564,8 +592,8 @@ fn extensions_change_the_chain_only_when_used() {
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
                 match v.verdict {
-                    Some(crate::backend::Verdict::Keep) => "RETURN",
-                    Some(crate::backend::Verdict::Masquerade { .. }) => "MASQUERADE",
+                    Some(crate::backend::RuleVerdict::Keep) => "RETURN",
+                    Some(crate::backend::RuleVerdict::Masquerade { .. }) => "MASQUERADE",
                     _ => "other",
                 }
             )
@@ -588,7 +616,14 @@ fn extensions_change_the_chain_only_when_used() {
     config
         .masquerade_source_cidrs
         .push("192.168.0.0/16".parse().unwrap());
-    let lines = Rendered::new(&plan(&config, &PlanOptions::default())[0]).lines;
+    let lines = Rendered::new(
+        &plan(
+            &config,
+            &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
+        )[0],
+    )
+    .lines;
     let gates: Vec<ipnet::Ipv4Net> = lines
         .iter()
         .filter(|l| l.contains("masqueradeSourceCIDRs"))
@@ -700,7 +735,7 @@ fn golden_transactions_with_the_extension_keys() {
                 enable_ipv6: true,
                 ..PlanOptions::default()
             };
-            for set in plan(&config, &options) {
+            for set in plan(&config, &options, &crate::plan::ResolvedEgress::default()) {
                 let desired = Rendered::new(&set);
                 let script = transaction(&desired, &diff(&desired, &LiveChain::default()));
                 out.push_str(&format!(
@@ -718,8 +753,9 @@ fn golden_transactions_with_the_extension_keys() {
 #[test]
 fn golden_transactions_with_the_egress_keys() {
     let mut out = String::new();
-    for (label, config, options) in crate::plan::decide::tests::egress_cases() {
-        for set in plan(&config, &options) {
+    for case in crate::plan::decide::tests::egress_cases() {
+        let label = &case.label;
+        for set in plan(&case.config, &case.options, &case.egress) {
             let desired = Rendered::new(&set);
             let script = transaction(&desired, &diff(&desired, &LiveChain::default()));
             out.push_str(&format!("### {label} family={}\n{script}", set.family));

@@ -284,7 +284,7 @@ fn leftovers_over(
         .filter(|rule| {
             rule.stmts.iter().any(|s| {
                 matches!(s, nf_tables::statement::Stmt::Verdict(
-                    nf_tables::statement::Verdict::Jump(target)) if target == chain)
+                    nf_tables::statement::NftVerdict::Jump(target)) if target == chain)
             })
         })
         .map(|rule| rule.handle)

@@ -7,7 +7,7 @@
 use super::live::{LiveRuleSpec, LiveTable};
 use super::render::DesiredTable;
 use super::Nftables;
-use crate::backend::{Backend, Entry};
+use crate::backend::{Backend, HookStatus};
 use crate::config::{Config, Options};
 use crate::plan::{plan_family, Action, Family, PlanOptions};
 use ipnet::{IpNet, Ipv4Net};
@@ -35,7 +35,8 @@ proptest! {
     ) {
         let mut config = Config::defaults(&Options::default());
         config.non_masquerade_cidrs = cidrs.iter().map(|n| IpNet::V4(*n)).collect();
-        let desired = plan_family(&config, &PlanOptions::default(), Family::V4);
+        let no_egress = crate::plan::ResolvedEgress::default();
+        let desired = plan_family(&config, &PlanOptions::default(), &no_egress, Family::V4);
         let table = DesiredTable::new(&desired).expect("a table");
         let mut live = LiveTable::written(&table);
         for index in &deleted {
@@ -56,7 +57,7 @@ proptest! {
         }
         let inspection = live.inspection();
         let skips_local = !skip_deleted && hand_rule.is_none();
-        prop_assert_eq!(inspection.entry(), Entry::Hooked { skips_local });
+        prop_assert_eq!(inspection.entry(), HookStatus::Hooked { skips_local });
         for (src, dst, local) in packets {
             let (src, dst) = (IpAddr::V4(src.into()), IpAddr::V4(dst.into()));
             let kept = (local && skips_local)

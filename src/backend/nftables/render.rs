@@ -6,7 +6,7 @@
 use crate::backend::BackendError;
 use crate::config::egress::InterfacePattern;
 use crate::netlink::nf_tables::statement::{
-    self, Side, Stmt, Verdict, NAT_RANGE_PROTO_RANDOM_FULLY,
+    self, NftVerdict, Side, Stmt, NAT_RANGE_PROTO_RANDOM_FULLY,
 };
 use crate::netlink::nf_tables::wire::{self, BaseChain, Batch, Finished, Keys, SetRef};
 use crate::plan::{Action, ChainName, Egress, Family, Ruleset};
@@ -196,7 +196,7 @@ impl DesiredTable {
         };
         let v6 = family == Family::V6;
         let mut rules = vec![RuleSpec::new(
-            vec![Stmt::FibDaddrLocal, Stmt::Verdict(Verdict::Return)],
+            vec![Stmt::FibDaddrLocal, Stmt::Verdict(NftVerdict::Return)],
             entry_comment(&ruleset.names.chain),
         )];
         let sources = aggregate(ruleset.entry.source_ranges.iter().copied());
@@ -209,7 +209,7 @@ impl DesiredTable {
                         negated: true,
                         nets: sources,
                     },
-                    Stmt::Verdict(Verdict::Return),
+                    Stmt::Verdict(NftVerdict::Return),
                 ],
                 SOURCE_COMMENT,
             ));
@@ -224,7 +224,7 @@ impl DesiredTable {
                         negated: false,
                         set: set_name(index),
                     },
-                    Stmt::Verdict(Verdict::Return),
+                    Stmt::Verdict(NftVerdict::Return),
                 ],
                 NON_MASQ_COMMENT,
             ));

@@ -12,7 +12,7 @@ use super::{diff::diff, Nftables, TABLE};
 use crate::backend::{Backend, BackendError};
 use crate::config::{Config, Options};
 use crate::netlink::nf_tables::fake_kernel::{FakeKernel, FakeRule, FakeRuleset, Fault, Strikes};
-use crate::netlink::nf_tables::statement::{Stmt, Verdict};
+use crate::netlink::nf_tables::statement::{NftVerdict, Stmt};
 use crate::netlink::nf_tables::wire::{BaseChain, Batch, Finished};
 use crate::netlink::nf_tables::{commit_within, script};
 use crate::plan::{plan, plan_family, Family, PlanOptions, Ruleset};
@@ -27,7 +27,12 @@ fn desired() -> Ruleset {
     config
         .non_masquerade_cidrs
         .extend(["10.0.0.0/8", "100.64.0.0/10"].map(|c| c.parse::<ipnet::IpNet>().unwrap()));
-    plan_family(&config, &PlanOptions::default(), Family::V4)
+    plan_family(
+        &config,
+        &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+        Family::V4,
+    )
 }
 
 fn backend(kernel: &FakeKernel) -> Nftables {
@@ -79,7 +84,7 @@ fn neighbour_commits(kernel: &FakeKernel) {
     b.add_rule(
         Family::V4,
         ("kube-nat", "post"),
-        &[Stmt::Verdict(Verdict::Accept)],
+        &[Stmt::Verdict(NftVerdict::Accept)],
         Some("theirs"),
     )
     .unwrap();
@@ -335,13 +340,13 @@ fn iptables_nft_left(kernel: &FakeKernel, held: bool) {
         }
     });
     let mut b = Batch::new(crate::netlink::nf_tables::sequence(16));
-    let jump = [Stmt::Verdict(Verdict::Jump("IP-MASQ-AGENT".into()))];
+    let jump = [Stmt::Verdict(NftVerdict::Jump("IP-MASQ-AGENT".into()))];
     b.add_rule(Family::V4, ("nat", "POSTROUTING"), &jump, None)
         .unwrap();
     b.add_rule(
         Family::V4,
         ("nat", "IP-MASQ-AGENT"),
-        &[Stmt::Verdict(Verdict::Return)],
+        &[Stmt::Verdict(NftVerdict::Return)],
         None,
     )
     .unwrap();
@@ -478,7 +483,11 @@ fn both_families_apply_and_read_back_in_sync() {
     };
     let kernel = FakeKernel::new();
     let nft = backend(&kernel);
-    for want in plan(&Config::defaults(&Options::default()), &options) {
+    for want in plan(
+        &Config::defaults(&Options::default()),
+        &options,
+        &crate::plan::ResolvedEgress::default(),
+    ) {
         nft.sync(&want, false).unwrap();
         assert_eq!(
             drift_left(&kernel, &want),

@@ -13,7 +13,13 @@ use crate::plan::{plan, plan_family, Family, PlanOptions, Ruleset};
 
 fn default_table(options: &PlanOptions) -> DesiredTable {
     let config = Config::defaults(&Options::default());
-    DesiredTable::new(&plan_family(&config, options, Family::V4)).unwrap()
+    DesiredTable::new(&plan_family(
+        &config,
+        options,
+        &crate::plan::ResolvedEgress::default(),
+        Family::V4,
+    ))
+    .unwrap()
 }
 
 /// The default table as the kernel holds it right after our commit.
@@ -145,8 +151,13 @@ fn overlapping_and_duplicate_cidrs_are_aggregated() {
         .iter()
         .map(|c| c.parse().unwrap())
         .collect();
-    let table =
-        DesiredTable::new(&plan_family(&config, &PlanOptions::default(), Family::V4)).unwrap();
+    let table = DesiredTable::new(&plan_family(
+        &config,
+        &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+        Family::V4,
+    ))
+    .unwrap();
     let elements: Vec<String> = table.elements.iter().map(ToString::to_string).collect();
     assert_eq!(elements, ["10.0.0.0/7", "169.254.0.0/16"]);
 }
@@ -200,7 +211,12 @@ fn long_source_and_forced_lists_are_counted_as_written() {
             2_007,
         ),
     ] {
-        let set = plan_family(&config, &PlanOptions::default(), Family::V4);
+        let set = plan_family(
+            &config,
+            &PlanOptions::default(),
+            &crate::plan::ResolvedEgress::default(),
+            Family::V4,
+        );
         let table = table_of(&set);
         assert_eq!(
             (
@@ -242,7 +258,7 @@ pub(super) fn golden_batches(config: &Config) -> Vec<(String, Finished)> {
                     let mut config = config.clone();
                     config.masq_link_local = masq_ll;
                     config.masq_link_local_ipv6 = masq_ll;
-                    for set in plan(&config, &options) {
+                    for set in plan(&config, &options, &crate::plan::ResolvedEgress::default()) {
                         let table = table_of(&set);
                         out.push((
                             format!(
@@ -334,10 +350,10 @@ fn property_the_table_agrees_with_decide() {
         let config = random_config(&mut rng, family);
         let options = PlanOptions {
             enable_ipv6: true,
-            egress: crate::plan::decide::tests::node_egress(&config),
             ..ports()
         };
-        let set = plan_family(&config, &options, family);
+        let egress = crate::plan::decide::tests::node_egress(&config);
+        let set = plan_family(&config, &options, &egress, family);
         let table = DesiredTable::new(&set).unwrap();
         let live = super::live::LiveTable::written(&table).inspection();
         assert_live_walk_agrees(&mut rng, &config, &set, &live, round, 60);
@@ -355,8 +371,13 @@ fn forced_cidrs_cut_the_kept_set_into_disjoint_blocks() {
     ];
     config.force_masquerade_cidrs = vec!["10.8.0.0/16".parse().unwrap()];
     config.masq_link_local = true;
-    let table =
-        DesiredTable::new(&plan_family(&config, &PlanOptions::default(), Family::V4)).unwrap();
+    let table = DesiredTable::new(&plan_family(
+        &config,
+        &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+        Family::V4,
+    ))
+    .unwrap();
     let elements: Vec<String> = table.elements.iter().map(ToString::to_string).collect();
     assert_eq!(
         elements,
@@ -400,8 +421,9 @@ fn golden_nft_scripts_with_the_egress_keys() {
 /// The batch of every egress case, each with its `### ...` header line (without its newline).
 pub(super) fn egress_batches() -> Vec<(String, Finished)> {
     let mut out = Vec::new();
-    for (label, config, options) in crate::plan::decide::tests::egress_cases() {
-        for set in plan(&config, &options) {
+    for case in crate::plan::decide::tests::egress_cases() {
+        let label = &case.label;
+        for set in plan(&case.config, &case.options, &case.egress) {
             let table = table_of(&set);
             out.push((
                 format!("### {label} family={}", set.family),
@@ -457,7 +479,12 @@ fn set_names_and_counts() {
 fn a_long_list_is_spread_over_sets_and_a_change_touches_only_its_own() {
     use super::render::{set_name, SET_CAPACITY};
     let config = many_blocks(40_000);
-    let set = plan_family(&config, &PlanOptions::default(), Family::V4);
+    let set = plan_family(
+        &config,
+        &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+        Family::V4,
+    );
     let table = DesiredTable::new(&set).unwrap();
     assert_eq!(table.sets, 4);
     let split = table.set_elements();
@@ -500,8 +527,13 @@ fn a_long_list_is_spread_over_sets_and_a_change_touches_only_its_own() {
 
     let mut changed = config.clone();
     changed.non_masquerade_cidrs[20_000] = "203.0.113.0/24".parse().unwrap();
-    let new_table =
-        DesiredTable::new(&plan_family(&changed, &PlanOptions::default(), Family::V4)).unwrap();
+    let new_table = DesiredTable::new(&plan_family(
+        &changed,
+        &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+        Family::V4,
+    ))
+    .unwrap();
     let drift = diff(&new_table, &written);
     let Repair::Elements(changes) = &drift.repair else {
         panic!("{:?}", drift.repair)
@@ -529,6 +561,7 @@ fn sets_no_longer_planned_recreate_the_table() {
     let long = DesiredTable::new(&plan_family(
         &many_blocks(20_000),
         &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
         Family::V4,
     ))
     .unwrap();

@@ -7,7 +7,7 @@ use super::keys::{
 
 use crate::config::diagnostic::{push_finding, Code, Diagnostic};
 use crate::config::duration::{parse_go_duration, GoDuration};
-use crate::config::yaml::{Location, Node, Resolved, Value};
+use crate::config::yaml::{Location, Resolved, Value, YamlNode};
 
 /// A list-valued extension key: a list, or null (nothing); `empty` is reported for `[]`.
 pub(super) fn decode_list<'a>(
@@ -15,7 +15,7 @@ pub(super) fn decode_list<'a>(
     key: &str,
     empty: Option<Diagnostic>,
     diags: &mut Vec<Diagnostic>,
-) -> Option<Vec<&'a Node>> {
+) -> Option<Vec<&'a YamlNode>> {
     match &a.value.value {
         Value::Sequence(items) => {
             if items.is_empty() {
@@ -40,7 +40,7 @@ pub(super) fn decode_list<'a>(
 pub(super) fn decode_cidr_list<'a>(
     a: &Assigned<'a>,
     diags: &mut Vec<Diagnostic>,
-) -> Option<Vec<&'a Node>> {
+) -> Option<Vec<&'a YamlNode>> {
     match &a.value.value {
         Value::Scalar(s) if s.resolve() == Resolved::Null => {
             push_finding(diags, empty_list_warning(a.key.location));
@@ -207,7 +207,7 @@ pub(super) enum IntValue {
 /// `10000000000000000`: Go's `encoding/json` writes every float under 1e21 without an
 /// exponent, and `strconv.ParseInt` takes it when it fits 64 bits); null leaves the default.
 /// (A file on the JSON path takes only integer literals: `json_integer_warnings`.)
-pub(super) fn decode_int(node: &Node) -> IntValue {
+pub(super) fn decode_int(node: &YamlNode) -> IntValue {
     /// 2^63: the first float `ParseInt` refuses as out of range.
     const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
     match node.as_scalar().map(|s| s.resolve()) {

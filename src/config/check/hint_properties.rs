@@ -76,7 +76,12 @@ fn probes(config: &Config) -> BTreeSet<Ipv4Addr> {
 }
 
 fn verdicts(config: &Config, at: &BTreeSet<Ipv4Addr>) -> Vec<(Ipv4Addr, Action)> {
-    let ruleset = plan_family(config, &PlanOptions::default(), Family::V4);
+    let ruleset = plan_family(
+        config,
+        &PlanOptions::default(),
+        &crate::plan::ResolvedEgress::default(),
+        Family::V4,
+    );
     let pod = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5));
     at.iter()
         .map(|a| (*a, decide(&ruleset, pod, IpAddr::V4(*a)).action))

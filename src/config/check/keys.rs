@@ -3,7 +3,7 @@
 //! finding for every unknown, mis-cased, extension or repeated key.
 
 use crate::config::diagnostic::{push_finding, Code, Diagnostic};
-use crate::config::yaml::{Node, Value};
+use crate::config::yaml::{Value, YamlNode};
 
 /// The keys upstream reads, spelled as upstream's JSON tags spell them.
 pub(super) const KEY_CIDRS: &str = "nonMasqueradeCIDRs";
@@ -125,8 +125,8 @@ fn go_fold(c: char) -> char {
 
 /// The value a key was given, and where.
 pub(super) struct Assigned<'a> {
-    pub key: &'a Node,
-    pub value: &'a Node,
+    pub key: &'a YamlNode,
+    pub value: &'a YamlNode,
     /// Brought in by a YAML merge key (`<<: *anchor`).
     pub from_merge: bool,
 }
@@ -135,15 +135,15 @@ pub(super) struct Assigned<'a> {
 /// `<<: [map, ...]` splices the merged entries in place (of a list, the earlier maps win),
 /// so with last-wins a key after the merge overrides it and one before it is overridden.
 pub(super) fn expand_merge_keys(
-    entries: &[(Node, Node)],
-) -> Result<Vec<(&Node, &Node, bool)>, Diagnostic> {
-    fn is_merge(key: &Node) -> bool {
+    entries: &[(YamlNode, YamlNode)],
+) -> Result<Vec<(&YamlNode, &YamlNode, bool)>, Diagnostic> {
+    fn is_merge(key: &YamlNode) -> bool {
         key.as_scalar()
             .is_some_and(|s| s.text == "<<" && s.style == super::super::yaml::Style::Plain)
     }
     fn splice<'a>(
-        value: &'a Node,
-        out: &mut Vec<(&'a Node, &'a Node, bool)>,
+        value: &'a YamlNode,
+        out: &mut Vec<(&'a YamlNode, &'a YamlNode, bool)>,
         depth: usize,
     ) -> Result<(), Diagnostic> {
         let wrong = || {
@@ -191,7 +191,7 @@ pub(super) fn expand_merge_keys(
 }
 
 /// The key's text as Go would see it after yaml.v2 → JSON (non-string scalars stringified).
-pub(super) fn key_text(key: &Node) -> Option<&str> {
+pub(super) fn key_text(key: &YamlNode) -> Option<&str> {
     key.as_scalar().map(|s| s.text.as_str())
 }
 
@@ -199,7 +199,7 @@ pub(super) fn key_text(key: &Node) -> Option<&str> {
 /// for every key that is not a plain string, unknown, spelled in another case, an ipmasq
 /// extension, or given again.
 pub(super) fn assign_fields<'a>(
-    entries: Vec<(&'a Node, &'a Node, bool)>,
+    entries: Vec<(&'a YamlNode, &'a YamlNode, bool)>,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<(Field, Assigned<'a>)> {
     // Remember every spelling's first position for messages.

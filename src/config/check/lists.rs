@@ -5,7 +5,7 @@ use super::keys::{KEY_CIDRS, KEY_CIDR_LIMIT, KEY_FORCE, KEY_SOURCES};
 
 use crate::config::cidr::{has_padded_prefix, parse_cidr, CidrError};
 use crate::config::diagnostic::{push_finding, Code, Diagnostic};
-use crate::config::yaml::{Location, Node, Resolved, Value};
+use crate::config::yaml::{Location, Resolved, Value, YamlNode};
 use crate::config::{default_cidrs, Config, ListName, Options, Place};
 use ipnet::IpNet;
 
@@ -75,7 +75,7 @@ pub(in crate::config) fn check_across_lists(
 /// also counts the `forced` entries: each writes a rule) and the flags: upstream's limit
 /// first, then every entry; returns the entries that parsed, with where they were written.
 pub(super) fn check_cidrs(
-    nodes: Option<&[&Node]>,
+    nodes: Option<&[&YamlNode]>,
     cidr_limit: i64,
     limit_location: Option<Location>,
     forced: usize,
@@ -193,7 +193,7 @@ fn null_entry(key: &str, index: usize, options: &Options) -> Diagnostic {
 
 /// Every entry of a CIDR list: a string that parses as an aligned CIDR of an enabled family.
 pub(super) fn parse_cidr_nodes(
-    nodes: &[&Node],
+    nodes: &[&YamlNode],
     key: &str,
     options: &Options,
     diags: &mut Vec<Diagnostic>,

@@ -12,8 +12,8 @@ mod upstream;
 
 use super::diagnostic::{push_finding, Code, Diagnostic};
 use super::yaml::{
-    parse_stream, parse_stream_within, Budget, Documents, Location, Node, Resolved, Stream, Value,
-    YamlError,
+    parse_stream, parse_stream_within, Budget, Documents, Location, Resolved, Stream, Value,
+    YamlError, YamlNode,
 };
 use super::{Checked, Config, Options, Place, Provenance};
 use decode::*;
@@ -76,7 +76,7 @@ pub fn check_parsed(text: &str, parsed: &Result<Stream, YamlError>, options: &Op
             .at(err.location),
         );
     }
-    let empty = Node {
+    let empty = YamlNode {
         value: Value::Scalar(super::yaml::Scalar {
             text: String::new(),
             style: super::yaml::Style::Plain,
@@ -105,9 +105,9 @@ pub fn check_parsed(text: &str, parsed: &Result<Stream, YamlError>, options: &Op
 
 /// Checks one already-parsed document (a config file's first document or a ConfigMap's
 /// embedded `data.config`).
-pub fn check_document(root: &Node, options: &Options) -> Checked {
+pub fn check_document(root: &YamlNode, options: &Options) -> Checked {
     let mut diags = Vec::new();
-    let entries: &[(Node, Node)] = match &root.value {
+    let entries: &[(YamlNode, YamlNode)] = match &root.value {
         Value::Mapping(entries) => entries,
         Value::Scalar(s) if s.resolve() == Resolved::Null => &[],
         _ => {

@@ -8,7 +8,7 @@
 //! rules from it, hence the warning.
 
 use super::super::diagnostic::{Code, Diagnostic};
-use super::super::yaml::{Location, Node, Resolved};
+use super::super::yaml::{Location, Resolved, YamlNode};
 use super::decode::{decode_int, IntValue};
 use super::keys::{key_text, Field, KEY_CIDR_LIMIT};
 
@@ -56,7 +56,7 @@ pub(super) fn strict_json_warning(text: &str) -> Option<Diagnostic> {
 /// 10, 64)`, so `64.0` or `1e2` fails the whole load, though YAML (ipmasq, and upstream for a
 /// file not starting with `{`) reads it as 64 or 100. Every occurrence counts: Go decodes each
 /// duplicate and fails on any. Values ipmasq itself rejects are its own errors already.
-pub(super) fn json_integer_warnings(text: &str, root: &Node) -> Vec<Diagnostic> {
+pub(super) fn json_integer_warnings(text: &str, root: &YamlNode) -> Vec<Diagnostic> {
     if !takes_json_path(text) {
         return Vec::new();
     }

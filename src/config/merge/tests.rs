@@ -205,22 +205,26 @@ fn only_ip_masq_files_take_part_and_an_unchanged_directory_is_not_read_again() {
         .collect();
     assert_eq!(names, ["ip-masq-a", "ip-masq-b"]);
     let mut cache = None;
-    let loaded = load_dir_unless_unchanged(&dir, &Options::default(), &mut cache)
+    let source = crate::config::ConfigSource::Dir(dir.clone());
+    let loaded = crate::config::read_source_unless_unchanged(&source, &mut cache)
         .unwrap()
-        .unwrap();
+        .unwrap()
+        .check(&Options::default());
+    assert_eq!(loaded.origin, crate::config::ConfigOrigin::Dir);
     assert_eq!(
         strings(&loaded.checked.config().unwrap().non_masquerade_cidrs),
         ["10.0.0.0/8", "172.16.0.0/12"]
     );
     assert!(
-        load_dir_unless_unchanged(&dir, &Options::default(), &mut cache)
+        crate::config::read_source_unless_unchanged(&source, &mut cache)
             .unwrap()
             .is_none()
     );
     std::fs::write(dir.join("ip-masq-c"), "masqLinkLocal: true\n").unwrap();
-    let loaded = load_dir_unless_unchanged(&dir, &Options::default(), &mut cache)
+    let loaded = crate::config::read_source_unless_unchanged(&source, &mut cache)
         .unwrap()
-        .unwrap();
+        .unwrap()
+        .check(&Options::default());
     assert!(loaded.checked.config().unwrap().masq_link_local);
     std::fs::remove_dir_all(&dir).unwrap();
 }

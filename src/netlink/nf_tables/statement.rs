@@ -21,7 +21,7 @@ pub(crate) enum Side {
 
 /// A verdict statement.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(crate) enum NftVerdict {
     Return,
     Accept,
     Drop,
@@ -79,7 +79,7 @@ pub(crate) enum Stmt {
         kind: &'static str,
         to: String,
     },
-    Verdict(Verdict),
+    Verdict(NftVerdict),
     /// An expression this tool does not type, by its name.
     Other(String),
 }
@@ -198,12 +198,12 @@ impl fmt::Display for Stmt {
             }
             Stmt::Nat { kind, to } => write!(f, "{kind} to {to}"),
             Stmt::Verdict(v) => match v {
-                Verdict::Return => f.write_str("return"),
-                Verdict::Accept => f.write_str("accept"),
-                Verdict::Drop => f.write_str("drop"),
-                Verdict::Continue => f.write_str("continue"),
-                Verdict::Jump(chain) => write!(f, "jump {chain}"),
-                Verdict::Goto(chain) => write!(f, "goto {chain}"),
+                NftVerdict::Return => f.write_str("return"),
+                NftVerdict::Accept => f.write_str("accept"),
+                NftVerdict::Drop => f.write_str("drop"),
+                NftVerdict::Continue => f.write_str("continue"),
+                NftVerdict::Jump(chain) => write!(f, "jump {chain}"),
+                NftVerdict::Goto(chain) => write!(f, "goto {chain}"),
             },
             Stmt::Other(name) => write!(f, "[{name}]"),
         }
@@ -303,14 +303,14 @@ fn immediate_register(register: Register, data: Vec<u8>) -> Expr {
     ]))
 }
 
-fn verdict_expr(v: &Verdict) -> Expr {
+fn verdict_expr(v: &NftVerdict) -> Expr {
     let (code, chain) = match v {
-        Verdict::Return => (WireVerdict::Return, None),
-        Verdict::Accept => (WireVerdict::Other(NF_ACCEPT), None),
-        Verdict::Drop => (WireVerdict::Other(NF_DROP), None),
-        Verdict::Continue => (WireVerdict::Continue, None),
-        Verdict::Jump(c) => (WireVerdict::Jump, Some(c.clone())),
-        Verdict::Goto(c) => (WireVerdict::Goto, Some(c.clone())),
+        NftVerdict::Return => (WireVerdict::Return, None),
+        NftVerdict::Accept => (WireVerdict::Other(NF_ACCEPT), None),
+        NftVerdict::Drop => (WireVerdict::Other(NF_DROP), None),
+        NftVerdict::Continue => (WireVerdict::Continue, None),
+        NftVerdict::Jump(c) => (WireVerdict::Jump, Some(c.clone())),
+        NftVerdict::Goto(c) => (WireVerdict::Goto, Some(c.clone())),
     };
     let mut attrs = vec![VerdictAttribute::Code(code)];
     attrs.extend(chain.map(VerdictAttribute::Chain));
@@ -762,7 +762,7 @@ fn look_up(
     looked_up(v6, regs.get(&sreg).cloned(), set, negated, anonymous)
 }
 
-fn verdict_of(attrs: &[VerdictAttribute]) -> Option<Verdict> {
+fn verdict_of(attrs: &[VerdictAttribute]) -> Option<NftVerdict> {
     let chain = attrs.iter().find_map(|a| match a {
         VerdictAttribute::Chain(c) => Some(c.clone()),
         _ => None,
@@ -772,12 +772,12 @@ fn verdict_of(attrs: &[VerdictAttribute]) -> Option<Verdict> {
         _ => None,
     })?;
     Some(match code {
-        WireVerdict::Return => Verdict::Return,
-        WireVerdict::Continue => Verdict::Continue,
-        WireVerdict::Jump => Verdict::Jump(chain.unwrap_or_default()),
-        WireVerdict::Goto => Verdict::Goto(chain.unwrap_or_default()),
-        WireVerdict::Other(NF_ACCEPT) => Verdict::Accept,
-        WireVerdict::Other(NF_DROP) => Verdict::Drop,
+        WireVerdict::Return => NftVerdict::Return,
+        WireVerdict::Continue => NftVerdict::Continue,
+        WireVerdict::Jump => NftVerdict::Jump(chain.unwrap_or_default()),
+        WireVerdict::Goto => NftVerdict::Goto(chain.unwrap_or_default()),
+        WireVerdict::Other(NF_ACCEPT) => NftVerdict::Accept,
+        WireVerdict::Other(NF_DROP) => NftVerdict::Drop,
         _ => return None,
     })
 }
@@ -983,7 +983,7 @@ mod tests {
     fn our_statements_round_trip_through_expressions() {
         let rules: Vec<(Vec<Stmt>, &str)> = vec![
             (
-                vec![Stmt::FibDaddrLocal, Stmt::Verdict(Verdict::Return)],
+                vec![Stmt::FibDaddrLocal, Stmt::Verdict(NftVerdict::Return)],
                 "fib daddr type local return",
             ),
             (
@@ -994,7 +994,7 @@ mod tests {
                         negated: true,
                         nets: vec![net("10.0.0.0/8"), net("192.168.0.1/32")],
                     },
-                    Stmt::Verdict(Verdict::Return),
+                    Stmt::Verdict(NftVerdict::Return),
                 ],
                 "ip saddr != { 10.0.0.0/8, 192.168.0.1 } return",
             ),
@@ -1006,7 +1006,7 @@ mod tests {
                         negated: true,
                         nets: vec![net("fc00::/7")],
                     },
-                    Stmt::Verdict(Verdict::Return),
+                    Stmt::Verdict(NftVerdict::Return),
                 ],
                 "ip6 saddr != fc00::/7 return",
             ),
@@ -1018,7 +1018,7 @@ mod tests {
                         negated: false,
                         set: "nomasq".into(),
                     },
-                    Stmt::Verdict(Verdict::Return),
+                    Stmt::Verdict(NftVerdict::Return),
                 ],
                 "ip daddr @nomasq return",
             ),

@@ -41,7 +41,7 @@ fn batch() -> Finished {
     b.add_rule(
         Family::V4,
         ("ipmasq", "postrouting"),
-        &[statement::Stmt::Verdict(statement::Verdict::Return)],
+        &[statement::Stmt::Verdict(statement::NftVerdict::Return)],
         Some("c"),
     )
     .expect("a rule");

@@ -3,7 +3,7 @@
 //! changes nothing, how it acknowledges, and that its dumps end as the kernel's do.
 
 use super::*;
-use crate::netlink::nf_tables::statement::{Side, Stmt, Verdict};
+use crate::netlink::nf_tables::statement::{NftVerdict, Side, Stmt};
 use crate::netlink::nf_tables::wire::{
     BaseChain, Batch, Keys, SetRef, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
@@ -55,7 +55,7 @@ fn populated() -> FakeKernel {
                 negated: false,
                 set: "s".into(),
             },
-            Stmt::Verdict(Verdict::Return),
+            Stmt::Verdict(NftVerdict::Return),
         ],
         None,
     )
@@ -78,7 +78,7 @@ fn populated() -> FakeKernel {
     b.add_rule(
         Family::V4,
         ("t", "c"),
-        &[Stmt::Verdict(Verdict::Jump("d".into()))],
+        &[Stmt::Verdict(NftVerdict::Jump("d".into()))],
         None,
     )
     .unwrap();
@@ -102,7 +102,7 @@ fn a_rule_for_a_missing_chain_is_refused_with_enoent_and_nothing_commits() {
     b.add_rule(
         Family::V4,
         ("t", "nochain"),
-        &[Stmt::Verdict(Verdict::Return)],
+        &[Stmt::Verdict(NftVerdict::Return)],
         None,
     )
     .unwrap();
@@ -159,7 +159,7 @@ fn refusals_carry_the_errnos_the_kernel_gives() {
         (
             "add rule ip t c jump nowhere",
             |b| {
-                let jump = [Stmt::Verdict(Verdict::Jump("nowhere".into()))];
+                let jump = [Stmt::Verdict(NftVerdict::Jump("nowhere".into()))];
                 b.add_rule(Family::V4, ("t", "c"), &jump, None).unwrap();
             },
             libc::ENOENT,
@@ -184,7 +184,7 @@ fn refusals_carry_the_errnos_the_kernel_gives() {
                         negated: false,
                         set: "missing".into(),
                     },
-                    Stmt::Verdict(Verdict::Return),
+                    Stmt::Verdict(NftVerdict::Return),
                 ];
                 b.add_rule(Family::V4, ("t", "c"), &lookup, None).unwrap();
             },
