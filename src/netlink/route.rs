@@ -2,28 +2,25 @@
 //! addresses costs one receive buffer; an interrupted dump is read again), a subscription to
 //! address changes that says whether one can move what the agent resolves (registered with
 //! the runtime here), and the kernel's route lookup (which interface traffic to an address
-//! leaves). Requests are built, and link, address and route messages decoded, by
-//! `netlink-packet-route`; the socket, its deadlines, sequence checks, interrupted dumps and
-//! lost notifications are ours ([`Socket`], [`netlink_dump`]). A message is decoded
-//! attribute by attribute, as the kernel's own readers do: one the crate cannot decode is
-//! skipped, and the walk ends at the first that does not frame. What the node's addresses
-//! mean is `crate::addresses`.
+//! leaves). Messages are `netlink-packet-route`'s: requests written from its family headers,
+//! answers and events decoded by its header and address-attribute types (of a link and a
+//! route, only the one attribute read, by its kind and the crate's value parser); the socket,
+//! its deadlines, sequence checks, interrupted dumps and lost notifications are ours
+//! ([`Socket`], [`netlink_dump`]). A message is decoded attribute by attribute: one that does
+//! not decode is skipped, and the walk ends at the first that does not frame. What the
+//! node's addresses mean is `crate::addresses`.
 
 use super::dump as netlink_dump;
 use super::framing::{self, NLMSG_HDRLEN};
 use super::{interface_name, Queued, Socket, NETLINK_ROUTE};
 use netlink_packet_core::{
-    Emitable, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NlaBuffer, NlasIterator,
-    Parseable, ParseableParametrized, NLM_F_DUMP, NLM_F_REQUEST,
+    parse_string, parse_u32, DefaultNla, Emitable, NetlinkHeader, Nla, NlaBuffer, NlasIterator,
+    Parseable, NLM_F_DUMP, NLM_F_REQUEST,
 };
-use netlink_packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeader, AddressMessage,
-};
-use netlink_packet_route::link::{LinkAttribute, LinkHeader, LinkMessage};
-use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteLwEnCapType, RouteMessage,
-};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeader};
+use netlink_packet_route::link::{LinkAttribute, LinkHeader};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader};
+use netlink_packet_route::AddressFamily;
 use std::io;
 use std::net::IpAddr;
 use std::ops::ControlFlow;
@@ -41,48 +38,66 @@ const DEADLINES: netlink_dump::Deadlines = netlink_dump::Deadlines {
 const RETRY_WINDOW: Duration = Duration::from_secs(2);
 const ATTEMPTS: usize = 5;
 
-/// `message` framed as a request with `flags` (besides `NLM_F_REQUEST`) and sequence number
-/// `seq`.
-fn request(message: RouteNetlinkMessage, flags: u16, seq: u32) -> Vec<u8> {
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | flags;
-    header.sequence_number = seq;
-    let mut framed = NetlinkMessage::new(header, NetlinkPayload::from(message));
-    framed.finalize();
-    let mut bytes = vec![0u8; framed.buffer_len()];
-    framed.serialize(&mut bytes);
+/// A request of type `kind` with `flags` (besides `NLM_F_REQUEST`) and sequence number
+/// `seq`: the netlink header, the family's `header`, and `attributes`. Written part by part
+/// rather than as a whole `RouteNetlinkMessage`, whose encoder would link every rtnetlink
+/// message's (traffic control, neighbours, every kind of link) into the binary.
+fn request(
+    (kind, flags, seq): (u16, u16, u32),
+    header: &impl Emitable,
+    attributes: &[DefaultNla],
+) -> Vec<u8> {
+    let mut netlink = NetlinkHeader::default();
+    netlink.message_type = kind;
+    netlink.flags = NLM_F_REQUEST | flags;
+    netlink.sequence_number = seq;
+    let body = netlink.buffer_len() + header.buffer_len();
+    netlink.length = (body + attributes.buffer_len()) as u32;
+    let mut bytes = vec![0u8; netlink.length as usize];
+    netlink.emit(&mut bytes);
+    header.emit(&mut bytes[netlink.buffer_len()..]);
+    attributes.emit(&mut bytes[body..]);
     bytes
 }
 
 /// The request for a dump of every interface.
 fn links_request(seq: u32) -> Vec<u8> {
     request(
-        RouteNetlinkMessage::GetLink(LinkMessage::default()),
-        NLM_F_DUMP,
-        seq,
+        (libc::RTM_GETLINK, NLM_F_DUMP, seq),
+        &LinkHeader::default(),
+        &[],
     )
 }
 
 /// The request for a dump of every address of `family` (`AF_UNSPEC`: both).
 fn addresses_request(family: i32, seq: u32) -> Vec<u8> {
-    let mut message = AddressMessage::default();
-    message.header.family = AddressFamily::from(family as u8);
-    request(RouteNetlinkMessage::GetAddress(message), NLM_F_DUMP, seq)
+    let header = AddressHeader {
+        family: AddressFamily::from(family as u8),
+        ..AddressHeader::default()
+    };
+    request((libc::RTM_GETADDR, NLM_F_DUMP, seq), &header, &[])
 }
 
 /// The request for the route traffic to `destination` takes (`ip route get`).
 fn route_request(destination: IpAddr, seq: u32) -> Vec<u8> {
-    let mut message = RouteMessage::default();
-    let (family, bits) = match destination {
+    let (address_family, destination_prefix_length) = match destination {
         IpAddr::V4(_) => (AddressFamily::Inet, 32),
         IpAddr::V6(_) => (AddressFamily::Inet6, 128),
     };
-    message.header.address_family = family;
-    message.header.destination_prefix_length = bits;
-    message
-        .attributes
-        .push(RouteAttribute::Destination(RouteAddress::from(destination)));
-    request(RouteNetlinkMessage::GetRoute(message), 0, seq)
+    let header = RouteHeader {
+        address_family,
+        destination_prefix_length,
+        ..RouteHeader::default()
+    };
+    let address = RouteAddress::from(destination);
+    let mut value = vec![0u8; address.buffer_len()];
+    address.emit(&mut value);
+    let kind = RouteAttribute::Destination(address).kind();
+    request(
+        (libc::RTM_GETROUTE, 0, seq),
+        &header,
+        &[DefaultNla::new(kind, value)],
+    )
 }
 
 /// The attributes after a message's family header, each still undecoded; the walk ends at
@@ -149,17 +164,15 @@ pub(crate) fn never<S>(_: &S, _: &S) -> bool {
     false
 }
 
-/// An interface index and name from an RTM_NEWLINK payload (only the name is decoded of its
-/// attributes).
+/// An interface index and name from an RTM_NEWLINK payload. Only the name is decoded of its
+/// attributes, as the crate decodes it (`parse_string`): its whole attribute decoder would
+/// link every kind of link's into the binary.
 fn link_of(payload: &[u8]) -> Option<(u32, String)> {
     let header = LinkHeader::parse(payload).ok()?;
     let name_kind = LinkAttribute::IfName(String::new()).kind();
     let name = attributes_after(payload, header.buffer_len())
         .find(|attribute| attribute.kind() == name_kind)?;
-    match LinkAttribute::parse_with_param(&name, header.interface_family).ok()? {
-        LinkAttribute::IfName(name) => Some((header.index, name)),
-        _ => None,
-    }
+    Some((header.index, parse_string(name.value()).ok()?))
 }
 
 /// One address as an RTM_NEWADDR (or RTM_DELADDR) payload lists it.
@@ -313,22 +326,15 @@ impl Routes {
     }
 }
 
-/// The outgoing interface index of an RTM_NEWROUTE payload (only it is decoded of its
-/// attributes).
+/// The outgoing interface index of an RTM_NEWROUTE payload. Only RTA_OIF is decoded of its
+/// attributes, as the crate decodes it (`parse_u32`: four bytes): its whole attribute decoder
+/// would link every tunnel encapsulation's into the binary.
 fn route_interface_index(payload: &[u8]) -> Option<u32> {
     let header = RouteHeader::parse(payload).ok()?;
     let oif_kind = RouteAttribute::Oif(0).kind();
     attributes_after(payload, header.buffer_len())
         .filter(|attribute| attribute.kind() == oif_kind)
-        .find_map(|attribute| {
-            match RouteAttribute::parse_with_param(
-                &attribute,
-                (header.address_family, header.kind, RouteLwEnCapType::None),
-            ) {
-                Ok(RouteAttribute::Oif(index)) => Some(index),
-                _ => None,
-            }
-        })
+        .find_map(|attribute| parse_u32(attribute.value()).ok())
 }
 
 /// A subscription to address changes (IPv4 and IPv6), read without blocking.
