@@ -377,12 +377,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
 /// a warning) when the kernel refuses it.
 fn subscribe_to_address_changes(
 ) -> Option<tokio::io::unix::AsyncFd<crate::addresses::AddressEvents>> {
-    let registered = crate::addresses::AddressEvents::subscribe().and_then(|events| {
-        // SAFETY: `AddressEvents` owns its socket for its whole life and always reports the
-        // same descriptor; the AsyncFd owns it, so the fd outlives the registration.
-        unsafe { tokio::io::unix::AsyncFd::register(events) }.map_err(std::io::Error::from)
-    });
-    match registered {
+    match crate::addresses::AddressEvents::registered() {
         Ok(events) => Some(events),
         Err(err) => {
             warn!(error = %err, "cannot subscribe to address changes; an outputAddress is re-resolved at each resync only");

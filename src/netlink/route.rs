@@ -1,39 +1,33 @@
 //! rtnetlink (NETLINK_ROUTE): links and addresses read as streamed dumps (any number of
 //! addresses costs one receive buffer; an interrupted dump is read again), a subscription to
-//! address changes that says whether one can move what the agent resolves, and the kernel's
-//! route lookup (which interface traffic to an address leaves). Hand-framed messages of a
-//! few fixed layouts; no route library. What the node's addresses mean is `crate::addresses`.
+//! address changes that says whether one can move what the agent resolves (registered with
+//! the runtime here), and the kernel's route lookup (which interface traffic to an address
+//! leaves). Messages are `netlink-packet-route`'s: requests written from its family headers,
+//! answers and events decoded by its header and address-attribute types (of a link and a
+//! route, only the one attribute read, by its kind and the crate's value parser); the socket,
+//! its deadlines, sequence checks, interrupted dumps and lost notifications are ours
+//! ([`Socket`], [`netlink_dump`]). A message is decoded attribute by attribute: one that does
+//! not decode is skipped, and the walk ends at the first that does not frame. What the
+//! node's addresses mean is `crate::addresses`.
 
 use super::dump as netlink_dump;
-use super::framing::{self, NLMSG_HDRLEN, NLM_F_DUMP};
+use super::framing::{self, NLMSG_HDRLEN};
 use super::{interface_name, Queued, Socket, NETLINK_ROUTE};
+use netlink_packet_core::{
+    parse_string, parse_u32, DefaultNla, Emitable, NetlinkHeader, Nla, NlaBuffer, NlasIterator,
+    Parseable, NLM_F_DUMP, NLM_F_REQUEST,
+};
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeader};
+use netlink_packet_route::link::{LinkAttribute, LinkHeader};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader};
+use netlink_packet_route::AddressFamily;
 use std::io;
 use std::net::IpAddr;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-const RTM_NEWLINK: u16 = 16;
-const RTM_GETLINK: u16 = 18;
-const RTM_NEWADDR: u16 = 20;
-const RTM_DELADDR: u16 = 21;
-const RTM_GETADDR: u16 = 22;
-const RTM_NEWROUTE: u16 = 24;
-const RTM_GETROUTE: u16 = 26;
-const RTA_DST: u16 = 1;
-const RTA_OIF: u16 = 4;
-const RTMSG_LEN: usize = 12;
-const IFLA_IFNAME: u16 = 3;
-const IFA_ADDRESS: u16 = 1;
-const IFA_LOCAL: u16 = 2;
-const IFA_FLAGS: u16 = 8;
-const IFA_F_DADFAILED: u32 = 0x08;
-const IFA_F_DEPRECATED: u32 = 0x20;
-const IFA_F_TENTATIVE: u32 = 0x40;
 /// The multicast groups of IPv4 and IPv6 address changes.
-const RTMGRP_IPV4_IFADDR: u32 = 0x10;
-const RTMGRP_IPV6_IFADDR: u32 = 0x100;
-const IFINFOMSG_LEN: usize = 16;
-const IFADDRMSG_LEN: usize = 8;
+const ADDRESS_GROUPS: u32 = (libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR) as u32;
 /// How long one dump may go without a part, and in all.
 const DEADLINES: netlink_dump::Deadlines = netlink_dump::Deadlines {
     quiet: Duration::from_secs(5),
@@ -44,12 +38,72 @@ const DEADLINES: netlink_dump::Deadlines = netlink_dump::Deadlines {
 const RETRY_WINDOW: Duration = Duration::from_secs(2);
 const ATTEMPTS: usize = 5;
 
-/// A dump request of `kind` whose family header is `header` (zeroed but for its family).
-fn dump_request(kind: u16, header: &[u8], seq: u32) -> Vec<u8> {
-    let mut out = framing::request(kind, NLM_F_DUMP, seq, NLMSG_HDRLEN + header.len());
-    out.extend_from_slice(header);
-    framing::finish(&mut out);
-    out
+/// A request of type `kind` with `flags` (besides `NLM_F_REQUEST`) and sequence number
+/// `seq`: the netlink header, the family's `header`, and `attributes`. Written part by part
+/// rather than as a whole `RouteNetlinkMessage`, whose encoder would link every rtnetlink
+/// message's (traffic control, neighbours, every kind of link) into the binary.
+fn request(
+    (kind, flags, seq): (u16, u16, u32),
+    header: &impl Emitable,
+    attributes: &[DefaultNla],
+) -> Vec<u8> {
+    let mut netlink = NetlinkHeader::default();
+    netlink.message_type = kind;
+    netlink.flags = NLM_F_REQUEST | flags;
+    netlink.sequence_number = seq;
+    let body = netlink.buffer_len() + header.buffer_len();
+    netlink.length = (body + attributes.buffer_len()) as u32;
+    let mut bytes = vec![0u8; netlink.length as usize];
+    netlink.emit(&mut bytes);
+    header.emit(&mut bytes[netlink.buffer_len()..]);
+    attributes.emit(&mut bytes[body..]);
+    bytes
+}
+
+/// The request for a dump of every interface.
+fn links_request(seq: u32) -> Vec<u8> {
+    request(
+        (libc::RTM_GETLINK, NLM_F_DUMP, seq),
+        &LinkHeader::default(),
+        &[],
+    )
+}
+
+/// The request for a dump of every address of `family` (`AF_UNSPEC`: both).
+fn addresses_request(family: i32, seq: u32) -> Vec<u8> {
+    let header = AddressHeader {
+        family: AddressFamily::from(family as u8),
+        ..AddressHeader::default()
+    };
+    request((libc::RTM_GETADDR, NLM_F_DUMP, seq), &header, &[])
+}
+
+/// The request for the route traffic to `destination` takes (`ip route get`).
+fn route_request(destination: IpAddr, seq: u32) -> Vec<u8> {
+    let (address_family, destination_prefix_length) = match destination {
+        IpAddr::V4(_) => (AddressFamily::Inet, 32),
+        IpAddr::V6(_) => (AddressFamily::Inet6, 128),
+    };
+    let header = RouteHeader {
+        address_family,
+        destination_prefix_length,
+        ..RouteHeader::default()
+    };
+    let address = RouteAddress::from(destination);
+    let mut value = vec![0u8; address.buffer_len()];
+    address.emit(&mut value);
+    let kind = RouteAttribute::Destination(address).kind();
+    request(
+        (libc::RTM_GETROUTE, 0, seq),
+        &header,
+        &[DefaultNla::new(kind, value)],
+    )
+}
+
+/// The attributes after a message's family header, each still undecoded; the walk ends at
+/// the first that does not frame.
+fn attributes_after(payload: &[u8], header_len: usize) -> impl Iterator<Item = NlaBuffer<&[u8]>> {
+    NlasIterator::new(payload.get(header_len..).unwrap_or_default()).map_while(Result::ok)
 }
 
 /// Whether an error says that every dump of a read was interrupted by concurrent changes (a
@@ -67,8 +121,7 @@ pub fn is_interrupted(err: &io::Error) -> bool {
 /// there all along is read by both); when none is, an error of kind `Interrupted`.
 fn dump_streamed<S>(
     socket: &Socket,
-    (kind, header): (u16, &[u8]),
-    what: &str,
+    (request, what): (impl Fn(u32) -> Vec<u8>, &str),
     (start, agree): (impl Fn() -> S, impl Fn(&S, &S) -> bool),
     mut visit: impl FnMut(&mut S, u16, &[u8]),
 ) -> io::Result<S> {
@@ -78,16 +131,11 @@ fn dump_streamed<S>(
     loop {
         let seq = crate::netlink::sequence(1);
         let mut state = start();
-        let ended = netlink_dump::dump_each(
-            socket,
-            &dump_request(kind, header, seq),
-            seq,
-            DEADLINES,
-            |kind, payload| {
+        let ended =
+            netlink_dump::dump_each(socket, &request(seq), seq, DEADLINES, |kind, payload| {
                 visit(&mut state, kind, payload);
                 Ok(())
-            },
-        )?;
+            })?;
         if ended == netlink_dump::Ended::Whole
             || interrupted
                 .as_ref()
@@ -116,14 +164,15 @@ pub(crate) fn never<S>(_: &S, _: &S) -> bool {
     false
 }
 
-/// An interface index and name from an RTM_NEWLINK payload.
+/// An interface index and name from an RTM_NEWLINK payload. Only the name is decoded of its
+/// attributes, as the crate decodes it (`parse_string`): its whole attribute decoder would
+/// link every kind of link's into the binary.
 fn link_of(payload: &[u8]) -> Option<(u32, String)> {
-    let index = u32::from_ne_bytes(payload.get(4..8)?.try_into().ok()?);
-    let attrs = payload.get(IFINFOMSG_LEN..)?;
-    let name = framing::attributes(attrs)
-        .find_map(|(kind, value)| (kind == IFLA_IFNAME).then_some(value))?;
-    let name = name.split(|b| *b == 0).next()?;
-    Some((index, String::from_utf8_lossy(name).into_owned()))
+    let header = LinkHeader::parse(payload).ok()?;
+    let name_kind = LinkAttribute::IfName(String::new()).kind();
+    let name = attributes_after(payload, header.buffer_len())
+        .find(|attribute| attribute.kind() == name_kind)?;
+    Some((header.index, parse_string(name.value()).ok()?))
 }
 
 /// One address as an RTM_NEWADDR (or RTM_DELADDR) payload lists it.
@@ -133,48 +182,48 @@ pub(crate) struct Listed {
     pub address: IpAddr,
     pub prefix_len: u8,
     /// `IFA_F_*`, from the header or (complete) from IFA_FLAGS.
-    pub flags: u32,
+    pub flags: AddressFlags,
 }
 
 impl Listed {
     /// Whether the kernel can source from it: not tentative, not failed duplicate detection.
     pub fn usable(&self) -> bool {
-        self.flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED) == 0
+        !self
+            .flags
+            .intersects(AddressFlags::Tentative | AddressFlags::Dadfailed)
     }
 
     /// Past its preferred lifetime (IPv6): still held, not for new flows while another is.
     pub fn deprecated(&self) -> bool {
-        self.flags & IFA_F_DEPRECATED != 0
+        self.flags.contains(AddressFlags::Deprecated)
     }
 }
 
 /// The address of an RTM_NEWADDR/RTM_DELADDR payload, whatever its state.
 pub(crate) fn listed(payload: &[u8]) -> Option<Listed> {
-    let family = *payload.first()?;
-    let prefix_len = *payload.get(1)?;
-    let mut flags = u32::from(*payload.get(2)?);
-    let index = u32::from_ne_bytes(payload.get(4..8)?.try_into().ok()?);
+    let header = AddressHeader::parse(payload).ok()?;
+    let mut flags = AddressFlags::from_bits_retain(u32::from(header.flags.bits()));
+    // An address of another family than the message's is none.
+    let of_family = |ip: IpAddr| {
+        Some(ip).filter(|ip| match ip {
+            IpAddr::V4(_) => header.family == AddressFamily::Inet,
+            IpAddr::V6(_) => header.family == AddressFamily::Inet6,
+        })
+    };
     let (mut local, mut address) = (None, None);
-    for (kind, value) in framing::attributes(payload.get(IFADDRMSG_LEN..)?) {
-        let ip = match (family as i32, value.len()) {
-            (libc::AF_INET, 4) => Some(IpAddr::from(<[u8; 4]>::try_from(value).ok()?)),
-            (libc::AF_INET6, 16) => Some(IpAddr::from(<[u8; 16]>::try_from(value).ok()?)),
-            _ => None,
-        };
-        match kind {
-            IFA_LOCAL => local = ip,
-            IFA_ADDRESS => address = ip,
-            IFA_FLAGS if value.len() == 4 => {
-                flags = u32::from_ne_bytes(value.try_into().ok()?);
-            }
+    for attribute in attributes_after(payload, header.buffer_len()) {
+        match AddressAttribute::parse(&attribute) {
+            Ok(AddressAttribute::Local(ip)) => local = of_family(ip),
+            Ok(AddressAttribute::Address(ip)) => address = of_family(ip),
+            Ok(AddressAttribute::Flags(complete)) => flags = complete,
             _ => {}
         }
     }
     // IFA_LOCAL is the node's own end (IFA_ADDRESS the peer's on a point-to-point link).
     Some(Listed {
-        index,
+        index: header.index,
         address: local.or(address)?,
-        prefix_len,
+        prefix_len: header.prefix_len,
         flags,
     })
 }
@@ -190,13 +239,6 @@ pub(crate) fn socket() -> io::Result<Socket> {
     Socket::request(NETLINK_ROUTE)
 }
 
-/// The address-dump request header asking for one family (`AF_UNSPEC`: both).
-fn address_header(family: i32) -> [u8; IFADDRMSG_LEN] {
-    let mut header = [0u8; IFADDRMSG_LEN];
-    header[0] = family as u8;
-    header
-}
-
 /// Every interface's index and name, one dump streamed into a state fresh from `start` (see
 /// [`dump_streamed`]).
 pub(crate) fn links<S>(
@@ -206,11 +248,13 @@ pub(crate) fn links<S>(
 ) -> io::Result<S> {
     dump_streamed(
         socket,
-        (RTM_GETLINK, &[0u8; IFINFOMSG_LEN]),
-        "interfaces",
+        (links_request, "interfaces"),
         (start, agree),
         |state, kind, payload| {
-            if let Some((index, name)) = (kind == RTM_NEWLINK).then(|| link_of(payload)).flatten() {
+            if let Some((index, name)) = (kind == libc::RTM_NEWLINK)
+                .then(|| link_of(payload))
+                .flatten()
+            {
                 visit(state, index, name);
             }
         },
@@ -227,11 +271,13 @@ pub(crate) fn usable_addresses<S>(
 ) -> io::Result<S> {
     dump_streamed(
         socket,
-        (RTM_GETADDR, &address_header(family)),
-        "addresses",
+        (|seq| addresses_request(family, seq), "addresses"),
         (start, agree),
         |state, kind, payload| {
-            if let Some(a) = (kind == RTM_NEWADDR).then(|| address_of(payload)).flatten() {
+            if let Some(a) = (kind == libc::RTM_NEWADDR)
+                .then(|| address_of(payload))
+                .flatten()
+            {
                 visit(state, a);
             }
         },
@@ -257,24 +303,12 @@ impl Routes {
     pub fn interface(&mut self, destination: IpAddr) -> io::Result<Option<String>> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        let (family, octets) = match destination {
-            IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
-            IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
-        };
-        let len = NLMSG_HDRLEN + RTMSG_LEN + 4 + octets.len();
-        let mut request = framing::request(RTM_GETROUTE, 0, seq, len);
-        let mut header = [0u8; RTMSG_LEN];
-        header[0] = family;
-        header[1] = (octets.len() * 8) as u8;
-        request.extend_from_slice(&header);
-        framing::put_attribute(&mut request, RTA_DST, &octets);
-        framing::finish(&mut request);
-        self.socket.send(&request)?;
+        self.socket.send(&route_request(destination, seq))?;
         let deadline = std::time::Instant::now() + DEADLINES.quiet;
         let mut buffer = vec![0u8; 8 * 1024];
         self.socket
             .answers((seq, 1), deadline, &mut buffer, |framed| {
-                if framed.kind == RTM_NEWROUTE {
+                if framed.kind == libc::RTM_NEWROUTE {
                     return ControlFlow::Break(Ok(route_interface_index(
                         &framed.bytes[NLMSG_HDRLEN..],
                     )
@@ -292,11 +326,15 @@ impl Routes {
     }
 }
 
-/// The outgoing interface index of an RTM_NEWROUTE payload.
+/// The outgoing interface index of an RTM_NEWROUTE payload. Only RTA_OIF is decoded of its
+/// attributes, as the crate decodes it (`parse_u32`: four bytes): its whole attribute decoder
+/// would link every tunnel encapsulation's into the binary.
 fn route_interface_index(payload: &[u8]) -> Option<u32> {
-    framing::attributes(payload.get(RTMSG_LEN..)?)
-        .find(|(kind, value)| *kind == RTA_OIF && value.len() == 4)
-        .map(|(_, value)| u32::from_ne_bytes(value.try_into().expect("4 bytes")))
+    let header = RouteHeader::parse(payload).ok()?;
+    let oif_kind = RouteAttribute::Oif(0).kind();
+    attributes_after(payload, header.buffer_len())
+        .filter(|attribute| attribute.kind() == oif_kind)
+        .find_map(|attribute| parse_u32(attribute.value()).ok())
 }
 
 /// A subscription to address changes (IPv4 and IPv6), read without blocking.
@@ -305,13 +343,19 @@ pub struct AddressEvents {
 }
 
 impl AddressEvents {
-    pub fn subscribe() -> io::Result<Self> {
+    fn subscribe() -> io::Result<Self> {
         Ok(AddressEvents {
-            socket: Socket::bound_to_groups(
-                NETLINK_ROUTE,
-                RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR,
-            )?,
+            socket: Socket::bound_to_groups(NETLINK_ROUTE, ADDRESS_GROUPS)?,
         })
+    }
+
+    /// A subscription registered with the current tokio runtime (the caller runs inside
+    /// one), to be awaited for readiness and then [`drained`](Self::drain).
+    pub fn registered() -> io::Result<tokio::io::unix::AsyncFd<AddressEvents>> {
+        let events = Self::subscribe()?;
+        // SAFETY: `AddressEvents` owns its socket for its whole life and always reports the
+        // same descriptor; the AsyncFd owns it, so the fd outlives the registration.
+        unsafe { tokio::io::unix::AsyncFd::register(events) }.map_err(io::Error::from)
     }
 
     /// Reads every pending notification; whether one of them is about an address `matters`
@@ -330,13 +374,14 @@ impl AddressEvents {
 }
 
 /// Whether one datagram of address notifications names an address `matters` admits (a
-/// datagram that does not frame is taken as one that does).
+/// datagram that does not frame, or a notification that does not decode, is taken as one
+/// that does).
 fn notifications_matter(datagram: &[u8], matters: &impl Fn(IpAddr) -> bool) -> bool {
     let Ok(frames) = framing::frames(datagram) else {
         return true;
     };
     frames.iter().any(|framed| {
-        matches!(framed.kind, RTM_NEWADDR | RTM_DELADDR)
+        matches!(framed.kind, libc::RTM_NEWADDR | libc::RTM_DELADDR)
             && framed
                 .bytes
                 .get(NLMSG_HDRLEN..)
@@ -355,6 +400,25 @@ impl std::os::fd::AsRawFd for AddressEvents {
 mod tests {
     use super::*;
 
+    const IFA_ADDRESS: u16 = 1;
+    const IFA_LOCAL: u16 = 2;
+    const IFA_CACHEINFO: u16 = 6;
+    const IFA_FLAGS: u16 = 8;
+    const IFLA_IFNAME: u16 = 3;
+    const IFLA_MTU: u16 = 4;
+    const RTA_DST: u16 = 1;
+    const RTA_OIF: u16 = 4;
+    const RTA_TABLE: u16 = 15;
+
+    /// `header` followed by the attributes, each padded to four bytes.
+    fn with_attributes(header: &[u8], attrs: &[(u16, &[u8])]) -> Vec<u8> {
+        let mut out = header.to_vec();
+        for (kind, value) in attrs {
+            framing::put_attribute(&mut out, *kind, value);
+        }
+        out
+    }
+
     fn addr_message(
         family: u8,
         prefix: u8,
@@ -362,29 +426,61 @@ mod tests {
         index: u32,
         attrs: &[(u16, &[u8])],
     ) -> Vec<u8> {
-        let mut out = vec![family, prefix, flags, 0];
-        out.extend_from_slice(&index.to_ne_bytes());
-        for (kind, value) in attrs {
-            let len = 4 + value.len();
-            out.extend_from_slice(&(len as u16).to_ne_bytes());
-            out.extend_from_slice(&kind.to_ne_bytes());
-            out.extend_from_slice(value);
-            framing::pad(&mut out);
-        }
-        out
+        let mut header = vec![family, prefix, flags, 0];
+        header.extend_from_slice(&index.to_ne_bytes());
+        with_attributes(&header, attrs)
     }
 
     fn framed(kind: u16, payload: &[u8]) -> Vec<u8> {
-        let len = NLMSG_HDRLEN + payload.len();
-        let mut out = Vec::new();
-        out.extend_from_slice(&(len as u32).to_ne_bytes());
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(&0u16.to_ne_bytes());
-        out.extend_from_slice(&0u32.to_ne_bytes());
-        out.extend_from_slice(&0u32.to_ne_bytes());
+        let mut out = framing::request(kind, 0, 0, 0);
+        out[6..8].copy_from_slice(&0u16.to_ne_bytes());
         out.extend_from_slice(payload);
+        framing::finish(&mut out);
         framing::pad(&mut out);
         out
+    }
+
+    /// The requests the crate builds are the bytes the hand framing sent: the link dump (an
+    /// `ifinfomsg` of zeros), the address dump of a family (an `ifaddrmsg` of zeros but its
+    /// family), the route lookup (an `rtmsg` with the family and a full-length destination,
+    /// and RTA_DST).
+    #[test]
+    fn requests_are_the_bytes_the_hand_framing_sent() {
+        let hand = |kind: u16, flags: u16, body: &[u8], attrs: &[(u16, &[u8])]| {
+            let mut out = framing::request(kind, flags, 77, 0);
+            out.extend_from_slice(&with_attributes(body, attrs));
+            framing::finish(&mut out);
+            out
+        };
+        assert_eq!(
+            links_request(77),
+            hand(18, framing::NLM_F_DUMP, &[0; 16], &[])
+        );
+        for family in [libc::AF_UNSPEC, libc::AF_INET, libc::AF_INET6] {
+            assert_eq!(
+                addresses_request(family, 77),
+                hand(
+                    22,
+                    framing::NLM_F_DUMP,
+                    &[family as u8, 0, 0, 0, 0, 0, 0, 0],
+                    &[]
+                ),
+                "family {family}"
+            );
+        }
+        let mut v4 = [0u8; 12];
+        (v4[0], v4[1]) = (libc::AF_INET as u8, 32);
+        assert_eq!(
+            route_request("203.0.113.9".parse().unwrap(), 77),
+            hand(26, 0, &v4, &[(RTA_DST, &[203, 0, 113, 9])])
+        );
+        let mut v6 = [0u8; 12];
+        (v6[0], v6[1]) = (libc::AF_INET6 as u8, 128);
+        let destination: std::net::Ipv6Addr = "2001:db8::9".parse().unwrap();
+        assert_eq!(
+            route_request(IpAddr::V6(destination), 77),
+            hand(26, 0, &v6, &[(RTA_DST, &destination.octets())])
+        );
     }
 
     /// Only a notification about an address the predicate admits (one inside a configured
@@ -407,19 +503,21 @@ mod tests {
                 &[(IFA_LOCAL, &octets), (IFA_ADDRESS, &octets)],
             )
         };
-        let outside = framed(RTM_NEWADDR, &v4([198, 51, 100, 7]));
+        let outside = framed(libc::RTM_NEWADDR, &v4([198, 51, 100, 7]));
         assert!(!notifications_matter(&outside, &inside));
-        let deleted_inside = framed(RTM_DELADDR, &v4([203, 0, 113, 9]));
+        let deleted_inside = framed(libc::RTM_DELADDR, &v4([203, 0, 113, 9]));
         assert!(notifications_matter(&deleted_inside, &inside));
         let both = [outside.clone(), deleted_inside].concat();
         assert!(notifications_matter(&both, &inside));
         let v6: [u8; 16] = "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets();
         let link_local = framed(
-            RTM_NEWADDR,
+            libc::RTM_NEWADDR,
             &addr_message(libc::AF_INET6 as u8, 64, 0x40, 5, &[(IFA_ADDRESS, &v6)]),
         );
         assert!(!notifications_matter(&link_local, &inside));
         assert!(notifications_matter(&outside[..10], &inside), "truncated");
+        let headless = framed(libc::RTM_NEWADDR, &[2, 24]);
+        assert!(notifications_matter(&headless, &inside), "undecodable");
     }
 
     #[test]
@@ -451,10 +549,79 @@ mod tests {
             4,
             &[
                 (IFA_ADDRESS, &v6),
-                (IFA_FLAGS, &IFA_F_DADFAILED.to_ne_bytes()),
+                (IFA_FLAGS, &AddressFlags::Dadfailed.bits().to_ne_bytes()),
             ],
         );
         assert_eq!(address_of(&failed_in_flags), None);
         assert_eq!(address_of(&[2, 24]), None, "truncated");
+    }
+
+    /// The flags of IFA_FLAGS replace the header's (which hold only the low eight), an
+    /// attribute that does not decode is skipped, one of another family than the message's
+    /// is no address, and the walk ends at an attribute that does not frame.
+    #[test]
+    fn address_attributes_are_read_one_by_one() {
+        let v6: [u8; 16] = "fd00::7".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let deprecated = addr_message(
+            libc::AF_INET6 as u8,
+            64,
+            0x40,
+            4,
+            &[
+                (IFA_CACHEINFO, &[1, 2, 3]),
+                (IFA_ADDRESS, &v6),
+                (IFA_FLAGS, &AddressFlags::Deprecated.bits().to_ne_bytes()),
+            ],
+        );
+        let got = address_of(&deprecated).expect("usable: IFA_FLAGS says not tentative");
+        assert!(got.deprecated());
+        assert_eq!(got.address, IpAddr::from(v6));
+        let crossed = addr_message(libc::AF_INET as u8, 24, 0, 4, &[(IFA_ADDRESS, &v6)]);
+        assert_eq!(listed(&crossed), None);
+        let mut cut = addr_message(
+            libc::AF_INET as u8,
+            24,
+            0,
+            4,
+            &[(IFA_LOCAL, &[10, 0, 0, 5])],
+        );
+        cut.extend_from_slice(&[200, 0, 2, 0]);
+        assert_eq!(
+            listed(&cut).map(|a| a.address),
+            Some("10.0.0.5".parse().unwrap())
+        );
+    }
+
+    /// A link's index and name, whatever its other attributes hold (one the crate could not
+    /// decode does not lose the name).
+    #[test]
+    fn a_link_is_its_index_and_name() {
+        let mut header = [0u8; 16];
+        header[4..8].copy_from_slice(&7u32.to_ne_bytes());
+        let link = with_attributes(&header, &[(IFLA_MTU, &[0, 5]), (IFLA_IFNAME, b"eth0\0")]);
+        assert_eq!(link_of(&link), Some((7, "eth0".to_string())));
+        let nameless = with_attributes(&header, &[(IFLA_MTU, &1500u32.to_ne_bytes())]);
+        assert_eq!(link_of(&nameless), None);
+        assert_eq!(link_of(&header[..10]), None, "truncated");
+    }
+
+    /// A route's outgoing interface is its RTA_OIF; a route without one (a blackhole) has none.
+    #[test]
+    fn a_route_leaves_by_its_oif() {
+        let mut header = [0u8; 12];
+        (header[0], header[1], header[7]) = (libc::AF_INET as u8, 32, 1);
+        let route = with_attributes(
+            &header,
+            &[
+                (RTA_TABLE, &254u32.to_ne_bytes()),
+                (RTA_DST, &[203, 0, 113, 9]),
+                (RTA_OIF, &5u32.to_ne_bytes()),
+            ],
+        );
+        assert_eq!(route_interface_index(&route), Some(5));
+        let blackhole = with_attributes(&header, &[(RTA_DST, &[203, 0, 113, 9])]);
+        assert_eq!(route_interface_index(&blackhole), None);
+        let short_oif = with_attributes(&header, &[(RTA_OIF, &[5, 0])]);
+        assert_eq!(route_interface_index(&short_oif), None);
     }
 }

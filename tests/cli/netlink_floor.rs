@@ -27,11 +27,6 @@ const UNSAFE_ELSEWHERE: &[(&str, usize, &str)] = &[
         "getrandom(2) for the instance token; geteuid(2) twice, for the owner checks of the state directory",
     ),
     (
-        "src/agent/mod.rs",
-        1,
-        "tokio's AsyncFd::register of the address subscription (a `netlink::Socket` it owns)",
-    ),
-    (
         "src/agent/watch.rs",
         1,
         "tokio's AsyncFd::register_with_interest of the inotify descriptor it owns",
