@@ -9,10 +9,12 @@
 //! crate decodes all the policy needs (IPv4 and IPv6 tuples, ports, the id and the zone as
 //! raw attributes, and re-emits the original tuple and zone byte for byte), but owns every
 //! attribute: 11.5 allocations per entry against none here. On one 100,000-entry dump (IPv4
-//! and IPv6, TCP and UDP, the attributes a 6.18 kernel sends), median of 15 passes, 2 shared
-//! cores (Xeon), 2026-11-26: 16.8 ms against 191.2 ms (11.4×), and in a second run 26.0 ms
-//! against 234.7 ms (9.0×). Rerun: `cargo bench --bench conntrack_parser` or
-//! `scripts/bench --only conntrack-parser` (`benches/conntrack_parser.rs`).
+//! and IPv6, TCP and UDP, the attributes a 6.18 kernel sends), median of 15 passes, on 2
+//! Xeon cores shared with other builds (load 7), 2026-11-26, three runs: 7.3 ms against
+//! 78.0 ms (73 against 780 ns per entry, 10.7×; the quietest run, spread 7.1–11.3 and
+//! 76.4–91.2 ms), 16.8 against 191.2 ms (11.4×), 26.0 against 234.7 ms (9.0×). Rerun:
+//! `cargo bench --bench conntrack_parser` or `scripts/bench --only conntrack-parser`
+//! (`benches/conntrack_parser.rs`).
 
 use super::dump::{self, Deadlines};
 use super::framing::{self, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP};
