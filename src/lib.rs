@@ -14,3 +14,10 @@ pub(crate) mod netlink;
 pub(crate) mod output;
 pub(crate) mod plan;
 pub(crate) mod text;
+
+/// The ctnetlink entry parser alone, for `benches/conntrack_parser.rs`; not an API.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::netlink::conntrack::{parse_entry_for_bench as conntrack_entry, Flow};
+    pub use crate::plan::Family;
+}
