@@ -393,9 +393,14 @@ const FLIPS: usize = 20;
 fn flows_follow_a_change(backend: &str, addresses: &'static Addresses) {
     let (lab, config, log) = masquerading(backend, addresses, &[]);
     let a = addresses;
-    let unrelated = lab
-        .conntrack_entry(OTHER_PORT)
-        .expect("the unrelated flow is tracked");
+    // The unrelated flow's first datagram leaves a moment after the flipped flow's: wait for
+    // its entry as for any other event.
+    let mut unrelated = None;
+    wait_until(STARTING, || {
+        unrelated = lab.conntrack_entry(OTHER_PORT);
+        unrelated.is_some()
+    });
+    let unrelated = unrelated.expect("the unrelated flow is tracked");
     let mut latencies = Vec::new();
     let mut stale_packets = 0;
     let mut kept = false;
