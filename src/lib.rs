@@ -6,6 +6,8 @@ pub(crate) mod addresses;
 pub(crate) mod agent;
 pub(crate) mod backend;
 pub(crate) mod cli;
+/// The Kubernetes client and the node's name: public for API mode's applets and tests.
+pub mod cluster;
 pub mod cmd;
 /// The config reader is public for the fuzz targets (`fuzz/`).
 pub mod config;
