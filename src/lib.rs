@@ -1,6 +1,8 @@
 //! ipmasq: a multi-call node-networking binary that replaces Kubernetes' ip-masq-agent.
 //!
 //! The library holds everything; `main.rs` only hands the process arguments to [`cmd::main`].
+//! `unsafe` is denied everywhere but the ground floor, `src/netlink/`.
+#![deny(unsafe_code)]
 
 pub(crate) mod addresses;
 pub(crate) mod agent;
@@ -12,6 +14,7 @@ pub mod cmd;
 /// The config reader is public for the fuzz targets (`fuzz/`).
 pub mod config;
 pub(crate) mod conntrack;
+#[allow(unsafe_code)]
 pub(crate) mod netlink;
 pub(crate) mod output;
 pub(crate) mod plan;

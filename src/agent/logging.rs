@@ -67,17 +67,15 @@ fn journal_format() -> JournalFormat {
 
 /// Whether `stream` (`JOURNAL_STREAM`'s `DEVICE:INODE`) names the file behind `fd`: systemd
 /// sets it for a service whose stderr is connected to the journal.
-fn is_journal(stream: Option<&str>, fd: i32) -> bool {
+fn is_journal(stream: Option<&str>, fd: impl std::os::fd::AsFd) -> bool {
     let Some((device, inode)) = stream.and_then(|s| s.split_once(':')) else {
         return false;
     };
-    // SAFETY: fstat writes into the zeroed struct it is given.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd, &mut stat) } != 0 {
+    let Ok(stat) = rustix::fs::fstat(fd) else {
         return false;
-    }
-    device.parse::<u64>().ok() == Some(stat.st_dev as u64)
-        && inode.parse::<u64>().ok() == Some(stat.st_ino as u64)
+    };
+    device.parse::<u64>().ok() == Some(stat.st_dev)
+        && inode.parse::<u64>().ok() == Some(stat.st_ino)
 }
 
 /// Text fields: the message first, always quoted; then `name=value`, a string value always
@@ -154,7 +152,10 @@ pub fn init(format: LogFormat, verbosity: u8) {
         .with_writer(std::io::stderr)
         .with_max_level(level_for(verbosity))
         .with_target(false);
-    let journal = is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref(), 2);
+    let journal = is_journal(
+        std::env::var("JOURNAL_STREAM").ok().as_deref(),
+        std::io::stderr(),
+    );
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text if journal => builder
@@ -335,12 +336,11 @@ mod tests {
         let path = std::env::temp_dir().join(format!("ipmasq-journal-{}", std::process::id()));
         let file = std::fs::File::create(&path).unwrap();
         let meta = file.metadata().unwrap();
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
         let stream = format!("{}:{}", meta.dev(), meta.ino());
-        assert!(is_journal(Some(&stream), fd));
-        assert!(!is_journal(Some("1:2"), fd));
-        assert!(!is_journal(None, fd));
-        assert!(!is_journal(Some("garbage"), fd));
+        assert!(is_journal(Some(&stream), &file));
+        assert!(!is_journal(Some("1:2"), &file));
+        assert!(!is_journal(None, &file));
+        assert!(!is_journal(Some("garbage"), &file));
         let _ = std::fs::remove_file(path);
     }
 }

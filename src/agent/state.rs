@@ -198,9 +198,8 @@ impl AppliedConfig {
 /// when the kernel cannot give them).
 pub fn new_instance() -> String {
     let mut bytes = [0u8; 16];
-    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer it is given.
-    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if filled == bytes.len() as isize {
+    let filled = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    if filled.is_ok_and(|filled| filled == bytes.len()) {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     } else {
         let nanos = std::time::SystemTime::now()
@@ -523,8 +522,7 @@ fn not_a_lock_file(meta: &std::fs::Metadata) -> Option<String> {
     if meta.nlink() != 1 {
         return Some(format!("a file with {} hard links", meta.nlink()));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     if meta.uid() != euid {
         return Some(format!("a file of uid {} (we are uid {euid})", meta.uid()));
     }
@@ -614,8 +612,7 @@ fn lock_directory(dir: &Path) -> std::io::Result<()> {
         .mode(0o755)
         .create(dir)?;
     let meta = std::fs::metadata(dir)?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     let refuse = |why: String| {
         Err(std::io::Error::other(format!(
             "{} {why}; a node lock there could be removed under us",

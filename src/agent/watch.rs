@@ -119,15 +119,8 @@ impl DirWatch {
     /// Creates the inotify instance and adds the watches that are missing.
     pub fn arm(&mut self) {
         if self.fd.is_none() {
-            let registered = Inotify::init().and_then(|inotify| {
-                // SAFETY: `Inotify` owns its descriptor for its whole life and always reports
-                // the same one; the AsyncFd takes ownership of it, so the fd outlives the
-                // registration. (tokio deprecated the safe-looking `with_interest` as unsound
-                // for exactly this reason and points here.)
-                let registered =
-                    unsafe { AsyncFd::register_with_interest(inotify, Interest::READABLE) };
-                registered.map_err(std::io::Error::from)
-            });
+            let registered = Inotify::init()
+                .and_then(|inotify| crate::netlink::register(inotify, Interest::READABLE));
             match registered {
                 Ok(fd) => self.fd = Some(fd),
                 Err(err) => {

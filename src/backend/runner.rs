@@ -34,11 +34,12 @@ pub fn stop_all() -> usize {
 /// once. Returns how many were killed.
 pub fn kill_running() -> usize {
     let pids = running();
-    for &pid in pids.iter() {
-        // SAFETY: kill(2) has no memory effects; the pid is our own unreaped child.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
-        }
+    // Our own unreaped children: their pids cannot have been reused.
+    for pid in pids
+        .iter()
+        .filter_map(|&pid| rustix::process::Pid::from_raw(pid as i32))
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
     pids.len()
 }

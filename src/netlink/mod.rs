@@ -4,7 +4,8 @@
 //! full one means), a deadline on every receive, and one sequence counter; [`dump`] reads a
 //! dump to its end, [`framing`] frames messages and walks attributes. One module per protocol
 //! above them: [`nf_tables`], [`conntrack`] (ctnetlink), [`route`] (rtnetlink), and [`xtables`] (x_tables' socket
-//! options, not netlink). Every netlink `unsafe` of the program is in this folder.
+//! options, not netlink). Every `unsafe` of the program is in this folder (the crate denies it
+//! elsewhere), with [`register`], the one readiness registration with tokio.
 
 pub(crate) mod conntrack;
 pub(crate) mod dump;
@@ -201,6 +202,36 @@ impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> RawFd {
         self.socket.as_raw_fd()
     }
+}
+
+/// A descriptor owner whose descriptor is the same for its whole life and closed only when it
+/// is dropped: the condition under which tokio may watch the descriptor for as long as it holds
+/// the owner. Implemented only for the owners this floor vouches for.
+pub(crate) trait StableDescriptor: AsRawFd + private::Sealed {}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for super::route::AddressEvents {}
+    impl Sealed for inotify::Inotify {}
+}
+
+impl StableDescriptor for route::AddressEvents {}
+/// The config directory watch's inotify instance (not netlink, but the same kind of
+/// registration, so it lives beside the one netlink needs).
+impl StableDescriptor for inotify::Inotify {}
+
+/// Registers `owner` with the current tokio runtime (the caller runs inside one) for readiness
+/// of `interest`; the returned `AsyncFd` owns it. The program's one readiness registration.
+pub(crate) fn register<T: StableDescriptor>(
+    owner: T,
+    interest: tokio::io::Interest,
+) -> io::Result<tokio::io::unix::AsyncFd<T>> {
+    // SAFETY: a `StableDescriptor` reports the same descriptor for its whole life and closes it
+    // only on drop; the AsyncFd takes ownership of the owner, so the descriptor outlives the
+    // registration. (tokio deprecated the safe-looking `AsyncFd::new` as unsound for owners
+    // without that guarantee, and points to `register`.)
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(owner, interest) }
+        .map_err(io::Error::from)
 }
 
 /// The name of the interface with `index` in this network namespace.

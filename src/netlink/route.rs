@@ -352,10 +352,7 @@ impl AddressEvents {
     /// A subscription registered with the current tokio runtime (the caller runs inside
     /// one), to be awaited for readiness and then [`drained`](Self::drain).
     pub fn registered() -> io::Result<tokio::io::unix::AsyncFd<AddressEvents>> {
-        let events = Self::subscribe()?;
-        // SAFETY: `AddressEvents` owns its socket for its whole life and always reports the
-        // same descriptor; the AsyncFd owns it, so the fd outlives the registration.
-        unsafe { tokio::io::unix::AsyncFd::register(events) }.map_err(io::Error::from)
+        super::register(Self::subscribe()?, tokio::io::Interest::READABLE)
     }
 
     /// Reads every pending notification; whether one of them is about an address `matters`
