@@ -10,6 +10,7 @@ pub mod duration;
 pub mod egress;
 pub mod manifest;
 pub mod merge;
+pub mod pool;
 pub mod selector;
 mod source;
 pub mod yaml;
