@@ -8,6 +8,7 @@ mod diagnostic;
 pub mod digest;
 pub mod duration;
 pub mod egress;
+pub mod egress_nat;
 pub mod manifest;
 pub mod merge;
 pub mod pool;
