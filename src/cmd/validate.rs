@@ -13,10 +13,15 @@
 //! estimated peak per backend) and `rendered` (`{rules, setElements}` each backend writes for
 //! it, what the estimate is made from). A merged result also has `entries`: every list entry with
 //! its `list`, `cidr`, `file`, `line` and `column`; a diagnostic of a merged result has `file`.
+//! A node pool's result (an `ip-masq-agent-*` ConfigMap with `ipmasq.io/node-selector`) also
+//! has `pool: {selector, base}` (`base` null: merged after the defaults); an EgressNATPolicy's
+//! has kind `egressnatpolicy` and `egressNATPolicy: {name, document, destinations}`; with
+//! `--node-labels`, a result of kind `merged` per namespace has `node: {labels, base, pools}`.
 //! Severity `info` marks ipmasq extensions; it never fails a check, not even with --strict.
 
 use super::Exit;
 use crate::cli::{OutputFormat, ValidateArgs};
+use crate::config::selector::Labels;
 use crate::config::yaml::parse_stream;
 use crate::config::{
     check_parsed, manifest, read_config_source, read_limited, Checked, Code, Config, Diagnostic,
@@ -113,6 +118,16 @@ pub struct PoolRef {
     pub base: Option<String>,
 }
 
+/// `--node-labels`: the node, the base ConfigMap (None: the defaults) and the pools that
+/// apply to it, in merge order.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRef {
+    pub labels: crate::config::selector::Labels,
+    pub base: Option<String>,
+    pub pools: Vec<String>,
+}
+
 /// Which EgressNATPolicy a result is about, and the destinations it keeps (when valid).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -137,6 +152,9 @@ pub struct ConfigReport {
     /// For a node pool's ConfigMap: its selector and the base it is merged after.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool: Option<PoolRef>,
+    /// With `--node-labels`: the node's labels, the base and the pools that apply to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeRef>,
     /// For an EgressNATPolicy: its name, document and the destinations it keeps.
     #[serde(rename = "egressNATPolicy", skip_serializing_if = "Option::is_none")]
     pub egress_nat_policy: Option<PolicyRef>,
@@ -237,6 +255,7 @@ impl ConfigReport {
             config_map: None,
             config_maps: None,
             pool: None,
+            node: None,
             egress_nat_policy: None,
             valid,
             errors,
@@ -463,6 +482,15 @@ fn configmap_entry(
     entry
 }
 
+/// Labels as `--node-labels` takes them: `k=v,k2=v2` (`no labels` when there are none).
+fn node_label_text(labels: &Labels) -> String {
+    if labels.is_empty() {
+        return "with no labels".to_string();
+    }
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(",")
+}
+
 /// An EgressNATPolicy's entry: its findings, and the destinations it keeps when valid (no
 /// effective config: a policy is added to one, see [`crate::config::egress_nat`]).
 fn policy_entry(
@@ -568,6 +596,63 @@ impl RunParts {
                 results_end: results.len(),
             });
         }
+    }
+
+    /// `--node-labels`: the config of such a node in each namespace that has a base or a
+    /// pool in the run: the base and the pools that select it, merged.
+    fn node_entries(&self, labels: &Labels, options: &Options, strict: bool) -> Vec<ConfigReport> {
+        let pools: Vec<&manifest::ManifestPool> =
+            self.inputs.iter().flat_map(|i| &i.pools).collect();
+        let mut namespaces: Vec<Option<String>> = self
+            .bases
+            .iter()
+            .map(|b| b.namespace.clone())
+            .chain(pools.iter().map(|p| p.namespace.clone()))
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+            .into_iter()
+            .map(|namespace| {
+                let serves =
+                    |ns: &Option<String>| ns.is_none() || namespace.is_none() || *ns == namespace;
+                let base = self
+                    .bases
+                    .iter()
+                    .find(|b| serves(&b.namespace) && b.checked.config().is_some())
+                    .or_else(|| self.bases.iter().find(|b| serves(&b.namespace)));
+                let base_name = base.map(|b| match &b.namespace {
+                    Some(ns) => format!("{ns}/{}", manifest::CONFIGMAP_NAME),
+                    None => manifest::CONFIGMAP_NAME.to_string(),
+                });
+                let base_checked = base.map_or_else(
+                    || Checked::new(Config::defaults(options), Vec::new()),
+                    |b| b.checked.clone(),
+                );
+                let in_namespace: Vec<crate::config::pool::Pool> = pools
+                    .iter()
+                    .filter(|p| serves(&p.namespace))
+                    .map(|p| p.pool.clone())
+                    .collect();
+                let node = crate::config::pool::config_for_node(
+                    base_name.as_deref().unwrap_or("(the defaults)"),
+                    &base_checked,
+                    &in_namespace,
+                    labels,
+                    options,
+                );
+                let path = format!("node {}", node_label_text(labels));
+                let mut entry =
+                    ConfigReport::new(&path, InputKind::Merged, node.checked, strict, None);
+                entry.entries = entry.effective.as_ref().map(MergedEntry::of);
+                entry.node = Some(NodeRef {
+                    labels: labels.clone(),
+                    base: base_name,
+                    pools: node.pools,
+                });
+                entry
+            })
+            .collect()
     }
 
     /// Every pool's entry after its input's entries, then the merge of the `ip-masq*` keys.
@@ -810,7 +895,13 @@ pub fn build_report(args: &ValidateArgs) -> Report {
             }
         }
     }
+    let nodes = args
+        .node_labels
+        .as_ref()
+        .map(|labels| run_parts.node_entries(labels, &options, args.strict))
+        .unwrap_or_default();
     run_parts.merge_into(&mut results, &options, args.strict);
+    results.extend(nodes);
     let errors = results.iter().map(|r| r.errors).sum();
     let warnings = results.iter().map(|r| r.warnings).sum();
     Report {
@@ -901,6 +992,14 @@ fn entry_label(entry: &ConfigReport) -> String {
             entry.path,
             names.join(" + ")
         );
+    }
+    if let Some(node) = &entry.node {
+        let mut merged: Vec<String> = node.base.iter().map(|b| format!("ConfigMap {b}")).collect();
+        if node.base.is_none() {
+            merged.push("the defaults".to_string());
+        }
+        merged.extend(node.pools.iter().map(|p| format!("pool {p}")));
+        return format!("{} ({})", entry.path, merged.join(" + "));
     }
     if let Some(policy) = &entry.egress_nat_policy {
         return format!(

@@ -228,3 +228,73 @@ fn egress_nat_policies_are_read_and_the_malformed_shape_refused() {
         run.stdout
     );
 }
+
+/// `--node-labels`: the config of such a node, the base and the pools that select it merged
+/// in name order; a node no pool selects gets the base alone; labels are checked as
+/// Kubernetes checks them (a usage error otherwise).
+#[test]
+fn node_labels_show_which_pools_apply_and_the_merged_config() {
+    let dir = Scratch::new("node-labels");
+    let base = configmap("ip-masq-agent", "", &["10.0.0.0/8"]);
+    let zone = pool(
+        "ip-masq-agent-zone-a",
+        "topology.kubernetes.io/zone=a",
+        &["198.18.0.0/15"],
+    );
+    let gpu = pool(
+        "ip-masq-agent-gpu",
+        "pool in (gpu,tpu),!spot",
+        &["100.64.0.0/10"],
+    );
+    let file = dir.write("pools.yaml", &format!("{base}---\n{zone}---\n{gpu}"));
+    let file = file.display().to_string();
+    let node = |labels: &str| {
+        let run = ipmasq(&["validate", "-o", "json", "--node-labels", labels, &file]);
+        let report: Value = serde_json::from_str(&run.stdout).expect("JSON");
+        assert_eq!(run.code, 0, "{report:#}");
+        let last = report["results"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last["kind"], "merged");
+        last
+    };
+    let both = node("pool=gpu,topology.kubernetes.io/zone=a");
+    assert_eq!(both["node"]["base"], "kube-system/ip-masq-agent");
+    assert_eq!(
+        both["node"]["pools"],
+        serde_json::json!(["ip-masq-agent-gpu", "ip-masq-agent-zone-a"])
+    );
+    assert_eq!(
+        both["effective"]["nonMasqueradeCIDRs"],
+        serde_json::json!(["10.0.0.0/8", "100.64.0.0/10", "198.18.0.0/15"])
+    );
+    let spot = node("pool=gpu,spot=");
+    assert_eq!(spot["node"]["pools"], serde_json::json!([]));
+    assert_eq!(
+        spot["effective"]["nonMasqueradeCIDRs"],
+        serde_json::json!(["10.0.0.0/8"])
+    );
+    let run = ipmasq(&["validate", "--node-labels", "pool=tpu", &file]);
+    assert_eq!(run.code, 0);
+    assert!(
+        run.stdout.contains(
+            "node pool=tpu (ConfigMap kube-system/ip-masq-agent + pool ip-masq-agent-gpu): valid"
+        ),
+        "{}",
+        run.stdout
+    );
+    for bad in ["pool", "Pool.Example/x=1", "pool=-gpu"] {
+        let run = ipmasq(&["validate", "--node-labels", bad, &file]);
+        assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
+    }
+    // Without the flag, no node result.
+    let (_, report) = json(&file);
+    assert!(report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r.get("node").is_none()));
+}
