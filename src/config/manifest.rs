@@ -78,9 +78,9 @@ pub struct MergedKey {
 }
 
 /// Checks every ConfigMap of a manifest stream: its `data.config` (upstream's DaemonSet
-/// mounts it as the config file), and its keys starting with `ip-masq` (ip-masq-agent-v2
-/// projects each as one file of a `--config-dir`), which are merged as `--config-dir` merges
-/// them, across every ConfigMap of the stream. `binaryData` keys count the same (kubelet
+/// mounts it as the config file; a node pool's is merged after its base, see [`check_pool`]),
+/// and its keys starting with `ip-masq` (ip-masq-agent-v2 projects each as one file of a
+/// `--config-dir`), which are merged as `--config-dir` merges them, across every ConfigMap of the stream. `binaryData` keys count the same (kubelet
 /// mounts them alike). A ConfigMap named `ip-masq-agent` with none of these is an error.
 /// Diagnostics are located in the manifest's own text.
 pub fn check_manifest(
@@ -93,6 +93,25 @@ pub fn check_manifest(
         manifest
             .config_maps
             .push(merge_parts(&manifest.parts, options));
+    }
+    let bases: Vec<PoolBase> = manifest
+        .config_maps
+        .iter()
+        .filter(|cm| cm.merged.is_empty() && cm.name.as_deref() == Some(CONFIGMAP_NAME))
+        .map(|cm| PoolBase {
+            namespace: cm.namespace.clone(),
+            checked: cm.checked.clone(),
+        })
+        .collect();
+    for found in &manifest.pools {
+        let result = check_pool(found, &bases, options);
+        manifest.config_maps.push(ConfigMapResult {
+            namespace: result.namespace,
+            name: Some(result.name),
+            document: result.document,
+            checked: result.checked,
+            merged: Vec::new(),
+        });
     }
     Ok(manifest.config_maps)
 }
@@ -906,6 +925,58 @@ mod tests {
         // Another application's ConfigMap is not ours to judge.
         let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\ndata:\n  notes: x\nbinaryData:\n  notes: eA==\n";
         assert_eq!(run(other).unwrap_err().code, Code::NoConfigMap);
+    }
+
+    /// A pool's `config` is merged after its base and reported apart; its selector is
+    /// checked; the annotation on the base is ignored with a warning; a policy alone is a
+    /// manifest with something to check.
+    #[test]
+    fn pools_and_policies_are_read_from_the_stream() {
+        let base = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent\n  annotations: {ipmasq.io/node-selector: x}\ndata:\n  config: 'nonMasqueradeCIDRs: [10.0.0.0/8]'\n";
+        let pool = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent-gpu\n  annotations: {ipmasq.io/node-selector: 'gpu in (a b)'}\ndata:\n  config: 'nonMasqueradeCIDRs: [100.64.0.0/10]'\n  ip-masq-agent-gpu: 'masqLinkLocal: true'\n";
+        let src = format!("{base}{pool}");
+        let stream = parse_stream(&src, MANIFEST_OR_CONFIG).unwrap();
+        let read = read_manifest(&src, &stream, &OPTS).unwrap();
+        assert_eq!(
+            read.config_maps.len(),
+            1,
+            "the pool's config is no result of its own"
+        );
+        let warning = &read.config_maps[0].checked.diagnostics()[0];
+        assert_eq!(warning.code, Code::IgnoredNodeSelector);
+        assert_eq!(warning.location.unwrap().line, 5);
+        assert_eq!(
+            read.parts.len(),
+            1,
+            "a pool's ip-masq* keys are still --config-dir parts"
+        );
+        assert_eq!(read.pools.len(), 1);
+        let found = &read.pools[0];
+        assert_eq!(found.findings[0].code, Code::InvalidNodeSelector);
+        assert_eq!(found.findings[0].location.unwrap().line, 13);
+        let results = run(&src).unwrap();
+        let pool_result = results
+            .iter()
+            .find(|r| r.name.as_deref() == Some("ip-masq-agent-gpu"))
+            .unwrap();
+        assert_eq!(
+            pool_result.checked.errors().next().unwrap().code,
+            Code::InvalidNodeSelector
+        );
+        // A valid selector: the pool merged after the base.
+        let src = src.replace("gpu in (a b)", "gpu in (a,b)");
+        let results = run(&src).unwrap();
+        let pool_result = results
+            .iter()
+            .find(|r| r.name.as_deref() == Some("ip-masq-agent-gpu"))
+            .unwrap();
+        let merged = pool_result.checked.config().expect("valid");
+        assert_eq!(merged.non_masquerade_cidrs.len(), 2);
+        let policy = "apiVersion: networking.gke.io/v1\nkind: EgressNATPolicy\nmetadata: {name: p}\nspec: {action: NoSNAT, destinations: [{cidr: 10.0.0.0/8}]}\n";
+        let stream = parse_stream(policy, MANIFEST_OR_CONFIG).unwrap();
+        let read = read_manifest(policy, &stream, &OPTS).unwrap();
+        assert_eq!(read.policies.len(), 1);
+        assert!(read.policies[0].policy.is_valid());
     }
 
     #[test]
