@@ -763,7 +763,8 @@ pub struct ValidateArgs {
 
     /// Also show the config of a node with these labels (k=v,k2=v2, as kubelet's
     /// --node-labels): which node pools (ip-masq-agent-* ConfigMaps with
-    /// ipmasq.io/node-selector) apply to it, and the base and those pools merged
+    /// ipmasq.io/node-selector) apply to it, and the base and those pools merged, with the
+    /// destinations of the run's EgressNATPolicy objects added
     #[arg(long, value_name = "LABELS", value_parser = parse_node_labels)]
     pub node_labels: Option<crate::config::selector::Labels>,
 }

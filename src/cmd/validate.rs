@@ -16,7 +16,8 @@
 //! A node pool's result (an `ip-masq-agent-*` ConfigMap with `ipmasq.io/node-selector`) also
 //! has `pool: {selector, base}` (`base` null: merged after the defaults); an EgressNATPolicy's
 //! has kind `egressnatpolicy` and `egressNATPolicy: {name, document, destinations}`; with
-//! `--node-labels`, a result of kind `merged` per namespace has `node: {labels, base, pools}`.
+//! `--node-labels`, a result of kind `merged` per namespace has `node: {labels, base, pools,
+//! egressNATPolicies}`.
 //! Severity `info` marks ipmasq extensions; it never fails a check, not even with --strict.
 
 use super::Exit;
@@ -126,6 +127,9 @@ pub struct NodeRef {
     pub labels: crate::config::selector::Labels,
     pub base: Option<String>,
     pub pools: Vec<String>,
+    /// The run's EgressNATPolicy objects, whose destinations the node keeps too.
+    #[serde(rename = "egressNATPolicies")]
+    pub egress_nat_policies: Vec<String>,
 }
 
 /// Which EgressNATPolicy a result is about, and the destinations it keeps (when valid).
@@ -392,6 +396,8 @@ struct SourceFindings {
     pools: Vec<manifest::ManifestPool>,
     /// Its base ConfigMaps, for the pools of the run.
     bases: Vec<manifest::PoolBase>,
+    /// Its EgressNATPolicy objects, for `--node-labels`.
+    policies: Vec<crate::config::egress_nat::Policy>,
     source: std::rc::Rc<String>,
 }
 
@@ -404,6 +410,7 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
         parts: Vec::new(),
         pools: Vec::new(),
         bases: Vec::new(),
+        policies: Vec::new(),
         source: source.clone(),
     };
     if let Ok(stream) = parsed.as_ref() {
@@ -430,6 +437,7 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
                             .into_iter()
                             .map(|cm| configmap_entry(path, cm, strict, Some(source.clone()))),
                     );
+                    found.policies = read.policies.iter().map(|p| p.policy.clone()).collect();
                     found.entries.extend(
                         read.policies
                             .into_iter()
@@ -571,6 +579,7 @@ fn pool_bases(config_maps: &[manifest::ConfigMapResult]) -> Vec<manifest::PoolBa
 struct RunParts {
     inputs: Vec<InputParts>,
     bases: Vec<manifest::PoolBase>,
+    policies: Vec<crate::config::egress_nat::Policy>,
 }
 
 /// The `ip-masq*` keys and the node pools one input gave.
@@ -587,6 +596,7 @@ impl RunParts {
     fn add(&mut self, path: &str, found: SourceFindings, results: &mut Vec<ConfigReport>) {
         results.extend(found.entries);
         self.bases.extend(found.bases);
+        self.policies.extend(found.policies);
         if !found.parts.is_empty() || !found.pools.is_empty() {
             self.inputs.push(InputParts {
                 path: path.to_string(),
@@ -599,7 +609,8 @@ impl RunParts {
     }
 
     /// `--node-labels`: the config of such a node in each namespace that has a base or a
-    /// pool in the run: the base and the pools that select it, merged.
+    /// pool in the run: the base and the pools that select it, merged, and the run's
+    /// EgressNATPolicy destinations added.
     fn node_entries(&self, labels: &Labels, options: &Options, strict: bool) -> Vec<ConfigReport> {
         let pools: Vec<&manifest::ManifestPool> =
             self.inputs.iter().flat_map(|i| &i.pools).collect();
@@ -611,6 +622,9 @@ impl RunParts {
             .collect();
         namespaces.sort();
         namespaces.dedup();
+        if namespaces.is_empty() && !self.policies.is_empty() {
+            namespaces.push(None);
+        }
         namespaces
             .into_iter()
             .map(|namespace| {
@@ -641,14 +655,25 @@ impl RunParts {
                     labels,
                     options,
                 );
+                let checked = crate::config::egress_nat::keep_destinations(
+                    &node.checked,
+                    &self.policies,
+                    options,
+                );
                 let path = format!("node {}", node_label_text(labels));
-                let mut entry =
-                    ConfigReport::new(&path, InputKind::Merged, node.checked, strict, None);
+                let mut entry = ConfigReport::new(&path, InputKind::Merged, checked, strict, None);
                 entry.entries = entry.effective.as_ref().map(MergedEntry::of);
+                let mut policies: Vec<String> = self
+                    .policies
+                    .iter()
+                    .map(|p| p.name.clone().unwrap_or_else(|| "(unnamed)".to_string()))
+                    .collect();
+                policies.sort();
                 entry.node = Some(NodeRef {
                     labels: labels.clone(),
                     base: base_name,
                     pools: node.pools,
+                    egress_nat_policies: policies,
                 });
                 entry
             })
@@ -999,6 +1024,11 @@ fn entry_label(entry: &ConfigReport) -> String {
             merged.push("the defaults".to_string());
         }
         merged.extend(node.pools.iter().map(|p| format!("pool {p}")));
+        merged.extend(
+            node.egress_nat_policies
+                .iter()
+                .map(|p| format!("EgressNATPolicy {p}")),
+        );
         return format!("{} ({})", entry.path, merged.join(" + "));
     }
     if let Some(policy) = &entry.egress_nat_policy {

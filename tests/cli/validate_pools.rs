@@ -290,6 +290,37 @@ fn node_labels_show_which_pools_apply_and_the_merged_config() {
         let run = ipmasq(&["validate", "--node-labels", bad, &file]);
         assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
     }
+    // The run's EgressNATPolicy destinations are kept on the node too (after the pools).
+    let policy_file = dir.write("policy.yaml", &policy("extra", "  - cidr: 192.0.2.0/24\n"));
+    let policy_file = policy_file.display().to_string();
+    let run = ipmasq(&[
+        "validate",
+        "-o",
+        "json",
+        "--node-labels",
+        "pool=gpu",
+        &file,
+        &policy_file,
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let report: Value = serde_json::from_str(&run.stdout).expect("JSON");
+    let last = report["results"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        last["node"]["egressNATPolicies"],
+        serde_json::json!(["extra"])
+    );
+    assert_eq!(
+        last["effective"]["nonMasqueradeCIDRs"],
+        serde_json::json!(["10.0.0.0/8", "100.64.0.0/10", "192.0.2.0/24"])
+    );
+    let run = ipmasq(&["validate", "--node-labels", "", &policy_file]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("node with no labels (the defaults + EgressNATPolicy extra): valid"),
+        "{}",
+        run.stdout
+    );
     // Without the flag, no node result.
     let (_, report) = json(&file);
     assert!(report["results"]
