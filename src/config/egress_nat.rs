@@ -102,6 +102,28 @@ pub fn read_policy(object: &YamlNode) -> Policy {
     policy
 }
 
+/// Reads one EgressNATPolicy from its text (JSON as the API serves it, or YAML): for the API
+/// source, which holds the object's bytes. Text that is not one object is a syntax or shape
+/// error of the policy.
+pub fn read_policy_text(text: &str) -> Policy {
+    match super::yaml::parse_stream(text, super::yaml::Documents::First) {
+        Ok(stream) => match stream.documents.first() {
+            Some(object) if is_policy(object) => read_policy(object),
+            other => Policy {
+                diagnostics: vec![shape_error(
+                    "the text is not an EgressNATPolicy of networking.gke.io",
+                )
+                .at_opt(other.map(|o| o.location))],
+                ..Policy::default()
+            },
+        },
+        Err(err) => Policy {
+            diagnostics: vec![Diagnostic::error(Code::YamlSyntax, err.message).at(err.location)],
+            ..Policy::default()
+        },
+    }
+}
+
 fn shape_error(message: &str) -> Diagnostic {
     Diagnostic::error(Code::EgressNatPolicyShape, message).hint(format!("write {SHAPE}"))
 }

@@ -129,6 +129,23 @@ fn bad_cidrs_are_refused_as_in_a_config() {
     assert_eq!(p.destinations, ["192.0.2.0/24".parse::<IpNet>().unwrap()]);
 }
 
+/// The API source's path: the object's JSON bytes.
+#[test]
+fn reads_a_policy_from_its_text() {
+    let p = read_policy_text(
+        r#"{"apiVersion":"networking.gke.io/v1","kind":"EgressNATPolicy","metadata":{"name":"api"},"spec":{"action":"NoSNAT","destinations":[{"cidr":"10.0.0.0/8"}]}}"#,
+    );
+    assert!(p.is_valid(), "{:?}", p.diagnostics);
+    assert_eq!(p.name.as_deref(), Some("api"));
+    assert_eq!(p.destinations, ["10.0.0.0/8".parse::<IpNet>().unwrap()]);
+    assert_eq!(codes(&read_policy_text("{")), [Code::YamlSyntax]);
+    assert_eq!(
+        codes(&read_policy_text("kind: ConfigMap\n")),
+        [Code::EgressNatPolicyShape]
+    );
+    assert_eq!(codes(&read_policy_text("")), [Code::EgressNatPolicyShape]);
+}
+
 #[test]
 fn other_kinds_and_groups_are_no_policies() {
     let stream = parse_stream(

@@ -253,12 +253,16 @@ proptest! {
         prop_assert_eq!(parsed.matches(&node), each);
     }
 
-    /// Any text: parsing never panics, and an error's offset is inside the text.
+    /// Any text (the selector's own alphabet, or any Unicode with NUL): parsing never panics,
+    /// an error's offset is inside the text, and what parses prints back to itself.
     #[test]
-    fn any_text_parses_or_says_where(text in "[ a-z!=(),<>in0-9/.\\-]{0,24}") {
-        if let Err(err) = Selector::parse(&text) {
-            prop_assert!(err.offset <= text.len());
-            prop_assert!(err.column >= 1);
+    fn any_text_parses_or_says_where(text in prop_oneof!["[ a-z!=(),<>in0-9/.\\-]{0,24}", any::<String>()]) {
+        match Selector::parse(&text) {
+            Err(err) => {
+                prop_assert!(err.offset <= text.len());
+                prop_assert!(err.column >= 1);
+            }
+            Ok(parsed) => prop_assert_eq!(Selector::parse(&parsed.to_string()), Ok(parsed)),
         }
     }
 }
