@@ -111,7 +111,7 @@ pub struct ConfigMapRef {
 }
 
 /// What a node pool's result is about: its `ipmasq.io/node-selector` as written, and the
-/// base ConfigMap it is merged after (None: the defaults, as no base is in the run).
+/// base ConfigMap it is merged after (None: the defaults, as no valid base is in the run).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolRef {
@@ -1044,7 +1044,7 @@ fn entry_label(entry: &ConfigReport) -> String {
             ", node pool `{}` merged after {}",
             p.selector,
             p.base.as_deref().map_or(
-                "the defaults (no ConfigMap ip-masq-agent in this run)".to_string(),
+                "the defaults (no valid ConfigMap ip-masq-agent in this run)".to_string(),
                 |b| format!("ConfigMap {b}")
             )
         )

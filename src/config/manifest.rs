@@ -148,7 +148,7 @@ pub struct ManifestPolicy {
 }
 
 /// A pool checked as a node it selects would read it: merged after its base (the ConfigMap
-/// `ip-masq-agent` of its namespace, or the defaults when the run has none), with the base's
+/// `ip-masq-agent` of its namespace, or the defaults when the run has no valid one), with the base's
 /// own findings left to the base's result.
 #[derive(Debug)]
 pub struct PoolResult {
