@@ -135,6 +135,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Report format')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Report format')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text report')
+            [CompletionResult]::new('--node-labels', '--node-labels', [CompletionResultType]::ParameterName, 'Also show the config of a node with these labels (k=v,k2=v2, as kubelet''s --node-labels): which node pools (ip-masq-agent-* ConfigMaps with ipmasq.io/node-selector) apply to it, and the base and those pools merged, with the destinations of the run''s EgressNATPolicy objects added')
             [CompletionResult]::new('--enable-ipv6', '--enable-ipv6', [CompletionResultType]::ParameterName, 'Judge as an agent run with --enable-ipv6 does: IPv6 CIDRs are an error without it')
             [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range')
             [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat warnings as errors')

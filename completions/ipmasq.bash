@@ -479,7 +479,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__validate)
-            opts="-o -h -V --to-ports --strict --output --print-effective --merged --color --no-node-checks --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
+            opts="-o -h -V --to-ports --strict --output --print-effective --merged --color --no-node-checks --node-labels --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -499,6 +499,10 @@ _ipmasq() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --node-labels)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --enable-ipv6)

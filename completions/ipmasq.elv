@@ -127,6 +127,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand -o 'Report format'
             cand --output 'Report format'
             cand --color 'Colour the text report'
+            cand --node-labels 'Also show the config of a node with these labels (k=v,k2=v2, as kubelet''s --node-labels): which node pools (ip-masq-agent-* ConfigMaps with ipmasq.io/node-selector) apply to it, and the base and those pools merged, with the destinations of the run''s EgressNATPolicy objects added'
             cand --enable-ipv6 'Judge as an agent run with --enable-ipv6 does: IPv6 CIDRs are an error without it'
             cand --nomasq-all-reserved-ranges 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range'
             cand --strict 'Treat warnings as errors'

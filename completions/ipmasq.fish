@@ -138,6 +138,7 @@ yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l color -d 'Colour the text report' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
 never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l node-labels -d 'Also show the config of a node with these labels (k=v,k2=v2, as kubelet\'s --node-labels): which node pools (ip-masq-agent-* ConfigMaps with ipmasq.io/node-selector) apply to it, and the base and those pools merged, with the destinations of the run\'s EgressNATPolicy objects added' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l enable-ipv6 -d 'Judge as an agent run with --enable-ipv6 does: IPv6 CIDRs are an error without it' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l nomasq-all-reserved-ranges -d 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l strict -d 'Treat warnings as errors'

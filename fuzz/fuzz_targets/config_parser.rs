@@ -1,5 +1,6 @@
 //! Fuzzes the config reader end to end: YAML events → located tree → checked Config, the
-//! ConfigMap path, and the Go-duration and CIDR parsers. Nothing may panic, and a config that
+//! ConfigMap path (node pools and EgressNATPolicy objects too), and the Go-duration, CIDR and
+//! label-selector parsers. Nothing may panic, and a config that
 //! checks as valid must print an effective config that checks as valid and equal. A config
 //! exists exactly when no diagnostic is an error, for files and ConfigMaps alike.
 #![no_main]
@@ -43,4 +44,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = parse_go_duration(text);
     let _ = ipmasq::config::cidr::parse_cidr(text);
+    if let Ok(selector) = ipmasq::config::selector::Selector::parse(text) {
+        let again = ipmasq::config::selector::Selector::parse(&selector.to_string());
+        assert_eq!(again.as_ref(), Ok(&selector), "a selector's canonical form must round-trip");
+    }
 });

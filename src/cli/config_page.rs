@@ -69,6 +69,7 @@ pub fn config_page(version: &str) -> String {
     paragraph(&mut out, "forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6, outputAddress, outputAddressIPv6 and outputInterfaces are ipmasq's own. Upstream ip-masq-agent ignores them, so a file using them means something else there. ipmasq validate reports them at info level (never an error, not even with --strict). A file without them yields exactly upstream's rules.");
     section(&mut out, "MERGED DIRECTORIES");
     paragraph(&mut out, "With agent --config-dir DIR (ip-masq-agent-v2's layout: a projected volume of several ConfigMaps), every regular file of DIR whose name starts with ip-masq is read, in name order, and merged: lists are unions in that order with repeats dropped, starting empty as ip-masq-agent-v2's do: when files are there but none lists nonMasqueradeCIDRs, the merged list is empty and everything but link-local is masqueraded (warning empty-cidr-list), and only a directory without ip-masq* files means the defaults; each file is held to its own cidrLimit (64 unless it sets one), as v2 limits each file to 64 and never the merged list; outputInterfaces are united; masqLinkLocal, masqLinkLocalIPv6 and enableIPv6 are OR'd (each file's IPv6 CIDRs need IPv6 turned on in that file or by the flag); the shortest resyncInterval wins (v2 reads neither resyncInterval nor cidrLimit from a file); outputAddress (and outputAddressIPv6) may be given by several files only with one value, a different one is an error naming both places. One invalid file rejects the whole merge, naming the file, line and column; a CIDR forced in one file and non-masquerade in another is an error naming both places. ipmasq validate --merged DIR shows the merged lists with the file and line of every entry.");
+    pools_and_policies(&mut out);
     differences(&mut out);
     section(&mut out, "DIAGNOSTICS");
     paragraph(&mut out, "Every finding has a stable code, printed as severity[code] by ipmasq validate and in the agent's log. Errors reject the config; warnings do not (validate --strict makes them errors); infos never fail.");
@@ -103,6 +104,19 @@ pub fn config_page(version: &str) -> String {
     section(&mut out, "\"SEE ALSO\"");
     out.push_str(".BR ipmasq (8) ,\n.BR ipmasq\\-agent (8) ,\n.BR ipmasq\\-validate (8) ,\n.BR ipmasq\\-explain (8)\n");
     out
+}
+
+/// The sections on node pools and GKE's EgressNATPolicy (read from the API in API mode, from
+/// manifests by `validate`).
+fn pools_and_policies(out: &mut String) {
+    section(out, "NODE POOLS");
+    paragraph(out, "A ConfigMap in the base's namespace named ip-masq-agent-<pool> (any suffix) with the annotation ipmasq.io/node-selector is a node pool: its data.config applies to the nodes whose labels the selector matches, merged after the base config (the ConfigMap ip-masq-agent, key config) in ConfigMap name order, with the rules of MERGED DIRECTORIES. The selector is kubectl -l's syntax, parsed as Kubernetes' labels.Parse: a=b, a==b, a!=b, a in (x,y), a notin (x), a, !a, a>5, a<5, a comma is AND; keys are [prefix/]name (a DNS-subdomain prefix of at most 253 characters, a name of at most 63 letters, digits, -, _ or ., starting and ending with a letter or digit), values at most 63 such characters or empty. As in Kubernetes, a!=b and a notin (x) also select nodes without a, and the empty selector selects every node; one that does not parse selects no node and is an error (invalid-node-selector, naming the column and what was expected).");
+    paragraph(out, "The base contributes its effective config, as a node without a pool enforces it: a base that lists no nonMasqueradeCIDRs contributes the defaults, so a pool that adds a range keeps them. A node that no pool selects gets the base exactly as the file mode reads it. Each pool is held to its own cidrLimit; a pool that contradicts the base rejects the config of the nodes it selects. The annotation on any other ConfigMap is ignored (ignored-node-selector). ipmasq validate checks each pool merged after the run's base, and validate --node-labels k=v,k2=v2 shows which pools apply to such a node and the merged config (with the destinations of the run's EgressNATPolicy objects added).");
+    out.push_str(".PP\n.RS 4\n.nf\n");
+    out.push_str(&roff("metadata:\n  name: ip-masq-agent-gpu\n  namespace: kube-system\n  annotations:\n    ipmasq.io/node-selector: \"pool in (gpu,tpu),!spot\"\ndata:\n  config: |\n    nonMasqueradeCIDRs: [100.64.0.0/10]"));
+    out.push_str("\n.fi\n.RE\n");
+    section(out, "EGRESSNATPOLICY");
+    paragraph(out, "GKE's EgressNATPolicy (apiVersion networking.gke.io/v1, cluster-scoped): spec.action: NoSNAT and spec.destinations: [{cidr: 10.0.0.0/8}, ...]. Each destination keeps the pod's source address: the policies' CIDRs are added to the config's nonMasqueradeCIDRs (its defaults when it lists none), in policy name order, repeats dropped, not counted against cidrLimit. GKE documents the policy for Autopilot clusters, which offer no ip-masq-agent ConfigMap, and no rule for combining the two; ipmasq takes the union, the conservative reading (a destination the config forces to be masqueraded is the error forced-and-kept). Destinations written as strings (destinations: [10.0.0.0/8]) are an error that shows the right shape (egress-nat-policy-shape); so is another action than NoSNAT (egress-nat-policy-action) and a bad CIDR (the codes of the config's CIDRs).");
 }
 
 /// The section on where ipmasq decides differently from upstream, on purpose (the README's

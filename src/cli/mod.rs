@@ -760,6 +760,29 @@ pub struct ValidateArgs {
     /// CI runner that is no node
     #[arg(long)]
     pub no_node_checks: bool,
+
+    /// Also show the config of a node with these labels (k=v,k2=v2, as kubelet's
+    /// --node-labels): which node pools (ip-masq-agent-* ConfigMaps with
+    /// ipmasq.io/node-selector) apply to it, and the base and those pools merged, with the
+    /// destinations of the run's EgressNATPolicy objects added
+    #[arg(long, value_name = "LABELS", value_parser = parse_node_labels)]
+    pub node_labels: Option<crate::config::selector::Labels>,
+}
+
+/// `--node-labels`: `k=v` pairs separated by commas, each key and value as Kubernetes takes
+/// a label's.
+fn parse_node_labels(value: &str) -> Result<crate::config::selector::Labels, String> {
+    use crate::config::selector::{check_label_key, check_label_value};
+    let mut labels = crate::config::selector::Labels::new();
+    for pair in value.split(',').filter(|p| !p.is_empty()) {
+        let (key, label) = pair.split_once('=').ok_or_else(|| {
+            format!("{pair:?} is not KEY=VALUE (e.g. pool=gpu,topology.kubernetes.io/zone=a)")
+        })?;
+        check_label_key(key).map_err(|why| format!("label key {key:?}: {why}"))?;
+        check_label_value(label).map_err(|why| format!("label {key}={label:?}: {why}"))?;
+        labels.insert(key.to_string(), label.to_string());
+    }
+    Ok(labels)
 }
 
 /// `--metrics-addr`: an address to serve health and metrics on, or none (`off`).

@@ -13,10 +13,16 @@
 //! estimated peak per backend) and `rendered` (`{rules, setElements}` each backend writes for
 //! it, what the estimate is made from). A merged result also has `entries`: every list entry with
 //! its `list`, `cidr`, `file`, `line` and `column`; a diagnostic of a merged result has `file`.
+//! A node pool's result (an `ip-masq-agent-*` ConfigMap with `ipmasq.io/node-selector`) also
+//! has `pool: {selector, base}` (`base` null: merged after the defaults); an EgressNATPolicy's
+//! has kind `egressnatpolicy` and `egressNATPolicy: {name, document, destinations}`; with
+//! `--node-labels`, a result of kind `merged` per namespace has `node: {labels, base, pools,
+//! egressNATPolicies}`.
 //! Severity `info` marks ipmasq extensions; it never fails a check, not even with --strict.
 
 use super::Exit;
 use crate::cli::{OutputFormat, ValidateArgs};
+use crate::config::selector::Labels;
 use crate::config::yaml::parse_stream;
 use crate::config::{
     check_parsed, manifest, read_config_source, read_limited, Checked, Code, Config, Diagnostic,
@@ -53,6 +59,8 @@ pub enum InputKind {
     Defaults,
     Merged,
     Unreadable,
+    /// GKE's EgressNATPolicy.
+    Egressnatpolicy,
 }
 
 /// One list entry of a merged config and where it was written.
@@ -102,6 +110,37 @@ pub struct ConfigMapRef {
     pub document: usize,
 }
 
+/// What a node pool's result is about: its `ipmasq.io/node-selector` as written, and the
+/// base ConfigMap it is merged after (None: the defaults, as no valid base is in the run).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolRef {
+    pub selector: String,
+    pub base: Option<String>,
+}
+
+/// `--node-labels`: the node, the base ConfigMap (None: the defaults) and the pools that
+/// apply to it, in merge order.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRef {
+    pub labels: crate::config::selector::Labels,
+    pub base: Option<String>,
+    pub pools: Vec<String>,
+    /// The run's EgressNATPolicy objects, whose destinations the node keeps too.
+    #[serde(rename = "egressNATPolicies")]
+    pub egress_nat_policies: Vec<String>,
+}
+
+/// Which EgressNATPolicy a result is about, and the destinations it keeps (when valid).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRef {
+    pub name: Option<String>,
+    pub document: usize,
+    pub destinations: Vec<String>,
+}
+
 /// The verdict on one config.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -114,6 +153,15 @@ pub struct ConfigReport {
     /// with its ConfigMap's namespace and name, in merge order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_maps: Option<Vec<manifest::MergedKey>>,
+    /// For a node pool's ConfigMap: its selector and the base it is merged after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolRef>,
+    /// With `--node-labels`: the node's labels, the base and the pools that apply to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeRef>,
+    /// For an EgressNATPolicy: its name, document and the destinations it keeps.
+    #[serde(rename = "egressNATPolicy", skip_serializing_if = "Option::is_none")]
+    pub egress_nat_policy: Option<PolicyRef>,
     pub valid: bool,
     pub errors: usize,
     pub warnings: usize,
@@ -210,6 +258,9 @@ impl ConfigReport {
             kind,
             config_map: None,
             config_maps: None,
+            pool: None,
+            node: None,
+            egress_nat_policy: None,
             valid,
             errors,
             warnings,
@@ -341,6 +392,12 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
 struct SourceFindings {
     entries: Vec<ConfigReport>,
     parts: Vec<manifest::ManifestPart>,
+    /// Its node pools, checked once the run's bases are known.
+    pools: Vec<manifest::ManifestPool>,
+    /// Its base ConfigMaps, for the pools of the run.
+    bases: Vec<manifest::PoolBase>,
+    /// Its EgressNATPolicy objects, for `--node-labels`.
+    policies: Vec<crate::config::egress_nat::Policy>,
     source: std::rc::Rc<String>,
 }
 
@@ -351,6 +408,9 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
     let mut found = SourceFindings {
         entries: Vec::new(),
         parts: Vec::new(),
+        pools: Vec::new(),
+        bases: Vec::new(),
+        policies: Vec::new(),
         source: source.clone(),
     };
     if let Ok(stream) = parsed.as_ref() {
@@ -370,10 +430,18 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
             match manifest::read_manifest(&source, stream, options) {
                 Ok(read) => {
                     found.parts = read.parts;
+                    found.pools = read.pools;
+                    found.bases = pool_bases(&read.config_maps);
                     found.entries.extend(
                         read.config_maps
                             .into_iter()
                             .map(|cm| configmap_entry(path, cm, strict, Some(source.clone()))),
+                    );
+                    found.policies = read.policies.iter().map(|p| p.policy.clone()).collect();
+                    found.entries.extend(
+                        read.policies
+                            .into_iter()
+                            .map(|p| policy_entry(path, p, strict, Some(source.clone()))),
                     );
                 }
                 // The unreadable document said it already: no second error for what it hid.
@@ -422,18 +490,104 @@ fn configmap_entry(
     entry
 }
 
+/// Labels as `--node-labels` takes them: `k=v,k2=v2` (`no labels` when there are none).
+fn node_label_text(labels: &Labels) -> String {
+    if labels.is_empty() {
+        return "with no labels".to_string();
+    }
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(",")
+}
+
+/// An EgressNATPolicy's entry: its findings, and the destinations it keeps when valid (no
+/// effective config: a policy is added to one, see [`crate::config::egress_nat`]).
+fn policy_entry(
+    path: &str,
+    found: manifest::ManifestPolicy,
+    strict: bool,
+    source: Option<std::rc::Rc<String>>,
+) -> ConfigReport {
+    let policy = found.policy;
+    let checked = if policy.is_valid() {
+        Checked::new(
+            Config::defaults(&Options::default()),
+            policy.diagnostics.clone(),
+        )
+    } else {
+        Checked::rejected(policy.diagnostics.clone())
+    };
+    let mut entry = ConfigReport::new(path, InputKind::Egressnatpolicy, checked, strict, source);
+    entry.effective = None;
+    entry.peak_memory_mib = None;
+    entry.rendered = None;
+    entry.egress_nat_policy = Some(PolicyRef {
+        name: policy.name.clone(),
+        document: found.document,
+        destinations: if policy.is_valid() {
+            policy
+                .destinations
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        } else {
+            Vec::new()
+        },
+    });
+    entry
+}
+
+/// A node pool's entry: the pool merged after its base (see [`manifest::check_pool`]).
+fn pool_entry(
+    path: &str,
+    found: &manifest::ManifestPool,
+    bases: &[manifest::PoolBase],
+    options: &Options,
+    strict: bool,
+    source: Option<std::rc::Rc<String>>,
+) -> ConfigReport {
+    let result = manifest::check_pool(found, bases, options);
+    let mut entry = ConfigReport::new(path, InputKind::Configmap, result.checked, strict, source);
+    entry.config_map = Some(ConfigMapRef {
+        namespace: result.namespace,
+        name: Some(result.name),
+        document: result.document,
+    });
+    entry.pool = Some(PoolRef {
+        selector: result.selector,
+        base: result.base,
+    });
+    entry
+}
+
+/// The base ConfigMaps (`ip-masq-agent`, key `config`) among a manifest's results.
+fn pool_bases(config_maps: &[manifest::ConfigMapResult]) -> Vec<manifest::PoolBase> {
+    config_maps
+        .iter()
+        .filter(|cm| cm.merged.is_empty() && cm.name.as_deref() == Some(manifest::CONFIGMAP_NAME))
+        .map(|cm| manifest::PoolBase {
+            namespace: cm.namespace.clone(),
+            checked: cm.checked.clone(),
+        })
+        .collect()
+}
+
 /// The `ip-masq*` keys of every manifest of a run, merged into one entry placed after the
 /// last input that gave some. Parts from several files are named with their file.
+/// The node pools of a run are checked after their base, which may be in another input: each
+/// pool's entry is placed after its own input's entries.
 #[derive(Default)]
 struct RunParts {
     inputs: Vec<InputParts>,
+    bases: Vec<manifest::PoolBase>,
+    policies: Vec<crate::config::egress_nat::Policy>,
 }
 
-/// The `ip-masq*` keys one input gave.
+/// The `ip-masq*` keys and the node pools one input gave.
 struct InputParts {
     path: String,
     source: std::rc::Rc<String>,
     parts: Vec<manifest::ManifestPart>,
+    pools: Vec<manifest::ManifestPool>,
     /// Where in the results its entries end.
     results_end: usize,
 }
@@ -441,17 +595,107 @@ struct InputParts {
 impl RunParts {
     fn add(&mut self, path: &str, found: SourceFindings, results: &mut Vec<ConfigReport>) {
         results.extend(found.entries);
-        if !found.parts.is_empty() {
+        self.bases.extend(found.bases);
+        self.policies.extend(found.policies);
+        if !found.parts.is_empty() || !found.pools.is_empty() {
             self.inputs.push(InputParts {
                 path: path.to_string(),
                 source: found.source,
                 parts: found.parts,
+                pools: found.pools,
                 results_end: results.len(),
             });
         }
     }
 
-    fn merge_into(self, results: &mut Vec<ConfigReport>, options: &Options, strict: bool) {
+    /// `--node-labels`: the config of such a node in each namespace that has a base or a
+    /// pool in the run: the base and the pools that select it, merged, and the run's
+    /// EgressNATPolicy destinations added.
+    fn node_entries(&self, labels: &Labels, options: &Options, strict: bool) -> Vec<ConfigReport> {
+        let pools: Vec<&manifest::ManifestPool> =
+            self.inputs.iter().flat_map(|i| &i.pools).collect();
+        let mut namespaces: Vec<Option<String>> = self
+            .bases
+            .iter()
+            .map(|b| b.namespace.clone())
+            .chain(pools.iter().map(|p| p.namespace.clone()))
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        if namespaces.is_empty() && !self.policies.is_empty() {
+            namespaces.push(None);
+        }
+        namespaces
+            .into_iter()
+            .map(|namespace| {
+                let serves =
+                    |ns: &Option<String>| ns.is_none() || namespace.is_none() || *ns == namespace;
+                let base = self
+                    .bases
+                    .iter()
+                    .find(|b| serves(&b.namespace) && b.checked.config().is_some())
+                    .or_else(|| self.bases.iter().find(|b| serves(&b.namespace)));
+                let base_name = base.map(|b| match &b.namespace {
+                    Some(ns) => format!("{ns}/{}", manifest::CONFIGMAP_NAME),
+                    None => manifest::CONFIGMAP_NAME.to_string(),
+                });
+                let base_checked = base.map_or_else(
+                    || Checked::new(Config::defaults(options), Vec::new()),
+                    |b| b.checked.clone(),
+                );
+                let in_namespace: Vec<crate::config::pool::Pool> = pools
+                    .iter()
+                    .filter(|p| serves(&p.namespace))
+                    .map(|p| p.pool.clone())
+                    .collect();
+                let node = crate::config::pool::config_for_node(
+                    base_name.as_deref().unwrap_or("(the defaults)"),
+                    &base_checked,
+                    &in_namespace,
+                    labels,
+                    options,
+                );
+                let checked = crate::config::egress_nat::keep_destinations(
+                    &node.checked,
+                    &self.policies,
+                    options,
+                );
+                let path = format!("node {}", node_label_text(labels));
+                let mut entry = ConfigReport::new(&path, InputKind::Merged, checked, strict, None);
+                entry.entries = entry.effective.as_ref().map(MergedEntry::of);
+                let mut policies: Vec<String> = self
+                    .policies
+                    .iter()
+                    .map(|p| p.name.clone().unwrap_or_else(|| "(unnamed)".to_string()))
+                    .collect();
+                policies.sort();
+                entry.node = Some(NodeRef {
+                    labels: labels.clone(),
+                    base: base_name,
+                    pools: node.pools,
+                    egress_nat_policies: policies,
+                });
+                entry
+            })
+            .collect()
+    }
+
+    /// Every pool's entry after its input's entries, then the merge of the `ip-masq*` keys.
+    fn merge_into(mut self, results: &mut Vec<ConfigReport>, options: &Options, strict: bool) {
+        for input in self.inputs.iter().rev() {
+            let entries = input.pools.iter().map(|pool| {
+                let source = Some(input.source.clone());
+                pool_entry(&input.path, pool, &self.bases, options, strict, source)
+            });
+            let at = input.results_end;
+            results.splice(at..at, entries.collect::<Vec<_>>());
+        }
+        let mut shift = 0;
+        for input in &mut self.inputs {
+            shift += input.pools.len();
+            input.results_end += shift;
+        }
+        self.inputs.retain(|i| !i.parts.is_empty());
         let Some(at) = self.inputs.last().map(|i| i.results_end) else {
             return;
         };
@@ -503,6 +747,7 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<C
     let label = dir.display().to_string();
     let mut results = Vec::new();
     let mut parts = Vec::new();
+    let (mut bases, mut pools) = (Vec::new(), Vec::new());
     let merging = Options {
         merging: true,
         ..*options
@@ -513,6 +758,13 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<C
         if is_manifest {
             let found = check_source(&name, text, options, strict);
             results.extend(found.entries);
+            bases.extend(found.bases);
+            pools.extend(
+                found
+                    .pools
+                    .into_iter()
+                    .map(|p| (name.clone(), found.source.clone(), p)),
+            );
             parts.extend(found.parts.into_iter().map(|mut p| {
                 p.part.name = format!("{name}: {}", p.part.name).into();
                 p.source.file = Some(name.clone());
@@ -535,6 +787,10 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<C
                 },
             });
         }
+    }
+    for (name, source, pool) in &pools {
+        let source = Some(source.clone());
+        results.push(pool_entry(name, pool, &bases, options, strict, source));
     }
     let merged = manifest::merge_parts(&parts, options);
     let mut entry = ConfigReport::new(&label, InputKind::Merged, merged.checked, strict, None);
@@ -664,7 +920,13 @@ pub fn build_report(args: &ValidateArgs) -> Report {
             }
         }
     }
+    let nodes = args
+        .node_labels
+        .as_ref()
+        .map(|labels| run_parts.node_entries(labels, &options, args.strict))
+        .unwrap_or_default();
     run_parts.merge_into(&mut results, &options, args.strict);
+    results.extend(nodes);
     let errors = results.iter().map(|r| r.errors).sum();
     let warnings = results.iter().map(|r| r.warnings).sum();
     Report {
@@ -707,6 +969,12 @@ impl Report {
                 verdict(entry, style)
             ));
             out.push_str(&memory_note(entry));
+            if let Some(policy) = entry.egress_nat_policy.as_ref().filter(|_| entry.valid) {
+                out.push_str(&format!(
+                    "  keeps the pod's address (NoSNAT) for: {}\n",
+                    policy.destinations.join(", ")
+                ));
+            }
             out.push_str(&merged_listing(entry, &label));
             if print_effective {
                 if let Some(config) = &entry.effective {
@@ -750,16 +1018,48 @@ fn entry_label(entry: &ConfigReport) -> String {
             names.join(" + ")
         );
     }
+    if let Some(node) = &entry.node {
+        let mut merged: Vec<String> = node.base.iter().map(|b| format!("ConfigMap {b}")).collect();
+        if node.base.is_none() {
+            merged.push("the defaults".to_string());
+        }
+        merged.extend(node.pools.iter().map(|p| format!("pool {p}")));
+        merged.extend(
+            node.egress_nat_policies
+                .iter()
+                .map(|p| format!("EgressNATPolicy {p}")),
+        );
+        return format!("{} ({})", entry.path, merged.join(" + "));
+    }
+    if let Some(policy) = &entry.egress_nat_policy {
+        return format!(
+            "{} (EgressNATPolicy {}, document {})",
+            entry.path,
+            policy.name.as_deref().unwrap_or("(unnamed)"),
+            policy.document
+        );
+    }
+    let pool = entry.pool.as_ref().map(|p| {
+        format!(
+            ", node pool `{}` merged after {}",
+            p.selector,
+            p.base.as_deref().map_or(
+                "the defaults (no valid ConfigMap ip-masq-agent in this run)".to_string(),
+                |b| format!("ConfigMap {b}")
+            )
+        )
+    });
     match &entry.config_map {
         Some(cm) => format!(
-            "{} (ConfigMap {}{}, document {})",
+            "{} (ConfigMap {}{}, document {}{})",
             entry.path,
             cm.namespace
                 .as_deref()
                 .map(|n| format!("{n}/"))
                 .unwrap_or_default(),
             cm.name.as_deref().unwrap_or("(unnamed)"),
-            cm.document
+            cm.document,
+            pool.unwrap_or_default()
         ),
         None => entry.path.clone(),
     }

@@ -96,9 +96,21 @@ codes! {
     /// A ConfigMap with one key in both `data` and `binaryData`.
     ConfigMapKeyTwice = "configmap-key-twice", Error,
         "a ConfigMap with one key in both data and binaryData, which the API server refuses";
+    /// A node pool's `ipmasq.io/node-selector` that is no Kubernetes label selector.
+    InvalidNodeSelector = "invalid-node-selector", Error,
+        "a pool ConfigMap's ipmasq.io/node-selector annotation that is not a Kubernetes label selector (kubectl -l's syntax); the message says the column and what was expected";
+    /// An EgressNATPolicy that is not GKE's shape (destinations as strings, no spec...).
+    EgressNatPolicyShape = "egress-nat-policy-shape", Error,
+        "an EgressNATPolicy not in GKE's shape: no spec, action or destinations, or destinations written as strings (destinations: [10.0.0.0/8]) instead of objects ([{cidr: 10.0.0.0/8}])";
+    /// An EgressNATPolicy action other than NoSNAT.
+    EgressNatPolicyAction = "egress-nat-policy-action", Error,
+        "an EgressNATPolicy whose action is not NoSNAT, the only one GKE's policy has";
     /// Nothing at all to check (an empty pipe: the command before it failed).
     EmptyInput = "empty-input", Error,
         "nothing on standard input (did the command before the pipe fail?)";
+    /// `ipmasq.io/node-selector` on a ConfigMap that cannot be a pool: the agent ignores it.
+    IgnoredNodeSelector = "ignored-node-selector", Warning,
+        "ipmasq.io/node-selector on a ConfigMap not named ip-masq-agent-*: it is no node pool, and the agent ignores the annotation (the base ConfigMap ip-masq-agent applies to every node)";
     /// A resync interval below the floor; the floor is used.
     ResyncBelowFloor = "resync-below-floor", Warning,
         "a resyncInterval under 100ms; 100ms is used";

@@ -2,10 +2,12 @@
 //! `kind: List`) and check their `data.config`, the key upstream's DaemonSet mounts as
 //! `/etc/config/ip-masq-agent`, reporting positions inside the manifest itself.
 
+use super::egress_nat::{self, Policy};
 use super::merge::{self, Part};
+use super::pool::{self, Pool, NODE_SELECTOR_ANNOTATION};
 use super::yaml::{Budget, Stream};
 use super::yaml::{Documents, Location, Style, Value, YamlError, YamlNode};
-use super::{check_text_within, Checked, Code, Diagnostic, Options};
+use super::{check_text_within, Checked, Code, Config, Diagnostic, Options};
 use std::path::Path;
 
 /// The ConfigMap data key that the DaemonSet mounts as the agent's config file.
@@ -76,9 +78,9 @@ pub struct MergedKey {
 }
 
 /// Checks every ConfigMap of a manifest stream: its `data.config` (upstream's DaemonSet
-/// mounts it as the config file), and its keys starting with `ip-masq` (ip-masq-agent-v2
-/// projects each as one file of a `--config-dir`), which are merged as `--config-dir` merges
-/// them, across every ConfigMap of the stream. `binaryData` keys count the same (kubelet
+/// mounts it as the config file; a node pool's is merged after its base, see [`check_pool`]),
+/// and its keys starting with `ip-masq` (ip-masq-agent-v2 projects each as one file of a
+/// `--config-dir`), which are merged as `--config-dir` merges them, across every ConfigMap of the stream. `binaryData` keys count the same (kubelet
 /// mounts them alike). A ConfigMap named `ip-masq-agent` with none of these is an error.
 /// Diagnostics are located in the manifest's own text.
 pub fn check_manifest(
@@ -92,6 +94,25 @@ pub fn check_manifest(
             .config_maps
             .push(merge_parts(&manifest.parts, options));
     }
+    let bases: Vec<PoolBase> = manifest
+        .config_maps
+        .iter()
+        .filter(|cm| cm.merged.is_empty() && cm.name.as_deref() == Some(CONFIGMAP_NAME))
+        .map(|cm| PoolBase {
+            namespace: cm.namespace.clone(),
+            checked: cm.checked.clone(),
+        })
+        .collect();
+    for found in &manifest.pools {
+        let result = check_pool(found, &bases, options);
+        manifest.config_maps.push(ConfigMapResult {
+            namespace: result.namespace,
+            name: Some(result.name),
+            document: result.document,
+            checked: result.checked,
+            merged: Vec::new(),
+        });
+    }
     Ok(manifest.config_maps)
 }
 
@@ -102,6 +123,109 @@ pub fn check_manifest(
 pub struct Manifest {
     pub config_maps: Vec<ConfigMapResult>,
     pub parts: Vec<ManifestPart>,
+    /// The node pools (`ip-masq-agent-*` ConfigMaps with `ipmasq.io/node-selector`), checked
+    /// on their own; [`check_pool`] merges each after its base.
+    pub pools: Vec<ManifestPool>,
+    /// GKE's EgressNATPolicy objects.
+    pub policies: Vec<ManifestPolicy>,
+}
+
+/// A node pool found in a manifest: where it is, the pool, and the findings about its
+/// annotation (an invalid selector, a selector that is no string).
+#[derive(Clone, Debug)]
+pub struct ManifestPool {
+    pub namespace: Option<String>,
+    pub document: usize,
+    pub pool: Pool,
+    pub findings: Vec<Diagnostic>,
+}
+
+/// An EgressNATPolicy found in a manifest.
+#[derive(Clone, Debug)]
+pub struct ManifestPolicy {
+    pub document: usize,
+    pub policy: Policy,
+}
+
+/// A pool checked as a node it selects would read it: merged after its base (the ConfigMap
+/// `ip-masq-agent` of its namespace, or the defaults when the run has no valid one), with the base's
+/// own findings left to the base's result.
+#[derive(Debug)]
+pub struct PoolResult {
+    pub namespace: Option<String>,
+    pub name: String,
+    pub document: usize,
+    pub selector: String,
+    /// How the base is named (`kube-system/ip-masq-agent`), or None for the defaults.
+    pub base: Option<String>,
+    pub checked: Checked,
+}
+
+/// A base ConfigMap (`ip-masq-agent`, key `config`) of a run, for its pools.
+#[derive(Clone, Debug)]
+pub struct PoolBase {
+    pub namespace: Option<String>,
+    pub checked: Checked,
+}
+
+impl PoolBase {
+    /// Whether this base is the one of a pool in `namespace` (an unnamed namespace is any).
+    fn serves(&self, namespace: Option<&str>) -> bool {
+        match (self.namespace.as_deref(), namespace) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+    }
+
+    fn label(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{CONFIGMAP_NAME}"),
+            None => CONFIGMAP_NAME.to_string(),
+        }
+    }
+}
+
+/// Checks a pool against the first valid base that serves its namespace (see [`PoolResult`]).
+pub fn check_pool(found: &ManifestPool, bases: &[PoolBase], options: &Options) -> PoolResult {
+    let base = bases
+        .iter()
+        .find(|b| b.serves(found.namespace.as_deref()) && b.checked.config().is_some());
+    let base_name = base.map(PoolBase::label);
+    let base_checked = base.map_or_else(
+        || Checked::new(Config::defaults(options), Vec::new()),
+        |b| b.checked.clone(),
+    );
+    let base_part = pool::base_part(
+        base_name.as_deref().unwrap_or("(the defaults)"),
+        &base_checked,
+    );
+    let parts = [base_part.clone(), found.pool.part.clone()];
+    let mut checked = merge::merge(Path::new("the node's ConfigMaps"), &parts, options);
+    let own = found.pool.part.name.clone();
+    checked.edit_diagnostics(|d| {
+        d.retain(|d| {
+            d.file.as_deref() != Some(&*base_part.name)
+                || d.code == Code::ForcedAndKept
+                || d.code == Code::OutputAddressConflict
+        });
+        for finding in d.iter_mut().filter(|f| f.file.as_deref() == Some(&*own)) {
+            finding.file = None;
+        }
+        d.extend(found.findings.iter().cloned());
+    });
+    checked.edit_places(|place| {
+        if place.file.as_deref() == Some(&*own) {
+            place.file = None;
+        }
+    });
+    PoolResult {
+        namespace: found.namespace.clone(),
+        name: found.pool.name.clone(),
+        document: found.document,
+        selector: found.pool.selector_text.clone(),
+        base: base_name,
+        checked,
+    }
 }
 
 /// One `ip-masq*` key of a ConfigMap, checked as one file of a merge.
@@ -113,85 +237,46 @@ pub struct ManifestPart {
 }
 
 /// Reads every ConfigMap of a manifest stream (see [`check_manifest`]) without merging the
-/// `ip-masq*` keys; an error when it holds no config at all. Each config is parsed within
-/// what the manifest's tree left of the file's budget.
+/// `ip-masq*` keys, and its node pools and EgressNATPolicy objects; an error when it holds
+/// none of these. Each config is parsed within what the manifest's tree left of the file's
+/// budget.
 pub fn read_manifest(
     source: &str,
     stream: &Stream,
     options: &Options,
 ) -> Result<Manifest, Diagnostic> {
     let documents = &stream.documents[..];
-    let mut results = Vec::new();
-    let mut parts: Vec<ManifestPart> = Vec::new();
+    let mut manifest = Manifest {
+        config_maps: Vec::new(),
+        parts: Vec::new(),
+        pools: Vec::new(),
+        policies: Vec::new(),
+    };
     for (index, doc) in documents.iter().enumerate() {
         let mut objects = Vec::new();
         collect_objects(doc, &mut objects);
         for object in objects {
-            if object.get("kind").and_then(YamlNode::as_str) != Some("ConfigMap") {
-                continue;
-            }
-            let metadata = object.get("metadata");
-            let field = |key: &str| {
-                metadata
-                    .and_then(|m| m.get(key))
-                    .and_then(YamlNode::as_str)
-                    .map(str::to_string)
-            };
-            let name = field("name");
-            let keys = config_keys(object);
-            let twice = keys_in_both_sections(object);
-            if !twice.is_empty() && (!keys.is_empty() || name.as_deref() == Some(CONFIGMAP_NAME)) {
-                results.push(ConfigMapResult {
-                    namespace: field("namespace"),
-                    name: name.clone(),
+            if egress_nat::is_policy(object) {
+                manifest.policies.push(ManifestPolicy {
                     document: index + 1,
-                    checked: Checked::rejected(twice),
-                    merged: Vec::new(),
+                    policy: egress_nat::read_policy(object),
                 });
-            }
-            for key in keys.iter().filter(|k| !in_both_sections(&keys, &k.name)) {
-                let checked = key.check(source, options, stream.left);
-                if key.name == CONFIG_KEY {
-                    results.push(ConfigMapResult {
-                        namespace: field("namespace"),
-                        name: name.clone(),
-                        document: index + 1,
-                        checked,
-                        merged: Vec::new(),
-                    });
-                } else {
-                    let part = format!(
-                        "ConfigMap {}/{}",
-                        name.as_deref().unwrap_or("(unnamed)"),
-                        key.name
-                    );
-                    parts.push(ManifestPart {
-                        source: MergedKey {
-                            file: None,
-                            namespace: field("namespace"),
-                            name: name.clone(),
-                            key: key.name.clone(),
-                            document: index + 1,
-                        },
-                        part: Part {
-                            name: part.into(),
-                            checked,
-                        },
-                    });
-                }
-            }
-            if keys.is_empty() && name.as_deref() == Some(CONFIGMAP_NAME) {
-                results.push(ConfigMapResult {
-                    namespace: field("namespace"),
-                    name: name.clone(),
+            } else if object.get("kind").and_then(YamlNode::as_str) == Some("ConfigMap") {
+                let found = ConfigMapFound {
+                    source,
+                    budget: stream.left,
+                    object,
                     document: index + 1,
-                    checked: without_config(object, name.as_deref()),
-                    merged: Vec::new(),
-                });
+                };
+                found.read_into(options, &mut manifest);
             }
         }
     }
-    if results.is_empty() && parts.is_empty() {
+    if manifest.config_maps.is_empty()
+        && manifest.parts.is_empty()
+        && manifest.pools.is_empty()
+        && manifest.policies.is_empty()
+    {
         return Err(Diagnostic::error(
             Code::NoConfigMap,
             format!(
@@ -201,10 +286,180 @@ pub fn read_manifest(
         .at_opt(documents.first().map(|d| d.location))
         .hint("pass the agent's config file, or the manifest holding its ConfigMap"));
     }
-    Ok(Manifest {
-        config_maps: results,
-        parts,
-    })
+    Ok(manifest)
+}
+
+/// One ConfigMap of a manifest, being read.
+struct ConfigMapFound<'a> {
+    source: &'a str,
+    budget: Budget,
+    object: &'a YamlNode,
+    document: usize,
+}
+
+impl ConfigMapFound<'_> {
+    fn field(&self, key: &str) -> Option<String> {
+        self.object
+            .get("metadata")
+            .and_then(|m| m.get(key))
+            .and_then(YamlNode::as_str)
+            .map(str::to_string)
+    }
+
+    fn result(&self, checked: Checked) -> ConfigMapResult {
+        ConfigMapResult {
+            namespace: self.field("namespace"),
+            name: self.field("name"),
+            document: self.document,
+            checked,
+            merged: Vec::new(),
+        }
+    }
+
+    /// Its `config` key (a pool's, or one checked on its own), its `ip-masq*` keys (parts of
+    /// the run's merge), and the findings about its keys and its node selector.
+    fn read_into(&self, options: &Options, manifest: &mut Manifest) {
+        let name = self.field("name");
+        let keys = config_keys(self.object);
+        let twice = keys_in_both_sections(self.object);
+        if !twice.is_empty() && (!keys.is_empty() || name.as_deref() == Some(CONFIGMAP_NAME)) {
+            manifest
+                .config_maps
+                .push(self.result(Checked::rejected(twice)));
+        }
+        let selector = self
+            .object
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
+            .and_then(|a| a.get(NODE_SELECTOR_ANNOTATION));
+        let pool_name = name.as_deref().filter(|n| pool::is_pool_name(n));
+        if let (Some(selector), Some(pool_name)) = (selector, pool_name) {
+            manifest
+                .pools
+                .push(self.pool(pool_name, selector, &keys, options));
+        }
+        let ignored = selector
+            .filter(|_| pool_name.is_none())
+            .map(|node| ignored_selector(node, name.as_deref()));
+        let mut config_seen = false;
+        for key in keys.iter().filter(|k| !in_both_sections(&keys, &k.name)) {
+            if key.name == CONFIG_KEY && pool_name.is_some() && selector.is_some() {
+                continue;
+            }
+            let mut checked = key.check(self.source, options, self.budget, false);
+            if key.name == CONFIG_KEY {
+                config_seen = true;
+                if let Some(finding) = &ignored {
+                    checked.edit_diagnostics(|d| d.push(finding.clone()));
+                }
+                manifest.config_maps.push(self.result(checked));
+            } else {
+                manifest.parts.push(self.part(key, checked));
+            }
+        }
+        if keys.is_empty() && name.as_deref() == Some(CONFIGMAP_NAME) {
+            let mut checked = without_config(self.object, name.as_deref());
+            if let Some(finding) = &ignored {
+                checked.edit_diagnostics(|d| d.push(finding.clone()));
+            }
+            manifest.config_maps.push(self.result(checked));
+        } else if !config_seen && name.as_deref() == Some(CONFIGMAP_NAME) {
+            // Only `ip-masq*` keys: the annotation's warning goes with the first of them.
+            if let (Some(finding), Some(part)) = (&ignored, manifest.parts.last_mut()) {
+                part.part
+                    .checked
+                    .edit_diagnostics(|d| d.push(finding.clone()));
+            }
+        }
+    }
+
+    fn part(&self, key: &ConfigKey<'_>, checked: Checked) -> ManifestPart {
+        let name = self.field("name");
+        let label = format!(
+            "ConfigMap {}/{}",
+            name.as_deref().unwrap_or("(unnamed)"),
+            key.name
+        );
+        ManifestPart {
+            source: MergedKey {
+                file: None,
+                namespace: self.field("namespace"),
+                name,
+                key: key.name.clone(),
+                document: self.document,
+            },
+            part: Part {
+                name: label.into(),
+                checked,
+            },
+        }
+    }
+
+    /// A pool: its `config` key checked as one part of a merge, its selector parsed.
+    fn pool(
+        &self,
+        name: &str,
+        selector: &YamlNode,
+        keys: &[ConfigKey<'_>],
+        options: &Options,
+    ) -> ManifestPool {
+        let config = keys
+            .iter()
+            .find(|k| k.name == CONFIG_KEY && !in_both_sections(keys, &k.name));
+        let checked = match config {
+            Some(key) => key.check(self.source, options, self.budget, true),
+            None => Checked::rejected(vec![Diagnostic::error(
+                Code::ConfigMapWithoutConfig,
+                format!("node pool ConfigMap {name} has no `data.{CONFIG_KEY}` key: a pool's config is that key"),
+            )
+            .at(self.object.location)
+            .hint(format!("add `data.{CONFIG_KEY}` holding the config this pool's nodes merge after the base"))]),
+        };
+        let text = selector.as_str().unwrap_or_default();
+        let pool = Pool::new(name, text, checked);
+        let mut findings = Vec::new();
+        if selector.as_str().is_none() {
+            findings.push(
+                Diagnostic::error(
+                    Code::WrongType,
+                    format!("annotation {NODE_SELECTOR_ANNOTATION} must be a string (a label selector), got {}", selector.kind_name()),
+                )
+                .at(selector.location)
+                .hint("quote it: an annotation's value is always a string"),
+            );
+        } else if let Err(err) = &pool.selector {
+            findings.push(
+                Diagnostic::error(
+                    Code::InvalidNodeSelector,
+                    format!("node selector {text:?} of ConfigMap {name} is not a Kubernetes label selector: {err}"),
+                )
+                .at(selector.location)
+                .hint("write it as kubectl -l takes it, e.g. `pool=gpu`, `pool in (gpu,tpu),!spot` or `topology.kubernetes.io/zone!=a`"),
+            );
+        }
+        ManifestPool {
+            namespace: self.field("namespace"),
+            document: self.document,
+            pool,
+            findings,
+        }
+    }
+}
+
+/// The warning for `ipmasq.io/node-selector` on a ConfigMap that cannot be a pool.
+fn ignored_selector(node: &YamlNode, name: Option<&str>) -> Diagnostic {
+    let name = name.unwrap_or("(unnamed)");
+    let why = if name == CONFIGMAP_NAME {
+        "the base ConfigMap applies to every node"
+    } else {
+        "only a ConfigMap named ip-masq-agent-* is a node pool"
+    };
+    Diagnostic::warning(
+        Code::IgnoredNodeSelector,
+        format!("annotation {NODE_SELECTOR_ANNOTATION} on ConfigMap {name} is ignored: {why}"),
+    )
+    .at(node.location)
+    .hint("put the pool's config in a ConfigMap named ip-masq-agent-<pool> with this annotation")
 }
 
 /// The `ip-masq*` keys of one or more manifests merged as `--config-dir` merges the files a
@@ -264,9 +519,12 @@ struct ConfigKey<'a> {
 }
 
 impl ConfigKey<'_> {
-    fn check(&self, source: &str, options: &Options, budget: Budget) -> Checked {
+    /// Checks the key's config: an `ip-masq*` key as one file of a `--config-dir` merge (with
+    /// an info saying so), a pool's `config` as one part of a merge too.
+    fn check(&self, source: &str, options: &Options, budget: Budget, pool: bool) -> Checked {
+        let dir_part = self.name != CONFIG_KEY;
         let options = Options {
-            merging: self.name != CONFIG_KEY,
+            merging: dir_part || pool,
             ..*options
         };
         let section = if self.binary { "binaryData" } else { "data" };
@@ -275,7 +533,7 @@ impl ConfigKey<'_> {
         } else {
             check_embedded(source, self.value, &self.name, &options, budget)
         };
-        if options.merging {
+        if dir_part {
             checked.edit_diagnostics(|d| {
                 d.push(
                     Diagnostic::info(
@@ -667,6 +925,58 @@ mod tests {
         // Another application's ConfigMap is not ours to judge.
         let other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\ndata:\n  notes: x\nbinaryData:\n  notes: eA==\n";
         assert_eq!(run(other).unwrap_err().code, Code::NoConfigMap);
+    }
+
+    /// A pool's `config` is merged after its base and reported apart; its selector is
+    /// checked; the annotation on the base is ignored with a warning; a policy alone is a
+    /// manifest with something to check.
+    #[test]
+    fn pools_and_policies_are_read_from_the_stream() {
+        let base = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent\n  annotations: {ipmasq.io/node-selector: x}\ndata:\n  config: 'nonMasqueradeCIDRs: [10.0.0.0/8]'\n";
+        let pool = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent-gpu\n  annotations: {ipmasq.io/node-selector: 'gpu in (a b)'}\ndata:\n  config: 'nonMasqueradeCIDRs: [100.64.0.0/10]'\n  ip-masq-agent-gpu: 'masqLinkLocal: true'\n";
+        let src = format!("{base}{pool}");
+        let stream = parse_stream(&src, MANIFEST_OR_CONFIG).unwrap();
+        let read = read_manifest(&src, &stream, &OPTS).unwrap();
+        assert_eq!(
+            read.config_maps.len(),
+            1,
+            "the pool's config is no result of its own"
+        );
+        let warning = &read.config_maps[0].checked.diagnostics()[0];
+        assert_eq!(warning.code, Code::IgnoredNodeSelector);
+        assert_eq!(warning.location.unwrap().line, 5);
+        assert_eq!(
+            read.parts.len(),
+            1,
+            "a pool's ip-masq* keys are still --config-dir parts"
+        );
+        assert_eq!(read.pools.len(), 1);
+        let found = &read.pools[0];
+        assert_eq!(found.findings[0].code, Code::InvalidNodeSelector);
+        assert_eq!(found.findings[0].location.unwrap().line, 13);
+        let results = run(&src).unwrap();
+        let pool_result = results
+            .iter()
+            .find(|r| r.name.as_deref() == Some("ip-masq-agent-gpu"))
+            .unwrap();
+        assert_eq!(
+            pool_result.checked.errors().next().unwrap().code,
+            Code::InvalidNodeSelector
+        );
+        // A valid selector: the pool merged after the base.
+        let src = src.replace("gpu in (a b)", "gpu in (a,b)");
+        let results = run(&src).unwrap();
+        let pool_result = results
+            .iter()
+            .find(|r| r.name.as_deref() == Some("ip-masq-agent-gpu"))
+            .unwrap();
+        let merged = pool_result.checked.config().expect("valid");
+        assert_eq!(merged.non_masquerade_cidrs.len(), 2);
+        let policy = "apiVersion: networking.gke.io/v1\nkind: EgressNATPolicy\nmetadata: {name: p}\nspec: {action: NoSNAT, destinations: [{cidr: 10.0.0.0/8}]}\n";
+        let stream = parse_stream(policy, MANIFEST_OR_CONFIG).unwrap();
+        let read = read_manifest(policy, &stream, &OPTS).unwrap();
+        assert_eq!(read.policies.len(), 1);
+        assert!(read.policies[0].policy.is_valid());
     }
 
     #[test]

@@ -8,8 +8,11 @@ mod diagnostic;
 pub mod digest;
 pub mod duration;
 pub mod egress;
+pub mod egress_nat;
 pub mod manifest;
 pub mod merge;
+pub mod pool;
+pub mod selector;
 mod source;
 pub mod yaml;
 

@@ -9,4 +9,5 @@ mod generated;
 mod hostile_input;
 mod netlink_floor;
 mod validate;
+mod validate_pools;
 mod validate_verdicts;
