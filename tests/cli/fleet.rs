@@ -54,11 +54,7 @@ fn help_names_every_status_the_json_shape_and_the_exit_codes() {
         "1 some node is drifted, rejected, not-ready, stale or unknown",
         "2 usage error; no credentials; the API server could not be reached",
     ] {
-        assert!(
-            help.contains(needle),
-            "{needle:?} missing:\n{}",
-            run.stdout
-        );
+        assert!(help.contains(needle), "{needle:?} missing:\n{}", run.stdout);
     }
 }
 
