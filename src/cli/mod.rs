@@ -782,7 +782,7 @@ pub struct FleetArgs {
     pub stale_after: crate::config::GoDuration,
 
     /// The deadline of the whole listing, every page included (a Go duration)
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_fleet_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_fleet_timeout)]
     pub timeout: crate::config::GoDuration,
 
     /// Nodes per page of the list (the server's limit/continue paging)
@@ -803,6 +803,15 @@ fn parse_fleet_duration(text: &str) -> Result<crate::config::GoDuration, String>
     let duration = crate::config::parse_go_duration(text).map_err(|e| e.to_string())?;
     if duration.0 < 0 {
         return Err(format!("{duration} is negative; give e.g. 15m or 0"));
+    }
+    Ok(duration)
+}
+
+/// `fleet --timeout`: a Go duration above 0.
+fn parse_fleet_timeout(text: &str) -> Result<crate::config::GoDuration, String> {
+    let duration = parse_fleet_duration(text)?;
+    if duration.0 == 0 {
+        return Err("a deadline of 0 leaves no time to list anything; give e.g. 60s".into());
     }
     Ok(duration)
 }

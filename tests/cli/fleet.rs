@@ -65,6 +65,7 @@ fn bad_flag_values_are_usage_errors() {
         (&["fleet", "--page-size", "10001"], "--page-size"),
         (&["fleet", "--stale-after=-5m"], "negative"),
         (&["fleet", "--timeout", "soon"], "--timeout"),
+        (&["fleet", "--timeout", "0s"], "no time"),
         (&["fleet", "--output", "csv"], "csv"),
         (&["fleet", "node-1"], "node-1"),
     ] {

@@ -413,6 +413,32 @@ fn publish_applies_the_condition_with_the_agents_token() {
         "{body}"
     );
 
+    // The token may patch the status and create Events, and no more: not the Node itself
+    // (its labels, taints, spec), not another's Events.
+    for (method, path, body) in [
+        (
+            "PATCH",
+            "/api/v1/nodes/worker-1",
+            r#"{"metadata":{"labels":{"planted":"yes"}}}"#,
+        ),
+        ("DELETE", "/api/v1/nodes/worker-1", ""),
+        ("GET", "/api/v1/namespaces/default/events", ""),
+        (
+            "DELETE",
+            &format!(
+                "/api/v1/namespaces/default/events/{}",
+                event.metadata.name.clone().unwrap_or_default()
+            ),
+            "",
+        ),
+    ] {
+        let (status, answer) = cluster.as_agent(method, path, Some(body).filter(|b| !b.is_empty()));
+        assert_eq!(
+            status, 403,
+            "{method} {path} with the agent's token: {answer}"
+        );
+    }
+
     let run = fleet(&ns, &cluster.kubeconfig(), &["-o", "json"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert_eq!(
