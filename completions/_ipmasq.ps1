@@ -27,6 +27,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
+            [CompletionResult]::new('fleet', 'fleet', [CompletionResultType]::ParameterValue, 'Every node''s IPMasqAgentReady condition in one table: which config, which backend, in sync or not')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
             [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
             [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
@@ -65,6 +66,22 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--add-dir-header', '--add-dir-header', [CompletionResultType]::ParameterName, 'add-dir-header')
             [CompletionResult]::new('--once', '--once', [CompletionResultType]::ParameterName, 'Sync once, then exit (0 when the rules are in place)')
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print the transaction a sync would apply and exit; change nothing')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;fleet' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
+            [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu')
+            [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu')
+            [CompletionResult]::new('--stale-after', '--stale-after', [CompletionResultType]::ParameterName, 'A node whose lastSync is older than this is stale: its agent stopped writing (a Go duration; 0 turns the age check off)')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of the whole listing, every page included (a Go duration)')
+            [CompletionResult]::new('--page-size', '--page-size', [CompletionResultType]::ParameterName, 'Nodes per page of the list (the server''s limit/continue paging)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
@@ -150,6 +167,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
         }
         'ipmasq;help' {
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
+            [CompletionResult]::new('fleet', 'fleet', [CompletionResultType]::ParameterValue, 'Every node''s IPMasqAgentReady condition in one table: which config, which backend, in sync or not')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
             [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
             [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
@@ -158,6 +176,9 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             break
         }
         'ipmasq;help;agent' {
+            break
+        }
+        'ipmasq;help;fleet' {
             break
         }
         'ipmasq;help;show' {

@@ -25,6 +25,9 @@ _ipmasq() {
             ipmasq,explain)
                 cmd="ipmasq__subcmd__explain"
                 ;;
+            ipmasq,fleet)
+                cmd="ipmasq__subcmd__fleet"
+                ;;
             ipmasq,help)
                 cmd="ipmasq__subcmd__help"
                 ;;
@@ -43,6 +46,9 @@ _ipmasq() {
             ipmasq__subcmd__help,explain)
                 cmd="ipmasq__subcmd__help__subcmd__explain"
                 ;;
+            ipmasq__subcmd__help,fleet)
+                cmd="ipmasq__subcmd__help__subcmd__fleet"
+                ;;
             ipmasq__subcmd__help,help)
                 cmd="ipmasq__subcmd__help__subcmd__help"
                 ;;
@@ -59,7 +65,7 @@ _ipmasq() {
 
     case "${cmd}" in
         ipmasq)
-            opts="-h -V --list --help --version agent show explain cleanup validate help"
+            opts="-h -V --list --help --version agent fleet show explain cleanup validate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -318,8 +324,58 @@ _ipmasq() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        ipmasq__subcmd__fleet)
+            opts="-l -o -h -V --kubeconfig --selector --stale-after --timeout --page-size --output --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --selector)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stale-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --page-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         ipmasq__subcmd__help)
-            opts="agent show explain cleanup validate help"
+            opts="agent fleet show explain cleanup validate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -361,6 +417,20 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__help__subcmd__explain)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__help__subcmd__fleet)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

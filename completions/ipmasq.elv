@@ -24,6 +24,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
+            cand fleet 'Every node''s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
             cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
             cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
@@ -61,6 +62,21 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --add-dir-header 'add-dir-header'
             cand --once 'Sync once, then exit (0 when the rules are in place)'
             cand --dry-run 'Print the transaction a sync would apply and exit; change nothing'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;fleet'= {
+            cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
+            cand -l 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu'
+            cand --selector 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu'
+            cand --stale-after 'A node whose lastSync is older than this is stale: its agent stopped writing (a Go duration; 0 turns the age check off)'
+            cand --timeout 'The deadline of the whole listing, every page included (a Go duration)'
+            cand --page-size 'Nodes per page of the list (the server''s limit/continue paging)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --color 'Colour the text output'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
@@ -141,6 +157,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         }
         &'ipmasq;help'= {
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
+            cand fleet 'Every node''s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
             cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
             cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
@@ -148,6 +165,8 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;help;agent'= {
+        }
+        &'ipmasq;help;fleet'= {
         }
         &'ipmasq;help;show'= {
         }

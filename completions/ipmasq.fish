@@ -28,6 +28,7 @@ complete -c ipmasq -n "__fish_ipmasq_needs_command" -l list -d 'Print the applet
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "fleet" -d 'Every node\'s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
@@ -69,6 +70,19 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l once -d 'Sync on
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l dry-run -d 'Print the transaction a sync would apply and exit; change nothing'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l kubeconfig -d 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod\'s service account]' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s l -l selector -d 'Only the Nodes whose labels match this selector (kubectl\'s -l), e.g. pool=gpu' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l stale-after -d 'A node whose lastSync is older than this is stale: its agent stopped writing (a Go duration; 0 turns the age check off)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l timeout -d 'The deadline of the whole listing, every page included (a Go duration)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l page-size -d 'Nodes per page of the list (the server\'s limit/continue paging)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see the README)'
+yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+always\t''
+never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l config -d 'Also judge the live rules against this config (as the agent would read it)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see the README)'
@@ -147,9 +161,10 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l merged -d 'Me
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l no-node-checks -d 'Skip the checks against this machine\'s addresses and interfaces (whether it holds the outputAddress, whether each outputInterfaces pattern matches an interface here): for a CI runner that is no node'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s V -l version -d 'Print version'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent show explain cleanup validate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "fleet" -d 'Every node\'s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

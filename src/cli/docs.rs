@@ -231,6 +231,55 @@ pub const CLEANUP: AppletDoc = AppletDoc {
     notes: &["Without --backend or --iptables-mode every backend is cleaned: both iptables variants and the nftables tables. A flag given is obeyed: --backend=nftables cleans only the nftables tables (only those carrying ipmasq's mark; a neighbour's table of the same name is left and named), --backend=iptables both iptables variants, --iptables-mode=nft or =legacy only that variant. Every other rule stays as it was; a rule of another chain that jumps to ours is named, and nothing is removed. A running agent will put the rules back: cleanup warns when one runs."],
 };
 
+/// `fleet --help`'s description: what it reads and what each status means.
+pub const FLEET_ABOUT: &str = "\
+Every node's IPMasqAgentReady condition in one table: which config, which backend, in sync or not.
+
+In API mode (--config-source=api) each agent keeps the condition IPMasqAgentReady on its own Node, \
+written only when it changes (and refreshed every 5 minutes): a reason and a message with the \
+config's digest (the SHA-256 of its bytes, as sha256sum prints it), the backend and the time of \
+its last sync. fleet reads every Node in pages of --page-size (one list, no watch, nothing \
+written), groups them by status, config digest and backend, names the nodes that are not in \
+sync, and exits non-zero when any is, so CI and cron can gate on it.
+
+Statuses: in-sync (InSync: the rules of the newest config are installed and match it); drifted \
+(Drifted: the live rules differ and the repair failed); rejected (ConfigRejected: the newest \
+config was refused, the last good one stays in force; `kubectl get events \
+--field-selector reason=ConfigRejected` shows why); not-ready (NotReady: no config's rules \
+installed yet); stale (the agent's word may be old: its lastSync is older than --stale-after, or \
+it enforces its last-known-good config because it cannot read the API); unknown (no \
+IPMasqAgentReady condition: no agent in API mode runs there, or one this version cannot read).
+
+Credentials are found as kubectl finds them; the user needs `list` on `nodes` (the agent's own \
+ClusterRole grants it).";
+
+pub const FLEET: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "Which nodes enforce which config, and are they in sync?",
+            command: "ipmasq fleet",
+        },
+        Example {
+            what: "Gate a rollout in CI: exit 1 while any node of the pool is not in sync",
+            command: "ipmasq fleet -l cloud.google.com/gke-nodepool=gpu --kubeconfig ./ci.kubeconfig >/dev/null",
+        },
+        Example {
+            what: "The nodes not in sync, for a script",
+            command: "ipmasq fleet -o json | jq -r '.nodes[] | select(.status != \"in-sync\") | .name'",
+        },
+    ],
+    exit_status: &[
+        (0, "every node listed is in sync (or none matched)"),
+        (1, "some node is drifted, rejected, not-ready, stale or unknown"),
+        (2, "usage error; no credentials; the API server could not be reached, refused the list (401, 403) or did not answer within --timeout"),
+    ],
+    files: &[(
+        "~/.kube/config",
+        "the kubeconfig kubectl reads when neither --kubeconfig nor $KUBECONFIG names one",
+    )],
+    notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\"}]}, one entry per node in the server's order (by name), null where the condition says nothing."],
+};
+
 /// The text `--help` shows after the flags.
 pub fn after_help(doc: &AppletDoc) -> String {
     let mut out = String::from("Examples:\n");

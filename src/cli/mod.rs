@@ -167,6 +167,9 @@ pub enum Applet {
     /// Say whether traffic to an address is masqueraded, by which rule and config entry
     #[command(after_help = after_help(&docs::EXPLAIN))]
     Explain(ExplainArgs),
+    /// Every node's IPMasqAgentReady condition in one table: which config, which backend, in sync or not
+    #[command(after_help = after_help(&docs::FLEET), long_about = docs::FLEET_ABOUT)]
+    Fleet(FleetArgs),
 }
 
 /// `--iptables-mode`'s spelling: which iptables implementation the agent drives. Read only
@@ -298,7 +301,7 @@ pub fn from_matches(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
             args.backend.given = backend_given();
             args.all_variants_given = given("all_variants");
         }
-        Some(Applet::Validate(_)) | None => {}
+        Some(Applet::Validate(_)) | Some(Applet::Fleet(_)) | None => {}
     }
     Ok(cli)
 }
@@ -785,6 +788,57 @@ fn parse_node_labels(value: &str) -> Result<crate::config::selector::Labels, Str
     Ok(labels)
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct FleetArgs {
+    /// The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else
+    /// ~/.kube/config, else the pod's service account]
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Only the Nodes whose labels match this selector (kubectl's -l), e.g. pool=gpu
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+
+    /// A node whose lastSync is older than this is stale: its agent stopped writing (a Go
+    /// duration; 0 turns the age check off)
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_fleet_duration)]
+    pub stale_after: crate::config::GoDuration,
+
+    /// The deadline of the whole listing, every page included (a Go duration)
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_fleet_timeout)]
+    pub timeout: crate::config::GoDuration,
+
+    /// Nodes per page of the list (the server's limit/continue paging)
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub page_size: u32,
+
+    /// Output format
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Colour the text output
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+/// `fleet`'s durations: a Go duration, not negative.
+fn parse_fleet_duration(text: &str) -> Result<crate::config::GoDuration, String> {
+    let duration = crate::config::parse_go_duration(text).map_err(|e| e.to_string())?;
+    if duration.0 < 0 {
+        return Err(format!("{duration} is negative; give e.g. 15m or 0"));
+    }
+    Ok(duration)
+}
+
+/// `fleet --timeout`: a Go duration above 0.
+fn parse_fleet_timeout(text: &str) -> Result<crate::config::GoDuration, String> {
+    let duration = parse_fleet_duration(text)?;
+    if duration.0 == 0 {
+        return Err("a deadline of 0 leaves no time to list anything; give e.g. 60s".into());
+    }
+    Ok(duration)
+}
+
 /// `--metrics-addr`: an address to serve health and metrics on, or none (`off`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MetricsAddr(pub Option<std::net::SocketAddr>);
@@ -1004,7 +1058,7 @@ mod tests {
         assert!(err.to_string().contains("unknown applet 'frobnicate'"));
         assert!(err
             .to_string()
-            .contains("agent, cleanup, explain, show, validate"));
+            .contains("agent, cleanup, explain, fleet, show, validate"));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! explicit kubeconfig, or kubectl's search) with a deadline on every request, and how the agent
 //! knows its own Node's name. The API-mode source, the Node mirror and `ipmasq fleet` build on it.
 
+pub mod mirror;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -170,12 +170,13 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     let mut files = Vec::new();
     let mut cli = crate::cli::command();
     cli.build();
-    let applets: [(&str, &AppletDoc); 5] = [
+    let applets: [(&str, &AppletDoc); 6] = [
         ("agent", &docs::AGENT),
         ("validate", &docs::VALIDATE),
         ("show", &docs::SHOW),
         ("cleanup", &docs::CLEANUP),
         ("explain", &docs::EXPLAIN),
+        ("fleet", &docs::FLEET),
     ];
     let mut see_also_main: Vec<String> = applets
         .iter()

@@ -3,6 +3,7 @@
 pub(crate) mod agent;
 pub(crate) mod cleanup;
 pub(crate) mod explain;
+pub(crate) mod fleet;
 pub(crate) mod flows;
 pub(crate) mod generate;
 pub(crate) mod node;
@@ -198,6 +199,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Some(Applet::Show(args)) => show::run(&args),
         Some(Applet::Cleanup(args)) => cleanup::run(&args),
         Some(Applet::Explain(args)) => explain::run(&args),
+        Some(Applet::Fleet(args)) => fleet::run(&args),
         None => Exit::Usage,
     };
     exit.into()

@@ -92,11 +92,13 @@ fn test_only(file: &Path) -> bool {
     }
 }
 
-/// The file that declares the modules of folder `dir`: its `mod.rs`, or `lib.rs` for `src/`.
+/// The file that declares the modules of folder `dir`: its `mod.rs`, `lib.rs` for `src/`, or
+/// the sibling `dir.rs` (`src/cluster/mirror.rs` declares `src/cluster/mirror/tests.rs`).
 fn parent_module(dir: &Path) -> Option<PathBuf> {
     ["mod.rs", "lib.rs"]
         .iter()
         .map(|f| dir.join(f))
+        .chain([dir.with_extension("rs")])
         .find(|p| p.is_file())
 }
 

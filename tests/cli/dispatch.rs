@@ -6,7 +6,10 @@ use crate::util::{binary, ipmasq, run_program, Scratch};
 fn list_prints_every_applet() {
     let run = ipmasq(&["--list"]);
     assert_eq!(run.code, 0);
-    assert_eq!(run.stdout, "agent\ncleanup\nexplain\nshow\nvalidate\n");
+    assert_eq!(
+        run.stdout,
+        "agent\ncleanup\nexplain\nfleet\nshow\nvalidate\n"
+    );
 }
 
 #[test]

@@ -50,6 +50,7 @@ fn committed_man_pages_and_completions_are_fresh() {
             "ipmasq-cleanup.8",
             "ipmasq-config.5",
             "ipmasq-explain.8",
+            "ipmasq-fleet.8",
             "ipmasq-show.8",
             "ipmasq-validate.8",
             "ipmasq.8"

@@ -5,6 +5,7 @@ mod backend_names;
 mod code_shape;
 mod dispatch;
 mod extensions;
+mod fleet;
 mod generated;
 mod hostile_input;
 mod netlink_floor;

@@ -70,6 +70,21 @@ impl LocalCluster {
         cluster
     }
 
+    /// `DIR/kubeconfig`: the admin's (a client certificate of system:masters).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path.join("kubeconfig")
+    }
+
+    /// `DIR/agent.kubeconfig`: the agent's service account token, inline.
+    pub fn agent_kubeconfig(&self) -> PathBuf {
+        self.dir.path.join("agent.kubeconfig")
+    }
+
+    /// The network namespace the control plane runs in.
+    pub fn netns(&self) -> &str {
+        &self.netns
+    }
+
     /// The last lines of one of the control plane's logs, for a failure message.
     pub fn log(&self, name: &str) -> String {
         let text =

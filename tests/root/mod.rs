@@ -21,6 +21,7 @@ mod conntrack;
 mod egress;
 mod extensions;
 mod faults;
+mod fleet;
 mod foreign_nat_rules;
 mod health;
 mod image;

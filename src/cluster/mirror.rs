@@ -1,0 +1,560 @@
+//! The mirror: what the agent says about itself on its own Node (the condition
+//! `IPMasqAgentReady`, and an Event when it rejects a config), and how `ipmasq fleet` reads it
+//! back. Both ends of the format live here, so the writer and the reader cannot drift apart.
+//!
+//! # The condition
+//!
+//! `type: IPMasqAgentReady`, written with server-side apply to `nodes/status` under one field
+//! manager (`ipmasq`), so the kubelet's conditions and anyone else's stay untouched.
+//!
+//! | reason | status | meaning |
+//! |---|---|---|
+//! | `InSync` | `True` | the rules of the config in force are installed and match it, and that config is the newest the source offered |
+//! | `Drifted` | `False` | the live rules differ from the config in force and the last repair failed (the agent retries with backoff) |
+//! | `ConfigRejected` | `False` | the newest config was refused (invalid, or too large for the memory limit); the last good config (the digest in the message) stays in force; an Event carries the diagnostic |
+//! | `NotReady` | `False` | no config's rules are installed yet: the first sync failed or has not run, or another agent holds the node lock |
+//! | `LastKnownGood` | `Unknown` | the config source could not be read; the agent enforces its last-known-good config from its state directory, which may not be the cluster's current one |
+//!
+//! # The message
+//!
+//! Fields first, then words for people, separated by `"; "`:
+//!
+//! ```text
+//! digest=sha256:<64 hex> backend=<iptables-nft|iptables-legacy|nftables> lastSync=<YYYY-MM-DDTHH:MM:SSZ>; <words>
+//! ```
+//!
+//! Each field is `key=value` without blanks, in that order when written; a field with no value
+//! (no config in force yet: no digest) is left out. A reader takes the fields before the first
+//! `"; "`, in any order, and ignores keys it does not know, so a later agent may add some.
+//! `digest` is the SHA-256 of the config's bytes in force (what `sha256sum` prints of the file);
+//! `lastSync` is the UTC time of the pass that last confirmed this state.
+//!
+//! # Writes
+//!
+//! A write is due when the status, the reason, the digest, the backend or the words change;
+//! never for `lastSync` alone, except as a heartbeat when the written `lastSync` is older than
+//! [`HEARTBEAT_INTERVAL`]: without one a dead agent's last word would read `InSync` forever.
+//! One write per node per five minutes is what a kubelet's own status report costs
+//! (`nodeStatusReportFrequency`), and `ipmasq fleet` calls a node whose `lastSync` is older than
+//! three heartbeats ([`STALE_AFTER`]) `stale`.
+
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+use std::time::Duration;
+
+/// The condition's type on the Node.
+pub const CONDITION_TYPE: &str = "IPMasqAgentReady";
+/// The one field manager of every write the agent makes.
+pub const FIELD_MANAGER: &str = "ipmasq";
+/// Where Events about a Node go: cluster-scoped objects' events live in `default`, where the
+/// kubelet puts its own and `kubectl describe node` finds them.
+pub const EVENT_NAMESPACE: &str = "default";
+/// The component named in Events.
+pub const COMPONENT: &str = "ipmasq";
+/// How old the written `lastSync` may grow before an unchanged condition is written again.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// `ipmasq fleet --stale-after`'s default: three heartbeats.
+pub const STALE_AFTER: Duration = Duration::from_secs(15 * 60);
+/// The longest the words of a message may be (in characters); longer ones are cut with `…`.
+pub const WORDS_MAX: usize = 256;
+/// The longest an Event's message may be (the server refuses more than 1 KiB in some versions).
+pub const EVENT_MESSAGE_MAX: usize = 1024;
+/// Separates the message's fields from its words.
+const WORDS_SEPARATOR: &str = "; ";
+
+/// What the agent's last pass came to, in the mirror's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Outcome {
+    InSync,
+    Drifted,
+    Rejected,
+    NotReady,
+    LastKnownGood,
+}
+
+impl Outcome {
+    /// Every outcome, for documentation and tests.
+    pub const ALL: [Outcome; 5] = [
+        Outcome::InSync,
+        Outcome::Drifted,
+        Outcome::Rejected,
+        Outcome::NotReady,
+        Outcome::LastKnownGood,
+    ];
+
+    /// The condition's `reason`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Outcome::InSync => "InSync",
+            Outcome::Drifted => "Drifted",
+            Outcome::Rejected => "ConfigRejected",
+            Outcome::NotReady => "NotReady",
+            Outcome::LastKnownGood => "LastKnownGood",
+        }
+    }
+
+    /// The condition's `status`.
+    pub fn status(self) -> ConditionStatus {
+        match self {
+            Outcome::InSync => ConditionStatus::True,
+            Outcome::Drifted | Outcome::Rejected | Outcome::NotReady => ConditionStatus::False,
+            Outcome::LastKnownGood => ConditionStatus::Unknown,
+        }
+    }
+
+    /// The words a message carries when the agent gives none of its own.
+    pub fn default_words(self) -> &'static str {
+        match self {
+            Outcome::InSync => "the rules in force match the config",
+            Outcome::Drifted => "the live rules differ from the config and the repair failed",
+            Outcome::Rejected => {
+                "the newest config was rejected; the last good config stays in force"
+            }
+            Outcome::NotReady => "the rules of no config are installed yet",
+            Outcome::LastKnownGood => {
+                "the config source is unreachable; enforcing the last-known-good config"
+            }
+        }
+    }
+
+    /// The outcome a `reason` names, if any.
+    pub fn from_reason(reason: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|o| o.reason() == reason)
+    }
+}
+
+/// A condition's `status`, as Kubernetes spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+
+    /// Anything but `True` and `False` is `Unknown`, as Kubernetes reads it.
+    pub fn parse(text: &str) -> ConditionStatus {
+        match text {
+            "True" => ConditionStatus::True,
+            "False" => ConditionStatus::False,
+            _ => ConditionStatus::Unknown,
+        }
+    }
+}
+
+/// What the agent knows after a pass, filled from its outcome: everything the condition says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentStatus {
+    pub outcome: Outcome,
+    /// The SHA-256 (64 hex digits, as `sha256sum` prints) of the config in force; `None` before
+    /// any config is.
+    pub digest: Option<String>,
+    /// The backend's spelling (`BackendId::as_str`); `None` before one is chosen.
+    pub backend: Option<String>,
+    /// When the pass that confirmed this state ran.
+    pub last_sync: Timestamp,
+    /// Words for people instead of the outcome's default (the drift's kind, say); one line.
+    pub words: Option<String>,
+}
+
+/// The message's fields and words, as read back from a condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// `sha256:<hex>`, as written.
+    pub digest: Option<String>,
+    pub backend: Option<String>,
+    pub last_sync: Option<Timestamp>,
+    pub words: String,
+}
+
+impl Message {
+    /// The message of a status (see the module's documentation for the format).
+    pub fn of(status: &AgentStatus) -> Message {
+        let words = status
+            .words
+            .as_deref()
+            .unwrap_or(status.outcome.default_words());
+        Message {
+            digest: status.digest.as_ref().map(|hex| format!("sha256:{hex}")),
+            backend: status.backend.clone(),
+            last_sync: Some(status.last_sync),
+            words: one_line(words, WORDS_MAX),
+        }
+    }
+
+    /// The text a condition carries.
+    pub fn render(&self) -> String {
+        let mut fields = Vec::new();
+        if let Some(digest) = &self.digest {
+            fields.push(format!("digest={}", field_value(digest)));
+        }
+        if let Some(backend) = &self.backend {
+            fields.push(format!("backend={}", field_value(backend)));
+        }
+        if let Some(time) = self.last_sync {
+            fields.push(format!("lastSync={}", rfc3339_seconds(time)));
+        }
+        format!("{}{WORDS_SEPARATOR}{}", fields.join(" "), self.words)
+    }
+
+    /// Reads a message as [`Message::render`] writes it; a message in another shape (written by
+    /// hand, or by something else) is all words.
+    pub fn parse(text: &str) -> Message {
+        let mut message = Message {
+            digest: None,
+            backend: None,
+            last_sync: None,
+            words: text.to_string(),
+        };
+        let Some((fields, words)) = text.split_once(WORDS_SEPARATOR) else {
+            return message;
+        };
+        let pairs: Vec<(&str, &str)> = fields
+            .split(' ')
+            .filter(|f| !f.is_empty())
+            .filter_map(|f| f.split_once('='))
+            .collect();
+        if pairs.is_empty() {
+            return message;
+        }
+        for (key, value) in pairs {
+            match key {
+                "digest" => message.digest = Some(value.to_string()),
+                "backend" => message.backend = Some(value.to_string()),
+                "lastSync" => message.last_sync = value.parse().ok(),
+                _ => {}
+            }
+        }
+        message.words = words.to_string();
+        message
+    }
+
+    /// The same message but for `lastSync`: what decides whether a write is due.
+    fn same_but_time(&self, other: &Message) -> bool {
+        self.digest == other.digest && self.backend == other.backend && self.words == other.words
+    }
+}
+
+/// A field's value without the characters that separate fields.
+fn field_value(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_whitespace() || c == ';' {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// One line of at most `max` characters (control characters dropped, longer text cut with `…`).
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// `2026-11-26T04:22:00Z`: RFC 3339 in UTC, whole seconds (as Kubernetes writes its times).
+pub fn rfc3339_seconds(time: Timestamp) -> String {
+    Timestamp::from_second(time.as_second())
+        .unwrap_or(time)
+        .to_string()
+}
+
+/// The condition for `status`. `previous` (the one on the Node now, if any) keeps its
+/// `lastTransitionTime` while the status stays the same, as Kubernetes conditions do.
+pub fn condition(status: &AgentStatus, previous: Option<&NodeCondition>) -> NodeCondition {
+    let state = status.outcome.status().as_str();
+    let now =
+        Time(Timestamp::from_second(status.last_sync.as_second()).unwrap_or(status.last_sync));
+    let transition = previous
+        .filter(|p| p.status == state)
+        .and_then(|p| p.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    NodeCondition {
+        type_: CONDITION_TYPE.to_string(),
+        status: state.to_string(),
+        reason: Some(status.outcome.reason().to_string()),
+        message: Some(Message::of(status).render()),
+        last_heartbeat_time: Some(now),
+        last_transition_time: Some(transition),
+    }
+}
+
+/// Whether a condition needs writing, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// What the Node says is still true: no request.
+    Unchanged,
+    /// The status, reason, digest, backend or words changed (or there is no condition yet).
+    Changed,
+    /// Nothing changed but the written `lastSync` is older than the heartbeat interval.
+    Heartbeat,
+}
+
+/// Decides whether `next` must be written over `previous` (the condition on the Node now).
+/// `heartbeat`: the interval after which an unchanged condition is written again, or `None`
+/// never to.
+pub fn write_needed(
+    previous: Option<&NodeCondition>,
+    next: &NodeCondition,
+    heartbeat: Option<Duration>,
+) -> Write {
+    let Some(previous) = previous else {
+        return Write::Changed;
+    };
+    let text = |c: &NodeCondition| Message::parse(c.message.as_deref().unwrap_or_default());
+    let (before, after) = (text(previous), text(next));
+    if previous.type_ != next.type_
+        || previous.status != next.status
+        || previous.reason != next.reason
+        || !before.same_but_time(&after)
+    {
+        return Write::Changed;
+    }
+    let due = match (heartbeat, before.last_sync, after.last_sync) {
+        (Some(interval), Some(then), Some(now)) => {
+            now.duration_since(then) >= SignedDuration::try_from(interval).unwrap_or_default()
+        }
+        (Some(_), None, Some(_)) => true,
+        _ => false,
+    };
+    if due {
+        Write::Heartbeat
+    } else {
+        Write::Unchanged
+    }
+}
+
+/// Our condition among a Node's, if it has one.
+pub fn ours(node: &Node) -> Option<&NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION_TYPE)
+}
+
+/// The server-side apply body for `nodes/NAME/status`: our condition alone, so the field
+/// manager owns that list entry (conditions are a map keyed by `type`) and nothing else.
+pub fn apply_patch(node: &str, condition: &NodeCondition) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": { "name": node },
+        "status": { "conditions": [condition] },
+    })
+}
+
+/// Why a write to the API failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    #[error("cannot apply the {CONDITION_TYPE} condition to Node {node}: {source}")]
+    Condition {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot create the ConfigRejected Event of Node {node}: {source}")]
+    Event {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Applies `condition` to `node`'s status (server-side apply, field manager `ipmasq`, forced:
+/// the condition is the agent's alone) and returns the Node as the server now holds it.
+pub async fn publish(
+    client: kube::Client,
+    node: &str,
+    condition: &NodeCondition,
+) -> Result<Node, MirrorError> {
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    let params = kube::api::PatchParams::apply(FIELD_MANAGER).force();
+    nodes
+        .patch_status(
+            node,
+            &params,
+            &kube::api::Patch::Apply(apply_patch(node, condition)),
+        )
+        .await
+        .map_err(|source| MirrorError::Condition {
+            node: node.to_string(),
+            source,
+        })
+}
+
+/// The Event of a rejected config: `Warning`, reason `ConfigRejected`, the diagnostic as its
+/// message, about the Node (`uid` when known, so `kubectl describe node` lists it).
+pub fn rejection_event(
+    node: &str,
+    node_uid: Option<&str>,
+    diagnostic: &str,
+    now: Timestamp,
+) -> Event {
+    let now = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{node}.ipmasq-")),
+            namespace: Some(EVENT_NAMESPACE.to_string()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".to_string()),
+            kind: Some("Node".to_string()),
+            name: Some(node.to_string()),
+            uid: node_uid.map(str::to_string),
+            ..ObjectReference::default()
+        },
+        reason: Some(Outcome::Rejected.reason().to_string()),
+        message: Some(
+            crate::text::printable(&one_line(diagnostic, EVENT_MESSAGE_MAX)).into_owned(),
+        ),
+        type_: Some("Warning".to_string()),
+        source: Some(EventSource {
+            component: Some(COMPONENT.to_string()),
+            host: Some(node.to_string()),
+        }),
+        reporting_component: Some(COMPONENT.to_string()),
+        reporting_instance: Some(node.to_string()),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Event::default()
+    }
+}
+
+/// Creates `event` (see [`rejection_event`]).
+pub async fn publish_event(client: kube::Client, event: &Event) -> Result<Event, MirrorError> {
+    let events: kube::Api<Event> = kube::Api::namespaced(client, EVENT_NAMESPACE);
+    events
+        .create(&kube::api::PostParams::default(), event)
+        .await
+        .map_err(|source| MirrorError::Event {
+            node: event.involved_object.name.clone().unwrap_or_default(),
+            source,
+        })
+}
+
+/// A node as `ipmasq fleet` classifies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FleetStatus {
+    /// `InSync` (status `True`), and `lastSync` recent.
+    InSync,
+    /// `Drifted`.
+    Drifted,
+    /// `ConfigRejected`.
+    Rejected,
+    /// `NotReady`.
+    NotReady,
+    /// The node's word may be old: `LastKnownGood`, or `lastSync` older than `--stale-after`
+    /// (or missing): its agent stopped writing (not running, or cannot reach the API).
+    Stale,
+    /// No `IPMasqAgentReady` condition (no agent in API mode ever ran there), or one this
+    /// version cannot read (an unknown reason, or a status that contradicts its reason).
+    Unknown,
+}
+
+impl FleetStatus {
+    /// Every status, in the order the table lists them (the worst last).
+    pub const ALL: [FleetStatus; 6] = [
+        FleetStatus::InSync,
+        FleetStatus::Drifted,
+        FleetStatus::Rejected,
+        FleetStatus::NotReady,
+        FleetStatus::Stale,
+        FleetStatus::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FleetStatus::InSync => "in-sync",
+            FleetStatus::Drifted => "drifted",
+            FleetStatus::Rejected => "rejected",
+            FleetStatus::NotReady => "not-ready",
+            FleetStatus::Stale => "stale",
+            FleetStatus::Unknown => "unknown",
+        }
+    }
+}
+
+/// Our condition as a reader finds it on a Node: strings, as the server holds them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reported {
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: Message,
+}
+
+impl Reported {
+    pub fn read(status: &str, reason: Option<&str>, message: Option<&str>) -> Reported {
+        Reported {
+            status: ConditionStatus::parse(status),
+            reason: reason.unwrap_or_default().to_string(),
+            message: Message::parse(message.unwrap_or_default()),
+        }
+    }
+}
+
+/// A node's status in the fleet view: from its condition (`None`: it has none), judged at
+/// `now`; `stale_after` of `None` never calls a node stale for its age.
+pub fn classify(
+    reported: Option<&Reported>,
+    now: Timestamp,
+    stale_after: Option<Duration>,
+) -> FleetStatus {
+    let Some(reported) = reported else {
+        return FleetStatus::Unknown;
+    };
+    let Some(outcome) = Outcome::from_reason(&reported.reason) else {
+        return FleetStatus::Unknown;
+    };
+    if outcome.status() != reported.status {
+        return FleetStatus::Unknown;
+    }
+    if outcome == Outcome::LastKnownGood {
+        return FleetStatus::Stale;
+    }
+    if let Some(limit) = stale_after {
+        let old = match reported.message.last_sync {
+            Some(then) => {
+                now.duration_since(then) > SignedDuration::try_from(limit).unwrap_or_default()
+            }
+            None => true,
+        };
+        if old {
+            return FleetStatus::Stale;
+        }
+    }
+    match outcome {
+        Outcome::InSync => FleetStatus::InSync,
+        Outcome::Drifted => FleetStatus::Drifted,
+        Outcome::Rejected => FleetStatus::Rejected,
+        Outcome::NotReady => FleetStatus::NotReady,
+        Outcome::LastKnownGood => FleetStatus::Stale,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,590 @@
+//! `ipmasq fleet` and the mirror against a real API server (`scripts/local-cluster` in a
+//! throwaway namespace): Nodes carrying every kind of `IPMasqAgentReady` condition read back as
+//! a table, as JSON and as an exit status; `mirror::publish` with the agent's own token;
+//! refusals and an unreachable server; 5,000 Nodes.
+
+use super::cluster::LocalCluster;
+use super::netns::{Netns, PYTHON};
+use ipmasq::cluster::mirror::{self, AgentStatus, Outcome};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Creates the Node objects of stdin (one JSON document a line) as the admin, over four
+/// keep-alive connections: set-up, not the measurement. Nodes take their status on create.
+const CREATE_NODES: &str = r#"
+import http.client, re, ssl, sys, threading
+d = sys.argv[1]
+url = re.search(r"API_URL='https://([^:]+):(\d+)'", open(d + "/env").read())
+context = ssl.create_default_context(cafile=d + "/pki/ca.crt")
+context.load_cert_chain(d + "/pki/admin.crt", d + "/pki/admin.key")
+lines = sys.stdin.read().splitlines()
+errors = []
+def create(chunk):
+    connection = http.client.HTTPSConnection(url.group(1), int(url.group(2)), context=context, timeout=30)
+    for body in chunk:
+        connection.request("POST", "/api/v1/nodes", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        answer = response.read()
+        if response.status != 201:
+            errors.append("%d %s" % (response.status, answer[:300]))
+threads = [threading.Thread(target=create, args=(lines[i::4],)) for i in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+if errors:
+    sys.exit("%d of %d Nodes not created: %s" % (len(errors), len(lines), errors[:3]))
+print(len(lines))
+"#;
+
+const DIGEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+const OTHER_DIGEST: &str = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752";
+
+/// A Node object with the kubelet's Ready condition, and ours when given.
+fn node(name: &str, labels: serde_json::Value, ours: Option<serde_json::Value>) -> String {
+    let mut conditions = vec![serde_json::json!({
+        "type": "Ready", "status": "True", "reason": "KubeletReady",
+        "message": "kubelet is posting ready status",
+        "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z",
+    })];
+    conditions.extend(ours);
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "conditions": conditions,
+            "addresses": [{"type": "InternalIP", "address": "192.168.7.10"}, {"type": "Hostname", "address": name}],
+            "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+        },
+    })
+    .to_string()
+}
+
+/// Our condition as an agent writes it (`mirror::condition`), `age` before now.
+fn ours(outcome: Outcome, digest: &str, age: Duration) -> serde_json::Value {
+    let when = Timestamp::now() - SignedDuration::try_from(age).expect("an age");
+    let status = AgentStatus {
+        outcome,
+        digest: Some(digest.to_string()),
+        backend: Some("nftables".to_string()),
+        last_sync: when,
+        words: None,
+    };
+    serde_json::to_value(mirror::condition(&status, None)).expect("a condition serializes")
+}
+
+fn create_nodes(ns: &Netns, cluster: &LocalCluster, nodes: &[String]) {
+    let mut child = ns
+        .command(
+            std::path::Path::new(PYTHON),
+            &["-c", CREATE_NODES, &cluster.dir.path.display().to_string()],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(nodes.join("\n").as_bytes())
+        .expect("write the Nodes");
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait for python3");
+    assert!(
+        out.status.success(),
+        "creating {} Nodes: {}{}",
+        nodes.len(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn fleet(ns: &Netns, kubeconfig: &std::path::Path, args: &[&str]) -> crate::util::Run {
+    let path = kubeconfig.display().to_string();
+    let mut all = vec!["fleet", "--kubeconfig", &path, "--color=never"];
+    all.extend_from_slice(args);
+    ns.ipmasq(&all)
+}
+
+fn json(run: &crate::util::Run) -> serde_json::Value {
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("fleet -o json: {e}\n{}{}", run.stdout, run.stderr))
+}
+
+/// Seven Nodes, one per status (and a second config), read back by `fleet` as a table, as JSON
+/// (also page by page, and with the agent's own token), by label, and as exit statuses.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn fleet_reads_every_kind_of_node() {
+    let ns = Netns::new("fleet");
+    let cluster = LocalCluster::up(&ns);
+    let minute = Duration::from_secs(60);
+    let pool = |name: &str| serde_json::json!({ "pool": name });
+    let by_hand = serde_json::json!({
+        "type": "IPMasqAgentReady", "status": "False", "reason": "Drifted",
+        "message": format!("digest=sha256:{DIGEST} backend=iptables-nft lastSync={}; 2 rules missing, repair failed: iptables-restore exited 4", mirror::rfc3339_seconds(Timestamp::now())),
+    });
+    create_nodes(
+        &ns,
+        &cluster,
+        &[
+            node(
+                "a-in-sync",
+                pool("good"),
+                Some(ours(Outcome::InSync, DIGEST, minute)),
+            ),
+            node(
+                "b-in-sync-other",
+                pool("good"),
+                Some(ours(Outcome::InSync, OTHER_DIGEST, minute)),
+            ),
+            node("c-drifted", pool("bad"), Some(by_hand)),
+            node(
+                "d-rejected",
+                pool("bad"),
+                Some(ours(Outcome::Rejected, DIGEST, minute)),
+            ),
+            node("e-no-condition", pool("bad"), None),
+            node(
+                "f-stale",
+                pool("bad"),
+                Some(ours(Outcome::InSync, DIGEST, 120 * minute)),
+            ),
+            node(
+                "g-not-ready",
+                pool("bad"),
+                Some(ours(Outcome::NotReady, DIGEST, minute)),
+            ),
+        ],
+    );
+
+    let run = fleet(&ns, &cluster.kubeconfig(), &["-o", "json"]);
+    assert_eq!(
+        run.code, 1,
+        "some nodes are not in sync: {}{}",
+        run.stdout, run.stderr
+    );
+    let report = json(&run);
+    let nodes = report["nodes"].as_array().expect("nodes");
+    let seen: Vec<(&str, &str)> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap_or(""),
+                n["status"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("a-in-sync", "in-sync"),
+            ("b-in-sync-other", "in-sync"),
+            ("c-drifted", "drifted"),
+            ("d-rejected", "rejected"),
+            ("e-no-condition", "unknown"),
+            ("f-stale", "stale"),
+            ("g-not-ready", "not-ready"),
+        ]
+    );
+    assert_eq!(nodes[0]["configDigest"], format!("sha256:{DIGEST}"));
+    assert_eq!(nodes[0]["backend"], "nftables");
+    assert_eq!(
+        nodes[2]["backend"], "iptables-nft",
+        "the hand-written message reads too"
+    );
+    assert!(nodes[0]["lastSync"]
+        .as_str()
+        .is_some_and(|t| t.ends_with('Z')));
+    assert_eq!(
+        nodes[4],
+        serde_json::json!({"name": "e-no-condition", "status": "unknown", "configDigest": null, "backend": null, "lastSync": null})
+    );
+    for node in nodes {
+        assert_eq!(node.as_object().map(|o| o.len()), Some(5), "{node}");
+    }
+
+    // Page by page (limit 2: four pages), and with the agent's token: the same document.
+    let paged = fleet(
+        &ns,
+        &cluster.kubeconfig(),
+        &["-o", "json", "--page-size", "2"],
+    );
+    assert_eq!(json(&paged), report);
+    let as_agent = fleet(&ns, &cluster.agent_kubeconfig(), &["-o", "json"]);
+    assert_eq!(as_agent.code, 1, "{}", as_agent.stderr);
+    assert_eq!(
+        json(&as_agent),
+        report,
+        "the agent's ClusterRole may list Nodes"
+    );
+
+    let text = fleet(&ns, &cluster.kubeconfig(), &[]);
+    assert_eq!(text.code, 1, "{}", text.stderr);
+    let short = &DIGEST[..12];
+    let other = &OTHER_DIGEST[..12];
+    for line in [
+        "STATUS     CONFIG        BACKEND       NODES  OLDEST SYNC",
+        &format!("in-sync    {short}  nftables      1"),
+        &format!("in-sync    {other}  nftables      1"),
+        &format!("drifted    {short}  iptables-nft  1"),
+        &format!("rejected   {short}  nftables      1"),
+        &format!("not-ready  {short}  nftables      1"),
+        &format!("stale      {short}  nftables      1"),
+        "unknown    -             -             1      -",
+        "Not in sync:",
+        "  drifted    c-drifted       2 rules missing, repair failed: iptables-re…",
+        "  rejected   d-rejected      the newest config was rejected; the last go…",
+        "  unknown    e-no-condition  no IPMasqAgentReady condition",
+        "7 nodes: 2 in sync, 5 not",
+    ] {
+        assert!(
+            text.stdout.contains(line),
+            "{line:?} missing:\n{}",
+            text.stdout
+        );
+    }
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.starts_with("  stale      f-stale         InSync, lastSync 2h0m")),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.lines().all(|l| l.chars().count() <= 80),
+        "{}",
+        text.stdout
+    );
+
+    // One pool in sync: exit 0; with the age check off, the stale node is in sync again.
+    let good = fleet(&ns, &cluster.kubeconfig(), &["-l", "pool=good"]);
+    assert_eq!(good.code, 0, "{}{}", good.stdout, good.stderr);
+    assert!(
+        good.stdout.ends_with("all 2 nodes in sync\n"),
+        "{}",
+        good.stdout
+    );
+    let aged = fleet(
+        &ns,
+        &cluster.kubeconfig(),
+        &["-o", "json", "--stale-after", "0"],
+    );
+    assert_eq!(json(&aged)["nodes"][5]["status"], "in-sync");
+    let none = fleet(&ns, &cluster.kubeconfig(), &["-l", "pool=none"]);
+    assert_eq!((none.code, none.stdout.as_str()), (0, "no Nodes\n"));
+}
+
+/// `mirror::publish` with the agent's own token (as the agent will call it): server-side apply
+/// to `nodes/status` under the field manager `ipmasq` keeps the kubelet's condition, a change
+/// replaces ours, and the ConfigRejected Event is created about the Node; `fleet` reads back
+/// exactly what was written.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn publish_applies_the_condition_with_the_agents_token() {
+    let ns = Netns::new("mirror");
+    let cluster = LocalCluster::up(&ns);
+    create_nodes(
+        &ns,
+        &cluster,
+        &[node("worker-1", serde_json::json!({}), None)],
+    );
+    let kubeconfig = cluster.agent_kubeconfig();
+    let netns = cluster.netns().to_string();
+    let now = Timestamp::from_second(Timestamp::now().as_second()).expect("now");
+    let (first, second, event) = in_netns(&netns, move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let credentials = ipmasq::cluster::Credentials::Kubeconfig(kubeconfig);
+            let client = ipmasq::cluster::client(&credentials)
+                .await
+                .expect("a client");
+            let mut status = AgentStatus {
+                outcome: Outcome::InSync,
+                digest: Some(DIGEST.to_string()),
+                backend: Some("nftables".to_string()),
+                last_sync: now,
+                words: None,
+            };
+            let condition = mirror::condition(&status, None);
+            let first = mirror::publish(client.clone(), "worker-1", &condition)
+                .await
+                .expect("the agent's token may apply its condition");
+            status.outcome = Outcome::Rejected;
+            let rejected = mirror::condition(&status, mirror::ours(&first));
+            assert_eq!(
+                mirror::write_needed(mirror::ours(&first), &rejected, None),
+                mirror::Write::Changed
+            );
+            let second = mirror::publish(client.clone(), "worker-1", &rejected)
+                .await
+                .expect("a second apply");
+            let uid = second.metadata.uid.clone();
+            let event = mirror::rejection_event(
+                "worker-1",
+                uid.as_deref(),
+                "config:2:5: error[cidr-not-aligned]: CIDR \"10.1.2.3/16\" is not aligned",
+                now,
+            );
+            let event = mirror::publish_event(client, &event)
+                .await
+                .expect("the agent's token may create Events");
+            (first, second, event)
+        })
+    });
+    let conditions = |node: &k8s_openapi::api::core::v1::Node| -> Vec<(String, String)> {
+        node.status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.type_, c.reason.unwrap_or_default()))
+            .collect()
+    };
+    assert_eq!(
+        conditions(&first),
+        [
+            ("Ready".to_string(), "KubeletReady".to_string()),
+            ("IPMasqAgentReady".to_string(), "InSync".to_string())
+        ]
+    );
+    assert_eq!(
+        conditions(&second),
+        [
+            ("Ready".to_string(), "KubeletReady".to_string()),
+            ("IPMasqAgentReady".to_string(), "ConfigRejected".to_string())
+        ],
+        "the apply replaced our condition and kept the kubelet's"
+    );
+    let written = mirror::ours(&second).expect("our condition");
+    assert_eq!(written.status, "False");
+    assert_eq!(
+        written.message.as_deref(),
+        Some(&*format!(
+            "digest=sha256:{DIGEST} backend=nftables lastSync={}; the newest config was rejected; the last good config stays in force",
+            mirror::rfc3339_seconds(now)
+        ))
+    );
+    let managers: Vec<(String, String)> = second
+        .metadata
+        .managed_fields
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            (
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        managers.contains(&("ipmasq".to_string(), "Apply".to_string())),
+        "{managers:?}"
+    );
+
+    let (status, body) = cluster.admin(
+        "GET",
+        "/api/v1/namespaces/default/events?fieldSelector=reason%3DConfigRejected",
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let events: serde_json::Value = serde_json::from_str(&body).expect("events");
+    let items = events["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{body}");
+    assert_eq!(
+        items[0]["metadata"]["name"],
+        event.metadata.name.clone().unwrap_or_default()
+    );
+    assert_eq!(items[0]["involvedObject"]["kind"], "Node");
+    assert_eq!(items[0]["involvedObject"]["name"], "worker-1");
+    assert_eq!(
+        items[0]["involvedObject"]["uid"],
+        second.metadata.uid.clone().unwrap_or_default()
+    );
+    assert_eq!(items[0]["type"], "Warning");
+    assert!(
+        items[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("error[cidr-not-aligned]")),
+        "{body}"
+    );
+
+    // The token may patch the status and create Events, and no more: not the Node itself
+    // (its labels, taints, spec), not another's Events.
+    for (method, path, body) in [
+        (
+            "PATCH",
+            "/api/v1/nodes/worker-1",
+            r#"{"metadata":{"labels":{"planted":"yes"}}}"#,
+        ),
+        ("DELETE", "/api/v1/nodes/worker-1", ""),
+        ("GET", "/api/v1/namespaces/default/events", ""),
+        (
+            "DELETE",
+            &format!(
+                "/api/v1/namespaces/default/events/{}",
+                event.metadata.name.clone().unwrap_or_default()
+            ),
+            "",
+        ),
+    ] {
+        let (status, answer) = cluster.as_agent(method, path, Some(body).filter(|b| !b.is_empty()));
+        assert_eq!(
+            status, 403,
+            "{method} {path} with the agent's token: {answer}"
+        );
+    }
+
+    let run = fleet(&ns, &cluster.kubeconfig(), &["-o", "json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(
+        json(&run),
+        serde_json::json!({"nodes": [{
+            "name": "worker-1", "status": "rejected", "configDigest": format!("sha256:{DIGEST}"),
+            "backend": "nftables", "lastSync": mirror::rfc3339_seconds(now),
+        }]})
+    );
+}
+
+/// Runs `work` on a thread of its own inside network namespace `name` (the thread's sockets
+/// are the namespace's; the test's other threads stay where they are).
+fn in_netns<T: Send + 'static>(name: &str, work: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{name}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("open the namespace");
+        // SAFETY: setns on this thread alone, with a valid descriptor of a network namespace.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        work()
+    })
+    .join()
+    .expect("the namespace's thread")
+}
+
+/// Refusals and failures exit 2 with what to do: a token without `list nodes` (403), a server
+/// nobody listens on, a deadline that passes.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn fleet_says_what_to_do_when_the_api_refuses_or_is_away() {
+    let ns = Netns::new("fleet-refused");
+    let cluster = LocalCluster::up(&ns);
+    let (status, body) = cluster.admin(
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        Some(r#"{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"nobody"}}"#),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = cluster.admin(
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/nobody/token",
+        Some(r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}"#),
+    );
+    assert_eq!(status, 201, "{body}");
+    let token: serde_json::Value = serde_json::from_str(&body).expect("a TokenRequest");
+    let token = token["status"]["token"].as_str().expect("a token");
+    let agent = std::fs::read_to_string(cluster.agent_kubeconfig()).expect("agent.kubeconfig");
+    let mut nobody: serde_json::Value = serde_json::from_str(&agent).expect("JSON kubeconfig");
+    nobody["users"][0]["user"]["token"] = token.into();
+    let nobody_path = cluster.dir.write("nobody.kubeconfig", &nobody.to_string());
+    let run = fleet(&ns, &nobody_path, &[]);
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    let url = &cluster.env["API_URL"];
+    for needle in [
+        &format!("ipmasq fleet: the API server at {url}/ refused to list Nodes: 403 Forbidden"),
+        "kubectl auth can-i list nodes",
+        "--kubeconfig PATH",
+    ] {
+        assert!(
+            run.stderr.contains(needle),
+            "{needle:?} missing: {}",
+            run.stderr
+        );
+    }
+
+    let mut away = nobody.clone();
+    away["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1".into();
+    let away_path = cluster.dir.write("away.kubeconfig", &away.to_string());
+    let run = fleet(&ns, &away_path, &[]);
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .starts_with("ipmasq fleet: cannot reach the API server at https://127.0.0.1:1/")
+            && run.stderr.contains("Is the cluster up"),
+        "{}",
+        run.stderr
+    );
+
+    // 1 ns: the listing needs several round trips, so the deadline always passes first.
+    let run = fleet(&ns, &cluster.kubeconfig(), &["--timeout", "1ns"]);
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .contains("took longer than --timeout=1ns (0 nodes in 0 pages read)"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// 5,000 Nodes (4,990 in sync, 10 drifted): `fleet -o json` lists them all. The wall time is
+/// printed for the record (the issue's figure is 5 s); only a generous deadline is asserted.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn fleet_lists_five_thousand_nodes() {
+    let ns = Netns::new("fleet-5000");
+    let cluster = LocalCluster::up(&ns);
+    let condition = ours(Outcome::InSync, DIGEST, Duration::from_secs(60));
+    let drifted = ours(Outcome::Drifted, DIGEST, Duration::from_secs(60));
+    let nodes: Vec<String> = (0..5_000)
+        .map(|i| {
+            let ours = if i % 500 == 7 { &drifted } else { &condition };
+            node(
+                &format!("node-{i:05}"),
+                serde_json::json!({"pool": format!("pool-{}", i % 10), "kubernetes.io/os": "linux"}),
+                Some(ours.clone()),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    create_nodes(&ns, &cluster, &nodes);
+    eprintln!(
+        "set-up: 5,000 Nodes created in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    let run = fleet(&ns, &cluster.kubeconfig(), &["-o", "json"]);
+    let json_time = started.elapsed();
+    assert_eq!(run.code, 1, "10 drifted nodes: {}", run.stderr);
+    let report = json(&run);
+    let listed = report["nodes"].as_array().expect("nodes");
+    assert_eq!(listed.len(), 5_000);
+    let drifted_count = listed.iter().filter(|n| n["status"] == "drifted").count();
+    assert_eq!(drifted_count, 10);
+    assert!(listed
+        .iter()
+        .all(|n| n["status"] == "in-sync" || n["status"] == "drifted"));
+    let started = Instant::now();
+    let text = fleet(&ns, &cluster.kubeconfig(), &[]);
+    let text_time = started.elapsed();
+    assert_eq!(text.code, 1, "{}", text.stderr);
+    assert!(
+        text.stdout.contains("5,000 nodes: 4,990 in sync, 10 not"),
+        "{}",
+        text.stdout
+    );
+    eprintln!(
+        "fleet over 5,000 Nodes (pages of 500): -o json {:.2} s, table {:.2} s",
+        json_time.as_secs_f64(),
+        text_time.as_secs_f64()
+    );
+    assert!(
+        json_time < Duration::from_secs(60),
+        "fleet -o json over 5,000 Nodes took {json_time:?}"
+    );
+}
