@@ -38,6 +38,7 @@
 //! (`nodeStatusReportFrequency`), and `ipmasq fleet` calls a node whose `lastSync` is older than
 //! three heartbeats ([`STALE_AFTER`]) `stale`.
 
+use super::REQUEST_TIMEOUT;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -59,7 +60,8 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5 * 60);
 pub const STALE_AFTER: Duration = Duration::from_secs(15 * 60);
 /// The longest the words of a message may be (in characters); longer ones are cut with `…`.
 pub const WORDS_MAX: usize = 256;
-/// The longest an Event's message may be (the server refuses more than 1 KiB in some versions).
+/// The longest an Event's message may be, in characters (so at most 4 KiB of UTF-8): a
+/// diagnostic is a line or two; longer ones are cut with `…`.
 pub const EVENT_MESSAGE_MAX: usize = 1024;
 /// Separates the message's fields from its words.
 const WORDS_SEPARATOR: &str = "; ";
@@ -380,6 +382,23 @@ pub enum MirrorError {
         #[source]
         source: kube::Error,
     },
+    #[error("the API server did not answer within {}s: {what}", after.as_secs())]
+    NoAnswer { what: String, after: Duration },
+}
+
+/// `request`, or [`MirrorError::NoAnswer`] after [`REQUEST_TIMEOUT`] (the client bounds only
+/// connecting and sending: its watches must be able to idle).
+async fn answered<T>(
+    what: impl FnOnce() -> String,
+    request: impl std::future::Future<Output = Result<T, MirrorError>>,
+) -> Result<T, MirrorError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(result) => result,
+        Err(_) => Err(MirrorError::NoAnswer {
+            what: what(),
+            after: REQUEST_TIMEOUT,
+        }),
+    }
 }
 
 /// Applies `condition` to `node`'s status (server-side apply, field manager `ipmasq`, forced:
@@ -391,17 +410,20 @@ pub async fn publish(
 ) -> Result<Node, MirrorError> {
     let nodes: kube::Api<Node> = kube::Api::all(client);
     let params = kube::api::PatchParams::apply(FIELD_MANAGER).force();
-    nodes
-        .patch_status(
-            node,
-            &params,
-            &kube::api::Patch::Apply(apply_patch(node, condition)),
-        )
-        .await
-        .map_err(|source| MirrorError::Condition {
-            node: node.to_string(),
-            source,
-        })
+    let patch = kube::api::Patch::Apply(apply_patch(node, condition));
+    answered(
+        || format!("applying the {CONDITION_TYPE} condition to Node {node}"),
+        async {
+            nodes
+                .patch_status(node, &params, &patch)
+                .await
+                .map_err(|source| MirrorError::Condition {
+                    node: node.to_string(),
+                    source,
+                })
+        },
+    )
+    .await
 }
 
 /// The Event of a rejected config: `Warning`, reason `ConfigRejected`, the diagnostic as its
@@ -447,13 +469,20 @@ pub fn rejection_event(
 /// Creates `event` (see [`rejection_event`]).
 pub async fn publish_event(client: kube::Client, event: &Event) -> Result<Event, MirrorError> {
     let events: kube::Api<Event> = kube::Api::namespaced(client, EVENT_NAMESPACE);
-    events
-        .create(&kube::api::PostParams::default(), event)
-        .await
-        .map_err(|source| MirrorError::Event {
-            node: event.involved_object.name.clone().unwrap_or_default(),
-            source,
-        })
+    let node = event.involved_object.name.clone().unwrap_or_default();
+    answered(
+        || format!("creating the ConfigRejected Event of Node {node}"),
+        async {
+            events
+                .create(&kube::api::PostParams::default(), event)
+                .await
+                .map_err(|source| MirrorError::Event {
+                    node: node.clone(),
+                    source,
+                })
+        },
+    )
+    .await
 }
 
 /// A node as `ipmasq fleet` classifies it.

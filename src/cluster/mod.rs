@@ -1,5 +1,6 @@
 //! The Kubernetes API side of ipmasq: how a client is made (in-cluster service account, an
-//! explicit kubeconfig, or kubectl's search) with a deadline on every request, and how the agent
+//! explicit kubeconfig, or kubectl's search) with deadlines on connecting and sending (each
+//! one-shot call bounds its answer: see [`REQUEST_TIMEOUT`]), and how the agent
 //! knows its own Node's name. The API-mode source, the Node mirror and `ipmasq fleet` build on it.
 
 pub mod mirror;
@@ -9,8 +10,10 @@ use std::time::Duration;
 
 /// How long connecting to the API server may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one request (not a watch: the watcher has its own idle deadline) may wait for its
-/// answer.
+/// How long sending one request may take, and how long a one-shot request (not a watch: a
+/// watch idles by design, and the watcher has its own idle deadline) may wait for its answer:
+/// the client bounds connecting and sending; each one-shot call bounds its answer with
+/// `tokio::time::timeout` of this (the mirror's writes; `fleet` bounds its whole listing).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a client's credentials come from.

@@ -21,8 +21,9 @@ const SHORT_DIGEST: usize = 12;
 /// The words of a node not in sync are cut to keep its line within 80 columns.
 const WORDS_WIDTH: usize = 44;
 
-/// One page of `GET /api/v1/nodes`: only what fleet reads (a real Node carries kilobytes of
-/// images and addresses, skipped by the parser, never kept).
+/// One page of `GET /api/v1/nodes`: only what fleet reads is kept (a real Node carries
+/// kilobytes of images and addresses, skipped by the parser); the page's text itself is read
+/// whole before it is parsed, so `--page-size` bounds the memory a page takes.
 #[derive(Deserialize)]
 struct NodePage {
     #[serde(default)]
@@ -229,7 +230,9 @@ struct Progress {
 }
 
 /// Every Node (matching `selector`), page by page (`limit`/`continue`), judged as it arrives so
-/// that no page is kept.
+/// that no page is kept. A continue token the server has let expire (410 Gone: its revision was
+/// compacted, about 5 minutes on a default etcd) starts the list again from the first page,
+/// once, as kubectl's pager does.
 async fn list_nodes(
     client: &kube::Client,
     args: &FleetArgs,
@@ -240,6 +243,7 @@ async fn list_nodes(
     let stale_after = args.stale_after.to_std().filter(|d| !d.is_zero());
     let request = kube::core::Request::new("/api/v1/nodes");
     let mut continue_token: Option<String> = None;
+    let (first_row, mut started_again) = (rows.len(), false);
     loop {
         let mut params = kube::api::ListParams::default().limit(args.page_size);
         if let Some(selector) = &args.selector {
@@ -248,9 +252,21 @@ async fn list_nodes(
         if let Some(token) = &continue_token {
             params = params.continue_token(token);
         }
-        let page: NodePage = client
-            .request(request.list(&params).map_err(kube::Error::BuildRequest)?)
-            .await?;
+        let answer = client
+            .request::<NodePage>(request.list(&params).map_err(kube::Error::BuildRequest)?)
+            .await;
+        let page = match answer {
+            Err(kube::Error::Api(status))
+                if status.code == 410 && continue_token.is_some() && !started_again =>
+            {
+                started_again = true;
+                continue_token = None;
+                rows.truncate(first_row);
+                (progress.pages, progress.nodes) = (0, 0);
+                continue;
+            }
+            answer => answer?,
+        };
         progress.pages += 1;
         progress.nodes += page.items.len();
         rows.extend(
@@ -527,7 +543,7 @@ pub fn run(args: &FleetArgs) -> Exit {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("ipmasq fleet: cannot start the async runtime: {err}");
-            return Exit::Failure;
+            return Exit::Usage;
         }
     };
     let now = Timestamp::now();

@@ -14,7 +14,8 @@
 //! empty or at most 63 of the same. `in` and `notin` are words only where an operator may
 //! stand (`in in (in)` is the key `in` with the value `in`). As upstream: `a!=b` and
 //! `a notin (b)` also select nodes without `a`; `!a` only those without it; `a>1` only nodes
-//! whose `a` is an integer above 1. A NUL byte ends the text, as upstream's lexer reads it.
+//! whose `a` is an integer above 1. A NUL where a token would start ends the text, as in
+//! upstream's lexer (inside a name it ends that name).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -566,7 +567,13 @@ impl<'a> Parser<'a> {
                             values.push((String::new(), item));
                             return Ok(values);
                         }
-                        Token::Comma => values.push((String::new(), item)),
+                        Token::Comma => {
+                            // `,,`: upstream takes the second comma with the empty value
+                            // between them, so `(a,,)` then meets `)` where a value or `,`
+                            // must stand, and is refused.
+                            self.consume(Context::Values);
+                            values.push((String::new(), item));
+                        }
                         _ => {}
                     }
                 }

@@ -14,8 +14,8 @@ use super::dump as netlink_dump;
 use super::framing::{self, NLMSG_HDRLEN};
 use super::{interface_name, Queued, Socket, NETLINK_ROUTE};
 use netlink_packet_core::{
-    parse_string, parse_u32, DefaultNla, Emitable, NetlinkHeader, Nla, NlaBuffer, NlasIterator,
-    Parseable, NLM_F_DUMP, NLM_F_REQUEST,
+    parse_u32, DefaultNla, Emitable, NetlinkHeader, Nla, NlaBuffer, NlasIterator, Parseable,
+    NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeader};
 use netlink_packet_route::link::{LinkAttribute, LinkHeader};
@@ -165,14 +165,21 @@ pub(crate) fn never<S>(_: &S, _: &S) -> bool {
 }
 
 /// An interface index and name from an RTM_NEWLINK payload. Only the name is decoded of its
-/// attributes, as the crate decodes it (`parse_string`): its whole attribute decoder would
-/// link every kind of link's into the binary.
+/// attributes (the crate's whole attribute decoder would link every kind of link's into the
+/// binary): up to its first NUL, and lossily, as before the crate: the kernel allows a name
+/// that is not UTF-8, and such a link must still be listed (the crate's `parse_string` would
+/// refuse it).
 fn link_of(payload: &[u8]) -> Option<(u32, String)> {
     let header = LinkHeader::parse(payload).ok()?;
     let name_kind = LinkAttribute::IfName(String::new()).kind();
     let name = attributes_after(payload, header.buffer_len())
         .find(|attribute| attribute.kind() == name_kind)?;
-    Some((header.index, parse_string(name.value()).ok()?))
+    let bytes = name.value();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    Some((
+        header.index,
+        String::from_utf8_lossy(&bytes[..end]).into_owned(),
+    ))
 }
 
 /// One address as an RTM_NEWADDR (or RTM_DELADDR) payload lists it.
@@ -600,6 +607,10 @@ mod tests {
         let nameless = with_attributes(&header, &[(IFLA_MTU, &1500u32.to_ne_bytes())]);
         assert_eq!(link_of(&nameless), None);
         assert_eq!(link_of(&header[..10]), None, "truncated");
+        // A name that is not UTF-8 is still a link (the kernel allows it), read lossily; what
+        // follows the first NUL is not the name.
+        let odd = with_attributes(&header, &[(IFLA_IFNAME, b"e\xfft0\0junk")]);
+        assert_eq!(link_of(&odd), Some((7, "e\u{fffd}t0".to_string())));
     }
 
     /// A route's outgoing interface is its RTA_OIF; a route without one (a blackhole) has none.

@@ -95,6 +95,8 @@ fn refuses_what_labels_parse_refuses() {
         "x in (",
         "x in (=)",
         "x in (a,=)",
+        "x in (b,,)",
+        "x in (,,)",
         "x=(a,b)",
         "x=a b",
         "x in",
@@ -230,10 +232,26 @@ fn requirement_strategy() -> impl Strategy<Value = String> {
             1 => format!("!{key}"),
             2 => format!("{key}={}", values[0]),
             3 => format!("{key} != {}", values[0]),
-            4 => format!("{key} in ({})", values.join(",")),
-            5 => format!("{key} notin ( {} )", values.join(" , ")),
+            // Lists of values that are not empty: runs of empty values between commas parse
+            // only in some lengths upstream (`(a,,b)` yes, `(,,)` no), tested above.
+            4 => format!("{key} in ({})", filled(&values).join(",")),
+            5 => format!("{key} notin ( {} )", filled(&values).join(" , ")),
             _ => format!("{key}>{}", values.len()),
         })
+}
+
+/// `values` with each empty one replaced by `v`.
+fn filled(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| {
+            if v.is_empty() {
+                "v".to_string()
+            } else {
+                v.clone()
+            }
+        })
+        .collect()
 }
 
 proptest! {
