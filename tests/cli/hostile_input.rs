@@ -4,9 +4,12 @@
 use crate::util::{generate_hostile_inputs, ipmasq_peak_rss, Scratch};
 
 /// The most `validate` may hold for a file of `bytes` bytes: the tree budget (32 bytes per
-/// byte, 4 MiB floor), the source twice over, and the binary's own few MiB.
+/// byte, 4 MiB floor), the source twice over, and the binary's own pages. Those grew with the
+/// Kubernetes client API mode links in (TLS, HTTP client, watcher: the debug binary's text
+/// doubled, and its relocations and code resident at start grew by about 3 MiB, measured with
+/// `validate` on a small file: 12.2 MiB before, 17.7 after), hence 24 MiB where 16 did before.
 fn allowance_kib(bytes: usize) -> u64 {
-    ((bytes * 40 + (16 << 20)) / 1024) as u64
+    ((bytes * 40 + (24 << 20)) / 1024) as u64
 }
 
 /// A 130 KB config that is valid YAML: one 100 kB string, referenced many times. Before the
