@@ -70,6 +70,25 @@ impl LocalCluster {
         cluster
     }
 
+    /// The kubeconfig `up` wrote for the agent (its service account's token, inline).
+    pub fn agent_kubeconfig(&self) -> PathBuf {
+        self.dir.path.join("agent.kubeconfig")
+    }
+
+    /// Stops the control plane now (the API unreachable); drop stops nothing more.
+    pub fn down(&self) {
+        let out = Command::new(repository().join("scripts/local-cluster"))
+            .arg("down")
+            .arg(&self.dir.path)
+            .output()
+            .expect("run scripts/local-cluster down");
+        assert!(
+            out.status.success(),
+            "scripts/local-cluster down: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The last lines of one of the control plane's logs, for a failure message.
     pub fn log(&self, name: &str) -> String {
         let text =

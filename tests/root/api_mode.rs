@@ -1,0 +1,399 @@
+//! API mode against a real control plane (`scripts/local-cluster` in the test's own network
+//! namespace): the agent runs there with `--config-source=api` and the agent's kubeconfig, and
+//! the tests edit the ConfigMap as an admin and read the kernel with `nft` / `iptables-save`:
+//! changes, an invalid edit, a deletion, the latency of 20 edits, the API stopped (rules,
+//! `/healthz` and `/readyz` stay; a restarted agent applies the last-known-good at once).
+
+use super::cluster::LocalCluster;
+use super::health::{get, ADDR};
+use super::netns::{kill, wait_until, Netns};
+use crate::util::Scratch;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long anything may take to be seen (generous: tests must not depend on speed).
+const PATIENCE: Duration = Duration::from_secs(30);
+const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
+const CONFIGMAP: &str = "/api/v1/namespaces/kube-system/configmaps/ip-masq-agent";
+/// What a missing ConfigMap means: upstream's defaults (172.16.0.0/12 is one of them).
+const A_DEFAULT: &str = "172.16.0.0/12";
+
+/// The backend an agent runs with, and how the tests read its rules.
+#[derive(Clone, Copy)]
+enum Backend {
+    Nftables,
+    IptablesNft,
+}
+
+impl Backend {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Backend::Nftables => &["--backend=nftables"],
+            Backend::IptablesNft => &["--backend=iptables", "--iptables-mode=nft"],
+        }
+    }
+
+    /// Our rules as the kernel lists them (empty when there are none).
+    fn rules(self, ns: &Netns) -> String {
+        match self {
+            Backend::Nftables => ns.exec("nft", &["list", "table", "ip", "ipmasq"]).stdout,
+            Backend::IptablesNft => ns.save("nft", false, Some("nat")),
+        }
+    }
+}
+
+/// A control plane and an agent in API mode in one namespace (the cluster is stopped before
+/// the namespace, its processes and the agent go).
+struct ApiNode {
+    cluster: LocalCluster,
+    ns: Netns,
+    backend: Backend,
+    logs: Scratch,
+    agent: Option<(u32, PathBuf)>,
+    starts: usize,
+}
+
+impl ApiNode {
+    fn new(tag: &str, backend: Backend) -> ApiNode {
+        let ns = Netns::new(tag);
+        let cluster = LocalCluster::up(&ns);
+        ApiNode {
+            cluster,
+            ns,
+            backend,
+            logs: Scratch::new(&format!("api-{tag}")),
+            agent: None,
+            starts: 0,
+        }
+    }
+
+    /// Starts an agent (`--config-source=api` with the agent's kubeconfig); returns when it
+    /// was spawned.
+    fn start_agent(&mut self) -> Instant {
+        self.starts += 1;
+        let log = self.logs.path.join(format!("agent-{}.log", self.starts));
+        let kubeconfig = self.cluster.agent_kubeconfig().display().to_string();
+        let metrics = format!("--metrics-addr={ADDR}");
+        let mut args = vec!["agent"];
+        args.extend_from_slice(self.backend.flags());
+        args.extend_from_slice(&[
+            "--config-source=api",
+            "--kubeconfig",
+            &kubeconfig,
+            "--node-name",
+            "node-a",
+            &metrics,
+            "--v=2",
+        ]);
+        let started = Instant::now();
+        let pid = self.ns.spawn_ipmasq(&args, &log);
+        self.agent = Some((pid, log));
+        started
+    }
+
+    /// Stops the agent with SIGTERM (its rules stay) and waits for it to exit.
+    fn stop_agent(&mut self) {
+        let (pid, _) = self.agent.take().expect("an agent runs");
+        kill(pid, "TERM");
+        assert_eq!(
+            self.ns.wait_daemon(pid, PATIENCE),
+            Some(0),
+            "the agent exits on SIGTERM"
+        );
+    }
+
+    fn log(&self) -> String {
+        self.agent
+            .as_ref()
+            .map(|(_, log)| std::fs::read_to_string(log).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    fn rules(&self) -> String {
+        self.backend.rules(&self.ns)
+    }
+
+    /// Waits until the rules satisfy `condition`; fails with them and the log otherwise.
+    fn wait_rules(&self, what: &str, condition: impl Fn(&str) -> bool) {
+        assert!(
+            wait_until(PATIENCE, || condition(&self.rules())),
+            "{what}: rules\n{}\nlog\n{}",
+            self.rules(),
+            self.log()
+        );
+    }
+
+    fn wait_log(&self, what: &str) {
+        assert!(
+            wait_until(PATIENCE, || self.log().contains(what)),
+            "the log never said {what:?}:\n{}",
+            self.log()
+        );
+    }
+
+    /// Creates the ConfigMap, or replaces its data, with `text` under the key `config`.
+    fn put_config(&self, text: &str) {
+        let body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "ip-masq-agent", "namespace": "kube-system"},
+            "data": {"config": text},
+        })
+        .to_string();
+        let (status, answer) = self.cluster.admin("PUT", CONFIGMAP, Some(&body));
+        if status == 404 {
+            let (status, answer) = self.cluster.admin("POST", CONFIGMAPS, Some(&body));
+            assert_eq!(status, 201, "create the ConfigMap: {answer}");
+        } else {
+            assert_eq!(status, 200, "replace the ConfigMap: {answer}");
+        }
+    }
+
+    fn delete_config(&self) {
+        let (status, answer) = self.cluster.admin("DELETE", CONFIGMAP, None);
+        assert_eq!(status, 200, "delete the ConfigMap: {answer}");
+    }
+
+    /// The last-known-good file the agent keeps in the namespace's state directory.
+    fn last_known_good(&self) -> Option<String> {
+        let dir = std::fs::read_dir(self.ns.state_dir()).ok()?;
+        dir.flatten()
+            .find(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .ends_with("-last-known-good.json")
+            })
+            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+    }
+}
+
+/// Creating the ConfigMap puts its CIDRs in the kernel; an edit the new ones; an invalid edit
+/// leaves the last good rules (the diagnostic logged, the agent still ready); deleting it is
+/// the missing file (upstream's defaults), as before it was created.
+fn configmap_changes_reach_the_kernel(backend: Backend) {
+    let mut node = ApiNode::new("api-changes", backend);
+    node.start_agent();
+    node.wait_log("watching the config ConfigMap");
+    node.wait_rules("no ConfigMap: the defaults", |r| r.contains(A_DEFAULT));
+    assert!(wait_until(PATIENCE, || get(&node.ns, "/readyz").0 == 200));
+
+    node.put_config("nonMasqueradeCIDRs: [198.51.100.0/24]\n");
+    node.wait_rules("created", |r| {
+        r.contains("198.51.100.0/24") && !r.contains(A_DEFAULT)
+    });
+    node.wait_log("configmap kube-system/ip-masq-agent key config (resourceVersion ");
+
+    node.put_config("nonMasqueradeCIDRs: [203.0.113.0/24]\n");
+    node.wait_rules("edited", |r| {
+        r.contains("203.0.113.0/24") && !r.contains("198.51.100.0/24")
+    });
+
+    node.put_config("nonMasqueradeCIDRs: [203.0.113.7/24]\n");
+    node.wait_log("invalid config rejected; keeping the last good config in force");
+    assert!(node.rules().contains("203.0.113.0/24"), "{}", node.rules());
+    assert_eq!(
+        get(&node.ns, "/readyz").0,
+        200,
+        "the last good config is in force"
+    );
+
+    node.delete_config();
+    node.wait_rules("deleted: the defaults", |r| {
+        r.contains(A_DEFAULT) && !r.contains("203.0.113.0/24")
+    });
+    let saved = node.last_known_good().expect("a last-known-good file");
+    assert!(
+        saved.contains("\"text\":null") && saved.contains("(not found)"),
+        "the deletion is the last-known-good: {saved}"
+    );
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn configmap_changes_reach_the_kernel_on_nftables() {
+    configmap_changes_reach_the_kernel(Backend::Nftables);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn configmap_changes_reach_the_kernel_on_iptables_nft() {
+    configmap_changes_reach_the_kernel(Backend::IptablesNft);
+}
+
+/// `nft monitor` inside the namespace: each line it prints, with when it was read.
+fn nft_monitor(ns: &mut Netns) -> mpsc::Receiver<(Instant, String)> {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "stdbuf", "-oL", "nft", "monitor"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run nft monitor");
+    let stdout = child.stdout.take().expect("nft monitor's stdout");
+    ns.adopt(child);
+    let (lines, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines.send((Instant::now(), line)).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// Seconds between the first log lines holding `from` and `to`, by their timestamps
+/// (`2026-01-01T10:00:00.123456Z ...`).
+fn seconds_between(log: &str, from: &str, to: &str) -> f64 {
+    let at = |what: &str| -> f64 {
+        let line = log
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no log line with {what:?}:\n{log}"));
+        let time = line
+            .split_whitespace()
+            .next()
+            .and_then(|stamp| stamp.split_once('T'))
+            .map(|(_, time)| time.trim_end_matches('Z'))
+            .unwrap_or_else(|| panic!("no timestamp: {line}"));
+        time.split(':')
+            .map(|part| part.parse::<f64>().expect("a timestamp's number"))
+            .fold(0.0, |total, part| total * 60.0 + part)
+    };
+    at(to) - at(from)
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+/// 20 edits: from the API write (the admin's request answered) to the element in the kernel
+/// (`nft monitor` prints it). Each must arrive within the deadline; p50 and p99 are reported.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn twenty_edits_reach_the_kernel_and_their_latency_is_reported() {
+    let mut node = ApiNode::new("api-latency", Backend::Nftables);
+    node.put_config("nonMasqueradeCIDRs: [198.51.100.0/24]\n");
+    node.start_agent();
+    node.wait_rules("created", |r| r.contains("198.51.100.0/24"));
+    let monitor = nft_monitor(&mut node.ns);
+    // The monitor is listening once it reports a commit made after it started: commit a probe
+    // table until it does.
+    assert!(
+        wait_until(PATIENCE, || {
+            node.ns
+                .sh("nft add table ip probe && nft delete table ip probe");
+            std::iter::from_fn(|| monitor.recv_timeout(Duration::from_millis(100)).ok())
+                .any(|(_, line)| line.contains("probe"))
+        }),
+        "nft monitor never reported a commit"
+    );
+    // From the request sent (curl spawned) and from its answer read, to the element listed.
+    let (mut from_sent, mut from_answer) = (Vec::new(), Vec::new());
+    for edit in 1..=20 {
+        let address = format!("203.0.113.{edit}");
+        let sent = Instant::now();
+        node.put_config(&format!("nonMasqueradeCIDRs: [{address}/32]\n"));
+        let written = Instant::now();
+        let deadline = written + PATIENCE;
+        let seen = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match monitor.recv_timeout(left) {
+                Ok((at, line)) if line.contains("element") && line.contains(&address) => break at,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "edit {edit} ({address}) never reached the kernel:\n{}\n{}",
+                    node.rules(),
+                    node.log()
+                ),
+            }
+        };
+        from_sent.push(seen.saturating_duration_since(sent));
+        from_answer.push(seen.saturating_duration_since(written));
+    }
+    assert!(node.rules().contains("203.0.113.20"), "{}", node.rules());
+    for (latencies, from) in [
+        (
+            &mut from_sent,
+            "request sent (curl spawned in the namespace)",
+        ),
+        (
+            &mut from_answer,
+            "answer read (0 when the element came first)",
+        ),
+    ] {
+        latencies.sort();
+        eprintln!(
+            "API mode, 20 ConfigMap edits, {from} -> element in the kernel (nft monitor): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            percentile(latencies, 50).as_secs_f64() * 1e3,
+            percentile(latencies, 99).as_secs_f64() * 1e3,
+            latencies[latencies.len() - 1].as_secs_f64() * 1e3,
+        );
+    }
+}
+
+/// The API stopped: the rules, `/healthz` and `/readyz` stay as they were; an agent started
+/// while it is down applies the last-known-good config at once and is ready.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn the_api_down_changes_nothing_and_a_restart_applies_the_last_known_good() {
+    let mut node = ApiNode::new("api-down", Backend::Nftables);
+    node.put_config("nonMasqueradeCIDRs: [198.51.100.0/24]\n");
+    node.start_agent();
+    node.wait_rules("created", |r| r.contains("198.51.100.0/24"));
+    assert!(wait_until(PATIENCE, || node
+        .last_known_good()
+        .is_some_and(|saved| saved.contains("198.51.100.0/24"))));
+    assert!(wait_until(PATIENCE, || get(&node.ns, "/readyz").0 == 200));
+    let before = node.rules();
+
+    node.cluster.down();
+    node.wait_log("cannot read the config ConfigMap from the API");
+    // For a while after the outage is noticed, every probe answers as before.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(3) {
+        assert_eq!(get(&node.ns, "/healthz").0, 200, "{}", node.log());
+        assert_eq!(get(&node.ns, "/readyz").0, 200, "{}", node.log());
+    }
+    assert_eq!(node.rules(), before, "an outage changes no rule");
+
+    // Restarted with the API down and the rules gone: the last-known-good comes back at once.
+    node.stop_agent();
+    node.ns.sh("nft delete table ip ipmasq");
+    let started = node.start_agent();
+    let mut logged = None;
+    let mut in_kernel = None;
+    assert!(
+        wait_until(PATIENCE, || {
+            if logged.is_none() && node.log().contains("applying the last-known-good config") {
+                logged = Some(started.elapsed());
+            }
+            if in_kernel.is_none() && node.rules().contains("198.51.100.0/24") {
+                in_kernel = Some(started.elapsed());
+            }
+            logged.is_some() && in_kernel.is_some()
+        }),
+        "the last-known-good was not applied:\n{}\n{}",
+        node.rules(),
+        node.log()
+    );
+    let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+    let log = node.log();
+    let own_clock = seconds_between(&log, "ipmasq agent starting", "rules installed");
+    eprintln!(
+        "API down at start: by the agent's log, {:.1} ms from its first line to the last-known-good's rules installed; from the spawn (ip netns exec), logged within {:.1} ms, rules seen in the kernel within {:.1} ms (polled)",
+        own_clock * 1e3,
+        ms(logged),
+        ms(in_kernel)
+    );
+    assert!(
+        log.find("applying the last-known-good config") < log.find("watching the config ConfigMap"),
+        "the last-known-good is applied before the API is even tried:\n{log}"
+    );
+    assert!(wait_until(PATIENCE, || get(&node.ns, "/readyz").0 == 200));
+    assert_eq!(node.rules(), before, "the same rules as before the restart");
+}
