@@ -185,6 +185,23 @@ fn configmap_changes_reach_the_kernel(backend: Backend) {
         r.contains("198.51.100.0/24") && !r.contains(A_DEFAULT)
     });
     node.wait_log("configmap kube-system/ip-masq-agent key config (resourceVersion ");
+    // --dry-run reads the ConfigMap once and prints what it would apply: nothing, in sync.
+    let kubeconfig = node.cluster.agent_kubeconfig().display().to_string();
+    let mut dry = vec![
+        "agent",
+        "--dry-run",
+        "--config-source=api",
+        "--kubeconfig",
+        &kubeconfig,
+    ];
+    dry.extend_from_slice(backend.flags());
+    let run = node.ns.ipmasq(&dry);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("in sync, nothing to apply"),
+        "{}",
+        run.stdout
+    );
 
     node.put_config("nonMasqueradeCIDRs: [203.0.113.0/24]\n");
     node.wait_rules("edited", |r| {
@@ -204,10 +221,13 @@ fn configmap_changes_reach_the_kernel(backend: Backend) {
     node.wait_rules("deleted: the defaults", |r| {
         r.contains(A_DEFAULT) && !r.contains("203.0.113.0/24")
     });
-    let saved = node.last_known_good().expect("a last-known-good file");
+    // The pass saves it once it has applied the rules.
     assert!(
-        saved.contains("\"text\":null") && saved.contains("(not found)"),
-        "the deletion is the last-known-good: {saved}"
+        wait_until(PATIENCE, || node.last_known_good().is_some_and(|saved| {
+            saved.contains("\"text\":null") && saved.contains("(not found)")
+        })),
+        "the deletion is the last-known-good: {:?}",
+        node.last_known_good()
     );
 }
 
