@@ -179,6 +179,10 @@ pub async fn watch(
             Ok(Event::InitDone) => ConfigMapData::of(&target, listing.take().as_ref()),
             Ok(Event::Apply(object)) => ConfigMapData::of(&target, Some(&object)),
             Ok(Event::Delete(_)) => ConfigMapData::of(&target, None),
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                info!(configmap = %target, "the watch's resource version has expired (410 Gone): listing the ConfigMap again");
+                continue;
+            }
             Err(err) => {
                 trouble(&feed, &target, err.to_string());
                 continue;
