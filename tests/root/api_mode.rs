@@ -58,8 +58,12 @@ struct ApiNode {
 
 impl ApiNode {
     fn new(tag: &str, backend: Backend) -> ApiNode {
+        ApiNode::with_apiserver_flags(tag, backend, &[])
+    }
+
+    fn with_apiserver_flags(tag: &str, backend: Backend, flags: &[&str]) -> ApiNode {
         let ns = Netns::new(tag);
-        let cluster = LocalCluster::up(&ns);
+        let cluster = LocalCluster::up_with(&ns, flags);
         ApiNode {
             cluster,
             ns,
@@ -451,19 +455,36 @@ fn etcd(ns: &Netns, url: &str, path: &str, body: &str) -> serde_json::Value {
 
 /// More than 100 writes while the agent is stopped (SIGSTOP), etcd compacted past all of them,
 /// the agent's connection cut: after SIGCONT the agent catches up to the last write and applies
-/// it once. (Whether its watch resumes or must list again after `410 Gone` is the server's
-/// choice: 1.20's watch cache, sized by its last 75 s of events, still holds these, so it
-/// resumes; the test reports which happened.)
-#[test]
-#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
-fn writes_missed_while_stopped_are_caught_up_and_the_last_applied_once() {
-    let mut node = ApiNode::new("api-relist", Backend::Nftables);
+/// it once. With the server's watch cache (sized by its last 75 s of events, out of reach of
+/// etcd's compaction) the watch resumes; without it (`configmaps#0`) the resumed watch reaches
+/// the compacted etcd, gets `410 Gone`, and the agent lists again.
+fn writes_missed_while_stopped_are_caught_up(watch_cache: bool) {
+    let flags: &[&str] = if watch_cache {
+        &[]
+    } else {
+        &["--watch-cache-sizes=configmaps#0"]
+    };
+    let mut node = ApiNode::with_apiserver_flags("api-relist", Backend::Nftables, flags);
     node.put_config("nonMasqueradeCIDRs: [198.51.100.0/24]\n");
     node.start_agent();
     node.wait_rules("created", |r| r.contains("198.51.100.0/24"));
     node.wait_log("watching the config ConfigMap");
     let (pid, _) = node.agent.clone().expect("an agent runs");
     kill(pid, "STOP");
+    // The server would keep the stopped agent's watch and send it every event: its connections
+    // are cut (ss -K) first, so its watch must start again from the version it had.
+    let sockets = node.ns.sh("ss -tnpH state established");
+    let ports: Vec<&str> = sockets
+        .lines()
+        .filter(|line| line.contains(&format!("pid={pid},")))
+        .filter_map(|line| line.split_whitespace().nth(2)?.rsplit_once(':'))
+        .map(|(_, port)| port)
+        .collect();
+    assert!(!ports.is_empty(), "the agent's connections:\n{sockets}");
+    for port in ports {
+        node.ns
+            .sh(&format!("ss -K state established '( sport = :{port} )'"));
+    }
     let writes = 120;
     for write in 1..=writes {
         node.put_config(&format!(
@@ -483,20 +504,6 @@ fn writes_missed_while_stopped_are_caught_up_and_the_last_applied_once() {
         "/v3/kv/compaction",
         &format!(r#"{{"revision":"{revision}","physical":true}}"#),
     );
-    // The server would keep the stopped agent's watch and its events buffered: the agent's
-    // connections are cut (ss -K), so its watch must start again from a compacted version.
-    let sockets = node.ns.sh("ss -tnpH state established");
-    let ports: Vec<&str> = sockets
-        .lines()
-        .filter(|line| line.contains(&format!("pid={pid},")))
-        .filter_map(|line| line.split_whitespace().nth(2)?.rsplit_once(':'))
-        .map(|(_, port)| port)
-        .collect();
-    assert!(!ports.is_empty(), "the agent's connections:\n{sockets}");
-    for port in ports {
-        node.ns
-            .sh(&format!("ss -K state established '( sport = :{port} )'"));
-    }
     kill(pid, "CONT");
     node.wait_rules("the last write", |r| {
         r.contains("198.51.100.77") && !r.contains("198.51.100.0/24")
@@ -512,13 +519,27 @@ fn writes_missed_while_stopped_are_caught_up_and_the_last_applied_once() {
         "{writes} writes while stopped, etcd compacted at revision {revision}: {lists} lists in all, {accepted} configs accepted, the last once: {}",
         last_accepted == 1
     );
+    let relisted = log.contains("410 Gone") && lists >= 2;
     eprintln!(
         "{}",
-        if log.contains("410 Gone") {
+        if relisted {
             "the watch's version had expired (410 Gone): listed again"
         } else {
             "the watch resumed from the server's watch cache (no 410)"
         }
     );
+    assert_eq!(relisted, !watch_cache, "{log}");
     assert_eq!(last_accepted, 1, "the last write is applied once:\n{log}");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn writes_missed_while_stopped_are_caught_up_from_the_watch_cache() {
+    writes_missed_while_stopped_are_caught_up(true);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn writes_missed_while_stopped_are_caught_up_by_a_relist_after_410_gone() {
+    writes_missed_while_stopped_are_caught_up(false);
 }

@@ -41,6 +41,11 @@ pub struct LocalCluster {
 impl LocalCluster {
     /// Starts etcd and kube-apiserver inside `ns` (on its loopback) and waits for `/readyz`.
     pub fn up(ns: &Netns) -> LocalCluster {
+        LocalCluster::up_with(ns, &[])
+    }
+
+    /// [`LocalCluster::up`] with more flags for kube-apiserver.
+    pub fn up_with(ns: &Netns, apiserver_flags: &[&str]) -> LocalCluster {
         require_built();
         let dir = Scratch::new(&format!("cluster-{}", ns.name));
         let out = ns
@@ -48,6 +53,7 @@ impl LocalCluster {
                 &repository().join("scripts/local-cluster"),
                 &["up", &dir.path.display().to_string()],
             )
+            .env("LOCAL_CLUSTER_APISERVER_FLAGS", apiserver_flags.join(" "))
             .output()
             .expect("run scripts/local-cluster up");
         let mut cluster = LocalCluster {
