@@ -64,11 +64,13 @@ impl ApiNode {
     fn with_apiserver_flags(tag: &str, backend: Backend, flags: &[&str]) -> ApiNode {
         let ns = Netns::new(tag);
         let cluster = LocalCluster::up_with(&ns, flags);
+        // Named by the namespace: tests with the same tag run at once in one process.
+        let logs = Scratch::new(&format!("logs-{}", ns.name));
         ApiNode {
             cluster,
             ns,
             backend,
-            logs: Scratch::new(&format!("api-{tag}")),
+            logs,
             agent: None,
             starts: 0,
         }
@@ -462,7 +464,12 @@ fn writes_missed_while_stopped_are_caught_up(watch_cache: bool) {
     } else {
         &["--watch-cache-sizes=configmaps#0"]
     };
-    let mut node = ApiNode::with_apiserver_flags("api-relist", Backend::Nftables, flags);
+    let tag = if watch_cache {
+        "api-resume"
+    } else {
+        "api-relist"
+    };
+    let mut node = ApiNode::with_apiserver_flags(tag, Backend::Nftables, flags);
     node.put_config("nonMasqueradeCIDRs: [198.51.100.0/24]\n");
     node.start_agent();
     node.wait_rules("created", |r| r.contains("198.51.100.0/24"));
