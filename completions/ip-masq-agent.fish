@@ -24,7 +24,7 @@ complete -c ip-masq-agent -l log-format -l logging-format -d 'Log line format (a
 json\t''"
 complete -c ip-masq-agent -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
 complete -c ip-masq-agent -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
-complete -c ip-masq-agent -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace' -r
+complete -c ip-masq-agent -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace; from 6 the libraries\' events too (the Kubernetes client\'s requests in API mode)' -r
 complete -c ip-masq-agent -l logtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
 complete -c ip-masq-agent -l alsologtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
 complete -c ip-masq-agent -l stderrthreshold -r

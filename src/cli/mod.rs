@@ -426,7 +426,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// klog verbosity: 0-1 info, 2-4 debug, 5+ trace
+    /// klog verbosity: 0-1 info, 2-4 debug, 5+ trace; from 6 the libraries' events too (the
+    /// Kubernetes client's requests in API mode)
     #[arg(short = 'v', long = "v", value_name = "N", default_value_t = 0)]
     pub verbosity: u8,
 

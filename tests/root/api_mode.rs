@@ -379,6 +379,11 @@ fn the_api_down_changes_nothing_and_a_restart_applies_the_last_known_good() {
 
     node.cluster.down();
     node.wait_log("cannot read the config ConfigMap from the API");
+    assert!(
+        !node.log().contains("failed with error"),
+        "no line of the client's per retry (--v below 6):\n{}",
+        node.log()
+    );
     // For a while after the outage is noticed, every probe answers as before.
     let watched = Instant::now();
     while watched.elapsed() < Duration::from_secs(3) {
