@@ -36,6 +36,11 @@ complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "validate" -d 'Check c
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config -d 'Config file (YAML or JSON); a missing file means upstream\'s defaults' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config-dir -d 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2\'s layout: lists united, booleans OR\'d, the shortest resyncInterval); replaces --config' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l config-source -d 'Where the config comes from: the file (--config or --config-dir, as kubelet mounts the ConfigMap: a change arrives with kubelet\'s next volume sync, a minute or more), or the Kubernetes API (the ConfigMap --configmap watched: a change arrives in milliseconds; the config last applied is kept in --state-dir and applied at once when the API is away at start)' -r -f -a "file\t'The file or directory kubelet mounts from the ConfigMap (upstream\'s way; the default)'
+api\t'The ConfigMap itself, watched through the Kubernetes API'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l configmap -d 'With --config-source=api: the ConfigMap that holds the config (its data key `config`, the same text as the file); needs get, list and watch on configmaps in NAMESPACE' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l kubeconfig -d 'With --config-source=api: the kubeconfig to reach the API with [default: the pod\'s service account]' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l node-name -d 'With --config-source=api: this node\'s Node name [default: $NODE_NAME (the downward API\'s spec.nodeName), else the host name]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l resync-interval -d 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2\'s flag) or as a Go duration [default: 60]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it. Unset, enableIPv6 in the config decides (default false); set, it wins over the config' -r
@@ -55,7 +60,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-format -l lo
 json\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace; from 6 the libraries\' events too (the Kubernetes client\'s requests in API mode)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l logtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l alsologtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l stderrthreshold -r

@@ -1,7 +1,7 @@
 //! Log set-up for the agent: tracing to stderr, text or JSON, with klog's `--v` mapped onto
-//! levels (0-1 info, 2-4 debug, 5+ trace). Under systemd, when stderr is the journal, text
-//! lines carry their priority as a `<N>` prefix (journald reads it: `journalctl -p err` finds a
-//! rejected config) and no timestamp of their own (the journal stamps every line). In text,
+//! levels (0-1 info, 2-4 debug, 5+ trace; the libraries' events only from 6). Under systemd,
+//! when stderr is the journal, text lines carry their priority as a `<N>` prefix (journald
+//! reads it: `journalctl -p err` finds a rejected config) and no timestamp of their own (the journal stamps every line). In text,
 //! the message is always quoted, and so is a field's value holding a space, `=`, `"` or a
 //! control character (`holder="agent pid 7"`), with Rust's string escapes: a line splits into
 //! fields the way logfmt readers split it, and no text from a config (a key called
@@ -146,8 +146,29 @@ fn text_fields() -> TextFields {
     TextFields
 }
 
+/// From this klog verbosity on, the libraries' own events are logged too (the Kubernetes
+/// client's requests, as client-go logs HTTP at `--v=6`); below it only ipmasq's: what the
+/// agent says about the API (once per error, with what stays in force) is its own, and a
+/// client's line per retry during an API outage would repeat it every backoff.
+pub const LIBRARY_VERBOSITY: u8 = 6;
+
+/// Which events are logged at `verbosity`: ipmasq's at [`level_for`], the libraries' only
+/// from [`LIBRARY_VERBOSITY`] on.
+pub fn targets(verbosity: u8) -> tracing_subscriber::filter::Targets {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let libraries = if verbosity >= LIBRARY_VERBOSITY {
+        LevelFilter::from_level(level_for(verbosity))
+    } else {
+        LevelFilter::OFF
+    };
+    Targets::new()
+        .with_target(env!("CARGO_CRATE_NAME"), level_for(verbosity))
+        .with_default(libraries)
+}
+
 /// Installs the global subscriber; a second call is a no-op.
 pub fn init(format: LogFormat, verbosity: u8) {
+    use tracing_subscriber::layer::SubscriberExt;
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level_for(verbosity))
@@ -156,16 +177,25 @@ pub fn init(format: LogFormat, verbosity: u8) {
         std::env::var("JOURNAL_STREAM").ok().as_deref(),
         std::io::stderr(),
     );
+    let filter = targets(verbosity);
     let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text if journal => builder
-            .fmt_fields(text_fields())
-            .event_format(journal_format())
-            .try_init(),
-        LogFormat::Text => builder
-            .fmt_fields(text_fields())
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
+        LogFormat::Json => tracing::subscriber::set_global_default(
+            builder.json().flatten_event(true).finish().with(filter),
+        ),
+        LogFormat::Text if journal => tracing::subscriber::set_global_default(
+            builder
+                .fmt_fields(text_fields())
+                .event_format(journal_format())
+                .finish()
+                .with(filter),
+        ),
+        LogFormat::Text => tracing::subscriber::set_global_default(
+            builder
+                .fmt_fields(text_fields())
+                .with_ansi(std::io::stderr().is_terminal())
+                .finish()
+                .with(filter),
+        ),
     };
 }
 
@@ -173,6 +203,28 @@ pub fn init(format: LogFormat, verbosity: u8) {
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn the_libraries_log_only_from_verbosity_6() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let buffer = Buffer::default();
+        for (verbosity, want) in [(0u8, 1usize), (4, 1), (6, 2)] {
+            let writer = buffer.clone();
+            buffer.0.lock().unwrap().clear();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_max_level(Level::TRACE)
+                .finish()
+                .with(targets(verbosity));
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::error!("ours");
+                tracing::error!(target: "kube_client::client", "failed with error client error (Connect)");
+            });
+            let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+            assert_eq!(text.lines().count(), want, "--v={verbosity}: {text}");
+            assert!(text.contains("ours"));
+        }
+    }
 
     #[test]
     fn klog_verbosity_maps_to_levels() {

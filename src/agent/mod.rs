@@ -6,6 +6,7 @@
 
 pub(crate) mod health;
 pub(crate) mod http;
+pub(crate) mod last_known_good;
 pub(crate) mod logging;
 pub(crate) mod memory;
 pub(crate) mod reconcile;
@@ -17,7 +18,7 @@ pub(crate) mod watch;
 use crate::backend::Backend;
 use crate::plan::Names;
 use reconcile::{Pass, Reconciler};
-use sinks::{HealthSink, LogSink, PassDone, StateFileSink, StatusSink};
+use sinks::{HealthSink, LastKnownGoodSink, LogSink, PassDone, StateFileSink, StatusSink};
 use state::AgentState;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -63,6 +64,8 @@ enum Trigger {
     Hangup,
     /// An address of this node came or went (worth a pass only with `outputAddress`).
     AddressChanged,
+    /// The API watcher saw the config ConfigMap's text change (API mode).
+    ApiChanged,
 }
 
 /// What the event loop asks of the reconcile thread.
@@ -134,11 +137,13 @@ fn reconcile_thread(
     reconciler.take_over_leftovers();
     let mut trigger = Trigger::Timer;
     let mut leftovers_checked = false;
-    let mut sinks: Vec<Box<dyn StatusSink>> = vec![
-        Box::new(HealthSink(shared.clone())),
-        Box::new(LogSink),
-        Box::new(StateFileSink::new(state, state_dir)),
-    ];
+    let api = reconciler.settings.api.is_some();
+    let mut sinks: Vec<Box<dyn StatusSink>> =
+        vec![Box::new(HealthSink(shared.clone())), Box::new(LogSink)];
+    if let Some(api) = &reconciler.settings.api {
+        sinks.push(Box::new(LastKnownGoodSink::new(state_dir.clone(), api)));
+    }
+    sinks.push(Box::new(StateFileSink::new(state, state_dir, api)));
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
@@ -278,13 +283,11 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         return Ending::SetupFailed("cannot install signal handlers".into());
     };
     let shared: http::Shared = Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_id())));
-    let mut watch = match &reconciler.settings.config {
-        crate::config::ConfigSource::File(path) => DirWatch::new(path),
-        crate::config::ConfigSource::Dir(dir) => DirWatch::for_parts(dir),
-    };
+    // In API mode no file is read, so none is watched: the ConfigMap watcher wakes the passes.
+    let mut api = reconciler.settings.api.clone().zip(reconciler.api_feed());
+    let mut files = FileTrigger::new(&reconciler);
     let names = reconciler.settings.plan.names();
     let backend_id = reconciler.backend_id();
-    let config_in_flux = reconciler.config_in_flux();
     let address_events = reconciler.address_events();
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -313,45 +316,21 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
             return Ending::SetupFailed(format!("cannot start the reconcile thread: {err}"))
         }
     };
-    // A config change waiting to settle; the loop keeps serving signals meanwhile.
-    let mut settling: Option<watch::Settling> = None;
     let mut addresses = AddressTrigger::new(shared.clone(), &address_events);
     let signal_name = loop {
-        let deadline = settling.map(|s| s.deadline(watch.writing(), SETTLE, WRITER_DEADLINE));
-        let settled = async move {
-            match deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             taken = &mut lock_taken_rx, if awaiting_lock => {
                 awaiting_lock = false;
                 if let Err(ending) = serve_then_pass(taken.is_ok(), options.metrics_addr, &shared, &commands).await {
                     return ending;
                 }
-            }
-            _ = done_rx.recv() => watch.arm(),
-            _ = watch.changed() => {
-                let now = tokio::time::Instant::now();
-                settling
-                    .get_or_insert_with(|| watch::Settling::new(now))
-                    .saw_event(now, watch.renamed_into_place());
-                // While a writer has the file open, no pass (timer or signal) reads it.
-                let was = config_in_flux.swap(watch.writing(), std::sync::atomic::Ordering::AcqRel);
-                if watch.writing() && !was {
-                    info!("the config file is being rewritten in place; waiting for the writer to close it");
+                // The API is watched by the holder of the node lock only, once it serves.
+                if let (true, Some((settings, feed))) = (taken.is_ok(), api.take()) {
+                    tokio::spawn(watch_the_api(settings, feed, commands.clone()));
                 }
             }
-            _ = settled => {
-                if watch.writing() {
-                    warn!(deadline_s = WRITER_DEADLINE.as_secs_f64(), "a writer has kept the config file open past the deadline; reading it as it is");
-                    watch.forget_writer();
-                }
-                settling = None;
-                config_in_flux.store(false, std::sync::atomic::Ordering::Release);
-                let _ = commands.send(Command::Pass(Trigger::ConfigChanged));
-            }
+            _ = done_rx.recv() => files.arm(),
+            () = files.settled() => drop(commands.send(Command::Pass(Trigger::ConfigChanged))),
             () = addresses.settled() => drop(commands.send(Command::Pass(Trigger::AddressChanged))),
             _ = sighup.recv() => {
                 info!("SIGHUP: re-reading the config and re-syncing");
@@ -371,6 +350,115 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         (backend_id, names),
     )
     .await
+}
+
+/// The config file's (or directory's) changes: the directory watch, a change waiting to
+/// settle (the loop keeps serving signals meanwhile), and the in-flux flag the source reads
+/// while a writer has the file open. API mode has no watch: the ConfigMap watcher wakes the
+/// passes instead.
+struct FileTrigger {
+    watch: Option<DirWatch>,
+    settling: Option<watch::Settling>,
+    in_flux: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FileTrigger {
+    fn new(reconciler: &Reconciler) -> Self {
+        let watch = match (&reconciler.settings.api, &reconciler.settings.config) {
+            (Some(_), _) => None,
+            (None, crate::config::ConfigSource::File(path)) => Some(DirWatch::new(path)),
+            (None, crate::config::ConfigSource::Dir(dir)) => Some(DirWatch::for_parts(dir)),
+        };
+        FileTrigger {
+            watch,
+            settling: None,
+            in_flux: reconciler.config_in_flux(),
+        }
+    }
+
+    /// Adds the watches that are missing (after a pass: the directory may have appeared).
+    fn arm(&mut self) {
+        if let Some(watch) = self.watch.as_mut() {
+            watch.arm();
+        }
+    }
+
+    fn writing(&self) -> bool {
+        self.watch.as_ref().is_some_and(DirWatch::writing)
+    }
+
+    /// Returns once a change has settled: a burst of events quiet for [`SETTLE`], a writer
+    /// done (or past [`WRITER_DEADLINE`]). Cancel-safe: the change waiting is kept here.
+    async fn settled(&mut self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let writing = self.writing();
+            let deadline = self
+                .settling
+                .map(|s| s.deadline(writing, SETTLE, WRITER_DEADLINE));
+            let due = async move {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                renamed_into_place = config_changed(&mut self.watch) => {
+                    let now = tokio::time::Instant::now();
+                    self.settling
+                        .get_or_insert_with(|| watch::Settling::new(now))
+                        .saw_event(now, renamed_into_place);
+                    // While a writer has the file open, no pass (timer or signal) reads it.
+                    let writing = self.writing();
+                    let was = self.in_flux.swap(writing, Ordering::AcqRel);
+                    if writing && !was {
+                        info!("the config file is being rewritten in place; waiting for the writer to close it");
+                    }
+                }
+                () = due => {
+                    if let Some(watch) = self.watch.as_mut().filter(|w| w.writing()) {
+                        warn!(deadline_s = WRITER_DEADLINE.as_secs_f64(), "a writer has kept the config file open past the deadline; reading it as it is");
+                        watch.forget_writer();
+                    }
+                    self.settling = None;
+                    self.in_flux.store(false, Ordering::Release);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Returns once the config directory's watch saw a change, with whether it ended in a rename
+/// into place (never, without a watch: API mode).
+async fn config_changed(watch: &mut Option<DirWatch>) -> bool {
+    match watch {
+        Some(watch) => {
+            watch.changed().await;
+            watch.renamed_into_place()
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// API mode: a client, then the ConfigMap watcher for as long as the agent runs, each change
+/// of the text waking a pass. Without a client (its kubeconfig unreadable since start) the
+/// config in force (the last-known-good, if any) stays, and the error is logged.
+async fn watch_the_api(
+    api: reconcile::ApiSettings,
+    feed: crate::cluster::configmap::ConfigMapFeed,
+    commands: mpsc::Sender<Command>,
+) {
+    let client = match crate::cluster::client(&api.credentials).await {
+        Ok(client) => client,
+        Err(err) => {
+            error!(configmap = %api.configmap, error = %err, "cannot make a Kubernetes client; no config is read from the API (the config in force stays)");
+            return;
+        }
+    };
+    info!(configmap = %api.configmap, key = crate::cluster::configmap::CONFIG_KEY, "watching the config ConfigMap (list, then watch)");
+    let wake = move || drop(commands.send(Command::Pass(Trigger::ApiChanged)));
+    crate::cluster::configmap::watch(client, api.configmap, feed, wake).await;
 }
 
 /// The subscription to this node's address changes, registered with the runtime; None (with

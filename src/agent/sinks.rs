@@ -1,8 +1,10 @@
 //! Where the outcome of each pass goes, in order: the snapshot health and metrics serve, the
 //! log's "pass done", and the state file with the config in force next to it. The reconcile
-//! thread publishes each pass to a list of [`StatusSink`]s (step 18 adds the Node object).
+//! thread publishes each pass to a list of [`StatusSink`]s; in API mode the config applied is
+//! also saved as last-known-good.
 
-use super::reconcile::{ActiveRead, Pass, Reconciler};
+use super::last_known_good::{self, LastKnownGood};
+use super::reconcile::{ActiveRead, ApiSettings, Pass, Reconciler, LAST_KNOWN_GOOD};
 use super::state::{self, AgentState};
 use super::{http, lock, pass_name, Trigger};
 use std::path::PathBuf;
@@ -50,11 +52,75 @@ impl StatusSink for LogSink {
     }
 }
 
+/// API mode: the config in force, once a pass applied it, saved as last-known-good (only
+/// when it changed; never the last-known-good itself again).
+pub struct LastKnownGoodSink {
+    dir: PathBuf,
+    configmap: String,
+    /// The digest and provenance last saved (or found at start).
+    saved: Option<(Option<String>, String)>,
+    /// The error of the last failed write, logged once.
+    failed: Option<String>,
+}
+
+impl LastKnownGoodSink {
+    pub fn new(dir: PathBuf, api: &ApiSettings) -> LastKnownGoodSink {
+        LastKnownGoodSink {
+            dir,
+            configmap: api.configmap.to_string(),
+            saved: api
+                .last_known_good
+                .as_ref()
+                .map(|saved| (saved.digest.clone(), saved.provenance.clone())),
+            failed: None,
+        }
+    }
+}
+
+impl StatusSink for LastKnownGoodSink {
+    fn publish(&mut self, done: &PassDone) {
+        if !matches!(done.pass, Pass::Synced(_)) {
+            return;
+        }
+        let Some(read) = done.reconciler.config_read() else {
+            return;
+        };
+        let key = (read.digest.clone(), read.label.clone());
+        if read.label.starts_with(LAST_KNOWN_GOOD) || self.saved.as_ref() == Some(&key) {
+            return;
+        }
+        let saved = LastKnownGood {
+            schema_version: last_known_good::SCHEMA_VERSION,
+            configmap: self.configmap.clone(),
+            provenance: read.label.clone(),
+            digest: read.digest.clone(),
+            saved_at: crate::config::digest::rfc3339_utc(read.at),
+            text: read.text.as_deref().cloned(),
+        };
+        match last_known_good::write(&self.dir, &saved) {
+            Ok(path) => {
+                debug!(path = %path.display(), config = %read.label, "last-known-good config saved");
+                self.saved = Some(key);
+                self.failed = None;
+            }
+            Err(err) => {
+                let err = err.to_string();
+                if self.failed.as_ref() != Some(&err) {
+                    warn!(dir = %self.dir.display(), error = %err, "cannot save the last-known-good config; an agent started while the API is away will wait for it");
+                    self.failed = Some(err);
+                }
+            }
+        }
+    }
+}
+
 /// The state file under the state directory, and the config in force recorded next to it;
 /// each written only when it changed.
 pub struct StateFileSink {
     state: AgentState,
     dir: PathBuf,
+    /// API mode: the config comes from a ConfigMap, recorded by its provenance.
+    api: bool,
     /// The state last written.
     written: Option<AgentState>,
     /// The read of the config last recorded.
@@ -62,10 +128,11 @@ pub struct StateFileSink {
 }
 
 impl StateFileSink {
-    pub fn new(state: AgentState, dir: PathBuf) -> StateFileSink {
+    pub fn new(state: AgentState, dir: PathBuf, api: bool) -> StateFileSink {
         StateFileSink {
             state,
             dir,
+            api,
             written: None,
             recorded: None,
         }
@@ -88,10 +155,14 @@ impl StateFileSink {
         match state::write_applied(state_dir, &applied) {
             Ok(path) => {
                 state.config_read = Some(state::ConfigRecord {
-                    path: state
-                        .config_dir
-                        .clone()
-                        .unwrap_or_else(|| state.config.clone()),
+                    path: if self.api {
+                        read.label.clone()
+                    } else {
+                        state
+                            .config_dir
+                            .clone()
+                            .unwrap_or_else(|| state.config.clone())
+                    },
                     source: state.config_source.clone(),
                     digest: read.digest.clone(),
                     read_at,
@@ -116,6 +187,7 @@ impl StatusSink for StateFileSink {
         if let Some(origin) = reconciler.config_origin() {
             self.state.config_source = match origin {
                 crate::config::ConfigOrigin::Defaults => "defaults".into(),
+                crate::config::ConfigOrigin::File if self.api => "configmap".into(),
                 crate::config::ConfigOrigin::File => "file".into(),
                 crate::config::ConfigOrigin::Dir => "merged files".into(),
             };

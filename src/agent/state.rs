@@ -217,7 +217,7 @@ pub fn state_dir(flag: Option<&Path>) -> PathBuf {
 }
 
 /// The inode of a process's network namespace (`/proc/PID/ns/net` → `net:[4026531840]`).
-fn netns_inode(pid: &str) -> Option<String> {
+pub(crate) fn netns_inode(pid: &str) -> Option<String> {
     let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
     let text = link.to_string_lossy();
     let inode = text.strip_prefix("net:[")?.strip_suffix(']')?;
@@ -237,7 +237,7 @@ pub const MAX_STATE_BYTES: u64 = 64 << 10;
 /// Opens a file under the state directory without following a symlink at its name (someone
 /// with write access to the directory cannot redirect our writes to another file), and
 /// without blocking on a FIFO; only a regular file is returned.
-fn open_state_file(
+pub(crate) fn open_state_file(
     path: &Path,
     options: &mut std::fs::OpenOptions,
 ) -> std::io::Result<std::fs::File> {
@@ -317,7 +317,7 @@ pub fn read_applied(dir: &Path, record: &ConfigRecord) -> Result<AppliedConfig, 
 }
 
 /// Writes `bytes` to `path` (in `dir`) through an exclusive temporary file renamed into place.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(dir)?;
     let mut extension = path

@@ -184,6 +184,15 @@ pub enum IptablesModeArg {
     Legacy,
 }
 
+/// `--config-source`'s spelling: where the agent reads its config.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigSourceArg {
+    /// The file or directory kubelet mounts from the ConfigMap (upstream's way; the default)
+    File,
+    /// The ConfigMap itself, watched through the Kubernetes API
+    Api,
+}
+
 /// Log line format.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -294,7 +303,16 @@ pub fn from_matches(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
         iptables_mode: given("iptables_mode"),
     };
     match &mut cli.applet {
-        Some(Applet::Agent(args)) => args.backend.given = backend_given(),
+        Some(Applet::Agent(args)) => {
+            args.backend.given = backend_given();
+            let file_flags_given = given("config") || given("config_dir");
+            if let Some(conflict) = args.source_conflict(file_flags_given, given("configmap")) {
+                return Err(clap::Error::raw(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!("{conflict}\n"),
+                ));
+            }
+        }
         Some(Applet::Show(args)) => args.backend.given = backend_given(),
         Some(Applet::Explain(args)) => args.backend.given = backend_given(),
         Some(Applet::Cleanup(args)) => {
@@ -316,6 +334,33 @@ pub struct AgentArgs {
     /// layout: lists united, booleans OR'd, the shortest resyncInterval); replaces --config
     #[arg(long, value_name = "DIR", conflicts_with = "config")]
     pub config_dir: Option<PathBuf>,
+
+    /// Where the config comes from: the file (--config or --config-dir, as kubelet mounts the
+    /// ConfigMap: a change arrives with kubelet's next volume sync, a minute or more), or the
+    /// Kubernetes API (the ConfigMap --configmap watched: a change arrives in milliseconds; the
+    /// config last applied is kept in --state-dir and applied at once when the API is away at
+    /// start)
+    #[arg(long, value_enum, value_name = "SOURCE", default_value_t = ConfigSourceArg::File)]
+    pub config_source: ConfigSourceArg,
+
+    /// With --config-source=api: the ConfigMap that holds the config (its data key `config`,
+    /// the same text as the file); needs get, list and watch on configmaps in NAMESPACE
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME",
+        default_value = crate::cluster::configmap::DEFAULT_CONFIGMAP
+    )]
+    pub configmap: crate::cluster::configmap::ConfigMapRef,
+
+    /// With --config-source=api: the kubeconfig to reach the API with [default: the pod's
+    /// service account]
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// With --config-source=api: this node's Node name [default: $NODE_NAME (the downward
+    /// API's spec.nodeName), else the host name]
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
 
     /// Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2's
     /// flag) or as a Go duration [default: 60]
@@ -384,7 +429,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// klog verbosity: 0-1 info, 2-4 debug, 5+ trace
+    /// klog verbosity: 0-1 info, 2-4 debug, 5+ trace; from 6 the libraries' events too (the
+    /// Kubernetes client's requests in API mode)
     #[arg(short = 'v', long = "v", value_name = "N", default_value_t = 0)]
     pub verbosity: u8,
 
@@ -680,6 +726,37 @@ fn parse_resync_seconds(text: &str) -> Result<crate::config::GoDuration, String>
 }
 
 impl AgentArgs {
+    /// Why the flags given do not fit `--config-source`, in words that say what to do: the
+    /// API's flags without `--config-source=api`, or a config path with it.
+    pub fn source_conflict(&self, file_flags_given: bool, configmap_given: bool) -> Option<String> {
+        match self.config_source {
+            ConfigSourceArg::File => {
+                let api_flags: Vec<&str> = [
+                    ("--configmap", configmap_given),
+                    ("--kubeconfig", self.kubeconfig.is_some()),
+                    ("--node-name", self.node_name.is_some()),
+                ]
+                .into_iter()
+                .filter_map(|(flag, given)| given.then_some(flag))
+                .collect();
+                (!api_flags.is_empty()).then(|| {
+                    let (verb, them) = if api_flags.len() == 1 {
+                        ("applies", "it")
+                    } else {
+                        ("apply", "them")
+                    };
+                    format!(
+                        "{} only {verb} with --config-source=api: add --config-source=api to read the config from the Kubernetes API, or drop {them} to read the file",
+                        api_flags.join(", ")
+                    )
+                })
+            }
+            ConfigSourceArg::Api => file_flags_given.then(|| {
+                "--config-source=api reads the ConfigMap named by --configmap, not --config or --config-dir: drop them, or use --config-source=file".to_string()
+            }),
+        }
+    }
+
     /// Where the config is read: `--config-dir`, else `--config`.
     pub fn config_source(&self) -> crate::config::ConfigSource {
         match &self.config_dir {

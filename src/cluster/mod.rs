@@ -3,6 +3,7 @@
 //! one-shot call bounds its answer: see [`REQUEST_TIMEOUT`]), and how the agent
 //! knows its own Node's name. The API-mode source, the Node mirror and `ipmasq fleet` build on it.
 
+pub mod configmap;
 pub mod mirror;
 
 use std::path::{Path, PathBuf};
@@ -55,6 +56,27 @@ pub enum ClientError {
     Inferred { reason: String },
     #[error("cannot build a client for {server}: {reason}")]
     Client { server: String, reason: String },
+}
+
+/// Checks at start, without the network, that `credentials` can make a client: the
+/// kubeconfig reads and parses, or the pod has a service account. The error says what to do.
+pub fn check_credentials(credentials: &Credentials) -> Result<(), ClientError> {
+    match credentials {
+        Credentials::Kubeconfig(path) => kube::config::Kubeconfig::read_from(path)
+            .map(drop)
+            .map_err(|err| ClientError::Kubeconfig {
+                path: path.clone(),
+                reason: err.to_string(),
+            }),
+        Credentials::InCluster => {
+            kube::Config::incluster()
+                .map(drop)
+                .map_err(|err| ClientError::InCluster {
+                    reason: err.to_string(),
+                })
+        }
+        Credentials::Inferred => Ok(()),
+    }
 }
 
 /// A client with deadlines on connecting and on every request's answer.

@@ -2,11 +2,100 @@
 //! checks, the start line in the log), then `--dry-run`, `--once` or the reconcile loop.
 
 use super::{choose_backend, plan_options, rule_settings, Exit};
+use crate::agent::reconcile::ApiSettings;
 use crate::agent::reconcile::{Pass, Reconciler, Settings};
 use crate::agent::state::{state_dir, AgentState};
 use crate::agent::{logging, run_forever, Ending, RunOptions};
-use crate::cli::AgentArgs;
+use crate::cli::{AgentArgs, ConfigSourceArg};
+use crate::cluster::configmap::CONFIG_KEY;
+use crate::cluster::Credentials;
 use tracing::{error, info, warn};
+
+/// API mode's settings from the flags: credentials that can make a client (checked now, so a
+/// missing service account is a start-up error that says what to do), the node's name, and
+/// the last-known-good config of the ConfigMap, if the state directory holds one.
+fn api_settings(args: &AgentArgs) -> Result<ApiSettings, String> {
+    let credentials = Credentials::from_flag(args.kubeconfig.as_deref(), Credentials::InCluster);
+    crate::cluster::check_credentials(&credentials).map_err(|err| err.to_string())?;
+    let configmap = args.configmap.clone();
+    let last_known_good = match crate::agent::last_known_good::read(
+        &state_dir(args.state_dir.as_deref()),
+        &configmap.to_string(),
+    ) {
+        Ok(saved) => saved,
+        Err(reason) => {
+            warn!(%reason, "ignoring the last-known-good config in the state directory");
+            None
+        }
+    };
+    Ok(ApiSettings {
+        configmap,
+        credentials,
+        node_name: crate::cluster::node_name(args.node_name.as_deref()),
+        last_known_good,
+    })
+}
+
+/// The start line of API mode: which ConfigMap, as which node, with which credentials, and
+/// the last-known-good found.
+fn log_api_mode(api: &ApiSettings) {
+    info!(
+        configmap = %api.configmap,
+        key = CONFIG_KEY,
+        node = api.node_name.as_deref().unwrap_or("unknown"),
+        credentials = %credentials_words(&api.credentials),
+        last_known_good = api.last_known_good.as_ref().map_or("none", |saved| saved.provenance.as_str()),
+        "API mode: the config is the ConfigMap's, read through the Kubernetes API"
+    );
+}
+
+/// How the start line names where the API's credentials come from.
+fn credentials_words(credentials: &Credentials) -> String {
+    match credentials {
+        Credentials::Kubeconfig(path) => format!("kubeconfig {}", path.display()),
+        Credentials::InCluster => "the pod's service account".into(),
+        Credentials::Inferred => "kubectl's search".into(),
+    }
+}
+
+/// `--once` and `--dry-run` in API mode: one read of the ConfigMap (no watch), published to
+/// the source as a first list would be; when the API cannot be read, the source falls back to
+/// the last-known-good, if any.
+fn read_the_api_once(reconciler: &Reconciler, api: &ApiSettings) {
+    let Some(feed) = reconciler.api_feed() else {
+        return;
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            error!(error = %err, "cannot start the runtime to read the API");
+            return;
+        }
+    };
+    let read = runtime.block_on(async {
+        let client = crate::cluster::client(&api.credentials)
+            .await
+            .map_err(|err| err.to_string())?;
+        tokio::time::timeout(
+            crate::cluster::REQUEST_TIMEOUT,
+            crate::cluster::configmap::fetch(client, &api.configmap),
+        )
+        .await
+        .map_err(|_| "no answer from the API in time".to_string())?
+    });
+    match read {
+        Ok(data) => {
+            crate::cluster::configmap::publish(&feed, data);
+        }
+        Err(reason) => {
+            warn!(configmap = %api.configmap, error = %reason, "cannot read the config ConfigMap from the API");
+            feed.lock().unwrap_or_else(|e| e.into_inner()).trouble = Some(reason);
+        }
+    }
+}
 
 /// Runs the agent applet.
 pub fn run(args: &AgentArgs) -> Exit {
@@ -30,8 +119,24 @@ pub fn run(args: &AgentArgs) -> Exit {
     let random_fully = plan.random_fully;
     let flags = &args.rules.config_flags;
     let source = args.config_source();
+    let api = match args.config_source {
+        ConfigSourceArg::File => None,
+        ConfigSourceArg::Api => match api_settings(args) {
+            Ok(api) => Some(api),
+            Err(reason) => {
+                error!("{reason}");
+                eprintln!("ipmasq agent: {reason}");
+                return Exit::Usage;
+            }
+        },
+    };
+    let config_label = match &api {
+        Some(api) => format!("configmap {} key {}", api.configmap, CONFIG_KEY),
+        None => source.to_string(),
+    };
     let settings = Settings {
         config: source.clone(),
+        api: api.clone(),
         options: args.config_options(),
         plan,
         dry_run: args.dry_run,
@@ -44,7 +149,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         version = env!("CARGO_PKG_VERSION"),
         backend = %backend_name,
         backend_choice = %selected.reason,
-        config = %source,
+        config = %config_label,
         masq_chain = %args.rules.masq_chain,
         enable_ipv6 = flags.enable_ipv6,
         nomasq_all_reserved_ranges = flags.nomasq_all_reserved_ranges,
@@ -56,8 +161,16 @@ pub fn run(args: &AgentArgs) -> Exit {
         conntrack_reset = args.conntrack_reset.as_str(),
         "ipmasq agent starting"
     );
+    if let Some(api) = &api {
+        log_api_mode(api);
+    }
     let mut reconciler = Reconciler::new(settings, backend);
     log_memory_limit(&reconciler, &backend_name);
+    if let Some(api) = &api {
+        if args.dry_run || args.once {
+            read_the_api_once(&reconciler, api);
+        }
+    }
 
     if args.dry_run {
         return dry_run(&mut reconciler);
@@ -69,19 +182,11 @@ pub fn run(args: &AgentArgs) -> Exit {
         cleanup_on_exit: args.cleanup_on_exit,
         metrics_addr: args.metrics_addr.0,
         state_dir: state_dir(args.state_dir.as_deref()),
-        state: AgentState {
-            schema_version: 1,
-            pid: std::process::id(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            backend: backend_id,
-            backend_choice: selected.reason,
-            config: args.config.display().to_string(),
-            config_dir: args.config_dir.as_ref().map(|d| d.display().to_string()),
-            config_source: "unknown".into(),
-            rules: rule_settings(&args.rules),
-            instance: crate::agent::state::new_instance(),
-            config_read: None,
-        },
+        state: agent_state(
+            args,
+            (backend_id, selected.reason),
+            api.is_some().then_some(config_label),
+        ),
     };
     match run_forever(reconciler, options) {
         Ending::Stopped => Exit::Ok,
@@ -90,6 +195,28 @@ pub fn run(args: &AgentArgs) -> Exit {
             error!("{reason}");
             Exit::Failure
         }
+    }
+}
+
+/// What the state file says of this agent at start; `api_config` names the ConfigMap in API
+/// mode.
+fn agent_state(
+    args: &AgentArgs,
+    (backend, backend_choice): (crate::backend::BackendId, String),
+    api_config: Option<String>,
+) -> AgentState {
+    AgentState {
+        schema_version: 1,
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        backend,
+        backend_choice,
+        config: api_config.unwrap_or_else(|| args.config.display().to_string()),
+        config_dir: args.config_dir.as_ref().map(|d| d.display().to_string()),
+        config_source: "unknown".into(),
+        rules: rule_settings(&args.rules),
+        instance: crate::agent::state::new_instance(),
+        config_read: None,
     }
 }
 

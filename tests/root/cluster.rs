@@ -41,6 +41,11 @@ pub struct LocalCluster {
 impl LocalCluster {
     /// Starts etcd and kube-apiserver inside `ns` (on its loopback) and waits for `/readyz`.
     pub fn up(ns: &Netns) -> LocalCluster {
+        LocalCluster::up_with(ns, &[])
+    }
+
+    /// [`LocalCluster::up`] with more flags for kube-apiserver.
+    pub fn up_with(ns: &Netns, apiserver_flags: &[&str]) -> LocalCluster {
         require_built();
         let dir = Scratch::new(&format!("cluster-{}", ns.name));
         let out = ns
@@ -48,6 +53,7 @@ impl LocalCluster {
                 &repository().join("scripts/local-cluster"),
                 &["up", &dir.path.display().to_string()],
             )
+            .env("LOCAL_CLUSTER_APISERVER_FLAGS", apiserver_flags.join(" "))
             .output()
             .expect("run scripts/local-cluster up");
         let mut cluster = LocalCluster {
@@ -83,6 +89,20 @@ impl LocalCluster {
     /// The network namespace the control plane runs in.
     pub fn netns(&self) -> &str {
         &self.netns
+    }
+
+    /// Stops the control plane now (the API unreachable); drop stops nothing more.
+    pub fn down(&self) {
+        let out = Command::new(repository().join("scripts/local-cluster"))
+            .arg("down")
+            .arg(&self.dir.path)
+            .output()
+            .expect("run scripts/local-cluster down");
+        assert!(
+            out.status.success(),
+            "scripts/local-cluster down: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The last lines of one of the control plane's logs, for a failure message.

@@ -15,6 +15,7 @@ macro_rules! both_variants {
 
 mod address_churn;
 mod agent;
+mod api_mode;
 mod cluster;
 mod config_file;
 mod conntrack;

@@ -12,11 +12,16 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use tracing::{error, info, warn};
 
-/// When the bytes of the config in force were read, and their digest.
+/// When and where the bytes of the config in force were read, their digest and (of a single
+/// text) the text itself, shared with the source (API mode keeps it as last-known-good).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActiveRead {
     pub digest: Option<String>,
     pub at: std::time::SystemTime,
+    /// How the source named them (the path, or the ConfigMap and its resource version).
+    pub label: String,
+    /// The text of one file or ConfigMap key; None for the defaults and a merged directory.
+    pub text: Option<std::sync::Arc<String>>,
 }
 
 /// What admission reports to the status stage.
@@ -121,9 +126,15 @@ impl Admission {
     /// only to a valid one.
     pub fn admit(&mut self, read: SourceRead, inputs: &AdmissionInputs) {
         let path = inputs.label;
-        let loaded = match read {
+        let (loaded, text) = match read {
             SourceRead::Nothing => return,
-            SourceRead::Read(text) => text.check(inputs.options),
+            SourceRead::Read(text) => (
+                text.check(inputs.options),
+                match text {
+                    config::SourceText::File(text) => Some(text),
+                    config::SourceText::Missing | config::SourceText::Dir { .. } => None,
+                },
+            ),
             SourceRead::Unreadable(message) => {
                 let kept = (
                     "keeping the rules of the last good config",
@@ -167,7 +178,15 @@ impl Admission {
                     error!(config = %path, errors = %problems.join("; "), "invalid config rejected; {kept}");
                 });
             }
-            Some(new) => self.accept(new, &checked, (loaded.origin, loaded.digest), path),
+            Some(new) => {
+                let read = ActiveRead {
+                    digest: loaded.digest,
+                    at: std::time::SystemTime::now(),
+                    label: path.to_string(),
+                    text,
+                };
+                self.accept(new, &checked, loaded.origin, read);
+            }
         }
     }
 
@@ -177,9 +196,10 @@ impl Admission {
         &mut self,
         new: Config,
         checked: &config::Checked,
-        (origin, digest): (ConfigOrigin, Option<String>),
-        path: &str,
+        origin: ConfigOrigin,
+        read: ActiveRead,
     ) {
+        let path = read.label.as_str();
         let note = fingerprint(checked.diagnostics());
         let changed = self.active.as_ref() != Some(&new);
         if changed || self.last_note != Some(note) {
@@ -214,10 +234,7 @@ impl Admission {
         }
         self.active = Some(new);
         self.origin = Some(origin);
-        self.read = Some(ActiveRead {
-            digest,
-            at: std::time::SystemTime::now(),
-        });
+        self.read = Some(read);
         self.counts.config_current = true;
     }
 

@@ -12,6 +12,7 @@ mod source;
 mod status;
 
 pub use admission::ActiveRead;
+pub use source::{ApiSettings, LAST_KNOWN_GOOD};
 pub use status::Status;
 
 use crate::backend::{BackendError, SyncReport};
@@ -45,8 +46,10 @@ fn backoff(failures: u32, interval: Duration) -> Duration {
 /// the node is a node fact, handed to the plan beside them).
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Where the config is read (the source stage is made from it at start).
+    /// Where the config is read (the source stage is made from it at start), unless `api`.
     pub config: config::ConfigSource,
+    /// `--config-source=api`: the ConfigMap read from the Kubernetes API instead of `config`.
+    pub api: Option<ApiSettings>,
     /// How admission parses and checks what the source read.
     pub options: config::Options,
     /// The flags that shape the rules (the node's output addresses are no flag: the plan
@@ -85,7 +88,7 @@ pub struct Reconciler {
 impl Reconciler {
     pub fn new(settings: Settings, backend: Box<dyn crate::backend::Backend>) -> Self {
         Reconciler {
-            source: Source::new(settings.config.clone()),
+            source: Source::new(settings.config.clone(), settings.api.as_ref()),
             settings,
             admission: Admission::default(),
             node: NodeReader::new(),
@@ -170,6 +173,15 @@ impl Reconciler {
     pub fn config_in_flux(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
         match &self.source {
             Source::Files(files) => files.in_flux.clone(),
+            Source::Api(_) => std::sync::Arc::default(),
+        }
+    }
+
+    /// In API mode, where the ConfigMap watcher publishes what it sees (None with a file).
+    pub fn api_feed(&self) -> Option<crate::cluster::configmap::ConfigMapFeed> {
+        match &self.source {
+            Source::Files(_) => None,
+            Source::Api(api) => Some(api.feed.clone()),
         }
     }
 
@@ -282,12 +294,14 @@ mod tests {
         fn config_parses_skipped(&self) -> u64 {
             match &self.source {
                 Source::Files(files) => files.parses_skipped,
+                Source::Api(api) => api.parses_skipped,
             }
         }
 
         fn blank_since(&mut self) -> &mut Option<Instant> {
             match &mut self.source {
                 Source::Files(files) => &mut files.blank_since,
+                Source::Api(_) => unreachable!("an API source has no emptied file"),
             }
         }
 
@@ -314,6 +328,7 @@ mod tests {
         let fake = FakeBackend::default();
         let settings = Settings {
             config: config::ConfigSource::File(dir.join("config")),
+            api: None,
             options: config::Options::default(),
             plan: PlanOptions::default(),
             dry_run: false,
@@ -328,6 +343,131 @@ mod tests {
             fake,
             reconciler,
         }
+    }
+
+    /// A reconciler in API mode on the fake backend, with `saved` as its last-known-good.
+    fn api_fixture(name: &str, saved: Option<&str>) -> Fixture {
+        let mut f = fixture(name);
+        let configmap: crate::cluster::configmap::ConfigMapRef =
+            crate::cluster::configmap::DEFAULT_CONFIGMAP
+                .parse()
+                .unwrap();
+        let last_known_good = saved.map(|text| crate::agent::last_known_good::LastKnownGood {
+            schema_version: crate::agent::last_known_good::SCHEMA_VERSION,
+            configmap: configmap.to_string(),
+            provenance: "configmap kube-system/ip-masq-agent key config (resourceVersion 1)".into(),
+            digest: None,
+            saved_at: "2026-01-01T00:00:00Z".into(),
+            text: Some(text.into()),
+        });
+        let mut settings = f.reconciler.settings.clone();
+        settings.api = Some(ApiSettings {
+            configmap,
+            credentials: crate::cluster::Credentials::InCluster,
+            node_name: Some("node-a".into()),
+            last_known_good,
+        });
+        f.reconciler = Reconciler::new(settings, Box::new(f.fake.clone()));
+        f
+    }
+
+    /// What the watcher would publish: the ConfigMap at `version` with `text` (None: deleted).
+    fn api_event(f: &Fixture, version: u32, text: Option<&str>) -> bool {
+        let target = crate::cluster::configmap::DEFAULT_CONFIGMAP
+            .parse()
+            .unwrap();
+        let object = text.map(|text| {
+            let mut object = k8s_openapi::api::core::v1::ConfigMap::default();
+            object.metadata.resource_version = Some(version.to_string());
+            object.data = Some([("config".to_string(), text.to_string())].into());
+            object
+        });
+        let data = crate::cluster::configmap::ConfigMapData::of(&target, object.as_ref());
+        crate::cluster::configmap::publish(&f.reconciler.api_feed().unwrap(), data)
+    }
+
+    #[test]
+    fn api_mode_applies_nothing_before_the_first_list_then_each_new_text_once() {
+        let mut f = api_fixture("api", None);
+        write(&f, "nonMasqueradeCIDRs: [10.9.0.0/16]\n");
+        assert!(
+            matches!(f.reconciler.pass(), Pass::NoValidConfig),
+            "no list yet: nothing applied, and the file is not read"
+        );
+        assert_eq!(f.fake.state().applies, 0);
+        api_event(&f, 5, Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n"));
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        let read = f.reconciler.config_read().unwrap();
+        assert_eq!(
+            read.label,
+            "configmap kube-system/ip-masq-agent key config (resourceVersion 5)"
+        );
+        assert_eq!(
+            read.text.as_deref().map(String::as_str),
+            Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n")
+        );
+        // A relist (410 Gone) with the same text: no pass asked for, nothing parsed again.
+        assert!(!api_event(
+            &f,
+            9,
+            Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n")
+        ));
+        f.reconciler.pass();
+        assert_eq!(f.reconciler.config_parses_skipped(), 1);
+        assert_eq!(f.reconciler.status.configs_accepted, 1);
+        // An invalid edit: the last good config stays in force.
+        assert!(api_event(
+            &f,
+            10,
+            Some("nonMasqueradeCIDRs: [10.1.2.3/8]\n")
+        ));
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        assert!(!f.reconciler.status.config_current);
+        // Deleted: the missing file's defaults.
+        assert!(api_event(&f, 11, None));
+        f.reconciler.pass();
+        assert_eq!(
+            cidr_rules(&f),
+            [
+                "169.254.0.0/16",
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16"
+            ]
+        );
+    }
+
+    #[test]
+    fn api_mode_starts_from_the_last_known_good_until_the_api_is_listed() {
+        let mut f = api_fixture("api-lkg", Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n"));
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+        assert!(f
+            .reconciler
+            .config_read()
+            .unwrap()
+            .label
+            .starts_with(LAST_KNOWN_GOOD));
+        // The API lists the same text: nothing is applied again.
+        api_event(&f, 3, Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n"));
+        f.reconciler.pass();
+        assert_eq!(f.reconciler.status.configs_accepted, 1);
+        assert_eq!(f.reconciler.config_parses_skipped(), 1);
+        // Then an edit replaces it.
+        api_event(&f, 4, Some("nonMasqueradeCIDRs: [172.16.0.0/12]\n"));
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "172.16.0.0/12"]);
+    }
+
+    #[test]
+    fn api_mode_prefers_a_completed_list_to_the_last_known_good() {
+        let mut f = api_fixture("api-listed", Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n"));
+        api_event(&f, 7, Some("nonMasqueradeCIDRs: [192.168.0.0/16]\n"));
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
+        assert_eq!(f.reconciler.status.configs_accepted, 1);
     }
 
     impl Drop for Fixture {

@@ -1,25 +1,45 @@
-//! The source stage of a pass: where the config comes from (a file or a directory of files
-//! today), read only when its bytes changed and only once a writer is done with them. It
-//! yields the bytes it read ([`config::SourceText`]), never a parsed config: parsing and
-//! checking them is admission's.
+//! The source stage of a pass: where the config comes from (a file or a directory of files,
+//! or in API mode the data key of a ConfigMap), read only when its bytes changed and only
+//! once a writer is done with them (the API: once its first list is complete). It yields the
+//! bytes it read ([`config::SourceText`]), never a parsed config: parsing and checking them
+//! is admission's, the same for a file and a ConfigMap.
 
+use crate::agent::last_known_good::LastKnownGood;
+use crate::cluster::configmap::{ConfigMapData, ConfigMapFeed, ConfigMapRef};
 use crate::config::{self, ConfigOrigin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// How long a config file that was emptied must stay empty before its emptiness is taken as
 /// "use the defaults": a writer that truncates and then writes (`cat > file`) leaves it empty
 /// for a moment, and upstream's defaults in that moment would masquerade what the config keeps.
 pub const BLANK_GRACE: Duration = Duration::from_secs(2);
 
-/// Where the passes read their config: one variant per kind of source (step 18 adds the
-/// Kubernetes API next to the files).
+/// Where the passes read their config: one variant per kind of source.
 pub enum Source {
     /// `--config` (one file) or `--config-dir` (files merged).
     Files(FileSource),
+    /// `--config-source=api`: the ConfigMap's data key, as the API watcher last saw it.
+    Api(ApiSource),
 }
+
+/// What API mode is started with (`--config-source=api`).
+#[derive(Clone, Debug)]
+pub struct ApiSettings {
+    /// `--configmap NAMESPACE/NAME` (data key `config`).
+    pub configmap: ConfigMapRef,
+    /// `--kubeconfig`, else the pod's service account.
+    pub credentials: crate::cluster::Credentials,
+    /// This node's name (`--node-name`, `$NODE_NAME`, the host name).
+    pub node_name: Option<String>,
+    /// The config last applied from the API, read from the state directory at start.
+    pub last_known_good: Option<LastKnownGood>,
+}
+
+/// How the source names a last-known-good config in log lines and the state file.
+pub const LAST_KNOWN_GOOD: &str = "last-known-good";
 
 /// What the source stage hands to admission.
 pub enum SourceRead {
@@ -32,7 +52,18 @@ pub enum SourceRead {
 }
 
 impl Source {
-    pub fn new(source: config::ConfigSource) -> Source {
+    /// The ConfigMap's source in API mode, else the file or directory's.
+    pub fn new(source: config::ConfigSource, api: Option<&ApiSettings>) -> Source {
+        if let Some(api) = api {
+            return Source::Api(ApiSource {
+                configmap: api.configmap.clone(),
+                feed: ConfigMapFeed::default(),
+                last_known_good: api.last_known_good.clone(),
+                handed: None,
+                label: format!("configmap {}", api.configmap),
+                parses_skipped: 0,
+            });
+        }
         Source::Files(FileSource {
             source,
             cache: None,
@@ -47,6 +78,7 @@ impl Source {
     pub fn label(&self) -> String {
         match self {
             Source::Files(files) => files.source.to_string(),
+            Source::Api(api) => api.label.clone(),
         }
     }
 
@@ -54,6 +86,7 @@ impl Source {
     pub fn read(&mut self) -> SourceRead {
         match self {
             Source::Files(files) => files.read(),
+            Source::Api(api) => api.read(),
         }
     }
 
@@ -62,6 +95,7 @@ impl Source {
     pub fn read_again_within(&self) -> Option<Duration> {
         match self {
             Source::Files(files) => files.read_again_within(),
+            Source::Api(_) => None,
         }
     }
 }
@@ -124,5 +158,83 @@ impl FileSource {
                 .saturating_sub(since.elapsed())
                 .max(Duration::from_millis(10))
         })
+    }
+}
+
+/// The ConfigMap's data key as the API watcher (`crate::cluster::configmap::watch`) publishes
+/// it to the feed. Before the first list is complete nothing is read from the API; the
+/// last-known-good (if the state directory holds one) is handed on at once instead. A deleted
+/// ConfigMap or a missing key is the file mode's missing file (upstream's defaults). The same
+/// text is never handed on twice, whatever the resource version (a relist after `410 Gone`,
+/// an edit of another key or of a label).
+pub struct ApiSource {
+    configmap: ConfigMapRef,
+    /// What the watcher publishes.
+    pub feed: ConfigMapFeed,
+    /// Handed on at the first read when the API has not been listed yet.
+    last_known_good: Option<LastKnownGood>,
+    /// The text last handed on (None inside: the ConfigMap or key was absent).
+    handed: Option<Option<Arc<String>>>,
+    /// Where the text last handed on came from (`configmap NS/NAME key config
+    /// (resourceVersion N)`).
+    label: String,
+    /// Reads that found the text already handed on (for tests and debugging).
+    pub parses_skipped: u64,
+}
+
+impl ApiSource {
+    fn read(&mut self) -> SourceRead {
+        let feed = self.feed.clone();
+        let state = feed.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(current) = &state.current else {
+            return match self.last_known_good.take() {
+                Some(saved) => self.hand_last_known_good(saved, state.trouble.as_deref()),
+                None => SourceRead::Nothing,
+            };
+        };
+        self.last_known_good = None;
+        if self.handed.as_ref() == Some(&current.text) {
+            if self.label.starts_with(LAST_KNOWN_GOOD) {
+                info!(config = %current.provenance, "the API's config is the last-known-good already in force");
+                self.label.clone_from(&current.provenance);
+            }
+            self.parses_skipped += 1;
+            return SourceRead::Nothing;
+        }
+        self.hand(current.clone())
+    }
+
+    /// The saved config, handed on before the API's first list (which replaces it).
+    fn hand_last_known_good(&mut self, saved: LastKnownGood, trouble: Option<&str>) -> SourceRead {
+        let why = match trouble {
+            Some(_) => "the API is unreachable",
+            None => "the API's first list is not complete yet",
+        };
+        warn!(
+            configmap = %self.configmap,
+            from = %saved.provenance,
+            saved_at = %saved.saved_at,
+            "applying the last-known-good config at once: {why}; the API's config replaces it once listed"
+        );
+        self.hand(ConfigMapData {
+            text: saved.text.map(Arc::new),
+            provenance: format!("{LAST_KNOWN_GOOD} ({})", saved.provenance),
+        })
+    }
+
+    fn hand(&mut self, data: ConfigMapData) -> SourceRead {
+        self.handed = Some(data.text.clone());
+        self.label = data.provenance;
+        match data.text {
+            None => SourceRead::Read(config::SourceText::Missing),
+            Some(text) if text.len() as u64 > config::MAX_CONFIG_BYTES => {
+                SourceRead::Unreadable(format!(
+                    "{}: larger than the {} byte limit for a config",
+                    self.label,
+                    config::MAX_CONFIG_BYTES
+                ))
+            }
+            Some(text) => SourceRead::Read(config::SourceText::File(text)),
+        }
     }
 }

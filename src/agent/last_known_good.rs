@@ -1,0 +1,154 @@
+//! Last-known-good in API mode: the text of the config the agent last applied from the API,
+//! with its provenance, kept in the state directory (written atomically, read without
+//! following a symlink, size-capped), so an agent that starts while the API is unreachable
+//! applies it at once instead of waiting for the API.
+
+use super::state;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// What the last-known-good file holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastKnownGood {
+    pub schema_version: u32,
+    /// The ConfigMap it came from (`NAMESPACE/NAME`): a file of another ConfigMap is not used.
+    pub configmap: String,
+    /// Where the text came from, as log lines name it
+    /// (`configmap NS/NAME key config (resourceVersion N)`).
+    pub provenance: String,
+    /// SHA-256 of the text (`sha256sum` of the same bytes as a file); none for the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// When it was saved (RFC 3339, UTC).
+    pub saved_at: String,
+    /// The data key's text; null when the ConfigMap or its key did not exist (upstream's
+    /// defaults, as for a missing file).
+    pub text: Option<String>,
+}
+
+/// The schema this binary writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The largest last-known-good file read: a config of [`crate::config::MAX_CONFIG_BYTES`]
+/// escaped as JSON (at most six bytes per byte) and its few fields.
+pub const MAX_LAST_KNOWN_GOOD_BYTES: u64 = 6 * crate::config::MAX_CONFIG_BYTES + (64 << 10);
+
+/// The last-known-good file of this network namespace in `dir`. Unlike the state file it
+/// stays when the agent exits: it is what the next agent starts from.
+pub fn path(dir: &Path) -> PathBuf {
+    let inode = state::netns_inode("self").unwrap_or_else(|| "unknown".into());
+    dir.join(format!("agent-net{inode}-last-known-good.json"))
+}
+
+/// Writes `saved` atomically (an exclusive temporary file renamed into place).
+pub fn write(dir: &Path, saved: &LastKnownGood) -> std::io::Result<PathBuf> {
+    let text = serde_json::to_string(saved).map_err(std::io::Error::other)?;
+    let path = path(dir);
+    state::write_atomically(dir, &path, (text + "\n").as_bytes())?;
+    Ok(path)
+}
+
+/// Reads the last-known-good of `configmap`: None when there is none; an error (to log) when
+/// the file is not a regular file, too large, unreadable, of another schema or of another
+/// ConfigMap.
+pub fn read(dir: &Path, configmap: &str) -> Result<Option<LastKnownGood>, String> {
+    use std::io::Read;
+    let path = path(dir);
+    let file = match state::open_state_file(&path, std::fs::OpenOptions::new().read(true)) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(format!("{}: {err}", path.display())),
+    };
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    if size > MAX_LAST_KNOWN_GOOD_BYTES {
+        return Err(format!(
+            "{}: {size} bytes, more than the {MAX_LAST_KNOWN_GOOD_BYTES} a last-known-good config can be",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_LAST_KNOWN_GOOD_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|err| format!("{}: {err}", path.display()))?;
+    let saved: LastKnownGood =
+        serde_json::from_str(&text).map_err(|err| format!("{}: {err}", path.display()))?;
+    if saved.schema_version != SCHEMA_VERSION {
+        return Err(format!(
+            "{}: schema version {}, this agent reads {SCHEMA_VERSION}",
+            path.display(),
+            saved.schema_version
+        ));
+    }
+    if saved.configmap != configmap {
+        return Err(format!(
+            "{} is the last-known-good of configmap {}, not of {configmap}",
+            path.display(),
+            saved.configmap
+        ));
+    }
+    Ok(Some(saved))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ipmasq-lkg-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn sample(text: Option<&str>) -> LastKnownGood {
+        LastKnownGood {
+            schema_version: SCHEMA_VERSION,
+            configmap: "kube-system/ip-masq-agent".into(),
+            provenance: "configmap kube-system/ip-masq-agent key config (resourceVersion 5)".into(),
+            digest: text.map(|t| crate::config::digest::sha256_hex(t.as_bytes())),
+            saved_at: "2026-01-01T00:00:00Z".into(),
+            text: text.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn written_then_read_back_for_its_configmap_only() {
+        let dir = dir("roundtrip");
+        assert_eq!(read(&dir, "kube-system/ip-masq-agent"), Ok(None));
+        for saved in [
+            sample(Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n")),
+            sample(None),
+        ] {
+            write(&dir, &saved).unwrap();
+            assert_eq!(read(&dir, "kube-system/ip-masq-agent"), Ok(Some(saved)));
+        }
+        let other = read(&dir, "other/ip-masq-agent").unwrap_err();
+        assert!(other.contains("not of other/ip-masq-agent"), "{other}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_planted_symlink_or_an_oversized_file_is_not_read() {
+        let dir = dir("planted");
+        let target = dir.join("elsewhere.json");
+        std::fs::write(
+            &target,
+            serde_json::to_string(&sample(Some("cidrLimit: 3"))).unwrap(),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&target, path(&dir)).unwrap();
+        assert!(read(&dir, "kube-system/ip-masq-agent").is_err());
+        // Writing replaces the link; it never writes through it.
+        write(&dir, &sample(Some("cidrLimit: 4"))).unwrap();
+        assert!(std::fs::read_to_string(&target)
+            .unwrap()
+            .contains("cidrLimit: 3"));
+        std::fs::remove_file(path(&dir)).unwrap();
+        let big = std::fs::File::create(path(&dir)).unwrap();
+        big.set_len(MAX_LAST_KNOWN_GOOD_BYTES + 1).unwrap();
+        let err = read(&dir, "kube-system/ip-masq-agent").unwrap_err();
+        assert!(err.contains("more than"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
