@@ -235,7 +235,8 @@ pub const CLEANUP: AppletDoc = AppletDoc {
 pub const FLEET_ABOUT: &str = "\
 Every node's IPMasqAgentReady condition in one table: which config, which backend, in sync or not.
 
-In API mode (--config-source=api) each agent keeps the condition IPMasqAgentReady on its own Node, \
+In API mode (--config-source=api) each agent is to keep the condition IPMasqAgentReady on its own \
+Node (this version's agent does not write it yet: until it does, every node reads unknown), \
 written only when it changes (and refreshed every 5 minutes): a reason and a message with the \
 config's digest (the SHA-256 of its bytes, as sha256sum prints it), the backend and the time of \
 its last sync. fleet reads every Node in pages of --page-size (one list, no watch, nothing \
