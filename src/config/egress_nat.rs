@@ -16,7 +16,7 @@
 //! an error; an IPv6 destination needs IPv6 managed.
 
 use super::check::check_across_lists;
-use super::cidr::{parse_cidr, CidrError};
+use super::cidr::parse_cidr;
 use super::yaml::{Value, YamlNode};
 use super::{Checked, Code, Config, Diagnostic, Options, Place};
 use ipnet::IpNet;
@@ -216,18 +216,7 @@ fn read_destination(index: usize, entry: &YamlNode, policy: &mut Policy) {
             });
         }
         Err(err) => {
-            let (code, hint) = match &err {
-                CidrError::NotAligned { network, .. } => {
-                    (Code::CidrNotAligned, format!("did you mean {network}?"))
-                }
-                CidrError::Ipv4Mapped { ipv4, .. } => {
-                    (Code::Ipv4MappedCidr, format!("did you mean {ipv4}?"))
-                }
-                CidrError::Unparsable { .. } => (
-                    Code::InvalidCidr,
-                    "write an address and a prefix length, e.g. 10.0.0.0/8 or fd00::/8".to_string(),
-                ),
-            };
+            let (code, hint) = crate::config::check::cidr_problem(&err);
             policy.error(
                 Diagnostic::error(code, err.to_string())
                     .at(node.location)

@@ -792,17 +792,9 @@ mod tests {
     use super::*;
     use crate::config::yaml::parse_stream;
 
-    const OPTS: Options = Options {
-        enable_ipv6: false,
-        enable_ipv6_given: false,
-        nomasq_all_reserved_ranges: false,
-        merging: false,
-        default_resync_interval: None,
-    };
-
     fn run(src: &str) -> Result<Vec<ConfigMapResult>, Diagnostic> {
         let stream = parse_stream(src, MANIFEST_OR_CONFIG).unwrap();
-        check_manifest(src, &stream, &OPTS)
+        check_manifest(src, &stream, &Options::default())
     }
 
     #[test]
@@ -936,7 +928,7 @@ mod tests {
         let pool = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent-gpu\n  annotations: {ipmasq.io/node-selector: 'gpu in (a b)'}\ndata:\n  config: 'nonMasqueradeCIDRs: [100.64.0.0/10]'\n  ip-masq-agent-gpu: 'masqLinkLocal: true'\n";
         let src = format!("{base}{pool}");
         let stream = parse_stream(&src, MANIFEST_OR_CONFIG).unwrap();
-        let read = read_manifest(&src, &stream, &OPTS).unwrap();
+        let read = read_manifest(&src, &stream, &Options::default()).unwrap();
         assert_eq!(
             read.config_maps.len(),
             1,
@@ -974,7 +966,7 @@ mod tests {
         assert_eq!(merged.non_masquerade_cidrs.len(), 2);
         let policy = "apiVersion: networking.gke.io/v1\nkind: EgressNATPolicy\nmetadata: {name: p}\nspec: {action: NoSNAT, destinations: [{cidr: 10.0.0.0/8}]}\n";
         let stream = parse_stream(policy, MANIFEST_OR_CONFIG).unwrap();
-        let read = read_manifest(policy, &stream, &OPTS).unwrap();
+        let read = read_manifest(policy, &stream, &Options::default()).unwrap();
         assert_eq!(read.policies.len(), 1);
         assert!(read.policies[0].policy.is_valid());
     }

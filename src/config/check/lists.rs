@@ -251,19 +251,7 @@ pub(super) fn parse_cidr_nodes(
                 parsed.push((net, *location));
             }
             Err(err) => {
-                let (code, hint) = match &err {
-                    CidrError::NotAligned { network, .. } => {
-                        (Code::CidrNotAligned, format!("did you mean {network}?"))
-                    }
-                    CidrError::Ipv4Mapped { ipv4, .. } => {
-                        (Code::Ipv4MappedCidr, format!("did you mean {ipv4}?"))
-                    }
-                    CidrError::Unparsable { .. } => (
-                        Code::InvalidCidr,
-                        "write an address and a prefix length, e.g. 10.0.0.0/8 or fd00::/8"
-                            .to_string(),
-                    ),
-                };
+                let (code, hint) = cidr_problem(&err);
                 push_finding(
                     diags,
                     Diagnostic::error(code, err.to_string())
@@ -278,6 +266,22 @@ pub(super) fn parse_cidr_nodes(
 
 /// Warns about exact duplicates within one list (sorting makes this O(n log n)). Entries
 /// inside another one are judged across the lists, by [`covered_warnings`].
+/// The code and hint of a CIDR that does not parse, wherever a CIDR is written.
+pub(in crate::config) fn cidr_problem(err: &CidrError) -> (Code, String) {
+    match err {
+        CidrError::NotAligned { network, .. } => {
+            (Code::CidrNotAligned, format!("did you mean {network}?"))
+        }
+        CidrError::Ipv4Mapped { ipv4, .. } => {
+            (Code::Ipv4MappedCidr, format!("did you mean {ipv4}?"))
+        }
+        CidrError::Unparsable { .. } => (
+            Code::InvalidCidr,
+            "write an address and a prefix length, e.g. 10.0.0.0/8 or fd00::/8".to_string(),
+        ),
+    }
+}
+
 pub(super) fn overlap_warnings(parsed: &[(IpNet, Option<Location>)], diags: &mut Vec<Diagnostic>) {
     let mut order: Vec<usize> = (0..parsed.len()).collect();
     order.sort_by(|&a, &b| {

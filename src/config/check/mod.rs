@@ -20,8 +20,8 @@ use decode::*;
 use ipnet::IpNet;
 pub use keys::suggest_key;
 use keys::*;
-pub(super) use lists::check_across_lists;
 use lists::*;
+pub(super) use lists::{check_across_lists, cidr_problem};
 
 /// Parses and checks a config text (YAML 1.1 or JSON): its first document, the one upstream
 /// reads (the others are counted, never built).

@@ -5,14 +5,6 @@ use super::*;
 use crate::config::check_text;
 use crate::config::yaml::parse_stream;
 
-const OPTS: Options = Options {
-    enable_ipv6: false,
-    enable_ipv6_given: false,
-    nomasq_all_reserved_ranges: false,
-    merging: false,
-    default_resync_interval: None,
-};
-
 fn policy(text: &str) -> Policy {
     let stream = parse_stream(text, crate::config::manifest::MANIFEST_OR_CONFIG).unwrap();
     assert!(is_policy(&stream.documents[0]));
@@ -168,8 +160,8 @@ fn policies_add_their_destinations_to_the_config() {
         "a",
         "  action: NoSNAT\n  destinations:\n  - cidr: 198.18.0.0/15\n",
     ));
-    let defaults = check_text("", &OPTS);
-    let merged = keep_destinations(&defaults, &[b, a], &OPTS);
+    let defaults = check_text("", &Options::default());
+    let merged = keep_destinations(&defaults, &[b, a], &Options::default());
     let config = merged.config().expect("valid");
     let listed: Vec<String> = config
         .non_masquerade_cidrs
@@ -194,23 +186,33 @@ fn policies_add_their_destinations_to_the_config() {
         None
     );
     // Without policies the config is unchanged.
-    assert_eq!(keep_destinations(&defaults, &[], &OPTS), defaults);
+    assert_eq!(
+        keep_destinations(&defaults, &[], &Options::default()),
+        defaults
+    );
 }
 
 #[test]
 fn a_union_that_contradicts_the_config_or_holds_an_invalid_policy_is_rejected() {
-    let forced = check_text("forceMasqueradeCIDRs: [198.18.0.0/15]\n", &OPTS);
+    let forced = check_text(
+        "forceMasqueradeCIDRs: [198.18.0.0/15]\n",
+        &Options::default(),
+    );
     let a = policy(&with_spec(
         "a",
         "  action: NoSNAT\n  destinations:\n  - cidr: 198.18.0.0/15\n",
     ));
-    let merged = keep_destinations(&forced, &[a], &OPTS);
+    let merged = keep_destinations(&forced, &[a], &Options::default());
     assert_eq!(merged.errors().next().unwrap().code, Code::ForcedAndKept);
     let bad = policy(&with_spec(
         "bad",
         "  action: NoSNAT\n  destinations:\n  - 10.0.0.0/8\n",
     ));
-    let merged = keep_destinations(&check_text("", &OPTS), &[bad], &OPTS);
+    let merged = keep_destinations(
+        &check_text("", &Options::default()),
+        &[bad],
+        &Options::default(),
+    );
     assert!(merged.config().is_none());
     assert_eq!(
         merged.errors().next().unwrap().file.as_deref(),
@@ -220,8 +222,16 @@ fn a_union_that_contradicts_the_config_or_holds_an_invalid_policy_is_rejected() 
         "v6",
         "  action: NoSNAT\n  destinations:\n  - cidr: fd00::/8\n",
     ));
-    let merged = keep_destinations(&check_text("", &OPTS), std::slice::from_ref(&v6), &OPTS);
+    let merged = keep_destinations(
+        &check_text("", &Options::default()),
+        std::slice::from_ref(&v6),
+        &Options::default(),
+    );
     assert_eq!(merged.errors().next().unwrap().code, Code::Ipv6NotEnabled);
-    let merged = keep_destinations(&check_text("enableIPv6: true\n", &OPTS), &[v6], &OPTS);
+    let merged = keep_destinations(
+        &check_text("enableIPv6: true\n", &Options::default()),
+        &[v6],
+        &Options::default(),
+    );
     assert!(merged.config().is_some(), "{:?}", merged.diagnostics());
 }

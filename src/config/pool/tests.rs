@@ -4,14 +4,6 @@
 use super::*;
 use crate::config::Code;
 
-const OPTS: Options = Options {
-    enable_ipv6: false,
-    enable_ipv6_given: false,
-    nomasq_all_reserved_ranges: false,
-    merging: false,
-    default_resync_interval: None,
-};
-
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()
@@ -36,15 +28,20 @@ fn pools() -> Vec<Pool> {
             "ip-masq-agent-zz-zone-a",
             "topology.kubernetes.io/zone=a",
             Some("nonMasqueradeCIDRs: [100.64.0.0/10]\nresyncInterval: 5s\n"),
-            &OPTS,
+            &Options::default(),
         ),
         Pool::from_values(
             "ip-masq-agent-gpu",
             "pool in (gpu,tpu)",
             Some("nonMasqueradeCIDRs: [198.18.0.0/15, 10.0.0.0/8]\nmasqLinkLocal: true\n"),
-            &OPTS,
+            &Options::default(),
         ),
-        Pool::from_values("ip-masq-agent-broken", "pool in (gpu", Some("{}"), &OPTS),
+        Pool::from_values(
+            "ip-masq-agent-broken",
+            "pool in (gpu",
+            Some("{}"),
+            &Options::default(),
+        ),
     ]
 }
 
@@ -65,7 +62,7 @@ fn a_node_gets_the_base_then_its_pools_in_name_order() {
         .map(|p| p.name.as_str())
         .collect();
     assert_eq!(names, ["ip-masq-agent-gpu", "ip-masq-agent-zz-zone-a"]);
-    let base = check_text("nonMasqueradeCIDRs: [10.0.0.0/8]\n", &OPTS);
+    let base = check_text("nonMasqueradeCIDRs: [10.0.0.0/8]\n", &Options::default());
     let parts = parts_for_node(
         &base_part("kube-system/ip-masq-agent", &base),
         &pools,
@@ -80,7 +77,13 @@ fn a_node_gets_the_base_then_its_pools_in_name_order() {
             "ConfigMap ip-masq-agent-zz-zone-a"
         ]
     );
-    let node_config = config_for_node("kube-system/ip-masq-agent", &base, &pools, &node, &OPTS);
+    let node_config = config_for_node(
+        "kube-system/ip-masq-agent",
+        &base,
+        &pools,
+        &node,
+        &Options::default(),
+    );
     assert_eq!(
         node_config.pools,
         ["ip-masq-agent-gpu", "ip-masq-agent-zz-zone-a"]
@@ -102,10 +105,10 @@ fn a_node_gets_the_base_then_its_pools_in_name_order() {
 fn a_node_without_a_pool_gets_the_base_exactly() {
     let base = check_text(
         "nonMasqueradeCIDRs: [10.0.0.0/8, 10.0.0.0/8]\ncidrLimit: 3\n",
-        &OPTS,
+        &Options::default(),
     );
     let node = labels(&[("pool", "cpu")]);
-    let node_config = config_for_node("ip-masq-agent", &base, &pools(), &node, &OPTS);
+    let node_config = config_for_node("ip-masq-agent", &base, &pools(), &node, &Options::default());
     assert!(node_config.pools.is_empty());
     assert_eq!(
         node_config.checked, base,
@@ -117,9 +120,9 @@ fn a_node_without_a_pool_gets_the_base_exactly() {
 /// never takes RFC 1918 away from its nodes.
 #[test]
 fn the_base_contributes_its_defaults() {
-    let base = check_text("masqLinkLocal: false\n", &OPTS);
+    let base = check_text("masqLinkLocal: false\n", &Options::default());
     let node = labels(&[("pool", "tpu")]);
-    let node_config = config_for_node("ip-masq-agent", &base, &pools(), &node, &OPTS);
+    let node_config = config_for_node("ip-masq-agent", &base, &pools(), &node, &Options::default());
     assert_eq!(
         cidrs(&node_config.checked),
         [
@@ -138,13 +141,22 @@ fn the_base_contributes_its_defaults() {
 
 #[test]
 fn a_pool_that_contradicts_the_base_rejects_the_nodes_config() {
-    let base = check_text("forceMasqueradeCIDRs: [198.18.0.0/15]\n", &OPTS);
+    let base = check_text(
+        "forceMasqueradeCIDRs: [198.18.0.0/15]\n",
+        &Options::default(),
+    );
     let node = labels(&[("pool", "gpu")]);
-    let node_config = config_for_node("ip-masq-agent", &base, &pools(), &node, &OPTS);
+    let node_config = config_for_node("ip-masq-agent", &base, &pools(), &node, &Options::default());
     let error = node_config.checked.errors().next().expect("an error");
     assert_eq!(error.code, Code::ForcedAndKept);
     // A node without the pool keeps the base.
-    let other = config_for_node("ip-masq-agent", &base, &pools(), &labels(&[]), &OPTS);
+    let other = config_for_node(
+        "ip-masq-agent",
+        &base,
+        &pools(),
+        &labels(&[]),
+        &Options::default(),
+    );
     assert!(other.checked.config().is_some());
 }
 
@@ -152,12 +164,12 @@ fn a_pool_that_contradicts_the_base_rejects_the_nodes_config() {
 fn a_pool_is_held_to_its_own_limit_and_an_invalid_pool_rejects_its_nodes() {
     let many: Vec<String> = (0..65).map(|i| format!("10.{i}.0.0/16")).collect();
     let text = format!("nonMasqueradeCIDRs: [{}]\n", many.join(", "));
-    let pool = Pool::from_values("ip-masq-agent-big", "big", Some(&text), &OPTS);
+    let pool = Pool::from_values("ip-masq-agent-big", "big", Some(&text), &Options::default());
     let error = pool.part.checked.errors().next().expect("over its limit");
     assert_eq!(error.code, Code::CidrLimitExceeded);
-    let base = check_text("", &OPTS);
+    let base = check_text("", &Options::default());
     let node = labels(&[("big", "")]);
-    let node_config = config_for_node("ip-masq-agent", &base, &[pool], &node, &OPTS);
+    let node_config = config_for_node("ip-masq-agent", &base, &[pool], &node, &Options::default());
     assert!(node_config.checked.config().is_none());
     assert_eq!(node_config.pools, ["ip-masq-agent-big"]);
 }
@@ -171,12 +183,18 @@ fn an_invalid_selector_selects_no_node_and_a_missing_config_adds_nothing() {
         .unwrap();
     assert!(broken.selector.is_err());
     assert!(!broken.selects(&labels(&[("pool", "gpu")])));
-    let empty = Pool::from_values("ip-masq-agent-all", "", None, &OPTS);
+    let empty = Pool::from_values("ip-masq-agent-all", "", None, &Options::default());
     assert!(
         empty.selects(&labels(&[])),
         "the empty selector selects every node"
     );
-    let base = check_text("nonMasqueradeCIDRs: [10.0.0.0/8]\n", &OPTS);
-    let node_config = config_for_node("ip-masq-agent", &base, &[empty], &labels(&[]), &OPTS);
+    let base = check_text("nonMasqueradeCIDRs: [10.0.0.0/8]\n", &Options::default());
+    let node_config = config_for_node(
+        "ip-masq-agent",
+        &base,
+        &[empty],
+        &labels(&[]),
+        &Options::default(),
+    );
     assert_eq!(cidrs(&node_config.checked), ["10.0.0.0/8"]);
 }
