@@ -369,37 +369,75 @@ mod tests {
         (addr, stop, server)
     }
 
-    /// 400 clients that each send one byte of a request head a second (slowloris) need more
-    /// than the 256 slots; every real probe must still be answered within a second.
+    /// Whether the server has closed this (non-blocking) connection: end of stream or a reset.
+    fn closed_by_server(conn: &mut std::net::TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        match conn.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+
+    /// 400 clients that each send one byte of a request head a second (slowloris), and
+    /// reconnect when closed, need more than the 256 slots. Once the server has closed at
+    /// least 400 - 256 of them (it accepted more than it can hold: the slots are full), every
+    /// real probe is still answered 200: it takes the slot of the oldest unfinished head. Without
+    /// that eviction a probe finds the slots full and is closed unanswered. Nothing here is
+    /// timed: the probes wait for their answer (a minute at most, against a hang), and the crowd
+    /// is waited for by what it sees, not by a pause.
     #[test]
     fn probes_are_answered_through_a_slowloris_crowd() {
+        const CROWD: usize = 400;
         let (addr, stop, server) = serving_on_a_thread();
         let (quit, quitting) = std::sync::mpsc::channel::<()>();
+        let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = closed.clone();
         let crowd = std::thread::spawn(move || {
-            let mut slow: Vec<std::net::TcpStream> = (0..400)
-                .filter_map(|_| std::net::TcpStream::connect(addr).ok())
-                .collect();
+            let connect = || {
+                let conn = std::net::TcpStream::connect(addr).ok()?;
+                conn.set_nonblocking(true).ok()?;
+                Some(conn)
+            };
+            let mut slow: Vec<std::net::TcpStream> = (0..CROWD).filter_map(|_| connect()).collect();
             let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n";
             let mut sent = 0;
-            // One byte a second each; reconnect when dropped, as an attacker would.
-            while quitting.recv_timeout(Duration::from_secs(1)).is_err() {
+            // One byte a second each; reconnect when closed, as an attacker would.
+            loop {
                 for conn in &mut slow {
-                    if conn.write_all(&head[sent % head.len()..][..1]).is_err() {
-                        if let Ok(fresh) = std::net::TcpStream::connect(addr) {
+                    if closed_by_server(conn) {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                        if let Some(fresh) = connect() {
                             *conn = fresh;
                         }
+                        continue;
                     }
+                    let _ = conn.write(&head[sent % head.len()..][..1]);
                 }
                 sent += 1;
+                if quitting.recv_timeout(Duration::from_secs(1)).is_ok() {
+                    return;
+                }
             }
         });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while closed.load(Ordering::Relaxed) < CROWD - MAX_CONNECTIONS {
+            assert!(
+                Instant::now() < deadline,
+                "the server never closed {} of the crowd's connections (closed {})",
+                CROWD - MAX_CONNECTIONS,
+                closed.load(Ordering::Relaxed)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let mut answered = 0;
         let mut worst = Duration::ZERO;
+        let mut failures = Vec::new();
         for _ in 0..30 {
             let started = Instant::now();
             let mut stream = std::net::TcpStream::connect(addr).unwrap();
             stream
-                .set_read_timeout(Some(Duration::from_secs(2)))
+                .set_read_timeout(Some(Duration::from_secs(60)))
                 .unwrap();
             let _ = write!(
                 stream,
@@ -407,18 +445,23 @@ mod tests {
             );
             let mut text = String::new();
             let _ = stream.read_to_string(&mut text);
-            let took = started.elapsed();
-            if text.starts_with("HTTP/1.1 200") && took < Duration::from_secs(1) {
+            worst = worst.max(started.elapsed());
+            if text.starts_with("HTTP/1.1 200") {
                 answered += 1;
+            } else {
+                failures.push(text);
             }
-            worst = worst.max(took);
             std::thread::sleep(Duration::from_millis(100));
         }
         quit.send(()).unwrap();
         crowd.join().unwrap();
         stop.send(()).unwrap();
         server.join().unwrap();
-        assert_eq!(answered, 30, "probes answered within 1 s (worst {worst:?})");
+        assert_eq!(
+            answered, 30,
+            "probes answered 200 (the slowest in {worst:?}; the crowd was closed {} times): {failures:?}",
+            closed.load(Ordering::Relaxed)
+        );
     }
 
     /// 100 connections that send nothing and reconnect the moment they are closed (any

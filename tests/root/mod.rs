@@ -19,6 +19,7 @@ mod api_mode;
 mod cluster;
 mod config_file;
 mod conntrack;
+mod deploy;
 mod egress;
 mod extensions;
 mod faults;
