@@ -235,8 +235,7 @@ pub const CLEANUP: AppletDoc = AppletDoc {
 pub const FLEET_ABOUT: &str = "\
 Every node's IPMasqAgentReady condition in one table: which config, which backend, in sync or not.
 
-In API mode (--config-source=api) each agent is to keep the condition IPMasqAgentReady on its own \
-Node (this version's agent does not write it yet: until it does, every node reads unknown), \
+In API mode (--config-source=api) each agent keeps the condition IPMasqAgentReady on its own Node, \
 written only when it changes (no heartbeat: a steady agent writes nothing): a reason and a \
 message with the config's digest (the SHA-256 of its bytes, as sha256sum prints it), the \
 backend and the time of the pass that reached that state. fleet reads every Node in pages of \

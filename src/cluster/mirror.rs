@@ -12,8 +12,8 @@
 //! | `InSync` | `True` | the rules of the config in force are installed and match it, and that config is the newest the source offered |
 //! | `Drifted` | `False` | the live rules differ from the config in force and the last repair failed (the agent retries with backoff) |
 //! | `ConfigRejected` | `False` | the newest config was refused (invalid, or too large for the memory limit); the last good config (the digest in the message) stays in force; an Event carries the diagnostic |
-//! | `NotReady` | `False` | no config's rules are installed yet: the first sync failed or has not run, or another agent holds the node lock |
-//! | `LastKnownGood` | `Unknown` | the config source could not be read; the agent enforces its last-known-good config from its state directory, which may not be the cluster's current one |
+//! | `NotReady` | `False` | no config's rules are installed: the first sync failed, or the agent removed them on a stop (`--cleanup-on-exit`) |
+//! | `LastKnownGood` | `Unknown` | the API cannot be read; the agent enforces its last-known-good config from its state directory, which may not be the cluster's current one |
 //!
 //! # The message
 //!
@@ -355,6 +355,12 @@ pub enum MirrorError {
         #[source]
         source: kube::Error,
     },
+    #[error("cannot read Node {node}: {source}")]
+    Read {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("the API server did not answer within {}s: {what}", after.as_secs())]
     NoAnswer { what: String, after: Duration },
 }
@@ -396,6 +402,18 @@ pub async fn publish(
                 })
         },
     )
+    .await
+}
+
+/// Reads `node` (its condition, as the agent last left it, and its uid for Events).
+pub async fn read_node(client: kube::Client, node: &str) -> Result<Node, MirrorError> {
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    answered(|| format!("reading Node {node}"), async {
+        nodes.get(node).await.map_err(|source| MirrorError::Read {
+            node: node.to_string(),
+            source,
+        })
+    })
     .await
 }
 

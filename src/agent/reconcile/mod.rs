@@ -11,7 +11,7 @@ mod planner;
 mod source;
 mod status;
 
-pub use admission::ActiveRead;
+pub use admission::{ActiveRead, Rejection};
 pub use source::{ApiSettings, LAST_KNOWN_GOOD};
 pub use status::Status;
 
@@ -166,6 +166,11 @@ impl Reconciler {
     /// The digest of the config in force's bytes and when they were read.
     pub fn config_read(&self) -> Option<&ActiveRead> {
         self.admission.read()
+    }
+
+    /// The config the source holds, while it is refused (invalid, unreadable, too large).
+    pub fn rejection(&self) -> Option<&Rejection> {
+        self.admission.rejection()
     }
 
     /// Set while a writer has the config file open (the directory watch sees it modified and
