@@ -303,7 +303,7 @@ struct Said(Option<String>);
 impl Said {
     fn failed(&mut self, error: String, retry_in: Duration) {
         if self.0.as_ref() != Some(&error) {
-            warn!(condition = mirror::CONDITION_TYPE, retry_in_s = retry_in.as_secs_f64(), error = %error, "cannot write the Node's condition; retrying with a backoff (rules are not affected)");
+            warn!(condition = mirror::CONDITION_TYPE, retry_in_s = retry_in.as_secs_f64(), error = %error, "cannot keep the Node's condition current; retrying with a backoff (the rules are not affected)");
             self.0 = Some(error);
         }
     }
@@ -333,7 +333,10 @@ impl Writer {
         let mut failures = 0;
         let client = loop {
             match crate::cluster::client(&self.credentials).await {
-                Ok(client) => break client,
+                Ok(client) => {
+                    failures = 0;
+                    break client;
+                }
                 Err(err) => {
                     failures += 1;
                     said.failed(err.to_string(), retry_in(failures));
