@@ -526,6 +526,21 @@ mod tests {
         assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
         assert!(!f.reconciler.status.config_current);
         assert_eq!(f.reconciler.status.configs_rejected, 1);
+        let rejection = f
+            .reconciler
+            .rejection()
+            .expect("the refused config, for the mirror");
+        assert_eq!(
+            rejection.digest,
+            Some(crate::config::digest::sha256_hex(
+                b"nonMasqueradeCIDRs: [10.1.2.3/8]\n"
+            ))
+        );
+        assert!(
+            rejection.diagnostic.contains("[cidr-not-aligned]"),
+            "{rejection:?}"
+        );
+        assert!(rejection.source.ends_with("config"), "{rejection:?}");
         // Drift while the file is bad is still repaired with the last good config.
         f.fake.set_live(Family::V4, FakeFamily::default());
         f.reconciler.pass();
@@ -539,6 +554,7 @@ mod tests {
         f.reconciler.pass();
         assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
         assert!(f.reconciler.status.config_current);
+        assert_eq!(f.reconciler.rejection(), None, "no refusal once fixed");
     }
 
     #[test]
