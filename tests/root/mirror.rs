@@ -223,7 +223,8 @@ impl MirrorNode {
     }
 }
 
-/// The agent mirrors each state onto its Node once: InSync with the ConfigMap text's digest
+/// The agent mirrors each state onto its Node once (a missing Node said once, and retried):
+/// InSync with the ConfigMap text's digest
 /// and its backend; nothing written in a steady minute of passes (the server's audit log
 /// counts the agent's requests); an invalid edit is ConfigRejected with the old digest and an
 /// Event carrying the diagnostic; fixed, InSync again; `fleet` reads each; a restart into the
@@ -232,6 +233,10 @@ impl MirrorNode {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn the_agent_mirrors_its_state_and_writes_nothing_when_steady() {
     let mut node = MirrorNode::new();
+    node.put_config(GOOD);
+    // The Node does not exist yet: the writer says so once, and retries.
+    node.start_agent(&[]);
+    node.wait_log("cannot keep the Node's condition current");
     let (status, body) = node.cluster.admin(
         "POST",
         "/api/v1/nodes",
@@ -244,8 +249,15 @@ fn the_agent_mirrors_its_state_and_writes_nothing_when_steady() {
         ),
     );
     assert_eq!(status, 201, "create the Node: {body}");
-    node.put_config(GOOD);
-    node.start_agent(&[]);
+    node.wait_log("the Node's condition is written again");
+    assert_eq!(
+        node.log()
+            .matches("cannot keep the Node's condition current")
+            .count(),
+        1,
+        "one warning for the same error, however many retries:\n{}",
+        node.log()
+    );
 
     let good = ipmasq::config::digest::sha256_hex(GOOD.as_bytes());
     let message = node.wait_condition(
