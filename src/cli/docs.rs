@@ -247,9 +247,9 @@ Statuses: in-sync (InSync: the rules of the newest config are installed and matc
 (Drifted: the live rules differ and the repair failed); rejected (ConfigRejected: the newest \
 config was refused, the last good one stays in force; `kubectl get events \
 --field-selector reason=ConfigRejected` shows why); not-ready (NotReady: no config's rules \
-installed yet); stale (the agent's word may be old: the Node's own Ready condition is not True, \
-so the node or its kubelet is down, or the agent enforces its last-known-good config because it \
-cannot read the API); unknown (no \
+installed: not yet, or removed by --cleanup-on-exit); stale (the agent's word may be old: the \
+Node's own Ready condition is not True, so the node or its kubelet is down, or the agent enforces \
+its last-known-good config because it cannot read the API); unknown (no \
 IPMasqAgentReady condition: no agent in API mode runs there, or one this version cannot read).
 
 Credentials are found as kubectl finds them; the user needs `list` on `nodes` (the agent's own \
