@@ -80,7 +80,6 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
             [CompletionResult]::new('-l', '-l', [CompletionResultType]::ParameterName, 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu')
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu')
-            [CompletionResult]::new('--stale-after', '--stale-after', [CompletionResultType]::ParameterName, 'A node whose lastSync is older than this is stale: its agent stopped writing (a Go duration; 0 turns the age check off)')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of the whole listing, every page included (a Go duration)')
             [CompletionResult]::new('--page-size', '--page-size', [CompletionResultType]::ParameterName, 'Nodes per page of the list (the server''s limit/continue paging)')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')

@@ -341,7 +341,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__fleet)
-            opts="-l -o -h -V --kubeconfig --selector --stale-after --timeout --page-size --output --color --help --version"
+            opts="-l -o -h -V --kubeconfig --selector --timeout --page-size --output --color --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -356,10 +356,6 @@ _ipmasq() {
                     return 0
                     ;;
                 -l)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --stale-after)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

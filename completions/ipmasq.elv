@@ -75,7 +75,6 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
             cand -l 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu'
             cand --selector 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu'
-            cand --stale-after 'A node whose lastSync is older than this is stale: its agent stopped writing (a Go duration; 0 turns the age check off)'
             cand --timeout 'The deadline of the whole listing, every page included (a Go duration)'
             cand --page-size 'Nodes per page of the list (the server''s limit/continue paging)'
             cand -o 'Output format'

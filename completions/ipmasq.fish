@@ -77,7 +77,6 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s h -l help -d 'Pr
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l kubeconfig -d 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod\'s service account]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s l -l selector -d 'Only the Nodes whose labels match this selector (kubectl\'s -l), e.g. pool=gpu' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l stale-after -d 'A node whose lastSync is older than this is stale: its agent stopped writing (a Go duration; 0 turns the age check off)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l timeout -d 'The deadline of the whole listing, every page included (a Go duration)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l page-size -d 'Nodes per page of the list (the server\'s limit/continue paging)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'

@@ -9,6 +9,7 @@ pub(crate) mod http;
 pub(crate) mod last_known_good;
 pub(crate) mod logging;
 pub(crate) mod memory;
+mod mirror_sink;
 pub(crate) mod reconcile;
 mod sinks;
 pub(crate) mod state;
@@ -122,6 +123,7 @@ fn reconcile_thread(
     passes_done: tokio::sync::mpsc::UnboundedSender<()>,
     (state, state_dir): (AgentState, PathBuf),
     (held, lock_taken): (HeldLock, tokio::sync::oneshot::Sender<()>),
+    mirror: Option<mirror_sink::MirrorSink>,
 ) -> Reconciler {
     let Some(node_lock) = take_node_lock_or_wait(&state_dir, &state.rules.masq_chain, &commands)
     else {
@@ -144,6 +146,7 @@ fn reconcile_thread(
         sinks.push(Box::new(LastKnownGoodSink::new(state_dir.clone(), api)));
     }
     sinks.push(Box::new(StateFileSink::new(state, state_dir, api)));
+    sinks.extend(mirror.map(|m| Box::new(m) as Box<dyn StatusSink>));
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
@@ -289,6 +292,10 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let names = reconciler.settings.plan.names();
     let backend_id = reconciler.backend_id();
     let address_events = reconciler.address_events();
+    // API mode: each pass mirrored onto this Node by a writer spawned once the lock is ours.
+    let mut mirror =
+        mirror_sink::Mirror::new(reconciler.settings.api.as_ref(), reconciler.backend_id());
+    let mirror_sink = mirror.as_ref().map(|m| m.sink(reconciler.api_feed()));
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();
@@ -308,6 +315,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                 done_tx,
                 (state, state_dir),
                 (held, lock_taken),
+                mirror_sink,
             )
         });
     let worker = match worker {
@@ -327,6 +335,9 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                 // The API is watched by the holder of the node lock only, once it serves.
                 if let (true, Some((settings, feed))) = (taken.is_ok(), api.take()) {
                     tokio::spawn(watch_the_api(settings, feed, commands.clone()));
+                }
+                if let (true, Some(mirror)) = (taken.is_ok(), mirror.as_mut()) {
+                    mirror.spawn_writer();
                 }
             }
             _ = done_rx.recv() => files.arm(),
@@ -348,6 +359,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         commands,
         worker,
         (backend_id, names),
+        mirror.as_ref(),
     )
     .await
 }
@@ -566,6 +578,7 @@ async fn stop(
     commands: mpsc::Sender<Command>,
     worker: std::thread::JoinHandle<Reconciler>,
     (backend_id, names): (crate::backend::BackendId, Names),
+    mirror: Option<&mirror_sink::Mirror>,
 ) -> Ending {
     let reason = if cleanup_on_exit && holds_lock {
         tokio::task::spawn_blocking(systemd::stop_reason)
@@ -581,7 +594,7 @@ async fn stop(
             signal = signal_name,
             "stopping; removing rules (--cleanup-on-exit)"
         );
-        return stop_and_clean_up(commands, worker, backend_id, names).await;
+        return stop_and_clean_up(commands, worker, backend_id, names, mirror).await;
     } else if cleanup_on_exit {
         info!(signal = signal_name, "stopping; removing nothing: this agent never held the node lock, so the rules are the running agent's");
     } else {
@@ -631,6 +644,7 @@ async fn stop_and_clean_up(
     worker: std::thread::JoinHandle<Reconciler>,
     backend_id: crate::backend::BackendId,
     names: Names,
+    mirror: Option<&mirror_sink::Mirror>,
 ) -> Ending {
     let stopping = tokio::time::Instant::now();
     // The running pass (if any) ends first, so cleanup never races a sync.
@@ -651,6 +665,11 @@ async fn stop_and_clean_up(
         }
     };
     if left.is_empty() {
+        if let Some(mirror) = mirror {
+            mirror
+                .rules_removed(STOP_DEADLINE.saturating_sub(stopping.elapsed()))
+                .await;
+        }
         return Ending::Stopped;
     }
     error!(

@@ -1,7 +1,7 @@
 //! Where the outcome of each pass goes, in order: the snapshot health and metrics serve, the
 //! log's "pass done", and the state file with the config in force next to it. The reconcile
 //! thread publishes each pass to a list of [`StatusSink`]s; in API mode the config applied is
-//! also saved as last-known-good.
+//! also saved as last-known-good, and the outcome mirrored onto the Node (`mirror_sink`).
 
 use super::last_known_good::{self, LastKnownGood};
 use super::reconcile::{ActiveRead, ApiSettings, Pass, Reconciler, LAST_KNOWN_GOOD};

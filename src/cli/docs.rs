@@ -235,20 +235,21 @@ pub const CLEANUP: AppletDoc = AppletDoc {
 pub const FLEET_ABOUT: &str = "\
 Every node's IPMasqAgentReady condition in one table: which config, which backend, in sync or not.
 
-In API mode (--config-source=api) each agent is to keep the condition IPMasqAgentReady on its own \
-Node (this version's agent does not write it yet: until it does, every node reads unknown), \
-written only when it changes (and refreshed every 5 minutes): a reason and a message with the \
-config's digest (the SHA-256 of its bytes, as sha256sum prints it), the backend and the time of \
-its last sync. fleet reads every Node in pages of --page-size (one list, no watch, nothing \
-written), groups them by status, config digest and backend, names the nodes that are not in \
-sync, and exits non-zero when any is, so CI and cron can gate on it.
+In API mode (--config-source=api) each agent keeps the condition IPMasqAgentReady on its own Node, \
+written only when it changes (no heartbeat: a steady agent writes nothing): a reason and a \
+message with the config's digest (the SHA-256 of its bytes, as sha256sum prints it), the \
+backend and the time of the pass that reached that state. fleet reads every Node in pages of \
+--page-size (one list, no watch, nothing written), groups them by status, config digest and \
+backend, names the nodes that are not in sync, and exits non-zero when any is, so CI and cron \
+can gate on it.
 
 Statuses: in-sync (InSync: the rules of the newest config are installed and match it); drifted \
 (Drifted: the live rules differ and the repair failed); rejected (ConfigRejected: the newest \
 config was refused, the last good one stays in force; `kubectl get events \
 --field-selector reason=ConfigRejected` shows why); not-ready (NotReady: no config's rules \
-installed yet); stale (the agent's word may be old: its lastSync is older than --stale-after, or \
-it enforces its last-known-good config because it cannot read the API); unknown (no \
+installed: not yet, or removed by --cleanup-on-exit); stale (the agent's word may be old: the \
+Node's own Ready condition is not True, so the node or its kubelet is down, or the agent enforces \
+its last-known-good config because it cannot read the API); unknown (no \
 IPMasqAgentReady condition: no agent in API mode runs there, or one this version cannot read).
 
 Credentials are found as kubectl finds them; the user needs `list` on `nodes` (the agent's own \

@@ -876,11 +876,6 @@ pub struct FleetArgs {
     #[arg(short = 'l', long, value_name = "SELECTOR")]
     pub selector: Option<String>,
 
-    /// A node whose lastSync is older than this is stale: its agent stopped writing (a Go
-    /// duration; 0 turns the age check off)
-    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_fleet_duration)]
-    pub stale_after: crate::config::GoDuration,
-
     /// The deadline of the whole listing, every page included (a Go duration)
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_fleet_timeout)]
     pub timeout: crate::config::GoDuration,

@@ -12,8 +12,8 @@
 //! | `InSync` | `True` | the rules of the config in force are installed and match it, and that config is the newest the source offered |
 //! | `Drifted` | `False` | the live rules differ from the config in force and the last repair failed (the agent retries with backoff) |
 //! | `ConfigRejected` | `False` | the newest config was refused (invalid, or too large for the memory limit); the last good config (the digest in the message) stays in force; an Event carries the diagnostic |
-//! | `NotReady` | `False` | no config's rules are installed yet: the first sync failed or has not run, or another agent holds the node lock |
-//! | `LastKnownGood` | `Unknown` | the config source could not be read; the agent enforces its last-known-good config from its state directory, which may not be the cluster's current one |
+//! | `NotReady` | `False` | no config's rules are installed: the first sync failed, or the agent removed them on a stop (`--cleanup-on-exit`) |
+//! | `LastKnownGood` | `Unknown` | the API cannot be read; the agent enforces its last-known-good config from its state directory, which may not be the cluster's current one |
 //!
 //! # The message
 //!
@@ -27,21 +27,29 @@
 //! (no config in force yet: no digest) is left out. A reader takes the fields before the first
 //! `"; "`, in any order, and ignores keys it does not know, so a later agent may add some.
 //! `digest` is the SHA-256 of the config's bytes in force (what `sha256sum` prints of the file);
-//! `lastSync` is the UTC time of the pass that last confirmed this state.
+//! `lastSync` is the UTC time of the pass that reached this state (not of the latest pass: a
+//! steady pass writes nothing).
 //!
 //! # Writes
 //!
-//! A write is due when the status, the reason, the digest, the backend or the words change;
-//! never for `lastSync` alone, except as a heartbeat when the written `lastSync` is older than
-//! [`HEARTBEAT_INTERVAL`]: without one a dead agent's last word would read `InSync` forever.
-//! One write per node per five minutes is what a kubelet's own status report costs
-//! (`nodeStatusReportFrequency`), and `ipmasq fleet` calls a node whose `lastSync` is older than
-//! three heartbeats ([`STALE_AFTER`]) `stale`.
+//! A write is due when the status, the reason, the digest, the backend or the words change,
+//! never for `lastSync` alone: no heartbeat, so an agent in a steady state makes no API write
+//! at all (the "no API write in steady state"; tested on the server's audit log). The
+//! agent reads its Node's condition once at start, so a restart into the same state writes
+//! nothing either.
+//!
+//! Without a heartbeat, an agent's silence says nothing about its age, so `ipmasq fleet` does
+//! not judge by it. It calls a node `stale` when the agent itself says its word may be old
+//! (`LastKnownGood`), or when the Node's own `Ready` condition (the kubelet's, kept current by
+//! the kubelet's lease and the node controller) is not `True`: with the node down, its
+//! agent's last word cannot be current. An agent stopped by its DaemonSet's removal while its
+//! node stays up leaves its last word (its rules stay too, unless `--cleanup-on-exit`, after
+//! which it writes `NotReady`).
 
 use super::REQUEST_TIMEOUT;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use std::time::Duration;
 
@@ -54,10 +62,6 @@ pub const FIELD_MANAGER: &str = "ipmasq";
 pub const EVENT_NAMESPACE: &str = "default";
 /// The component named in Events.
 pub const COMPONENT: &str = "ipmasq";
-/// How old the written `lastSync` may grow before an unchanged condition is written again.
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5 * 60);
-/// `ipmasq fleet --stale-after`'s default: three heartbeats.
-pub const STALE_AFTER: Duration = Duration::from_secs(15 * 60);
 /// The longest the words of a message may be (in characters); longer ones are cut with `…`.
 pub const WORDS_MAX: usize = 256;
 /// The longest an Event's message may be, in characters (so at most 4 KiB of UTF-8): a
@@ -301,49 +305,18 @@ pub fn condition(status: &AgentStatus, previous: Option<&NodeCondition>) -> Node
     }
 }
 
-/// Whether a condition needs writing, and why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Write {
-    /// What the Node says is still true: no request.
-    Unchanged,
-    /// The status, reason, digest, backend or words changed (or there is no condition yet).
-    Changed,
-    /// Nothing changed but the written `lastSync` is older than the heartbeat interval.
-    Heartbeat,
-}
-
-/// Decides whether `next` must be written over `previous` (the condition on the Node now).
-/// `heartbeat`: the interval after which an unchanged condition is written again, or `None`
-/// never to.
-pub fn write_needed(
-    previous: Option<&NodeCondition>,
-    next: &NodeCondition,
-    heartbeat: Option<Duration>,
-) -> Write {
+/// Whether `next` must be written over `previous` (the condition on the Node now, if any):
+/// only when the status, the reason, the digest, the backend or the words differ, never for
+/// the times alone.
+pub fn write_needed(previous: Option<&NodeCondition>, next: &NodeCondition) -> bool {
     let Some(previous) = previous else {
-        return Write::Changed;
+        return true;
     };
     let text = |c: &NodeCondition| Message::parse(c.message.as_deref().unwrap_or_default());
-    let (before, after) = (text(previous), text(next));
-    if previous.type_ != next.type_
+    previous.type_ != next.type_
         || previous.status != next.status
         || previous.reason != next.reason
-        || !before.same_but_time(&after)
-    {
-        return Write::Changed;
-    }
-    let due = match (heartbeat, before.last_sync, after.last_sync) {
-        (Some(interval), Some(then), Some(now)) => {
-            now.duration_since(then) >= SignedDuration::try_from(interval).unwrap_or_default()
-        }
-        (Some(_), None, Some(_)) => true,
-        _ => false,
-    };
-    if due {
-        Write::Heartbeat
-    } else {
-        Write::Unchanged
-    }
+        || !text(previous).same_but_time(&text(next))
 }
 
 /// Our condition among a Node's, if it has one.
@@ -378,6 +351,12 @@ pub enum MirrorError {
     },
     #[error("cannot create the ConfigRejected Event of Node {node}: {source}")]
     Event {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot read Node {node}: {source}")]
+    Read {
         node: String,
         #[source]
         source: kube::Error,
@@ -423,6 +402,18 @@ pub async fn publish(
                 })
         },
     )
+    .await
+}
+
+/// Reads `node` (its condition, as the agent last left it, and its uid for Events).
+pub async fn read_node(client: kube::Client, node: &str) -> Result<Node, MirrorError> {
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    answered(|| format!("reading Node {node}"), async {
+        nodes.get(node).await.map_err(|source| MirrorError::Read {
+            node: node.to_string(),
+            source,
+        })
+    })
     .await
 }
 
@@ -489,7 +480,7 @@ pub async fn publish_event(client: kube::Client, event: &Event) -> Result<Event,
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FleetStatus {
-    /// `InSync` (status `True`), and `lastSync` recent.
+    /// `InSync` (status `True`) on a Node that is `Ready`.
     InSync,
     /// `Drifted`.
     Drifted,
@@ -497,8 +488,8 @@ pub enum FleetStatus {
     Rejected,
     /// `NotReady`.
     NotReady,
-    /// The node's word may be old: `LastKnownGood`, or `lastSync` older than `--stale-after`
-    /// (or missing): its agent stopped writing (not running, or cannot reach the API).
+    /// The node's word may be old: `LastKnownGood` (the agent cannot read the API), or the
+    /// Node's own `Ready` condition is not `True` (the node or its kubelet is down).
     Stale,
     /// No `IPMasqAgentReady` condition (no agent in API mode ever ran there), or one this
     /// version cannot read (an unknown reason, or a status that contradicts its reason).
@@ -546,13 +537,10 @@ impl Reported {
     }
 }
 
-/// A node's status in the fleet view: from its condition (`None`: it has none), judged at
-/// `now`; `stale_after` of `None` never calls a node stale for its age.
-pub fn classify(
-    reported: Option<&Reported>,
-    now: Timestamp,
-    stale_after: Option<Duration>,
-) -> FleetStatus {
+/// A node's status in the fleet view: from its condition (`None`: it has none) and the
+/// status of the Node's own `Ready` condition (`None`: the Node has none, as a Node no kubelet
+/// ever reported for; then our condition alone decides).
+pub fn classify(reported: Option<&Reported>, node_ready: Option<ConditionStatus>) -> FleetStatus {
     let Some(reported) = reported else {
         return FleetStatus::Unknown;
     };
@@ -562,19 +550,8 @@ pub fn classify(
     if outcome.status() != reported.status {
         return FleetStatus::Unknown;
     }
-    if outcome == Outcome::LastKnownGood {
+    if node_ready.is_some_and(|ready| ready != ConditionStatus::True) {
         return FleetStatus::Stale;
-    }
-    if let Some(limit) = stale_after {
-        let old = match reported.message.last_sync {
-            Some(then) => {
-                now.duration_since(then) > SignedDuration::try_from(limit).unwrap_or_default()
-            }
-            None => true,
-        };
-        if old {
-            return FleetStatus::Stale;
-        }
     }
     match outcome {
         Outcome::InSync => FleetStatus::InSync,

@@ -4,13 +4,12 @@
 
 use super::Exit;
 use crate::cli::{FleetArgs, OutputFormat};
-use crate::cluster::mirror::{self, FleetStatus, Reported};
+use crate::cluster::mirror::{self, ConditionStatus, FleetStatus, Reported};
 use crate::cluster::{ClientError, Credentials};
 use crate::output::{printable, Styler};
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::time::Duration;
 use tabled::builder::Builder;
 use tabled::settings::{Padding, Style};
 
@@ -83,6 +82,15 @@ impl ListedNode {
             condition.message.as_deref(),
         ))
     }
+
+    /// The Node's own `Ready` condition (the kubelet's), if it has one.
+    fn ready(&self) -> Option<&ListedCondition> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+    }
 }
 
 /// One node as fleet judged it.
@@ -91,15 +99,22 @@ struct NodeRow {
     name: String,
     status: FleetStatus,
     reported: Option<Reported>,
+    /// The Node's `Ready` condition when it is not `True`: its status and reason.
+    node_down: Option<(ConditionStatus, Option<String>)>,
 }
 
 impl NodeRow {
-    fn judge(node: &ListedNode, now: Timestamp, stale_after: Option<Duration>) -> NodeRow {
+    fn judge(node: &ListedNode) -> NodeRow {
         let reported = node.reported();
+        let ready = node.ready();
+        let ready_status = ready.map(|c| ConditionStatus::parse(&c.status));
         NodeRow {
             name: node.metadata.name.clone(),
-            status: mirror::classify(reported.as_ref(), now, stale_after),
+            status: mirror::classify(reported.as_ref(), ready_status),
             reported,
+            node_down: ready
+                .filter(|c| ConditionStatus::parse(&c.status) != ConditionStatus::True)
+                .map(|c| (ConditionStatus::parse(&c.status), c.reason.clone())),
         }
     }
 
@@ -116,21 +131,19 @@ impl NodeRow {
     }
 
     /// Why it is not in sync, in words.
-    fn why(&self, now: Timestamp) -> String {
+    fn why(&self) -> String {
         let Some(reported) = &self.reported else {
             return format!("no {} condition", mirror::CONDITION_TYPE);
         };
-        if self.status == FleetStatus::Stale && reported.reason != "LastKnownGood" {
-            return match reported.message.last_sync {
-                Some(then) => format!(
-                    "{}, lastSync {} ago",
-                    reported.reason,
-                    crate::config::GoDuration::from_std(Duration::from_secs(
-                        u64::try_from(now.as_second() - then.as_second()).unwrap_or(0)
-                    ))
-                ),
-                None => format!("{}, no lastSync", reported.reason),
-            };
+        if let (FleetStatus::Stale, Some((ready, reason))) = (self.status, &self.node_down) {
+            return format!(
+                "node Ready={}{}",
+                ready.as_str(),
+                reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            );
         }
         if self.status == FleetStatus::Unknown {
             return format!(
@@ -236,11 +249,9 @@ struct Progress {
 async fn list_nodes(
     client: &kube::Client,
     args: &FleetArgs,
-    now: Timestamp,
     rows: &mut Vec<NodeRow>,
     progress: &mut Progress,
 ) -> Result<(), kube::Error> {
-    let stale_after = args.stale_after.to_std().filter(|d| !d.is_zero());
     let request = kube::core::Request::new("/api/v1/nodes");
     let mut continue_token: Option<String> = None;
     let (first_row, mut started_again) = (rows.len(), false);
@@ -269,11 +280,7 @@ async fn list_nodes(
         };
         progress.pages += 1;
         progress.nodes += page.items.len();
-        rows.extend(
-            page.items
-                .iter()
-                .map(|node| NodeRow::judge(node, now, stale_after)),
-        );
+        rows.extend(page.items.iter().map(NodeRow::judge));
         continue_token = page.metadata.continue_token.filter(|t| !t.is_empty());
         if continue_token.is_none() {
             return Ok(());
@@ -353,7 +360,7 @@ enum Stopped {
 }
 
 /// Lists and judges every Node within the deadline.
-async fn fleet(args: &FleetArgs, now: Timestamp) -> Result<Vec<NodeRow>, FleetError> {
+async fn fleet(args: &FleetArgs) -> Result<Vec<NodeRow>, FleetError> {
     let credentials = Credentials::from_flag(args.kubeconfig.as_deref(), Credentials::Inferred);
     let timeout = args.timeout.to_std().unwrap_or_default();
     let mut rows = Vec::new();
@@ -362,7 +369,7 @@ async fn fleet(args: &FleetArgs, now: Timestamp) -> Result<Vec<NodeRow>, FleetEr
         let client = crate::cluster::client(&credentials)
             .await
             .map_err(Stopped::Client)?;
-        list_nodes(&client, args, now, &mut rows, &mut progress)
+        list_nodes(&client, args, &mut rows, &mut progress)
             .await
             .map_err(Stopped::Api)
     };
@@ -469,7 +476,7 @@ fn plain_table(records: Vec<Vec<String>>) -> String {
         .collect()
 }
 
-fn to_text(rows: &[NodeRow], now: Timestamp, style: &Styler) -> String {
+fn to_text(rows: &[NodeRow], style: &Styler) -> String {
     if rows.is_empty() {
         return "no Nodes\n".to_string();
     }
@@ -506,7 +513,7 @@ fn to_text(rows: &[NodeRow], now: Timestamp, style: &Styler) -> String {
                 vec![
                     format!("  {}", row.status.as_str()),
                     row.name.clone(),
-                    cut(&row.why(now), WORDS_WIDTH),
+                    cut(&row.why(), WORDS_WIDTH),
                 ]
             })
             .collect();
@@ -546,8 +553,7 @@ pub fn run(args: &FleetArgs) -> Exit {
             return Exit::Usage;
         }
     };
-    let now = Timestamp::now();
-    let rows = match runtime.block_on(fleet(args, now)) {
+    let rows = match runtime.block_on(fleet(args)) {
         Ok(rows) => rows,
         Err(err) => {
             eprintln!("ipmasq fleet: {}", printable(&err.to_string()));
@@ -560,7 +566,7 @@ pub fn run(args: &FleetArgs) -> Exit {
     let text = match args.output {
         OutputFormat::Json => crate::output::to_json(&report()),
         OutputFormat::Yaml => crate::output::to_yaml(&report()),
-        OutputFormat::Text => to_text(&rows, now, &Styler::for_stdout(args.color)),
+        OutputFormat::Text => to_text(&rows, &Styler::for_stdout(args.color)),
     };
     {
         use std::io::Write;
@@ -582,19 +588,24 @@ mod tests {
     }
 
     fn with_condition(name: &str, status: &str, reason: &str, message: &str) -> ListedNode {
+        on_node(name, ("True", "KubeletReady"), (status, reason, message))
+    }
+
+    fn on_node(
+        name: &str,
+        (ready, ready_reason): (&str, &str),
+        (status, reason, message): (&str, &str, &str),
+    ) -> ListedNode {
         node(serde_json::json!({
             "metadata": {"name": name, "labels": {"a": "b"}},
             "status": {"conditions": [
-                {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+                {"type": "Ready", "status": ready, "reason": ready_reason},
                 {"type": "IPMasqAgentReady", "status": status, "reason": reason, "message": message},
             ], "images": [{"names": ["x"], "sizeBytes": 1}]},
         }))
     }
 
-    const NOW: &str = "2026-11-26T04:30:00Z";
-
     fn rows() -> Vec<NodeRow> {
-        let now: Timestamp = NOW.parse().expect("now");
         let digest = format!("sha256:{}", "ab".repeat(32));
         let fields = |time: &str| format!("digest={digest} backend=nftables lastSync={time}");
         [
@@ -616,16 +627,19 @@ mod tests {
                 "Drifted",
                 &format!("{}; the repair failed", fields("2026-11-26T04:29:00Z")),
             ),
-            with_condition(
+            on_node(
                 "n4",
-                "True",
-                "InSync",
-                &format!("{}; ok", fields("2026-11-26T03:00:00Z")),
+                ("Unknown", "NodeStatusUnknown"),
+                (
+                    "True",
+                    "InSync",
+                    &format!("{}; ok", fields("2026-11-26T03:00:00Z")),
+                ),
             ),
             node(serde_json::json!({"metadata": {"name": "n5"}})),
         ]
         .iter()
-        .map(|n| NodeRow::judge(n, now, Some(mirror::STALE_AFTER)))
+        .map(NodeRow::judge)
         .collect()
     }
 
@@ -670,8 +684,7 @@ mod tests {
 
     #[test]
     fn the_table_groups_by_status_and_digest_and_names_the_rest() {
-        let now: Timestamp = NOW.parse().expect("now");
-        let text = to_text(&rows(), now, &Styler::plain());
+        let text = to_text(&rows(), &Styler::plain());
         let expected = "\
 STATUS   CONFIG        BACKEND   NODES  OLDEST SYNC
 in-sync  abababababab  nftables  2      2026-11-26T04:20:00Z
@@ -681,7 +694,7 @@ unknown  -             -         1      -
 
 Not in sync:
   drifted  n3  the repair failed
-  stale    n4  InSync, lastSync 1h30m0s ago
+  stale    n4  node Ready=Unknown (NodeStatusUnknown)
   unknown  n5  no IPMasqAgentReady condition
 
 5 nodes: 2 in sync, 3 not
@@ -695,17 +708,14 @@ Not in sync:
         assert_eq!(thousands(5000), "5,000");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_234_567), "1,234,567");
-        let now: Timestamp = NOW.parse().expect("now");
         let many: Vec<NodeRow> = (0..25)
             .map(|i| {
-                NodeRow::judge(
-                    &node(serde_json::json!({"metadata": {"name": format!("n{i:02}")}})),
-                    now,
-                    None,
-                )
+                NodeRow::judge(&node(
+                    serde_json::json!({"metadata": {"name": format!("n{i:02}")}}),
+                ))
             })
             .collect();
-        let text = to_text(&many, now, &Styler::plain());
+        let text = to_text(&many, &Styler::plain());
         assert!(
             text.contains("… and 5 more (-o json lists every node)"),
             "{text}"

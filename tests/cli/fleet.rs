@@ -43,10 +43,10 @@ fn help_names_every_status_the_json_shape_and_the_exit_codes() {
     for needle in [
         "IPMasqAgentReady",
         "--kubeconfig",
-        "--stale-after",
         "--timeout",
         "--page-size",
-        "[default: 15m]",
+        "[default: 60s]",
+        "the Node's own Ready condition is not True",
         r#"{"nodes": [{"name", "status", "configDigest", "backend", "lastSync"}]}"#,
         "digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words",
         "Exit status:",
@@ -56,6 +56,13 @@ fn help_names_every_status_the_json_shape_and_the_exit_codes() {
     ] {
         assert!(help.contains(needle), "{needle:?} missing:\n{}", run.stdout);
     }
+    for gone in ["--stale-after", "every 5 minutes"] {
+        assert!(
+            !help.contains(gone),
+            "{gone:?} is still said:\n{}",
+            run.stdout
+        );
+    }
 }
 
 #[test]
@@ -63,7 +70,8 @@ fn bad_flag_values_are_usage_errors() {
     for (args, says) in [
         (&["fleet", "--page-size", "0"][..], "--page-size"),
         (&["fleet", "--page-size", "10001"], "--page-size"),
-        (&["fleet", "--stale-after=-5m"], "negative"),
+        (&["fleet", "--timeout=-5m"], "negative"),
+        (&["fleet", "--stale-after=15m"], "--stale-after"),
         (&["fleet", "--timeout", "soon"], "--timeout"),
         (&["fleet", "--timeout", "0s"], "no time"),
         (&["fleet", "--output", "csv"], "csv"),

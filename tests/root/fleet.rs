@@ -42,8 +42,18 @@ const OTHER_DIGEST: &str = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe
 
 /// A Node object with the kubelet's Ready condition, and ours when given.
 fn node(name: &str, labels: serde_json::Value, ours: Option<serde_json::Value>) -> String {
+    node_ready(name, labels, ("True", "KubeletReady"), ours)
+}
+
+/// A Node object whose Ready condition has this status and reason, and ours when given.
+fn node_ready(
+    name: &str,
+    labels: serde_json::Value,
+    (ready, reason): (&str, &str),
+    ours: Option<serde_json::Value>,
+) -> String {
     let mut conditions = vec![serde_json::json!({
-        "type": "Ready", "status": "True", "reason": "KubeletReady",
+        "type": "Ready", "status": ready, "reason": reason,
         "message": "kubelet is posting ready status",
         "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z",
     })];
@@ -131,7 +141,7 @@ fn fleet_reads_every_kind_of_node() {
             node(
                 "a-in-sync",
                 pool("good"),
-                Some(ours(Outcome::InSync, DIGEST, minute)),
+                Some(ours(Outcome::InSync, DIGEST, 48 * 60 * minute)),
             ),
             node(
                 "b-in-sync-other",
@@ -145,9 +155,10 @@ fn fleet_reads_every_kind_of_node() {
                 Some(ours(Outcome::Rejected, DIGEST, minute)),
             ),
             node("e-no-condition", pool("bad"), None),
-            node(
+            node_ready(
                 "f-stale",
                 pool("bad"),
+                ("Unknown", "NodeStatusUnknown"),
                 Some(ours(Outcome::InSync, DIGEST, 120 * minute)),
             ),
             node(
@@ -245,9 +256,8 @@ fn fleet_reads_every_kind_of_node() {
         );
     }
     assert!(
-        text.stdout
-            .lines()
-            .any(|l| l.starts_with("  stale      f-stale         InSync, lastSync 2h0m")),
+        text.stdout.lines().any(|l| l
+            .starts_with("  stale      f-stale         node Ready=Unknown (NodeStatusUnknown)")),
         "{}",
         text.stdout
     );
@@ -257,7 +267,8 @@ fn fleet_reads_every_kind_of_node() {
         text.stdout
     );
 
-    // One pool in sync: exit 0; with the age check off, the stale node is in sync again.
+    // One pool in sync (one of its nodes last synced two days ago: age is no staleness, a
+    // steady agent writes nothing): exit 0.
     let good = fleet(&ns, &cluster.kubeconfig(), &["-l", "pool=good"]);
     assert_eq!(good.code, 0, "{}{}", good.stdout, good.stderr);
     assert!(
@@ -265,12 +276,6 @@ fn fleet_reads_every_kind_of_node() {
         "{}",
         good.stdout
     );
-    let aged = fleet(
-        &ns,
-        &cluster.kubeconfig(),
-        &["-o", "json", "--stale-after", "0"],
-    );
-    assert_eq!(json(&aged)["nodes"][5]["status"], "in-sync");
     let none = fleet(&ns, &cluster.kubeconfig(), &["-l", "pool=none"]);
     assert_eq!((none.code, none.stdout.as_str()), (0, "no Nodes\n"));
 }
@@ -315,10 +320,7 @@ fn publish_applies_the_condition_with_the_agents_token() {
                 .expect("the agent's token may apply its condition");
             status.outcome = Outcome::Rejected;
             let rejected = mirror::condition(&status, mirror::ours(&first));
-            assert_eq!(
-                mirror::write_needed(mirror::ours(&first), &rejected, None),
-                mirror::Write::Changed
-            );
+            assert!(mirror::write_needed(mirror::ours(&first), &rejected));
             let second = mirror::publish(client.clone(), "worker-1", &rejected)
                 .await
                 .expect("a second apply");

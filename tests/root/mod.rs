@@ -29,6 +29,7 @@ mod health;
 mod image;
 mod interface_names;
 mod memory_limit;
+mod mirror;
 mod netlink;
 mod netns;
 mod nftables;

@@ -24,6 +24,18 @@ pub struct ActiveRead {
     pub text: Option<std::sync::Arc<String>>,
 }
 
+/// The config the source holds, refused while the last good one stays in force: the mirror's
+/// `ConfigRejected` and its Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The SHA-256 of the refused bytes (None: they could not be read, or a merged directory).
+    pub digest: Option<String>,
+    /// Why, one line per problem (`1:22: [code] …`), joined by `"; "`.
+    pub diagnostic: String,
+    /// Where the refused bytes came from (the path, or the ConfigMap and its resource version).
+    pub source: String,
+}
+
 /// What admission reports to the status stage.
 #[derive(Clone, Debug, Default)]
 pub struct AdmissionCounts {
@@ -60,6 +72,8 @@ pub struct Admission {
     last_note: Option<u64>,
     /// Why the config the source holds was refused for memory, while it is: not ready.
     memory_refusal: Option<String>,
+    /// The config the source holds, while it is refused.
+    rejection: Option<Rejection>,
     pub counts: AdmissionCounts,
 }
 
@@ -122,6 +136,11 @@ impl Admission {
         self.memory_refusal.as_ref()
     }
 
+    /// The config the source holds, while it is refused (None once a valid one is read).
+    pub fn rejection(&self) -> Option<&Rejection> {
+        self.rejection.as_ref()
+    }
+
     /// Parses and checks what the source read, and judges it; the config in force changes
     /// only to a valid one.
     pub fn admit(&mut self, read: SourceRead, inputs: &AdmissionInputs) {
@@ -136,6 +155,11 @@ impl Admission {
                 },
             ),
             SourceRead::Unreadable(message) => {
+                self.rejection = Some(Rejection {
+                    digest: None,
+                    diagnostic: message.clone(),
+                    source: path.to_string(),
+                });
                 let kept = (
                     "keeping the rules of the last good config",
                     "no rules are installed until it can be read",
@@ -154,6 +178,11 @@ impl Admission {
             self.memory_refusal = None;
         }
         if let Some(reason) = refusal {
+            self.rejection = Some(Rejection {
+                digest: loaded.digest.clone(),
+                diagnostic: reason.clone(),
+                source: path.to_string(),
+            });
             let kept = (
                 "keeping the last good config in force",
                 "no rules are installed until it fits",
@@ -167,9 +196,13 @@ impl Admission {
         match checked.config().cloned() {
             None => {
                 let note = fingerprint(checked.diagnostics());
+                let problems: Vec<String> = checked.errors().map(Diagnostic::one_line).collect();
+                self.rejection = Some(Rejection {
+                    digest: loaded.digest.clone(),
+                    diagnostic: problems.join("; "),
+                    source: path.to_string(),
+                });
                 self.refuse(note, |enforcing| {
-                    let problems: Vec<String> =
-                        checked.errors().map(Diagnostic::one_line).collect();
                     let kept = if enforcing {
                         "keeping the last good config in force"
                     } else {
@@ -235,6 +268,7 @@ impl Admission {
         self.active = Some(new);
         self.origin = Some(origin);
         self.read = Some(read);
+        self.rejection = None;
         self.counts.config_current = true;
     }
 

@@ -11,7 +11,7 @@ mod planner;
 mod source;
 mod status;
 
-pub use admission::ActiveRead;
+pub use admission::{ActiveRead, Rejection};
 pub use source::{ApiSettings, LAST_KNOWN_GOOD};
 pub use status::Status;
 
@@ -166,6 +166,11 @@ impl Reconciler {
     /// The digest of the config in force's bytes and when they were read.
     pub fn config_read(&self) -> Option<&ActiveRead> {
         self.admission.read()
+    }
+
+    /// The config the source holds, while it is refused (invalid, unreadable, too large).
+    pub fn rejection(&self) -> Option<&Rejection> {
+        self.admission.rejection()
     }
 
     /// Set while a writer has the config file open (the directory watch sees it modified and
@@ -521,6 +526,21 @@ mod tests {
         assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
         assert!(!f.reconciler.status.config_current);
         assert_eq!(f.reconciler.status.configs_rejected, 1);
+        let rejection = f
+            .reconciler
+            .rejection()
+            .expect("the refused config, for the mirror");
+        assert_eq!(
+            rejection.digest,
+            Some(crate::config::digest::sha256_hex(
+                b"nonMasqueradeCIDRs: [10.1.2.3/8]\n"
+            ))
+        );
+        assert!(
+            rejection.diagnostic.contains("[cidr-not-aligned]"),
+            "{rejection:?}"
+        );
+        assert!(rejection.source.ends_with("config"), "{rejection:?}");
         // Drift while the file is bad is still repaired with the last good config.
         f.fake.set_live(Family::V4, FakeFamily::default());
         f.reconciler.pass();
@@ -534,6 +554,7 @@ mod tests {
         f.reconciler.pass();
         assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
         assert!(f.reconciler.status.config_current);
+        assert_eq!(f.reconciler.rejection(), None, "no refusal once fixed");
     }
 
     #[test]

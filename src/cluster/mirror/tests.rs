@@ -129,41 +129,44 @@ fn the_transition_time_moves_only_with_the_status() {
 }
 
 #[test]
-fn a_write_is_due_only_on_a_real_change_or_a_heartbeat() {
-    let heartbeat = Some(HEARTBEAT_INTERVAL);
+fn a_write_is_due_only_on_a_real_change_never_for_time_alone() {
     let first = condition(&status(Outcome::InSync, "2026-11-26T04:00:00Z"), None);
-    assert_eq!(write_needed(None, &first, heartbeat), Write::Changed);
+    assert!(write_needed(None, &first), "no condition yet");
     let pass = |outcome, time| condition(&status(outcome, time), Some(&first));
     let same = pass(Outcome::InSync, "2026-11-26T04:01:00Z");
-    assert_eq!(
-        write_needed(Some(&first), &same, heartbeat),
-        Write::Unchanged
+    assert!(!write_needed(Some(&first), &same));
+    let a_day_later = pass(Outcome::InSync, "2026-11-27T04:00:00Z");
+    assert!(
+        !write_needed(Some(&first), &a_day_later),
+        "no heartbeat: time alone is never a change"
     );
-    assert_eq!(write_needed(Some(&first), &same, None), Write::Unchanged);
-    let later = pass(Outcome::InSync, "2026-11-26T04:05:00Z");
-    assert_eq!(
-        write_needed(Some(&first), &later, heartbeat),
-        Write::Heartbeat
-    );
-    assert_eq!(write_needed(Some(&first), &later, None), Write::Unchanged);
     let drifted = pass(Outcome::Drifted, "2026-11-26T04:00:01Z");
-    assert_eq!(
-        write_needed(Some(&first), &drifted, heartbeat),
-        Write::Changed
-    );
+    assert!(write_needed(Some(&first), &drifted));
     let mut other_config = status(Outcome::InSync, "2026-11-26T04:00:01Z");
     other_config.digest = Some("00".repeat(32));
-    let other_config = condition(&other_config, Some(&first));
-    assert_eq!(
-        write_needed(Some(&first), &other_config, heartbeat),
-        Write::Changed
-    );
+    assert!(write_needed(
+        Some(&first),
+        &condition(&other_config, Some(&first))
+    ));
     let mut other_backend = status(Outcome::InSync, "2026-11-26T04:00:01Z");
     other_backend.backend = Some("iptables-nft".into());
-    let other_backend = condition(&other_backend, Some(&first));
-    assert_eq!(
-        write_needed(Some(&first), &other_backend, heartbeat),
-        Write::Changed
+    assert!(write_needed(
+        Some(&first),
+        &condition(&other_backend, Some(&first))
+    ));
+    let mut other_words = status(Outcome::InSync, "2026-11-26T04:00:01Z");
+    other_words.words = Some("something else".into());
+    assert!(write_needed(
+        Some(&first),
+        &condition(&other_words, Some(&first))
+    ));
+    let by_hand = NodeCondition {
+        message: Some("written by hand".into()),
+        ..first.clone()
+    };
+    assert!(
+        write_needed(Some(&by_hand), &same),
+        "a message in another shape is rewritten"
     );
 }
 
@@ -223,11 +226,9 @@ fn a_rejection_event_is_a_warning_about_the_node() {
 }
 
 #[test]
-fn fleet_classifies_by_reason_status_and_age() {
-    let now = at("2026-11-26T04:30:00Z");
-    let stale_after = Some(STALE_AFTER);
-    let read = |outcome, time| reported(&condition(&status(outcome, time), None));
-    let recent = "2026-11-26T04:20:00Z";
+fn fleet_classifies_by_reason_status_and_the_nodes_readiness() {
+    let ready = Some(ConditionStatus::True);
+    let read = |outcome| reported(&condition(&status(outcome, "2026-11-26T04:20:00Z"), None));
     for (outcome, want) in [
         (Outcome::InSync, FleetStatus::InSync),
         (Outcome::Drifted, FleetStatus::Drifted),
@@ -235,42 +236,38 @@ fn fleet_classifies_by_reason_status_and_age() {
         (Outcome::NotReady, FleetStatus::NotReady),
         (Outcome::LastKnownGood, FleetStatus::Stale),
     ] {
+        assert_eq!(classify(Some(&read(outcome)), ready), want, "{outcome:?}");
         assert_eq!(
-            classify(Some(&read(outcome, recent)), now, stale_after),
+            classify(Some(&read(outcome)), None),
             want,
-            "{outcome:?}"
+            "{outcome:?}: a Node without a Ready condition is judged by ours alone"
         );
+        for down in [ConditionStatus::False, ConditionStatus::Unknown] {
+            assert_eq!(
+                classify(Some(&read(outcome)), Some(down)),
+                FleetStatus::Stale,
+                "{outcome:?} on a Node whose Ready is {down:?}"
+            );
+        }
     }
-    assert_eq!(classify(None, now, stale_after), FleetStatus::Unknown);
-    let old = read(Outcome::InSync, "2026-11-26T04:14:59Z");
-    assert_eq!(classify(Some(&old), now, stale_after), FleetStatus::Stale);
+    assert_eq!(classify(None, ready), FleetStatus::Unknown);
     assert_eq!(
-        classify(Some(&old), now, None),
-        FleetStatus::InSync,
-        "staleness off"
+        classify(None, Some(ConditionStatus::Unknown)),
+        FleetStatus::Unknown,
+        "no condition of ours: unknown, whatever the node"
     );
-    let edge = read(Outcome::InSync, "2026-11-26T04:15:00Z");
+    let old = read(Outcome::InSync);
     assert_eq!(
-        classify(Some(&edge), now, stale_after),
+        classify(Some(&old), ready),
         FleetStatus::InSync,
-        "exactly 15 min is not older"
+        "the age of lastSync is no staleness: a steady agent writes nothing"
     );
     let no_time = Reported::read("True", Some("InSync"), Some("by hand"));
-    assert_eq!(
-        classify(Some(&no_time), now, stale_after),
-        FleetStatus::Stale
-    );
-    assert_eq!(classify(Some(&no_time), now, None), FleetStatus::InSync);
+    assert_eq!(classify(Some(&no_time), ready), FleetStatus::InSync);
     let contradiction = Reported::read("False", Some("InSync"), None);
-    assert_eq!(
-        classify(Some(&contradiction), now, None),
-        FleetStatus::Unknown
-    );
+    assert_eq!(classify(Some(&contradiction), ready), FleetStatus::Unknown);
     let newer_reason = Reported::read("False", Some("SomethingNew"), None);
-    assert_eq!(
-        classify(Some(&newer_reason), now, None),
-        FleetStatus::Unknown
-    );
+    assert_eq!(classify(Some(&newer_reason), ready), FleetStatus::Unknown);
     let spelled: Vec<&str> = FleetStatus::ALL.iter().map(|s| s.as_str()).collect();
     assert_eq!(
         spelled,

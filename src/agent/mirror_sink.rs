@@ -1,0 +1,441 @@
+//! API mode: the outcome of each pass mirrored onto the agent's own Node, as the condition
+//! `IPMasqAgentReady` and an Event per rejected config (the format is `cluster::mirror`'s).
+//! The reconcile thread never waits for the API: its [`MirrorSink`] hands the state over
+//! (the latest wins, and only a change wakes the writer), and one [`Writer`] task on the
+//! agent's runtime writes it when it differs from what the Node holds, retrying with a backoff.
+
+use super::reconcile::{ApiSettings, Pass, Rejection, LAST_KNOWN_GOOD};
+use super::sinks::{PassDone, StatusSink};
+use crate::cluster::configmap::ConfigMapFeed;
+use crate::cluster::mirror::{self, AgentStatus, Message, Outcome};
+use crate::cluster::Credentials;
+use k8s_openapi::api::core::v1::NodeCondition;
+use k8s_openapi::jiff::Timestamp;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// The first retry of a failed write comes this soon, then twice as late each time, up to
+/// [`LAST_RETRY`]; a new state cuts the wait short.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const LAST_RETRY: Duration = Duration::from_secs(60);
+/// The words of the condition an agent writes once it has removed its rules on a stop.
+pub const RULES_REMOVED: &str =
+    "the agent stopped and removed its rules (--cleanup-on-exit); nothing is enforced";
+
+/// What the writer is to put on the Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub status: AgentStatus,
+    /// A rejected config's source and diagnostic: the Event's message.
+    pub diagnostic: Option<String>,
+    /// Counts the states handed over, so a stop can wait for its own to be written.
+    pub seq: u64,
+}
+
+impl Report {
+    /// The same state but for the time of the pass (and the count).
+    fn same_state(&self, other: &Report) -> bool {
+        let time_free = |r: &Report| {
+            (
+                r.status.outcome,
+                r.status.digest.clone(),
+                r.status.backend.clone(),
+                r.status.words.clone(),
+                r.diagnostic.clone(),
+            )
+        };
+        time_free(self) == time_free(other)
+    }
+}
+
+/// What a pass knows that the condition says.
+pub struct PassFacts<'a> {
+    pub pass: &'a Pass,
+    /// Some pass has installed the rules since the agent started.
+    pub ever_synced: bool,
+    /// The config the source holds, while it is refused.
+    pub rejection: Option<&'a Rejection>,
+    /// The config in force is the last-known-good from the state directory, and the API
+    /// cannot be read.
+    pub last_known_good: bool,
+    /// The SHA-256 of the config in force.
+    pub digest: Option<&'a str>,
+    pub backend: &'a str,
+}
+
+/// The condition's state after a pass (its time is the caller's), and a rejection's
+/// diagnostic. A failed sync is `Drifted` once rules were ever installed (they stay, and the
+/// repair is retried), else `NotReady`; then a refused config (the last good one stays in
+/// force); then no config yet; then the last-known-good while the API is not read; else in sync.
+pub fn outcome_of(facts: &PassFacts, now: Timestamp) -> (AgentStatus, Option<String>) {
+    let status = |outcome, words: Option<String>| AgentStatus {
+        outcome,
+        digest: facts.digest.map(str::to_string),
+        backend: Some(facts.backend.to_string()),
+        last_sync: now,
+        words,
+    };
+    if let Pass::Failed(err) = facts.pass {
+        return if facts.ever_synced {
+            let words = format!("the last sync failed, retrying: {err}");
+            (status(Outcome::Drifted, Some(words)), None)
+        } else {
+            let words = format!("the first sync failed, retrying: {err}");
+            (status(Outcome::NotReady, Some(words)), None)
+        };
+    }
+    if let Some(rejection) = facts.rejection {
+        let which = match &rejection.digest {
+            Some(hex) => format!(
+                "the config sha256:{}",
+                hex.chars().take(12).collect::<String>()
+            ),
+            None => "the config".to_string(),
+        };
+        let kept = if facts.digest.is_some() || matches!(facts.pass, Pass::Synced(_)) {
+            "the last good one stays in force"
+        } else {
+            "no rules are installed"
+        };
+        let words = format!("{which} was rejected, {kept}: {}", rejection.diagnostic);
+        return (
+            status(Outcome::Rejected, Some(words)),
+            Some(format!("{}: {}", rejection.source, rejection.diagnostic)),
+        );
+    }
+    match facts.pass {
+        Pass::NoValidConfig => (status(Outcome::NotReady, None), None),
+        _ if facts.last_known_good => (status(Outcome::LastKnownGood, None), None),
+        _ => (status(Outcome::InSync, None), None),
+    }
+}
+
+/// The mirror of one agent: made at start in API mode (with a node name), its sink handed to
+/// the reconcile thread, its writer spawned once the node lock is taken.
+pub struct Mirror {
+    reports: Arc<watch::Sender<Option<Report>>>,
+    written: watch::Receiver<u64>,
+    writer: Option<Writer>,
+    backend: String,
+}
+
+impl Mirror {
+    /// The mirror in API mode; None in file mode, and (said once) without a node name.
+    pub fn new(api: Option<&ApiSettings>, backend: crate::backend::BackendId) -> Option<Mirror> {
+        let api = api?;
+        let Some(node) = api.node_name.clone() else {
+            warn!("no node name (--node-name, $NODE_NAME, the host name): the {} condition is not written", mirror::CONDITION_TYPE);
+            return None;
+        };
+        let (reports, reports_rx) = watch::channel(None);
+        let (written_tx, written) = watch::channel(0);
+        Some(Mirror {
+            reports: Arc::new(reports),
+            written,
+            writer: Some(Writer {
+                credentials: api.credentials.clone(),
+                node,
+                reports: reports_rx,
+                written: written_tx,
+            }),
+            backend: backend.as_str().to_string(),
+        })
+    }
+
+    /// The sink the reconcile thread publishes each pass to.
+    pub fn sink(&self, feed: Option<ConfigMapFeed>) -> MirrorSink {
+        MirrorSink {
+            reports: self.reports.clone(),
+            feed,
+        }
+    }
+
+    /// Spawns the writer on the current runtime (once; later calls do nothing).
+    pub fn spawn_writer(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            tokio::spawn(writer.run());
+        }
+    }
+
+    /// After `--cleanup-on-exit` removed the rules: `NotReady` saying so, written within
+    /// `within` at most (best effort: the stop goes on either way).
+    pub async fn rules_removed(&self, within: Duration) {
+        let mut seq = 0;
+        self.reports.send_modify(|current| {
+            seq = current.as_ref().map_or(0, |r| r.seq) + 1;
+            *current = Some(Report {
+                status: AgentStatus {
+                    outcome: Outcome::NotReady,
+                    digest: None,
+                    backend: Some(self.backend.clone()),
+                    last_sync: Timestamp::now(),
+                    words: Some(RULES_REMOVED.to_string()),
+                },
+                diagnostic: None,
+                seq,
+            });
+        });
+        let mut written = self.written.clone();
+        let confirmed = tokio::time::timeout(within, written.wait_for(|done| *done >= seq))
+            .await
+            .is_ok_and(|answer| answer.is_ok());
+        if confirmed {
+            info!(
+                condition = mirror::CONDITION_TYPE,
+                "the Node's condition says NotReady: the rules are removed"
+            );
+        } else {
+            warn!(
+                condition = mirror::CONDITION_TYPE,
+                within_s = within.as_secs_f64(),
+                "could not write NotReady before the stop deadline; the Node's condition still says what the agent last wrote"
+            );
+        }
+    }
+}
+
+/// Hands each pass's state to the writer, only when it changed: a steady pass wakes nothing.
+pub struct MirrorSink {
+    reports: Arc<watch::Sender<Option<Report>>>,
+    /// What the ConfigMap watcher publishes: whether the API has been read yet.
+    feed: Option<ConfigMapFeed>,
+}
+
+/// Where the API stands for the config's watcher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ApiState {
+    /// Listed: the config in force is the API's (or was refused against it).
+    Read,
+    /// Not listed yet, and no error so far: starting.
+    Starting,
+    /// Not listed, and the watcher cannot read it.
+    Unreachable,
+}
+
+impl MirrorSink {
+    fn api_state(&self) -> ApiState {
+        let Some(feed) = &self.feed else {
+            return ApiState::Read;
+        };
+        let state = feed.lock().unwrap_or_else(|e| e.into_inner());
+        match (&state.current, &state.trouble) {
+            (Some(_), _) => ApiState::Read,
+            (None, None) => ApiState::Starting,
+            (None, Some(_)) => ApiState::Unreachable,
+        }
+    }
+}
+
+impl StatusSink for MirrorSink {
+    fn publish(&mut self, done: &PassDone) {
+        let reconciler = done.reconciler;
+        let read = reconciler.config_read();
+        let backend = reconciler.backend_id();
+        let saved_in_force = read.is_some_and(|r| r.label.starts_with(LAST_KNOWN_GOOD));
+        let api = self.api_state();
+        if api == ApiState::Starting {
+            // Before the API's first list (or its first failure) the agent knows nothing of
+            // the cluster's config: say nothing yet (after a restart, the saved config in
+            // force, the API's word is usually the same, and nothing is written at all).
+            return;
+        }
+        let facts = PassFacts {
+            pass: done.pass,
+            ever_synced: reconciler.status.last_success.is_some(),
+            rejection: reconciler.rejection(),
+            last_known_good: saved_in_force && api == ApiState::Unreachable,
+            digest: read.and_then(|r| r.digest.as_deref()),
+            backend: backend.as_str(),
+        };
+        hand_over(&self.reports, outcome_of(&facts, Timestamp::now()));
+    }
+}
+
+/// Hands a state to the writer unless it is the one it holds already (its time aside: the
+/// kept `lastSync` is the pass that reached the state). Never waits. Whether it was new.
+fn hand_over(
+    reports: &watch::Sender<Option<Report>>,
+    (status, diagnostic): (AgentStatus, Option<String>),
+) -> bool {
+    reports.send_if_modified(|current| {
+        let next = Report {
+            status,
+            diagnostic,
+            seq: current.as_ref().map_or(0, |r| r.seq) + 1,
+        };
+        if current.as_ref().is_some_and(|c| c.same_state(&next)) {
+            return false;
+        }
+        *current = Some(next);
+        true
+    })
+}
+
+/// The one task that writes to the API for the mirror.
+pub struct Writer {
+    credentials: Credentials,
+    node: String,
+    reports: watch::Receiver<Option<Report>>,
+    /// The `seq` of the last report the Node holds.
+    written: watch::Sender<u64>,
+}
+
+/// What the writer knows of the Node.
+#[derive(Default)]
+struct OnNode {
+    /// Read once (GET) at start; then what each write returned.
+    read: bool,
+    /// A state has been compared with the Node's condition since the start.
+    compared: bool,
+    uid: Option<String>,
+    condition: Option<NodeCondition>,
+    /// The words of the rejection whose Event was created (also read back from a
+    /// `ConfigRejected` condition at start: a restart does not repeat the Event).
+    event_for: Option<String>,
+}
+
+/// A failure logged once until it changes or the writes succeed again.
+#[derive(Default)]
+struct Said(Option<String>);
+
+impl Said {
+    fn failed(&mut self, error: String, retry_in: Duration) {
+        if self.0.as_ref() != Some(&error) {
+            warn!(condition = mirror::CONDITION_TYPE, retry_in_s = retry_in.as_secs_f64(), error = %error, "cannot keep the Node's condition current; retrying with a backoff (the rules are not affected)");
+            self.0 = Some(error);
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if self.0.take().is_some() {
+            info!(
+                condition = mirror::CONDITION_TYPE,
+                "the Node's condition is written again"
+            );
+        }
+    }
+}
+
+/// The wait before retry number `failures`.
+fn retry_in(failures: u32) -> Duration {
+    FIRST_RETRY
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(LAST_RETRY)
+}
+
+impl Writer {
+    /// Until the agent stops: the client, the Node read once, then each new state written when
+    /// the Node does not already hold it.
+    pub async fn run(mut self) {
+        let mut said = Said::default();
+        let mut failures = 0;
+        let client = loop {
+            match crate::cluster::client(&self.credentials).await {
+                Ok(client) => {
+                    failures = 0;
+                    break client;
+                }
+                Err(err) => {
+                    failures += 1;
+                    said.failed(err.to_string(), retry_in(failures));
+                    tokio::time::sleep(retry_in(failures)).await;
+                }
+            }
+        };
+        let mut on_node = OnNode::default();
+        loop {
+            let report = self.reports.borrow_and_update().clone();
+            match self.write(&client, &mut on_node, report.as_ref()).await {
+                Ok(()) => {
+                    failures = 0;
+                    said.succeeded();
+                    if let Some(report) = report {
+                        self.written.send_replace(report.seq);
+                    }
+                    if self.reports.changed().await.is_err() {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    failures += 1;
+                    let wait = retry_in(failures);
+                    said.failed(err.to_string(), wait);
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        changed = self.reports.changed() => if changed.is_err() { return },
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the Node once, then writes `report` (if any) where the Node says otherwise, and
+    /// the Event of a rejection not yet reported.
+    async fn write(
+        &self,
+        client: &kube::Client,
+        on_node: &mut OnNode,
+        report: Option<&Report>,
+    ) -> Result<(), mirror::MirrorError> {
+        if !on_node.read {
+            let node = mirror::read_node(client.clone(), &self.node).await?;
+            on_node.uid.clone_from(&node.metadata.uid);
+            on_node.condition = mirror::ours(&node).cloned();
+            on_node.event_for = on_node
+                .condition
+                .as_ref()
+                .filter(|c| c.reason.as_deref() == Some(Outcome::Rejected.reason()))
+                .map(|c| Message::parse(c.message.as_deref().unwrap_or_default()).words);
+            on_node.read = true;
+        }
+        let Some(report) = report else {
+            return Ok(());
+        };
+        let next = mirror::condition(&report.status, on_node.condition.as_ref());
+        let first = !on_node.compared;
+        on_node.compared = true;
+        if !mirror::write_needed(on_node.condition.as_ref(), &next) && first {
+            info!(
+                condition = mirror::CONDITION_TYPE,
+                reason = next.reason.as_deref().unwrap_or_default(),
+                "the Node's condition is current already: nothing to write"
+            );
+        }
+        if mirror::write_needed(on_node.condition.as_ref(), &next) {
+            let node = mirror::publish(client.clone(), &self.node, &next).await?;
+            on_node.uid.clone_from(&node.metadata.uid);
+            on_node.condition = mirror::ours(&node).cloned();
+            info!(
+                condition = mirror::CONDITION_TYPE,
+                status = %next.status,
+                reason = next.reason.as_deref().unwrap_or_default(),
+                "the Node's condition written"
+            );
+        }
+        let Some(diagnostic) = report
+            .diagnostic
+            .as_ref()
+            .filter(|_| report.status.outcome == Outcome::Rejected)
+        else {
+            on_node.event_for = None;
+            return Ok(());
+        };
+        let key = Message::of(&report.status).words;
+        if on_node.event_for.as_ref() != Some(&key) {
+            let event = mirror::rejection_event(
+                &self.node,
+                on_node.uid.as_deref(),
+                diagnostic,
+                Timestamp::now(),
+            );
+            mirror::publish_event(client.clone(), &event).await?;
+            on_node.event_for = Some(key);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,152 @@
+//! Unit tests of the mirror sink: which condition each kind of pass makes, and that only a
+//! change of state reaches the writer.
+
+use super::*;
+use crate::backend::BackendError;
+
+const DIGEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+fn now() -> Timestamp {
+    "2026-11-26T05:00:00Z".parse().expect("a test time")
+}
+
+fn facts<'a>(pass: &'a Pass, rejection: Option<&'a Rejection>) -> PassFacts<'a> {
+    PassFacts {
+        pass,
+        ever_synced: true,
+        rejection,
+        last_known_good: false,
+        digest: Some(DIGEST),
+        backend: "nftables",
+    }
+}
+
+#[test]
+fn each_kind_of_pass_makes_its_condition() {
+    let synced = Pass::Synced(Vec::new());
+    let (status, diagnostic) = outcome_of(&facts(&synced, None), now());
+    assert_eq!(status.outcome, Outcome::InSync);
+    assert_eq!(status.digest.as_deref(), Some(DIGEST));
+    assert_eq!(status.backend.as_deref(), Some("nftables"));
+    assert_eq!(status.last_sync, now());
+    assert_eq!(diagnostic, None);
+
+    let from_disk = PassFacts {
+        last_known_good: true,
+        ..facts(&synced, None)
+    };
+    assert_eq!(
+        outcome_of(&from_disk, now()).0.outcome,
+        Outcome::LastKnownGood
+    );
+
+    let rejection = Rejection {
+        digest: Some("ab".repeat(32)),
+        diagnostic: "config:3:5: error[cidr-not-aligned]: CIDR \"10.1.2.3/16\" is not aligned"
+            .into(),
+        source: "configmap kube-system/ip-masq-agent key config (resourceVersion 7)".into(),
+    };
+    let (status, diagnostic) = outcome_of(&facts(&synced, Some(&rejection)), now());
+    assert_eq!(status.outcome, Outcome::Rejected);
+    assert_eq!(
+        status.digest.as_deref(),
+        Some(DIGEST),
+        "the digest in force, not the refused one"
+    );
+    assert_eq!(
+        status.words.as_deref(),
+        Some("the config sha256:abababababab was rejected, the last good one stays in force: config:3:5: error[cidr-not-aligned]: CIDR \"10.1.2.3/16\" is not aligned")
+    );
+    assert_eq!(
+        diagnostic,
+        Some(format!(
+            "configmap kube-system/ip-masq-agent key config (resourceVersion 7): {}",
+            rejection.diagnostic
+        ))
+    );
+
+    let nothing = Pass::NoValidConfig;
+    let none_yet = PassFacts {
+        digest: None,
+        ever_synced: false,
+        ..facts(&nothing, None)
+    };
+    assert_eq!(outcome_of(&none_yet, now()).0.outcome, Outcome::NotReady);
+    let refused_first = PassFacts {
+        rejection: Some(&rejection),
+        ..none_yet
+    };
+    let (status, _) = outcome_of(&refused_first, now());
+    assert_eq!(status.outcome, Outcome::Rejected);
+    assert!(status
+        .words
+        .is_some_and(|w| w.contains("no rules are installed")));
+
+    let failed = Pass::Failed(BackendError::Run("nft exited 1".into()));
+    let (status, _) = outcome_of(&facts(&failed, Some(&rejection)), now());
+    assert_eq!(
+        status.outcome,
+        Outcome::Drifted,
+        "a failed repair outranks a refused config"
+    );
+    assert_eq!(
+        status.words.as_deref(),
+        Some("the last sync failed, retrying: nft exited 1")
+    );
+    let first_failed = PassFacts {
+        ever_synced: false,
+        ..facts(&failed, None)
+    };
+    assert_eq!(
+        outcome_of(&first_failed, now()).0.outcome,
+        Outcome::NotReady
+    );
+}
+
+#[test]
+fn only_a_change_of_state_reaches_the_writer() {
+    let api = ApiSettings {
+        configmap: crate::cluster::configmap::ConfigMapRef {
+            namespace: "kube-system".into(),
+            name: "ip-masq-agent".into(),
+        },
+        credentials: Credentials::InCluster,
+        node_name: Some("node-a".into()),
+        last_known_good: None,
+    };
+    let mirror = Mirror::new(Some(&api), crate::backend::BackendId::Nftables).expect("a mirror");
+    let mut receiver = mirror.reports.subscribe();
+    let sink = mirror.sink(None);
+    let report = |outcome: Outcome, minute: u32| {
+        let synced = Pass::Synced(Vec::new());
+        let mut facts = facts(&synced, None);
+        let failed = Pass::Failed(BackendError::Run("x".into()));
+        if outcome == Outcome::Drifted {
+            facts.pass = &failed;
+        }
+        let time = format!("2026-11-26T05:{minute:02}:00Z")
+            .parse()
+            .expect("time");
+        outcome_of(&facts, time)
+    };
+    let send = |state| hand_over(&sink.reports, state);
+    assert!(send(report(Outcome::InSync, 0)));
+    assert!(receiver.has_changed().unwrap_or(false));
+    receiver.borrow_and_update();
+    assert!(!send(report(Outcome::InSync, 1)), "a steady pass");
+    assert!(!receiver.has_changed().unwrap_or(true));
+    let kept = receiver.borrow().clone().expect("a report");
+    assert_eq!(
+        kept.status.last_sync,
+        "2026-11-26T05:00:00Z".parse::<Timestamp>().expect("time"),
+        "lastSync: the pass that reached the state"
+    );
+    assert!(send(report(Outcome::Drifted, 2)));
+    assert_eq!(receiver.borrow().as_ref().map(|r| r.seq), Some(2));
+    assert!(Mirror::new(None, crate::backend::BackendId::Nftables).is_none());
+    let nameless = ApiSettings {
+        node_name: None,
+        ..api
+    };
+    assert!(Mirror::new(Some(&nameless), crate::backend::BackendId::Nftables).is_none());
+}
