@@ -4,6 +4,7 @@
 
 mod check;
 pub mod cidr;
+pub mod composed;
 mod diagnostic;
 pub mod digest;
 pub mod duration;
@@ -355,6 +356,9 @@ pub enum ConfigOrigin {
     File,
     /// The merged files of a directory.
     Dir,
+    /// API mode: the base ConfigMap with the node pools that select the node and the
+    /// EgressNATPolicies ([`composed::ComposedText`]).
+    Composed,
 }
 
 /// Where the agent reads its config: upstream's one file, or a directory of `ip-masq*` files
@@ -405,6 +409,12 @@ impl SourceText {
                 checked: merge::check_parts(dir, paths, texts, options),
                 blank: false,
                 digest: Some(merge::listing_digest(paths, texts)),
+            },
+            SourceText::Composed(composed) => Loaded {
+                origin: ConfigOrigin::Composed,
+                checked: composed.check(options),
+                blank: false,
+                digest: composed.digest(),
             },
         }
     }
