@@ -576,6 +576,36 @@ mod tests {
         assert_last_known_good_reproduces(&read, &target);
     }
 
+    #[test]
+    fn api_mode_without_a_node_name_or_node_applies_no_pool() {
+        for node in [
+            crate::cluster::configmap::NodeLabels::Unnamed,
+            crate::cluster::configmap::NodeLabels::NotFound,
+        ] {
+            let mut f = api_fixture("api-unnamed", None);
+            let feed = f.reconciler.api_feed().unwrap();
+            crate::cluster::inputs::publish_node(&feed, node);
+            let target: crate::cluster::configmap::ConfigMapRef =
+                crate::cluster::configmap::DEFAULT_CONFIGMAP
+                    .parse()
+                    .unwrap();
+            // The empty selector selects every node that has labels to match.
+            let pools = [(
+                "ip-masq-agent-all".to_string(),
+                pool("", "nonMasqueradeCIDRs: [100.64.0.0/10]\n"),
+            )]
+            .into();
+            crate::cluster::configmap::publish_listing(
+                &feed,
+                crate::cluster::configmap::ConfigMapData::of(&target, None),
+                pools,
+            );
+            assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+            assert!(!cidr_rules(&f).contains(&"100.64.0.0/10".to_string()));
+            assert!(f.reconciler.config_read().unwrap().composed.is_none());
+        }
+    }
+
     /// The last-known-good saved from a composed read gives a new agent the same config.
     fn assert_last_known_good_reproduces(
         read: &ActiveRead,
