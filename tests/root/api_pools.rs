@@ -144,11 +144,52 @@ fn a_pool_applies_on_its_nodes_only_from_the_first_rules_and_a_relabel_moves_it(
         "the last-known-good keeps the pool: {:?}",
         node.last_known_good()
     );
+    // The state file names every input and holds the digest a user recomputes with
+    // sha256sum (README: the digest of the config in force).
+    let recomputed = node.ns.sh(
+        "h() { sha256sum | cut -d' ' -f1; }; \
+         { printf '%s  configmaps/kube-system/ip-masq-agent\\n' \"$(printf 'nonMasqueradeCIDRs: [198.51.100.0/24]\\n' | h)\"; \
+           printf '%s  configmaps/kube-system/ip-masq-agent-cpu\\n' \"$(printf 'nonMasqueradeCIDRs: [100.64.0.0/10]\\n' | h)\"; } | h",
+    );
+    let names_the_pool = |record: &serde_json::Value| {
+        record["path"].as_str().is_some_and(|p| {
+            p.contains("(resourceVersion ") && p.ends_with("+ pools ip-masq-agent-cpu")
+        })
+    };
+    assert!(
+        wait_until(PATIENCE, || names_the_pool(&config_read(&node.ns))),
+        "the state file never named the pool: {}",
+        config_read(&node.ns)
+    );
+    let record = config_read(&node.ns);
+    assert_eq!(record["digest"], recomputed.trim(), "{record}");
     // No pool selects the node any more: the base alone.
     relabel_node(&node, serde_json::json!({}));
     node.wait_rules("the base alone", |r| {
         !r.contains("100.64.0.0/10") && r.contains("198.51.100.0/24")
     });
+}
+
+/// The state file's `configRead` (where the config in force came from, and its digest).
+fn config_read(ns: &Netns) -> serde_json::Value {
+    let path = std::fs::read_dir(ns.state_dir())
+        .expect("the state directory")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("agent-net")
+                    && n.ends_with(".json")
+                    && !n.ends_with("-config.json")
+                    && !n.ends_with("-last-known-good.json")
+            })
+        })
+        .expect("the agent's state file");
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read the state file"))
+            .expect("the state file's JSON");
+    state["configRead"].clone()
 }
 
 /// The pod, node and outside namespaces wired as in packets.rs (IPv4): the node's own
