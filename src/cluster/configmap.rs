@@ -1,7 +1,9 @@
-//! The config ConfigMap in API mode: which one (`--configmap NAMESPACE/NAME`, data key
-//! `config`), and a kube-runtime watcher on it (list, then watch; a `410 Gone` relists by
-//! itself) that publishes its data key's text to a [`ConfigMapFeed`] once the first list is
-//! complete, and wakes the agent's pass loop when the text changed.
+//! The ConfigMaps of API mode: which one is the base (`--configmap NAMESPACE/NAME`, data key
+//! `config`), which are node pools (`ip-masq-agent-*` with `ipmasq.io/node-selector`), the
+//! [`ConfigMapFeed`] every API watcher publishes to, and a kube-runtime watcher of the
+//! namespace's ConfigMaps (list in pages, then watch; a `410 Gone` relists by itself) that
+//! keeps only the base and the pools, publishes them once the first list is complete, and
+//! wakes the agent's pass loop when one of them changed.
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -360,15 +362,6 @@ fn warn_of_bad_selectors(pools: &std::collections::BTreeMap<String, PoolData>) {
         if let Err(err) = crate::config::selector::Selector::parse(&pool.selector) {
             warn!(pool = %name, selector = %pool.selector, error = %err, "the node pool's ipmasq.io/node-selector is not a label selector: it selects no node (`ipmasq validate` checks pool manifests)");
         }
-    }
-}
-
-/// One read of `target` (for `--once` and `--dry-run`): its data, or why it cannot be read.
-pub async fn fetch(client: kube::Client, target: &ConfigMapRef) -> Result<ConfigMapData, String> {
-    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, &target.namespace);
-    match api.get_opt(&target.name).await {
-        Ok(object) => Ok(ConfigMapData::of(target, object.as_ref())),
-        Err(err) => Err(err.to_string()),
     }
 }
 

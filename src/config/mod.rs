@@ -435,6 +435,7 @@ pub struct Loaded {
     /// then writes (`cat > file`) leaves for a moment.
     pub blank: bool,
     /// The SHA-256 of the bytes read (`sha256sum FILE`); for a merged directory, of
-    /// `sha256sum`'s lines for its parts; None for the defaults.
+    /// `sha256sum`'s lines for its parts; for API mode's composed inputs, see
+    /// [`composed::ComposedText::digest`]; None for the defaults.
     pub digest: Option<String>,
 }
