@@ -4,8 +4,8 @@
 //! dynamic API). Each watcher publishes to the same feed once its first list is complete; a
 //! `410 Gone` relists. A CRD that is not served (404) counts as listed with no policy, said
 //! once in the log; the watcher keeps retrying with kube-runtime's backoff (0.8 s doubling to
-//! at most 30 s), so a CRD installed later is listed, and its policies applied, within about
-//! 30 s.
+//! 30 s, each delay plus a random jitter of up to as much again), so a CRD installed later is
+//! listed, and its policies applied, within a minute.
 
 use super::configmap::{
     answers_again, lock, trouble, ConfigMapData, ConfigMapFeed, ConfigMapRef, NodeLabels, PoolData,
@@ -194,7 +194,7 @@ pub async fn watch_policies(client: kube::Client, feed: ConfigMapFeed, wake: imp
             }
             Err(err) if not_served(&err) => {
                 if !said_not_served {
-                    info!(crd = %format!("{EGRESS_NAT_PLURAL}.{}", crate::config::egress_nat::API_GROUP), "the EgressNATPolicy CRD is not served: no policy applies (looking again with a backoff of at most 30 s)");
+                    info!(crd = %format!("{EGRESS_NAT_PLURAL}.{}", crate::config::egress_nat::API_GROUP), "the EgressNATPolicy CRD is not served: no policy applies (looking again with a backoff, at most a minute apart)");
                     said_not_served = true;
                 }
                 publish_policies(&feed, BTreeMap::new())
