@@ -37,7 +37,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --config-source 'Where the config comes from: the file (--config or --config-dir, as kubelet mounts the ConfigMap: a change arrives with kubelet''s next volume sync, a minute or more), or the Kubernetes API (the ConfigMap --configmap watched: a change arrives in milliseconds; the config last applied is kept in --state-dir and applied at once when the API is away at start)'
             cand --configmap 'With --config-source=api: the ConfigMap that holds the config (its data key `config`, the same text as the file); needs get, list and watch on configmaps in NAMESPACE'
             cand --kubeconfig 'With --config-source=api: the kubeconfig to reach the API with [default: the pod''s service account]'
-            cand --node-name 'With --config-source=api: this node''s Node name [default: $NODE_NAME (the downward API''s spec.nodeName), else the host name]'
+            cand --node-name 'With --config-source=api: this node''s Node name, whose labels select the node pools [default: $NODE_NAME (the downward API''s spec.nodeName), else the host name]'
             cand --resync-interval 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2''s flag) or as a Go duration [default: 60]'
             cand --masq-chain 'Name of the nat chain for the masquerade rules'
             cand --enable-ipv6 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it. Unset, enableIPv6 in the config decides (default false); set, it wins over the config'

@@ -22,13 +22,22 @@ pub struct LastKnownGood {
     pub digest: Option<String>,
     /// When it was saved (RFC 3339, UTC).
     pub saved_at: String,
-    /// The data key's text; null when the ConfigMap or its key did not exist (upstream's
-    /// defaults, as for a missing file).
+    /// The base ConfigMap's data key's text; null when the ConfigMap or its key did not exist
+    /// (upstream's defaults, as for a missing file).
     pub text: Option<String>,
+    /// The node pools that selected the node, in name order (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<crate::config::composed::PoolText>,
+    /// The EgressNATPolicies, in name order (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<crate::config::composed::PolicyText>,
 }
 
-/// The schema this binary writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema this binary writes: 2 added `pools` and `policies` (an agent that reads only 1
+/// refuses a file of 2 rather than apply its base alone).
+pub const SCHEMA_VERSION: u32 = 2;
+/// The oldest schema this binary reads (1: the base ConfigMap alone).
+pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 /// The largest last-known-good file read: a config of [`crate::config::MAX_CONFIG_BYTES`]
 /// escaped as JSON (at most six bytes per byte) and its few fields.
@@ -73,9 +82,9 @@ pub fn read(dir: &Path, configmap: &str) -> Result<Option<LastKnownGood>, String
         .map_err(|err| format!("{}: {err}", path.display()))?;
     let saved: LastKnownGood =
         serde_json::from_str(&text).map_err(|err| format!("{}: {err}", path.display()))?;
-    if saved.schema_version != SCHEMA_VERSION {
+    if !(OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&saved.schema_version) {
         return Err(format!(
-            "{}: schema version {}, this agent reads {SCHEMA_VERSION}",
+            "{}: schema version {}, this agent reads {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}",
             path.display(),
             saved.schema_version
         ));
@@ -109,6 +118,8 @@ mod tests {
             digest: text.map(|t| crate::config::digest::sha256_hex(t.as_bytes())),
             saved_at: "2026-01-01T00:00:00Z".into(),
             text: text.map(str::to_string),
+            pools: Vec::new(),
+            policies: Vec::new(),
         }
     }
 

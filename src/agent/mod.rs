@@ -468,9 +468,26 @@ async fn watch_the_api(
             return;
         }
     };
-    info!(configmap = %api.configmap, key = crate::cluster::configmap::CONFIG_KEY, "watching the config ConfigMap (list, then watch)");
-    let wake = move || drop(commands.send(Command::Pass(Trigger::ApiChanged)));
-    crate::cluster::configmap::watch(client, api.configmap, feed, wake).await;
+    info!(configmap = %api.configmap, key = crate::cluster::configmap::CONFIG_KEY, node = api.node_name.as_deref().unwrap_or("unknown"), "watching the config ConfigMap and the node pools (the namespace's ConfigMaps), the Node's labels and the EgressNATPolicies (list, then watch)");
+    let waker = move || {
+        let commands = commands.clone();
+        move || drop(commands.send(Command::Pass(Trigger::ApiChanged)))
+    };
+    // The three watchers share the feed; nothing is applied before each has listed once.
+    if let Some(node) = api.node_name.clone() {
+        tokio::spawn(crate::cluster::inputs::watch_node(
+            client.clone(),
+            node,
+            feed.clone(),
+            waker(),
+        ));
+    }
+    tokio::spawn(crate::cluster::inputs::watch_policies(
+        client.clone(),
+        feed.clone(),
+        waker(),
+    ));
+    crate::cluster::configmap::watch(client, api.configmap, feed, waker()).await;
 }
 
 /// The subscription to this node's address changes, registered with the runtime; None (with

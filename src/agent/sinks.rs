@@ -96,6 +96,16 @@ impl StatusSink for LastKnownGoodSink {
             digest: read.digest.clone(),
             saved_at: crate::config::digest::rfc3339_utc(read.at),
             text: read.text.as_deref().cloned(),
+            pools: read
+                .composed
+                .as_ref()
+                .map(|c| c.pools.clone())
+                .unwrap_or_default(),
+            policies: read
+                .composed
+                .as_ref()
+                .map(|c| c.policies.clone())
+                .unwrap_or_default(),
         };
         match last_known_good::write(&self.dir, &saved) {
             Ok(path) => {
@@ -190,6 +200,7 @@ impl StatusSink for StateFileSink {
                 crate::config::ConfigOrigin::File if self.api => "configmap".into(),
                 crate::config::ConfigOrigin::File => "file".into(),
                 crate::config::ConfigOrigin::Dir => "merged files".into(),
+                crate::config::ConfigOrigin::Composed => "configmaps".into(),
             };
         }
         self.state.rules.enable_ipv6 = reconciler.ipv6_managed();

@@ -357,8 +357,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// With --config-source=api: this node's Node name [default: $NODE_NAME (the downward
-    /// API's spec.nodeName), else the host name]
+    /// With --config-source=api: this node's Node name, whose labels select the node pools
+    /// [default: $NODE_NAME (the downward API's spec.nodeName), else the host name]
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
 

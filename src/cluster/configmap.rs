@@ -1,7 +1,9 @@
-//! The config ConfigMap in API mode: which one (`--configmap NAMESPACE/NAME`, data key
-//! `config`), and a kube-runtime watcher on it (list, then watch; a `410 Gone` relists by
-//! itself) that publishes its data key's text to a [`ConfigMapFeed`] once the first list is
-//! complete, and wakes the agent's pass loop when the text changed.
+//! The ConfigMaps of API mode: which one is the base (`--configmap NAMESPACE/NAME`, data key
+//! `config`), which are node pools (`ip-masq-agent-*` with `ipmasq.io/node-selector`), the
+//! [`ConfigMapFeed`] every API watcher publishes to, and a kube-runtime watcher of the
+//! namespace's ConfigMaps (list in pages, then watch; a `410 Gone` relists by itself) that
+//! keeps only the base and the pools, publishes them once the first list is complete, and
+//! wakes the agent's pass loop when one of them changed.
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -107,51 +109,176 @@ impl ConfigMapData {
     }
 }
 
-/// What the watcher has learnt, shared with the source stage of the passes.
-#[derive(Debug, Default)]
-pub struct FeedState {
-    /// The ConfigMap as of the last event; None until the first list is complete.
-    pub current: Option<ConfigMapData>,
-    /// Why the API cannot be read, while it cannot (the watcher retries with a backoff).
-    pub trouble: Option<String>,
+/// A node pool's ConfigMap as the API holds it: `ipmasq.io/node-selector`'s text and the
+/// `config` key's text (None: no such key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolData {
+    pub selector: String,
+    pub text: Option<String>,
 }
 
-/// The watcher's side and the source stage's side of the same [`FeedState`].
+impl PoolData {
+    /// The pool `object` makes, if it is one: named `ip-masq-agent-*` (see
+    /// [`crate::config::pool::is_pool_name`]) with the node-selector annotation.
+    pub fn of(object: &ConfigMap) -> Option<PoolData> {
+        let name = object.metadata.name.as_deref()?;
+        if !crate::config::pool::is_pool_name(name) {
+            return None;
+        }
+        let selector = object
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(crate::config::pool::NODE_SELECTOR_ANNOTATION)?;
+        Some(PoolData {
+            selector: selector.clone(),
+            text: object
+                .data
+                .as_ref()
+                .and_then(|data| data.get(CONFIG_KEY))
+                .cloned(),
+        })
+    }
+}
+
+/// What the API says of the agent's Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeLabels {
+    /// The agent knows no node name: no pool applies (see `--node-name`).
+    Unnamed,
+    /// No Node of that name: no pool applies until it exists.
+    NotFound,
+    /// The Node's labels.
+    Labels(crate::config::selector::Labels),
+}
+
+impl NodeLabels {
+    /// The labels pools are matched against (none when the Node is unknown).
+    pub fn labels(&self) -> Option<&crate::config::selector::Labels> {
+        match self {
+            NodeLabels::Labels(labels) => Some(labels),
+            NodeLabels::Unnamed | NodeLabels::NotFound => None,
+        }
+    }
+}
+
+/// What the watchers have learnt, shared with the source stage of the passes. Each input is
+/// None until the first list of its kind is complete: nothing is applied before all are.
+#[derive(Debug, Default)]
+pub struct FeedState {
+    /// The base ConfigMap as of the last event; None until the ConfigMaps are listed.
+    pub current: Option<ConfigMapData>,
+    /// The pool ConfigMaps of the namespace by name, as of the same list (and the events
+    /// since).
+    pub pools: std::collections::BTreeMap<String, PoolData>,
+    /// The agent's Node's labels; None until its first list.
+    pub node: Option<NodeLabels>,
+    /// The EgressNATPolicies by name; None until their first list (a CRD that is not
+    /// served counts as listed, none).
+    pub policies: Option<std::collections::BTreeMap<String, crate::config::composed::PolicyText>>,
+    /// Why the API cannot be read, while it cannot (the watchers retry with a backoff).
+    pub trouble: Option<String>,
+    /// The last reason logged for each input that cannot be read (each said once).
+    troubles: std::collections::BTreeMap<String, String>,
+}
+
+impl FeedState {
+    /// Whether the first list of every watched kind is complete.
+    pub fn listed(&self) -> bool {
+        self.current.is_some() && self.node.is_some() && self.policies.is_some()
+    }
+}
+
+/// The watchers' side and the source stage's side of the same [`FeedState`].
 pub type ConfigMapFeed = Arc<Mutex<FeedState>>;
 
-fn lock(feed: &ConfigMapFeed) -> std::sync::MutexGuard<'_, FeedState> {
+/// The feed of an agent: without a node name, the Node is known not to be watched.
+pub fn feed_for(node_name: Option<&str>) -> ConfigMapFeed {
+    let feed = ConfigMapFeed::default();
+    if node_name.is_none() {
+        lock(&feed).node = Some(NodeLabels::Unnamed);
+    }
+    feed
+}
+
+pub(crate) fn lock(feed: &ConfigMapFeed) -> std::sync::MutexGuard<'_, FeedState> {
     feed.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Publishes what the API said; true when the text changed (or the first list just
-/// completed), so a pass should run. A new resource version with the same text only updates
-/// the provenance.
+/// Publishes what the API said of the base ConfigMap; true when the text changed (or the first
+/// list just completed), so a pass should run. A new resource version with the same text only
+/// updates the provenance.
 pub fn publish(feed: &ConfigMapFeed, data: ConfigMapData) -> bool {
     let mut state = lock(feed);
-    if state.trouble.take().is_some() {
-        info!(configmap = %data.provenance, "the API answers again");
-    }
+    answers_again(&mut state, "the config ConfigMap");
     let changed = state.current.as_ref().is_none_or(|c| c.text != data.text);
     state.current = Some(data);
     changed
 }
 
-/// Notes that the API cannot be read: logged when the reason changes, the config in force
-/// untouched.
-fn trouble(feed: &ConfigMapFeed, target: &ConfigMapRef, reason: String) {
+/// Publishes the ConfigMaps of a completed list: the base and every pool (those gone since
+/// are dropped); true when anything that matters changed.
+pub fn publish_listing(
+    feed: &ConfigMapFeed,
+    data: ConfigMapData,
+    pools: std::collections::BTreeMap<String, PoolData>,
+) -> bool {
     let mut state = lock(feed);
-    if state.trouble.as_deref() != Some(reason.as_str()) {
-        warn!(configmap = %target, error = %reason, "cannot read the config ConfigMap from the API; keeping the config and rules in force, retrying with a backoff");
-        state.trouble = Some(reason);
-    } else {
-        debug!(configmap = %target, error = %reason, "the API still cannot be read");
+    answers_again(&mut state, "the config ConfigMap");
+    let changed =
+        state.current.as_ref().is_none_or(|c| c.text != data.text) || state.pools != pools;
+    state.current = Some(data);
+    state.pools = pools;
+    changed
+}
+
+/// Publishes one pool's change (None: deleted, or no longer a pool); true when it changed.
+pub fn publish_pool(feed: &ConfigMapFeed, name: &str, pool: Option<PoolData>) -> bool {
+    let mut state = lock(feed);
+    if state.current.is_none() {
+        // Not listed yet: the list's result replaces every pool.
+        return false;
+    }
+    match pool {
+        Some(pool) => state
+            .pools
+            .insert(name.to_string(), pool.clone())
+            .is_none_or(|before| before != pool),
+        None => state.pools.remove(name).is_some(),
     }
 }
 
-/// Watches `target` until the runtime ends: list, then watch (a field selector on its name,
-/// in its namespace); after a `410 Gone` the watcher lists again, and the list's result is
-/// published as one change (the same text is no change). Nothing is published before the
-/// first list is complete. `wake` is called after each published change.
+pub(crate) fn answers_again(state: &mut FeedState, what: &str) {
+    state.troubles.remove(what);
+    if state.trouble.take().is_some() {
+        info!(input = %what, "the API answers again");
+    }
+}
+
+/// Notes that the API cannot be read: logged once per input (`what`, in words: `the config
+/// ConfigMap`) and reason, the config in force untouched.
+pub(crate) fn trouble(feed: &ConfigMapFeed, what: &str, reason: String) {
+    let mut state = lock(feed);
+    if state.troubles.get(what) != Some(&reason) {
+        warn!(error = %reason, "cannot read {what} from the API; keeping the config and rules in force, retrying with a backoff");
+        state.troubles.insert(what.to_string(), reason.clone());
+    } else {
+        debug!(error = %reason, "the API still cannot be read ({what})");
+    }
+    state.trouble = Some(reason);
+}
+
+/// How many ConfigMaps one page of the namespace's list holds: kube-system holds many, each
+/// up to 1 MiB, and only the base and the pools are kept; a page of this many bounds what one
+/// list response holds in memory.
+pub const LIST_PAGE_SIZE: u32 = 16;
+
+/// Watches the ConfigMaps of `target`'s namespace until the runtime ends, keeping only
+/// `target` (the base) and the node pools (`ip-masq-agent-*` with the node-selector
+/// annotation): list (in pages of [`LIST_PAGE_SIZE`]), then watch; after a `410 Gone` the
+/// watcher lists again, and the list's result replaces the base and every pool as one change
+/// (the same texts are no change). Nothing is published before the first list is complete.
+/// `wake` is called after each published change.
 pub async fn watch(
     client: kube::Client,
     target: ConfigMapRef,
@@ -160,47 +287,81 @@ pub async fn watch(
 ) {
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, &target.namespace);
     let config = watcher::Config::default()
-        .fields(&format!("metadata.name={}", target.name))
+        .page_size(LIST_PAGE_SIZE)
         .list_semantic(watcher::ListSemantic::MostRecent);
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
-    // The objects of a list in progress (only one can match the field selector).
-    let mut listing: Option<ConfigMap> = None;
+    // The base and the pools of a list in progress.
+    let mut listing: (
+        Option<ConfigMap>,
+        std::collections::BTreeMap<String, PoolData>,
+    ) = Default::default();
     while let Some(event) = events.next().await {
-        let data = match event {
+        let is_base = |object: &ConfigMap| object.metadata.name.as_deref() == Some(&target.name);
+        let changed = match event {
             Ok(Event::Init) => {
-                debug!(configmap = %target, "listing the config ConfigMap");
-                listing = None;
+                debug!(namespace = %target.namespace, "listing the config ConfigMap and the node pools (the namespace's ConfigMaps)");
+                listing = Default::default();
                 continue;
             }
             Ok(Event::InitApply(object)) => {
-                listing = Some(object);
+                if is_base(&object) {
+                    listing.0 = Some(object);
+                } else if let Some(pool) = PoolData::of(&object) {
+                    listing
+                        .1
+                        .insert(object.metadata.name.clone().unwrap_or_default(), pool);
+                }
                 continue;
             }
-            Ok(Event::InitDone) => ConfigMapData::of(&target, listing.take().as_ref()),
-            Ok(Event::Apply(object)) => ConfigMapData::of(&target, Some(&object)),
-            Ok(Event::Delete(_)) => ConfigMapData::of(&target, None),
+            Ok(Event::InitDone) => {
+                let (base, pools) = std::mem::take(&mut listing);
+                let data = ConfigMapData::of(&target, base.as_ref());
+                debug!(configmap = %data.provenance, pools = pools.len(), "the API's ConfigMaps listed");
+                warn_of_bad_selectors(&pools);
+                publish_listing(&feed, data, pools)
+            }
+            Ok(Event::Apply(object)) if is_base(&object) => {
+                publish(&feed, ConfigMapData::of(&target, Some(&object)))
+            }
+            Ok(Event::Delete(object)) if is_base(&object) => {
+                publish(&feed, ConfigMapData::of(&target, None))
+            }
+            Ok(Event::Apply(object)) => {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                if !crate::config::pool::is_pool_name(&name) {
+                    continue;
+                }
+                let pool = PoolData::of(&object);
+                if let Some(pool) = &pool {
+                    warn_of_bad_selectors(&[(name.clone(), pool.clone())].into());
+                }
+                publish_pool(&feed, &name, pool)
+            }
+            Ok(Event::Delete(object)) => {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                crate::config::pool::is_pool_name(&name) && publish_pool(&feed, &name, None)
+            }
             Err(watcher::Error::WatchError(status)) if status.code == 410 => {
-                info!(configmap = %target, "the watch's resource version has expired (410 Gone): listing the ConfigMap again");
+                info!(namespace = %target.namespace, "the watch's resource version has expired (410 Gone): listing the ConfigMaps again");
                 continue;
             }
             Err(err) => {
-                trouble(&feed, &target, err.to_string());
+                trouble(&feed, "the config ConfigMap", err.to_string());
                 continue;
             }
         };
-        debug!(configmap = %data.provenance, "the API's config ConfigMap");
-        if publish(&feed, data) {
+        if changed {
             wake();
         }
     }
 }
 
-/// One read of `target` (for `--once` and `--dry-run`): its data, or why it cannot be read.
-pub async fn fetch(client: kube::Client, target: &ConfigMapRef) -> Result<ConfigMapData, String> {
-    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, &target.namespace);
-    match api.get_opt(&target.name).await {
-        Ok(object) => Ok(ConfigMapData::of(target, object.as_ref())),
-        Err(err) => Err(err.to_string()),
+/// Says (as a warning) which pools have a selector that does not parse: they select no node.
+fn warn_of_bad_selectors(pools: &std::collections::BTreeMap<String, PoolData>) {
+    for (name, pool) in pools {
+        if let Err(err) = crate::config::selector::Selector::parse(&pool.selector) {
+            warn!(pool = %name, selector = %pool.selector, error = %err, "the node pool's ipmasq.io/node-selector is not a label selector: it selects no node (`ipmasq validate` checks pool manifests)");
+        }
     }
 }
 
@@ -277,5 +438,54 @@ mod tests {
             .as_ref()
             .is_some_and(|c| c.provenance.contains("resourceVersion 9")));
         assert!(publish(&feed, ConfigMapData::of(&target, None)));
+    }
+
+    #[test]
+    fn only_annotated_ip_masq_agent_configmaps_are_pools_and_only_their_changes_wake() {
+        let mut object = configmap("3", Some("nonMasqueradeCIDRs: [100.64.0.0/10]"));
+        object.metadata.name = Some("ip-masq-agent-gpu".into());
+        assert_eq!(PoolData::of(&object), None, "no annotation: not a pool");
+        object.metadata.annotations = Some(
+            [(
+                crate::config::pool::NODE_SELECTOR_ANNOTATION.to_string(),
+                "pool=gpu".to_string(),
+            )]
+            .into(),
+        );
+        let pool = PoolData::of(&object).unwrap();
+        assert_eq!(pool.selector, "pool=gpu");
+        object.metadata.name = Some("kube-proxy".into());
+        assert_eq!(PoolData::of(&object), None, "not named ip-masq-agent-*");
+        let target: ConfigMapRef = DEFAULT_CONFIGMAP.parse().unwrap();
+        let feed = feed_for(Some("node-a"));
+        assert!(
+            !publish_pool(&feed, "ip-masq-agent-gpu", Some(pool.clone())),
+            "not listed yet"
+        );
+        assert!(publish_listing(
+            &feed,
+            ConfigMapData::of(&target, None),
+            Default::default()
+        ));
+        assert!(publish_pool(&feed, "ip-masq-agent-gpu", Some(pool.clone())));
+        assert!(!publish_pool(
+            &feed,
+            "ip-masq-agent-gpu",
+            Some(pool.clone())
+        ));
+        assert!(
+            !publish_listing(
+                &feed,
+                ConfigMapData::of(&target, None),
+                [("ip-masq-agent-gpu".to_string(), pool)].into()
+            ),
+            "a relist with the same inputs is no change"
+        );
+        assert!(publish_pool(&feed, "ip-masq-agent-gpu", None));
+        assert!(
+            !lock(&feed).listed(),
+            "the Node and the policies are not listed yet"
+        );
+        assert_eq!(lock(&feed_for(None)).node, Some(NodeLabels::Unnamed));
     }
 }

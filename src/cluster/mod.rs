@@ -4,6 +4,7 @@
 //! knows its own Node's name. The API-mode source, the Node mirror and `ipmasq fleet` build on it.
 
 pub mod configmap;
+pub mod inputs;
 pub mod mirror;
 
 use std::path::{Path, PathBuf};

@@ -47,6 +47,9 @@ fn log_api_mode(api: &ApiSettings) {
         last_known_good = api.last_known_good.as_ref().map_or("none", |saved| saved.provenance.as_str()),
         "API mode: the config is the ConfigMap's, read through the Kubernetes API"
     );
+    if api.node_name.is_none() {
+        warn!("API mode without a node name (--node-name, $NODE_NAME, the host name): no node pool applies, only the base ConfigMap and the EgressNATPolicies");
+    }
 }
 
 /// How the start line names where the API's credentials come from.
@@ -81,19 +84,19 @@ fn read_the_api_once(reconciler: &Reconciler, api: &ApiSettings) {
             .map_err(|err| err.to_string())?;
         tokio::time::timeout(
             crate::cluster::REQUEST_TIMEOUT,
-            crate::cluster::configmap::fetch(client, &api.configmap),
+            crate::cluster::inputs::fetch_into(
+                client,
+                &api.configmap,
+                api.node_name.as_deref(),
+                &feed,
+            ),
         )
         .await
         .map_err(|_| "no answer from the API in time".to_string())?
     });
-    match read {
-        Ok(data) => {
-            crate::cluster::configmap::publish(&feed, data);
-        }
-        Err(reason) => {
-            warn!(configmap = %api.configmap, error = %reason, "cannot read the config ConfigMap from the API");
-            feed.lock().unwrap_or_else(|e| e.into_inner()).trouble = Some(reason);
-        }
+    if let Err(reason) = read {
+        warn!(configmap = %api.configmap, error = %reason, "cannot read the config's inputs from the API");
+        feed.lock().unwrap_or_else(|e| e.into_inner()).trouble = Some(reason);
     }
 }
 

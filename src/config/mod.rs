@@ -4,6 +4,7 @@
 
 mod check;
 pub mod cidr;
+pub mod composed;
 mod diagnostic;
 pub mod digest;
 pub mod duration;
@@ -355,6 +356,9 @@ pub enum ConfigOrigin {
     File,
     /// The merged files of a directory.
     Dir,
+    /// API mode: the base ConfigMap with the node pools that select the node and the
+    /// EgressNATPolicies ([`composed::ComposedText`]).
+    Composed,
 }
 
 /// Where the agent reads its config: upstream's one file, or a directory of `ip-masq*` files
@@ -406,6 +410,12 @@ impl SourceText {
                 blank: false,
                 digest: Some(merge::listing_digest(paths, texts)),
             },
+            SourceText::Composed(composed) => Loaded {
+                origin: ConfigOrigin::Composed,
+                checked: composed.check(options),
+                blank: false,
+                digest: composed.digest(),
+            },
         }
     }
 }
@@ -425,6 +435,7 @@ pub struct Loaded {
     /// then writes (`cat > file`) leaves for a moment.
     pub blank: bool,
     /// The SHA-256 of the bytes read (`sha256sum FILE`); for a merged directory, of
-    /// `sha256sum`'s lines for its parts; None for the defaults.
+    /// `sha256sum`'s lines for its parts; for API mode's composed inputs, see
+    /// [`composed::ComposedText::digest`]; None for the defaults.
     pub digest: Option<String>,
 }

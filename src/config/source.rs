@@ -148,6 +148,9 @@ pub enum SourceText {
         paths: Arc<[PathBuf]>,
         texts: Arc<[Result<String, String>]>,
     },
+    /// API mode: the base ConfigMap's text, the pools that select the node and the
+    /// EgressNATPolicies, when any pool or policy takes part.
+    Composed(Arc<super::composed::ComposedText>),
 }
 
 impl SourceText {
@@ -157,6 +160,7 @@ impl SourceText {
             SourceText::Missing => super::ConfigOrigin::Defaults,
             SourceText::File(_) => super::ConfigOrigin::File,
             SourceText::Dir { .. } => super::ConfigOrigin::Dir,
+            SourceText::Composed(_) => super::ConfigOrigin::Composed,
         }
     }
 
@@ -164,7 +168,7 @@ impl SourceText {
     pub fn is_blank(&self) -> bool {
         match self {
             SourceText::File(text) => is_blank(text),
-            SourceText::Missing | SourceText::Dir { .. } => false,
+            SourceText::Missing | SourceText::Dir { .. } | SourceText::Composed(_) => false,
         }
     }
 }

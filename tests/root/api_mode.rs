@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// How long anything may take to be seen (generous: tests must not depend on speed).
-const PATIENCE: Duration = Duration::from_secs(30);
+pub(super) const PATIENCE: Duration = Duration::from_secs(30);
 const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
 const CONFIGMAP: &str = "/api/v1/namespaces/kube-system/configmaps/ip-masq-agent";
 /// What a missing ConfigMap means: upstream's defaults (172.16.0.0/12 is one of them).
@@ -23,7 +23,7 @@ const A_DEFAULT: &str = "172.16.0.0/12";
 
 /// The backend an agent runs with, and how the tests read its rules.
 #[derive(Clone, Copy)]
-enum Backend {
+pub(super) enum Backend {
     Nftables,
     IptablesNft,
 }
@@ -47,9 +47,9 @@ impl Backend {
 
 /// A control plane and an agent in API mode in one namespace (the cluster is stopped before
 /// the namespace, its processes and the agent go).
-struct ApiNode {
-    cluster: LocalCluster,
-    ns: Netns,
+pub(super) struct ApiNode {
+    pub(super) cluster: LocalCluster,
+    pub(super) ns: Netns,
     backend: Backend,
     logs: Scratch,
     agent: Option<(u32, PathBuf)>,
@@ -57,7 +57,7 @@ struct ApiNode {
 }
 
 impl ApiNode {
-    fn new(tag: &str, backend: Backend) -> ApiNode {
+    pub(super) fn new(tag: &str, backend: Backend) -> ApiNode {
         ApiNode::with_apiserver_flags(tag, backend, &[])
     }
 
@@ -78,7 +78,7 @@ impl ApiNode {
 
     /// Starts an agent (`--config-source=api` with the agent's kubeconfig); returns when it
     /// was spawned.
-    fn start_agent(&mut self) -> Instant {
+    pub(super) fn start_agent(&mut self) -> Instant {
         self.starts += 1;
         let log = self.logs.path.join(format!("agent-{}.log", self.starts));
         let kubeconfig = self.cluster.agent_kubeconfig().display().to_string();
@@ -111,19 +111,19 @@ impl ApiNode {
         );
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         self.agent
             .as_ref()
             .map(|(_, log)| std::fs::read_to_string(log).unwrap_or_default())
             .unwrap_or_default()
     }
 
-    fn rules(&self) -> String {
+    pub(super) fn rules(&self) -> String {
         self.backend.rules(&self.ns)
     }
 
     /// Waits until the rules satisfy `condition`; fails with them and the log otherwise.
-    fn wait_rules(&self, what: &str, condition: impl Fn(&str) -> bool) {
+    pub(super) fn wait_rules(&self, what: &str, condition: impl Fn(&str) -> bool) {
         assert!(
             wait_until(PATIENCE, || condition(&self.rules())),
             "{what}: rules\n{}\nlog\n{}",
@@ -132,7 +132,7 @@ impl ApiNode {
         );
     }
 
-    fn wait_log(&self, what: &str) {
+    pub(super) fn wait_log(&self, what: &str) {
         assert!(
             wait_until(PATIENCE, || self.log().contains(what)),
             "the log never said {what:?}:\n{}",
@@ -141,7 +141,7 @@ impl ApiNode {
     }
 
     /// Creates the ConfigMap, or replaces its data, with `text` under the key `config`.
-    fn put_config(&self, text: &str) {
+    pub(super) fn put_config(&self, text: &str) {
         let body = serde_json::json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -164,7 +164,7 @@ impl ApiNode {
     }
 
     /// The last-known-good file the agent keeps in the namespace's state directory.
-    fn last_known_good(&self) -> Option<String> {
+    pub(super) fn last_known_good(&self) -> Option<String> {
         let dir = std::fs::read_dir(self.ns.state_dir()).ok()?;
         dir.flatten()
             .find(|e| {
@@ -250,7 +250,7 @@ fn configmap_changes_reach_the_kernel_on_iptables_nft() {
 }
 
 /// `nft monitor` inside the namespace: each line it prints, with when it was read.
-fn nft_monitor(ns: &mut Netns) -> mpsc::Receiver<(Instant, String)> {
+pub(super) fn nft_monitor(ns: &mut Netns) -> mpsc::Receiver<(Instant, String)> {
     let mut child = Command::new("ip")
         .args(["netns", "exec", &ns.name, "stdbuf", "-oL", "nft", "monitor"])
         .stdin(Stdio::null())

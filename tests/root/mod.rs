@@ -16,6 +16,7 @@ macro_rules! both_variants {
 mod address_churn;
 mod agent;
 mod api_mode;
+mod api_pools;
 mod cluster;
 mod config_file;
 mod conntrack;

@@ -20,8 +20,11 @@ pub struct ActiveRead {
     pub at: std::time::SystemTime,
     /// How the source named them (the path, or the ConfigMap and its resource version).
     pub label: String,
-    /// The text of one file or ConfigMap key; None for the defaults and a merged directory.
+    /// The text of one file or ConfigMap key (in API mode, the base ConfigMap's); None for
+    /// the defaults and a merged directory.
     pub text: Option<std::sync::Arc<String>>,
+    /// API mode, when node pools or EgressNATPolicies take part: every input.
+    pub composed: Option<std::sync::Arc<config::composed::ComposedText>>,
 }
 
 /// The config the source holds, refused while the last good one stays in force: the mirror's
@@ -145,13 +148,18 @@ impl Admission {
     /// only to a valid one.
     pub fn admit(&mut self, read: SourceRead, inputs: &AdmissionInputs) {
         let path = inputs.label;
-        let (loaded, text) = match read {
+        let (loaded, text, composed) = match read {
             SourceRead::Nothing => return,
             SourceRead::Read(text) => (
                 text.check(inputs.options),
-                match text {
-                    config::SourceText::File(text) => Some(text),
+                match &text {
+                    config::SourceText::File(text) => Some(text.clone()),
+                    config::SourceText::Composed(composed) => composed.base.clone(),
                     config::SourceText::Missing | config::SourceText::Dir { .. } => None,
+                },
+                match text {
+                    config::SourceText::Composed(composed) => Some(composed),
+                    _ => None,
                 },
             ),
             SourceRead::Unreadable(message) => {
@@ -217,6 +225,7 @@ impl Admission {
                     at: std::time::SystemTime::now(),
                     label: path.to_string(),
                     text,
+                    composed,
                 };
                 self.accept(new, &checked, loaded.origin, read);
             }
@@ -242,6 +251,7 @@ impl Admission {
                     ConfigOrigin::Defaults => "defaults (no config file)",
                     ConfigOrigin::File => "file",
                     ConfigOrigin::Dir => "merged files",
+                    ConfigOrigin::Composed => "configmaps and policies",
                 };
                 info!(
                     config = %path,

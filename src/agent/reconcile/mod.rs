@@ -364,6 +364,8 @@ mod tests {
             digest: None,
             saved_at: "2026-01-01T00:00:00Z".into(),
             text: Some(text.into()),
+            pools: Vec::new(),
+            policies: Vec::new(),
         });
         let mut settings = f.reconciler.settings.clone();
         settings.api = Some(ApiSettings {
@@ -373,6 +375,13 @@ mod tests {
             last_known_good,
         });
         f.reconciler = Reconciler::new(settings, Box::new(f.fake.clone()));
+        // The Node and the policies listed (no label, no policy): the ConfigMap's list gates.
+        let feed = f.reconciler.api_feed().unwrap();
+        crate::cluster::inputs::publish_node(
+            &feed,
+            crate::cluster::configmap::NodeLabels::Labels(Default::default()),
+        );
+        crate::cluster::inputs::publish_policies(&feed, Default::default());
         f
     }
 
@@ -473,6 +482,167 @@ mod tests {
         f.reconciler.pass();
         assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "192.168.0.0/16"]);
         assert_eq!(f.reconciler.status.configs_accepted, 1);
+    }
+
+    fn pool(selector: &str, text: &str) -> crate::cluster::configmap::PoolData {
+        crate::cluster::configmap::PoolData {
+            selector: selector.into(),
+            text: Some(text.into()),
+        }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> crate::cluster::configmap::NodeLabels {
+        crate::cluster::configmap::NodeLabels::Labels(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn api_mode_waits_for_every_kind_then_composes_pools_and_policies() {
+        let mut f = api_fixture("api-pools", None);
+        let feed = f.reconciler.api_feed().unwrap();
+        // Back to "not listed" for the Node and the policies.
+        {
+            let mut state = feed.lock().unwrap();
+            state.node = None;
+            state.policies = None;
+        }
+        let target: crate::cluster::configmap::ConfigMapRef =
+            crate::cluster::configmap::DEFAULT_CONFIGMAP
+                .parse()
+                .unwrap();
+        let mut base = k8s_openapi::api::core::v1::ConfigMap::default();
+        base.metadata.resource_version = Some("4".into());
+        base.data = Some(
+            [(
+                "config".to_string(),
+                "nonMasqueradeCIDRs: [10.0.0.0/8]\n".to_string(),
+            )]
+            .into(),
+        );
+        let pools = [(
+            "ip-masq-agent-gpu".to_string(),
+            pool("pool=gpu", "nonMasqueradeCIDRs: [100.64.0.0/10]\n"),
+        )]
+        .into();
+        crate::cluster::configmap::publish_listing(
+            &feed,
+            crate::cluster::configmap::ConfigMapData::of(&target, Some(&base)),
+            pools,
+        );
+        crate::cluster::inputs::publish_node(&feed, labels(&[("pool", "gpu")]));
+        assert!(
+            matches!(f.reconciler.pass(), Pass::NoValidConfig),
+            "the policies are not listed yet: nothing applied"
+        );
+        assert_eq!(f.fake.state().applies, 0);
+        let policy = crate::config::composed::PolicyText {
+            name: "keep".into(),
+            text: r#"{"apiVersion":"networking.gke.io/v1","kind":"EgressNATPolicy","metadata":{"name":"keep"},"spec":{"action":"NoSNAT","destinations":[{"cidr":"198.51.100.0/24"}]}}"#.into(),
+        };
+        crate::cluster::inputs::publish_policies(&feed, [("keep".to_string(), policy)].into());
+        assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(
+            cidr_rules(&f),
+            [
+                "169.254.0.0/16",
+                "10.0.0.0/8",
+                "100.64.0.0/10",
+                "198.51.100.0/24"
+            ],
+            "the first rules applied hold the pool and the policy"
+        );
+        assert_eq!(f.fake.state().applies, 1);
+        let read = f.reconciler.config_read().unwrap().clone();
+        assert_eq!(
+            read.label,
+            "configmap kube-system/ip-masq-agent key config (resourceVersion 4) + pools ip-masq-agent-gpu + egressnatpolicies keep"
+        );
+        let composed = read.composed.clone().unwrap();
+        assert_eq!(read.digest, composed.digest());
+        // Relabelled: the pool no longer applies.
+        assert!(crate::cluster::inputs::publish_node(
+            &feed,
+            labels(&[("pool", "cpu")])
+        ));
+        f.reconciler.pass();
+        assert_eq!(
+            cidr_rules(&f),
+            ["169.254.0.0/16", "10.0.0.0/8", "198.51.100.0/24"]
+        );
+        // The same labels again: nothing new.
+        assert!(!crate::cluster::inputs::publish_node(
+            &feed,
+            labels(&[("pool", "cpu")])
+        ));
+        assert_last_known_good_reproduces(&read, &target);
+    }
+
+    #[test]
+    fn api_mode_without_a_node_name_or_node_applies_no_pool() {
+        for node in [
+            crate::cluster::configmap::NodeLabels::Unnamed,
+            crate::cluster::configmap::NodeLabels::NotFound,
+        ] {
+            let mut f = api_fixture("api-unnamed", None);
+            let feed = f.reconciler.api_feed().unwrap();
+            crate::cluster::inputs::publish_node(&feed, node);
+            let target: crate::cluster::configmap::ConfigMapRef =
+                crate::cluster::configmap::DEFAULT_CONFIGMAP
+                    .parse()
+                    .unwrap();
+            // The empty selector selects every node that has labels to match.
+            let pools = [(
+                "ip-masq-agent-all".to_string(),
+                pool("", "nonMasqueradeCIDRs: [100.64.0.0/10]\n"),
+            )]
+            .into();
+            crate::cluster::configmap::publish_listing(
+                &feed,
+                crate::cluster::configmap::ConfigMapData::of(&target, None),
+                pools,
+            );
+            assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
+            assert!(!cidr_rules(&f).contains(&"100.64.0.0/10".to_string()));
+            assert!(f.reconciler.config_read().unwrap().composed.is_none());
+        }
+    }
+
+    /// The last-known-good saved from a composed read gives a new agent the same config.
+    fn assert_last_known_good_reproduces(
+        read: &ActiveRead,
+        target: &crate::cluster::configmap::ConfigMapRef,
+    ) {
+        let composed = read.composed.clone().unwrap();
+        // The last-known-good saved from the composed read reproduces the same config.
+        let saved = crate::agent::last_known_good::LastKnownGood {
+            schema_version: crate::agent::last_known_good::SCHEMA_VERSION,
+            configmap: target.to_string(),
+            provenance: read.label.clone(),
+            digest: read.digest.clone(),
+            saved_at: "2026-01-01T00:00:00Z".into(),
+            text: read.text.as_deref().cloned(),
+            pools: composed.pools.clone(),
+            policies: composed.policies.clone(),
+        };
+        let mut g = api_fixture("api-pools-lkg", None);
+        let mut settings = g.reconciler.settings.clone();
+        settings.api.as_mut().unwrap().last_known_good = Some(saved);
+        g.reconciler = Reconciler::new(settings, Box::new(g.fake.clone()));
+        assert!(matches!(g.reconciler.pass(), Pass::Synced(_)));
+        assert_eq!(
+            cidr_rules(&g),
+            [
+                "169.254.0.0/16",
+                "10.0.0.0/8",
+                "100.64.0.0/10",
+                "198.51.100.0/24"
+            ]
+        );
+        assert_eq!(g.reconciler.config_read().unwrap().digest, read.digest);
     }
 
     impl Drop for Fixture {

@@ -5,7 +5,8 @@
 //! is admission's, the same for a file and a ConfigMap.
 
 use crate::agent::last_known_good::LastKnownGood;
-use crate::cluster::configmap::{ConfigMapData, ConfigMapFeed, ConfigMapRef};
+use crate::cluster::configmap::{ConfigMapData, ConfigMapFeed, ConfigMapRef, FeedState};
+use crate::config::composed::{ComposedText, PoolText};
 use crate::config::{self, ConfigOrigin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -57,7 +58,7 @@ impl Source {
         if let Some(api) = api {
             return Source::Api(ApiSource {
                 configmap: api.configmap.clone(),
-                feed: ConfigMapFeed::default(),
+                feed: crate::cluster::configmap::feed_for(api.node_name.as_deref()),
                 last_known_good: api.last_known_good.clone(),
                 handed: None,
                 label: format!("configmap {}", api.configmap),
@@ -161,24 +162,27 @@ impl FileSource {
     }
 }
 
-/// The ConfigMap's data key as the API watcher (`crate::cluster::configmap::watch`) publishes
-/// it to the feed. Before the first list is complete nothing is read from the API; the
-/// last-known-good (if the state directory holds one) is handed on at once instead. A deleted
-/// ConfigMap or a missing key is the file mode's missing file (upstream's defaults). The same
-/// text is never handed on twice, whatever the resource version (a relist after `410 Gone`,
-/// an edit of another key or of a label).
+/// The config's inputs as the API watchers (`crate::cluster::configmap::watch` and
+/// `crate::cluster::inputs`) publish them to the feed: the base ConfigMap's data key, the node
+/// pools that select this node's labels (in name order) and every EgressNATPolicy, composed
+/// ([`config::composed::ComposedText`]). Before the first list of every watched kind is
+/// complete nothing is read from the API; the last-known-good (if the state directory holds
+/// one) is handed on at once instead. A deleted base ConfigMap or a missing key is the file
+/// mode's missing file (upstream's defaults). The same inputs are never handed on twice,
+/// whatever the resource versions (a relist after `410 Gone`, an edit of another key or of a
+/// label that selects no other pool).
 pub struct ApiSource {
     configmap: ConfigMapRef,
-    /// What the watcher publishes.
+    /// What the watchers publish.
     pub feed: ConfigMapFeed,
     /// Handed on at the first read when the API has not been listed yet.
     last_known_good: Option<LastKnownGood>,
-    /// The text last handed on (None inside: the ConfigMap or key was absent).
-    handed: Option<Option<Arc<String>>>,
-    /// Where the text last handed on came from (`configmap NS/NAME key config
-    /// (resourceVersion N)`).
+    /// The inputs last handed on.
+    handed: Option<Box<ComposedText>>,
+    /// Where the inputs last handed on came from (`configmap NS/NAME key config
+    /// (resourceVersion N) + pools A, B + egressnatpolicies C`).
     label: String,
-    /// Reads that found the text already handed on (for tests and debugging).
+    /// Reads that found the inputs already handed on (for tests and debugging).
     pub parses_skipped: u64,
 }
 
@@ -186,22 +190,25 @@ impl ApiSource {
     fn read(&mut self) -> SourceRead {
         let feed = self.feed.clone();
         let state = feed.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(current) = &state.current else {
+        let (Some(current), true) = (&state.current, state.listed()) else {
             return match self.last_known_good.take() {
                 Some(saved) => self.hand_last_known_good(saved, state.trouble.as_deref()),
                 None => SourceRead::Nothing,
             };
         };
         self.last_known_good = None;
-        if self.handed.as_ref() == Some(&current.text) {
+        let composed = compose(&self.configmap, current, &state);
+        let provenance = composed.provenance(&current.provenance);
+        drop(state);
+        if self.handed.as_deref() == Some(&composed) {
             if self.label.starts_with(LAST_KNOWN_GOOD) {
-                info!(config = %current.provenance, "the API's config is the last-known-good already in force");
-                self.label.clone_from(&current.provenance);
+                info!(config = %provenance, "the API's config is the last-known-good already in force");
+                self.label = provenance;
             }
             self.parses_skipped += 1;
             return SourceRead::Nothing;
         }
-        self.hand(current.clone())
+        self.hand(composed, provenance)
     }
 
     /// The saved config, handed on before the API's first list (which replaces it).
@@ -216,25 +223,73 @@ impl ApiSource {
             saved_at = %saved.saved_at,
             "applying the last-known-good config at once: {why}; the API's config replaces it once listed"
         );
-        self.hand(ConfigMapData {
-            text: saved.text.map(Arc::new),
-            provenance: format!("{LAST_KNOWN_GOOD} ({})", saved.provenance),
-        })
+        let composed = ComposedText::new(
+            &self.configmap.namespace,
+            &self.configmap.name,
+            saved.text.map(Arc::new),
+            saved.pools,
+            saved.policies,
+        );
+        self.hand(
+            composed,
+            format!("{LAST_KNOWN_GOOD} ({})", saved.provenance),
+        )
     }
 
-    fn hand(&mut self, data: ConfigMapData) -> SourceRead {
-        self.handed = Some(data.text.clone());
-        self.label = data.provenance;
-        match data.text {
+    fn hand(&mut self, composed: ComposedText, provenance: String) -> SourceRead {
+        self.handed = Some(Box::new(composed.clone()));
+        self.label = provenance;
+        let too_large = |text: &str| text.len() as u64 > config::MAX_CONFIG_BYTES;
+        if composed.base.as_deref().is_some_and(|t| too_large(t))
+            || composed
+                .pools
+                .iter()
+                .any(|p| p.text.as_deref().is_some_and(too_large))
+        {
+            return SourceRead::Unreadable(format!(
+                "{}: larger than the {} byte limit for a config",
+                self.label,
+                config::MAX_CONFIG_BYTES
+            ));
+        }
+        if !composed.is_base_only() {
+            return SourceRead::Read(config::SourceText::Composed(Arc::new(composed)));
+        }
+        match composed.base {
             None => SourceRead::Read(config::SourceText::Missing),
-            Some(text) if text.len() as u64 > config::MAX_CONFIG_BYTES => {
-                SourceRead::Unreadable(format!(
-                    "{}: larger than the {} byte limit for a config",
-                    self.label,
-                    config::MAX_CONFIG_BYTES
-                ))
-            }
             Some(text) => SourceRead::Read(config::SourceText::File(text)),
         }
     }
+}
+
+/// The inputs as the feed holds them, once listed: the base, the pools that select the Node's
+/// labels (none when the Node is unknown) and every policy.
+fn compose(target: &ConfigMapRef, base: &ConfigMapData, state: &FeedState) -> ComposedText {
+    let labels = state.node.as_ref().and_then(|node| node.labels());
+    let pools = state
+        .pools
+        .iter()
+        .filter(|(_, pool)| {
+            labels.is_some_and(|labels| {
+                config::selector::Selector::parse(&pool.selector).is_ok_and(|s| s.matches(labels))
+            })
+        })
+        .map(|(name, pool)| PoolText {
+            name: name.clone(),
+            selector: pool.selector.clone(),
+            text: pool.text.clone(),
+        })
+        .collect();
+    let policies = state
+        .policies
+        .iter()
+        .flat_map(|policies| policies.values().cloned())
+        .collect();
+    ComposedText::new(
+        &target.namespace,
+        &target.name,
+        base.text.clone(),
+        pools,
+        policies,
+    )
 }
