@@ -199,14 +199,14 @@ impl Mirror {
 /// Hands each pass's state to the writer, only when it changed: a steady pass wakes nothing.
 pub struct MirrorSink {
     reports: Arc<watch::Sender<Option<Report>>>,
-    /// What the ConfigMap watcher publishes: whether the API has been read yet.
+    /// What the API watchers publish: whether every input has been listed yet.
     feed: Option<ConfigMapFeed>,
 }
 
 /// Where the API stands for the config's watcher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ApiState {
-    /// Listed: the config in force is the API's (or was refused against it).
+    /// Every input listed: the config in force is the API's (or was refused against it).
     Read,
     /// Not listed yet, and no error so far: starting.
     Starting,
@@ -220,10 +220,10 @@ impl MirrorSink {
             return ApiState::Read;
         };
         let state = feed.lock().unwrap_or_else(|e| e.into_inner());
-        match (&state.current, &state.trouble) {
-            (Some(_), _) => ApiState::Read,
-            (None, None) => ApiState::Starting,
-            (None, Some(_)) => ApiState::Unreachable,
+        match (state.listed(), &state.trouble) {
+            (true, _) => ApiState::Read,
+            (false, None) => ApiState::Starting,
+            (false, Some(_)) => ApiState::Unreachable,
         }
     }
 }
