@@ -53,6 +53,13 @@ pub fn path(dir: &Path) -> PathBuf {
 /// Writes `saved` atomically (an exclusive temporary file renamed into place).
 pub fn write(dir: &Path, saved: &LastKnownGood) -> std::io::Result<PathBuf> {
     let text = serde_json::to_string(saved).map_err(std::io::Error::other)?;
+    // What `read` would refuse is not saved: the file on disk stays the last one it can read.
+    if text.len() as u64 + 1 > MAX_LAST_KNOWN_GOOD_BYTES {
+        return Err(std::io::Error::other(format!(
+            "the config's inputs take {} bytes as JSON, more than the {MAX_LAST_KNOWN_GOOD_BYTES} a last-known-good config can be; the one saved before is kept",
+            text.len() + 1
+        )));
+    }
     let path = path(dir);
     state::write_atomically(dir, &path, (text + "\n").as_bytes())?;
     Ok(path)
@@ -160,6 +167,29 @@ mod tests {
         big.set_len(MAX_LAST_KNOWN_GOOD_BYTES + 1).unwrap();
         let err = read(&dir, "kube-system/ip-masq-agent").unwrap_err();
         assert!(err.contains("more than"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn what_read_would_refuse_is_not_saved_and_the_last_save_stays() {
+        let dir = dir("oversized-save");
+        let kept = sample(Some("cidrLimit: 3"));
+        write(&dir, &kept).unwrap();
+        // Pools that make the file larger than `read` takes (each ConfigMap fits the API; many
+        // of them together do not fit the cap).
+        let mut big = sample(Some("cidrLimit: 4"));
+        let pool_text = "#".repeat(1 << 20);
+        let pools = (MAX_LAST_KNOWN_GOOD_BYTES >> 20) + 1;
+        big.pools = (0..pools)
+            .map(|n| crate::config::composed::PoolText {
+                name: format!("ip-masq-agent-{n}"),
+                selector: "pool=a".into(),
+                text: Some(pool_text.clone()),
+            })
+            .collect();
+        let err = write(&dir, &big).unwrap_err().to_string();
+        assert!(err.contains("the one saved before is kept"), "{err}");
+        assert_eq!(read(&dir, "kube-system/ip-masq-agent"), Ok(Some(kept)));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

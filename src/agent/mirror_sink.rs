@@ -220,7 +220,7 @@ impl MirrorSink {
             return ApiState::Read;
         };
         let state = feed.lock().unwrap_or_else(|e| e.into_inner());
-        match (state.listed(), &state.trouble) {
+        match (state.listed(), state.trouble()) {
             (true, _) => ApiState::Read,
             (false, None) => ApiState::Starting,
             (false, Some(_)) => ApiState::Unreachable,
@@ -239,6 +239,13 @@ impl StatusSink for MirrorSink {
             // Before the API's first list (or its first failure) the agent knows nothing of
             // the cluster's config: say nothing yet (after a restart, the saved config in
             // force, the API's word is usually the same, and nothing is written at all).
+            return;
+        }
+        if saved_in_force && api == ApiState::Read && reconciler.rejection().is_none() {
+            // The last-known-good is in force and the API was listed since this pass read its
+            // source: the pass that reads the API's config follows at once (it takes the
+            // config into force, or names the saved one by its API source). Saying InSync now
+            // would vouch for a config the API may not hold.
             return;
         }
         let facts = PassFacts {

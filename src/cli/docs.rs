@@ -237,7 +237,8 @@ Every node's IPMasqAgentReady condition in one table: which config, which backen
 
 In API mode (--config-source=api) each agent keeps the condition IPMasqAgentReady on its own Node, \
 written only when it changes (no heartbeat: a steady agent writes nothing): a reason and a \
-message with the config's digest (the SHA-256 of its bytes, as sha256sum prints it), the \
+message with the config's digest (the SHA-256 of the ConfigMap's config text, as sha256sum \
+prints it; with node pools or EgressNATPolicies, of their listing, see ipmasq-config(5)), the \
 backend and the time of the pass that reached that state. fleet reads every Node in pages of \
 --page-size (one list, no watch, nothing written), groups them by status, config digest and \
 backend, names the nodes that are not in sync, and exits non-zero when any is, so CI and cron \

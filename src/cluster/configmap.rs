@@ -176,9 +176,8 @@ pub struct FeedState {
     /// The EgressNATPolicies by name; None until their first list (a CRD that is not
     /// served counts as listed, none).
     pub policies: Option<std::collections::BTreeMap<String, crate::config::composed::PolicyText>>,
-    /// Why the API cannot be read, while it cannot (the watchers retry with a backoff).
-    pub trouble: Option<String>,
-    /// The last reason logged for each input that cannot be read (each said once).
+    /// Why each input cannot be read, while it cannot (the watchers retry with a backoff;
+    /// each reason logged once): an input's answer clears its own entry only.
     troubles: std::collections::BTreeMap<String, String>,
 }
 
@@ -186,6 +185,16 @@ impl FeedState {
     /// Whether the first list of every watched kind is complete.
     pub fn listed(&self) -> bool {
         self.current.is_some() && self.node.is_some() && self.policies.is_some()
+    }
+
+    /// Why the API cannot be read, while any input cannot (the first by name).
+    pub fn trouble(&self) -> Option<&str> {
+        self.troubles.values().next().map(String::as_str)
+    }
+
+    /// Notes that the inputs could not be read at all (a one-shot read failed).
+    pub fn unreadable(&mut self, reason: String) {
+        self.troubles.insert("the API".to_string(), reason);
     }
 }
 
@@ -235,6 +244,7 @@ pub fn publish_listing(
 /// Publishes one pool's change (None: deleted, or no longer a pool); true when it changed.
 pub fn publish_pool(feed: &ConfigMapFeed, name: &str, pool: Option<PoolData>) -> bool {
     let mut state = lock(feed);
+    answers_again(&mut state, "the config ConfigMap");
     if state.current.is_none() {
         // Not listed yet: the list's result replaces every pool.
         return false;
@@ -249,8 +259,7 @@ pub fn publish_pool(feed: &ConfigMapFeed, name: &str, pool: Option<PoolData>) ->
 }
 
 pub(crate) fn answers_again(state: &mut FeedState, what: &str) {
-    state.troubles.remove(what);
-    if state.trouble.take().is_some() {
+    if state.troubles.remove(what).is_some() {
         info!(input = %what, "the API answers again");
     }
 }
@@ -265,7 +274,6 @@ pub(crate) fn trouble(feed: &ConfigMapFeed, what: &str, reason: String) {
     } else {
         debug!(error = %reason, "the API still cannot be read ({what})");
     }
-    state.trouble = Some(reason);
 }
 
 /// How many ConfigMaps one page of the namespace's list holds: kube-system holds many, each

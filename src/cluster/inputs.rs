@@ -117,12 +117,26 @@ pub async fn watch_node(
                 listing = Some(labels_of(&object.metadata));
                 continue;
             }
-            Ok(Event::InitDone) => listing.take().unwrap_or_else(|| {
-                info!(node = %name, "no Node of this name: no node pool applies until it exists (see --node-name)");
-                NodeLabels::NotFound
-            }),
+            Ok(Event::InitDone) => match listing.take() {
+                Some(labels) => labels,
+                // A relist without the Node (deleted while the watch was down) keeps the
+                // labels it had, as a deletion does.
+                None if matches!(lock(&feed).node, Some(NodeLabels::Labels(_))) => {
+                    info!(node = %name, "the Node is gone; its last labels keep selecting the node pools until it is registered again");
+                    continue;
+                }
+                None => {
+                    info!(node = %name, "no Node of this name: no node pool applies until it exists (see --node-name)");
+                    NodeLabels::NotFound
+                }
+            },
             Ok(Event::Apply(object)) => labels_of(&object.metadata),
-            Ok(Event::Delete(_)) => NodeLabels::NotFound,
+            Ok(Event::Delete(_)) => {
+                // A Node deleted (and usually registered again by its kubelet) changes no
+                // rule: the base alone for a moment would be a partial config.
+                info!(node = %name, "the Node was deleted; its last labels keep selecting the node pools until it is registered again");
+                continue;
+            }
             Err(watcher::Error::WatchError(status)) if status.code == 410 => {
                 info!(node = %name, "the watch's resource version has expired (410 Gone): listing the Node again");
                 continue;

@@ -26,7 +26,9 @@
 //! Each field is `key=value` without blanks, in that order when written; a field with no value
 //! (no config in force yet: no digest) is left out. A reader takes the fields before the first
 //! `"; "`, in any order, and ignores keys it does not know, so a later agent may add some.
-//! `digest` is the SHA-256 of the config's bytes in force (what `sha256sum` prints of the file);
+//! `digest` is the SHA-256 of the config's bytes in force (what `sha256sum` prints of the file;
+//! in API mode with node pools or EgressNATPolicies, the composed digest of
+//! [`crate::config::composed`]);
 //! `lastSync` is the UTC time of the pass that reached this state (not of the latest pass: a
 //! steady pass writes nothing).
 //!

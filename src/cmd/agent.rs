@@ -96,7 +96,9 @@ fn read_the_api_once(reconciler: &Reconciler, api: &ApiSettings) {
     });
     if let Err(reason) = read {
         warn!(configmap = %api.configmap, error = %reason, "cannot read the config's inputs from the API");
-        feed.lock().unwrap_or_else(|e| e.into_inner()).trouble = Some(reason);
+        feed.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unreadable(reason);
     }
 }
 

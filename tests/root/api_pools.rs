@@ -271,10 +271,12 @@ fn an_egress_nat_policy_keeps_its_destinations_source_and_its_deletion_masquerad
     assert_eq!(status, 201, "create the policy: {answer}");
     let created = Instant::now();
     // The watcher looks again with its backoff (at most a minute between tries, with its jitter; the
-    // CRD is created a few seconds after the agent started, when the tries are seconds apart): twice the
-    // suite's patience.
+    // CRD is created a few seconds after the agent started, when the tries are seconds apart): the
+    // longest gap the backoff can reach, twice, and the suite's patience.
     assert!(
-        wait_until(2 * PATIENCE, || node.rules().contains("198.51.100.0/24")),
+        wait_until(Duration::from_secs(120) + PATIENCE, || node
+            .rules()
+            .contains("198.51.100.0/24")),
         "the policy never reached the kernel:\n{}\n{}",
         node.rules(),
         node.log()

@@ -149,7 +149,14 @@ impl Admission {
     pub fn admit(&mut self, read: SourceRead, inputs: &AdmissionInputs) {
         let path = inputs.label;
         let (loaded, text, composed) = match read {
-            SourceRead::Nothing => return,
+            SourceRead::Nothing => {
+                // The same bytes under a new name (API mode: the last-known-good found to be
+                // the API's config): the config in force is now known by that name.
+                if let Some(read) = self.read.as_mut().filter(|read| read.label != path) {
+                    read.label = path.to_string();
+                }
+                return;
+            }
             SourceRead::Read(text) => (
                 text.check(inputs.options),
                 match &text {

@@ -469,6 +469,11 @@ mod tests {
         f.reconciler.pass();
         assert_eq!(f.reconciler.status.configs_accepted, 1);
         assert_eq!(f.reconciler.config_parses_skipped(), 1);
+        // The config in force is now known by its API source (the state file, the mirror).
+        assert_eq!(
+            f.reconciler.config_read().unwrap().label,
+            "configmap kube-system/ip-masq-agent key config (resourceVersion 3)"
+        );
         // Then an edit replaces it.
         api_event(&f, 4, Some("nonMasqueradeCIDRs: [172.16.0.0/12]\n"));
         f.reconciler.pass();

@@ -192,7 +192,7 @@ impl ApiSource {
         let state = feed.lock().unwrap_or_else(|e| e.into_inner());
         let (Some(current), true) = (&state.current, state.listed()) else {
             return match self.last_known_good.take() {
-                Some(saved) => self.hand_last_known_good(saved, state.trouble.as_deref()),
+                Some(saved) => self.hand_last_known_good(saved, state.trouble()),
                 None => SourceRead::Nothing,
             };
         };
