@@ -32,6 +32,9 @@ pub struct Report {
     pub diagnostic: Option<String>,
     /// Counts the states handed over, so a stop can wait for its own to be written.
     pub seq: u64,
+    /// The uid of the Node as the API watchers last saw it: a new one (the Node registered
+    /// again, without our condition) makes the writer read the Node again.
+    pub node_uid: Option<String>,
 }
 
 impl Report {
@@ -44,6 +47,7 @@ impl Report {
                 r.status.backend.clone(),
                 r.status.words.clone(),
                 r.diagnostic.clone(),
+                r.node_uid.clone(),
             )
         };
         time_free(self) == time_free(other)
@@ -175,6 +179,7 @@ impl Mirror {
                 },
                 diagnostic: None,
                 seq,
+                node_uid: current.as_ref().and_then(|r| r.node_uid.clone()),
             });
         });
         let mut written = self.written.clone();
@@ -215,16 +220,18 @@ enum ApiState {
 }
 
 impl MirrorSink {
-    fn api_state(&self) -> ApiState {
+    /// Where the API stands, and the uid of the Node as its watcher last saw it.
+    fn api_state(&self) -> (ApiState, Option<String>) {
         let Some(feed) = &self.feed else {
-            return ApiState::Read;
+            return (ApiState::Read, None);
         };
         let state = feed.lock().unwrap_or_else(|e| e.into_inner());
-        match (state.listed(), state.trouble()) {
+        let api = match (state.listed(), state.trouble()) {
             (true, _) => ApiState::Read,
             (false, None) => ApiState::Starting,
             (false, Some(_)) => ApiState::Unreachable,
-        }
+        };
+        (api, state.node_uid.clone())
     }
 }
 
@@ -234,7 +241,7 @@ impl StatusSink for MirrorSink {
         let read = reconciler.config_read();
         let backend = reconciler.backend_id();
         let saved_in_force = read.is_some_and(|r| r.label.starts_with(LAST_KNOWN_GOOD));
-        let api = self.api_state();
+        let (api, node_uid) = self.api_state();
         if api == ApiState::Starting {
             // Before the API's first list (or its first failure) the agent knows nothing of
             // the cluster's config: say nothing yet (after a restart, the saved config in
@@ -256,7 +263,11 @@ impl StatusSink for MirrorSink {
             digest: read.and_then(|r| r.digest.as_deref()),
             backend: backend.as_str(),
         };
-        hand_over(&self.reports, outcome_of(&facts, Timestamp::now()));
+        hand_over(
+            &self.reports,
+            outcome_of(&facts, Timestamp::now()),
+            node_uid,
+        );
     }
 }
 
@@ -265,12 +276,14 @@ impl StatusSink for MirrorSink {
 fn hand_over(
     reports: &watch::Sender<Option<Report>>,
     (status, diagnostic): (AgentStatus, Option<String>),
+    node_uid: Option<String>,
 ) -> bool {
     reports.send_if_modified(|current| {
         let next = Report {
             status,
             diagnostic,
             seq: current.as_ref().map_or(0, |r| r.seq) + 1,
+            node_uid,
         };
         if current.as_ref().is_some_and(|c| c.same_state(&next)) {
             return false;
@@ -386,7 +399,12 @@ impl Writer {
         on_node: &mut OnNode,
         report: Option<&Report>,
     ) -> Result<(), mirror::MirrorError> {
-        if !on_node.read {
+        // Read the Node at start, and again when it was registered again (a new uid: a new
+        // object, without our condition).
+        let registered_again = report.is_some_and(|r| {
+            r.node_uid.is_some() && on_node.uid.is_some() && r.node_uid != on_node.uid
+        });
+        if !on_node.read || registered_again {
             let node = mirror::read_node(client.clone(), &self.node).await?;
             on_node.uid.clone_from(&node.metadata.uid);
             on_node.condition = mirror::ours(&node).cloned();
@@ -437,11 +455,32 @@ impl Writer {
                 diagnostic,
                 Timestamp::now(),
             );
-            mirror::publish_event(client.clone(), &event).await?;
+            match mirror::publish_event(client.clone(), &event).await {
+                Ok(_) => {}
+                // Refused for good (RBAC without events create, no such namespace): said once,
+                // not retried, so a rejected config costs no request per backoff; the
+                // condition carries the rejection either way.
+                Err(err) if refused_for_good(&err) => {
+                    warn!(error = %err, "the ConfigRejected Event is refused; not retried (the condition says the config was rejected)");
+                }
+                Err(err) => return Err(err),
+            }
             on_node.event_for = Some(key);
         }
         Ok(())
     }
+}
+
+/// Whether the API refused an Event in a way a retry cannot change (forbidden, no such
+/// namespace, invalid).
+fn refused_for_good(err: &mirror::MirrorError) -> bool {
+    matches!(
+        err,
+        mirror::MirrorError::Event {
+            source: kube::Error::Api(status),
+            ..
+        } if matches!(status.code, 403 | 404 | 422)
+    )
 }
 
 #[cfg(test)]

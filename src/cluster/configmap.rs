@@ -173,6 +173,9 @@ pub struct FeedState {
     pub pools: std::collections::BTreeMap<String, PoolData>,
     /// The agent's Node's labels; None until its first list.
     pub node: Option<NodeLabels>,
+    /// The uid of the agent's Node as last seen (kept when it is deleted): the mirror writes
+    /// again onto a Node registered again.
+    pub node_uid: Option<String>,
     /// The EgressNATPolicies by name; None until their first list (a CRD that is not
     /// served counts as listed, none).
     pub policies: Option<std::collections::BTreeMap<String, crate::config::composed::PolicyText>>,

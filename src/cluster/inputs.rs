@@ -59,6 +59,17 @@ pub fn publish_node(feed: &ConfigMapFeed, node: NodeLabels) -> bool {
     changed
 }
 
+/// Publishes the Node's uid (None: not known); true when it changed from a known one (the
+/// Node was registered again).
+pub fn publish_node_uid(feed: &ConfigMapFeed, uid: Option<String>) -> bool {
+    let mut state = lock(feed);
+    let again = state.node_uid.is_some() && uid.is_some() && state.node_uid != uid;
+    if uid.is_some() {
+        state.node_uid = uid;
+    }
+    again
+}
+
 /// Publishes the policies of a completed list; true when they changed.
 pub fn publish_policies(feed: &ConfigMapFeed, policies: BTreeMap<String, PolicyText>) -> bool {
     let mut state = lock(feed);
@@ -108,17 +119,23 @@ pub async fn watch_node(
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     let mut listing = None;
     while let Some(event) = events.next().await {
+        // A Node registered again (a new uid, the same labels) asks for a pass too: the mirror
+        // writes its condition onto the new object.
+        let mut uid_changed = false;
         let node = match event {
             Ok(Event::Init) => {
                 listing = None;
                 continue;
             }
             Ok(Event::InitApply(object)) => {
-                listing = Some(labels_of(&object.metadata));
+                listing = Some((labels_of(&object.metadata), object.metadata.uid));
                 continue;
             }
             Ok(Event::InitDone) => match listing.take() {
-                Some(labels) => labels,
+                Some((labels, uid)) => {
+                    uid_changed = publish_node_uid(&feed, uid);
+                    labels
+                }
                 // A relist without the Node (deleted while the watch was down) keeps the
                 // labels it had, as a deletion does.
                 None if matches!(lock(&feed).node, Some(NodeLabels::Labels(_))) => {
@@ -130,7 +147,10 @@ pub async fn watch_node(
                     NodeLabels::NotFound
                 }
             },
-            Ok(Event::Apply(object)) => labels_of(&object.metadata),
+            Ok(Event::Apply(object)) => {
+                uid_changed = publish_node_uid(&feed, object.metadata.uid.clone());
+                labels_of(&object.metadata)
+            }
             Ok(Event::Delete(_)) => {
                 // A Node deleted (and usually registered again by its kubelet) changes no
                 // rule: the base alone for a moment would be a partial config.
@@ -147,7 +167,7 @@ pub async fn watch_node(
             }
         };
         debug!(node = %name, labels = ?node.labels(), "the Node's labels");
-        if publish_node(&feed, node) {
+        if publish_node(&feed, node) || uid_changed {
             wake();
         }
     }

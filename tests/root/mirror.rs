@@ -362,6 +362,34 @@ fn the_agent_mirrors_its_state_and_writes_nothing_when_steady() {
         writes(&agent_requests(&node.audit_log))
     );
 
+    // The Node deleted and registered again (a new object, without our condition): the agent
+    // writes its condition onto the new one.
+    let (status, body) = node
+        .cluster
+        .admin("DELETE", &format!("/api/v1/nodes/{NODE}"), None);
+    assert_eq!(status, 200, "delete the Node: {body}");
+    assert_eq!(
+        node.cluster
+            .admin("GET", &format!("/api/v1/nodes/{NODE}"), None)
+            .0,
+        404,
+        "the Node is gone"
+    );
+    let (status, body) = node.cluster.admin(
+        "POST",
+        "/api/v1/nodes",
+        Some(
+            &serde_json::json!({
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+                "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+            })
+            .to_string(),
+        ),
+    );
+    assert_eq!(status, 201, "register the Node again: {body}");
+    node.wait_condition("True", "InSync", &[&format!("digest=sha256:{fixed}")]);
+    node.fleet_says(0, "in-sync");
+
     // A stop that removes the rules: NotReady, saying so.
     node.stop_agent();
     node.wait_condition("False", "NotReady", &["removed its rules"]);

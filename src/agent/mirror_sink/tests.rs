@@ -129,7 +129,7 @@ fn only_a_change_of_state_reaches_the_writer() {
             .expect("time");
         outcome_of(&facts, time)
     };
-    let send = |state| hand_over(&sink.reports, state);
+    let send = |state| hand_over(&sink.reports, state, None);
     assert!(send(report(Outcome::InSync, 0)));
     assert!(receiver.has_changed().unwrap_or(false));
     receiver.borrow_and_update();
@@ -149,4 +149,26 @@ fn only_a_change_of_state_reaches_the_writer() {
         ..api
     };
     assert!(Mirror::new(Some(&nameless), crate::backend::BackendId::Nftables).is_none());
+}
+
+#[test]
+fn an_event_refused_for_good_is_not_retried_but_an_outage_is() {
+    let refused = |code: u16| mirror::MirrorError::Event {
+        node: "node-a".into(),
+        source: kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            ..Default::default()
+        })),
+    };
+    for code in [403, 404, 422] {
+        assert!(refused_for_good(&refused(code)), "{code}");
+    }
+    for code in [429, 500, 503] {
+        assert!(!refused_for_good(&refused(code)), "{code}");
+    }
+    let no_answer = mirror::MirrorError::NoAnswer {
+        what: "creating the Event".into(),
+        after: std::time::Duration::from_secs(30),
+    };
+    assert!(!refused_for_good(&no_answer));
 }
