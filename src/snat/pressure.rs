@@ -4,12 +4,13 @@
 //! flow from one translated address needs a source port of its own, so that share reaching 1
 //! is exhaustion: the next connection there fails (Cilium #35621).
 //!
-//! The usable range is MASQUERADE's (and SNAT's without `--to-ports`): the kernel first keeps
-//! the original source port when the translated tuple is free, else picks one in 1024–65535
-//! for an original port of 1024 or more (in 1–511 or 600–1023 below it), whatever
-//! `ip_local_port_range` says: `nf_nat_l4proto_unique_tuple()` in net/netfilter/nf_nat_core.c
-//! (Linux 5.x–6.x). That is 64,512 ports for TCP, UDP, SCTP, DCCP and UDP-Lite, and 65,536
-//! ICMP ids. Memory is bounded: at most [`TRACKED_FLOWS`] flows are tracked; beyond that a
+//! The usable range is MASQUERADE's (and SNAT's without `--to-ports`): for an original
+//! source port of 1024 or more the kernel picks the translated one in 1024–65535 (in 1–511
+//! or 600–1023 below it), whatever `ip_local_port_range` says: `nf_nat_l4proto_unique_tuple()`
+//! in net/netfilter/nf_nat_core.c (Linux 5.x–6.x). Our rules masquerade `--random-fully` (as
+//! upstream's do where supported), so the port is drawn at random in that range rather than
+//! the original port kept first. That is 64,512 ports for TCP, UDP, SCTP, DCCP and UDP-Lite,
+//! and 65,536 ICMP ids. Memory is bounded: at most [`TRACKED_FLOWS`] flows are tracked; beyond that a
 //! new flow is counted in `untracked` and left out, so the gauges are then a lower bound.
 
 use crate::netlink::conntrack::{Event, EventKind};
