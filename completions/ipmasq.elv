@@ -51,7 +51,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --log-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
             cand --logging-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
             cand --metrics-addr 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`'
-            cand --snat-log 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. It records flows: see PRIVACY in the README'
+            cand --snat-log 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. It records who talked to whom: the file is created readable by its owner only'
             cand --snat-log-max-size 'Rotate the SNAT log before it grows past SIZE bytes (suffix K, M or G: KiB, MiB, GiB)'
             cand --snat-log-keep 'Rotated SNAT log files kept: PATH.1 (the newest) to PATH.N (the oldest)'
             cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'

@@ -427,8 +427,8 @@ pub struct AgentArgs {
     /// Log every flow our rules source-NATed, one JSON line at its start and one at its end
     /// (time, pod source, translated address:port, destination; packets and bytes when
     /// conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard
-    /// output); also keeps the SNAT port-pressure metrics. It records flows: see PRIVACY in
-    /// the README
+    /// output); also keeps the SNAT port-pressure metrics. It records who talked to whom: the
+    /// file is created readable by its owner only
     #[arg(long, value_name = "PATH|-")]
     pub snat_log: Option<std::ffi::OsString>,
 

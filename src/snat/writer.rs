@@ -6,6 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Where the log goes.
@@ -45,7 +46,12 @@ pub struct LogWriter {
 }
 
 fn open_append(path: &Path) -> io::Result<(File, u64)> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    // It records who talked to whom: readable by its owner only.
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
     let size = file.metadata()?.len();
     Ok((file, size))
 }
@@ -139,6 +145,9 @@ mod tests {
         assert_eq!(read(&rotated(&path, 2)), "line 0002\nline 0003\n");
         assert!(!rotated(&path, 3).exists(), "only K rotated files are kept");
         assert_eq!(log.rotations, 3);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "a new live file is private");
         drop(log);
         // A restart appends to the live file.
         let larger = Rotation {
