@@ -110,20 +110,23 @@ pub fn start(options: SnatOptions) -> std::io::Result<Arc<SnatStats>> {
     Ok(stats)
 }
 
-/// Port pressure from scratch: every translated flow of both families, from a dump.
+/// Port pressure from scratch: every translated flow of both families, from a dump, counted
+/// apart and swapped in (a scrape never waits for a dump).
 fn seed(stats: &SnatStats) {
-    let mut pressure = stats.pressure();
-    pressure.clear();
+    let mut fresh = Pressure::default();
     for family in Family::ALL {
         let seeded = ctnetlink::entries(family, |event| {
             if translated_by_masquerade(&event.flow) {
-                pressure.apply(&event);
+                fresh.apply(&event);
             }
         });
         if let Err(err) = seeded {
             warn!(%family, error = %err, "cannot read the conntrack table to seed the SNAT port pressure; it counts the flows from now on");
         }
     }
+    let mut pressure = stats.pressure();
+    fresh.untracked += pressure.untracked;
+    *pressure = fresh;
 }
 
 /// Says a growing count at most every [`SAY_EVERY`].

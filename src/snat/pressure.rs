@@ -94,14 +94,6 @@ impl Pressure {
         self.flows.len()
     }
 
-    /// Forgets every flow (before a new seed, after events were lost).
-    pub fn clear(&mut self) {
-        self.flows.clear();
-        self.ports.clear();
-        self.in_use.clear();
-        self.toward.clear();
-    }
-
     /// Takes in one event of a translated flow: a new flow holds its port, an ended one
     /// frees it. A new event for an id already tracked (the seed dump and the events overlap)
     /// replaces it.
