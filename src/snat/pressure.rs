@@ -35,6 +35,19 @@ pub fn usable_range(protocol: u8) -> u32 {
 /// A translated address and protocol: one pool of source ports.
 type Pool = (IpAddr, u8);
 
+/// A flow's original direction: protocol, source and port, destination and port.
+type OriginalTuple = (u8, IpAddr, u16, IpAddr, u16);
+
+fn original_tuple(flow: &crate::netlink::conntrack::Flow) -> OriginalTuple {
+    (
+        flow.protocol,
+        flow.source,
+        flow.source_port.unwrap_or(0),
+        flow.destination,
+        flow.destination_port.unwrap_or(0),
+    )
+}
+
 /// What a tracked flow holds.
 #[derive(Clone, Copy, Debug)]
 struct Held {
@@ -47,8 +60,9 @@ struct Held {
 #[derive(Debug)]
 pub struct Pressure {
     limit: usize,
-    /// By conntrack id (unique among the entries alive).
-    flows: HashMap<u32, Held>,
+    /// By original tuple, unique among the entries alive (conntrack's 32-bit ids are hashes:
+    /// among 100,000 flows two share one about once).
+    flows: HashMap<OriginalTuple, Held>,
     /// Flows per translated port.
     ports: HashMap<(Pool, u16), u32>,
     /// Distinct translated ports per pool.
@@ -95,13 +109,14 @@ impl Pressure {
     }
 
     /// Takes in one event of a translated flow: a new flow holds its port, an ended one
-    /// frees it. A new event for an id already tracked (the seed dump and the events overlap)
+    /// frees it. A new event for a flow already tracked (the seed dump and the events overlap)
     /// replaces it.
     pub fn apply(&mut self, event: &Event) {
         let flow = &event.flow;
+        let key = original_tuple(flow);
         match event.kind {
             EventKind::End => {
-                if let Some(held) = self.flows.remove(&flow.id) {
+                if let Some(held) = self.flows.remove(&key) {
                     self.release(held);
                 }
             }
@@ -111,13 +126,13 @@ impl Pressure {
                     port: flow.reply_destination_port.unwrap_or(0),
                     destination: (flow.destination, flow.destination_port.unwrap_or(0)),
                 };
-                if let Some(before) = self.flows.remove(&flow.id) {
+                if let Some(before) = self.flows.remove(&key) {
                     self.release(before);
                 } else if self.flows.len() >= self.limit {
                     self.untracked += 1;
                     return;
                 }
-                self.flows.insert(flow.id, held);
+                self.flows.insert(key, held);
                 let port = self.ports.entry((held.pool, held.port)).or_insert(0);
                 *port += 1;
                 if *port == 1 {
@@ -202,7 +217,7 @@ mod tests {
                 protocol: 17,
                 source: "192.168.1.5".parse().unwrap(),
                 destination,
-                source_port: Some(port),
+                source_port: Some(10_000 + id as u16),
                 destination_port: Some(53),
                 reply_source: destination,
                 reply_destination: "203.0.113.1".parse().unwrap(),
@@ -256,6 +271,20 @@ mod tests {
         assert!(pressure.pools().is_empty());
         assert_eq!(pressure.tracked(), 0);
         assert!(pressure.ports.is_empty() && pressure.toward.is_empty());
+    }
+
+    #[test]
+    fn flows_are_told_apart_by_their_tuple_not_their_id() {
+        let mut pressure = Pressure::default();
+        // Two live flows whose 32-bit ids collide.
+        let mut second = event(EventKind::New, 7, 40_001, "198.51.100.9");
+        second.flow.source_port = Some(20_000);
+        pressure.apply(&event(EventKind::New, 7, 40_000, "198.51.100.9"));
+        pressure.apply(&second);
+        assert_eq!(pressure.tracked(), 2);
+        pressure.apply(&event(EventKind::End, 7, 40_000, "198.51.100.9"));
+        assert_eq!(pressure.tracked(), 1);
+        assert_eq!(pressure.pools()[0].ports_in_use, 1);
     }
 
     #[test]
