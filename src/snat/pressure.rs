@@ -17,7 +17,8 @@ use crate::netlink::conntrack::{Event, EventKind};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-/// Most flows tracked at once (about 12 MiB of maps at that count).
+/// Most flows tracked at once: some 200 bytes each (`scripts/bench --only snat-log`: peak RSS
+/// 30.6 MiB with 100,000 tracked, 12.4 MiB with 10,000), so about 25 MiB at the cap.
 pub const TRACKED_FLOWS: usize = 131_072;
 /// MASQUERADE's source ports for an original port of 1024 or more: 1024–65535.
 pub const PORT_RANGE: u32 = 65_535 - 1024 + 1;
