@@ -59,6 +59,9 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l cleanup-on-exit 
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-format -l logging-format -d 'Log line format (also spelt --logging-format, as Kubernetes components spell it)' -r -f -a "text\t''
 json\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-log -d 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. It records who talked to whom: the file is created readable by its owner only' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-log-max-size -d 'Rotate the SNAT log before it grows past SIZE bytes (suffix K, M or G: KiB, MiB, GiB)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-log-keep -d 'Rotated SNAT log files kept: PATH.1 (the newest) to PATH.N (the oldest)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace; from 6 the libraries\' events too (the Kubernetes client\'s requests in API mode)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l logtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
@@ -73,6 +76,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l skip-headers -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l add-dir-header -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l once -d 'Sync once, then exit (0 when the rules are in place)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l dry-run -d 'Print the transaction a sync would apply and exit; change nothing'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-port-pressure -d 'Keep the SNAT port-pressure metrics (ipmasq_snat_ports_in_use and the share taken toward the busiest destination) from conntrack\'s events, without --snat-log'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l kubeconfig -d 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod\'s service account]' -r -F

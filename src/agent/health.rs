@@ -29,6 +29,8 @@ pub struct Snapshot {
     /// The output addresses the config in force names: only an address change inside one of
     /// them is worth a pass.
     pub egress_targets: Vec<crate::config::egress::EgressTarget>,
+    /// The SNAT log's counters and port pressure (`--snat-log`, `--snat-port-pressure`).
+    pub snat: Option<std::sync::Arc<crate::snat::SnatStats>>,
 }
 
 impl Snapshot {
@@ -40,6 +42,7 @@ impl Snapshot {
             backend,
             running_since: None,
             egress_targets: Vec::new(),
+            snat: None,
         }
     }
 }
@@ -55,6 +58,7 @@ pub fn metric_catalogue() -> Vec<(String, String, String)> {
         .status
         .egress_fallback
         .insert(crate::plan::Family::V4, None);
+    snapshot.snat = Some(sample_snat_stats());
     let text = metrics_text(&snapshot, snapshot.started, SystemTime::now());
     let mut out: Vec<(String, String, String)> = Vec::new();
     for line in text.lines() {
@@ -140,6 +144,12 @@ struct RulesLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabel {
+    translated_address: String,
+    proto: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FamilyLabel {
     family: &'static str,
 }
@@ -166,6 +176,9 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
     register_rules(&mut registry, snapshot);
     register_failures(&mut registry, status);
     register_conntrack(&mut registry, status);
+    if let Some(snat) = &snapshot.snat {
+        register_snat(&mut registry, snat);
+    }
     registry.register(
         "resync_interval_seconds",
         "The resync interval in force (resyncInterval): a healthy agent syncs at least this often",
@@ -259,6 +272,104 @@ fn register_conntrack(registry: &mut Registry, status: &Status) {
         "conntrack_resets_failed",
         "Changes after which the conntrack table could not be read or its entries deleted",
         failed,
+    );
+}
+
+/// Stats of an SNAT log holding one flow: the metrics of `--snat-log` all rendered (the
+/// catalogue and the alerts' test read them).
+fn sample_snat_stats() -> std::sync::Arc<crate::snat::SnatStats> {
+    use crate::netlink::conntrack::{Event, EventKind, Flow};
+    let stats = crate::snat::SnatStats::default();
+    let destination: std::net::IpAddr = [198, 51, 100, 9].into();
+    stats.pressure().apply(&Event {
+        kind: EventKind::New,
+        counters: None,
+        flow: Flow {
+            family: crate::plan::Family::V4,
+            protocol: 6,
+            source: [192, 168, 1, 5].into(),
+            destination,
+            source_port: Some(40002),
+            destination_port: Some(443),
+            reply_source: destination,
+            reply_destination: [203, 0, 113, 1].into(),
+            reply_destination_port: Some(40002),
+            id: 1,
+        },
+    });
+    std::sync::Arc::new(stats)
+}
+
+fn counter_of(value: &std::sync::atomic::AtomicU64) -> Counter {
+    let counter = Counter::<u64>::default();
+    counter.inc_by(value.load(std::sync::atomic::Ordering::Relaxed));
+    counter
+}
+
+/// The SNAT log's lines, drops and lost events, and the port pressure of each translated
+/// address and protocol.
+fn register_snat(registry: &mut Registry, snat: &crate::snat::SnatStats) {
+    registry.register(
+        "snat_log_lines",
+        "Lines written to the SNAT log (--snat-log)",
+        counter_of(&snat.written),
+    );
+    registry.register(
+        "snat_log_dropped",
+        "SNAT log lines dropped because the writer was behind (its queue full)",
+        counter_of(&snat.dropped),
+    );
+    registry.register(
+        "snat_log_write_errors",
+        "SNAT log lines or flushes the file system refused",
+        counter_of(&snat.write_errors),
+    );
+    registry.register(
+        "snat_log_rotations",
+        "SNAT log files rotated (--snat-log-max-size)",
+        counter_of(&snat.rotations),
+    );
+    registry.register(
+        "snat_events_lost",
+        "Times conntrack's events overflowed the agent's receive buffer (ENOBUFS): flows of the moment missing from the SNAT log",
+        counter_of(&snat.overflows),
+    );
+    let pressure = snat.pressure();
+    let in_use = Family::<PoolLabel, Gauge>::default();
+    let share = Family::<PoolLabel, Gauge<f64, AtomicU64>>::default();
+    for pool in pressure.pools() {
+        let label = PoolLabel {
+            translated_address: pool.translated.to_string(),
+            proto: crate::snat::line::protocol_name(pool.protocol),
+        };
+        in_use
+            .get_or_create(&label)
+            .set(i64::try_from(pool.ports_in_use).unwrap_or(i64::MAX));
+        share.get_or_create(&label).set(pool.busiest_share);
+    }
+    registry.register(
+        "snat_ports_in_use",
+        "Source ports in use on a translated address, by protocol, from conntrack's new and end events",
+        in_use,
+    );
+    registry.register(
+        "snat_busiest_destination_port_share",
+        "Share of the usable source-port range (1024-65535; ICMP ids 0-65535) a translated address uses toward its busiest destination address and port: 1 is exhaustion",
+        share,
+    );
+    let tracked = Gauge::<i64>::default();
+    tracked.set(i64::try_from(pressure.tracked()).unwrap_or(i64::MAX));
+    registry.register(
+        "snat_tracked_flows",
+        "Translated flows the port pressure counts (at most 131072)",
+        tracked,
+    );
+    let untracked = Counter::<u64>::default();
+    untracked.inc_by(pressure.untracked);
+    registry.register(
+        "snat_untracked_flows",
+        "Translated flows left out of the port pressure because 131072 were tracked already: the gauges are then a lower bound",
+        untracked,
     );
 }
 
@@ -418,6 +529,8 @@ mod tests {
         s.status
             .egress_fallback
             .insert(crate::plan::Family::V4, None);
+        // Exported only with --snat-log or --snat-port-pressure.
+        s.snat = Some(sample_snat_stats());
         let exposition = metrics_text(&s, s.started, SystemTime::now());
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("packaging/kubernetes/monitoring");

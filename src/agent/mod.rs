@@ -79,6 +79,8 @@ enum Command {
 pub struct RunOptions {
     pub cleanup_on_exit: bool,
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The SNAT log and port pressure, started once the node lock is ours.
+    pub snat: Option<crate::snat::SnatOptions>,
     /// Where the state file goes, and its content (config source is kept current).
     pub state_dir: PathBuf,
     pub state: AgentState,
@@ -329,6 +331,17 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         tokio::select! {
             taken = &mut lock_taken_rx, if awaiting_lock => {
                 awaiting_lock = false;
+                if let (true, Some(snat)) = (taken.is_ok(), options.snat.clone()) {
+                    // Before the first pass: a log that cannot be written stops the agent
+                    // before it touches a rule.
+                    match crate::snat::start(snat) {
+                        Ok(stats) => lock(&shared).snat = Some(stats),
+                        Err(err) => {
+                            let _ = commands.send(Command::Stop);
+                            return Ending::SetupFailed(format!("cannot start the SNAT log: {err}"));
+                        }
+                    }
+                }
                 if let Err(ending) = serve_then_pass(taken.is_ok(), options.metrics_addr, &shared, &commands).await {
                     return ending;
                 }

@@ -424,6 +424,27 @@ pub struct AgentArgs {
     )]
     pub metrics_addr: MetricsAddr,
 
+    /// Log every flow our rules source-NATed, one JSON line at its start and one at its end
+    /// (time, pod source, translated address:port, destination; packets and bytes when
+    /// conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard
+    /// output); also keeps the SNAT port-pressure metrics. It records who talked to whom: the
+    /// file is created readable by its owner only
+    #[arg(long, value_name = "PATH|-")]
+    pub snat_log: Option<std::ffi::OsString>,
+
+    /// Rotate the SNAT log before it grows past SIZE bytes (suffix K, M or G: KiB, MiB, GiB)
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = parse_size)]
+    pub snat_log_max_size: u64,
+
+    /// Rotated SNAT log files kept: PATH.1 (the newest) to PATH.N (the oldest)
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub snat_log_keep: u32,
+
+    /// Keep the SNAT port-pressure metrics (ipmasq_snat_ports_in_use and the share taken
+    /// toward the busiest destination) from conntrack's events, without --snat-log
+    #[arg(long)]
+    pub snat_port_pressure: bool,
+
     /// Directory of the running agent's state file [default: $IPMASQ_STATE_DIR, else
     /// /run/ipmasq]
     #[arg(long, value_name = "DIR")]
@@ -914,6 +935,33 @@ fn parse_fleet_timeout(text: &str) -> Result<crate::config::GoDuration, String> 
 /// `--metrics-addr`: an address to serve health and metrics on, or none (`off`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MetricsAddr(pub Option<std::net::SocketAddr>);
+
+/// A size in bytes, with an optional binary suffix: `K`, `M` or `G` (`KiB`, `MiB`, `GiB`).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let (digits, unit) = match trimmed.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => trimmed.split_at(at),
+        None => (trimmed, ""),
+    };
+    let shift = match unit {
+        "" => 0,
+        "K" | "Ki" | "KiB" => 10,
+        "M" | "Mi" | "MiB" => 20,
+        "G" | "Gi" | "GiB" => 30,
+        _ => {
+            return Err(format!(
+                "{text:?}: a size is a number of bytes, with K, M or G after it"
+            ))
+        }
+    };
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: a size is a number of bytes, with K, M or G after it"))?;
+    match number.checked_mul(1 << shift) {
+        Some(0) | None => Err(format!("{text:?}: a size between 1 byte and 16 EiB")),
+        Some(bytes) => Ok(bytes),
+    }
+}
 
 fn parse_metrics_addr(value: &str) -> Result<MetricsAddr, String> {
     if value == "off" {

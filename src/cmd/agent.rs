@@ -186,6 +186,7 @@ pub fn run(args: &AgentArgs) -> Exit {
     let options = RunOptions {
         cleanup_on_exit: args.cleanup_on_exit,
         metrics_addr: args.metrics_addr.0,
+        snat: snat_options(args),
         state_dir: state_dir(args.state_dir.as_deref()),
         state: agent_state(
             args,
@@ -339,4 +340,21 @@ fn dry_run(reconciler: &mut Reconciler) -> Exit {
         }
         Pass::NoValidConfig | Pass::Failed(_) => Exit::Failure,
     }
+}
+
+/// What `--snat-log` and `--snat-port-pressure` ask for (None: neither).
+fn snat_options(args: &AgentArgs) -> Option<crate::snat::SnatOptions> {
+    if args.snat_log.is_none() && !args.snat_port_pressure {
+        return None;
+    }
+    Some(crate::snat::SnatOptions {
+        log: args
+            .snat_log
+            .as_deref()
+            .map(crate::snat::writer::Destination::parse),
+        rotation: crate::snat::writer::Rotation {
+            max_size: args.snat_log_max_size,
+            keep: args.snat_log_keep,
+        },
+    })
 }

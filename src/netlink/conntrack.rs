@@ -169,6 +169,7 @@ fn parse_entry(payload: &[u8]) -> Option<Parsed<'_>> {
             destination_port: tuple.4,
             reply_source: reply.0,
             reply_destination: reply.1,
+            reply_destination_port: reply.4,
             id: id?,
         },
         original,
@@ -294,6 +295,111 @@ impl Deleter {
     }
 }
 
+/// ctnetlink's multicast groups of new and destroyed entries (NFNLGRP_CONNTRACK_NEW and
+/// NFNLGRP_CONNTRACK_DESTROY); updates (NFNLGRP_CONNTRACK_UPDATE) are not joined.
+const NFNLGRP_CONNTRACK_NEW: u32 = 1;
+const NFNLGRP_CONNTRACK_DESTROY: u32 = 3;
+const CTA_COUNTERS_ORIG: u16 = 9;
+const CTA_COUNTERS_REPLY: u16 = 10;
+const CTA_COUNTERS_PACKETS: u16 = 1;
+const CTA_COUNTERS_BYTES: u16 = 2;
+const CTA_COUNTERS32_PACKETS: u16 = 3;
+const CTA_COUNTERS32_BYTES: u16 = 4;
+
+/// A non-blocking socket in ctnetlink's new and destroy groups, both families, with a receive
+/// buffer of `receive_buffer` bytes (beyond `rmem_max` as root). The kernel offers no filter
+/// of its own for these groups: every entry's events arrive, and are filtered above.
+pub(crate) fn events(receive_buffer: usize) -> io::Result<Socket> {
+    let mut socket = Socket::member_of(NETLINK_NETFILTER, NFNLGRP_CONNTRACK_NEW, receive_buffer)?;
+    socket.join(NFNLGRP_CONNTRACK_DESTROY)?;
+    Ok(socket)
+}
+
+/// Whether a conntrack event announces a new entry or the end of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    New,
+    End,
+}
+
+/// One conntrack event: the entry's flow, and on an end the packets and bytes of both
+/// directions summed, when accounting (`nf_conntrack_acct`) gave them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    pub flow: Flow,
+    pub counters: Option<(u64, u64)>,
+}
+
+/// A counter attribute's value: 64 bits, or the 32 of old kernels.
+fn counter(value: &[u8]) -> Option<u64> {
+    match value.len() {
+        8 => Some(u64::from_be_bytes(value.try_into().ok()?)),
+        4 => Some(u32::from_be_bytes(value.try_into().ok()?).into()),
+        _ => None,
+    }
+}
+
+/// The event a ctnetlink notification of message type `kind` carries (None for another
+/// message, or one that does not parse).
+pub(crate) fn parse_event(kind: u16, payload: &[u8]) -> Option<Event> {
+    let kind = match kind {
+        k if k == (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW => EventKind::New,
+        k if k == (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE => EventKind::End,
+        _ => return None,
+    };
+    let flow = parse_entry(payload)?.flow;
+    let mut counters: Option<(u64, u64)> = None;
+    if kind == EventKind::End {
+        for (attribute, value, _) in raw_attributes(payload.get(NFGENMSG_LEN..)?) {
+            if attribute != CTA_COUNTERS_ORIG && attribute != CTA_COUNTERS_REPLY {
+                continue;
+            }
+            let (mut packets, mut bytes) = (0, 0);
+            for (inner, value, _) in raw_attributes(value) {
+                match inner {
+                    CTA_COUNTERS_PACKETS | CTA_COUNTERS32_PACKETS => {
+                        packets = counter(value).unwrap_or(0)
+                    }
+                    CTA_COUNTERS_BYTES | CTA_COUNTERS32_BYTES => {
+                        bytes = counter(value).unwrap_or(0)
+                    }
+                    _ => {}
+                }
+            }
+            let sum = counters.unwrap_or((0, 0));
+            counters = Some((sum.0 + packets, sum.1 + bytes));
+        }
+    }
+    Some(Event {
+        kind,
+        flow,
+        counters,
+    })
+}
+
+/// The events of one datagram read from an [`events`] socket, in order; a datagram that does
+/// not frame gives none.
+pub(crate) fn events_of(datagram: &[u8]) -> impl Iterator<Item = Event> + '_ {
+    framing::frames(datagram)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|framed| parse_event(framed.kind, framed.bytes.get(framing::NLMSG_HDRLEN..)?))
+}
+
+/// Every entry of `family`, as `New` events (to seed what the events then keep current).
+pub(crate) fn entries(family: Family, mut each: impl FnMut(Event)) -> io::Result<dump::Ended> {
+    let socket = socket()?;
+    dump(&socket, family, |parsed| {
+        each(Event {
+            kind: EventKind::New,
+            flow: parsed.flow.clone(),
+            counters: None,
+        });
+        Ok(())
+    })
+}
+
 /// One tracked flow, as conntrack holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Flow {
@@ -309,6 +415,8 @@ pub struct Flow {
     /// source after any SNAT).
     pub reply_source: IpAddr,
     pub reply_destination: IpAddr,
+    /// The port the reply goes to: the source port the flow left with (after any SNAT).
+    pub reply_destination_port: Option<u16>,
     /// The kernel's id of the entry (what `conntrack -L -o id` prints).
     pub id: u32,
 }
@@ -466,6 +574,37 @@ mod tests {
             "192.168.1.2".parse::<IpAddr>().unwrap()
         );
         assert_eq!(attrs[2].1, 0xdead_beefu32.to_be_bytes());
+    }
+
+    #[test]
+    fn events_carry_the_translated_port_and_on_an_end_both_directions_counters() {
+        let mut payload = entry();
+        let counters = |packets: u64, bytes: u64| {
+            vec![
+                attr(CTA_COUNTERS_PACKETS, &packets.to_be_bytes()),
+                attr(CTA_COUNTERS_BYTES, &bytes.to_be_bytes()),
+            ]
+        };
+        payload.extend(nested(CTA_COUNTERS_ORIG, &counters(3, 180)));
+        payload.extend(nested(CTA_COUNTERS_REPLY, &counters(2, 120)));
+        let new = parse_event(0x0100, &payload).expect("a new event");
+        assert_eq!(new.kind, EventKind::New);
+        assert_eq!(new.counters, None);
+        assert_eq!(new.flow.reply_destination_port, Some(40000));
+        let end = parse_event(0x0102, &payload).expect("a destroy event");
+        assert_eq!(end.kind, EventKind::End);
+        assert_eq!(end.counters, Some((5, 300)));
+        // Without accounting, no counters.
+        assert_eq!(parse_event(0x0102, &entry()).unwrap().counters, None);
+        // Another subsystem's message is no event.
+        assert!(parse_event(0x0200, &payload).is_none());
+        // A datagram frames them in order.
+        let mut datagram = framing::request(0x0102, 0, 0, 64);
+        datagram.extend_from_slice(&payload);
+        framing::finish(&mut datagram);
+        let events: Vec<Event> = events_of(&datagram).collect();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].counters, Some((5, 300)));
     }
 
     #[test]

@@ -68,6 +68,11 @@ impl Socket {
         Ok(socket)
     }
 
+    /// Joins one more multicast group of the socket's protocol.
+    pub fn join(&mut self, group: u32) -> io::Result<()> {
+        self.socket.add_membership(group)
+    }
+
     /// A non-blocking socket bound to the legacy multicast groups of bit mask `groups`.
     pub fn bound_to_groups(protocol: isize, groups: u32) -> io::Result<Socket> {
         let mut socket = netlink_sys::Socket::new(protocol)?;

@@ -8,30 +8,30 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-const POD_V4: &str = "192.168.77.2";
-const POD_V6: &str = "2001:db8:77::2";
+pub(super) const POD_V4: &str = "192.168.77.2";
+pub(super) const POD_V6: &str = "2001:db8:77::2";
 /// Outside addresses: the first of each pair is in a non-masquerade CIDR.
-const KEEP_V4: &str = "198.51.100.2";
-const MASQ_V4: &str = "203.0.113.2";
-const NODE_OUT_V4: &str = "203.0.113.1";
-const KEEP_V6: &str = "2001:db8:f1::2";
-const MASQ_V6: &str = "2001:db8:f0::2";
-const NODE_OUT_V6: &str = "2001:db8:f0::1";
-const CONFIG: &str = "nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n  - 2001:db8:f1::/64\n";
+pub(super) const KEEP_V4: &str = "198.51.100.2";
+pub(super) const MASQ_V4: &str = "203.0.113.2";
+pub(super) const NODE_OUT_V4: &str = "203.0.113.1";
+pub(super) const KEEP_V6: &str = "2001:db8:f1::2";
+pub(super) const MASQ_V6: &str = "2001:db8:f0::2";
+pub(super) const NODE_OUT_V6: &str = "2001:db8:f0::1";
+pub(super) const CONFIG: &str = "nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n  - 2001:db8:f1::/64\n";
 /// The same list without IPv6 (for tests that run without --enable-ipv6).
 const CONFIG_V4: &str = "nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n";
 
 static PORT: AtomicU16 = AtomicU16::new(40000);
 
 /// The three namespaces, wired.
-struct Topology {
-    pod: Netns,
-    node: Netns,
-    outside: Netns,
+pub(super) struct Topology {
+    pub(super) pod: Netns,
+    pub(super) node: Netns,
+    pub(super) outside: Netns,
 }
 
 impl Topology {
-    fn new() -> Topology {
+    pub(super) fn new() -> Topology {
         let pod = Netns::new("pod");
         let node = Netns::new("node");
         let outside = Netns::new("out");

@@ -1,0 +1,302 @@
+//! The SNAT log and SNAT port pressure (`--snat-log`, `--snat-port-pressure`): who was behind
+//! the node's address. The agent joins conntrack's new and destroy event groups (ctnetlink
+//! multicast) on a thread of its own, keeps the flows that were source-NATed, and hands each
+//! one's line to a writer thread over a bounded queue; a full queue drops the line (counted
+//! and said), so neither the kernel's datapath nor the reconcile pass ever waits on the log.
+//!
+//! Which flows are kept ([`translated_by_masquerade`]): those whose source was rewritten (the
+//! reply tuple's destination differs from the original source) and whose destination was not
+//! (no DNAT: the reply comes from the original destination). Our rules masquerade what leaves
+//! for a destination outside nonMasqueradeCIDRs, and judge the address after any DNAT; kube-
+//! proxy masquerades too, but only flows it DNATs first (Services, NodePorts: `KUBE-MARK-MASQ`
+//! then `KUBE-POSTROUTING`), which are left out. A flow to a non-masquerade CIDR keeps its
+//! source and is not kept. What cannot be told from an event is which rule rewrote the source:
+//! another source NAT of an un-DNATed flow on the node (a CNI's own outgoing masquerade) is
+//! kept too.
+//!
+//! The events carry no time: a line's `time` is when the agent read the event, within
+//! milliseconds of it unless the receive buffer was backed up. When the kernel's buffer for
+//! the events overflows (ENOBUFS: events were lost), the loss is counted and said, the socket
+//! is opened anew, and port pressure is seeded again from a dump.
+
+pub mod line;
+pub mod pressure;
+pub mod writer;
+
+use crate::netlink::conntrack::{self as ctnetlink, Event, Flow};
+use crate::netlink::Queued;
+use crate::plan::Family;
+use pressure::Pressure;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tracing::{info, warn};
+use writer::{Destination, LogWriter, Rotation};
+
+/// The events socket's receive buffer: about 100,000 events' worth (each is charged some
+/// 600 bytes).
+const RECEIVE_BUFFER: usize = 64 << 20;
+/// Lines queued for the writer at most (some 150 bytes each: about 5 MiB).
+pub const QUEUE: usize = 32_768;
+/// A run of drops or write errors is said at most this often.
+const SAY_EVERY: Duration = Duration::from_secs(10);
+
+/// What `--snat-log` and its companions ask for.
+#[derive(Clone, Debug)]
+pub struct SnatOptions {
+    /// Where the lines go (None: no log, port pressure only).
+    pub log: Option<Destination>,
+    pub rotation: Rotation,
+}
+
+/// What the metrics read: counters, and the port pressure the event thread keeps.
+#[derive(Debug, Default)]
+pub struct SnatStats {
+    /// Lines written.
+    pub written: AtomicU64,
+    /// Lines dropped because the writer's queue was full.
+    pub dropped: AtomicU64,
+    /// Times the kernel reported events lost (ENOBUFS).
+    pub overflows: AtomicU64,
+    /// Lines that could not be written (the file system refused).
+    pub write_errors: AtomicU64,
+    /// Files rotated.
+    pub rotations: AtomicU64,
+    pub pressure: Mutex<Pressure>,
+}
+
+impl SnatStats {
+    pub fn pressure(&self) -> std::sync::MutexGuard<'_, Pressure> {
+        self.pressure.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Whether `flow` is one our rules translated: its source rewritten, its destination not.
+pub fn translated_by_masquerade(flow: &Flow) -> bool {
+    flow.rewritten_to().is_some() && flow.reply_source == flow.destination
+}
+
+/// Opens the log (in append mode) and the event subscription, seeds the port pressure from a
+/// dump of both families, and starts the two threads. An error (the file cannot be opened,
+/// ctnetlink refused) stops nothing else; the caller decides.
+pub fn start(options: SnatOptions) -> std::io::Result<Arc<SnatStats>> {
+    let stats = Arc::new(SnatStats::default());
+    let queue = match options.log.clone() {
+        Some(destination) => {
+            let log = LogWriter::open(destination, options.rotation)?;
+            let (sender, receiver) = mpsc::sync_channel::<String>(QUEUE);
+            let writer_stats = stats.clone();
+            std::thread::Builder::new()
+                .name("snat-log-writer".into())
+                .spawn(move || write_lines(log, receiver, &writer_stats))?;
+            Some(sender)
+        }
+        None => None,
+    };
+    let socket = ctnetlink::events(RECEIVE_BUFFER)?;
+    seed(&stats);
+    let reader_stats = stats.clone();
+    std::thread::Builder::new()
+        .name("snat-events".into())
+        .spawn(move || read_events(socket, queue, &reader_stats))?;
+    info!(
+        log = ?options.log,
+        max_size = options.rotation.max_size,
+        keep = options.rotation.keep,
+        tracked = stats.pressure().tracked(),
+        "following conntrack's new and destroy events for source-NATed flows"
+    );
+    Ok(stats)
+}
+
+/// Port pressure from scratch: every translated flow of both families, from a dump, counted
+/// apart and swapped in (a scrape never waits for a dump).
+fn seed(stats: &SnatStats) {
+    let mut fresh = Pressure::default();
+    for family in Family::ALL {
+        let seeded = ctnetlink::entries(family, |event| {
+            if translated_by_masquerade(&event.flow) {
+                fresh.apply(&event);
+            }
+        });
+        if let Err(err) = seeded {
+            warn!(%family, error = %err, "cannot read the conntrack table to seed the SNAT port pressure; it counts the flows from now on");
+        }
+    }
+    let mut pressure = stats.pressure();
+    fresh.untracked += pressure.untracked;
+    *pressure = fresh;
+}
+
+/// Says a growing count at most every [`SAY_EVERY`].
+struct Sayer {
+    said_at: Option<Instant>,
+    since: u64,
+}
+
+impl Sayer {
+    fn new() -> Self {
+        Sayer {
+            said_at: None,
+            since: 0,
+        }
+    }
+
+    /// Counts one; returns how many to say now, if it is time.
+    fn count(&mut self) -> Option<u64> {
+        self.since += 1;
+        if self.said_at.is_some_and(|at| at.elapsed() < SAY_EVERY) {
+            return None;
+        }
+        self.said_at = Some(Instant::now());
+        Some(std::mem::take(&mut self.since))
+    }
+}
+
+/// The event thread: reads every event, keeps the translated flows' pressure and queues their
+/// lines; on a loss, counts it, says so (the first time as a warning), and subscribes again.
+fn read_events(
+    mut socket: crate::netlink::Socket,
+    queue: Option<SyncSender<String>>,
+    stats: &SnatStats,
+) {
+    let mut buffer = vec![0u8; 256 * 1024];
+    let mut drops = Sayer::new();
+    let mut lost = false;
+    loop {
+        socket.wait_readable(Duration::from_secs(1));
+        let drained = socket.drain(&mut buffer, |queued| match queued {
+            Queued::Datagram(datagram) => {
+                let now = SystemTime::now();
+                for event in ctnetlink::events_of(datagram) {
+                    take(&event, now, queue.as_ref(), stats, &mut drops);
+                }
+            }
+            Queued::Lost => lost = true,
+        });
+        if let Err(err) = drained {
+            warn!(error = %err, "reading conntrack events failed; subscribing again");
+            lost = true;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if std::mem::take(&mut lost) {
+            let overflows = stats.overflows.fetch_add(1, Ordering::Relaxed) + 1;
+            if overflows == 1 {
+                warn!("conntrack events were lost (the kernel's receive buffer for them overflowed: ENOBUFS); flows of the moment are missing from the SNAT log; subscribing again and re-reading the table for port pressure (counted in ipmasq_snat_events_lost_total, said once)");
+            }
+            match ctnetlink::events(RECEIVE_BUFFER) {
+                Ok(fresh) => socket = fresh,
+                Err(err) => {
+                    warn!(error = %err, "cannot subscribe to conntrack events again; keeping the old subscription")
+                }
+            }
+            seed(stats);
+        }
+    }
+}
+
+/// One event: pressure, then the line (dropped when the writer is behind).
+fn take(
+    event: &Event,
+    now: SystemTime,
+    queue: Option<&SyncSender<String>>,
+    stats: &SnatStats,
+    drops: &mut Sayer,
+) {
+    if !translated_by_masquerade(&event.flow) {
+        return;
+    }
+    stats.pressure().apply(event);
+    let Some(queue) = queue else {
+        return;
+    };
+    let mut text = String::with_capacity(192);
+    line::render(&mut text, now, event);
+    match queue.try_send(text) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            if let Some(dropped) = drops.count() {
+                warn!(dropped, queue = QUEUE, "the SNAT log's writer is behind: lines dropped (ipmasq_snat_log_dropped_total)");
+            }
+        }
+        Err(TrySendError::Disconnected(_)) => {}
+    }
+}
+
+/// The writer thread: writes what is queued, and flushes whenever the queue is empty.
+fn write_lines(mut log: LogWriter, lines: mpsc::Receiver<String>, stats: &SnatStats) {
+    let mut errors = Sayer::new();
+    while let Ok(first) = lines.recv() {
+        let mut next = Some(first);
+        while let Some(text) = next {
+            match log.write_line(&text) {
+                Ok(()) => {
+                    stats.written.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(err) => {
+                    stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    if let Some(failed) = errors.count() {
+                        warn!(error = %err, failed, "cannot write the SNAT log");
+                    }
+                }
+            }
+            next = lines.try_recv().ok();
+        }
+        if let Err(err) = log.flush() {
+            stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            if let Some(failed) = errors.count() {
+                warn!(error = %err, failed, "cannot write the SNAT log");
+            }
+        }
+        stats.rotations.store(log.rotations, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(source: &str, destination: &str, reply_source: &str, reply_destination: &str) -> Flow {
+        Flow {
+            family: Family::V4,
+            protocol: 6,
+            source: source.parse().unwrap(),
+            destination: destination.parse().unwrap(),
+            source_port: Some(40000),
+            destination_port: Some(443),
+            reply_source: reply_source.parse().unwrap(),
+            reply_destination: reply_destination.parse().unwrap(),
+            reply_destination_port: Some(40000),
+            id: 1,
+        }
+    }
+
+    #[test]
+    fn only_source_nated_flows_without_dnat_are_ours() {
+        let pod = "192.168.1.5";
+        let outside = "198.51.100.9";
+        let node = "203.0.113.1";
+        assert!(translated_by_masquerade(&flow(pod, outside, outside, node)));
+        // A non-masquerade CIDR: the source kept.
+        assert!(!translated_by_masquerade(&flow(pod, outside, outside, pod)));
+        // kube-proxy: a Service's address DNATed to a backend, then masqueraded.
+        assert!(!translated_by_masquerade(&flow(
+            pod,
+            "10.96.0.10",
+            "192.168.2.7",
+            node
+        )));
+    }
+
+    #[test]
+    fn a_run_of_drops_is_said_once_per_interval_with_its_count() {
+        let mut sayer = Sayer::new();
+        assert_eq!(sayer.count(), Some(1));
+        assert_eq!(sayer.count(), None);
+        assert_eq!(sayer.count(), None);
+        sayer.said_at = Some(Instant::now() - SAY_EVERY);
+        assert_eq!(sayer.count(), Some(3));
+    }
+}

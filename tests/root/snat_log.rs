@@ -1,0 +1,372 @@
+//! `--snat-log` with packets: TCP and UDP flows from a pod namespace through the node to an
+//! outside namespace, IPv4 and IPv6; the outside records each source address and port it saw
+//! (and the pod's own port, sent in the payload), and every masqueraded flow is in the log
+//! with the pod's source, the translated address:port the outside saw and the destination.
+//! A flow to a non-masquerade CIDR is not logged; the log rotates by size; an agent
+//! restarted between two batches appends the second; `ipmasq_snat_ports_in_use` equals the
+//! count of distinct translated ports the outside saw, and the busiest destination's share
+//! is that count over MASQUERADE's 64,512 ports.
+
+use super::egress::{count_in_log, log_of, spawn_ipmasq_on};
+use super::netns::{kill, wait_until, PYTHON};
+use super::packets::{
+    start_receiver_in, Topology, CONFIG, KEEP_V4, MASQ_V4, MASQ_V6, NODE_OUT_V4, NODE_OUT_V6,
+    POD_V4, POD_V6,
+};
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Flows per protocol and destination in a batch.
+const FLOWS: usize = 10;
+const PORT: u16 = 5001;
+const METRICS: &str = "127.0.0.1:9731";
+const MAX_SIZE: u64 = 4096;
+const KEEP: u32 = 5;
+/// A deadline for what a loaded machine may take; never waited out when all goes well.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The outside's receiver: TCP and UDP on every outside address, each flow recorded as a
+/// JSON line `[proto, seen address, seen port, destination, pod port]` and answered `ok`.
+fn receiver(record: &Path) -> String {
+    let mut binds = String::new();
+    for address in [MASQ_V4, MASQ_V6, KEEP_V4] {
+        let family = if address.contains(':') {
+            "AF_INET6"
+        } else {
+            "AF_INET"
+        };
+        binds.push_str(&format!(
+            "t=socket.socket(socket.{family},socket.SOCK_STREAM); t.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1); t.bind(('{address}',{PORT})); t.listen(128); sel.register(t,selectors.EVENT_READ,('tcp','{address}'))\n\
+             u=socket.socket(socket.{family},socket.SOCK_DGRAM); u.bind(('{address}',{PORT})); sel.register(u,selectors.EVENT_READ,('udp','{address}'))\n"
+        ));
+    }
+    format!(
+        "import socket,selectors,json\n\
+         sel=selectors.DefaultSelector()\n\
+         {binds}\
+         out=open('{record}','a')\n\
+         open('READY','w').close()\n\
+         while True:\n\
+         \x20   for key,_ in sel.select():\n\
+         \x20       proto,dst=key.data\n\
+         \x20       if proto=='tcp':\n\
+         \x20           c,a=key.fileobj.accept(); c.settimeout(5); d=c.recv(16); c.sendall(b'ok'); c.close()\n\
+         \x20       else:\n\
+         \x20           d,a=key.fileobj.recvfrom(16); key.fileobj.sendto(b'ok',a)\n\
+         \x20       out.write(json.dumps([proto,a[0],a[1],dst,int(d)])+'\\n'); out.flush()\n",
+        record = record.display()
+    )
+}
+
+/// The pod's sender: FLOWS TCP connections and FLOWS UDP exchanges to each destination, each
+/// from a fresh port that it sends as the payload.
+fn sender() -> String {
+    format!(
+        "import socket\n\
+         for dst in ['{MASQ_V4}','{MASQ_V6}','{KEEP_V4}']:\n\
+         \x20   fam=socket.AF_INET6 if ':' in dst else socket.AF_INET\n\
+         \x20   for i in range({FLOWS}):\n\
+         \x20       s=socket.socket(fam,socket.SOCK_STREAM); s.settimeout(10); s.connect((dst,{PORT}))\n\
+         \x20       s.sendall(str(s.getsockname()[1]).encode()); assert s.recv(2)==b'ok'; s.close()\n\
+         \x20       u=socket.socket(fam,socket.SOCK_DGRAM); u.settimeout(1); u.bind(('',0))\n\
+         \x20       for attempt in range(10):\n\
+         \x20           u.sendto(str(u.getsockname()[1]).encode(),(dst,{PORT}))\n\
+         \x20           try:\n\
+         \x20               if u.recv(2)==b'ok': break\n\
+         \x20           except socket.timeout: pass\n\
+         \x20       else: raise SystemExit('no answer over UDP from '+dst)\n\
+         \x20       u.close()\n"
+    )
+}
+
+/// One flow as the outside saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Seen {
+    proto: String,
+    seen: String,
+    seen_port: u16,
+    destination: String,
+    pod_port: u16,
+}
+
+fn recorded(path: &Path) -> Vec<Seen> {
+    log_of(path)
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a record");
+            Seen {
+                proto: v[0].as_str().unwrap().to_string(),
+                seen: v[1].as_str().unwrap().to_string(),
+                seen_port: v[2].as_u64().unwrap() as u16,
+                destination: v[3].as_str().unwrap().to_string(),
+                pod_port: v[4].as_u64().unwrap() as u16,
+            }
+        })
+        .collect()
+}
+
+fn endpoint(address: &str, port: u16) -> String {
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
+/// The live log and its rotated files, oldest first.
+fn log_files(log: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = (1..=KEEP)
+        .rev()
+        .map(|n| PathBuf::from(format!("{}.{n}", log.display())))
+        .filter(|p| p.exists())
+        .collect();
+    files.push(log.to_path_buf());
+    files
+}
+
+/// Every line of the log and its rotated files, parsed (a line that does not parse fails).
+fn log_lines(log: &Path) -> Vec<serde_json::Value> {
+    log_files(log)
+        .iter()
+        .flat_map(|file| {
+            log_of(file)
+                .lines()
+                .map(|line| {
+                    serde_json::from_str::<serde_json::Value>(line)
+                        .unwrap_or_else(|e| panic!("{}: {line:?}: {e}", file.display()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The masqueraded flows of `seen` missing from the log's `new` lines.
+fn missing(log: &Path, seen: &[Seen]) -> Vec<Seen> {
+    let logged: HashSet<(String, String, String, String)> = log_lines(log)
+        .iter()
+        .filter(|l| l["event"] == "new")
+        .map(|l| {
+            let field = |k: &str| l[k].as_str().unwrap_or_default().to_string();
+            (
+                field("proto"),
+                field("src"),
+                field("translated"),
+                field("dst"),
+            )
+        })
+        .collect();
+    seen.iter()
+        .filter(|s| s.destination != KEEP_V4)
+        .filter(|s| {
+            let pod = if s.destination.contains(':') {
+                POD_V6
+            } else {
+                POD_V4
+            };
+            !logged.contains(&(
+                s.proto.clone(),
+                endpoint(pod, s.pod_port),
+                endpoint(&s.seen, s.seen_port),
+                endpoint(&s.destination, PORT),
+            ))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Sends a batch from the pod; the records the outside added.
+fn batch(topo: &Topology, record: &Path) -> Vec<Seen> {
+    let before = recorded(record).len();
+    let run = topo.pod.exec(PYTHON, &["-c", &sender()]);
+    assert_eq!(run.code, 0, "sender: {}", run.stderr);
+    let all = recorded(record);
+    assert_eq!(
+        all.len() - before,
+        6 * FLOWS,
+        "every flow reached the outside"
+    );
+    all[before..].to_vec()
+}
+
+fn scrape(topo: &Topology) -> String {
+    let run = topo.node.exec(
+        PYTHON,
+        &[
+            "-c",
+            &format!("import urllib.request;print(urllib.request.urlopen('http://{METRICS}/metrics',timeout=5).read().decode())"),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+}
+
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        line.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+fn start_agent(topo: &mut Topology, backend: &str, args: &[String], daemon_log: &Path) -> u32 {
+    let pid = spawn_ipmasq_on(&mut topo.node, backend, args.to_vec(), daemon_log);
+    assert!(
+        wait_until(DEADLINE, || count_in_log(
+            daemon_log,
+            "following conntrack's new and destroy events"
+        ) >= 1
+            && count_in_log(daemon_log, "serving /healthz") >= 1),
+        "the agent did not start its SNAT log:\n{}",
+        log_of(daemon_log)
+    );
+    pid
+}
+
+fn snat_log_with_packets(backend: &str) {
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new(&format!("snat-log-{backend}"));
+    let config = dir.write("config", CONFIG);
+    let record = dir.write("record", "");
+    let log = dir.path.join("snat.log");
+    let args: Vec<String> = vec![
+        "agent".into(),
+        "--enable-ipv6".into(),
+        format!("--config={}", config.display()),
+        format!("--metrics-addr={METRICS}"),
+        format!("--snat-log={}", log.display()),
+        format!("--snat-log-max-size={MAX_SIZE}"),
+        format!("--snat-log-keep={KEEP}"),
+    ];
+    let daemon_log = dir.path.join("agent-1.log");
+    let pid = start_agent(&mut topo, backend, &args, &daemon_log);
+    assert!(
+        wait_until(DEADLINE, || count_in_log(&daemon_log, "rules installed")
+            >= 2),
+        "the agent did not install both families:\n{}",
+        log_of(&daemon_log)
+    );
+    // The kept flows' answers go back to the pod's own address.
+    topo.outside
+        .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
+    let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
+    topo.outside.adopt(receiver);
+
+    let first = batch(&topo, &record);
+    for s in &first {
+        let (pod, node) = if s.destination.contains(':') {
+            (POD_V6, NODE_OUT_V6)
+        } else {
+            (POD_V4, NODE_OUT_V4)
+        };
+        let expected = if s.destination == KEEP_V4 { pod } else { node };
+        assert_eq!(s.seen, expected, "the outside saw {s:?}");
+    }
+    assert!(
+        wait_until(DEADLINE, || missing(&log, &first).is_empty()),
+        "flows missing from the log: {:?}\n{}",
+        missing(&log, &first),
+        log_of(&daemon_log)
+    );
+    // Port pressure against the counted flows (all of them still tracked: TCP in TIME_WAIT,
+    // UDP for 30 s or more).
+    let metrics = scrape(&topo);
+    for (translated, proto) in [
+        (NODE_OUT_V4, "tcp"),
+        (NODE_OUT_V4, "udp"),
+        (NODE_OUT_V6, "tcp"),
+        (NODE_OUT_V6, "udp"),
+    ] {
+        let ports: BTreeSet<u16> = first
+            .iter()
+            .filter(|s| s.seen == translated && s.proto == proto)
+            .map(|s| s.seen_port)
+            .collect();
+        assert_eq!(ports.len(), FLOWS, "{translated} {proto}: {first:?}");
+        let labels = format!("{{translated_address=\"{translated}\",proto=\"{proto}\"}}");
+        assert_eq!(
+            sample(&metrics, &format!("ipmasq_snat_ports_in_use{labels}")),
+            Some(FLOWS as f64),
+            "{metrics}"
+        );
+        let share = sample(
+            &metrics,
+            &format!("ipmasq_snat_busiest_destination_port_share{labels}"),
+        )
+        .unwrap_or_else(|| panic!("no share for {labels}:\n{metrics}"));
+        assert!((share - FLOWS as f64 / 64_512.0).abs() < 1e-9, "{share}");
+    }
+    assert_eq!(
+        sample(&metrics, "ipmasq_snat_log_dropped_total"),
+        Some(0.0),
+        "{metrics}"
+    );
+
+    // A restart appends: the first batch stays, the second is logged by the new agent.
+    kill(pid, "TERM");
+    assert!(
+        topo.node.wait_daemon(pid, DEADLINE).is_some(),
+        "the agent did not stop"
+    );
+    let daemon_log = dir.path.join("agent-2.log");
+    let pid = start_agent(&mut topo, backend, &args, &daemon_log);
+    let second = batch(&topo, &record);
+    assert!(
+        wait_until(DEADLINE, || missing(&log, &second).is_empty()),
+        "flows of the second batch missing from the log: {:?}\n{}",
+        missing(&log, &second),
+        log_of(&daemon_log)
+    );
+    assert!(
+        missing(&log, &first).is_empty(),
+        "the restart lost the first batch"
+    );
+
+    // No flow to the non-masquerade CIDR is logged; every line keeps the key order.
+    let lines = log_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l["dst"].as_str().unwrap().starts_with(KEEP_V4)),
+        "a kept flow was logged"
+    );
+    for file in log_files(&log) {
+        for line in log_of(&file).lines() {
+            assert!(
+                line.starts_with("{\"time\":\"") && line.contains("\",\"event\":\""),
+                "{line}"
+            );
+        }
+    }
+    // Rotated by size: more than one file, none past the maximum, at most KEEP rotated.
+    let files = log_files(&log);
+    eprintln!("{} SNAT log lines in {} files", lines.len(), files.len());
+    assert!(files.len() >= 3, "no rotation: {files:?}");
+    for file in &files {
+        let size = std::fs::metadata(file).unwrap().len();
+        assert!(size <= MAX_SIZE, "{}: {size} bytes", file.display());
+    }
+    assert!(!PathBuf::from(format!("{}.{}", log.display(), KEEP + 1)).exists());
+    kill(pid, "TERM");
+    let _ = topo.node.wait_daemon(pid, DEADLINE);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_with_packets_nftables() {
+    snat_log_with_packets("nftables");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_with_packets_iptables_nft() {
+    snat_log_with_packets("nft");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_with_packets_iptables_legacy() {
+    snat_log_with_packets("legacy");
+}
