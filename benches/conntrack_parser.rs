@@ -229,6 +229,7 @@ fn by_crate(kind: u16, payload: &[u8]) -> Option<ForPolicy> {
             destination_port: tuple.4,
             reply_source: reply.0,
             reply_destination: reply.1,
+            reply_destination_port: reply.4,
             id: id?,
         },
         // As the hand parser counts them: the zone's own length, without its padding.

@@ -263,6 +263,7 @@ mod tests {
             destination_port: Some(53),
             reply_source: destination.parse().unwrap(),
             reply_destination: reply_destination.parse().unwrap(),
+            reply_destination_port: None,
             id: 7,
         }
     }

@@ -169,6 +169,7 @@ fn parse_entry(payload: &[u8]) -> Option<Parsed<'_>> {
             destination_port: tuple.4,
             reply_source: reply.0,
             reply_destination: reply.1,
+            reply_destination_port: reply.4,
             id: id?,
         },
         original,
@@ -309,6 +310,8 @@ pub struct Flow {
     /// source after any SNAT).
     pub reply_source: IpAddr,
     pub reply_destination: IpAddr,
+    /// The port the reply goes to: the source port the flow leaves with (after any SNAT).
+    pub reply_destination_port: Option<u16>,
     /// The kernel's id of the entry (what `conntrack -L -o id` prints).
     pub id: u32,
 }

@@ -40,6 +40,7 @@ mod packets;
 mod parse_budget;
 mod seam;
 mod show_cleanup;
+mod snat_ports;
 mod state_dir;
 mod stop_deadline;
 mod untrusted_text;

@@ -24,14 +24,14 @@ const CONFIG_V4: &str = "nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n";
 static PORT: AtomicU16 = AtomicU16::new(40000);
 
 /// The three namespaces, wired.
-struct Topology {
-    pod: Netns,
-    node: Netns,
-    outside: Netns,
+pub(super) struct Topology {
+    pub(super) pod: Netns,
+    pub(super) node: Netns,
+    pub(super) outside: Netns,
 }
 
 impl Topology {
-    fn new() -> Topology {
+    pub(super) fn new() -> Topology {
         let pod = Netns::new("pod");
         let node = Netns::new("node");
         let outside = Netns::new("out");
@@ -676,7 +676,7 @@ fn explained(
 }
 
 /// One pass of the agent in the node namespace with `backend` and `config`.
-fn install_once(topo: &Topology, backend: &str, config: &std::path::Path) {
+pub(super) fn install_once(topo: &Topology, backend: &str, config: &std::path::Path) {
     let run = topo.node.ipmasq(&[
         "agent",
         "--once",
