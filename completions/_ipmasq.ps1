@@ -96,7 +96,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--at', '--at', [CompletionResultType]::ParameterName, 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]')
             [CompletionResult]::new('--tolerance', '--tolerance', [CompletionResultType]::ParameterName, 'With --at: also the flows that ended or began this close to it (the reporter''s clock and the node''s differ; a Go duration)')
             [CompletionResult]::new('--proto', '--proto', [CompletionResultType]::ParameterName, 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)')
-            [CompletionResult]::new('--log', '--log', [CompletionResultType]::ParameterName, 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too')
+            [CompletionResult]::new('--log', '--log', [CompletionResultType]::ParameterName, 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')

@@ -90,7 +90,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --at 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]'
             cand --tolerance 'With --at: also the flows that ended or began this close to it (the reporter''s clock and the node''s differ; a Go duration)'
             cand --proto 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)'
-            cand --log 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too'
+            cand --log 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)'
             cand -o 'Output format'
             cand --output 'Output format'
             cand --color 'Colour the text output'

@@ -91,7 +91,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s V -l version -d 
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l at -d 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l tolerance -d 'With --at: also the flows that ended or began this close to it (the reporter\'s clock and the node\'s differ; a Go duration)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l proto -d 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l log -d 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l log -d 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see the README)'
 yaml\t'The same document as YAML, for support bundles'"

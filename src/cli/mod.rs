@@ -917,7 +917,8 @@ pub struct WhoArgs {
     #[arg(long, value_name = "PROTO")]
     pub proto: Option<String>,
 
-    /// The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too
+    /// The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read
+    /// too; - reads standard input (what an agent run with --snat-log - printed)
     #[arg(long, value_name = "PATH", default_value = crate::cmd::who::DEFAULT_SNAT_LOG)]
     pub log: PathBuf,
 

@@ -30,6 +30,10 @@ use std::path::{Path, PathBuf};
 /// Where the agent writes its SNAT log when `--snat-log` names no other path.
 pub const DEFAULT_SNAT_LOG: &str = "/var/log/ipmasq/snat.log";
 
+/// `--log -`: the log on standard input (an agent run with `--snat-log -` writes it to its
+/// standard output, for a log collector: `kubectl logs … | ipmasq who … --log -`).
+pub const STDIN: &str = "-";
+
 /// A line longer than this is no line of the log: skipped (and counted) without being held.
 pub const MAX_LINE: usize = 64 << 10;
 
@@ -136,6 +140,9 @@ pub fn log_spelling(address: SocketAddr) -> String {
 /// The files of the log at `path`, oldest first: `PATH.N` … `PATH.1`, then `PATH` (each that
 /// exists; the numbering stops at the first gap).
 pub fn log_files(path: &Path) -> Result<Vec<PathBuf>, WhoError> {
+    if path == Path::new(STDIN) {
+        return Ok(vec![path.to_path_buf()]);
+    }
     let numbered = |n: usize| {
         let mut name = path.as_os_str().to_owned();
         name.push(format!(".{n}"));
@@ -294,7 +301,12 @@ impl<'q> Pairing<'q> {
                 );
             }
             "end" => {
-                let started = self.open.remove(&key).filter(|open| open.src == record.src);
+                // The open flow of this reply tuple, if it is this one (another pod's stays
+                // open: its own end may still come).
+                let started = match self.open.get(&key) {
+                    Some(open) if open.src == record.src => self.open.remove(&key),
+                    _ => None,
+                };
                 let (start, start_micros) = started
                     .map(|open| (open.start, open.start_micros))
                     .unwrap_or((None, None));
@@ -451,10 +463,14 @@ pub fn search(files: &[PathBuf], query: &Query) -> Result<Answer, WhoError> {
             path: path.display().to_string(),
             source,
         };
-        let mut file = std::fs::File::open(path).map_err(read_error)?;
+        let mut input: Box<dyn Read> = if path == Path::new(STDIN) {
+            Box::new(std::io::stdin().lock())
+        } else {
+            Box::new(std::fs::File::open(path).map_err(read_error)?)
+        };
         let mut overlong = Vec::new();
         let (first, last) = scan(
-            &mut file,
+            &mut input,
             &finder,
             |offset, line| pairing.line(path, offset, line),
             |offset| overlong.push(offset),
@@ -894,6 +910,37 @@ mod tests {
             ["192.168.1.7:3", "192.168.1.6:2"]
         );
         assert_eq!(at("2026-11-26T13:00:00Z").flows[1].end, None, "still open");
+    }
+
+    #[test]
+    fn the_end_of_another_pods_flow_leaves_the_open_one_open() {
+        let dir = Dir::new("other-end");
+        dir.write(
+            "snat.log",
+            &[
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.5:1",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+                // An end whose new was lost, of another pod, on the same reply tuple.
+                line(
+                    "12:05:00.000000",
+                    "end",
+                    "tcp",
+                    "192.168.1.6:2",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+            ]
+            .concat(),
+        );
+        let answer = ask(&dir, &query(Some("2026-11-26T12:10:00Z"), 0));
+        assert_eq!(sources(&answer), ["192.168.1.5:1"]);
+        assert_eq!(answer.flows[0].end, None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `who` over a log written here: the exit status (0 found, 1 none, 2 no log), `-o json`'s
 //! shape, the time forms `--at` takes, and the help that teaches them.
 
-use crate::util::{ipmasq, Scratch};
+use crate::util::{binary, ipmasq, run_program, Scratch};
 
 const NODE: &str = "203.0.113.1:40002";
 
@@ -151,4 +151,42 @@ fn help_teaches_the_flow_rules_the_time_forms_and_the_exit_codes() {
     ] {
         assert!(help.contains(needle), "{needle:?} missing:\n{}", run.stdout);
     }
+}
+
+/// `--log -`: what an agent run with `--snat-log -` printed, piped in (a log collector's copy).
+#[test]
+fn the_log_can_come_on_standard_input() {
+    let piped = [
+        record(
+            "12:03:01.000000",
+            "new",
+            "192.168.1.5:40002",
+            "198.51.100.9:443",
+        ),
+        record(
+            "12:03:09.000000",
+            "end",
+            "192.168.1.5:40002",
+            "198.51.100.9:443",
+        ),
+    ]
+    .concat();
+    let run = run_program(
+        &binary(),
+        &[
+            "who",
+            NODE,
+            "--at",
+            "2026-11-26T12:03:04Z",
+            "--log",
+            "-",
+            "-o",
+            "json",
+        ],
+        Some(&piped),
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).expect(&run.stdout);
+    assert_eq!(doc["files"], serde_json::json!(["-"]));
+    assert_eq!(doc["flows"][0]["src"], "192.168.1.5:40002");
 }
