@@ -2,7 +2,8 @@
 //! masquerade rule in a node namespace, the pod opens counted UDP flows (one socket each) to
 //! two ports of a masqueraded outside address and to a kept one, and `explain` counts exactly
 //! the source-NATed flows toward its destination, per translated address and protocol,
-//! against MASQUERADE's usable range; a kept destination shows none and keeps its document.
+//! against MASQUERADE's usable range; a kept destination shows none and keeps its document;
+//! run without CAP_NET_ADMIN, explain says the table was not read and answers the rest.
 
 use super::netns::{scratch_file, wait_until};
 use super::packets::{install_once, start_receiver_in, Topology};
@@ -132,6 +133,38 @@ fn port_use_is_counted(backend: &str) {
     );
     assert!(kept["conntrack"].get("snatPorts").is_none(), "{kept:#}");
     assert!(!kept_text.contains("ports "), "{kept_text}");
+
+    // Without CAP_NET_ADMIN the table cannot be read: explain says so and answers the rest.
+    let nobody = topo.node.exec(
+        "setpriv",
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            crate::util::binary().to_str().unwrap(),
+            "explain",
+            backend,
+            "-o",
+            "json",
+            &format!("--config={}", config.display()),
+            &format!("--from={POD}"),
+            MASQUERADED,
+        ],
+    );
+    let unprivileged: serde_json::Value = serde_json::from_str(&nobody.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", nobody.stdout, nobody.stderr));
+    assert_eq!(
+        unprivileged["config"]["action"], "masquerade",
+        "{unprivileged:#}"
+    );
+    assert!(unprivileged.get("conntrack").is_none(), "{unprivileged:#}");
+    let why = unprivileged["conntrackUnavailable"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("the conntrack table was not read"),
+        "{unprivileged:#}"
+    );
 
     let _ = receiver.kill();
     let _ = receiver.wait();
