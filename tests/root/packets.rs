@@ -676,7 +676,7 @@ fn explained(
 }
 
 /// One pass of the agent in the node namespace with `backend` and `config`.
-pub(super) fn install_once(topo: &Topology, backend: &str, config: &std::path::Path) {
+fn install_once(topo: &Topology, backend: &str, config: &std::path::Path) {
     let run = topo.node.ipmasq(&[
         "agent",
         "--once",
