@@ -171,6 +171,7 @@ pub const EXPLAIN: AppletDoc = AppletDoc {
     notes: &[
         "Local destinations (addresses of this node) never enter the rules; explain judges DEST as a remote address.",
         "A rule with matches explain cannot judge (a hand-made one) is taken as not matching and listed.",
+        "When tracked flows to DEST were source-NATed, a ports line per translated address and protocol gives the SNAT port use toward DEST: the ports its busiest destination port takes against those MASQUERADE picks from (the kernel's 1024-65535 for a source port of 1024 and above, ICMP ids 0-65535, or --to-ports), warned at 80 %; -o json: conntrack.snatPorts. When the conntrack table cannot be read (no CAP_NET_ADMIN, no conntrack module), flows says why and the rest of the answer stands.",
     ],
 };
 
