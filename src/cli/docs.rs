@@ -301,8 +301,8 @@ end was lost to an agent restart or a dropped event): alive from its start on, u
 flow to the same destination took the same translated port, which proves it was over by then \
 (conntrack holds one flow per reply tuple); that time is its end, marked inferred.
 
-Only the lines that hold \"ADDRESS:PORT\" are parsed (the rest is searched as bytes), so memory \
-stays bounded whatever the log's size; a line that cannot be read is counted, skipped and said \
+Only the lines that hold \"ADDRESS:PORT\" are parsed (the rest is searched as bytes) and at most \
+the newest 1000 flows are kept, so memory stays bounded whatever the log's size; a line that cannot be read is counted, skipped and said \
 once on stderr.";
 
 pub const WHO: AppletDoc = AppletDoc {
@@ -330,7 +330,7 @@ pub const WHO: AppletDoc = AppletDoc {
         "the SNAT log read without --log (the path to give the agent's --snat-log); .1 … .N are its rotated files, .1 the newest",
     )],
     notes: &[
-        "-o json prints {\"address\", \"at\", \"tolerance\", \"proto\", \"files\" (oldest first), \"logStart\", \"logEnd\" (the first and last record's times), \"flows\": [{\"proto\", \"src\", \"translated\", \"dst\", \"start\", \"end\", \"endInferred\"}], \"skippedLines\"}; start is null for a flow that began before the log, end null for one with no end known.",
+        "-o json prints {\"address\", \"at\", \"tolerance\", \"proto\", \"files\" (oldest first), \"logStart\", \"logEnd\" (the first and last record's times), \"flows\": [{\"proto\", \"src\", \"translated\", \"dst\", \"start\", \"end\", \"endInferred\"}], \"skippedLines\", \"omittedFlows\"}; start is null for a flow that began before the log, end null for one with no end known. At most the newest 1000 flows are listed; omittedFlows counts the older ones (narrow with --at or --proto).",
         "The log records every masqueraded flow (who talked to which address, when): keep it only as long as your privacy rules allow, readable by root alone.",
     ],
 };

@@ -14,6 +14,8 @@
 //!   by then (conntrack holds one flow per reply tuple), and that time is its end, marked
 //!   inferred; otherwise it is open: it covers any time from its start on.
 //!
+//! At most [`MAX_FLOWS`] flows are kept, the newest; the rest are counted (`omittedFlows`).
+//!
 //! Speed: only the lines holding `"ADDRESS:PORT"` (quoted, so `:4000` never matches `:40002`)
 //! are parsed; the bytes in between are searched with memchr's memmem and never decoded.
 
@@ -36,6 +38,10 @@ pub const STDIN: &str = "-";
 
 /// A line longer than this is no line of the log: skipped (and counted) without being held.
 pub const MAX_LINE: usize = 64 << 10;
+
+/// The most flows an answer holds (the newest): memory stays bounded when a port was used a
+/// million times and no `--at` narrows it.
+pub const MAX_FLOWS: usize = 1000;
 
 /// The read size: large enough that the search, not the system calls, sets the pace.
 const CHUNK: usize = 1 << 20;
@@ -100,6 +106,8 @@ pub struct Answer {
     /// Lines naming the address that could not be read (not JSON, a field missing, a bad
     /// time, longer than [`MAX_LINE`]), and lines too long to hold wherever they are.
     pub skipped_lines: u64,
+    /// Older flows that answer too but are left out: at most [`MAX_FLOWS`] are kept.
+    pub omitted_flows: u64,
     #[serde(skip)]
     pub first_skipped: Option<String>,
 }
@@ -246,6 +254,11 @@ impl<'q> Pairing<'q> {
     fn finish(&mut self, flow: FoundFlow) {
         if self.query.window.is_none_or(|window| flow.meets(window)) {
             self.answer.flows.push(flow);
+            if self.answer.flows.len() >= 2 * MAX_FLOWS {
+                // Keep the newest: the flows finished first go (amortised, at most twice the cap).
+                self.answer.flows.drain(..MAX_FLOWS);
+                self.answer.omitted_flows += MAX_FLOWS as u64;
+            }
         }
     }
 
@@ -339,6 +352,11 @@ impl<'q> Pairing<'q> {
                 .then(a.end_micros.cmp(&b.end_micros))
                 .then(a.src.cmp(&b.src))
         });
+        if answer.flows.len() > MAX_FLOWS {
+            let older = answer.flows.len() - MAX_FLOWS;
+            answer.flows.drain(..older);
+            answer.omitted_flows += older as u64;
+        }
         answer
     }
 }
@@ -575,6 +593,13 @@ fn to_text(
         ]);
     }
     out.push_str(&crate::cmd::fleet::plain_table(records));
+    if answer.omitted_flows > 0 {
+        out.push_str(&style.warning(&format!(
+            "… and {} older (the newest {MAX_FLOWS} are shown; narrow with --at or --proto)",
+            crate::output::plural(answer.omitted_flows as usize, "flow")
+        )));
+        out.push('\n');
+    }
     out
 }
 
@@ -1058,6 +1083,38 @@ mod tests {
         );
         let answer = ask(&dir, &query(None, 0));
         assert_eq!(answer.flows[0].proto, "132");
+    }
+
+    #[test]
+    fn the_newest_flows_are_kept_when_there_are_too_many() {
+        let dir = Dir::new("many");
+        let text: String = (0..MAX_FLOWS * 3 + 7)
+            .map(|i| {
+                let time = format!(
+                    "12:{:02}:{:02}.{:06}",
+                    i / 60_000 % 60,
+                    i / 1000 % 60,
+                    i % 1000
+                );
+                line(
+                    &time,
+                    "end",
+                    "udp",
+                    &format!("192.168.1.5:{i}"),
+                    NODE,
+                    "198.51.100.9:53",
+                )
+            })
+            .collect();
+        dir.write("snat.log", &text);
+        let answer = ask(&dir, &query(None, 0));
+        assert_eq!(answer.flows.len(), MAX_FLOWS);
+        assert_eq!(answer.omitted_flows, (MAX_FLOWS * 2 + 7) as u64);
+        let newest = format!("192.168.1.5:{}", MAX_FLOWS * 3 + 6);
+        assert_eq!(
+            answer.flows.last().map(|f| f.src.as_str()),
+            Some(newest.as_str())
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `who` over a log written here: the exit status (0 found, 1 none, 2 no log), `-o json`'s
 //! shape, the time forms `--at` takes, and the help that teaches them.
 
-use crate::util::{binary, ipmasq, run_program, Scratch};
+use crate::util::{binary, ipmasq, ipmasq_peak_rss, run_program, Scratch};
 
 const NODE: &str = "203.0.113.1:40002";
 
@@ -189,4 +189,49 @@ fn the_log_can_come_on_standard_input() {
     let doc: serde_json::Value = serde_json::from_str(&run.stdout).expect(&run.stdout);
     assert_eq!(doc["files"], serde_json::json!(["-"]));
     assert_eq!(doc["flows"][0]["src"], "192.168.1.5:40002");
+}
+
+/// Memory does not follow the log: a 48 MiB log with a 24 MiB line that names the address and
+/// no newline for most of it costs about what a tiny log does (a chunk, a line, the flows).
+#[test]
+fn memory_stays_bounded_whatever_the_log_holds() {
+    let dir = Scratch::new("who-bounded");
+    let tiny = dir.write(
+        "tiny.log",
+        &record(
+            "12:00:00.000000",
+            "new",
+            "192.168.1.5:1",
+            "198.51.100.9:443",
+        ),
+    );
+    let (run, tiny_kib) = ipmasq_peak_rss(&["who", NODE, "--log", tiny.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+
+    let mut big = String::with_capacity(50 << 20);
+    big.push_str(&format!("{{\"translated\":\"{NODE}\",\"pad\":\""));
+    big.push_str(&"x".repeat(24 << 20));
+    big.push_str("\"}\n");
+    let line = record(
+        "12:00:00.000000",
+        "new",
+        "192.168.1.5:1",
+        "198.51.100.9:443",
+    );
+    while big.len() < 48 << 20 {
+        big.push_str(&line);
+    }
+    let log = dir.write("big.log", &big);
+    drop(big);
+    let (run, big_kib) = ipmasq_peak_rss(&["who", NODE, "--log", log.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("skipped 1 unreadable line"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        big_kib < tiny_kib + 8 * 1024,
+        "who held {big_kib} KiB for a 48 MiB log, {tiny_kib} KiB for a tiny one"
+    );
 }
