@@ -28,6 +28,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
             [CompletionResult]::new('fleet', 'fleet', [CompletionResultType]::ParameterValue, 'Every node''s IPMasqAgentReady condition in one table: which config, which backend, in sync or not')
+            [CompletionResult]::new('who', 'who', [CompletionResultType]::ParameterValue, 'Which pod was behind the node''s address and port at a time, from the agent''s SNAT log')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
             [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
             [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
@@ -55,7 +56,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Log line format (also spelt --logging-format, as Kubernetes components spell it)')
             [CompletionResult]::new('--logging-format', '--logging-format', [CompletionResultType]::ParameterName, 'Log line format (also spelt --logging-format, as Kubernetes components spell it)')
             [CompletionResult]::new('--metrics-addr', '--metrics-addr', [CompletionResultType]::ParameterName, 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`')
-            [CompletionResult]::new('--snat-log', '--snat-log', [CompletionResultType]::ParameterName, 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. It records who talked to whom: the file is created readable by its owner only')
+            [CompletionResult]::new('--snat-log', '--snat-log', [CompletionResultType]::ParameterName, 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. `ipmasq who` answers from it (it reads /var/log/ipmasq/snat.log unless given --log). It records who talked to whom: the file is created readable by its owner only')
             [CompletionResult]::new('--snat-log-max-size', '--snat-log-max-size', [CompletionResultType]::ParameterName, 'Rotate the SNAT log before it grows past SIZE bytes (suffix K, M or G: KiB, MiB, GiB)')
             [CompletionResult]::new('--snat-log-keep', '--snat-log-keep', [CompletionResultType]::ParameterName, 'Rotated SNAT log files kept: PATH.1 (the newest) to PATH.N (the oldest)')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]')
@@ -86,6 +87,20 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--selector', '--selector', [CompletionResultType]::ParameterName, 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of the whole listing, every page included (a Go duration)')
             [CompletionResult]::new('--page-size', '--page-size', [CompletionResultType]::ParameterName, 'Nodes per page of the list (the server''s limit/continue paging)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;who' {
+            [CompletionResult]::new('--at', '--at', [CompletionResultType]::ParameterName, 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]')
+            [CompletionResult]::new('--tolerance', '--tolerance', [CompletionResultType]::ParameterName, 'With --at: also the flows that ended or began this close to it (the reporter''s clock and the node''s differ; a Go duration)')
+            [CompletionResult]::new('--proto', '--proto', [CompletionResultType]::ParameterName, 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)')
+            [CompletionResult]::new('--log', '--log', [CompletionResultType]::ParameterName, 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Colour the text output')
@@ -175,6 +190,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
         'ipmasq;help' {
             [CompletionResult]::new('agent', 'agent', [CompletionResultType]::ParameterValue, 'Run the masquerade agent (the ip-masq-agent daemon)')
             [CompletionResult]::new('fleet', 'fleet', [CompletionResultType]::ParameterValue, 'Every node''s IPMasqAgentReady condition in one table: which config, which backend, in sync or not')
+            [CompletionResult]::new('who', 'who', [CompletionResultType]::ParameterValue, 'Which pod was behind the node''s address and port at a time, from the agent''s SNAT log')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show the live masquerade chain of this node (and, with --config, whether it drifted)')
             [CompletionResult]::new('explain', 'explain', [CompletionResultType]::ParameterValue, 'Say whether traffic to an address is masqueraded, by which rule and config entry')
             [CompletionResult]::new('cleanup', 'cleanup', [CompletionResultType]::ParameterValue, 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant')
@@ -186,6 +202,9 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             break
         }
         'ipmasq;help;fleet' {
+            break
+        }
+        'ipmasq;help;who' {
             break
         }
         'ipmasq;help;show' {

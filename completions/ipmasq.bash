@@ -37,6 +37,9 @@ _ipmasq() {
             ipmasq,validate)
                 cmd="ipmasq__subcmd__validate"
                 ;;
+            ipmasq,who)
+                cmd="ipmasq__subcmd__who"
+                ;;
             ipmasq__subcmd__help,agent)
                 cmd="ipmasq__subcmd__help__subcmd__agent"
                 ;;
@@ -58,6 +61,9 @@ _ipmasq() {
             ipmasq__subcmd__help,validate)
                 cmd="ipmasq__subcmd__help__subcmd__validate"
                 ;;
+            ipmasq__subcmd__help,who)
+                cmd="ipmasq__subcmd__help__subcmd__who"
+                ;;
             *)
                 ;;
         esac
@@ -65,7 +71,7 @@ _ipmasq() {
 
     case "${cmd}" in
         ipmasq)
-            opts="-h -V --list --help --version agent fleet show explain cleanup validate help"
+            opts="-h -V --list --help --version agent fleet who show explain cleanup validate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -399,7 +405,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__help)
-            opts="agent fleet show explain cleanup validate help"
+            opts="agent fleet who show explain cleanup validate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -510,6 +516,20 @@ _ipmasq() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        ipmasq__subcmd__help__subcmd__who)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         ipmasq__subcmd__show)
             opts="-o -h -V --config --output --wide --state-dir --color --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -605,6 +625,48 @@ _ipmasq() {
                     ;;
                 --nomasq-all-reserved-ranges)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__who)
+            opts="-o -h -V --at --tolerance --proto --log --output --color --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --at)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tolerance)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --proto)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)

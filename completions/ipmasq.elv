@@ -25,6 +25,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --version 'Print version'
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
             cand fleet 'Every node''s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
+            cand who 'Which pod was behind the node''s address and port at a time, from the agent''s SNAT log'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
             cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
             cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
@@ -51,7 +52,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --log-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
             cand --logging-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'
             cand --metrics-addr 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`'
-            cand --snat-log 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. It records who talked to whom: the file is created readable by its owner only'
+            cand --snat-log 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. `ipmasq who` answers from it (it reads /var/log/ipmasq/snat.log unless given --log). It records who talked to whom: the file is created readable by its owner only'
             cand --snat-log-max-size 'Rotate the SNAT log before it grows past SIZE bytes (suffix K, M or G: KiB, MiB, GiB)'
             cand --snat-log-keep 'Rotated SNAT log files kept: PATH.1 (the newest) to PATH.N (the oldest)'
             cand --state-dir 'Directory of the running agent''s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]'
@@ -81,6 +82,19 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --selector 'Only the Nodes whose labels match this selector (kubectl''s -l), e.g. pool=gpu'
             cand --timeout 'The deadline of the whole listing, every page included (a Go duration)'
             cand --page-size 'Nodes per page of the list (the server''s limit/continue paging)'
+            cand -o 'Output format'
+            cand --output 'Output format'
+            cand --color 'Colour the text output'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;who'= {
+            cand --at 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]'
+            cand --tolerance 'With --at: also the flows that ended or began this close to it (the reporter''s clock and the node''s differ; a Go duration)'
+            cand --proto 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)'
+            cand --log 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)'
             cand -o 'Output format'
             cand --output 'Output format'
             cand --color 'Colour the text output'
@@ -165,6 +179,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         &'ipmasq;help'= {
             cand agent 'Run the masquerade agent (the ip-masq-agent daemon)'
             cand fleet 'Every node''s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
+            cand who 'Which pod was behind the node''s address and port at a time, from the agent''s SNAT log'
             cand show 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
             cand explain 'Say whether traffic to an address is masqueraded, by which rule and config entry'
             cand cleanup 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
@@ -174,6 +189,8 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         &'ipmasq;help;agent'= {
         }
         &'ipmasq;help;fleet'= {
+        }
+        &'ipmasq;help;who'= {
         }
         &'ipmasq;help;show'= {
         }

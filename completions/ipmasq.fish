@@ -29,6 +29,7 @@ complete -c ipmasq -n "__fish_ipmasq_needs_command" -s h -l help -d 'Print help 
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "fleet" -d 'Every node\'s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
+complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "who" -d 'Which pod was behind the node\'s address and port at a time, from the agent\'s SNAT log'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
 complete -c ipmasq -n "__fish_ipmasq_needs_command" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
@@ -59,7 +60,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l cleanup-on-exit 
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-format -l logging-format -d 'Log line format (also spelt --logging-format, as Kubernetes components spell it)' -r -f -a "text\t''
 json\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l metrics-addr -d 'Serve /healthz, /readyz and /metrics here (HOST:PORT), or `off`' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-log -d 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. It records who talked to whom: the file is created readable by its owner only' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-log -d 'Log every flow our rules source-NATed, one JSON line at its start and one at its end (time, pod source, translated address:port, destination; packets and bytes when conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard output); also keeps the SNAT port-pressure metrics. `ipmasq who` answers from it (it reads /var/log/ipmasq/snat.log unless given --log). It records who talked to whom: the file is created readable by its owner only' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-log-max-size -d 'Rotate the SNAT log before it grows past SIZE bytes (suffix K, M or G: KiB, MiB, GiB)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-log-keep -d 'Rotated SNAT log files kept: PATH.1 (the newest) to PATH.N (the oldest)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
@@ -91,6 +92,18 @@ always\t''
 never\t''"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l at -d 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l tolerance -d 'With --at: also the flows that ended or began this close to it (the reporter\'s clock and the node\'s differ; a Go duration)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l proto -d 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l log -d 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see the README)'
+yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+always\t''
+never\t''"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l config -d 'Also judge the live rules against this config (as the agent would read it)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see the README)'
@@ -169,10 +182,11 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l merged -d 'Me
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l no-node-checks -d 'Skip the checks against this machine\'s addresses and interfaces (whether it holds the outputAddress, whether each outputInterfaces pattern matches an interface here): for a CI runner that is no node'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s V -l version -d 'Print version'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "fleet" -d 'Every node\'s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet show explain cleanup validate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "agent" -d 'Run the masquerade agent (the ip-masq-agent daemon)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "fleet" -d 'Every node\'s IPMasqAgentReady condition in one table: which config, which backend, in sync or not'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "who" -d 'Which pod was behind the node\'s address and port at a time, from the agent\'s SNAT log'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "show" -d 'Show the live masquerade chain of this node (and, with --config, whether it drifted)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "explain" -d 'Say whether traffic to an address is masqueraded, by which rule and config entry'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

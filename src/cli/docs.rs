@@ -171,6 +171,7 @@ pub const EXPLAIN: AppletDoc = AppletDoc {
     notes: &[
         "Local destinations (addresses of this node) never enter the rules; explain judges DEST as a remote address.",
         "A rule with matches explain cannot judge (a hand-made one) is taken as not matching and listed.",
+        "When tracked flows to DEST were source-NATed, a ports line per translated address and protocol gives the SNAT port use toward DEST: the ports its busiest destination port takes against those MASQUERADE picks from (the kernel's 1024-65535 for a source port of 1024 and above, ICMP ids 0-65535, or --to-ports), warned at 80 %; -o json: conntrack.snatPorts. When the conntrack table cannot be read (no CAP_NET_ADMIN, no conntrack module), flows says why and the rest of the answer stands.",
     ],
 };
 
@@ -281,6 +282,58 @@ pub const FLEET: AppletDoc = AppletDoc {
         "the kubeconfig kubectl reads when neither --kubeconfig nor $KUBECONFIG names one",
     )],
     notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\"}]}, one entry per node in the server's order (by name), null where the condition says nothing."],
+};
+
+/// `who --help`'s description: what it reads and how a flow is matched.
+pub const WHO_ABOUT: &str = "\
+Which pod was behind the node's address and port at a time, from the agent's SNAT log.
+
+Masquerading hides the pod behind the node's address: an abuse report, a firewall log or a \
+partner names 203.0.113.1:40002, not a pod. An agent run with --snat-log writes one JSON line \
+when conntrack creates a flow our rules translated (event new) and one when it ends (event end), \
+with the pod's source, the translated source and the destination. who reads that log, its rotated \
+files PATH.N (oldest) … PATH.1 first, and prints the flows through ADDRESS:PORT whose lifetime \
+meets --at (± --tolerance), or every flow through it without --at.
+
+A flow is a new line and the later end line of the same proto, src, translated and dst. A flow \
+with no new line (it began before the log, or the file with it was rotated away) started before \
+the log: it counts as alive at any time up to its end. A flow with no end line is open (or its \
+end was lost to an agent restart or a dropped event): alive from its start on, unless a later \
+flow to the same destination took the same translated port, which proves it was over by then \
+(conntrack holds one flow per reply tuple); that time is its end, marked inferred.
+
+Only the lines that hold \"ADDRESS:PORT\" are parsed (the rest is searched as bytes) and at most \
+the newest 1000 flows are kept, so memory stays bounded whatever the log's size; a line that cannot be read is counted, skipped and said \
+once on stderr.";
+
+pub const WHO: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "Which pod was 203.0.113.1:40002 at the time of an abuse report?",
+            command: "ipmasq who 203.0.113.1:40002 --at 2026-11-26T12:03:04Z",
+        },
+        Example {
+            what: "A time pasted from a web server's log, TCP only, a wider window",
+            command: "ipmasq who 203.0.113.1:40002 --at '26/Nov/2026:13:03:04 +0100' --proto tcp --tolerance 5s",
+        },
+        Example {
+            what: "Every flow through the port in a copied log, for a script",
+            command: "ipmasq who [2001:db8::1]:40002 --log ./snat.log -o json | jq -r '.flows[].src'",
+        },
+    ],
+    exit_status: &[
+        (0, "at least one flow answers"),
+        (1, "no flow through ADDRESS:PORT (at --at) in the log"),
+        (2, "usage error; no log at --log (nor rotated files); a file could not be read"),
+    ],
+    files: &[(
+        "/var/log/ipmasq/snat.log",
+        "the SNAT log read without --log (the path to give the agent's --snat-log); .1 … .N are its rotated files, .1 the newest",
+    )],
+    notes: &[
+        "-o json prints {\"address\", \"at\", \"tolerance\", \"proto\", \"files\" (oldest first), \"logStart\", \"logEnd\" (the first and last record's times), \"flows\": [{\"proto\", \"src\", \"translated\", \"dst\", \"start\", \"end\", \"endInferred\"}], \"skippedLines\", \"omittedFlows\"}; start is null for a flow that began before the log, end null for one with no end known. At most the newest 1000 flows are listed; omittedFlows counts the older ones (narrow with --at or --proto).",
+        "The log records every masqueraded flow (who talked to which address, when): keep it only as long as your privacy rules allow, readable by root alone.",
+    ],
 };
 
 /// The text `--help` shows after the flags.

@@ -170,6 +170,9 @@ pub enum Applet {
     /// Every node's IPMasqAgentReady condition in one table: which config, which backend, in sync or not
     #[command(after_help = after_help(&docs::FLEET), long_about = docs::FLEET_ABOUT)]
     Fleet(FleetArgs),
+    /// Which pod was behind the node's address and port at a time, from the agent's SNAT log
+    #[command(after_help = after_help(&docs::WHO), long_about = docs::WHO_ABOUT)]
+    Who(WhoArgs),
 }
 
 /// `--iptables-mode`'s spelling: which iptables implementation the agent drives. Read only
@@ -319,7 +322,7 @@ pub fn from_matches(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
             args.backend.given = backend_given();
             args.all_variants_given = given("all_variants");
         }
-        Some(Applet::Validate(_)) | Some(Applet::Fleet(_)) | None => {}
+        Some(Applet::Validate(_)) | Some(Applet::Fleet(_)) | Some(Applet::Who(_)) | None => {}
     }
     Ok(cli)
 }
@@ -427,7 +430,8 @@ pub struct AgentArgs {
     /// Log every flow our rules source-NATed, one JSON line at its start and one at its end
     /// (time, pod source, translated address:port, destination; packets and bytes when
     /// conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard
-    /// output); also keeps the SNAT port-pressure metrics. It records who talked to whom: the
+    /// output); also keeps the SNAT port-pressure metrics. `ipmasq who` answers from it (it
+    /// reads /var/log/ipmasq/snat.log unless given --log). It records who talked to whom: the
     /// file is created readable by its owner only
     #[arg(long, value_name = "PATH|-")]
     pub snat_log: Option<std::ffi::OsString>,
@@ -914,6 +918,41 @@ pub struct FleetArgs {
     pub color: ColorChoice,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct WhoArgs {
+    /// The node's address and port as the outside saw them (the translated source), e.g.
+    /// 203.0.113.1:40002 or [2001:db8::1]:40002
+    #[arg(value_name = "ADDRESS:PORT")]
+    pub address: std::net::SocketAddr,
+
+    /// Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also
+    /// 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]
+    #[arg(long, value_name = "TIME", value_parser = crate::cmd::who::parse_time)]
+    pub at: Option<crate::cmd::who::Micros>,
+
+    /// With --at: also the flows that ended or began this close to it (the reporter's clock
+    /// and the node's differ; a Go duration)
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_fleet_duration)]
+    pub tolerance: crate::config::GoDuration,
+
+    /// Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)
+    #[arg(long, value_name = "PROTO")]
+    pub proto: Option<String>,
+
+    /// The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read
+    /// too; - reads standard input (what an agent run with --snat-log - printed)
+    #[arg(long, value_name = "PATH", default_value = crate::cmd::who::DEFAULT_SNAT_LOG)]
+    pub log: PathBuf,
+
+    /// Output format
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Colour the text output
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
 /// `fleet`'s durations: a Go duration, not negative.
 fn parse_fleet_duration(text: &str) -> Result<crate::config::GoDuration, String> {
     let duration = crate::config::parse_go_duration(text).map_err(|e| e.to_string())?;
@@ -1178,7 +1217,7 @@ mod tests {
         assert!(err.to_string().contains("unknown applet 'frobnicate'"));
         assert!(err
             .to_string()
-            .contains("agent, cleanup, explain, fleet, show, validate"));
+            .contains("agent, cleanup, explain, fleet, show, validate, who"));
     }
 
     #[test]

@@ -383,6 +383,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
             inspected.as_ref(),
             &ruleset,
             interface.as_deref(),
+            &plan.options.to_ports,
         )
     };
     let report = ExplainReport {
@@ -421,13 +422,14 @@ fn flows_answer(
     inspected: Option<&Result<Option<crate::backend::Inspection>, crate::backend::BackendError>>,
     ruleset: &crate::plan::Ruleset,
     interface: Option<&str>,
+    to_ports: &crate::plan::ToPorts,
 ) -> (Option<super::flows::FlowsAnswer>, Option<String>) {
     let planned = crate::conntrack::judge::Planned::new(ruleset);
     let rules_in_force: &dyn crate::conntrack::judge::Decides = match inspected {
         Some(Ok(Some(inspection))) => inspection,
         _ => &planned,
     };
-    match super::flows::contradicting(family, dst, rules_in_force, interface) {
+    match super::flows::contradicting(family, dst, rules_in_force, interface, to_ports) {
         Ok(answer) => (Some(answer), None),
         Err(err) => (
             None,

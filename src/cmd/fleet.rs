@@ -461,7 +461,7 @@ fn cut(text: &str, width: usize) -> String {
 }
 
 /// kubectl-style: no rules, columns two blanks apart, no trailing blanks.
-fn plain_table(records: Vec<Vec<String>>) -> String {
+pub(crate) fn plain_table(records: Vec<Vec<String>>) -> String {
     let mut builder = Builder::default();
     for record in records {
         builder.push_record(record.iter().map(|cell| printable(cell).into_owned()));

@@ -170,13 +170,14 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     let mut files = Vec::new();
     let mut cli = crate::cli::command();
     cli.build();
-    let applets: [(&str, &AppletDoc); 6] = [
+    let applets: [(&str, &AppletDoc); 7] = [
         ("agent", &docs::AGENT),
         ("validate", &docs::VALIDATE),
         ("show", &docs::SHOW),
         ("cleanup", &docs::CLEANUP),
         ("explain", &docs::EXPLAIN),
         ("fleet", &docs::FLEET),
+        ("who", &docs::WHO),
     ];
     let mut see_also_main: Vec<String> = applets
         .iter()

@@ -9,6 +9,7 @@ pub(crate) mod generate;
 pub(crate) mod node;
 pub(crate) mod show;
 pub(crate) mod validate;
+pub(crate) mod who;
 
 use crate::backend::select::{select, Selected};
 use crate::backend::{Backend, BackendError};
@@ -200,6 +201,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Some(Applet::Cleanup(args)) => cleanup::run(&args),
         Some(Applet::Explain(args)) => explain::run(&args),
         Some(Applet::Fleet(args)) => fleet::run(&args),
+        Some(Applet::Who(args)) => who::run(&args),
         None => Exit::Usage,
     };
     exit.into()

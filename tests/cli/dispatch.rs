@@ -8,7 +8,7 @@ fn list_prints_every_applet() {
     assert_eq!(run.code, 0);
     assert_eq!(
         run.stdout,
-        "agent\ncleanup\nexplain\nfleet\nshow\nvalidate\n"
+        "agent\ncleanup\nexplain\nfleet\nshow\nvalidate\nwho\n"
     );
 }
 

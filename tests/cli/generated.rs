@@ -53,6 +53,7 @@ fn committed_man_pages_and_completions_are_fresh() {
             "ipmasq-fleet.8",
             "ipmasq-show.8",
             "ipmasq-validate.8",
+            "ipmasq-who.8",
             "ipmasq.8"
         ]
     );

@@ -12,3 +12,4 @@ mod netlink_floor;
 mod validate;
 mod validate_pools;
 mod validate_verdicts;
+mod who;

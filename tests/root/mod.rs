@@ -41,6 +41,7 @@ mod parse_budget;
 mod seam;
 mod show_cleanup;
 mod snat_log;
+mod snat_ports;
 mod state_dir;
 mod stop_deadline;
 mod untrusted_text;

@@ -324,6 +324,52 @@ fn snat_log_with_packets(backend: &str) {
         "the restart lost the first batch"
     );
 
+    // `ipmasq who` reads this agent's log (rotated files included) and names the pod behind
+    // each translated address and port the outside saw; a kept flow's address is no answer.
+    for s in &second {
+        let asked = endpoint(&s.seen, s.seen_port);
+        let log_arg = log.display().to_string();
+        let args = [
+            "who",
+            asked.as_str(),
+            "--log",
+            &log_arg,
+            "--proto",
+            &s.proto,
+            "-o",
+            "json",
+        ];
+        let answer = crate::util::ipmasq(&args);
+        if s.destination == KEEP_V4 {
+            assert_eq!(
+                answer.code, 1,
+                "a kept flow has no SNAT: {} {}",
+                answer.stdout, answer.stderr
+            );
+            continue;
+        }
+        assert_eq!(
+            answer.code, 0,
+            "who {asked}: {} {}",
+            answer.stdout, answer.stderr
+        );
+        let json: serde_json::Value = serde_json::from_str(&answer.stdout).expect("who's JSON");
+        let pod = if s.destination.contains(':') {
+            POD_V6
+        } else {
+            POD_V4
+        };
+        let want = endpoint(pod, s.pod_port);
+        assert!(
+            json["flows"]
+                .as_array()
+                .is_some_and(|flows| flows.iter().any(|f| f["src"] == want.as_str()
+                    && f["dst"] == endpoint(&s.destination, PORT).as_str())),
+            "who {asked} should name {want}: {}",
+            answer.stdout
+        );
+    }
+
     // No flow to the non-masquerade CIDR is logged; every line keeps the key order.
     let lines = log_lines(&log);
     assert!(

@@ -1,0 +1,1213 @@
+//! `who`: the pod source(s) behind a translated address and port, read from the agent's SNAT
+//! log (`agent --snat-log`) and its rotated files, streamed with bounded memory.
+//!
+//! The log holds one JSON object per line, `new` when conntrack created a flow our rules
+//! translated and `end` when it went away:
+//! `{"time":"…Z","event":"new","proto":"tcp","src":"192.168.1.5:40002","translated":"203.0.113.1:40002","dst":"198.51.100.9:443"}`.
+//! A flow is a `new` line and the later `end` line of the same proto, src, translated and dst.
+//! What the log may lack, and how it is answered:
+//!
+//! * no `new` (the log began, or its older files were rotated away, while the flow lived): the
+//!   flow started before the log: its start is unknown (`null`), it covers any time up to its end;
+//! * no `end` (the flow is still open, or its end was lost to an agent restart or a dropped
+//!   event): if a later `new` of the same proto, translated and dst appears, the flow was over
+//!   by then (conntrack holds one flow per reply tuple), and that time is its end, marked
+//!   inferred; otherwise it is open: it covers any time from its start on.
+//!
+//! At most [`MAX_FLOWS`] flows are kept, the newest; the rest are counted (`omittedFlows`).
+//!
+//! Speed: only the lines holding `"ADDRESS:PORT"` (quoted, so `:4000` never matches `:40002`)
+//! are parsed; the bytes in between are searched with memchr's memmem and never decoded.
+
+use crate::cli::{OutputFormat, WhoArgs};
+use crate::cmd::Exit;
+use crate::output::{printable, Styler};
+use k8s_openapi::jiff::{civil::DateTime, tz::TimeZone, Timestamp};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Where the agent writes its SNAT log when `--snat-log` names no other path.
+pub const DEFAULT_SNAT_LOG: &str = "/var/log/ipmasq/snat.log";
+
+/// `--log -`: the log on standard input (an agent run with `--snat-log -` writes it to its
+/// standard output, for a log collector: `kubectl logs … | ipmasq who … --log -`).
+pub const STDIN: &str = "-";
+
+/// A line longer than this is no line of the log: skipped (and counted) without being held.
+pub const MAX_LINE: usize = 64 << 10;
+
+/// The most flows an answer holds (the newest): memory stays bounded when a port was used a
+/// million times and no `--at` narrows it.
+pub const MAX_FLOWS: usize = 1000;
+
+/// The read size: large enough that the search, not the system calls, sets the pace.
+const CHUNK: usize = 1 << 20;
+
+/// The most rotated files looked for (`PATH.1` … `PATH.N`); the agent keeps far fewer.
+const MAX_ROTATED: usize = 1000;
+
+/// A time in microseconds since the Unix epoch (the log's precision).
+pub type Micros = i64;
+
+/// What to look for.
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// The translated address and port, as the outside saw it.
+    pub translated: SocketAddr,
+    /// Only flows of this protocol (`tcp`, `udp`, …), else any.
+    pub proto: Option<String>,
+    /// Only flows whose lifetime meets this window (inclusive), else every flow.
+    pub window: Option<(Micros, Micros)>,
+}
+
+/// One flow through the translated address and port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FoundFlow {
+    pub proto: String,
+    /// The pod's address and port.
+    pub src: String,
+    pub translated: String,
+    pub dst: String,
+    /// The `new` line's time; `None` when the log holds no `new` (it began before the log).
+    pub start: Option<String>,
+    /// The `end` line's time; `None` while no end is known (still open, or lost).
+    pub end: Option<String>,
+    /// The end is the time of a later flow on the same reply tuple, not an `end` line.
+    pub end_inferred: bool,
+    #[serde(skip)]
+    start_micros: Option<Micros>,
+    #[serde(skip)]
+    end_micros: Option<Micros>,
+}
+
+impl FoundFlow {
+    /// Whether the flow's lifetime meets `[from, to]`: an unknown start is before any time,
+    /// an unknown end after any time.
+    fn meets(&self, (from, to): (Micros, Micros)) -> bool {
+        self.start_micros.is_none_or(|start| start <= to)
+            && self.end_micros.is_none_or(|end| end >= from)
+    }
+}
+
+/// The answer to a query over the log's files.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    /// The files read, oldest first.
+    pub files: Vec<String>,
+    /// The first and last record's times in the files read (what the log covers).
+    pub log_start: Option<String>,
+    pub log_end: Option<String>,
+    pub flows: Vec<FoundFlow>,
+    /// Lines naming the address that could not be read (not JSON, a field missing, a bad
+    /// time, longer than [`MAX_LINE`]), and lines too long to hold wherever they are.
+    pub skipped_lines: u64,
+    /// Older flows that answer too but are left out: at most [`MAX_FLOWS`] are kept.
+    pub omitted_flows: u64,
+    #[serde(skip)]
+    pub first_skipped: Option<String>,
+}
+
+/// Why the log could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum WhoError {
+    #[error("no SNAT log at {path} (nor {path}.1): is the agent run with --snat-log? (--log names another file)")]
+    NoLog { path: String },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// A line of the log, as far as `who` reads it; unknown keys are ignored.
+#[derive(serde::Deserialize)]
+struct Record<'a> {
+    #[serde(borrow)]
+    time: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    event: std::borrow::Cow<'a, str>,
+    proto: serde_json::Value,
+    #[serde(borrow)]
+    src: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    translated: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    dst: std::borrow::Cow<'a, str>,
+}
+
+/// The address as the log writes it: `a.b.c.d:port`, `[v6]:port`.
+pub fn log_spelling(address: SocketAddr) -> String {
+    SocketAddr::new(address.ip().to_canonical(), address.port()).to_string()
+}
+
+/// The files of the log at `path`, oldest first: `PATH.N` … `PATH.1`, then `PATH` (each that
+/// exists; the numbering stops at the first gap).
+pub fn log_files(path: &Path) -> Result<Vec<PathBuf>, WhoError> {
+    if path == Path::new(STDIN) {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let numbered = |n: usize| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    };
+    let mut files: Vec<PathBuf> = (1..=MAX_ROTATED)
+        .map(numbered)
+        .take_while(|p| p.exists())
+        .collect();
+    files.reverse();
+    if path.exists() {
+        files.push(path.to_path_buf());
+    }
+    if files.is_empty() {
+        return Err(WhoError::NoLog {
+            path: path.display().to_string(),
+        });
+    }
+    Ok(files)
+}
+
+/// A time `--at` takes: RFC 3339 (`2026-11-26T12:03:04Z`, `…+01:00`, fractions), with a blank
+/// for the `T`, and without an offset meaning UTC (as the log and most firewalls write);
+/// also the web servers' and firewalls' common log format (`26/Nov/2026:12:03:04 +0000`) and
+/// Unix seconds (`@1795694584`).
+pub fn parse_time(text: &str) -> Result<Micros, String> {
+    let trimmed = text.trim();
+    if let Some(seconds) = trimmed.strip_prefix('@') {
+        if let Ok(seconds) = seconds.parse::<f64>() {
+            if seconds.is_finite() && seconds.abs() < 1e11 {
+                return Ok((seconds * 1e6).round() as Micros);
+            }
+        }
+    } else {
+        let normal = trimmed.replacen(' ', "T", 1);
+        if let Ok(time) = normal.parse::<Timestamp>() {
+            return Ok(time.as_microsecond());
+        }
+        if let Ok(civil) = normal.trim_end_matches(['Z', 'z']).parse::<DateTime>() {
+            if let Ok(zoned) = civil.to_zoned(TimeZone::UTC) {
+                return Ok(zoned.timestamp().as_microsecond());
+            }
+        }
+        let common = trimmed.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(time) = Timestamp::strptime("%d/%b/%Y:%H:%M:%S %z", common) {
+            return Ok(time.as_microsecond());
+        }
+    }
+    Err(format!(
+        "{text:?} is no time: give RFC 3339 (2026-11-26T12:03:04Z, 2026-11-26 12:03:04 for UTC, \
+         2026-11-26T13:03:04+01:00), the common log format (26/Nov/2026:12:03:04 +0000) or \
+         Unix seconds (@1795694584)"
+    ))
+}
+
+/// A time of the log (`2026-11-26T12:03:04.123456Z`) in microseconds.
+fn log_time(text: &str) -> Option<Micros> {
+    text.parse::<Timestamp>().ok().map(|t| t.as_microsecond())
+}
+
+/// A time for the reader: RFC 3339 UTC, microseconds when there are any.
+pub fn show_time(micros: Micros) -> String {
+    Timestamp::from_microsecond(micros)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| format!("@{micros}µs"))
+}
+
+/// The flows pairing in progress: the open flow of each reply tuple (proto, dst; the
+/// translated address is the query's), and the answers.
+struct Pairing<'q> {
+    query: &'q Query,
+    translated: String,
+    open: HashMap<(String, String), FoundFlow>,
+    answer: Answer,
+    /// The earliest and latest time of the records read (the log's span when its first or
+    /// last line is unreadable).
+    earliest: Option<(Micros, String)>,
+    latest: Option<(Micros, String)>,
+}
+
+impl<'q> Pairing<'q> {
+    fn new(query: &'q Query) -> Self {
+        Pairing {
+            query,
+            translated: log_spelling(query.translated),
+            open: HashMap::new(),
+            answer: Answer::default(),
+            earliest: None,
+            latest: None,
+        }
+    }
+
+    fn skip(&mut self, file: &Path, offset: u64, why: &str) {
+        self.answer.skipped_lines += 1;
+        if self.answer.first_skipped.is_none() {
+            self.answer.first_skipped = Some(format!("{} at byte {offset}: {why}", file.display()));
+        }
+    }
+
+    /// Keeps a finished flow if it answers the query.
+    fn finish(&mut self, flow: FoundFlow) {
+        if self.query.window.is_none_or(|window| flow.meets(window)) {
+            self.answer.flows.push(flow);
+            if self.answer.flows.len() >= 2 * MAX_FLOWS {
+                // Keep the newest: the flows finished first go (amortised, at most twice the cap).
+                self.answer.flows.drain(..MAX_FLOWS);
+                self.answer.omitted_flows += MAX_FLOWS as u64;
+            }
+        }
+    }
+
+    /// One line that holds the needle.
+    fn line(&mut self, file: &Path, offset: u64, line: &[u8]) {
+        let record: Record = match serde_json::from_slice(line) {
+            Ok(record) => record,
+            Err(err) => return self.skip(file, offset, &format!("not a log record ({err})")),
+        };
+        if record.translated != self.translated {
+            return; // the address is this line's src or dst: another flow's business
+        }
+        let proto = match &record.proto {
+            serde_json::Value::String(name) => name.clone(),
+            serde_json::Value::Number(number) => number.to_string(),
+            _ => return self.skip(file, offset, "proto is neither a name nor a number"),
+        };
+        if self.query.proto.as_ref().is_some_and(|p| *p != proto) {
+            return;
+        }
+        let Some(micros) = log_time(&record.time) else {
+            return self.skip(file, offset, "time is not RFC 3339");
+        };
+        if self.earliest.as_ref().is_none_or(|(t, _)| micros < *t) {
+            self.earliest = Some((micros, record.time.to_string()));
+        }
+        if self.latest.as_ref().is_none_or(|(t, _)| micros > *t) {
+            self.latest = Some((micros, record.time.to_string()));
+        }
+        let key = (proto.clone(), record.dst.to_string());
+        match &*record.event {
+            "new" => {
+                if let Some(mut earlier) = self.open.remove(&key) {
+                    // conntrack holds one flow per reply tuple: the earlier one was over.
+                    earlier.end = Some(record.time.to_string());
+                    earlier.end_micros = Some(micros);
+                    earlier.end_inferred = true;
+                    self.finish(earlier);
+                }
+                self.open.insert(
+                    key,
+                    FoundFlow {
+                        proto,
+                        src: record.src.to_string(),
+                        translated: self.translated.clone(),
+                        dst: record.dst.to_string(),
+                        start: Some(record.time.to_string()),
+                        end: None,
+                        end_inferred: false,
+                        start_micros: Some(micros),
+                        end_micros: None,
+                    },
+                );
+            }
+            "end" => {
+                // The open flow of this reply tuple, if it is this one (another pod's stays
+                // open: its own end may still come).
+                let started = match self.open.get(&key) {
+                    Some(open) if open.src == record.src => self.open.remove(&key),
+                    _ => None,
+                };
+                let (start, start_micros) = started
+                    .map(|open| (open.start, open.start_micros))
+                    .unwrap_or((None, None));
+                self.finish(FoundFlow {
+                    proto,
+                    src: record.src.to_string(),
+                    translated: self.translated.clone(),
+                    dst: record.dst.to_string(),
+                    start,
+                    end: Some(record.time.to_string()),
+                    end_inferred: false,
+                    start_micros,
+                    end_micros: Some(micros),
+                });
+            }
+            other => self.skip(file, offset, &format!("unknown event {other:?}")),
+        }
+    }
+
+    fn done(mut self) -> Answer {
+        let open: Vec<FoundFlow> = self.open.drain().map(|(_, flow)| flow).collect();
+        for flow in open {
+            self.finish(flow);
+        }
+        let mut answer = self.answer;
+        answer.flows.sort_by(|a, b| {
+            a.start_micros
+                .cmp(&b.start_micros)
+                .then(a.end_micros.is_none().cmp(&b.end_micros.is_none()))
+                .then(a.end_micros.cmp(&b.end_micros))
+                .then(a.src.cmp(&b.src))
+        });
+        if answer.flows.len() > MAX_FLOWS {
+            let older = answer.flows.len() - MAX_FLOWS;
+            answer.flows.drain(..older);
+            answer.omitted_flows += older as u64;
+        }
+        answer
+    }
+}
+
+/// A file's first and last complete line, if any.
+type Ends = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Streams `reader` in chunks, calling `on_match` with each complete line (and its offset)
+/// holding `finder`'s needle, and `on_overlong` for each line longer than [`MAX_LINE`] that
+/// holds it or that is too long to keep between two reads (such a line is dropped unread).
+/// Returns the first and the last complete line (for the log's time span; each at most
+/// [`MAX_LINE`] bytes). Memory: one chunk plus one line, whatever the input.
+fn scan(
+    reader: &mut impl Read,
+    finder: &memchr::memmem::Finder,
+    mut on_match: impl FnMut(u64, &[u8]),
+    mut on_overlong: impl FnMut(u64),
+) -> std::io::Result<Ends> {
+    let mut buffer = vec![0u8; CHUNK + MAX_LINE];
+    let mut kept = 0usize; // bytes of an unfinished line at the buffer's start
+    let mut kept_offset = 0u64; // its offset in the input
+    let mut skipping = false; // inside an overlong line, until its newline
+    let mut first: Option<Vec<u8>> = None;
+    let mut last: Option<Vec<u8>> = None;
+    loop {
+        let read = match reader.read(&mut buffer[kept..]) {
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
+        };
+        let filled = kept + read;
+        let at_end = read == 0;
+        let mut start = 0usize;
+        if skipping {
+            match memchr::memchr(b'\n', &buffer[..filled]) {
+                Some(newline) => {
+                    start = newline + 1;
+                    skipping = false;
+                }
+                None if at_end => break,
+                None => {
+                    kept_offset += filled as u64;
+                    kept = 0;
+                    continue;
+                }
+            }
+        }
+        // The complete lines: up to the last newline (or everything, at the end).
+        let complete_end = match memchr::memrchr(b'\n', &buffer[start..filled]) {
+            Some(newline) => start + newline + 1,
+            None if at_end => filled,
+            None => start,
+        };
+        let region = &buffer[start..complete_end];
+        let region_offset = kept_offset + start as u64;
+        if !region.is_empty() {
+            if first.is_none() {
+                let end = memchr::memchr(b'\n', region).unwrap_or(region.len());
+                first = Some(region[..end.min(MAX_LINE)].to_vec());
+            }
+            let body = region.strip_suffix(b"\n").unwrap_or(region);
+            let from = memchr::memrchr(b'\n', body).map_or(0, |n| n + 1);
+            if !body[from..].is_empty() {
+                last = Some(body[from..].to_vec());
+            }
+        }
+        let mut at = 0usize;
+        while let Some(hit) = finder.find(&region[at..]) {
+            let hit = at + hit;
+            let line_start = memchr::memrchr(b'\n', &region[..hit]).map_or(0, |n| n + 1);
+            let line_end = memchr::memchr(b'\n', &region[hit..]).map_or(region.len(), |n| hit + n);
+            let line = &region[line_start..line_end];
+            if line.len() > MAX_LINE {
+                on_overlong(region_offset + line_start as u64);
+            } else {
+                on_match(region_offset + line_start as u64, line);
+            }
+            at = line_end.saturating_add(1).min(region.len());
+            if at >= region.len() {
+                break;
+            }
+        }
+        if at_end {
+            break;
+        }
+        // Keep the unfinished line for the next read, unless it is already too long.
+        let rest = filled - complete_end;
+        let rest_offset = kept_offset + complete_end as u64;
+        if rest > MAX_LINE {
+            on_overlong(rest_offset);
+            skipping = true;
+            kept = 0;
+            kept_offset = rest_offset + rest as u64;
+        } else {
+            buffer.copy_within(complete_end..filled, 0);
+            kept = rest;
+            kept_offset = rest_offset;
+        }
+    }
+    Ok((first, last))
+}
+
+/// The answer to `query` over `files` (oldest first).
+pub fn search(files: &[PathBuf], query: &Query) -> Result<Answer, WhoError> {
+    let needle = format!("\"{}\"", log_spelling(query.translated));
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
+    let mut pairing = Pairing::new(query);
+    let mut log_start: Option<String> = None;
+    let mut log_end: Option<String> = None;
+    let record_time = |line: &[u8]| {
+        #[derive(serde::Deserialize)]
+        struct TimeOnly {
+            time: String,
+        }
+        serde_json::from_slice::<TimeOnly>(line)
+            .ok()
+            .map(|t| t.time)
+            .filter(|t| log_time(t).is_some())
+    };
+    for path in files {
+        let read_error = |source| WhoError::Read {
+            path: path.display().to_string(),
+            source,
+        };
+        let mut input: Box<dyn Read> = if path == Path::new(STDIN) {
+            Box::new(std::io::stdin().lock())
+        } else {
+            Box::new(std::fs::File::open(path).map_err(read_error)?)
+        };
+        let mut overlong = Vec::new();
+        let (first, last) = scan(
+            &mut input,
+            &finder,
+            |offset, line| pairing.line(path, offset, line),
+            |offset| overlong.push(offset),
+        )
+        .map_err(read_error)?;
+        for offset in overlong {
+            pairing.skip(
+                path,
+                offset,
+                &format!("a line longer than {MAX_LINE} bytes"),
+            );
+        }
+        if log_start.is_none() {
+            log_start = first.as_deref().and_then(record_time);
+        }
+        if let Some(time) = last.as_deref().and_then(record_time) {
+            log_end = Some(time);
+        }
+    }
+    let earliest = pairing.earliest.take().map(|(_, time)| time);
+    let latest = pairing.latest.take().map(|(_, time)| time);
+    let mut answer = pairing.done();
+    answer.files = files.iter().map(|p| p.display().to_string()).collect();
+    let by_time = |time: &Option<String>| time.as_deref().and_then(log_time);
+    answer.log_start = [log_start, earliest]
+        .into_iter()
+        .flatten()
+        .min_by_key(|t| log_time(t));
+    answer.log_end = [log_end, latest].into_iter().max_by_key(by_time).flatten();
+    Ok(answer)
+}
+
+/// The JSON and YAML document.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report<'a> {
+    address: String,
+    at: Option<String>,
+    tolerance: String,
+    proto: Option<&'a str>,
+    #[serde(flatten)]
+    answer: &'a Answer,
+}
+
+fn to_text(
+    address: &str,
+    at: Option<&str>,
+    args: &WhoArgs,
+    answer: &Answer,
+    style: &Styler,
+) -> String {
+    let when = match at {
+        Some(at) => format!(" at {at} (± {})", args.tolerance),
+        None => String::new(),
+    };
+    let proto = args
+        .proto
+        .as_deref()
+        .map(|p| format!(" {p}"))
+        .unwrap_or_default();
+    let mut out = String::new();
+    if answer.flows.is_empty() {
+        out.push_str(&style.warning(&format!(
+            "no{proto} flow through {address}{when} in the log"
+        )));
+        out.push('\n');
+        let span = match (&answer.log_start, &answer.log_end) {
+            (Some(start), Some(end)) => format!("it covers {start} to {end}"),
+            _ => "it holds no record".to_string(),
+        };
+        out.push_str(&format!(
+            "{span}, in {}: {}\n",
+            crate::output::plural(answer.files.len(), "file"),
+            answer.files.join(", ")
+        ));
+        return out;
+    }
+    out.push_str(&style.bold(&format!(
+        "{address}{when}: {}",
+        crate::output::plural(answer.flows.len(), "flow")
+    )));
+    out.push('\n');
+    let mut records = vec![["PROTO", "POD SOURCE", "DESTINATION", "FROM", "UNTIL"]
+        .map(String::from)
+        .to_vec()];
+    for flow in &answer.flows {
+        let start = flow
+            .start
+            .clone()
+            .unwrap_or_else(|| "(before the log)".into());
+        let end = match (&flow.end, flow.end_inferred) {
+            (Some(end), false) => end.clone(),
+            (Some(end), true) => format!("{end} at the latest (port reused)"),
+            (None, _) => "(no end logged: open, or lost)".into(),
+        };
+        records.push(vec![
+            flow.proto.clone(),
+            flow.src.clone(),
+            flow.dst.clone(),
+            start,
+            end,
+        ]);
+    }
+    out.push_str(&crate::cmd::fleet::plain_table(records));
+    if answer.omitted_flows > 0 {
+        out.push_str(&style.warning(&format!(
+            "… and {} older (the newest {MAX_FLOWS} are shown; narrow with --at or --proto)",
+            crate::output::plural(answer.omitted_flows as usize, "flow")
+        )));
+        out.push('\n');
+    }
+    out
+}
+
+/// Runs `ipmasq who`.
+pub fn run(args: &WhoArgs) -> Exit {
+    let files = match log_files(&args.log) {
+        Ok(files) => files,
+        Err(err) => {
+            eprintln!("ipmasq who: {}", printable(&err.to_string()));
+            return Exit::Usage;
+        }
+    };
+    let tolerance = args.tolerance.0 / 1000; // ns to µs
+    let query = Query {
+        translated: args.address,
+        proto: args.proto.clone(),
+        window: args
+            .at
+            .map(|at| (at.saturating_sub(tolerance), at.saturating_add(tolerance))),
+    };
+    let answer = match search(&files, &query) {
+        Ok(answer) => answer,
+        Err(err) => {
+            eprintln!("ipmasq who: {}", printable(&err.to_string()));
+            return Exit::Usage;
+        }
+    };
+    if let Some(first) = &answer.first_skipped {
+        eprintln!(
+            "ipmasq who: skipped {} (first: {})",
+            crate::output::plural(answer.skipped_lines as usize, "unreadable line"),
+            printable(first)
+        );
+    }
+    let address = log_spelling(args.address);
+    let at = args.at.map(show_time);
+    let report = || Report {
+        address: address.clone(),
+        at: at.clone(),
+        tolerance: args.tolerance.to_string(),
+        proto: args.proto.as_deref(),
+        answer: &answer,
+    };
+    let text = match args.output {
+        OutputFormat::Json => crate::output::to_json(&report()),
+        OutputFormat::Yaml => crate::output::to_yaml(&report()),
+        OutputFormat::Text => to_text(
+            &address,
+            at.as_deref(),
+            args,
+            &answer,
+            &Styler::for_stdout(args.color),
+        ),
+    };
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    }
+    if answer.flows.is_empty() {
+        Exit::Failure
+    } else {
+        Exit::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own under the temp dir, removed on drop.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(name: &str) -> Dir {
+            let path =
+                std::env::temp_dir().join(format!("ipmasq-who-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            Dir(path)
+        }
+        fn write(&self, name: &str, text: &str) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+        fn log(&self) -> PathBuf {
+            self.0.join("snat.log")
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn line(
+        time: &str,
+        event: &str,
+        proto: &str,
+        src: &str,
+        translated: &str,
+        dst: &str,
+    ) -> String {
+        format!(
+            "{{\"time\":\"2026-11-26T{time}Z\",\"event\":\"{event}\",\"proto\":\"{proto}\",\"src\":\"{src}\",\"translated\":\"{translated}\",\"dst\":\"{dst}\"}}\n"
+        )
+    }
+
+    const NODE: &str = "203.0.113.1:40002";
+
+    fn query(at: Option<&str>, tolerance_micros: i64) -> Query {
+        Query {
+            translated: NODE.parse().unwrap(),
+            proto: None,
+            window: at.map(|at| {
+                let at = parse_time(at).unwrap();
+                (at - tolerance_micros, at + tolerance_micros)
+            }),
+        }
+    }
+
+    fn sources(answer: &Answer) -> Vec<&str> {
+        answer.flows.iter().map(|f| f.src.as_str()).collect()
+    }
+
+    fn ask(dir: &Dir, query: &Query) -> Answer {
+        search(&log_files(&dir.log()).unwrap(), query).unwrap()
+    }
+
+    #[test]
+    fn a_flow_answers_for_the_times_it_lived_and_not_outside() {
+        let dir = Dir::new("window");
+        dir.write(
+            "snat.log",
+            &[
+                line(
+                    "12:03:01.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.5:1",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+                line(
+                    "12:03:09.000000",
+                    "end",
+                    "tcp",
+                    "192.168.1.5:1",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+            ]
+            .concat(),
+        );
+        for (at, found) in [
+            ("2026-11-26T12:03:01Z", true),
+            ("2026-11-26T12:03:05.5Z", true),
+            ("2026-11-26T12:03:09Z", true),
+            ("2026-11-26T12:03:00.999999Z", false),
+            ("2026-11-26T12:03:09.000001Z", false),
+            ("2026-11-26T13:03:05+01:00", true),
+        ] {
+            let answer = ask(&dir, &query(Some(at), 0));
+            assert_eq!(answer.flows.len(), usize::from(found), "{at}");
+        }
+        let tolerant = ask(&dir, &query(Some("2026-11-26T12:03:10Z"), 1_000_000));
+        assert_eq!(
+            sources(&tolerant),
+            ["192.168.1.5:1"],
+            "within the tolerance"
+        );
+        let answer = ask(&dir, &query(Some("2026-11-26T12:03:05Z"), 0));
+        assert_eq!(
+            answer.flows[0].start.as_deref(),
+            Some("2026-11-26T12:03:01.000000Z")
+        );
+        assert_eq!(
+            answer.flows[0].end.as_deref(),
+            Some("2026-11-26T12:03:09.000000Z")
+        );
+        assert!(!answer.flows[0].end_inferred);
+    }
+
+    #[test]
+    fn rotated_files_are_read_oldest_first_and_pair_across_files() {
+        let dir = Dir::new("rotation");
+        // The flow begins in the oldest file and ends in the live one; .1 is in between.
+        dir.write(
+            "snat.log.2",
+            &line(
+                "12:00:00.000000",
+                "new",
+                "udp",
+                "192.168.1.7:53",
+                NODE,
+                "198.51.100.1:53",
+            ),
+        );
+        dir.write(
+            "snat.log.1",
+            &line(
+                "12:05:00.000000",
+                "new",
+                "tcp",
+                "192.168.1.8:9",
+                "203.0.113.1:1",
+                "198.51.100.1:80",
+            ),
+        );
+        dir.write(
+            "snat.log",
+            &line(
+                "12:10:00.000000",
+                "end",
+                "udp",
+                "192.168.1.7:53",
+                NODE,
+                "198.51.100.1:53",
+            ),
+        );
+        let files = log_files(&dir.log()).unwrap();
+        let names: Vec<String> = files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["snat.log.2", "snat.log.1", "snat.log"]);
+        let answer = ask(&dir, &query(Some("2026-11-26T12:07:00Z"), 0));
+        assert_eq!(sources(&answer), ["192.168.1.7:53"]);
+        assert_eq!(
+            answer.flows[0].start.as_deref(),
+            Some("2026-11-26T12:00:00.000000Z")
+        );
+        assert_eq!(
+            answer.log_start.as_deref(),
+            Some("2026-11-26T12:00:00.000000Z")
+        );
+        assert_eq!(
+            answer.log_end.as_deref(),
+            Some("2026-11-26T12:10:00.000000Z")
+        );
+    }
+
+    #[test]
+    fn only_rotated_files_still_answer_and_no_file_at_all_is_an_error() {
+        let dir = Dir::new("rotated-only");
+        assert!(matches!(log_files(&dir.log()), Err(WhoError::NoLog { .. })));
+        dir.write(
+            "snat.log.1",
+            &line(
+                "12:00:00.000000",
+                "new",
+                "tcp",
+                "192.168.1.5:1",
+                NODE,
+                "198.51.100.9:443",
+            ),
+        );
+        assert_eq!(sources(&ask(&dir, &query(None, 0))), ["192.168.1.5:1"]);
+    }
+
+    #[test]
+    fn a_flow_without_new_began_before_the_log() {
+        let dir = Dir::new("no-new");
+        dir.write(
+            "snat.log",
+            &line(
+                "12:03:09.000000",
+                "end",
+                "tcp",
+                "192.168.1.5:1",
+                NODE,
+                "198.51.100.9:443",
+            ),
+        );
+        let answer = ask(&dir, &query(Some("2026-11-20T00:00:00Z"), 0));
+        assert_eq!(
+            sources(&answer),
+            ["192.168.1.5:1"],
+            "alive at any time before its end"
+        );
+        assert_eq!(answer.flows[0].start, None);
+        assert!(ask(&dir, &query(Some("2026-11-26T12:03:10Z"), 0))
+            .flows
+            .is_empty());
+    }
+
+    #[test]
+    fn a_flow_without_end_is_open_until_its_reply_tuple_is_taken_again() {
+        let dir = Dir::new("no-end");
+        dir.write(
+            "snat.log",
+            &[
+                // Its end was lost (an agent restart); the port to the same destination is reused.
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.5:1",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+                line(
+                    "12:30:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.6:2",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+                // Another destination: its own reply tuple, no effect on the others.
+                line(
+                    "12:10:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.7:3",
+                    NODE,
+                    "198.51.100.10:443",
+                ),
+            ]
+            .concat(),
+        );
+        let at = |time: &str| ask(&dir, &query(Some(time), 0));
+        assert_eq!(
+            sources(&at("2026-11-26T12:20:00Z")),
+            ["192.168.1.5:1", "192.168.1.7:3"]
+        );
+        let reused = &at("2026-11-26T12:20:00Z").flows[0];
+        assert_eq!(reused.end.as_deref(), Some("2026-11-26T12:30:00.000000Z"));
+        assert!(reused.end_inferred);
+        assert_eq!(
+            sources(&at("2026-11-26T13:00:00Z")),
+            ["192.168.1.7:3", "192.168.1.6:2"]
+        );
+        assert_eq!(at("2026-11-26T13:00:00Z").flows[1].end, None, "still open");
+    }
+
+    #[test]
+    fn the_end_of_another_pods_flow_leaves_the_open_one_open() {
+        let dir = Dir::new("other-end");
+        dir.write(
+            "snat.log",
+            &[
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.5:1",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+                // An end whose new was lost, of another pod, on the same reply tuple.
+                line(
+                    "12:05:00.000000",
+                    "end",
+                    "tcp",
+                    "192.168.1.6:2",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+            ]
+            .concat(),
+        );
+        let answer = ask(&dir, &query(Some("2026-11-26T12:10:00Z"), 0));
+        assert_eq!(sources(&answer), ["192.168.1.5:1"]);
+        assert_eq!(answer.flows[0].end, None);
+    }
+
+    #[test]
+    fn ipv6_addresses_are_matched_as_the_log_writes_them() {
+        let dir = Dir::new("ipv6");
+        let node = "[2001:db8::1]:40002";
+        dir.write(
+            "snat.log",
+            &[
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "udp",
+                    "[fd00::5]:5353",
+                    node,
+                    "[2001:db8:1::9]:53",
+                ),
+                line(
+                    "12:00:01.000000",
+                    "end",
+                    "udp",
+                    "[fd00::5]:5353",
+                    node,
+                    "[2001:db8:1::9]:53",
+                ),
+            ]
+            .concat(),
+        );
+        let query = Query {
+            translated: "[2001:0db8:0:0::1]:40002".parse().unwrap(),
+            proto: Some("udp".into()),
+            window: None,
+        };
+        let answer = ask(&dir, &query);
+        assert_eq!(sources(&answer), ["[fd00::5]:5353"]);
+        assert_eq!(answer.flows[0].translated, node);
+        let tcp = Query {
+            proto: Some("tcp".into()),
+            ..query
+        };
+        assert!(ask(&dir, &tcp).flows.is_empty(), "--proto filters");
+    }
+
+    #[test]
+    fn a_longer_port_or_the_address_as_a_destination_is_no_match() {
+        let dir = Dir::new("near-misses");
+        dir.write(
+            "snat.log",
+            &[
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.5:1",
+                    "203.0.113.1:400021",
+                    "198.51.100.9:443",
+                ),
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.5:1",
+                    "203.0.113.1:4000",
+                    "198.51.100.9:443",
+                ),
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.5:1",
+                    "203.0.113.2:5",
+                    NODE,
+                ),
+            ]
+            .concat(),
+        );
+        let answer = ask(&dir, &query(None, 0));
+        assert!(answer.flows.is_empty(), "{:?}", answer.flows);
+        assert_eq!(answer.skipped_lines, 0);
+    }
+
+    #[test]
+    fn malformed_lines_are_counted_and_skipped_and_the_rest_still_answers() {
+        let dir = Dir::new("malformed");
+        dir.write(
+            "snat.log",
+            &[
+                format!("not json at all \"{NODE}\"\n"),
+                format!("{{\"time\":\"yesterday\",\"event\":\"new\",\"proto\":\"tcp\",\"src\":\"a\",\"translated\":\"{NODE}\",\"dst\":\"b\"}}\n"),
+                format!("{{\"time\":\"2026-11-26T12:00:00Z\",\"event\":\"new\",\"translated\":\"{NODE}\"}}\n"),
+                line("12:00:00.000000", "begin", "tcp", "192.168.1.5:1", NODE, "198.51.100.9:443"),
+                "\u{0}\u{ff}garbage without the address\n".into(),
+                line("12:00:00.000000", "new", "tcp", "192.168.1.5:1", NODE, "198.51.100.9:443"),
+                // A truncated last line (the writer was cut mid-line).
+                format!("{{\"time\":\"2026-11-26T12:00:01Z\",\"event\":\"end\",\"translated\":\"{NODE}\""),
+            ]
+            .concat(),
+        );
+        let answer = ask(&dir, &query(None, 0));
+        assert_eq!(sources(&answer), ["192.168.1.5:1"]);
+        assert_eq!(answer.skipped_lines, 5);
+        assert!(answer
+            .first_skipped
+            .as_deref()
+            .unwrap()
+            .contains("at byte 0"));
+    }
+
+    #[test]
+    fn numbered_protocols_and_unknown_keys_are_read() {
+        let dir = Dir::new("numbers");
+        dir.write(
+            "snat.log",
+            &format!("{{\"time\":\"2026-11-26T12:00:00.000000Z\",\"event\":\"end\",\"proto\":132,\"src\":\"192.168.1.5:1\",\"translated\":\"{NODE}\",\"dst\":\"198.51.100.9:9\",\"packets\":4,\"bytes\":400,\"future\":{{\"x\":1}}}}\n"),
+        );
+        let answer = ask(&dir, &query(None, 0));
+        assert_eq!(answer.flows[0].proto, "132");
+    }
+
+    #[test]
+    fn the_newest_flows_are_kept_when_there_are_too_many() {
+        let dir = Dir::new("many");
+        let text: String = (0..MAX_FLOWS * 3 + 7)
+            .map(|i| {
+                let time = format!(
+                    "12:{:02}:{:02}.{:06}",
+                    i / 60_000 % 60,
+                    i / 1000 % 60,
+                    i % 1000
+                );
+                line(
+                    &time,
+                    "end",
+                    "udp",
+                    &format!("192.168.1.5:{i}"),
+                    NODE,
+                    "198.51.100.9:53",
+                )
+            })
+            .collect();
+        dir.write("snat.log", &text);
+        let answer = ask(&dir, &query(None, 0));
+        assert_eq!(answer.flows.len(), MAX_FLOWS);
+        assert_eq!(answer.omitted_flows, (MAX_FLOWS * 2 + 7) as u64);
+        let newest = format!("192.168.1.5:{}", MAX_FLOWS * 3 + 6);
+        assert_eq!(
+            answer.flows.last().map(|f| f.src.as_str()),
+            Some(newest.as_str())
+        );
+    }
+
+    #[test]
+    fn huge_lines_are_skipped_without_being_held() {
+        let dir = Dir::new("huge");
+        let huge_with = format!(
+            "{{\"time\":\"{}\",\"translated\":\"{NODE}\"}}\n",
+            "x".repeat(MAX_LINE * 3)
+        );
+        let huge_without = format!("{}\n", "y".repeat(CHUNK * 3));
+        dir.write(
+            "snat.log",
+            &[
+                huge_with,
+                huge_without,
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "tcp",
+                    "192.168.1.5:1",
+                    NODE,
+                    "198.51.100.9:443",
+                ),
+            ]
+            .concat(),
+        );
+        let answer = ask(&dir, &query(None, 0));
+        assert_eq!(sources(&answer), ["192.168.1.5:1"]);
+        assert_eq!(answer.skipped_lines, 2);
+    }
+
+    /// Reads of every size (a pipe, a short read) give the same lines as one big read.
+    #[test]
+    fn lines_across_read_boundaries_are_whole() {
+        struct Trickle<'a>(&'a [u8], usize);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.1.min(out.len()).min(self.0.len());
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let text: String = (0..500)
+            .map(|i| {
+                line(
+                    "12:00:00.000000",
+                    "new",
+                    "tcp",
+                    &format!("192.168.1.5:{i}"),
+                    NODE,
+                    &format!("198.51.100.9:{i}"),
+                )
+            })
+            .collect();
+        let finder = memchr::memmem::Finder::new(b"\"203.0.113.1:40002\"");
+        for step in [1, 7, 100, 4096, CHUNK] {
+            let mut seen = Vec::new();
+            let (first, last) = scan(
+                &mut Trickle(text.as_bytes(), step),
+                &finder,
+                |offset, line| seen.push((offset, line.to_vec())),
+                |_| panic!("no line is long"),
+            )
+            .unwrap();
+            assert_eq!(seen.len(), 500, "step {step}");
+            for (offset, line) in &seen {
+                let offset = *offset as usize;
+                assert_eq!(&text.as_bytes()[offset..offset + line.len()], &line[..]);
+                assert_eq!(line.last(), Some(&b'}'));
+            }
+            assert_eq!(first.unwrap(), seen[0].1);
+            assert_eq!(last.unwrap(), seen[499].1);
+        }
+    }
+
+    #[test]
+    fn times_users_paste_parse() {
+        let utc = parse_time("2026-11-26T12:03:04Z").unwrap();
+        for same in [
+            "2026-11-26 12:03:04",
+            "2026-11-26T12:03:04",
+            "2026-11-26T12:03:04.000Z",
+            "2026-11-26T13:03:04+01:00",
+            "26/Nov/2026:12:03:04 +0000",
+            "[26/Nov/2026:13:03:04 +0100]",
+            "@1795694584",
+        ] {
+            assert_eq!(parse_time(same), Ok(utc), "{same}");
+        }
+        assert_eq!(show_time(utc), "2026-11-26T12:03:04Z");
+        for bad in ["yesterday", "", "2026-13-01T00:00:00Z", "@x"] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+    }
+}
