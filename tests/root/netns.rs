@@ -257,7 +257,21 @@ pub fn kill(pid: u32, signal: &str) {
 pub fn path_without_nft() -> PathBuf {
     static FARM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     FARM.get_or_init(|| {
-        let farm = std::env::temp_dir().join("ipmasq-test-path-without-nft");
+        // One farm per test process: two test runs at once (two worktrees) must not rebuild
+        // each other's while a command resolves `ip` in it. Farms of processes gone are removed.
+        const PREFIX: &str = "ipmasq-test-path-without-nft-";
+        let tmp = std::env::temp_dir();
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let gone = name
+                .strip_prefix(PREFIX)
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+            if gone {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let farm = tmp.join(format!("{PREFIX}{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&farm);
         std::fs::create_dir_all(&farm).expect("create the PATH without nft");
         let path = std::env::var("PATH").unwrap_or_default();
