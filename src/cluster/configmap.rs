@@ -1,9 +1,10 @@
 //! The ConfigMaps of API mode: which one is the base (`--configmap NAMESPACE/NAME`, data key
 //! `config`), which are node pools (`ip-masq-agent-*` with `ipmasq.io/node-selector`), the
 //! [`ConfigMapFeed`] every API watcher publishes to, and a kube-runtime watcher of the
-//! namespace's ConfigMaps (list in pages, then watch; a `410 Gone` relists by itself) that
-//! keeps only the base and the pools, publishes them once the first list is complete, and
-//! wakes the agent's pass loop when one of them changed.
+//! metadata of the namespace's ConfigMaps (list in pages, then watch; a `410 Gone` relists by
+//! itself) that GETs the data of the base and the pools only when their resourceVersion
+//! changed, publishes them once the first list and its GETs are complete, and wakes the
+//! agent's pass loop when one of them changed.
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
