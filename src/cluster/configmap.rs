@@ -1,12 +1,14 @@
 //! The ConfigMaps of API mode: which one is the base (`--configmap NAMESPACE/NAME`, data key
 //! `config`), which are node pools (`ip-masq-agent-*` with `ipmasq.io/node-selector`), the
 //! [`ConfigMapFeed`] every API watcher publishes to, and a kube-runtime watcher of the
-//! namespace's ConfigMaps (list in pages, then watch; a `410 Gone` relists by itself) that
-//! keeps only the base and the pools, publishes them once the first list is complete, and
-//! wakes the agent's pass loop when one of them changed.
+//! metadata of the namespace's ConfigMaps (list in pages, then watch; a `410 Gone` relists by
+//! itself) that GETs the data of the base and the pools only when their resourceVersion
+//! changed, publishes them once the first list and its GETs are complete, and wakes the
+//! agent's pass loop when one of them changed.
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use std::sync::{Arc, Mutex};
@@ -279,17 +281,214 @@ pub(crate) fn trouble(feed: &ConfigMapFeed, what: &str, reason: String) {
     }
 }
 
-/// How many ConfigMaps one page of the namespace's list holds: kube-system holds many, each
-/// up to 1 MiB, and only the base and the pools are kept; a page of this many bounds what one
-/// list response holds in memory.
+/// How many ConfigMaps one page of the namespace's metadata list holds: kube-system holds
+/// many; a page of this many names, annotations and resource versions bounds what one list
+/// response holds in memory (annotations are at most 256 KiB per object, data is never listed).
 pub const LIST_PAGE_SIZE: u32 = 16;
 
-/// Watches the ConfigMaps of `target`'s namespace until the runtime ends, keeping only
-/// `target` (the base) and the node pools (`ip-masq-agent-*` with the node-selector
-/// annotation): list (in pages of [`LIST_PAGE_SIZE`]), then watch; after a `410 Gone` the
-/// watcher lists again, and the list's result replaces the base and every pool as one change
-/// (the same texts are no change). Nothing is published before the first list is complete.
-/// `wake` is called after each published change.
+/// The shortest and the longest wait before a failed GET of the base or a pool is retried.
+const FETCH_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const FETCH_RETRY_LONGEST: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether the ConfigMap of `metadata` is `target` (the base) or a pool: its name, and for a
+/// pool the node-selector annotation, are metadata, so no data is needed to tell.
+pub fn is_base_or_pool(target: &ConfigMapRef, metadata: &kube::api::ObjectMeta) -> bool {
+    let Some(name) = metadata.name.as_deref() else {
+        return false;
+    };
+    name == target.name
+        || (crate::config::pool::is_pool_name(name)
+            && metadata.annotations.as_ref().is_some_and(|annotations| {
+                annotations.contains_key(crate::config::pool::NODE_SELECTOR_ANNOTATION)
+            }))
+}
+
+/// A ConfigMap the metadata watch says is the base or a pool, at a resource version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Wanted {
+    version: String,
+}
+
+/// What the last GET of a wanted ConfigMap said: the resource version the event named (`asked`),
+/// the version the GET returned (`got`; newer is fine, newest wins), and the data it holds.
+#[derive(Clone, Debug)]
+struct Fetched {
+    asked: String,
+    got: Option<String>,
+    /// Some for the base: its data (the not-found data after a 404).
+    base: Option<ConfigMapData>,
+    /// For a pool: the pool the GET's object makes (None after a 404, or no longer a pool).
+    pool: Option<PoolData>,
+}
+
+/// The metadata watch's view of the base and the pools, and the GETs of their data.
+struct Tracker {
+    target: ConfigMapRef,
+    /// The names (base and pools) of a list in progress, with their versions.
+    listing: Option<std::collections::BTreeMap<String, Wanted>>,
+    /// The base and the pools as the metadata says now; None until the first list is done.
+    wanted: Option<std::collections::BTreeMap<String, Wanted>>,
+    /// The last GET of each wanted ConfigMap.
+    fetched: std::collections::BTreeMap<String, Fetched>,
+    /// Whether the data to publish may differ from what was published (a list done, an event).
+    unpublished: bool,
+}
+
+impl Tracker {
+    fn new(target: ConfigMapRef) -> Tracker {
+        Tracker {
+            target,
+            listing: None,
+            wanted: None,
+            fetched: Default::default(),
+            unpublished: false,
+        }
+    }
+
+    /// Takes in one event of the metadata watch; false when it concerns neither the base nor
+    /// a pool (nothing to fetch, nothing to publish).
+    fn note(&mut self, event: Event<PartialObjectMeta<ConfigMap>>) -> bool {
+        match event {
+            Event::Init => {
+                debug!(namespace = %self.target.namespace, "listing the config ConfigMap and the node pools (the namespace's ConfigMaps, metadata only)");
+                self.listing = Some(Default::default());
+                false
+            }
+            Event::InitApply(object) => {
+                if is_base_or_pool(&self.target, &object.metadata) {
+                    let name = object.metadata.name.clone().unwrap_or_default();
+                    let version = object.metadata.resource_version.clone().unwrap_or_default();
+                    self.listing
+                        .get_or_insert_with(Default::default)
+                        .insert(name, Wanted { version });
+                }
+                false
+            }
+            Event::InitDone => {
+                let listed = self.listing.take().unwrap_or_default();
+                self.fetched.retain(|name, _| listed.contains_key(name));
+                self.wanted = Some(listed);
+                self.unpublished = true;
+                true
+            }
+            Event::Apply(object) => {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                let wanted = is_base_or_pool(&self.target, &object.metadata);
+                let Some(current) = self.wanted.as_mut() else {
+                    return false;
+                };
+                if wanted {
+                    let version = object.metadata.resource_version.clone().unwrap_or_default();
+                    let fresh = Wanted { version };
+                    if current.get(&name) == Some(&fresh) {
+                        return false;
+                    }
+                    current.insert(name, fresh);
+                } else if current.remove(&name).is_none() {
+                    return false;
+                } else {
+                    self.fetched.remove(&name);
+                }
+                self.unpublished = true;
+                true
+            }
+            Event::Delete(object) => {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                let Some(current) = self.wanted.as_mut() else {
+                    return false;
+                };
+                if current.remove(&name).is_none() {
+                    return false;
+                }
+                self.fetched.remove(&name);
+                self.unpublished = true;
+                true
+            }
+        }
+    }
+
+    /// The wanted ConfigMaps whose data must be read: never read, or the metadata names a
+    /// version that is neither the one asked for nor the one the GET returned.
+    fn stale(&self) -> Vec<String> {
+        let (Some(wanted), None) = (&self.wanted, &self.listing) else {
+            return Vec::new();
+        };
+        wanted
+            .iter()
+            .filter(|(name, want)| {
+                self.fetched.get(*name).is_none_or(|fetched| {
+                    fetched.asked != want.version
+                        && fetched.got.as_deref() != Some(want.version.as_str())
+                })
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Notes what the GET of `name` returned (None: 404, deleted since the event).
+    fn fetched(&mut self, name: &str, object: Option<ConfigMap>) {
+        let Some(asked) = self
+            .wanted
+            .as_ref()
+            .and_then(|wanted| wanted.get(name))
+            .map(|want| want.version.clone())
+        else {
+            return;
+        };
+        let got = object
+            .as_ref()
+            .and_then(|object| object.metadata.resource_version.clone());
+        let (base, pool) = if name == self.target.name {
+            (Some(ConfigMapData::of(&self.target, object.as_ref())), None)
+        } else {
+            (None, object.as_ref().and_then(PoolData::of))
+        };
+        self.fetched.insert(
+            name.to_string(),
+            Fetched {
+                asked,
+                got,
+                base,
+                pool,
+            },
+        );
+        self.unpublished = true;
+    }
+
+    /// The base and the pools to publish, once every wanted ConfigMap has been read.
+    fn complete(&self) -> Option<(ConfigMapData, std::collections::BTreeMap<String, PoolData>)> {
+        if self.listing.is_some() || !self.stale().is_empty() {
+            return None;
+        }
+        let wanted = self.wanted.as_ref()?;
+        let base = self
+            .fetched
+            .get(&self.target.name)
+            .filter(|_| wanted.contains_key(&self.target.name))
+            .and_then(|fetched| fetched.base.clone())
+            .unwrap_or_else(|| ConfigMapData::of(&self.target, None));
+        let pools = wanted
+            .keys()
+            .filter(|name| **name != self.target.name)
+            .filter_map(|name| {
+                let pool = self.fetched.get(name)?.pool.clone()?;
+                Some((name.clone(), pool))
+            })
+            .collect();
+        Some((base, pools))
+    }
+}
+
+/// Watches the ConfigMaps of `target`'s namespace until the runtime ends, by their metadata
+/// only (names, annotations, resource versions: the data of the namespace's other ConfigMaps is
+/// never received), and GETs the data of `target` (the base) and of the node pools
+/// (`ip-masq-agent-*` with the node-selector annotation) when their resource version changed:
+/// list (in pages of [`LIST_PAGE_SIZE`]), then watch; after a `410 Gone` the watcher lists
+/// again, and the list's result replaces the base and every pool as one change (the same texts
+/// are no change). Nothing is published before the first list and every GET it needs are done;
+/// a GET that fails is the input's trouble and is retried with a backoff (1 s doubling to
+/// 60 s), the change it was for kept; a 404 is a deletion. `wake` is called after each
+/// published change.
 pub async fn watch(
     client: kube::Client,
     target: ConfigMapRef,
@@ -300,68 +499,71 @@ pub async fn watch(
     let config = watcher::Config::default()
         .page_size(LIST_PAGE_SIZE)
         .list_semantic(watcher::ListSemantic::MostRecent);
-    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
-    // The base and the pools of a list in progress.
-    let mut listing: (
-        Option<ConfigMap>,
-        std::collections::BTreeMap<String, PoolData>,
-    ) = Default::default();
-    while let Some(event) = events.next().await {
-        let is_base = |object: &ConfigMap| object.metadata.name.as_deref() == Some(&target.name);
-        let changed = match event {
-            Ok(Event::Init) => {
-                debug!(namespace = %target.namespace, "listing the config ConfigMap and the node pools (the namespace's ConfigMaps)");
-                listing = Default::default();
-                continue;
-            }
-            Ok(Event::InitApply(object)) => {
-                if is_base(&object) {
-                    listing.0 = Some(object);
-                } else if let Some(pool) = PoolData::of(&object) {
-                    listing
-                        .1
-                        .insert(object.metadata.name.clone().unwrap_or_default(), pool);
-                }
-                continue;
-            }
-            Ok(Event::InitDone) => {
-                let (base, pools) = std::mem::take(&mut listing);
-                let data = ConfigMapData::of(&target, base.as_ref());
-                debug!(configmap = %data.provenance, pools = pools.len(), "the API's ConfigMaps listed");
-                warn_of_bad_selectors(&pools);
-                publish_listing(&feed, data, pools)
-            }
-            Ok(Event::Apply(object)) if is_base(&object) => {
-                publish(&feed, ConfigMapData::of(&target, Some(&object)))
-            }
-            Ok(Event::Delete(object)) if is_base(&object) => {
-                publish(&feed, ConfigMapData::of(&target, None))
-            }
-            Ok(Event::Apply(object)) => {
-                let name = object.metadata.name.clone().unwrap_or_default();
-                if !crate::config::pool::is_pool_name(&name) {
-                    continue;
-                }
-                let pool = PoolData::of(&object);
-                if let Some(pool) = &pool {
-                    warn_of_bad_selectors(&[(name.clone(), pool.clone())].into());
-                }
-                publish_pool(&feed, &name, pool)
-            }
-            Ok(Event::Delete(object)) => {
-                let name = object.metadata.name.clone().unwrap_or_default();
-                crate::config::pool::is_pool_name(&name) && publish_pool(&feed, &name, None)
-            }
-            Err(watcher::Error::WatchError(status)) if status.code == 410 => {
-                info!(namespace = %target.namespace, "the watch's resource version has expired (410 Gone): listing the ConfigMaps again");
-                continue;
-            }
-            Err(err) => {
-                trouble(&feed, "the config ConfigMap", err.to_string());
-                continue;
+    // An Api of PartialObjectMeta lists and watches metadata only (kube-rs' metadata watcher).
+    let metadata: kube::Api<PartialObjectMeta<ConfigMap>> =
+        kube::Api::namespaced(api.clone().into_client(), &target.namespace);
+    let mut events = std::pin::pin!(watcher::watcher(metadata, config).default_backoff());
+    let mut tracker = Tracker::new(target.clone());
+    let mut retry_wait = FETCH_RETRY_FIRST;
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    loop {
+        let retry = async {
+            match retry_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
             }
         };
-        if changed {
+        tokio::select! {
+            event = events.next() => match event {
+                None => return,
+                Some(Ok(event)) => {
+                    if !tracker.note(event) {
+                        continue;
+                    }
+                }
+                Some(Err(watcher::Error::WatchError(status))) if status.code == 410 => {
+                    info!(namespace = %target.namespace, "the watch's resource version has expired (410 Gone): listing the ConfigMaps again");
+                    continue;
+                }
+                Some(Err(err)) => {
+                    trouble(&feed, "the config ConfigMap", err.to_string());
+                    continue;
+                }
+            },
+            () = retry => {}
+        }
+        let mut failed = false;
+        for name in tracker.stale() {
+            match api.get_opt(&name).await {
+                Ok(object) => tracker.fetched(&name, object),
+                Err(err) => {
+                    trouble(
+                        &feed,
+                        "the config ConfigMap",
+                        format!("get configmap {}/{name}: {err}", target.namespace),
+                    );
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if failed {
+            retry_at = Some(tokio::time::Instant::now() + retry_wait);
+            retry_wait = (retry_wait * 2).min(FETCH_RETRY_LONGEST);
+            continue;
+        }
+        retry_wait = FETCH_RETRY_FIRST;
+        retry_at = None;
+        if !tracker.unpublished {
+            continue;
+        }
+        let Some((data, pools)) = tracker.complete() else {
+            continue;
+        };
+        tracker.unpublished = false;
+        debug!(configmap = %data.provenance, pools = pools.len(), "the API's ConfigMaps read");
+        warn_of_bad_selectors(&pools);
+        if publish_listing(&feed, data, pools) {
             wake();
         }
     }
@@ -498,5 +700,117 @@ mod tests {
             "the Node and the policies are not listed yet"
         );
         assert_eq!(lock(&feed_for(None)).node, Some(NodeLabels::Unnamed));
+    }
+
+    fn metadata(name: &str, version: &str, pool: bool) -> PartialObjectMeta<ConfigMap> {
+        let mut object = PartialObjectMeta::<ConfigMap>::default();
+        object.metadata.name = Some(name.into());
+        object.metadata.resource_version = Some(version.into());
+        if pool {
+            object.metadata.annotations = Some(
+                [(
+                    crate::config::pool::NODE_SELECTOR_ANNOTATION.to_string(),
+                    "pool=gpu".to_string(),
+                )]
+                .into(),
+            );
+        }
+        object
+    }
+
+    fn full(name: &str, version: &str, pool: bool, config: &str) -> ConfigMap {
+        let meta = metadata(name, version, pool);
+        let mut object = configmap(version, Some(config));
+        object.metadata = meta.metadata;
+        object
+    }
+
+    #[test]
+    fn the_metadata_watch_fetches_only_the_base_and_pools_and_only_new_versions() {
+        let target: ConfigMapRef = DEFAULT_CONFIGMAP.parse().unwrap();
+        let mut tracker = Tracker::new(target.clone());
+        assert!(!tracker.note(Event::Init));
+        for object in [
+            metadata("ip-masq-agent", "5", false),
+            metadata("ip-masq-agent-gpu", "6", true),
+            metadata("ip-masq-agent-plain", "7", false),
+            metadata("kube-proxy", "8", false),
+        ] {
+            assert!(!tracker.note(Event::InitApply(object)));
+        }
+        assert!(tracker.complete().is_none(), "the list is not done");
+        assert!(tracker.note(Event::InitDone));
+        assert_eq!(tracker.stale(), ["ip-masq-agent", "ip-masq-agent-gpu"]);
+        assert!(tracker.complete().is_none(), "nothing before every GET");
+        tracker.fetched(
+            "ip-masq-agent",
+            Some(full("ip-masq-agent", "9", false, "a: 1")),
+        );
+        assert!(tracker.complete().is_none(), "the pool is not read yet");
+        tracker.fetched(
+            "ip-masq-agent-gpu",
+            Some(full("ip-masq-agent-gpu", "6", true, "b: 2")),
+        );
+        let (base, pools) = tracker.complete().unwrap();
+        assert_eq!(base.text.as_deref().map(String::as_str), Some("a: 1"));
+        assert!(base.provenance.contains("resourceVersion 9"), "newest wins");
+        assert_eq!(pools.len(), 1);
+        let feed = feed_for(None);
+        assert!(publish_listing(&feed, base, pools));
+
+        assert!(
+            !tracker.note(Event::Apply(metadata("kube-proxy", "20", false))),
+            "an unrelated ConfigMap: nothing to fetch, nothing to publish"
+        );
+        assert!(tracker.stale().is_empty());
+        tracker.unpublished = false;
+        assert!(tracker.note(Event::Apply(metadata("ip-masq-agent", "9", false))));
+        assert!(
+            tracker.stale().is_empty(),
+            "the version the GET already returned is not fetched again"
+        );
+        assert!(tracker.note(Event::Apply(metadata("ip-masq-agent", "10", false))));
+        assert_eq!(tracker.stale(), ["ip-masq-agent"]);
+        assert!(tracker.complete().is_none(), "a change waits for its GET");
+        tracker.fetched("ip-masq-agent", None);
+        let (base, pools) = tracker.complete().unwrap();
+        assert_eq!(base.text, None, "a 404 on GET is a deletion");
+        assert!(publish_listing(&feed, base, pools));
+
+        // A relist (after 410 Gone) with the same versions reads nothing and changes nothing.
+        tracker.fetched(
+            "ip-masq-agent",
+            Some(full("ip-masq-agent", "10", false, "a: 1")),
+        );
+        let (base, pools) = tracker.complete().unwrap();
+        assert!(publish_listing(&feed, base, pools));
+        assert!(!tracker.note(Event::Init));
+        for object in [
+            metadata("ip-masq-agent", "10", false),
+            metadata("ip-masq-agent-gpu", "6", true),
+        ] {
+            tracker.note(Event::InitApply(object));
+        }
+        assert!(tracker.note(Event::InitDone));
+        assert!(tracker.stale().is_empty());
+        let (base, pools) = tracker.complete().unwrap();
+        assert!(
+            !publish_listing(&feed, base, pools),
+            "same texts: no change"
+        );
+
+        assert!(tracker.note(Event::Delete(metadata("ip-masq-agent-gpu", "6", true))));
+        let (_, pools) = tracker.complete().unwrap();
+        assert!(pools.is_empty(), "a deleted pool is gone");
+        assert!(
+            tracker.note(Event::Apply(metadata("ip-masq-agent-x", "30", true))),
+            "a new pool"
+        );
+        assert_eq!(tracker.stale(), ["ip-masq-agent-x"]);
+        assert!(
+            tracker.note(Event::Apply(metadata("ip-masq-agent-x", "31", false))),
+            "the annotation removed: no longer a pool"
+        );
+        assert!(tracker.stale().is_empty());
     }
 }

@@ -254,24 +254,37 @@ pub async fn fetch_into(
     feed: &ConfigMapFeed,
 ) -> Result<(), String> {
     let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), &target.namespace);
-    let mut base = None;
-    let mut pools = BTreeMap::new();
+    // As the watcher does: the namespace's ConfigMaps by their metadata, then a GET of the
+    // base and of each pool (a 404 since the list: deleted).
+    let mut wanted = Vec::new();
     let mut params = ListParams::default().limit(super::configmap::LIST_PAGE_SIZE);
     loop {
         let page = configmaps
-            .list(&params)
+            .list_metadata(&params)
             .await
             .map_err(|err| format!("configmaps of {}: {err}", target.namespace))?;
         for object in page.items {
-            if object.metadata.name.as_deref() == Some(&target.name) {
-                base = Some(object);
-            } else if let Some(pool) = PoolData::of(&object) {
-                pools.insert(object.metadata.name.clone().unwrap_or_default(), pool);
+            if super::configmap::is_base_or_pool(target, &object.metadata) {
+                wanted.push(object.metadata.name.unwrap_or_default());
             }
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => break,
+        }
+    }
+    let mut base = None;
+    let mut pools = BTreeMap::new();
+    for name in wanted {
+        let object = configmaps
+            .get_opt(&name)
+            .await
+            .map_err(|err| format!("configmap {}/{name}: {err}", target.namespace))?;
+        let Some(object) = object else { continue };
+        if name == target.name {
+            base = Some(object);
+        } else if let Some(pool) = PoolData::of(&object) {
+            pools.insert(name, pool);
         }
     }
     let node = match node_name {

@@ -15,6 +15,7 @@ macro_rules! both_variants {
 
 mod address_churn;
 mod agent;
+mod api_configmaps;
 mod api_mode;
 mod api_pools;
 mod cluster;
