@@ -37,6 +37,19 @@ use writer::{Destination, LogWriter, Rotation};
 /// The events socket's receive buffer: about 100,000 events' worth (each is charged some
 /// 600 bytes).
 const RECEIVE_BUFFER: usize = 64 << 20;
+/// A test knob, read only here and documented only here: the events socket's receive buffer in
+/// bytes instead of [`RECEIVE_BUFFER`], so a root test can make conntrack's own event queue
+/// overflow (ENOBUFS) with a burst of a few thousand flows. Not a setting: no flag, no docs.
+const TEST_RECEIVE_BUFFER_ENV: &str = "IPMASQ_TEST_SNAT_RECEIVE_BUFFER";
+
+/// The events socket's receive buffer: [`RECEIVE_BUFFER`], or the test knob's bytes.
+fn receive_buffer() -> usize {
+    std::env::var(TEST_RECEIVE_BUFFER_ENV)
+        .ok()
+        .and_then(|bytes| bytes.parse().ok())
+        .unwrap_or(RECEIVE_BUFFER)
+}
+
 /// Lines queued for the writer at most (some 150 bytes each: about 5 MiB).
 pub const QUEUE: usize = 32_768;
 /// A run of drops or write errors is said at most this often.
@@ -94,7 +107,7 @@ pub fn start(options: SnatOptions) -> std::io::Result<Arc<SnatStats>> {
         }
         None => None,
     };
-    let socket = ctnetlink::events(RECEIVE_BUFFER)?;
+    let socket = ctnetlink::events(receive_buffer())?;
     seed(&stats);
     let reader_stats = stats.clone();
     std::thread::Builder::new()
@@ -185,7 +198,7 @@ fn read_events(
             if overflows == 1 {
                 warn!("conntrack events were lost (the kernel's receive buffer for them overflowed: ENOBUFS); flows of the moment are missing from the SNAT log; subscribing again and re-reading the table for port pressure (counted in ipmasq_snat_events_lost_total, said once)");
             }
-            match ctnetlink::events(RECEIVE_BUFFER) {
+            match ctnetlink::events(receive_buffer()) {
                 Ok(fresh) => socket = fresh,
                 Err(err) => {
                     warn!(error = %err, "cannot subscribe to conntrack events again; keeping the old subscription")

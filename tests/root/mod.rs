@@ -43,6 +43,7 @@ mod seam;
 mod show_cleanup;
 mod snat_log;
 mod snat_ports;
+mod snat_stream;
 mod state_dir;
 mod stop_deadline;
 mod untrusted_text;

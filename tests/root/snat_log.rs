@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// Flows per protocol and destination in a batch.
 const FLOWS: usize = 10;
-const PORT: u16 = 5001;
+pub(super) const PORT: u16 = 5001;
 const METRICS: &str = "127.0.0.1:9731";
 const MAX_SIZE: u64 = 4096;
 const KEEP: u32 = 5;
@@ -28,7 +28,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// The outside's receiver: TCP and UDP on every outside address, each flow recorded as a
 /// JSON line `[proto, seen address, seen port, destination, pod port]` and answered `ok`.
-fn receiver(record: &Path) -> String {
+pub(super) fn receiver(record: &Path) -> String {
     let mut binds = String::new();
     for address in [MASQ_V4, MASQ_V6, KEEP_V4] {
         let family = if address.contains(':') {
@@ -106,7 +106,7 @@ fn recorded(path: &Path) -> Vec<Seen> {
         .collect()
 }
 
-fn endpoint(address: &str, port: u16) -> String {
+pub(super) fn endpoint(address: &str, port: u16) -> String {
     if address.contains(':') {
         format!("[{address}]:{port}")
     } else {
@@ -126,7 +126,7 @@ fn log_files(log: &Path) -> Vec<PathBuf> {
 }
 
 /// Every line of the log and its rotated files, parsed (a line that does not parse fails).
-fn log_lines(log: &Path) -> Vec<serde_json::Value> {
+pub(super) fn log_lines(log: &Path) -> Vec<serde_json::Value> {
     log_files(log)
         .iter()
         .flat_map(|file| {
@@ -201,7 +201,7 @@ fn scrape(topo: &Topology) -> String {
     run.stdout
 }
 
-fn sample(metrics: &str, series: &str) -> Option<f64> {
+pub(super) fn sample(metrics: &str, series: &str) -> Option<f64> {
     metrics.lines().find_map(|line| {
         line.strip_prefix(series)?
             .strip_prefix(' ')?
@@ -211,7 +211,12 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
     })
 }
 
-fn start_agent(topo: &mut Topology, backend: &str, args: &[String], daemon_log: &Path) -> u32 {
+pub(super) fn start_agent(
+    topo: &mut Topology,
+    backend: &str,
+    args: &[String],
+    daemon_log: &Path,
+) -> u32 {
     let pid = spawn_ipmasq_on(&mut topo.node, backend, args.to_vec(), daemon_log);
     assert!(
         wait_until(DEADLINE, || count_in_log(
