@@ -12,7 +12,7 @@ pub fn rfc3339_micros(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let seconds = since.as_secs();
     let (days, in_day) = ((seconds / 86_400) as i64, seconds % 86_400);
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = crate::text::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
         in_day / 3600,
@@ -20,26 +20,6 @@ pub fn rfc3339_micros(time: SystemTime) -> String {
         in_day % 60,
         since.subsec_micros()
     )
-}
-
-/// The proleptic Gregorian date of a day number counted from 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 /// `address:port`, an IPv6 address in brackets; a protocol without ports (ICMP) has port 0.

@@ -8,8 +8,8 @@
 //! GETs are then not asserted, said so). And a GET that fails is logged and retried with a
 //! backoff until the change it was for is applied.
 
-use super::cluster::LocalCluster;
-use super::health::{get, ADDR};
+use super::cluster::{agent_audit_events, LocalCluster};
+use super::health::{successful_syncs, ADDR};
 use super::netns::{kill, wait_until, Netns};
 use crate::util::Scratch;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,6 @@ use std::time::Duration;
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
-const AGENT_USER: &str = "system:serviceaccount:kube-system:ip-masq-agent";
 const FILLERS: usize = 200;
 const FILLER_BYTES: usize = 100 * 1024;
 const UPDATES: usize = 50;
@@ -37,10 +36,8 @@ fn configmap_json(name: &str, key: &str, value: &str) -> String {
 
 /// The agent's GETs of ConfigMaps in the audit log, by name.
 fn configmap_gets(audit_log: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(audit_log).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| event["user"]["username"] == AGENT_USER)
+    agent_audit_events(audit_log)
+        .into_iter()
         .filter(|event| event["verb"] == "get" && event["objectRef"]["resource"] == "configmaps")
         .map(|event| {
             event["objectRef"]["name"]
@@ -49,15 +46,6 @@ fn configmap_gets(audit_log: &Path) -> Vec<String> {
                 .to_string()
         })
         .collect()
-}
-
-fn syncs(ns: &Netns) -> u64 {
-    let (_, body) = get(ns, "/metrics");
-    body.lines()
-        .find(|l| l.starts_with("ipmasq_syncs_total{result=\"success\"}"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The bytes received so far on the agent's TCP connections (`ss -tinp`'s `bytes_received`
@@ -156,11 +144,11 @@ fn an_unrelated_configmap_updated_fifty_times_is_not_fetched_and_wakes_no_pass()
     ns.adopt(child);
     let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
-        wait_until(PATIENCE, || syncs(&ns) >= 1),
+        wait_until(PATIENCE, || successful_syncs(&ns) >= 1),
         "the first pass: {}",
         agent_log()
     );
-    let first_syncs = syncs(&ns);
+    let first_syncs = successful_syncs(&ns);
     let peak_rss_kib = proc_field(pid, "status", "VmHWM:");
     let read_before = bytes_received(&ns, pid);
     if foreign.is_none() {
@@ -189,7 +177,7 @@ fn an_unrelated_configmap_updated_fifty_times_is_not_fetched_and_wakes_no_pass()
     );
     assert_eq!(status, 200, "{body}");
     assert!(
-        wait_until(PATIENCE, || syncs(&ns) > first_syncs),
+        wait_until(PATIENCE, || successful_syncs(&ns) > first_syncs),
         "the fence's pass: {}",
         agent_log()
     );
@@ -202,7 +190,7 @@ fn an_unrelated_configmap_updated_fifty_times_is_not_fetched_and_wakes_no_pass()
         binary.display()
     );
     assert_eq!(
-        syncs(&ns),
+        successful_syncs(&ns),
         first_syncs + 1,
         "only the base's change woke a pass: {}",
         agent_log()
@@ -284,11 +272,11 @@ fn a_failed_get_is_logged_and_retried_until_the_change_is_applied() {
     );
     let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
-        wait_until(PATIENCE, || syncs(&ns) >= 1),
+        wait_until(PATIENCE, || successful_syncs(&ns) >= 1),
         "the first pass: {}",
         agent_log()
     );
-    let first_syncs = syncs(&ns);
+    let first_syncs = successful_syncs(&ns);
     let (status, body) = cluster.admin("PUT", ROLE, Some(&role_json(&["list", "watch"])));
     assert_eq!(status, 200, "{body}");
     let (status, body) = cluster.admin(
@@ -303,11 +291,15 @@ fn a_failed_get_is_logged_and_retried_until_the_change_is_applied() {
         "the failed GET is logged: {}",
         agent_log()
     );
-    assert_eq!(syncs(&ns), first_syncs, "nothing applied without the data");
+    assert_eq!(
+        successful_syncs(&ns),
+        first_syncs,
+        "nothing applied without the data"
+    );
     let (status, body) = cluster.admin("PUT", ROLE, Some(&role_json(&["get", "list", "watch"])));
     assert_eq!(status, 200, "{body}");
     assert!(
-        wait_until(PATIENCE, || syncs(&ns) > first_syncs),
+        wait_until(PATIENCE, || successful_syncs(&ns) > first_syncs),
         "the retried GET applies the change: {}",
         agent_log()
     );

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 /// How long anything may take to be seen (generous: tests must not depend on speed).
 pub(super) const PATIENCE: Duration = Duration::from_secs(30);
-const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
 const CONFIGMAP: &str = "/api/v1/namespaces/kube-system/configmaps/ip-masq-agent";
 /// What a missing ConfigMap means: upstream's defaults (172.16.0.0/12 is one of them).
 const A_DEFAULT: &str = "172.16.0.0/12";
@@ -142,20 +141,7 @@ impl ApiNode {
 
     /// Creates the ConfigMap, or replaces its data, with `text` under the key `config`.
     pub(super) fn put_config(&self, text: &str) {
-        let body = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "ip-masq-agent", "namespace": "kube-system"},
-            "data": {"config": text},
-        })
-        .to_string();
-        let (status, answer) = self.cluster.admin("PUT", CONFIGMAP, Some(&body));
-        if status == 404 {
-            let (status, answer) = self.cluster.admin("POST", CONFIGMAPS, Some(&body));
-            assert_eq!(status, 201, "create the ConfigMap: {answer}");
-        } else {
-            assert_eq!(status, 200, "replace the ConfigMap: {answer}");
-        }
+        self.cluster.put_base_config(text);
     }
 
     fn delete_config(&self) {

@@ -38,7 +38,40 @@ pub struct LocalCluster {
     pub env: HashMap<String, String>,
 }
 
+/// The agent's identity in the API server's audit log (the service account of rbac.yaml).
+pub const AGENT_USER: &str = "system:serviceaccount:kube-system:ip-masq-agent";
+/// The base ConfigMap of the agent, and its namespace's ConfigMaps.
+pub const BASE_CONFIGMAP: &str = "/api/v1/namespaces/kube-system/configmaps/ip-masq-agent";
+pub const KUBE_SYSTEM_CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
+
+/// The agent's requests in an audit log of the API server (one JSON event per line).
+pub fn agent_audit_events(audit_log: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["user"]["username"] == AGENT_USER)
+        .collect()
+}
+
 impl LocalCluster {
+    /// Creates the base ConfigMap, or replaces its data, with `text` under the key `config`.
+    pub fn put_base_config(&self, text: &str) {
+        let body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "ip-masq-agent", "namespace": "kube-system"},
+            "data": {"config": text},
+        })
+        .to_string();
+        let (status, answer) = self.admin("PUT", BASE_CONFIGMAP, Some(&body));
+        if status == 404 {
+            let (status, answer) = self.admin("POST", KUBE_SYSTEM_CONFIGMAPS, Some(&body));
+            assert_eq!(status, 201, "create the ConfigMap: {answer}");
+        } else {
+            assert_eq!(status, 200, "replace the ConfigMap: {answer}");
+        }
+    }
+
     /// Starts etcd and kube-apiserver inside `ns` (on its loopback) and waits for `/readyz`.
     pub fn up(ns: &Netns) -> LocalCluster {
         LocalCluster::up_with(ns, &[])

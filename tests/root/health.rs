@@ -12,6 +12,16 @@ const PATIENCE: Duration = Duration::from_secs(20);
 pub(super) const ADDR: &str = "127.0.0.1:9723";
 
 /// GET inside the namespace: (status, body).
+/// The agent's successful syncs so far (`ipmasq_syncs_total{result="success"}` on /metrics).
+pub(super) fn successful_syncs(ns: &Netns) -> u64 {
+    let (_, body) = get(ns, "/metrics");
+    body.lines()
+        .find(|l| l.starts_with("ipmasq_syncs_total{result=\"success\"}"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 pub(super) fn get(ns: &Netns, path: &str) -> (u16, String) {
     get_accepting(ns, path, None).0
 }

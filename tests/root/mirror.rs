@@ -5,8 +5,8 @@
 //! after a restart into the same state, and `NotReady` once `--cleanup-on-exit` removed the
 //! rules.
 
-use super::cluster::LocalCluster;
-use super::health::{get, ADDR};
+use super::cluster::{agent_audit_events, LocalCluster};
+use super::health::{get, successful_syncs, ADDR};
 use super::netns::{kill, wait_until, Netns};
 use crate::util::Scratch;
 use std::path::{Path, PathBuf};
@@ -16,11 +16,8 @@ use std::time::Duration;
 const PATIENCE: Duration = Duration::from_secs(30);
 /// The steady state observed for API writes.
 const STEADY: Duration = Duration::from_secs(60);
-const CONFIGMAP: &str = "/api/v1/namespaces/kube-system/configmaps/ip-masq-agent";
-const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
 const NODE: &str = "node-a";
 /// The agent's identity, as the server names it.
-const AGENT_USER: &str = "system:serviceaccount:kube-system:ip-masq-agent";
 /// The verbs that change something.
 const MUTATING: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 /// Passes every 5 s, so the steady minute holds about a dozen.
@@ -34,10 +31,8 @@ fn repository() -> PathBuf {
 
 /// The audit log's requests by the agent: (verb, resource/subresource, name).
 fn agent_requests(audit_log: &Path) -> Vec<(String, String, String)> {
-    let text = std::fs::read_to_string(audit_log).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| event["user"]["username"] == AGENT_USER)
+    agent_audit_events(audit_log)
+        .into_iter()
         .map(|event| {
             let object = &event["objectRef"];
             let resource = match object["subresource"].as_str() {
@@ -58,16 +53,6 @@ fn writes(requests: &[(String, String, String)]) -> Vec<&(String, String, String
         .iter()
         .filter(|(verb, _, _)| MUTATING.contains(&verb.as_str()))
         .collect()
-}
-
-/// `ipmasq_syncs_total{result="success"}` from the agent's /metrics.
-fn syncs(ns: &Netns) -> u64 {
-    let (_, body) = get(ns, "/metrics");
-    body.lines()
-        .find(|l| l.starts_with("ipmasq_syncs_total{result=\"success\"}"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 struct MirrorNode {
@@ -150,19 +135,7 @@ impl MirrorNode {
     }
 
     fn put_config(&self, text: &str) {
-        let body = serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "ip-masq-agent", "namespace": "kube-system"},
-            "data": {"config": text},
-        })
-        .to_string();
-        let (status, answer) = self.cluster.admin("PUT", CONFIGMAP, Some(&body));
-        if status == 404 {
-            let (status, answer) = self.cluster.admin("POST", CONFIGMAPS, Some(&body));
-            assert_eq!(status, 201, "create the ConfigMap: {answer}");
-        } else {
-            assert_eq!(status, 200, "replace the ConfigMap: {answer}");
-        }
+        self.cluster.put_base_config(text);
     }
 
     /// Our condition on the Node: (status, reason, message).
@@ -285,10 +258,10 @@ fn the_agent_mirrors_its_state_and_writes_nothing_when_steady() {
             && name == NODE),
         "{requests:?}"
     );
-    let syncs_before = syncs(&node.ns);
+    let syncs_before = successful_syncs(&node.ns);
     // An observation window, not a wait for an event: nothing is to happen in it.
     std::thread::sleep(STEADY);
-    let syncs_during = syncs(&node.ns) - syncs_before;
+    let syncs_during = successful_syncs(&node.ns) - syncs_before;
     let during = node.agent_writes() - before;
     eprintln!(
         "agent API writes: {before} before the steady minute, {during} during it ({syncs_during} passes)"
