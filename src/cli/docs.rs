@@ -478,6 +478,19 @@ mod tests {
         assert!(wrapped > 3, "{wrapped} examples wrapped");
     }
 
+    /// `ipmasq --help` lists every status an applet can exit with (explain's 10 and 11 too).
+    #[test]
+    fn the_top_level_exit_statuses_cover_every_applet() {
+        for doc in EVERY_APPLET {
+            for (code, meaning) in doc.exit_status {
+                assert!(
+                    MAIN.exit_status.iter().any(|(main, _)| main == code),
+                    "{code} ({meaning}) is missing from ipmasq --help's exit statuses"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_short_command_stays_on_one_line() {
         assert_eq!(example_lines("ipmasq --list", "  "), "ipmasq --list");
