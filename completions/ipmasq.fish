@@ -85,7 +85,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s l -l selector -d
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l timeout -d 'The deadline of the whole listing, every page included (a Go duration)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l page-size -d 'Nodes per page of the list (the server\'s limit/continue paging)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
-json\t'A stable JSON document for scripts (see the README)'
+json\t'A stable JSON document for scripts (see docs/reference/json.md)'
 yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
@@ -97,7 +97,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l tolerance -d 'With
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l proto -d 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l log -d 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
-json\t'A stable JSON document for scripts (see the README)'
+json\t'A stable JSON document for scripts (see docs/reference/json.md)'
 yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
@@ -106,7 +106,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -s h -l help -d 'Prin
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l config -d 'Also judge the live rules against this config (as the agent would read it)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
-json\t'A stable JSON document for scripts (see the README)'
+json\t'A stable JSON document for scripts (see docs/reference/json.md)'
 yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand show" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
@@ -131,7 +131,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config -d 'Exp
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l config-dir -d 'Explain with the merged `ip-masq*` files of DIR (as `agent --config-dir`)' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
-json\t'A stable JSON document for scripts (see the README)'
+json\t'A stable JSON document for scripts (see docs/reference/json.md)'
 yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand explain" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
@@ -153,7 +153,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l masq-chain -d 
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l all-variants -d 'Clean both iptables-nft and iptables-legacy (the default, unless --iptables-mode=nft or =legacy is given); with =false only the variant --iptables-mode picks' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
-json\t'A stable JSON document for scripts (see the README)'
+json\t'A stable JSON document for scripts (see docs/reference/json.md)'
 yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
@@ -168,7 +168,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s h -l help -d '
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand cleanup" -s V -l version -d 'Print version'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l to-ports -d 'The agent\'s --to-ports, checked as the agent checks it: a value it refuses (a port above 65535) is a usage error here too' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s o -l output -d 'Report format' -r -f -a "text\t'For people (tables, compiler-style messages)'
-json\t'A stable JSON document for scripts (see the README)'
+json\t'A stable JSON document for scripts (see docs/reference/json.md)'
 yaml\t'The same document as YAML, for support bundles'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l color -d 'Colour the text report' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''

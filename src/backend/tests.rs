@@ -144,7 +144,7 @@ fn ported_rules_are_estimated_above_their_measured_peak() {
         assert!(mib > measured, "{id}: {estimate:?}");
         assert!(
             (mib - estimated).abs() < 0.05,
-            "{id}: {mib} as the README says"
+            "{id}: {mib} as docs/reference/agent.md says"
         );
     }
 }

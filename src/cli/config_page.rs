@@ -122,8 +122,8 @@ fn pools_and_policies(out: &mut String) {
     paragraph(out, "The digest of that config (as the agent records it: configRead.digest in its state file, and ipmasq show): with no pool applying and no policy, the SHA-256 of the base's config text, as for a file; otherwise the SHA-256 of a listing in sha256sum's format, one line per input, the base first, then the pools in name order, then the policies in name order: \"<sha256 of the config text>  configmaps/<namespace>/<name>\" for the base and each pool (a missing text counts as empty) and \"<sha256 of the destinations>  egressnatpolicies/<name>\" for each policy, its spec.destinations[].cidr as written, each followed by a newline (what kubectl -o jsonpath='{range .spec.destinations[*]}{.cidr}{\"\\n\"}{end}' prints).");
 }
 
-/// The section on where ipmasq decides differently from upstream, on purpose (the README's
-/// table of deliberate differences, in the manual's words).
+/// The section on where ipmasq decides differently from upstream, on purpose (the table of
+/// deliberate differences in docs/reference/config.md, in the manual's words).
 fn differences(out: &mut String) {
     section(out, "DIFFERENCES FROM UPSTREAM");
     paragraph(out, "Where ipmasq decides differently from upstream ip-masq-agent (v2.12, and ip-masq-agent-v2 for merged directories), on purpose; ipmasq validate says each one:");

@@ -61,6 +61,8 @@ pub const MAIN: AppletDoc = AppletDoc {
         (3, "show: the rules are not installed"),
         (4, "permission denied: CAP_NET_ADMIN is needed"),
         (5, "iptables is not installed"),
+        (10, "explain: traffic to DEST keeps its source address"),
+        (11, "explain: the config and the live rules disagree"),
     ],
     files: CONFIG_FILES,
     notes: &[],
@@ -336,6 +338,77 @@ pub const WHO: AppletDoc = AppletDoc {
     ],
 };
 
+/// The longest line of an example, its ` \\` included: the example fits an 80-column terminal in
+/// `--help` (indented 2) and in the man page (indented 11).
+pub const EXAMPLE_WIDTH: usize = 68;
+
+/// An example's command as it is printed: one line when it fits [`EXAMPLE_WIDTH`], else broken
+/// at spaces outside quotes, each line but the last ending in ` \\` (the shell's continuation,
+/// so a copied example still runs) and each continuation line indented by two more spaces.
+/// `indent` starts every line after the first.
+pub fn example_lines(command: &str, indent: &str) -> String {
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut quote: Option<char> = None;
+    for c in command.chars() {
+        match (c, quote) {
+            (' ', None) => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+                continue;
+            }
+            ('\'' | '"', None) => quote = Some(c),
+            (c, Some(q)) if c == q => quote = None,
+            _ => {}
+        }
+        word.push(c);
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    // Lines of words; a break never separates a flag from its value, nor a command after a
+    // pipe from its first argument.
+    let mut lines: Vec<Vec<String>> = vec![Vec::new()];
+    let width = |line: &[String]| line.iter().map(|w| w.len() + 1).sum::<usize>();
+    for word in words {
+        let continuation = if lines.len() > 1 { 2 } else { 0 };
+        let current = lines.last_mut().expect("one line at least");
+        if !current.is_empty() && continuation + width(current) + word.len() + 2 > EXAMPLE_WIDTH {
+            let mut carried = Vec::new();
+            while current.len() > 1 {
+                let last = &current[current.len() - 1];
+                let before = &current[current.len() - 2];
+                let flag_awaiting_value =
+                    last.starts_with('-') && !last.contains('=') && !word.starts_with('-');
+                if flag_awaiting_value || before == "|" {
+                    carried.insert(0, current.pop().expect("more than one word"));
+                } else {
+                    break;
+                }
+            }
+            lines.push(carried);
+        }
+        lines.last_mut().expect("one line at least").push(word);
+    }
+    let lines: Vec<String> = lines.iter().map(|line| line.join(" ")).collect();
+    let last = lines.len() - 1;
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let lead = if i == 0 {
+                String::new()
+            } else {
+                format!("{indent}  ")
+            };
+            let tail = if i < last { " \\" } else { "" };
+            format!("{lead}{line}{tail}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The text `--help` shows after the flags.
 pub fn after_help(doc: &AppletDoc) -> String {
     let mut out = String::from("Examples:\n");
@@ -343,7 +416,11 @@ pub fn after_help(doc: &AppletDoc) -> String {
         if i > 0 {
             out.push('\n');
         }
-        out.push_str(&format!("  # {}:\n  {}\n", example.what, example.command));
+        out.push_str(&format!(
+            "  # {}:\n  {}\n",
+            example.what,
+            example_lines(example.command, "  ")
+        ));
     }
     for note in doc.notes {
         out.push('\n');
@@ -364,5 +441,58 @@ pub(crate) fn roff_text(text: &str) -> String {
         format!("\\&{escaped}")
     } else {
         escaped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVERY_APPLET: [&AppletDoc; 8] = [
+        &MAIN, &AGENT, &VALIDATE, &SHOW, &CLEANUP, &EXPLAIN, &FLEET, &WHO,
+    ];
+
+    /// Every example fits the width, and a wrapped one is the same command: each line but the
+    /// last ends in the shell's ` \`, and joined again the words are the example's.
+    #[test]
+    fn wrapped_examples_fit_and_continue_with_a_backslash() {
+        let mut wrapped = 0;
+        for doc in EVERY_APPLET {
+            for example in doc.examples {
+                let text = example_lines(example.command, "  ");
+                let lines: Vec<&str> = text.lines().collect();
+                for (i, line) in lines.iter().enumerate() {
+                    let indent = if i == 0 { 0 } else { 2 };
+                    assert!(
+                        line.len() - indent <= EXAMPLE_WIDTH || !line.trim().contains(' '),
+                        "{line:?} is wider than {EXAMPLE_WIDTH}"
+                    );
+                    assert_eq!(line.ends_with(" \\"), i + 1 < lines.len(), "{text}");
+                }
+                let joined: Vec<&str> = text.split_whitespace().filter(|w| *w != "\\").collect();
+                let original: Vec<&str> = example.command.split_whitespace().collect();
+                assert_eq!(joined, original);
+                wrapped += usize::from(lines.len() > 1);
+            }
+        }
+        assert!(wrapped > 3, "{wrapped} examples wrapped");
+    }
+
+    /// `ipmasq --help` lists every status an applet can exit with (explain's 10 and 11 too).
+    #[test]
+    fn the_top_level_exit_statuses_cover_every_applet() {
+        for doc in EVERY_APPLET {
+            for (code, meaning) in doc.exit_status {
+                assert!(
+                    MAIN.exit_status.iter().any(|(main, _)| main == code),
+                    "{code} ({meaning}) is missing from ipmasq --help's exit statuses"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_command_stays_on_one_line() {
+        assert_eq!(example_lines("ipmasq --list", "  "), "ipmasq --list");
     }
 }

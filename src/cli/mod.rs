@@ -804,7 +804,7 @@ impl AgentArgs {
 pub enum OutputFormat {
     /// For people (tables, compiler-style messages)
     Text,
-    /// A stable JSON document for scripts (see the README)
+    /// A stable JSON document for scripts (see docs/reference/json.md)
     Json,
     /// The same document as YAML, for support bundles
     Yaml,

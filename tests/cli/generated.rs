@@ -1,4 +1,5 @@
-//! The generated man pages and completions: committed copies match a fresh generation, the
+//! The generated man pages, completions and references (docs/reference/flags.md, exit-codes.md):
+//! committed copies match a fresh generation, the
 //! pages render with `man` without warnings, each completion script loads in its shell, and
 //! the Containerfile only copies onto the imported base and keeps upstream's entrypoint.
 
@@ -57,6 +58,24 @@ fn committed_man_pages_and_completions_are_fresh() {
             "ipmasq.8"
         ]
     );
+}
+
+/// The flags and exit-code references are generated from the CLI as the man pages are: the
+/// committed copies are what `ipmasq generate` writes now.
+#[test]
+fn committed_flag_and_exit_code_references_are_fresh() {
+    let out = Scratch::new("generate-references");
+    let run = ipmasq(&["generate", out.path.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for name in ["docs/reference/flags.md", "docs/reference/exit-codes.md"] {
+        let want = std::fs::read_to_string(out.path.join(name)).unwrap();
+        let have = std::fs::read_to_string(repo(name)).unwrap();
+        assert!(
+            want == have,
+            "{name} is stale: run `cargo run -- generate .` and commit the result"
+        );
+        assert!(want.contains("## `ipmasq explain`"), "{name}: {want}");
+    }
 }
 
 #[test]

@@ -4,6 +4,7 @@
 mod backend_names;
 mod code_shape;
 mod dispatch;
+mod docs;
 mod extensions;
 mod fleet;
 mod generated;

@@ -547,10 +547,11 @@ fn inputs_upstream_rejects_are_warned_about() {
     }
 }
 
-/// One input per row of the README's table of deliberate differences from upstream, with what
+/// One input per row of the config reference's table of deliberate differences from upstream
+/// (docs/reference/config.md), with what
 /// ipmasq does with it: the rows and these cases are the same set, and each case holds.
 #[test]
-fn readme_table_of_deliberate_differences_is_what_validate_does() {
+fn reference_table_of_deliberate_differences_is_what_validate_does() {
     /// A generated text as a `&'static str`, as the other cases' texts are.
     fn leak(text: String) -> &'static str {
         Box::leak(text.into_boxed_str())
@@ -586,11 +587,14 @@ fn readme_table_of_deliberate_differences_is_what_validate_does() {
         Case { row: "ip-masq-agent-v2 ConfigMaps with more than 64 CIDRs in all, each file at most 64", text: Some(leak(format!("{}---\n{}", v2_configmap("ip-masq-agent-cloud", &[&forty(1)]), v2_configmap("ip-masq-agent-user", &[&forty(2)])))), flags: &[], codes: &["config-dir-key"], exit: 0 },
         Case { row: "a ConfigMap with the same key in `data` and `binaryData`", text: Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ip-masq-agent, namespace: kube-system}\ndata:\n  config: \"cidrLimit: 3\\n\"\nbinaryData:\n  config: Y2lkckxpbWl0OiAzCg==\n"), flags: &[], codes: &["configmap-key-twice"], exit: 1 },
     ];
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
-    let table = readme
+    let reference = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/reference/config.md"
+    ))
+    .expect("docs/reference/config.md");
+    let table = reference
         .split_once("Where ipmasq decides differently from upstream, on purpose:")
-        .expect("the README has the table")
+        .expect("the config reference has the table")
         .1;
     let rows: Vec<&str> = table
         .lines()
@@ -608,7 +612,7 @@ fn readme_table_of_deliberate_differences_is_what_validate_does() {
     let tested: Vec<&str> = cases.iter().map(|c| c.row).collect();
     assert_eq!(
         rows, tested,
-        "every row of the README's table has a case here, and no more"
+        "every row of the reference's table has a case here, and no more"
     );
     let dir = Scratch::new("readme-differences");
     for (i, case) in cases.iter().enumerate() {

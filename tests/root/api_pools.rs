@@ -145,7 +145,7 @@ fn a_pool_applies_on_its_nodes_only_from_the_first_rules_and_a_relabel_moves_it(
         node.last_known_good()
     );
     // The state file names every input and holds the digest a user recomputes with
-    // sha256sum (README: the digest of the config in force).
+    // sha256sum (docs/guide/api-mode.md: the digest of the config in force).
     let recomputed = node.ns.sh(
         "h() { sha256sum | cut -d' ' -f1; }; \
          { printf '%s  configmaps/kube-system/ip-masq-agent\\n' \"$(printf 'nonMasqueradeCIDRs: [198.51.100.0/24]\\n' | h)\"; \

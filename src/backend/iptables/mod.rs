@@ -261,7 +261,7 @@ impl Backend for Iptables {
     fn memory_model(&self) -> super::MemoryModel {
         // scripts/bench --only memory, worst of first apply and one change, plain lists of
         // 10,000 to 100,000 CIDRs and the hostile shapes (sources' complement, forced CIDRs
-        // per interface, --to-ports): see the README's table. iptables-restore holds the
+        // per interface, --to-ports): see docs/reference/agent.md's table. iptables-restore holds the
         // table as text and as rules; legacy's cost follows the rules (the kernel's blob has a
         // fixed size per match), iptables-nft's the text (it also keeps each rule as
         // nf_tables expressions with the comment as user data).

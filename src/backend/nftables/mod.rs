@@ -301,7 +301,7 @@ impl Backend for Nftables {
     fn memory_model(&self) -> super::MemoryModel {
         // scripts/bench --only memory, worst of first apply and one-CIDR change (no nft
         // process since step 14; the change's pass holds the old and the new plan): see the
-        // README's table. A rule is a handful of expressions; counted as an element.
+        // memory table in docs/reference/agent.md. A rule is a handful of expressions; counted as an element.
         super::MemoryModel {
             base_mib: 8,
             per_10k_rules_mib: 8,
