@@ -59,6 +59,44 @@ fn committed_man_pages_and_completions_are_fresh() {
     );
 }
 
+/// Every file under `dir`, as paths relative to `root`.
+fn files_under(root: &Path, dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files_under(root, &path));
+        } else {
+            found.push(path.strip_prefix(root).unwrap().to_path_buf());
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The documents `ipmasq generate` writes under docs/ (the metrics' reference among them):
+/// each committed copy matches a fresh generation.
+#[test]
+fn committed_generated_docs_are_fresh() {
+    let out = Scratch::new("generate-docs");
+    let run = ipmasq(&["generate", out.path.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let generated = files_under(&out.path, &out.path.join("docs"));
+    assert!(
+        generated.contains(&Path::new("docs/reference/metrics.md").to_path_buf()),
+        "{generated:?}"
+    );
+    for relative in generated {
+        let want = std::fs::read(out.path.join(&relative)).unwrap();
+        let have = std::fs::read(repo(relative.to_str().unwrap())).unwrap_or_default();
+        assert!(
+            want == have,
+            "{} is stale: run `cargo run -- generate .` and commit the result",
+            relative.display()
+        );
+    }
+}
+
 #[test]
 fn man_pages_have_the_sections_and_render_without_warnings() {
     for name in files_in(&repo("man")) {
