@@ -70,6 +70,8 @@ pub struct ExportedMetric {
     pub labels: &'static [&'static str],
     /// `# HELP`'s text (the exposition adds a full stop).
     pub help: &'static str,
+    /// More for the docs than the help holds (label values, limits); empty when none.
+    pub note: &'static str,
     pub served: Served,
 }
 
@@ -121,6 +123,7 @@ pub const SYNCS: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &["result"],
     help: "Reconcile passes that synced the rules, by result",
+    note: "`result` is `success` or `failure`.",
     served: Served::Always,
 };
 pub const SYNC_DURATION: ExportedMetric = ExportedMetric {
@@ -128,6 +131,7 @@ pub const SYNC_DURATION: ExportedMetric = ExportedMetric {
     kind: MetricType::Histogram,
     labels: &[],
     help: "Time to observe, diff and (when drifted) repair the rules of all families",
+    note: "",
     served: Served::Always,
 };
 pub const DRIFT_REPAIRS: ExportedMetric = ExportedMetric {
@@ -135,6 +139,7 @@ pub const DRIFT_REPAIRS: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &["kind"],
     help: "Drift repaired, by kind (chain_missing, rules_differ, jump_missing, jump_duplicate, jump_stale)",
+    note: "Each kind is the repair one of `ipmasq show`'s differences calls for: `missing-rule`, `extra-rule`, `out-of-order` and the other rule-level differences are repaired as `rules_differ`.",
     served: Served::AfterDriftRepair,
 };
 pub const CONFIG_RELOADS: ExportedMetric = ExportedMetric {
@@ -142,6 +147,7 @@ pub const CONFIG_RELOADS: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &["result"],
     help: "Config changes seen, by result (an invalid file is counted once per change)",
+    note: "`result` is `accepted` or `rejected`.",
     served: Served::Always,
 };
 pub const CONFIG_CURRENT: ExportedMetric = ExportedMetric {
@@ -149,6 +155,7 @@ pub const CONFIG_CURRENT: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &[],
     help: "1 when the config in force is the file on disk, 0 while an invalid file is ignored",
+    note: "",
     served: Served::Always,
 };
 pub const LAST_SUCCESSFUL_SYNC_AGE: ExportedMetric = ExportedMetric {
@@ -156,6 +163,7 @@ pub const LAST_SUCCESSFUL_SYNC_AGE: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &[],
     help: "Seconds since the last successful sync",
+    note: "",
     served: Served::AfterFirstSync,
 };
 pub const LAST_SUCCESSFUL_SYNC_TIME: ExportedMetric = ExportedMetric {
@@ -163,6 +171,7 @@ pub const LAST_SUCCESSFUL_SYNC_TIME: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &[],
     help: "Unix time of the last successful sync",
+    note: "",
     served: Served::AfterFirstSync,
 };
 pub const RULES: ExportedMetric = ExportedMetric {
@@ -170,6 +179,7 @@ pub const RULES: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &["family", "backend"],
     help: "Rules in the masquerade chain after the last successful sync, by family and backend",
+    note: "",
     served: Served::AfterFirstSync,
 };
 pub const NON_MASQUERADE_CIDRS: ExportedMetric = ExportedMetric {
@@ -177,6 +187,7 @@ pub const NON_MASQUERADE_CIDRS: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &[],
     help: "Non-masquerade CIDRs in the config in force (link-local not counted)",
+    note: "",
     served: Served::Always,
 };
 pub const OUTPUT_ADDRESS_FALLBACK: ExportedMetric = ExportedMetric {
@@ -184,6 +195,7 @@ pub const OUTPUT_ADDRESS_FALLBACK: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &["family"],
     help: "1 while a family whose config names an output address masquerades because this node holds no address in it, 0 while it SNATs to one; by family",
+    note: "",
     served: Served::WithOutputAddress,
 };
 pub const BUILD_INFO: ExportedMetric = ExportedMetric {
@@ -191,6 +203,7 @@ pub const BUILD_INFO: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &["version", "backend"],
     help: "Always 1; labels carry the version and backend",
+    note: "",
     served: Served::Always,
 };
 pub const CONSECUTIVE_SYNC_FAILURES: ExportedMetric = ExportedMetric {
@@ -198,6 +211,7 @@ pub const CONSECUTIVE_SYNC_FAILURES: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &[],
     help: "Failed syncs since the last successful one (0 when the last sync succeeded)",
+    note: "",
     served: Served::Always,
 };
 pub const SYNC_RETRY_BACKOFF: ExportedMetric = ExportedMetric {
@@ -205,6 +219,7 @@ pub const SYNC_RETRY_BACKOFF: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &[],
     help: "Seconds until a failed sync is retried (doubling from 1 up to the resync interval); 0 when the last sync succeeded",
+    note: "",
     served: Served::Always,
 };
 pub const CONNTRACK_ENTRIES_RESET: ExportedMetric = ExportedMetric {
@@ -212,6 +227,7 @@ pub const CONNTRACK_ENTRIES_RESET: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "Conntrack entries deleted because a change made their NAT decision wrong (--conntrack-reset)",
+    note: "",
     served: Served::Always,
 };
 pub const CONNTRACK_RESETS_FAILED: ExportedMetric = ExportedMetric {
@@ -219,6 +235,7 @@ pub const CONNTRACK_RESETS_FAILED: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "Changes after which the conntrack table could not be read or its entries deleted",
+    note: "",
     served: Served::Always,
 };
 pub const SNAT_LOG_LINES: ExportedMetric = ExportedMetric {
@@ -226,6 +243,7 @@ pub const SNAT_LOG_LINES: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "Lines written to the SNAT log (--snat-log)",
+    note: "",
     served: Served::WithSnat,
 };
 pub const SNAT_LOG_DROPPED: ExportedMetric = ExportedMetric {
@@ -233,6 +251,7 @@ pub const SNAT_LOG_DROPPED: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "SNAT log lines dropped because the writer was behind (its queue full)",
+    note: "The writer's queue holds 32,768 lines.",
     served: Served::WithSnat,
 };
 pub const SNAT_LOG_WRITE_ERRORS: ExportedMetric = ExportedMetric {
@@ -240,6 +259,7 @@ pub const SNAT_LOG_WRITE_ERRORS: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "SNAT log lines or flushes the file system refused",
+    note: "",
     served: Served::WithSnat,
 };
 pub const SNAT_LOG_ROTATIONS: ExportedMetric = ExportedMetric {
@@ -247,6 +267,7 @@ pub const SNAT_LOG_ROTATIONS: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "SNAT log files rotated (--snat-log-max-size)",
+    note: "",
     served: Served::WithSnat,
 };
 pub const SNAT_EVENTS_LOST: ExportedMetric = ExportedMetric {
@@ -254,6 +275,7 @@ pub const SNAT_EVENTS_LOST: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "Times conntrack's events overflowed the agent's receive buffer (ENOBUFS): flows of the moment missing from the SNAT log",
+    note: "",
     served: Served::WithSnat,
 };
 pub const SNAT_PORTS_IN_USE: ExportedMetric = ExportedMetric {
@@ -261,6 +283,7 @@ pub const SNAT_PORTS_IN_USE: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &["translated_address", "proto"],
     help: "Source ports in use on a translated address, by protocol, from conntrack's new and end events",
+    note: "",
     served: Served::WithSnatFlows,
 };
 pub const SNAT_BUSIEST_DESTINATION_PORT_SHARE: ExportedMetric = ExportedMetric {
@@ -268,6 +291,7 @@ pub const SNAT_BUSIEST_DESTINATION_PORT_SHARE: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &["translated_address", "proto"],
     help: "Share of the usable source-port range (1024-65535; ICMP ids 0-65535) a translated address uses toward its busiest destination address and port: 1 is exhaustion",
+    note: "",
     served: Served::WithSnatFlows,
 };
 pub const SNAT_TRACKED_FLOWS: ExportedMetric = ExportedMetric {
@@ -275,6 +299,7 @@ pub const SNAT_TRACKED_FLOWS: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &[],
     help: "Translated flows the port pressure counts (at most 131072)",
+    note: "",
     served: Served::WithSnat,
 };
 pub const SNAT_UNTRACKED_FLOWS: ExportedMetric = ExportedMetric {
@@ -282,6 +307,7 @@ pub const SNAT_UNTRACKED_FLOWS: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "Translated flows left out of the port pressure because 131072 were tracked already: the gauges are then a lower bound",
+    note: "",
     served: Served::WithSnat,
 };
 pub const RESYNC_INTERVAL: ExportedMetric = ExportedMetric {
@@ -290,6 +316,7 @@ pub const RESYNC_INTERVAL: ExportedMetric = ExportedMetric {
     labels: &[],
     help:
         "The resync interval in force (resyncInterval): a healthy agent syncs at least this often",
+    note: "",
     served: Served::Always,
 };
 pub const READY: ExportedMetric = ExportedMetric {
@@ -297,6 +324,7 @@ pub const READY: ExportedMetric = ExportedMetric {
     kind: MetricType::Gauge,
     labels: &[],
     help: "1 when /readyz would answer 200",
+    note: "",
     served: Served::Always,
 };
 
@@ -555,6 +583,39 @@ mod tests {
             .collect();
         let listed: BTreeSet<String> = ALL.iter().map(|m| m.family_name()).collect();
         assert_eq!(families, listed);
+    }
+
+    /// The texts that name values the code defines say them as the code does.
+    #[test]
+    fn help_and_notes_name_values_as_the_code_does() {
+        for kind in crate::backend::DriftKind::REPAIRS {
+            assert!(
+                DRIFT_REPAIRS.help.contains(kind),
+                "{kind} missing from the help"
+            );
+        }
+        let queue = crate::snat::QUEUE;
+        let spelled = format!("{},{:03}", queue / 1000, queue % 1000);
+        assert!(SNAT_LOG_DROPPED.note.contains(&spelled), "{spelled}");
+        let s = Seen::EVERYTHING.snapshot();
+        let text = metrics_text(&s, s.started, SystemTime::now());
+        for (metric, values) in [
+            (&SYNCS, ["success", "failure"]),
+            (&CONFIG_RELOADS, ["accepted", "rejected"]),
+        ] {
+            for value in values {
+                assert!(
+                    metric.note.contains(&format!("`{value}`")),
+                    "{}",
+                    metric.name
+                );
+                assert!(
+                    text.contains(&format!("{}{{result=\"{value}\"}}", metric.name)),
+                    "{} {value}:\n{text}",
+                    metric.name
+                );
+            }
+        }
     }
 
     fn repository() -> PathBuf {

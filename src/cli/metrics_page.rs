@@ -7,9 +7,14 @@ use crate::agent::metrics::{ExportedMetric, Served, ALL};
 /// Where `generate` writes the Markdown reference, relative to the repository.
 pub const REFERENCE_PATH: &str = "docs/reference/metrics.md";
 
-/// The help as a sentence, then the labels and, unless always, when the family is served.
+/// The help as a sentence, the note, then the labels and, unless always, when the family
+/// is served (plain text: the man page has no code spans).
 fn meaning(metric: &ExportedMetric) -> String {
     let mut text = format!("{}.", metric.help);
+    if !metric.note.is_empty() {
+        text.push(' ');
+        text.push_str(&metric.note.replace('`', ""));
+    }
     if !metric.labels.is_empty() {
         text.push_str(&format!(" Labels: {}.", metric.labels.join(", ")));
     }
@@ -59,13 +64,14 @@ pub fn reference_markdown() -> String {
     );
     for metric in ALL {
         let labels: Vec<String> = metric.labels.iter().map(|l| format!("`{l}`")).collect();
+        let meaning = format!("{}. {}", metric.help, metric.note);
         out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {}. |\n",
+            "| `{}` | {} | {} | {} | {} |\n",
             metric.name,
             metric.kind.as_str(),
             labels.join(", "),
             metric.served.describe(),
-            metric.help.replace('|', "\\|")
+            meaning.trim_end().replace('|', "\\|")
         ));
     }
     out
