@@ -1,6 +1,6 @@
 //! The alerts' runbooks: every alert of prometheus-rule.yaml links to its page in
-//! docs/runbooks, which has the four sections; every page there belongs to an alert and is in
-//! the index; every `ipmasq` command the pages show parses.
+//! docs/runbooks, which has the four sections; every page there belongs to an alert; the index
+//! lists each alert with its severity; every `ipmasq` command the pages show parses.
 
 use crate::util::ipmasq;
 use std::collections::BTreeSet;
@@ -15,24 +15,41 @@ fn repo(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
-/// Each alert of the rules with its runbook_url (None when it has none): the rules are read
-/// rule by rule, from one `- alert:` line to the next.
-fn alerts() -> Vec<(String, Option<String>)> {
+/// An alert of the rules, as far as its runbook is concerned.
+#[derive(Default)]
+struct Alert {
+    name: String,
+    runbook_url: Option<String>,
+    severity: Option<String>,
+}
+
+/// Each alert of the rules: read rule by rule, from one `- alert:` line to the next.
+fn alerts() -> Vec<Alert> {
     let path = repo("packaging/kubernetes/monitoring/prometheus-rule.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
-    let mut alerts: Vec<(String, Option<String>)> = Vec::new();
+    let mut alerts: Vec<Alert> = Vec::new();
     for line in text.lines().map(str::trim) {
         if let Some(name) = line.strip_prefix("- alert:") {
-            alerts.push((name.trim().to_string(), None));
+            alerts.push(Alert {
+                name: name.trim().to_string(),
+                ..Alert::default()
+            });
         } else if line.starts_with("- record:") || line.starts_with("- name:") {
-            alerts.push((String::new(), None));
+            alerts.push(Alert::default());
         } else if let Some(url) = line.strip_prefix("runbook_url:") {
-            let (name, slot) = alerts.last_mut().expect("a runbook_url inside a rule");
-            assert!(slot.is_none(), "{name} has two runbook_url annotations");
-            *slot = Some(url.trim().trim_matches('"').to_string());
+            let alert = alerts.last_mut().expect("a runbook_url inside a rule");
+            assert!(
+                alert.runbook_url.is_none(),
+                "{} has two runbook_url annotations",
+                alert.name
+            );
+            alert.runbook_url = Some(url.trim().trim_matches('"').to_string());
+        } else if let Some(severity) = line.strip_prefix("severity:") {
+            let alert = alerts.last_mut().expect("a severity inside a rule");
+            alert.severity = Some(severity.trim().to_string());
         }
     }
-    alerts.retain(|(name, _)| !name.is_empty());
+    alerts.retain(|alert| !alert.name.is_empty());
     assert!(alerts.len() >= 8, "only {} alerts read", alerts.len());
     alerts
 }
@@ -47,8 +64,13 @@ fn runbook_pages() -> BTreeSet<String> {
 
 #[test]
 fn every_alert_links_to_its_runbook_which_has_the_four_sections() {
-    for (alert, url) in alerts() {
-        let url = url.unwrap_or_else(|| panic!("{alert} has no runbook_url annotation"));
+    for Alert {
+        name: alert,
+        runbook_url,
+        ..
+    } in alerts()
+    {
+        let url = runbook_url.unwrap_or_else(|| panic!("{alert} has no runbook_url annotation"));
         let page = format!("docs/runbooks/{alert}.md");
         assert_eq!(
             url,
@@ -88,24 +110,24 @@ fn every_alert_links_to_its_runbook_which_has_the_four_sections() {
 }
 
 #[test]
-fn every_runbook_belongs_to_an_alert_and_is_in_the_index() {
-    let alerts: BTreeSet<String> = alerts()
-        .into_iter()
-        .map(|(a, _)| format!("{a}.md"))
-        .collect();
+fn every_runbook_belongs_to_an_alert_and_is_in_the_index_with_its_severity() {
+    let alerts = alerts();
+    let index = std::fs::read_to_string(repo("docs/runbooks/README.md")).unwrap();
+    for alert in &alerts {
+        let severity = alert.severity.as_deref().unwrap_or("none");
+        let row = format!("| [{0}]({0}.md) | {severity} |", alert.name);
+        assert!(
+            index.lines().any(|l| l.starts_with(&row)),
+            "docs/runbooks/README.md has no row starting `{row}`"
+        );
+    }
+    let alerts: BTreeSet<String> = alerts.iter().map(|a| format!("{}.md", a.name)).collect();
     let pages = runbook_pages();
     let orphans: Vec<&String> = pages.difference(&alerts).collect();
     assert!(
         orphans.is_empty(),
         "docs/runbooks holds pages of no alert: {orphans:?}"
     );
-    let index = std::fs::read_to_string(repo("docs/runbooks/README.md")).unwrap();
-    for page in &pages {
-        assert!(
-            index.contains(&format!("]({page})")),
-            "docs/runbooks/README.md does not link {page}"
-        );
-    }
     assert!(
         index.contains(RUNBOOK_BASE),
         "the index does not name the URL's base"
