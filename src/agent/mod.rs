@@ -9,6 +9,7 @@ pub(crate) mod http;
 pub(crate) mod last_known_good;
 pub(crate) mod logging;
 pub(crate) mod memory;
+pub(crate) mod metrics;
 mod mirror_sink;
 pub(crate) mod reconcile;
 mod sinks;

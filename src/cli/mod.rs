@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 pub mod config_page;
 pub mod docs;
+pub mod metrics_page;
 pub use docs::after_help;
 
 /// Where the endpoint listens unless `--metrics-addr` says otherwise.

@@ -58,7 +58,7 @@ pub const AGENT_COMPLETIONS: [(Shell, &str); 3] = [
 ];
 
 /// The agent page's HEALTH AND METRICS section: the endpoints, and every metric the agent
-/// exports, read from a rendering of its metrics.
+/// exports, from the list its `/metrics` registers them by.
 fn health_section() -> String {
     let mut out = String::from(".SH \"HEALTH AND METRICS\"\n");
     out.push_str(&format!(
@@ -72,13 +72,7 @@ fn health_section() -> String {
     ] {
         out.push_str(&format!(".TP\n.B {path}\n{}\n", roff_text(meaning)));
     }
-    for (name, kind, help) in crate::agent::health::metric_catalogue() {
-        out.push_str(&format!(
-            ".TP\n.B {} ({kind})\n{}\n",
-            roff_text(&name),
-            roff_text(&help)
-        ));
-    }
+    out.push_str(&crate::cli::metrics_page::man_entries());
     out
 }
 
@@ -376,6 +370,10 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
         clap_complete::generate(shell, &mut crate::cli::command(), BINARY_NAME, &mut out);
         files.push((format!("completions/{file}"), out));
     }
+    files.push((
+        crate::cli::metrics_page::REFERENCE_PATH.to_string(),
+        crate::cli::metrics_page::reference_markdown().into_bytes(),
+    ));
     Ok(files)
 }
 
@@ -394,7 +392,7 @@ fn write_all(dir: &Path) -> std::io::Result<usize> {
 /// Runs `ipmasq generate DIR`.
 pub fn run(args: &[std::ffi::OsString]) -> Exit {
     let [dir] = args else {
-        eprintln!("usage: ipmasq generate DIR   (writes DIR/man/*.8, DIR/completions/* and DIR/docs/reference/{{flags,exit-codes}}.md)");
+        eprintln!("usage: ipmasq generate DIR   (writes DIR/man/*.8, DIR/completions/* and DIR/docs/reference/*.md)");
         return Exit::Usage;
     };
     let dir = Path::new(dir);
@@ -495,12 +493,11 @@ mod tests {
             String::from_utf8_lossy(&files.iter().find(|(p, _)| p == name).unwrap().1).into_owned()
         };
         let agent = page("man/ipmasq-agent.8");
-        let metrics = crate::agent::health::metric_catalogue();
-        assert!(metrics.len() >= 10, "{metrics:?}");
-        for (name, _, _) in metrics {
+        for metric in crate::agent::metrics::ALL {
             assert!(
-                agent.contains(&roff_text(&name)),
-                "{name} missing from ipmasq-agent(8)"
+                agent.contains(&format!(".B {}", roff_text(metric.name))),
+                "{} missing from ipmasq-agent(8)",
+                metric.name
             );
         }
         let config = page("man/ipmasq-config.5");

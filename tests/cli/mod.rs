@@ -10,6 +10,7 @@ mod fleet;
 mod generated;
 mod hostile_input;
 mod netlink_floor;
+mod runbooks;
 mod validate;
 mod validate_pools;
 mod validate_verdicts;

@@ -31,6 +31,7 @@ mod health;
 mod image;
 mod interface_names;
 mod memory_limit;
+mod metrics_reference;
 mod mirror;
 mod netlink;
 mod netns;
