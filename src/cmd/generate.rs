@@ -1,6 +1,6 @@
 //! `ipmasq generate DIR` (for packagers, outside the clap definition so nothing advertises
 //! it): writes the man pages (section 8) and shell completions from the one clap definition,
-//! so they never drift from `--help`. A test compares the committed `man/` and `completions/`
+//! so they never drift from `--help`, and the reference of diagnostic codes. A test compares the committed `man/` and `completions/`
 //! with a fresh generation.
 
 use super::Exit;
@@ -212,10 +212,10 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
         see_also.push("ipmasq-config (5)".into());
         see_also.push("iptables-restore (8)".into());
         let refs: Vec<&str> = see_also.iter().map(String::as_str).collect();
-        let more = if name == "agent" {
-            health_section()
-        } else {
-            String::new()
+        let more = match name {
+            "agent" => health_section(),
+            "validate" => crate::cli::codes_reference::roff_section(),
+            _ => String::new(),
         };
         files.push((
             format!("man/ipmasq-{name}.8"),
@@ -225,6 +225,10 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     files.push((
         "man/ipmasq-config.5".to_string(),
         crate::cli::config_page::config_page(cli.get_version().unwrap_or_default()).into_bytes(),
+    ));
+    files.push((
+        crate::cli::codes_reference::MARKDOWN_PATH.to_string(),
+        crate::cli::codes_reference::markdown().into_bytes(),
     ));
     let mut agent = cli
         .find_subcommand("agent")
@@ -260,7 +264,7 @@ fn write_all(dir: &Path) -> std::io::Result<usize> {
 /// Runs `ipmasq generate DIR`.
 pub fn run(args: &[std::ffi::OsString]) -> Exit {
     let [dir] = args else {
-        eprintln!("usage: ipmasq generate DIR   (writes DIR/man/*.8 and DIR/completions/*)");
+        eprintln!("usage: ipmasq generate DIR   (writes DIR/man/*, DIR/completions/* and DIR/docs/reference/diagnostics.md)");
         return Exit::Usage;
     };
     let dir = Path::new(dir);

@@ -10,6 +10,7 @@ mod generated;
 mod hostile_input;
 mod netlink_floor;
 mod validate;
+mod validate_ci;
 mod validate_pools;
 mod validate_verdicts;
 mod who;
