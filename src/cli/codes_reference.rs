@@ -21,9 +21,11 @@ pub fn severity_word(severity: Severity) -> &'static str {
 /// What the severities mean, said once for both references.
 const SEVERITIES: &str = "An error rejects the config: validate fails (exit 1) and the agent keeps the last good config in force. A warning is accepted, as upstream accepts it; validate --strict makes it an error. An info (an ipmasq extension, a fact about this node) never fails a check, not even with --strict. The severity listed is the one before --strict.";
 
-/// Text for a Markdown table cell: no `|`, and no `<...>` read as HTML.
+/// Text for a Markdown table cell: no `|`, no `*` read as emphasis (`ip-masq*`), and no
+/// `<...>` read as HTML.
 fn cell(text: &str) -> String {
     text.replace('|', "\\|")
+        .replace('*', "\\*")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }

@@ -105,6 +105,17 @@ fn a_repository_directory_is_judged_on_the_agents_configs_alone() {
         .collect();
     assert_eq!(outcomes, ["valid", "invalid"], "{report}");
 
+    // `--merged DIR` over the same directory skips the same manifests.
+    let (code, report) = json(&["--merged", dir.path_str()]);
+    assert_eq!(code, 1, "{report}");
+    let skipped: Vec<&str> = report["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|s| s["path"].as_str().unwrap().rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(skipped, ["deployment.yaml", "nginx.yaml"], "{report}");
+
     // Nothing of the agent's: nothing fails, and the count says so.
     let other = Scratch::new("ci-nothing-ours");
     other.write("deployment.yaml", DEPLOYMENT);
