@@ -1,10 +1,11 @@
 //! `ipmasq validate`: checks config files, stdin, or ConfigMap manifests exactly as the agent
 //! would read them, and reports in compiler style or as a stable JSON document.
 //!
-//! JSON report (schemaVersion 1; fields are only ever added):
-//! `{schemaVersion, valid, errors, warnings, results: [{path, kind, configMap?, configMaps?,
-//! valid, errors, warnings, diagnostics: [{severity, code, message, line?, column?, hint?}],
-//! effective, peakMemoryMiB?, rendered?}]}`
+//! JSON report (schemaVersion 1; fields are only ever added; every field is described in
+//! docs/reference/validate-json.md, which a test holds to the values below):
+//! `{schemaVersion, valid, errors, warnings, results: [{path, kind, outcome, configMap?,
+//! configMaps?, valid, errors, warnings, diagnostics: [{severity, code, message, line?,
+//! column?, hint?}], effective, peakMemoryMiB?, rendered?}], skipped?: [{path, reason}]}`
 //! where `kind` is `config`, `configmap`, `defaults` (no file: upstream defaults apply),
 //! `merged` (a directory with `--merged`) or `unreadable`; `configMap` is `{namespace, name,
 //! document}`, and a merge of `ip-masq*` ConfigMap keys has `configMaps` instead: `[{file?,
@@ -18,6 +19,8 @@
 //! has kind `egressnatpolicy` and `egressNATPolicy: {name, document, destinations}`; with
 //! `--node-labels`, a result of kind `merged` per namespace has `node: {labels, base, pools,
 //! egressNATPolicies}`.
+//! `outcome` is `valid`, `invalid` or `unreadable`; `skipped` lists the files of a directory
+//! that are not the agent's configs (see [`super::validate_scope`]).
 //! Severity `info` marks ipmasq extensions; it never fails a check, not even with --strict.
 
 use super::{validate_scope, Exit};

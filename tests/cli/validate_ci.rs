@@ -189,8 +189,8 @@ fn the_agents_configs_are_found_by_name_key_or_content() {
 /// Every line a message cites inside a ConfigMap's config is the manifest's line, as the
 /// finding's own position is, in the text report and in -o json and -o yaml; in a quoted
 /// scalar, where lines cannot be mapped, the message says it is a line of data.config.
-/// Before, `duplicate-cidr`, `covered-cidr`, `duplicate-key` and `link-local-conflict`
-/// counted the lines of the embedded config.
+/// Before, `duplicate-cidr`, `covered-cidr`, `duplicate-key`, `link-local-conflict` and
+/// `forced-and-kept` counted the lines of the embedded config.
 #[test]
 fn lines_cited_inside_a_configmap_are_the_manifests() {
     let dir = Scratch::new("ci-lines");
@@ -259,6 +259,25 @@ fn lines_cited_inside_a_configmap_are_the_manifests() {
     assert!(
         yaml.contains("(first at line 11); the last value wins"),
         "{yaml}"
+    );
+
+    // A CIDR both forced and kept: the kept entry is cited by the manifest's line too.
+    let forced = dir.write(
+        "forced.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent\ndata:\n  config: |\n    nonMasqueradeCIDRs:\n      - 10.0.0.0/8\n    forceMasqueradeCIDRs:\n      - 10.0.0.0/8\n",
+    );
+    let (code, report) = json(&[forced.to_str().unwrap()]);
+    assert_eq!(code, 1, "{report}");
+    let error = report["results"][0]["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["code"] == "forced-and-kept")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(error["line"], 10);
+    assert_eq!(
+        error["message"],
+        "10.0.0.0/8 is in forceMasqueradeCIDRs and also in nonMasqueradeCIDRs (line 8): it cannot be both masqueraded and kept"
     );
 
     // A quoted scalar: positions cannot be mapped line by line, so the message says where.

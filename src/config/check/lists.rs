@@ -341,13 +341,19 @@ fn forced_warnings(
         let place = config.place(ListName::Force, i);
         if let Some(&k) = kept.get(forced) {
             let other = config.place(ListName::NonMasquerade, k);
+            // In the same text, cited as a line (placed with the finding when embedded).
+            let (written, cited) = match (&other.file, other.location) {
+                (None, Some(l)) => (cite_line(l), Some(l)),
+                _ => (other.to_string(), None),
+            };
             push_finding(diags, at(
                 Diagnostic::error(
                     Code::ForcedAndKept,
                     format!(
-                        "{forced} is in {KEY_FORCE} and also in {KEY_CIDRS} ({other}): it cannot be both masqueraded and kept"
+                        "{forced} is in {KEY_FORCE} and also in {KEY_CIDRS} ({written}): it cannot be both masqueraded and kept"
                     ),
-                ),
+                )
+                .cites(cited),
                 &place,
             )
             .hint("delete it from one of the lists; to masquerade part of a range, force a narrower CIDR"));
