@@ -146,6 +146,7 @@ fn the_agents_configs_are_found_by_name_key_or_content() {
     );
     dir.write("broken.json", "{\"nonMasqueradeCIDRs\": [\n");
     dir.write("Makefile", "all:\n\tcargo build\n");
+    std::fs::write(dir.path.join("logo.json"), b"\x89PNG\r\n\x1a\n\xff\xfe").unwrap();
     let (code, report) = json(&[dir.path_str()]);
     assert_eq!(code, 1, "{report}");
     let judged: Vec<(String, String)> = report["results"]
@@ -168,12 +169,22 @@ fn the_agents_configs_are_found_by_name_key_or_content() {
     .map(|(f, o)| (f.to_string(), o.to_string()))
     .collect();
     assert_eq!(judged, want, "{report}");
-    assert_eq!(
-        report["skipped"][0]["path"]
-            .as_str()
-            .map(|p| p.ends_with("/Makefile")),
-        Some(true)
+    let skipped: Vec<(&str, &str)> = report["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|s| {
+            let file = s["path"].as_str().unwrap().rsplit('/').next().unwrap();
+            (file, s["reason"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(skipped.len(), 2, "{report}");
+    assert_eq!(skipped[0].0, "Makefile");
+    assert!(
+        skipped[0].1.starts_with("not YAML or JSON (line "),
+        "{skipped:?}"
     );
+    assert_eq!(skipped[1], ("logo.json", "not UTF-8 text"));
 
     // Named on the command line, a manifest without the agent's ConfigMap is still an error.
     let deployment = dir.write("deployment.yaml", DEPLOYMENT);
