@@ -106,7 +106,7 @@ codes! {
     /// An `outputInterfaces` entry that is no interface name or pattern.
     InvalidInterface = "invalid-interface", Error,
         "an outputInterfaces entry that is not an interface name, with an optional trailing + or * wildcard",
-        "write an interface name (at most 15 characters), optionally ending in + or *";
+        "write an interface name of at most 15 bytes, without / or : or white space, optionally ending in + or *";
     /// Merged files name different output addresses of one family.
     OutputAddressConflict = "output-address-conflict", Error,
         "merged files that name different output addresses of one family",
@@ -116,8 +116,8 @@ codes! {
         "one CIDR both in forceMasqueradeCIDRs and nonMasqueradeCIDRs (also across merged files)",
         "keep the CIDR in one of the two lists only";
     NoConfigMap = "no-configmap", Error,
-        "a manifest without a ConfigMap",
-        "pass the agent's config file, or the manifest holding its ConfigMap (validate DIR skips such manifests)";
+        "a manifest named on the command line (or on stdin) with no ConfigMap holding data.config or ip-masq* keys, nor one named ip-masq-agent; in a directory such a manifest is skipped",
+        "pass the agent's config file, or the manifest holding its ConfigMap";
     ConfigMapWithoutConfig = "configmap-without-config", Error,
         "a ConfigMap without data.config",
         "put the config under data.config, the key the DaemonSet mounts";
