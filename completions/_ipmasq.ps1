@@ -179,6 +179,8 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--nomasq-all-reserved-ranges', '--nomasq-all-reserved-ranges', [CompletionResultType]::ParameterName, 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range')
             [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat warnings as errors')
             [CompletionResult]::new('--print-effective', '--print-effective', [CompletionResultType]::ParameterName, 'Also print the effective config (after defaults) of each valid input')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'List the files of a directory that were skipped as not ip-masq-agent configs, and why')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'List the files of a directory that were skipped as not ip-masq-agent configs, and why')
             [CompletionResult]::new('--merged', '--merged', [CompletionResultType]::ParameterName, 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry')
             [CompletionResult]::new('--no-node-checks', '--no-node-checks', [CompletionResultType]::ParameterName, 'Skip the checks against this machine''s addresses and interfaces (whether it holds the outputAddress, whether each outputInterfaces pattern matches an interface here): for a CI runner that is no node')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')

@@ -593,7 +593,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__validate)
-            opts="-o -h -V --to-ports --strict --output --print-effective --merged --color --no-node-checks --node-labels --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
+            opts="-o -v -h -V --to-ports --strict --output --print-effective --verbose --merged --color --no-node-checks --node-labels --enable-ipv6 --nomasq-all-reserved-ranges --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -169,6 +169,8 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --nomasq-all-reserved-ranges 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range'
             cand --strict 'Treat warnings as errors'
             cand --print-effective 'Also print the effective config (after defaults) of each valid input'
+            cand -v 'List the files of a directory that were skipped as not ip-masq-agent configs, and why'
+            cand --verbose 'List the files of a directory that were skipped as not ip-masq-agent configs, and why'
             cand --merged 'Merge each directory''s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
             cand --no-node-checks 'Skip the checks against this machine''s addresses and interfaces (whether it holds the outputAddress, whether each outputInterfaces pattern matches an interface here): for a CI runner that is no node'
             cand -h 'Print help (see more with ''--help'')'

@@ -178,6 +178,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l enable-ipv6 -
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l nomasq-all-reserved-ranges -d 'Judge as an agent run with --nomasq-all-reserved-ranges does: its default list then keeps every RFC-reserved IPv4 range' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l strict -d 'Treat warnings as errors'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l print-effective -d 'Also print the effective config (after defaults) of each valid input'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s v -l verbose -d 'List the files of a directory that were skipped as not ip-masq-agent configs, and why'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l merged -d 'Merge each directory\'s `ip-masq*` files as `agent --config-dir` does, and show the merged lists with the file and line of every entry'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -l no-node-checks -d 'Skip the checks against this machine\'s addresses and interfaces (whether it holds the outputAddress, whether each outputInterfaces pattern matches an interface here): for a CI runner that is no node'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand validate" -s h -l help -d 'Print help (see more with \'--help\')'

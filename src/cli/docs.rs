@@ -140,12 +140,16 @@ pub const VALIDATE: AppletDoc = AppletDoc {
         },
     ],
     exit_status: &[
-        (0, "every input is valid"),
+        (0, "every input is valid (files a directory skips as not ip-masq-agent configs never fail it)"),
         (1, "an input is invalid (or, with --strict, has warnings)"),
         (2, "usage error, or an input that could not be read"),
     ],
     files: CONFIG_FILES,
-    notes: &["A valid config gets the agent's estimated peak memory per backend, from what each backend writes for it (rules, their text, set elements; not the CIDRs it lists): in the text report when some backend writes 1,000 rules or set elements or more, always in -o json (peakMemoryMiB, rendered)."],
+    notes: &[
+        "A directory (ipmasq validate DIR) is a repository's as much as a node's: only the agent's configs in it are checked (a file named ip-masq*; a YAML or JSON mapping with a config key; a manifest with the agent's ConfigMap: named ip-masq*, holding an ip-masq* key, or a data.config with a config key; an EgressNATPolicy). Other files are skipped and counted; -v lists each with the reason. A file named on the command line is always checked.",
+        "Every diagnostic code, with its severity, meaning and what to do: DIAGNOSTIC CODES in ipmasq-validate(8), and docs/reference/diagnostics.md in the source repository (the -o json report: docs/reference/validate-json.md).",
+        "A valid config gets the agent's estimated peak memory per backend, from what each backend writes for it (rules, their text, set elements; not the CIDRs it lists): in the text report when some backend writes 1,000 rules or set elements or more, always in -o json (peakMemoryMiB, rendered).",
+    ],
 };
 
 pub const EXPLAIN: AppletDoc = AppletDoc {

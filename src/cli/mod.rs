@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+pub mod codes_reference;
 pub mod config_page;
 pub mod docs;
 pub mod metrics_page;
@@ -851,6 +852,10 @@ pub struct ValidateArgs {
     /// Also print the effective config (after defaults) of each valid input
     #[arg(long)]
     pub print_effective: bool,
+
+    /// List the files of a directory that were skipped as not ip-masq-agent configs, and why
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
 
     /// Merge each directory's `ip-masq*` files as `agent --config-dir` does, and show the
     /// merged lists with the file and line of every entry

@@ -1,7 +1,7 @@
 //! `ipmasq generate DIR` (for packagers, outside the clap definition so nothing advertises
-//! it): writes the man pages (section 8), shell completions and the flags and exit-code
-//! references (docs/reference/) from the one clap definition, so they never drift from
-//! `--help`. A test compares the committed `man/` and `completions/`
+//! it): writes the man pages (section 8), shell completions and the references under
+//! docs/reference/ (flags, exit codes, metrics, diagnostic codes) from the one clap definition
+//! and the code's lists, so they never drift from `--help`. A test compares the committed `man/` and `completions/`
 //! with a fresh generation.
 
 use super::Exit;
@@ -332,10 +332,10 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
         see_also.push("ipmasq-config (5)".into());
         see_also.push("iptables-restore (8)".into());
         let refs: Vec<&str> = see_also.iter().map(String::as_str).collect();
-        let more = if name == "agent" {
-            health_section()
-        } else {
-            String::new()
+        let more = match name {
+            "agent" => health_section(),
+            "validate" => crate::cli::codes_reference::roff_section(),
+            _ => String::new(),
         };
         files.push((
             format!("man/ipmasq-{name}.8"),
@@ -353,6 +353,10 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     files.push((
         "docs/reference/exit-codes.md".to_string(),
         exit_codes_reference().into_bytes(),
+    ));
+    files.push((
+        crate::cli::codes_reference::MARKDOWN_PATH.to_string(),
+        crate::cli::codes_reference::markdown().into_bytes(),
     ));
     let mut agent = cli
         .find_subcommand("agent")

@@ -9,6 +9,7 @@ pub(crate) mod generate;
 pub(crate) mod node;
 pub(crate) mod show;
 pub(crate) mod validate;
+pub(crate) mod validate_scope;
 pub(crate) mod who;
 
 use crate::backend::select::{select, Selected};

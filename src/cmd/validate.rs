@@ -1,10 +1,11 @@
 //! `ipmasq validate`: checks config files, stdin, or ConfigMap manifests exactly as the agent
 //! would read them, and reports in compiler style or as a stable JSON document.
 //!
-//! JSON report (schemaVersion 1; fields are only ever added):
-//! `{schemaVersion, valid, errors, warnings, results: [{path, kind, configMap?, configMaps?,
-//! valid, errors, warnings, diagnostics: [{severity, code, message, line?, column?, hint?}],
-//! effective, peakMemoryMiB?, rendered?}]}`
+//! JSON report (schemaVersion 1; fields are only ever added; every field is described in
+//! docs/reference/validate-json.md, which a test holds to the values below):
+//! `{schemaVersion, valid, errors, warnings, results: [{path, kind, outcome, configMap?,
+//! configMaps?, valid, errors, warnings, diagnostics: [{severity, code, message, line?,
+//! column?, hint?}], effective, peakMemoryMiB?, rendered?}], skipped?: [{path, reason}]}`
 //! where `kind` is `config`, `configmap`, `defaults` (no file: upstream defaults apply),
 //! `merged` (a directory with `--merged`) or `unreadable`; `configMap` is `{namespace, name,
 //! document}`, and a merge of `ip-masq*` ConfigMap keys has `configMaps` instead: `[{file?,
@@ -18,9 +19,11 @@
 //! has kind `egressnatpolicy` and `egressNATPolicy: {name, document, destinations}`; with
 //! `--node-labels`, a result of kind `merged` per namespace has `node: {labels, base, pools,
 //! egressNATPolicies}`.
+//! `outcome` is `valid`, `invalid` or `unreadable`; `skipped` lists the files of a directory
+//! that are not the agent's configs (see [`super::validate_scope`]).
 //! Severity `info` marks ipmasq extensions; it never fails a check, not even with --strict.
 
-use super::Exit;
+use super::{validate_scope, Exit};
 use crate::cli::{OutputFormat, ValidateArgs};
 use crate::config::selector::Labels;
 use crate::config::yaml::parse_stream;
@@ -48,6 +51,21 @@ pub struct Report {
     pub errors: usize,
     pub warnings: usize,
     pub results: Vec<ConfigReport>,
+    /// The files of a directory that are not the agent's configs, and why (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<validate_scope::Skipped>,
+}
+
+/// The verdict on one result, the word its text line starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// No error (warnings and infos may be there).
+    Valid,
+    /// An error, or with `--strict` a warning: the agent would refuse it (exit 1).
+    Invalid,
+    /// It could not be read (exit 2).
+    Unreadable,
 }
 
 /// What a result describes.
@@ -162,6 +180,7 @@ pub struct ConfigReport {
     /// For an EgressNATPolicy: its name, document and the destinations it keeps.
     #[serde(rename = "egressNATPolicy", skip_serializing_if = "Option::is_none")]
     pub egress_nat_policy: Option<PolicyRef>,
+    pub outcome: Outcome,
     pub valid: bool,
     pub errors: usize,
     pub warnings: usize,
@@ -253,6 +272,11 @@ impl ConfigReport {
             .sum();
         let valid = errors == 0 && config.is_some();
         let estimated = config.as_ref().filter(|_| valid).map(estimates);
+        let outcome = match (kind, valid) {
+            (InputKind::Unreadable, _) => Outcome::Unreadable,
+            (_, true) => Outcome::Valid,
+            (_, false) => Outcome::Invalid,
+        };
         ConfigReport {
             path: path.to_string(),
             kind,
@@ -261,6 +285,7 @@ impl ConfigReport {
             pool: None,
             node: None,
             egress_nat_policy: None,
+            outcome,
             valid,
             errors,
             warnings,
@@ -324,6 +349,9 @@ enum Input {
     File {
         path: PathBuf,
         explicit: bool,
+        /// Found in a directory named on the command line: judged only when it is the agent's
+        /// (see [`validate_scope`]).
+        in_directory: bool,
     },
     /// A directory whose `ip-masq*` files are merged (`--merged`).
     Merged(PathBuf),
@@ -336,6 +364,7 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
         return vec![Ok(Input::File {
             path: PathBuf::from(DEFAULT_CONFIG_PATH),
             explicit: false,
+            in_directory: false,
         })];
     }
     let mut inputs = Vec::new();
@@ -366,6 +395,7 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
                         Ok(Input::File {
                             path,
                             explicit: true,
+                            in_directory: true,
                         })
                     }));
                 }
@@ -382,6 +412,7 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
         inputs.push(Ok(Input::File {
             path: file.clone(),
             explicit: true,
+            in_directory: false,
         }));
     }
     inputs
@@ -401,9 +432,29 @@ struct SourceFindings {
     source: std::rc::Rc<String>,
 }
 
-/// Validates one text (a config or a manifest) into one or more entries.
-fn check_source(path: &str, text: String, options: &Options, strict: bool) -> SourceFindings {
+/// What came of one text: its findings, or, for a file of a directory, why it is none of
+/// the agent's (see [`validate_scope`]).
+enum Judged {
+    Checked(SourceFindings),
+    Skipped(String),
+}
+
+/// Validates one text (a config or a manifest) into one or more entries; with
+/// [`manifest::Scope::AgentsOnly`] (a file of a directory) a text that is not the agent's
+/// config, or a manifest without its ConfigMaps, is skipped instead.
+fn check_source(
+    path: &str,
+    text: String,
+    options: &Options,
+    strict: bool,
+    scope: manifest::Scope,
+) -> Judged {
     let parsed = parse_stream(&text, manifest::MANIFEST_OR_CONFIG);
+    if scope == manifest::Scope::AgentsOnly {
+        if let Some(reason) = validate_scope::by_content(Path::new(path), &text, &parsed) {
+            return Judged::Skipped(reason);
+        }
+    }
     let source = std::rc::Rc::new(text);
     let mut found = SourceFindings {
         entries: Vec::new(),
@@ -427,7 +478,7 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
                     Some(source.clone()),
                 ));
             }
-            match manifest::read_manifest(&source, stream, options) {
+            match manifest::read_manifest(&source, stream, options, scope) {
                 Ok(read) => {
                     found.parts = read.parts;
                     found.pools = read.pools;
@@ -444,6 +495,15 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
                             .map(|p| policy_entry(path, p, strict, Some(source.clone()))),
                     );
                 }
+                // A manifest of a directory with none of the agent's objects, and no broken
+                // document that might hold one (it would name the agent).
+                Err(_)
+                    if scope == manifest::Scope::AgentsOnly
+                        && (stream.trailing_error.is_none()
+                            || !validate_scope::mentions_the_agent(&source)) =>
+                {
+                    return Judged::Skipped(validate_scope::manifest_reason(stream));
+                }
                 // The unreadable document said it already: no second error for what it hid.
                 Err(_) if !found.entries.is_empty() => {}
                 Err(diag) => {
@@ -457,7 +517,7 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
                     )];
                 }
             }
-            return found;
+            return Judged::Checked(found);
         }
     }
     let checked = check_parsed(&source, &parsed, options);
@@ -468,7 +528,7 @@ fn check_source(path: &str, text: String, options: &Options, strict: bool) -> So
         strict,
         Some(source),
     )];
-    found
+    Judged::Checked(found)
 }
 
 fn configmap_entry(
@@ -722,7 +782,12 @@ impl RunParts {
 /// volume): the `ip-masq*` keys of their ConfigMaps and the `ip-masq*` plain config files,
 /// merged as the agent's `--config-dir` merges the files a projected volume makes of them.
 /// `None` when no file there is a manifest: the directory is read exactly as the agent does.
-fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<ConfigReport>> {
+fn merged_manifests(
+    dir: &Path,
+    options: &Options,
+    strict: bool,
+    skipped: &mut Vec<validate_scope::Skipped>,
+) -> Option<Vec<ConfigReport>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
@@ -756,7 +821,13 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<C
         let name = path.display().to_string();
         let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         if is_manifest {
-            let found = check_source(&name, text, options, strict);
+            let found = match check_source(&name, text, options, strict, AGENTS_ONLY) {
+                Judged::Checked(found) => found,
+                Judged::Skipped(reason) => {
+                    skipped.push(validate_scope::Skipped { path: name, reason });
+                    continue;
+                }
+            };
             results.extend(found.entries);
             bases.extend(found.bases);
             pools.extend(
@@ -798,6 +869,9 @@ fn merged_manifests(dir: &Path, options: &Options, strict: bool) -> Option<Vec<C
     results.push(entry);
     Some(results)
 }
+
+/// How the files found in a directory are judged.
+const AGENTS_ONLY: manifest::Scope = manifest::Scope::AgentsOnly;
 
 /// Nothing on standard input: in `kubectl get cm … | ipmasq validate -` that is a failed
 /// kubectl, never a valid config.
@@ -853,79 +927,136 @@ fn node_findings(config: &Config) -> Vec<Diagnostic> {
     })
 }
 
+/// What a run has found so far: its results, the `ip-masq*` keys and pools it merges at the
+/// end, and the files of its directories that were skipped.
+struct Collected {
+    options: Options,
+    strict: bool,
+    results: Vec<ConfigReport>,
+    parts: RunParts,
+    skipped: Vec<validate_scope::Skipped>,
+}
+
+impl Collected {
+    /// Adds what came of one text named `name`.
+    fn judged(&mut self, name: &str, judged: Judged) {
+        match judged {
+            Judged::Checked(found) => self.parts.add(name, found, &mut self.results),
+            Judged::Skipped(reason) => self.skipped.push(validate_scope::Skipped {
+                path: name.to_string(),
+                reason,
+            }),
+        }
+    }
+
+    /// One file: named on the command line (`explicit`; else the default path), or found in
+    /// a directory named there (judged only when it is the agent's, see [`validate_scope`]).
+    fn file(&mut self, path: PathBuf, explicit: bool, in_directory: bool) {
+        let name = path.display().to_string();
+        if let Some(reason) = validate_scope::by_name(&path).filter(|_| in_directory) {
+            return self.judged(&name, Judged::Skipped(reason));
+        }
+        let scope = if in_directory {
+            AGENTS_ONLY
+        } else {
+            manifest::Scope::Named
+        };
+        match read_config_source(&path) {
+            Ok(Some(text)) => {
+                let judged = check_source(&name, text.text, &self.options, self.strict, scope);
+                self.judged(&name, judged);
+            }
+            Ok(None) if !explicit => {
+                let checked = Checked::new(Config::defaults(&self.options), Vec::new());
+                self.results.push(ConfigReport::new(
+                    &name,
+                    InputKind::Defaults,
+                    checked,
+                    false,
+                    None,
+                ));
+            }
+            Ok(None) => self
+                .results
+                .push(ConfigReport::unreadable(&name, &ReadError::NotFound(path))),
+            Err(err) => match validate_scope::by_read_error(&path, &err) {
+                Some(reason) if in_directory => self.judged(&name, Judged::Skipped(reason)),
+                _ => self.results.push(ConfigReport::unreadable(&name, &err)),
+            },
+        }
+    }
+
+    /// A directory merged as `agent --config-dir` merges it (`--merged`).
+    fn merged(&mut self, dir: PathBuf) {
+        let name = dir.display().to_string();
+        if let Some(entries) = merged_manifests(&dir, &self.options, self.strict, &mut self.skipped)
+        {
+            self.results.extend(entries);
+            return;
+        }
+        let source = crate::config::ConfigSource::Dir(dir);
+        match crate::config::load_source(&source, &self.options) {
+            Ok(loaded) => {
+                let mut entry =
+                    ConfigReport::new(&name, InputKind::Merged, loaded.checked, self.strict, None);
+                entry.entries = entry.effective.as_ref().map(MergedEntry::of);
+                self.results.push(entry);
+            }
+            Err(err) => self.results.push(ConfigReport::unreadable(&name, &err)),
+        }
+    }
+
+    /// Standard input (`-`).
+    fn stdin(&mut self) {
+        match read_limited(std::io::stdin().lock(), Path::new(STDIN_NAME)) {
+            Ok(text) if text.is_blank() => self.results.push(empty_input(self.strict)),
+            Ok(text) => {
+                let scope = manifest::Scope::Named;
+                let judged = check_source(STDIN_NAME, text.text, &self.options, self.strict, scope);
+                self.judged(STDIN_NAME, judged);
+            }
+            Err(err) => self
+                .results
+                .push(ConfigReport::unreadable(STDIN_NAME, &err)),
+        }
+    }
+}
+
 /// Builds the report for the given arguments (reads the inputs, writes nothing).
 pub fn build_report(args: &ValidateArgs) -> Report {
     NODE.with(|node| *node.borrow_mut() = (!args.no_node_checks, None));
     let options = args.config.options();
-    let mut results = Vec::new();
-    let mut run_parts = RunParts::default();
+    let mut run = Collected {
+        options,
+        strict: args.strict,
+        results: Vec::new(),
+        parts: RunParts::default(),
+        skipped: Vec::new(),
+    };
     for input in expand_inputs(&args.files, args.merged) {
         match input {
-            Err((name, err)) => results.push(ConfigReport::unreadable(&name, &err)),
-            Ok(Input::Merged(dir)) => {
-                let name = dir.display().to_string();
-                if let Some(entries) = merged_manifests(&dir, &options, args.strict) {
-                    results.extend(entries);
-                    continue;
-                }
-                match crate::config::load_source(&crate::config::ConfigSource::Dir(dir), &options) {
-                    Ok(loaded) => {
-                        let mut entry = ConfigReport::new(
-                            &name,
-                            InputKind::Merged,
-                            loaded.checked,
-                            args.strict,
-                            None,
-                        );
-                        entry.entries = entry.effective.as_ref().map(MergedEntry::of);
-                        results.push(entry);
-                    }
-                    Err(err) => results.push(ConfigReport::unreadable(&name, &err)),
-                }
-            }
-            Ok(Input::Stdin) => {
-                match read_limited(std::io::stdin().lock(), Path::new(STDIN_NAME)) {
-                    Ok(text) if text.is_blank() => {
-                        results.push(empty_input(args.strict));
-                    }
-                    Ok(text) => {
-                        let checked = check_source(STDIN_NAME, text.text, &options, args.strict);
-                        run_parts.add(STDIN_NAME, checked, &mut results);
-                    }
-                    Err(err) => results.push(ConfigReport::unreadable(STDIN_NAME, &err)),
-                }
-            }
-            Ok(Input::File { path, explicit }) => {
-                let name = path.display().to_string();
-                match read_config_source(&path) {
-                    Ok(Some(text)) => {
-                        let checked = check_source(&name, text.text, &options, args.strict);
-                        run_parts.add(&name, checked, &mut results);
-                    }
-                    Ok(None) if !explicit => {
-                        let checked = Checked::new(Config::defaults(&options), Vec::new());
-                        results.push(ConfigReport::new(
-                            &name,
-                            InputKind::Defaults,
-                            checked,
-                            false,
-                            None,
-                        ));
-                    }
-                    Ok(None) => {
-                        results.push(ConfigReport::unreadable(&name, &ReadError::NotFound(path)))
-                    }
-                    Err(err) => results.push(ConfigReport::unreadable(&name, &err)),
-                }
-            }
+            Err((name, err)) => run.results.push(ConfigReport::unreadable(&name, &err)),
+            Ok(Input::Merged(dir)) => run.merged(dir),
+            Ok(Input::Stdin) => run.stdin(),
+            Ok(Input::File {
+                path,
+                explicit,
+                in_directory,
+            }) => run.file(path, explicit, in_directory),
         }
     }
+    let Collected {
+        mut results,
+        parts,
+        skipped,
+        ..
+    } = run;
     let nodes = args
         .node_labels
         .as_ref()
-        .map(|labels| run_parts.node_entries(labels, &options, args.strict))
+        .map(|labels| parts.node_entries(labels, &options, args.strict))
         .unwrap_or_default();
-    run_parts.merge_into(&mut results, &options, args.strict);
+    parts.merge_into(&mut results, &options, args.strict);
     results.extend(nodes);
     let errors = results.iter().map(|r| r.errors).sum();
     let warnings = results.iter().map(|r| r.warnings).sum();
@@ -935,6 +1066,7 @@ pub fn build_report(args: &ValidateArgs) -> Report {
         errors,
         warnings,
         results,
+        skipped,
     }
 }
 
@@ -950,8 +1082,8 @@ impl Report {
         }
     }
 
-    /// The compiler-style text report.
-    pub fn to_text(&self, style: &Styler, print_effective: bool) -> String {
+    /// The compiler-style text report; `verbose` lists the skipped files of a directory.
+    pub fn to_text(&self, style: &Styler, print_effective: bool, verbose: bool) -> String {
         let mut out = String::new();
         for entry in &self.results {
             let label = entry_label(entry);
@@ -983,15 +1115,40 @@ impl Report {
                 }
             }
         }
-        if self.results.len() > 1 {
+        if verbose {
+            for skipped in &self.skipped {
+                out.push_str(&format!(
+                    "{}: skipped, {}\n",
+                    style.bold(&skipped.path),
+                    skipped.reason
+                ));
+            }
+        }
+        if self.results.len() > 1 || !self.skipped.is_empty() {
             let valid = self.results.iter().filter(|r| r.valid).count();
             out.push_str(&format!(
-                "{} checked: {valid} valid, {} invalid\n",
+                "{} checked: {valid} valid, {} invalid{}\n",
                 plural(self.results.len(), "config"),
-                self.results.len() - valid
+                self.results.len() - valid,
+                skipped_note(self.skipped.len(), verbose)
             ));
         }
         out
+    }
+}
+
+/// The summary's word on skipped files: how many, and where the reasons are.
+fn skipped_note(skipped: usize, verbose: bool) -> String {
+    match (skipped, verbose) {
+        (0, _) => String::new(),
+        (n, true) => format!(
+            "; {} skipped (not ip-masq-agent configs)",
+            plural(n, "file")
+        ),
+        (n, false) => format!(
+            "; {} skipped (not ip-masq-agent configs; -v says which and why)",
+            plural(n, "file")
+        ),
     }
 }
 
@@ -1163,7 +1320,11 @@ pub fn run(args: &ValidateArgs) -> Exit {
     let text = match args.output {
         OutputFormat::Json => to_json(&report),
         OutputFormat::Yaml => crate::output::to_yaml(&report),
-        OutputFormat::Text => report.to_text(&Styler::for_stdout(args.color), args.print_effective),
+        OutputFormat::Text => report.to_text(
+            &Styler::for_stdout(args.color),
+            args.print_effective,
+            args.verbose,
+        ),
     };
     let mut stdout = std::io::stdout().lock();
     if stdout
@@ -1180,13 +1341,99 @@ pub fn run(args: &ValidateArgs) -> Exit {
 mod tests {
     use super::*;
 
+    /// The values docs/reference/validate-json.md lists for `field`: the first backquoted
+    /// word of each line under its `- `FIELD`: one of` item.
+    fn documented_values(doc: &str, field: &str) -> std::collections::BTreeSet<String> {
+        let head = format!("- `{field}`: one of");
+        let mut lines = doc.lines().skip_while(|l| !l.starts_with(&head));
+        assert!(
+            lines.next().is_some(),
+            "validate-json.md has no `{head}` item"
+        );
+        lines
+            .take_while(|l| l.starts_with("  `"))
+            .filter_map(|l| l.split('`').nth(1))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// How the report spells `value` (a unit enum).
+    fn spelt<T: Serialize>(value: T) -> String {
+        serde_json::to_value(value)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .expect("a string")
+    }
+
+    /// docs/reference/validate-json.md lists exactly the values the report's closed fields
+    /// can hold: each `outcome`, `kind` and `severity`. The matches below are exhaustive, so a
+    /// new variant does not compile until it is added to its list here, and then this test
+    /// fails until the reference lists it.
+    #[test]
+    fn the_json_reference_lists_every_outcome_kind_and_severity() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/reference/validate-json.md"
+        ))
+        .expect("docs/reference/validate-json.md");
+        let outcomes = [Outcome::Valid, Outcome::Invalid, Outcome::Unreadable];
+        for o in outcomes {
+            match o {
+                Outcome::Valid | Outcome::Invalid | Outcome::Unreadable => {}
+            }
+        }
+        let kinds = [
+            InputKind::Config,
+            InputKind::Configmap,
+            InputKind::Defaults,
+            InputKind::Merged,
+            InputKind::Unreadable,
+            InputKind::Egressnatpolicy,
+        ];
+        for k in kinds {
+            match k {
+                InputKind::Config
+                | InputKind::Configmap
+                | InputKind::Defaults
+                | InputKind::Merged
+                | InputKind::Unreadable
+                | InputKind::Egressnatpolicy => {}
+            }
+        }
+        let severities = [Severity::Error, Severity::Warning, Severity::Info];
+        for s in severities {
+            match s {
+                Severity::Error | Severity::Warning | Severity::Info => {}
+            }
+        }
+        let in_code = |values: Vec<String>| values.into_iter().collect();
+        let cases: [(&str, std::collections::BTreeSet<String>); 3] = [
+            ("results[].outcome", in_code(outcomes.map(spelt).to_vec())),
+            ("results[].kind", in_code(kinds.map(spelt).to_vec())),
+            (
+                "results[].diagnostics[].severity",
+                in_code(severities.map(spelt).to_vec()),
+            ),
+        ];
+        for (field, values) in cases {
+            assert_eq!(
+                documented_values(&doc, field),
+                values,
+                "docs/reference/validate-json.md lists other values of {field} than the code has"
+            );
+        }
+    }
+
     /// Every diagnostic code, taken from the one list that defines them, is spelt one way in
-    /// the text report, the agent's log line, the JSON and YAML reports, the README and the
-    /// manual; and no two codes share a spelling.
+    /// the text report, the agent's log line, the JSON and YAML reports, the reference of
+    /// codes and the manual; and no two codes share a spelling.
     #[test]
     fn every_code_has_one_spelling_everywhere() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-            .expect("README.md");
+        let reference = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/reference/diagnostics.md"
+        ))
+        .expect("docs/reference/diagnostics.md");
         let manual = crate::cli::config_page::config_page("test");
         let mut seen = std::collections::HashSet::new();
         for code in Code::ALL {
@@ -1214,8 +1461,8 @@ mod tests {
                 "YAML spells {spelling} otherwise: {yaml}"
             );
             assert!(
-                readme.contains(&format!("`{spelling}`")),
-                "README.md does not list `{spelling}`"
+                reference.contains(&format!("| `{spelling}` |")),
+                "docs/reference/diagnostics.md does not list `{spelling}` (run `cargo run -- generate .`)"
             );
             assert!(
                 manual.contains(&crate::cli::docs::roff_text(spelling)),

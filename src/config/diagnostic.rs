@@ -16,10 +16,11 @@ pub enum Severity {
 
 /// Makes, from one list, the enum [`Code`], [`Code::ALL`] (in the list's order, the manual's),
 /// the one spelling of each code ([`Code::as_str`], which text, JSON and YAML all print) and
-/// its severity and meaning ([`Code::describe`], for the manual): a new code is one new line
-/// in the list, so no output can spell it another way and no listing can miss it.
+/// its severity and meaning ([`Code::describe`], for the manual) and what to do about it
+/// ([`Code::action`]): a new code is one new entry in the list, so no output can spell it
+/// another way and no listing (the manuals, docs/reference/diagnostics.md) can miss it.
 macro_rules! codes {
-    ($($(#[$doc:meta])* $code:ident = $text:literal, $severity:ident, $meaning:expr;)*) => {
+    ($($(#[$doc:meta])* $code:ident = $text:literal, $severity:ident, $meaning:expr, $action:expr;)*) => {
         /// Stable identifiers of findings; part of the documented JSON report, never renamed.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum Code {
@@ -38,6 +39,13 @@ macro_rules! codes {
                 }
             }
 
+            /// What to do about a finding with this code, for the reference of codes.
+            pub fn action(self) -> &'static str {
+                match self {
+                    $(Code::$code => $action,)*
+                }
+            }
+
             /// The code as text, JSON and YAML output, the README and the manual spell it.
             pub fn as_str(self) -> &'static str {
                 match self {
@@ -50,132 +58,183 @@ macro_rules! codes {
 
 codes! {
     Io = "io", Error,
-        "the file or directory cannot be read (missing when named explicitly, a FIFO, a directory, over 8 MiB, not UTF-8)";
+        "the file or directory cannot be read (missing when named explicitly, a FIFO, a directory, over 8 MiB, not UTF-8)",
+        "check the path, its permissions and its type (a regular UTF-8 file under 8 MiB); in a pipe, check the command before it";
     YamlSyntax = "yaml-syntax", Error,
-        "not YAML or JSON";
+        "not YAML or JSON",
+        "fix the syntax at the position shown (indentation, an unclosed bracket or quote)";
     NotAMapping = "not-a-mapping", Error,
-        "the document is not a mapping of keys to values";
+        "the document is not a mapping of keys to values",
+        "start the config with a key, e.g. `nonMasqueradeCIDRs: [10.0.0.0/8]`";
     UnsupportedKey = "unsupported-key", Error,
-        "a key that is not a plain string";
+        "a key that is not a plain string",
+        "write the key as a plain string";
     WrongType = "wrong-type", Error,
-        "a value of the wrong type (a quoted boolean, a CIDR that is not a string, a list written as a scalar)";
+        "a value of the wrong type (a quoted boolean, a CIDR that is not a string, a list written as a scalar)",
+        "write the value as the key expects: unquoted true or false, CIDRs as strings in a list, resyncInterval with a unit (60s)";
     InvalidCidr = "invalid-cidr", Error,
-        "a CIDR that does not parse";
+        "a CIDR that does not parse",
+        "write an address and a prefix length, e.g. 10.0.0.0/8, without leading zeros";
     CidrNotAligned = "cidr-not-aligned", Error,
-        "a CIDR with host bits set; the hint names the aligned block";
+        "a CIDR with host bits set; the hint names the aligned block",
+        "write the aligned block the hint names (host bits zero)";
     Ipv4MappedCidr = "ipv4-mapped-cidr", Error,
-        "an IPv4-mapped IPv6 CIDR; the hint names the IPv4 form";
+        "an IPv4-mapped IPv6 CIDR; the hint names the IPv4 form",
+        "write the IPv4 form the hint names";
     Ipv6NotEnabled = "ipv6-not-enabled", Error,
-        "an IPv6 CIDR without --enable-ipv6 or enableIPv6: true";
+        "an IPv6 CIDR without --enable-ipv6 or enableIPv6: true",
+        "start the agent with --enable-ipv6 (or set enableIPv6: true), or delete the IPv6 CIDR";
     CidrLimitExceeded = "cidr-limit-exceeded", Error,
-        "more CIDRs (non-masquerade plus forced) than cidrLimit";
+        "more CIDRs (non-masquerade plus forced) than cidrLimit",
+        "merge ranges, or raise cidrLimit";
     NegativeCidrLimit = "negative-cidr-limit", Error,
-        "a negative cidrLimit";
+        "a negative cidrLimit",
+        "set cidrLimit to 0 or more (64 is the default)";
     InvalidDuration = "invalid-duration", Error,
-        "a resyncInterval that is not a Go duration";
+        "a resyncInterval that is not a Go duration",
+        "write a Go duration: a number with a unit, e.g. 60s or 1m30s";
     NonPositiveDuration = "non-positive-duration", Error,
-        "a zero or negative resyncInterval";
+        "a zero or negative resyncInterval",
+        "write a positive duration, e.g. 60s";
     LinkLocalConflict = "link-local-conflict", Error,
-        "linkLocal contradicts masqLinkLocal";
+        "linkLocal contradicts masqLinkLocal",
+        "delete linkLocal and keep masqLinkLocal";
     /// An `outputAddress[IPv6]` that is no address or prefix of its family.
     InvalidOutputAddress = "invalid-output-address", Error,
-        "an outputAddress or outputAddressIPv6 that is not an address or aligned prefix of its family";
+        "an outputAddress or outputAddressIPv6 that is not an address or aligned prefix of its family",
+        "write one address, or an aligned prefix, of the key's family";
     /// An `outputInterfaces` entry that is no interface name or pattern.
     InvalidInterface = "invalid-interface", Error,
-        "an outputInterfaces entry that is not an interface name, with an optional trailing + or * wildcard";
+        "an outputInterfaces entry that is not an interface name, with an optional trailing + or * wildcard",
+        "write an interface name of at most 15 bytes, without / or : or white space, optionally ending in + or *";
     /// Merged files name different output addresses of one family.
     OutputAddressConflict = "output-address-conflict", Error,
-        "merged files that name different output addresses of one family";
+        "merged files that name different output addresses of one family",
+        "name one output address per family across the merged files";
     /// The same CIDR is both forced and non-masquerade (in one file or across merged files).
     ForcedAndKept = "forced-and-kept", Error,
-        "one CIDR both in forceMasqueradeCIDRs and nonMasqueradeCIDRs (also across merged files)";
+        "one CIDR both in forceMasqueradeCIDRs and nonMasqueradeCIDRs (also across merged files)",
+        "keep the CIDR in one of the two lists only";
     NoConfigMap = "no-configmap", Error,
-        "a manifest without a ConfigMap";
+        "a manifest named on the command line (or on stdin) with no ConfigMap holding data.config or ip-masq* keys, nor one named ip-masq-agent; in a directory such a manifest is skipped",
+        "pass the agent's config file, or the manifest holding its ConfigMap";
     ConfigMapWithoutConfig = "configmap-without-config", Error,
-        "a ConfigMap without data.config";
+        "a ConfigMap without data.config",
+        "put the config under data.config, the key the DaemonSet mounts";
     /// A ConfigMap with one key in both `data` and `binaryData`.
     ConfigMapKeyTwice = "configmap-key-twice", Error,
-        "a ConfigMap with one key in both data and binaryData, which the API server refuses";
+        "a ConfigMap with one key in both data and binaryData, which the API server refuses",
+        "keep the key in data or in binaryData, not both";
     /// A node pool's `ipmasq.io/node-selector` that is no Kubernetes label selector.
     InvalidNodeSelector = "invalid-node-selector", Error,
-        "a pool ConfigMap's ipmasq.io/node-selector annotation that is not a Kubernetes label selector (kubectl -l's syntax); the message says the column and what was expected";
+        "a pool ConfigMap's ipmasq.io/node-selector annotation that is not a Kubernetes label selector (kubectl -l's syntax); the message says the column and what was expected",
+        "write the selector as kubectl -l takes it, e.g. pool=gpu";
     /// An EgressNATPolicy that is not GKE's shape (destinations as strings, no spec...).
     EgressNatPolicyShape = "egress-nat-policy-shape", Error,
-        "an EgressNATPolicy not in GKE's shape: no spec, action or destinations, or destinations written as strings (destinations: [10.0.0.0/8]) instead of objects ([{cidr: 10.0.0.0/8}])";
+        "an EgressNATPolicy not in GKE's shape: no spec, action or destinations, or destinations written as strings (destinations: [10.0.0.0/8]) instead of objects ([{cidr: 10.0.0.0/8}])",
+        "write GKE's shape: spec.action NoSNAT and spec.destinations as [{cidr: 10.0.0.0/8}]";
     /// An EgressNATPolicy action other than NoSNAT.
     EgressNatPolicyAction = "egress-nat-policy-action", Error,
-        "an EgressNATPolicy whose action is not NoSNAT, the only one GKE's policy has";
+        "an EgressNATPolicy whose action is not NoSNAT, the only one GKE's policy has",
+        "write action: NoSNAT";
     /// Nothing at all to check (an empty pipe: the command before it failed).
     EmptyInput = "empty-input", Error,
-        "nothing on standard input (did the command before the pipe fail?)";
+        "nothing on standard input (did the command before the pipe fail?)",
+        "check the command that feeds the pipe (set -o pipefail), or pass the file itself";
     /// `ipmasq.io/node-selector` on a ConfigMap that cannot be a pool: the agent ignores it.
     IgnoredNodeSelector = "ignored-node-selector", Warning,
-        "ipmasq.io/node-selector on a ConfigMap not named ip-masq-agent-*: it is no node pool, and the agent ignores the annotation (the base ConfigMap ip-masq-agent applies to every node)";
+        "ipmasq.io/node-selector on a ConfigMap not named ip-masq-agent-*: it is no node pool, and the agent ignores the annotation (the base ConfigMap ip-masq-agent applies to every node)",
+        "put the pool's config in a ConfigMap named ip-masq-agent-<pool> with the annotation, or delete the annotation";
     /// A resync interval below the floor; the floor is used.
     ResyncBelowFloor = "resync-below-floor", Warning,
-        "a resyncInterval under 100ms; 100ms is used";
+        "a resyncInterval under 100ms; 100ms is used",
+        "write a resyncInterval of 100ms or more";
     UnknownKey = "unknown-key", Warning,
-        "a key the agent does not read (ignored, as upstream); the hint suggests the closest known key";
+        "a key the agent does not read: ignored, as upstream ignores it, so the config applies without it and a key not given keeps its default; the hint suggests the closest known key",
+        "fix the spelling as the hint suggests, or delete the key";
     KeyCase = "key-case", Warning,
-        "a key spelt in another case than the canonical one";
+        "a key spelt in another case than the canonical one",
+        "write the key as the hint spells it";
     DuplicateKey = "duplicate-key", Warning,
-        "a key given twice; the last wins";
+        "a key given twice; the last wins",
+        "delete the earlier entry";
     ExtraDocument = "extra-document", Warning,
-        "more than one YAML document; only the first is read";
+        "more than one YAML document; only the first is read",
+        "remove the --- separator and what follows it, or merge the documents";
     Yaml11Boolean = "yaml11-boolean", Warning,
-        "a YAML 1.1 boolean such as yes or on";
+        "a YAML 1.1 boolean such as yes or on",
+        "write true or false";
     DuplicateCidr = "duplicate-cidr", Warning,
-        "a CIDR listed twice";
+        "a CIDR listed twice",
+        "delete the repeated entry";
     CoveredCidr = "covered-cidr", Warning,
-        "a CIDR inside another listed one";
+        "a CIDR inside another listed one",
+        "delete the narrower entry: the wider one decides the same for all of it";
     PaddedPrefix = "padded-prefix", Warning,
-        "a prefix length with a leading zero";
+        "a prefix length with a leading zero",
+        "drop the leading zero of the prefix length";
     EmptyCidrList = "empty-cidr-list", Warning,
-        "nonMasqueradeCIDRs is empty: everything but link-local is masqueraded";
+        "nonMasqueradeCIDRs is empty: everything but link-local is masqueraded",
+        "list the ranges to keep, or delete the key to keep the defaults";
     DeprecatedLinkLocal = "deprecated-link-local", Warning,
-        "non-masquerade-daemon's linkLocal key";
+        "non-masquerade-daemon's linkLocal key",
+        "write masqLinkLocal as the hint shows, and delete linkLocal";
     /// A forced CIDR that lies in no non-masquerade range changes nothing.
     ForcedWithoutEffect = "forced-without-effect", Warning,
-        "a forced CIDR in no non-masquerade range: it changes nothing";
+        "a forced CIDR in no non-masquerade range: it changes nothing",
+        "delete the forced CIDR, or list the non-masquerade range it is meant to carve out of";
     /// `masqueradeSourceCIDRs` is given but empty: every source is considered.
     EmptySourceList = "empty-source-list", Warning,
-        "masqueradeSourceCIDRs is empty: every source is considered";
+        "masqueradeSourceCIDRs is empty: every source is considered",
+        "list the pod ranges to masquerade from, or delete the key";
     /// `masqueradeSourceCIDRs` has no range of a managed family: that family is not scoped.
     SourceFamilyUnscoped = "source-family-unscoped", Warning,
-        "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped";
+        "masqueradeSourceCIDRs has no range of a managed family: that family is not scoped",
+        "add a range of that family, if its sources should be scoped too";
     Ipv6FlagOverridesFile = "ipv6-flag-overrides-file", Warning,
-        "enableIPv6 in the file says otherwise than an explicit --enable-ipv6, which wins";
+        "enableIPv6 in the file says otherwise than an explicit --enable-ipv6, which wins",
+        "make enableIPv6 agree with --enable-ipv6, or drop one of them";
     /// A directory of configs holds no `ip-masq*` file: upstream's defaults apply.
     NoConfigFiles = "no-config-files", Warning,
-        "a --config-dir without ip-masq* files: the defaults apply";
+        "a --config-dir without ip-masq* files: the defaults apply",
+        "put an ip-masq* file in the directory, or accept the defaults";
     /// Input ipmasq reads but upstream ip-masq-agent rejects (a file starting with `{` that is
     /// not strict JSON): after a rollback to upstream that node installs no rules.
     UpstreamRejects = "upstream-rejects", Warning,
-        "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment, a cidrLimit of 64.0 or 1e2)";
+        "a file upstream ip-masq-agent rejects: it starts with `{`, so upstream parses it as strict JSON (a YAML flow map, a trailing comma, a comment, a cidrLimit of 64.0 or 1e2)",
+        "write block YAML or strict JSON, so a node rolled back to upstream keeps its rules";
     /// `outputInterfaces` is given but empty: traffic leaving every interface is considered.
     EmptyInterfaceList = "empty-interface-list", Warning,
-        "outputInterfaces is empty: traffic leaving every interface is considered";
+        "outputInterfaces is empty: traffic leaving every interface is considered",
+        "list the interfaces, or delete the key";
     /// `outputAddressIPv6` without IPv6 managed: it has no effect.
     OutputAddressUnused = "output-address-unused", Warning,
-        "outputAddressIPv6 while IPv6 is not managed: it has no effect";
+        "outputAddressIPv6 while IPv6 is not managed: it has no effect",
+        "enable IPv6 (--enable-ipv6), or delete outputAddressIPv6";
     /// An interface pattern inside another listed one.
     CoveredInterface = "covered-interface", Warning,
-        "an outputInterfaces entry inside another listed pattern";
+        "an outputInterfaces entry inside another listed pattern",
+        "delete the narrower pattern";
     /// `validate` on a node: this node holds no address the output address names.
     OutputAddressNotHere = "output-address-not-here", Info,
-        "validate on a node: this node holds no address the output address names (the agent would refuse the config here)";
+        "validate on a node: this node holds no address the output address names (the agent would refuse the config here)",
+        "check that the address is this node's; on a CI runner, pass --no-node-checks";
     /// `validate` on a node: the output address is on no listed interface's subnet.
     OutputAddressOffInterfaces = "output-address-off-interfaces", Warning,
-        "validate on a node: the output address is on none of the listed interfaces";
+        "validate on a node: the output address is on none of the listed interfaces",
+        "pick an address on one of the listed interfaces, or list its interface";
     /// A key upstream ip-masq-agent does not read.
     IpmasqExtension = "ipmasq-extension", Info,
-        "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6, outputAddress, outputAddressIPv6, outputInterfaces)";
+        "a key upstream ip-masq-agent does not read (forceMasqueradeCIDRs, masqueradeSourceCIDRs, enableIPv6, outputAddress, outputAddressIPv6, outputInterfaces)",
+        "nothing, unless the config must also work with upstream ip-masq-agent, which ignores the key";
     /// A ConfigMap key read as one file of a `--config-dir` merge (ip-masq-agent-v2).
     ConfigDirKey = "config-dir-key", Info,
-        "a ConfigMap key starting with ip-masq, read as one file of a --config-dir merge (ip-masq-agent-v2); upstream's v1 DaemonSet mounts only data.config";
+        "a ConfigMap key starting with ip-masq, read as one file of a --config-dir merge (ip-masq-agent-v2); upstream's v1 DaemonSet mounts only data.config",
+        "nothing with ip-masq-agent-v2 or ipmasq agent --config-dir; upstream's v1 DaemonSet reads only data.config";
     /// `validate` on a node: an `outputInterfaces` entry matches no interface here.
     InterfaceNotHere = "interface-not-here", Info,
-        "validate on a node: an outputInterfaces entry matches no interface here (nodes differ)";
+        "validate on a node: an outputInterfaces entry matches no interface here (nodes differ)",
+        "nothing when other nodes have it; on a CI runner, pass --no-node-checks";
 }
 
 impl Serialize for Code {
@@ -222,6 +281,18 @@ pub struct Diagnostic {
     /// When this line stands for findings that were not listed (see [`fold_repeats`]): how
     /// many. 0 for an ordinary finding.
     pub folded: usize,
+    /// The line of the same text that the message cites as [`cite_line`] spells it (the
+    /// first of two duplicate keys): moved with the finding's own position when a config
+    /// embedded in a manifest is placed in the manifest (see [`Diagnostic::relocate`]). A line
+    /// number, not a [`Location`], keeps a finding small: it is an `Err` in many results.
+    pub cited_line: Option<std::num::NonZeroU32>,
+}
+
+/// How a message cites another line of the text it is about: `line 12`. Every finding that
+/// names a line spells it so, and records the place in [`Diagnostic::cited`], so the line can
+/// be placed in the file that embeds the text.
+pub fn cite_line(location: Location) -> String {
+    format!("line {}", location.line)
 }
 
 impl Diagnostic {
@@ -234,6 +305,7 @@ impl Diagnostic {
             hint: None,
             file: None,
             folded: 0,
+            cited_line: None,
         }
     }
 
@@ -265,6 +337,52 @@ impl Diagnostic {
     pub fn at_opt(mut self, location: Option<Location>) -> Self {
         self.location = location;
         self
+    }
+
+    /// Records the place its message cites with [`cite_line`].
+    pub fn cites(mut self, location: Option<Location>) -> Self {
+        self.cited_line = location
+            .and_then(|l| u32::try_from(l.line).ok())
+            .and_then(std::num::NonZeroU32::new);
+        self
+    }
+
+    /// Places the finding in the text that embeds the one it was found in: its position, and
+    /// the line its message cites, through `place` (the outer position, and whether it is
+    /// exact: when not, the message says where inside `inner_name` it is).
+    pub fn relocate(&mut self, inner_name: &str, place: impl Fn(Location) -> (Location, bool)) {
+        if let Some(line) = self.cited_line {
+            let inner = Location {
+                line: line.get() as usize,
+                column: 1,
+                ..Location::default()
+            };
+            let (outer, exact) = place(inner);
+            let old = cite_line(inner);
+            let new = if exact {
+                cite_line(outer)
+            } else {
+                format!("{old} of {inner_name}")
+            };
+            if let Some(at) = self.message.rfind(&old) {
+                self.message.replace_range(at..at + old.len(), &new);
+            }
+            if exact {
+                self.cited_line = u32::try_from(outer.line)
+                    .ok()
+                    .and_then(std::num::NonZeroU32::new);
+            }
+        }
+        if let Some(inner) = self.location {
+            let (outer, exact) = place(inner);
+            self.location = Some(outer);
+            if !exact {
+                self.message = format!(
+                    "{} (line {}, column {} of {inner_name})",
+                    self.message, inner.line, inner.column
+                );
+            }
+        }
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> Self {

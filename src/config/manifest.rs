@@ -15,6 +15,51 @@ pub const CONFIG_KEY: &str = "config";
 /// The ConfigMap name upstream's manifest uses.
 pub const CONFIGMAP_NAME: &str = "ip-masq-agent";
 
+/// Which ConfigMaps of a manifest are checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every ConfigMap with a `config` or `ip-masq*` key: a file named on the command line (or
+    /// stdin) is said to hold the agent's ConfigMap, whatever its name.
+    Named,
+    /// Only the agent's own ([`is_agents_configmap`]): a directory of a repository holds other
+    /// applications' ConfigMaps too, which are none of ours to judge.
+    AgentsOnly,
+}
+
+/// Whether a ConfigMap is the agent's: named `ip-masq*` (upstream's `ip-masq-agent`, the
+/// default of `agent --configmap`; a node pool's `ip-masq-agent-*`; ip-masq-agent-v2's), or
+/// holding an `ip-masq*` key (a `--config-dir` part), or a `data.config` whose text is a
+/// mapping with a config key or one close to it (a typo is still ours).
+pub fn is_agents_configmap(object: &YamlNode) -> bool {
+    let named = object
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(YamlNode::as_str)
+        .is_some_and(|name| name.starts_with(merge::PREFIX));
+    let part_key = ["data", "binaryData"].iter().any(|section| {
+        object
+            .get(section)
+            .and_then(YamlNode::as_mapping)
+            .is_some_and(|entries| {
+                entries
+                    .iter()
+                    .any(|(k, _)| k.as_str().is_some_and(|k| k.starts_with(merge::PREFIX)))
+            })
+    });
+    let config_text = object
+        .get("data")
+        .and_then(|d| d.get(CONFIG_KEY))
+        .and_then(YamlNode::as_str);
+    named
+        || part_key
+        || config_text.is_some_and(|text| {
+            super::yaml::parse_stream(text, Documents::First)
+                .ok()
+                .and_then(|s| s.documents.into_iter().next())
+                .is_some_and(|doc| super::names_a_config_key(&doc))
+        })
+}
+
 /// Whether a document is a Kubernetes object rather than an agent config.
 pub fn is_manifest(doc: &YamlNode) -> bool {
     doc.get("apiVersion").and_then(YamlNode::as_str).is_some()
@@ -88,7 +133,7 @@ pub fn check_manifest(
     stream: &Stream,
     options: &Options,
 ) -> Result<Vec<ConfigMapResult>, Diagnostic> {
-    let mut manifest = read_manifest(source, stream, options)?;
+    let mut manifest = read_manifest(source, stream, options, Scope::Named)?;
     if !manifest.parts.is_empty() {
         manifest
             .config_maps
@@ -244,6 +289,7 @@ pub fn read_manifest(
     source: &str,
     stream: &Stream,
     options: &Options,
+    scope: Scope,
 ) -> Result<Manifest, Diagnostic> {
     let documents = &stream.documents[..];
     let mut manifest = Manifest {
@@ -261,7 +307,9 @@ pub fn read_manifest(
                     document: index + 1,
                     policy: egress_nat::read_policy(object),
                 });
-            } else if object.get("kind").and_then(YamlNode::as_str) == Some("ConfigMap") {
+            } else if object.get("kind").and_then(YamlNode::as_str) == Some("ConfigMap")
+                && (scope == Scope::Named || is_agents_configmap(object))
+            {
                 let found = ConfigMapFound {
                     source,
                     budget: stream.left,
@@ -622,14 +670,10 @@ fn check_binary(value: &YamlNode, key: &str, options: &Options, budget: Budget) 
         ))]);
     };
     let mut checked = check_text_within(&text, options, budget);
+    let inner_name = format!("binaryData.{key}, decoded");
     checked.edit_diagnostics(|diagnostics| {
         for diag in diagnostics {
-            if let Some(inner) = diag.location {
-                diag.message = format!(
-                    "{} (line {}, column {} of binaryData.{key}, decoded)",
-                    diag.message, inner.line, inner.column
-                );
-            }
+            diag.relocate(&inner_name, |_| (value.location, false));
             diag.location = Some(value.location);
         }
     });
@@ -702,19 +746,13 @@ fn check_embedded(
     };
     let mut checked = check_text_within(text, options, budget);
     let map = PositionMap::for_scalar(value);
+    let inner_name = format!("data.{key}");
     checked.edit_diagnostics(|diagnostics| {
         for diag in diagnostics {
-            if let Some(inner) = diag.location {
-                let (outer, exact) = map.to_outer(source, inner);
-                diag.location = Some(outer);
-                if !exact {
-                    diag.message = format!(
-                        "{} (line {}, column {} of data.{key})",
-                        diag.message, inner.line, inner.column
-                    );
-                }
-            } else {
+            if diag.location.is_none() {
                 diag.location = Some(value.location);
+            } else {
+                diag.relocate(&inner_name, |inner| map.to_outer(source, inner));
             }
         }
     });
@@ -928,7 +966,7 @@ mod tests {
         let pool = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ip-masq-agent-gpu\n  annotations: {ipmasq.io/node-selector: 'gpu in (a b)'}\ndata:\n  config: 'nonMasqueradeCIDRs: [100.64.0.0/10]'\n  ip-masq-agent-gpu: 'masqLinkLocal: true'\n";
         let src = format!("{base}{pool}");
         let stream = parse_stream(&src, MANIFEST_OR_CONFIG).unwrap();
-        let read = read_manifest(&src, &stream, &Options::default()).unwrap();
+        let read = read_manifest(&src, &stream, &Options::default(), Scope::Named).unwrap();
         assert_eq!(
             read.config_maps.len(),
             1,
@@ -966,7 +1004,7 @@ mod tests {
         assert_eq!(merged.non_masquerade_cidrs.len(), 2);
         let policy = "apiVersion: networking.gke.io/v1\nkind: EgressNATPolicy\nmetadata: {name: p}\nspec: {action: NoSNAT, destinations: [{cidr: 10.0.0.0/8}]}\n";
         let stream = parse_stream(policy, MANIFEST_OR_CONFIG).unwrap();
-        let read = read_manifest(policy, &stream, &Options::default()).unwrap();
+        let read = read_manifest(policy, &stream, &Options::default(), Scope::Named).unwrap();
         assert_eq!(read.policies.len(), 1);
         assert!(read.policies[0].policy.is_valid());
     }

@@ -17,7 +17,10 @@ pub mod selector;
 mod source;
 pub mod yaml;
 
-pub use check::{check_document, check_parsed, check_text, check_text_within, suggest_key};
+pub use check::{
+    check_document, check_parsed, check_text, check_text_within, names_a_config_key, suggest_key,
+    supported_keys,
+};
 pub use diagnostic::{Code, Diagnostic, Severity};
 pub use duration::{parse_go_duration, GoDuration};
 pub use source::{

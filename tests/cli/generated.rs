@@ -1,5 +1,5 @@
-//! The generated man pages, completions and references (docs/reference/flags.md, exit-codes.md):
-//! committed copies match a fresh generation, the
+//! The generated man pages, completions and references (docs/reference/: flags, exit codes,
+//! metrics, diagnostic codes): committed copies match a fresh generation, the
 //! pages render with `man` without warnings, each completion script loads in its shell, and
 //! the Containerfile only copies onto the imported base and keeps upstream's entrypoint.
 
@@ -102,6 +102,39 @@ fn committed_generated_docs_are_fresh() {
             relative.display()
         );
     }
+}
+
+/// docs/reference/diagnostics.md, the one table of diagnostic codes, is what `ipmasq
+/// generate` writes from the codes' definition; ipmasq-validate(8) carries the same table.
+#[test]
+fn committed_reference_of_diagnostic_codes_is_fresh() {
+    const REFERENCE: &str = "docs/reference/diagnostics.md";
+    let out = Scratch::new("generate-codes");
+    let run = ipmasq(&["generate", out.path.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let fresh = std::fs::read_to_string(out.path.join(REFERENCE)).unwrap();
+    let committed = std::fs::read_to_string(repo(REFERENCE))
+        .unwrap_or_else(|e| panic!("{REFERENCE}: {e}: run `cargo run -- generate .`"));
+    assert!(
+        fresh == committed,
+        "{REFERENCE} is stale: run `cargo run -- generate .` and commit the result"
+    );
+    let rows = committed.lines().filter(|l| l.starts_with("| `")).count();
+    assert!(rows >= 50, "{rows} codes in {REFERENCE}");
+    let page = std::fs::read_to_string(repo("man/ipmasq-validate.8")).unwrap();
+    assert!(
+        page.contains(".SH \"DIAGNOSTIC CODES\""),
+        "ipmasq-validate(8)"
+    );
+    assert!(
+        page.matches("\n.TP\n.B ").count() >= rows,
+        "ipmasq-validate(8)"
+    );
+    let help = ipmasq(&["validate", "--help"]).stdout;
+    assert!(
+        help.contains(REFERENCE) && help.contains("ipmasq-validate(8)"),
+        "validate --help names neither: {help}"
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod hostile_input;
 mod netlink_floor;
 mod runbooks;
 mod validate;
+mod validate_ci;
 mod validate_pools;
 mod validate_verdicts;
 mod who;

@@ -5,7 +5,7 @@ use super::keys::{
     key_text, Assigned, KEY_CIDRS, KEY_LEGACY_LINK_LOCAL, KEY_MASQ_LINK_LOCAL, KEY_RESYNC,
 };
 
-use crate::config::diagnostic::{push_finding, Code, Diagnostic};
+use crate::config::diagnostic::{cite_line, push_finding, Code, Diagnostic};
 use crate::config::duration::{parse_go_duration, GoDuration};
 use crate::config::yaml::{Location, Resolved, Value, YamlNode};
 
@@ -95,10 +95,11 @@ pub(super) fn decode_legacy_link_local(
                             Diagnostic::error(
                                 Code::LinkLocalConflict,
                                 format!(
-                                    "`{KEY_LEGACY_LINK_LOCAL}: {non_masq}` contradicts `{KEY_MASQ_LINK_LOCAL}: {masq}` (line {})",
-                                    m.key.location.line
+                                    "`{KEY_LEGACY_LINK_LOCAL}: {non_masq}` contradicts `{KEY_MASQ_LINK_LOCAL}: {masq}` ({})",
+                                    cite_line(m.key.location)
                                 ),
                             )
+                            .cites(Some(m.key.location))
                             .at(a.key.location)
                             .hint(format!("delete `{KEY_LEGACY_LINK_LOCAL}`; `{KEY_MASQ_LINK_LOCAL}` is the supported key")),
                         );

@@ -2,7 +2,7 @@
 //! `encoding/json`), merge keys expanded as yaml.v2 does, and each field assigned once with a
 //! finding for every unknown, mis-cased, extension or repeated key.
 
-use crate::config::diagnostic::{push_finding, Code, Diagnostic};
+use crate::config::diagnostic::{cite_line, push_finding, Code, Diagnostic};
 use crate::config::yaml::{Value, YamlNode};
 
 /// The keys upstream reads, spelled as upstream's JSON tags spell them.
@@ -25,7 +25,7 @@ pub(super) const KEY_OUTPUT_ADDRESS_V6: &str = "outputAddressIPv6";
 pub(super) const KEY_OUTPUT_INTERFACES: &str = "outputInterfaces";
 
 /// The keys we suggest and list in hints: every field but the deprecated `linkLocal`.
-pub(super) fn supported_keys() -> impl Iterator<Item = &'static str> {
+pub fn supported_keys() -> impl Iterator<Item = &'static str> {
     Field::ALL
         .into_iter()
         .filter(|f| *f != Field::LegacyLinkLocal)
@@ -204,6 +204,8 @@ pub(super) fn assign_fields<'a>(
 ) -> Vec<(Field, Assigned<'a>)> {
     // Remember every spelling's first position for messages.
     let mut assigned: Vec<(Field, Assigned)> = Vec::new();
+    // Said once every key is known: whether the key a typo was meant for is given after all.
+    let mut unknown: Vec<(&str, crate::config::yaml::Location)> = Vec::new();
     for (key, value, from_merge) in entries {
         let Some(text) = key_text(key) else {
             push_finding(
@@ -217,18 +219,7 @@ pub(super) fn assign_fields<'a>(
             continue;
         };
         let Some(field) = Field::from_key(text) else {
-            let mut d =
-                Diagnostic::warning(Code::UnknownKey, format!("unknown key `{text}` is ignored"))
-                    .at(key.location);
-            if let Some(suggestion) = suggest_key(text) {
-                d = d.hint(format!("did you mean {suggestion}?"));
-            } else {
-                d = d.hint(format!(
-                    "known keys: {}",
-                    supported_keys().collect::<Vec<_>>().join(", ")
-                ));
-            }
-            push_finding(diags, d);
+            unknown.push((text, key.location));
             continue;
         };
         if text != field.canonical() {
@@ -267,11 +258,12 @@ pub(super) fn assign_fields<'a>(
                     Diagnostic::warning(
                         Code::DuplicateKey,
                         format!(
-                            "`{}` is given again (first at line {}); the last value wins",
+                            "`{}` is given again (first at {}); the last value wins",
                             field.canonical(),
-                            earlier.key.location.line
+                            cite_line(earlier.key.location)
                         ),
                     )
+                    .cites(Some(earlier.key.location))
                     .at(key.location)
                     .hint("delete the earlier entry"),
                 );
@@ -287,7 +279,56 @@ pub(super) fn assign_fields<'a>(
             },
         ));
     }
+    for (text, location) in unknown {
+        let given = |key: &str| {
+            assigned
+                .iter()
+                .any(|(f, _)| Field::from_key(key) == Some(*f))
+        };
+        push_finding(diags, unknown_key(text, given).at(location));
+    }
     assigned
+}
+
+/// The warning for a key the agent does not read. Upstream decodes the file into its config
+/// struct with Go's `encoding/json`, which drops a key no field has; every field not given
+/// keeps the default it was initialised with. So does ipmasq: the message says so, naming the
+/// key a typo was meant for when one is close.
+fn unknown_key(text: &str, given: impl Fn(&str) -> bool) -> Diagnostic {
+    const IGNORED: &str = "is ignored, as upstream ip-masq-agent ignores it";
+    match suggest_key(text) {
+        Some(meant) if given(meant) => Diagnostic::warning(
+            Code::UnknownKey,
+            format!("unknown key `{text}` {IGNORED} (`{meant}` is given in this file too)"),
+        )
+        .hint(format!("did you mean {meant}? If so, delete this one")),
+        Some(meant) => Diagnostic::warning(
+            Code::UnknownKey,
+            format!(
+                "unknown key `{text}` {IGNORED}: `{meant}` is not given, so its default applies"
+            ),
+        )
+        .hint(format!("did you mean {meant}?")),
+        None => Diagnostic::warning(
+            Code::UnknownKey,
+            format!("unknown key `{text}` {IGNORED}: every key not given keeps its default"),
+        )
+        .hint(format!(
+            "known keys: {}",
+            supported_keys().collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// Whether a document looks like the agent's config: a mapping with at least one key that is
+/// a config key (in any case) or close enough to one for [`suggest_key`] to name it.
+pub fn names_a_config_key(root: &YamlNode) -> bool {
+    root.as_mapping().is_some_and(|entries| {
+        entries.iter().any(|(key, _)| {
+            key_text(key)
+                .is_some_and(|text| Field::from_key(text).is_some() || suggest_key(text).is_some())
+        })
+    })
 }
 
 /// The known key closest to a misspelt one, if any is close enough to be a likely typo.

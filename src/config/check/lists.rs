@@ -4,7 +4,7 @@
 use super::keys::{KEY_CIDRS, KEY_CIDR_LIMIT, KEY_FORCE, KEY_SOURCES};
 
 use crate::config::cidr::{has_padded_prefix, parse_cidr, CidrError};
-use crate::config::diagnostic::{push_finding, Code, Diagnostic};
+use crate::config::diagnostic::{cite_line, push_finding, Code, Diagnostic};
 use crate::config::yaml::{Location, Resolved, Value, YamlNode};
 use crate::config::{default_cidrs, Config, ListName, Options, Place};
 use ipnet::IpNet;
@@ -304,6 +304,7 @@ pub(super) fn overlap_warnings(parsed: &[(IpNet, Option<Location>)], diags: &mut
                     Code::DuplicateCidr,
                     format!("{net} is listed more than once{}", line_of(parsed[p].1)),
                 )
+                .cites(parsed[p].1)
                 .at_opt(parsed[i].1)
                 .hint("delete the repeated entry; each one costs a rule"),
             ));
@@ -316,7 +317,7 @@ pub(super) fn overlap_warnings(parsed: &[(IpNet, Option<Location>)], diags: &mut
 }
 
 pub(super) fn line_of(location: Option<Location>) -> String {
-    location.map_or(String::new(), |l| format!(" (line {})", l.line))
+    location.map_or(String::new(), |l| format!(" ({})", cite_line(l)))
 }
 
 /// A forced CIDR also kept is an error; one that no kept range holds (or that is the
@@ -340,13 +341,19 @@ fn forced_warnings(
         let place = config.place(ListName::Force, i);
         if let Some(&k) = kept.get(forced) {
             let other = config.place(ListName::NonMasquerade, k);
+            // In the same text, cited as a line (placed with the finding when embedded).
+            let (written, cited) = match (&other.file, other.location) {
+                (None, Some(l)) => (cite_line(l), Some(l)),
+                _ => (other.to_string(), None),
+            };
             push_finding(diags, at(
                 Diagnostic::error(
                     Code::ForcedAndKept,
                     format!(
-                        "{forced} is in {KEY_FORCE} and also in {KEY_CIDRS} ({other}): it cannot be both masqueraded and kept"
+                        "{forced} is in {KEY_FORCE} and also in {KEY_CIDRS} ({written}): it cannot be both masqueraded and kept"
                     ),
-                ),
+                )
+                .cites(cited),
                 &place,
             )
             .hint("delete it from one of the lists; to masquerade part of a range, force a narrower CIDR"));
@@ -503,6 +510,7 @@ fn nearest_holder_warnings(
             (Some(_), _) => format!(" ({outer})"),
             (None, None) => String::new(),
         };
+        let cited = outer.location.filter(|_| outer.file.is_none());
         let d = Diagnostic::warning(
             Code::CoveredCidr,
             format!(
@@ -510,6 +518,7 @@ fn nearest_holder_warnings(
                 entry.net, holder.net
             ),
         )
+        .cites(cited)
         .hint(format!(
             "delete the narrower entry; {} decides the same for all of it",
             holder.net

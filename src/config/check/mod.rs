@@ -18,8 +18,8 @@ use super::yaml::{
 use super::{Checked, Config, Options, Place, Provenance};
 use decode::*;
 use ipnet::IpNet;
-pub use keys::suggest_key;
 use keys::*;
+pub use keys::{names_a_config_key, suggest_key, supported_keys};
 use lists::*;
 pub(super) use lists::{check_across_lists, cidr_problem};
 
