@@ -83,6 +83,26 @@ pub struct AgentState {
     /// The config in force as the agent read it, when it has accepted one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_read: Option<ConfigRecord>,
+    /// The config the agent refused (invalid, unreadable, too large for its memory) while the
+    /// last good one, if any, stays in force; cleared when a config is accepted. An optional
+    /// field of schema 1: older readers ignore it, and a file without it means none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_rejected: Option<RejectedRecord>,
+}
+
+/// A config the agent refused, as it recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedRecord {
+    /// The file, directory or ConfigMap the agent read, as the agent names it.
+    pub path: String,
+    /// SHA-256 of the refused bytes; none when they could not be read (or a directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Why: one `FILE:LINE:COLUMN: [code] reason` per problem.
+    pub diagnostics: Vec<String>,
+    /// When the agent first refused these bytes for this reason (RFC 3339, UTC).
+    pub rejected_at: String,
 }
 
 /// Where the config in force came from, as the agent saw it (its path is in the agent's own
@@ -698,6 +718,7 @@ mod tests {
             },
             instance: format!("test-{pid}"),
             config_read: None,
+            config_rejected: None,
         }
     }
 

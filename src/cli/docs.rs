@@ -197,14 +197,17 @@ pub const SHOW: AppletDoc = AppletDoc {
     ],
     exit_status: &[
         (0, "the rules are installed (and in sync with the running agent's or --config's settings)"),
-        (1, "the rules drifted, or our chain is in more than one iptables variant or backend"),
+        (1, "the rules drifted, our chain is in more than one iptables variant or backend, or the running agent rejected the config it reads (REJECTED: the last good config stays in force)"),
         (2, "usage error, or an invalid or missing --config"),
         (3, "the rules are not installed"),
         (4, "permission denied: needs CAP_NET_ADMIN (try sudo)"),
         (5, "iptables is not installed"),
     ],
     files: CONFIG_FILES,
-    notes: &["With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs. It reads the agent's backend unless --backend or --iptables-mode is given: a flag given wins."],
+    notes: &[
+        "With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs. It reads the agent's backend unless --backend or --iptables-mode is given: a flag given wins.",
+        "When the running agent refused the config it reads (invalid, unreadable, too large for its memory), show says REJECTED with the agent's diagnostics, the config that stays in force (its digest and when it was read) and the command that checks the file (ipmasq validate PATH), and exits 1; -o json carries it as configRejected. The verdict is then the config in force's, not the file's.",
+    ],
 };
 
 pub const CLEANUP: AppletDoc = AppletDoc {

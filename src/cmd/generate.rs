@@ -1,7 +1,8 @@
 //! `ipmasq generate DIR` (for packagers, outside the clap definition so nothing advertises
 //! it): writes the man pages (section 8) and shell completions from the one clap definition,
-//! so they never drift from `--help`. A test compares the committed `man/` and `completions/`
-//! with a fresh generation.
+//! so they never drift from `--help`, and the reference pages (`docs/reference/endpoints.md`)
+//! from the same text as the man pages. A test compares the committed copies with a fresh
+//! generation.
 
 use super::Exit;
 use crate::cli::docs::{self, roff_text, AppletDoc};
@@ -60,17 +61,7 @@ pub const AGENT_COMPLETIONS: [(Shell, &str); 3] = [
 /// exports, read from a rendering of its metrics.
 fn health_section() -> String {
     let mut out = String::from(".SH \"HEALTH AND METRICS\"\n");
-    out.push_str(&format!(
-        ".PP\n{}\n",
-        roff_text("The agent serves three endpoints on --metrics-addr (default 127.0.0.1:9723; off disables them):")
-    ));
-    for (path, meaning) in [
-        ("/healthz", "200 while the loop is alive; 503 when a pass overruns (three resync intervals, at least a minute). Use it for the liveness probe."),
-        ("/readyz", "200 once the rules of the config in force are installed; 503 with the reason before that, after a failed sync, or while a rejected config keeps the last good one in force. Use it for the readiness probe."),
-        ("/metrics", "Prometheus text format, the metrics below."),
-    ] {
-        out.push_str(&format!(".TP\n.B {path}\n{}\n", roff_text(meaning)));
-    }
+    out.push_str(&crate::agent::endpoints::roff(roff_text));
     for (name, kind, help) in crate::agent::health::metric_catalogue() {
         out.push_str(&format!(
             ".TP\n.B {} ({kind})\n{}\n",
@@ -165,9 +156,16 @@ fn man_page_with(
     Ok(out)
 }
 
+/// The generated reference pages (markdown), by path: the same text as the man pages.
+pub const REFERENCE_PAGES: [&str; 1] = ["docs/reference/endpoints.md"];
+
 /// Every generated file: (path relative to the output directory, contents).
 pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     let mut files = Vec::new();
+    files.push((
+        REFERENCE_PAGES[0].to_string(),
+        crate::agent::endpoints::markdown().into_bytes(),
+    ));
     let mut cli = crate::cli::command();
     cli.build();
     let applets: [(&str, &AppletDoc); 7] = [
@@ -260,7 +258,7 @@ fn write_all(dir: &Path) -> std::io::Result<usize> {
 /// Runs `ipmasq generate DIR`.
 pub fn run(args: &[std::ffi::OsString]) -> Exit {
     let [dir] = args else {
-        eprintln!("usage: ipmasq generate DIR   (writes DIR/man/*.8 and DIR/completions/*)");
+        eprintln!("usage: ipmasq generate DIR   (writes DIR/man/*.8, DIR/completions/* and DIR/docs/reference/endpoints.md)");
         return Exit::Usage;
     };
     let dir = Path::new(dir);

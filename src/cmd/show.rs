@@ -5,11 +5,12 @@
 //! `{schemaVersion, backend, backendChoice, chain, installed, families: [{family, installed,
 //! jump: {present, copies, positions, postroutingRules}, rules: [{number, action, destination,
 //! protocol, toPorts, randomFully, probability, comment, other, packets, bytes, rule}]}],
-//! sync: null | {config, inSync, differences: [{family, kind, position, detail}]}}`.
+//! sync: null | {config, inSync, differences: [{family, kind, position, detail}]},
+//! configRejected?: {path, digest?, diagnostics, rejectedAt}}`.
 
 use super::node::{inspect, Judgement, Query, ResolvedNode};
 use super::{plan_options, Exit};
-use crate::agent::state::{AgentLookup, AgentState};
+use crate::agent::state::{AgentLookup, AgentState, RejectedRecord};
 use crate::backend::select::{every_backend, sweep};
 use crate::backend::{
     Backend, BackendId, Difference, HookStatus, Inspection, LiveRule, RuleVerdict,
@@ -49,6 +50,9 @@ pub struct ShowReport {
     /// A state file no running agent backs: the last state of an agent that died.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_agent: Option<AgentState>,
+    /// The config the running agent refuses: the file it reads is not the config in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_rejected: Option<RejectedRecord>,
 }
 
 #[derive(Debug, Serialize)]
@@ -385,6 +389,9 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
         out.push_str(&family_text(report, family, style, wide));
     }
     out.push_str(&agent_text(report, style));
+    if let Some(rejected) = &report.config_rejected {
+        out.push_str(&rejected_text(rejected, report.agent.as_ref(), style));
+    }
     if let Some(sync) = &report.sync {
         out.push_str(&sync_text(sync, style));
     }
@@ -524,6 +531,68 @@ fn agent_text(report: &ShowReport, style: &Styler) -> String {
     }
 }
 
+/// The config the running agent refuses: what, why, what stays in force, and the command
+/// that shows every problem.
+fn rejected_text(rejected: &RejectedRecord, agent: Option<&AgentState>, style: &Styler) -> String {
+    let digest = rejected
+        .digest
+        .as_deref()
+        .map(|d| format!(" (sha256 {})", short_digest(d)))
+        .unwrap_or_default();
+    let mut out = format!(
+        "{} {} the agent refused {}{digest} at {}\n",
+        style.bold("config: "),
+        style.error("REJECTED:"),
+        printable(&rejected.path),
+        rejected.rejected_at
+    );
+    for problem in &rejected.diagnostics {
+        out.push_str(&format!("  {}\n", printable(problem)));
+    }
+    let in_force = match agent.and_then(|a| a.config_read.as_ref()) {
+        Some(record) => format!(
+            "the last good config stays in force: {}{}, read at {}",
+            printable(&record.path),
+            record
+                .digest
+                .as_deref()
+                .map(|d| format!(" (sha256 {})", short_digest(d)))
+                .unwrap_or_default(),
+            record.read_at
+        ),
+        None => "no config is in force: no rules are installed until it is fixed".to_string(),
+    };
+    out.push_str(&format!("  {in_force}\n"));
+    out.push_str(&format!(
+        "  {} {}\n",
+        style.hint("next:"),
+        validate_command(&rejected.path)
+    ));
+    out
+}
+
+/// The first 12 hex digits of a SHA-256, as the verdict line prints it.
+fn short_digest(digest: &str) -> &str {
+    &digest[..digest.len().min(12)]
+}
+
+/// The command that checks a refused config: `ipmasq validate PATH`, or for a ConfigMap
+/// (`configmap NAMESPACE/NAME key KEY (…)`) its manifest piped in.
+fn validate_command(path: &str) -> String {
+    match path
+        .strip_prefix("configmap ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|name| name.split_once('/'))
+    {
+        Some((namespace, name)) => format!(
+            "kubectl -n {} get configmap {} -o yaml | ipmasq validate -",
+            printable(namespace),
+            printable(name)
+        ),
+        None => format!("ipmasq validate {}", printable(path)),
+    }
+}
+
 /// The verdict against a config: in sync, or every difference.
 fn sync_text(sync: &SyncVerdict, style: &Styler) -> String {
     let mut out = String::new();
@@ -611,7 +680,22 @@ pub fn run(args: &ShowArgs) -> Exit {
         }
     }
     let also_installed_in = elsewhere(backend, &node.flags);
-    let sync = match node.judgement(&query) {
+    let config_rejected = node
+        .agent
+        .running()
+        .and_then(|agent| agent.config_rejected.clone());
+    // An agent that has refused every config it read enforces none: nothing to judge by.
+    let nothing_in_force = args.config.is_none()
+        && node
+            .agent
+            .running()
+            .is_some_and(|agent| agent.config_read.is_none() && config_rejected.is_some());
+    let judgement = if nothing_in_force {
+        Ok(None)
+    } else {
+        node.judgement(&query)
+    };
+    let sync = match judgement {
         Err(exit) => return exit,
         Ok(None) => None,
         Ok(Some(judgement)) => Some(sync_verdict(
@@ -648,6 +732,7 @@ pub fn run(args: &ShowArgs) -> Exit {
         also_installed_in,
         agent,
         stale_agent,
+        config_rejected,
     };
     let text = match args.output {
         OutputFormat::Json => to_json(&report),
@@ -659,6 +744,7 @@ pub fn run(args: &ShowArgs) -> Exit {
         Exit::NotInstalled
     } else if report.sync.as_ref().is_some_and(|s| !s.in_sync)
         || !report.also_installed_in.is_empty()
+        || report.config_rejected.is_some()
     {
         Exit::Failure
     } else {

@@ -39,6 +39,7 @@ mod node;
 mod node_lock;
 mod packets;
 mod parse_budget;
+mod rejected_config;
 mod seam;
 mod show_cleanup;
 mod snat_log;
