@@ -454,16 +454,24 @@ pub fn run(args: &ExplainArgs) -> Exit {
         conntrack_unavailable,
         config_file,
     };
-    let text = match args.output {
-        OutputFormat::Json => to_json(&report),
-        OutputFormat::Yaml => to_yaml(&report),
-        OutputFormat::Text => to_text(&report, &Styler::for_stdout(args.color)),
-    };
-    print!("{text}");
+    print!("{}", rendered(&report, args));
     match outcome {
         "disagreement" => Exit::Disagreement,
         "masquerade" => Exit::Ok,
         _ => Exit::Kept,
+    }
+}
+
+/// The report in the format asked for; text fits the terminal's width.
+fn rendered(report: &ExplainReport, args: &ExplainArgs) -> String {
+    match args.output {
+        OutputFormat::Json => to_json(report),
+        OutputFormat::Yaml => to_yaml(report),
+        OutputFormat::Text => crate::terminal::fit(
+            &to_text(report, &Styler::for_stdout(args.color)),
+            crate::terminal::output_width(),
+            BODY_INDENT,
+        ),
     }
 }
 
@@ -567,6 +575,10 @@ fn live_answer(
         may_decide_first: may_decide_first.into_iter().map(before).collect(),
     }
 }
+
+/// Where the body of a report line starts (`config  `, `live    `): a wrapped line goes on
+/// there.
+const BODY_INDENT: usize = 8;
 
 fn action_word(action: Action, snat_to: Option<IpAddr>) -> String {
     match (action, snat_to) {

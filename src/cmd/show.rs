@@ -19,13 +19,14 @@ use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
 use crate::config;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
 use crate::plan::{plan_family, Family};
+use crate::terminal::{fit, CLASSIC_WIDTH};
 use serde::Serialize;
 use tabled::builder::Builder;
 use tabled::settings::object::Columns;
 use tabled::settings::{Padding, Style, Width};
 
-/// Tables fit a classic terminal unless `--wide` asks for comments.
-const TABLE_WIDTH: usize = 80;
+/// The continuation indent of a wrapped report line: past its label (`backend: `, `config:  `).
+const LABEL_WIDTH: usize = 9;
 /// Index of the options column in the rule table.
 const OPTIONS_COLUMN: usize = 4;
 
@@ -298,7 +299,12 @@ fn human(n: Option<u64>) -> String {
     n.to_string()
 }
 
-fn table(family: &FamilyReport, wide: bool, backend: BackendId) -> String {
+/// Tables fit a classic terminal, or a narrower one, unless `--wide` asks for comments.
+fn table_width(width: Option<usize>) -> usize {
+    width.map_or(CLASSIC_WIDTH, |w| w.min(CLASSIC_WIDTH))
+}
+
+fn table(family: &FamilyReport, wide: bool, backend: BackendId, width: Option<usize>) -> String {
     let mut builder = Builder::default();
     let mut header = vec![
         "#",
@@ -359,9 +365,10 @@ fn table(family: &FamilyReport, wide: bool, backend: BackendId) -> String {
     table.with(Style::blank());
     table.with(Padding::new(0, 1, 0, 0));
     let total = table.total_width();
-    if !wide && total > TABLE_WIDTH {
+    let fits = table_width(width);
+    if !wide && total > fits {
         // Only the options column (long with --to-ports) wraps, at word boundaries.
-        let target = options_width.saturating_sub(total - TABLE_WIDTH).max(12);
+        let target = options_width.saturating_sub(total - fits).max(12);
         table.modify(
             Columns::new(OPTIONS_COLUMN..=OPTIONS_COLUMN),
             Width::wrap(target).keep_words(true),
@@ -375,28 +382,35 @@ fn table(family: &FamilyReport, wide: bool, backend: BackendId) -> String {
         .collect()
 }
 
-fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
-    let mut out = format!(
+/// The report for people, every line but a `--wide` table's within `width` (None: lines
+/// whole, tables at 80 columns).
+fn to_text(report: &ShowReport, style: &Styler, wide: bool, width: Option<usize>) -> String {
+    let fitted = |text: String| fit(&text, width, LABEL_WIDTH);
+    let mut out = fitted(format!(
         "{} {} ({})\n{} {}\n",
         style.bold("backend:"),
         report.backend,
         report.backend_choice,
         style.bold("chain:  "),
         report.location
-    );
+    ));
     for family in &report.families {
         out.push('\n');
-        out.push_str(&family_text(report, family, style, wide));
+        out.push_str(&family_text(report, family, style, (wide, width)));
     }
-    out.push_str(&agent_text(report, style));
+    out.push_str(&fitted(agent_text(report, style)));
     if let Some(rejected) = &report.config_rejected {
-        out.push_str(&rejected_text(rejected, report.agent.as_ref(), style));
+        out.push_str(&fitted(rejected_text(
+            rejected,
+            report.agent.as_ref(),
+            style,
+        )));
     }
     if let Some(sync) = &report.sync {
-        out.push_str(&sync_text(sync, style));
+        out.push_str(&fitted(sync_text(sync, style)));
     }
     for elsewhere in &report.also_installed_in {
-        out.push_str(&elsewhere_text(report, elsewhere, style));
+        out.push_str(&fitted(elsewhere_text(report, elsewhere, style)));
     }
     if !report.installed {
         let missing = if report.backend.is_iptables() {
@@ -407,18 +421,23 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
         } else {
             "no table ip ipmasq with its postrouting chain".to_string()
         };
-        out.push_str(&format!(
+        out.push_str(&fitted(format!(
             "\n{}\n",
             style.warning(&format!(
                 "ip-masq-agent rules are not installed ({missing})"
             ))
-        ));
+        )));
     }
     out
 }
 
 /// One family: its state line and, when installed, its rule table.
-fn family_text(report: &ShowReport, family: &FamilyReport, style: &Styler, wide: bool) -> String {
+fn family_text(
+    report: &ShowReport,
+    family: &FamilyReport,
+    style: &Styler,
+    (wide, width): (bool, Option<usize>),
+) -> String {
     let name = style.bold(&format!("{}:", family.family));
     if !family.installed && !family.jump.present {
         return format!("{name} {}\n", style.warning("not installed"));
@@ -444,8 +463,9 @@ fn family_text(report: &ShowReport, family: &FamilyReport, style: &Styler, wide:
             out.push_str(&format!("    {}: {}\n", rule.number, printable(&rule.rule)));
         }
     }
+    let mut out = fit(&out, width, LABEL_WIDTH);
     if family.installed {
-        out.push_str(&table(family, wide, report.backend));
+        out.push_str(&table(family, wide, report.backend, width));
     }
     out
 }
@@ -737,7 +757,12 @@ pub fn run(args: &ShowArgs) -> Exit {
     let text = match args.output {
         OutputFormat::Json => to_json(&report),
         OutputFormat::Yaml => to_yaml(&report),
-        OutputFormat::Text => to_text(&report, &Styler::for_stdout(args.color), args.wide),
+        OutputFormat::Text => to_text(
+            &report,
+            &Styler::for_stdout(args.color),
+            args.wide,
+            crate::terminal::output_width(),
+        ),
     };
     print!("{text}");
     if !report.installed {
@@ -907,7 +932,7 @@ mod tests {
             },
         );
         let report = family_report(Family::V4, &live);
-        let text = table(&report, false, BackendId::IptablesNft);
+        let text = table(&report, false, BackendId::IptablesNft, None);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("192.168.0.0/16"));
         assert!(text.contains("123.5M"), "{text}");
@@ -923,6 +948,7 @@ mod tests {
             &family_report(Family::V4, &live),
             true,
             BackendId::IptablesNft,
+            None,
         );
         assert!(!text.contains('\u{1b}'), "{text:?}");
         assert!(text.contains("\\x1b]0;pwned\\x07"), "{text}");
@@ -954,6 +980,7 @@ mod tests {
             &family_report(Family::V4, &live),
             false,
             BackendId::Nftables,
+            None,
         );
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("tcp 1024-29999"), "{text}");

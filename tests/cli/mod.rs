@@ -5,6 +5,7 @@ mod backend_names;
 mod code_shape;
 mod dispatch;
 mod extensions;
+mod fits_terminal;
 mod fleet;
 mod generated;
 mod hostile_input;

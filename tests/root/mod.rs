@@ -25,6 +25,7 @@ mod deploy;
 mod egress;
 mod extensions;
 mod faults;
+mod fits_terminal;
 mod fleet;
 mod foreign_nat_rules;
 mod health;

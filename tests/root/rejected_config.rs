@@ -108,6 +108,9 @@ fn a_rejected_config_is_told_by_show_explain_and_readyz() {
     assert_eq!(run.code, 1, "{}", run.stderr);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(report["configRejected"]["diagnostics"][0], diagnostic);
+    // At COLUMNS=80, every line of it fits.
+    let text = super::fits_terminal::show_fits(&ns, &[], 1);
+    assert!(text.contains("REJECTED:"), "{text}");
 
     // explain: judged by the config in force (its digest), the file on disk rejected.
     let good_digest = ipmasq::config::digest::sha256_hex(GOOD.as_bytes());
