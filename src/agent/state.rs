@@ -920,6 +920,31 @@ mod tests {
         condition()
     }
 
+    /// `configRejected` is optional both ways: a state file without it (an older agent's)
+    /// reads as no rejection, and readers ignore fields they do not know (as an older `show`
+    /// ignores `configRejected`: no `deny_unknown_fields`).
+    #[test]
+    fn the_rejection_is_optional_both_ways() {
+        let mut state = sample(1);
+        let older = serde_json::to_string(&state).unwrap();
+        assert!(!older.contains("configRejected"), "{older}");
+        assert_eq!(serde_json::from_str::<AgentState>(&older).unwrap(), state);
+        state.config_rejected = Some(RejectedRecord {
+            path: "/etc/config/ip-masq-agent".into(),
+            digest: Some("ab".repeat(32)),
+            diagnostics: vec!["/etc/config/ip-masq-agent:4:5: [cidr-not-aligned] x".into()],
+            rejected_at: "2026-11-26T10:00:00Z".into(),
+        });
+        let newer = serde_json::to_value(&state).unwrap();
+        assert_eq!(
+            newer["configRejected"]["rejectedAt"],
+            "2026-11-26T10:00:00Z"
+        );
+        let mut future = newer.clone();
+        future["aFieldOfALaterVersion"] = serde_json::json!({"x": 1});
+        assert_eq!(serde_json::from_value::<AgentState>(future).unwrap(), state);
+    }
+
     #[test]
     fn differing_flags_are_named() {
         let a = sample(1).rules;

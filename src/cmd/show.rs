@@ -938,6 +938,35 @@ mod tests {
         assert!(text.contains("123.5M"), "{text}");
     }
 
+    /// The command a REJECTED block names: `ipmasq validate PATH` for a file, the ConfigMap's
+    /// manifest piped into it in API mode.
+    #[test]
+    fn a_rejected_config_names_the_command_that_checks_it() {
+        assert_eq!(
+            validate_command("/etc/config/ip-masq-agent"),
+            "ipmasq validate /etc/config/ip-masq-agent"
+        );
+        assert_eq!(
+            validate_command("configmap kube-system/ip-masq-agent key config (resourceVersion 7)"),
+            "kubectl -n kube-system get configmap ip-masq-agent -o yaml | ipmasq validate -"
+        );
+        let rejected = RejectedRecord {
+            path: "/etc/kubernetes/ip-masq-agent/config-volume/..data/ip-masq-agent".into(),
+            digest: Some("ab".repeat(32)),
+            diagnostics: vec![format!(
+                "/etc/kubernetes/ip-masq-agent/config-volume/..data/ip-masq-agent:4:5: [cidr-not-aligned] {}",
+                "a long reason ".repeat(8)
+            )],
+            rejected_at: "2026-11-26T10:00:00Z".into(),
+        };
+        let text = rejected_text(&rejected, None, &Styler::plain());
+        assert!(text.contains("REJECTED: the agent refused"), "{text}");
+        assert!(text.contains("no config is in force"), "{text}");
+        let fitted = fit(&text, Some(80), LABEL_WIDTH);
+        assert!(fitted.lines().all(|l| l.chars().count() <= 80), "{fitted}");
+        assert!(fitted.contains("next: ipmasq validate"), "{fitted}");
+    }
+
     #[test]
     fn a_hostile_comment_reaches_the_terminal_escaped() {
         let mut view = ret("10.0.0.0/8");
