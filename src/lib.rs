@@ -19,6 +19,7 @@ pub(crate) mod netlink;
 pub(crate) mod output;
 pub(crate) mod plan;
 pub(crate) mod snat;
+pub(crate) mod terminal;
 pub(crate) mod text;
 
 /// The ctnetlink entry parser alone, for `benches/conntrack_parser.rs`; not an API.

@@ -64,9 +64,11 @@ pub fn ipmasq_with_stdin(args: &[&str], stdin: &str) -> Run {
 
 /// Runs any program (e.g. a symlink to the binary) with the given args and stdin.
 pub fn run_program(program: &Path, args: &[&str], stdin: Option<&str>) -> Run {
+    // The runner's terminal width is not the test's: text reports keep their lines whole.
     let mut child = Command::new(program)
         .args(args)
         .env_remove("NO_COLOR")
+        .env_remove("COLUMNS")
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

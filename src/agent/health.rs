@@ -82,7 +82,12 @@ pub fn liveness(snapshot: &Snapshot, now: Instant) -> Result<String, String> {
 
 /// `/readyz`: Ok once a valid config has been applied and the last sync succeeded. A family
 /// masquerading because the node lacks its output address is ready (its traffic flows, as
-/// upstream's would) and says why, one line each, after the `ok`.
+/// upstream's would) and says why, one line each, after the `ok`. A config rejected while
+/// the last good one stays in force is ready too, and said after the `ok`: readiness is
+/// "rules of a valid config are in force", and they are; making every pod of a DaemonSet
+/// unready over one bad ConfigMap would stall unrelated rollouts and page on every node,
+/// while `ipmasq_config_current` and the IpmasqConfigRejected alert report it (the full
+/// reasoning, and every answer, is the text of [`super::endpoints::ENDPOINTS`]).
 pub fn readiness(snapshot: &Snapshot) -> Result<String, String> {
     if snapshot.status.last_pass.is_none() {
         return Err("starting: no sync has run yet".to_string());
@@ -91,6 +96,10 @@ pub fn readiness(snapshot: &Snapshot) -> Result<String, String> {
         Some(reason) => Err(reason.clone()),
         None => {
             let mut text = "ok".to_string();
+            if let Some(reason) = &snapshot.status.config_rejected {
+                text.push_str("\nconfig rejected, the last good config stays in force: ");
+                text.push_str(reason);
+            }
             for reason in snapshot.status.egress_fallback.values().flatten() {
                 text.push_str("\noutput address fallback: ");
                 text.push_str(reason);

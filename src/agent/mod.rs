@@ -4,6 +4,7 @@
 //! `iptables-restore` included). SIGTERM and SIGINT end it, after removing our rules from the
 //! backend in use when asked to.
 
+pub(crate) mod endpoints;
 pub(crate) mod health;
 pub(crate) mod http;
 pub(crate) mod last_known_good;

@@ -191,6 +191,29 @@ impl StateFileSink {
     }
 }
 
+impl StateFileSink {
+    /// Records the config the agent refuses, while it does (cleared once one is accepted),
+    /// so `show` says REJECTED instead of judging by a file the agent ignores. The time is
+    /// when these bytes were first refused for this reason: a steady pass writes nothing.
+    fn record_rejection(&mut self, reconciler: &Reconciler) {
+        let rejected = reconciler.rejection().map(|rejection| {
+            let same = self.state.config_rejected.as_ref().filter(|before| {
+                before.digest == rejection.digest && before.diagnostics == rejection.located
+            });
+            state::RejectedRecord {
+                path: rejection.source.clone(),
+                digest: rejection.digest.clone(),
+                diagnostics: rejection.located.clone(),
+                rejected_at: same.map_or_else(
+                    || crate::config::digest::rfc3339_utc(std::time::SystemTime::now()),
+                    |before| before.rejected_at.clone(),
+                ),
+            }
+        });
+        self.state.config_rejected = rejected;
+    }
+}
+
 impl StatusSink for StateFileSink {
     fn publish(&mut self, done: &PassDone) {
         let reconciler = done.reconciler;
@@ -205,6 +228,7 @@ impl StatusSink for StateFileSink {
         }
         self.state.rules.enable_ipv6 = reconciler.ipv6_managed();
         self.record_config(reconciler);
+        self.record_rejection(reconciler);
         if self.written.as_ref() != Some(&self.state) {
             match state::write(&self.dir, &self.state) {
                 Ok(path) => debug!(path = %path.display(), "state file written"),

@@ -83,6 +83,26 @@ pub struct AgentState {
     /// The config in force as the agent read it, when it has accepted one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_read: Option<ConfigRecord>,
+    /// The config the agent refused (invalid, unreadable, too large for its memory) while the
+    /// last good one, if any, stays in force; cleared when a config is accepted. An optional
+    /// field of schema 1: older readers ignore it, and a file without it means none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_rejected: Option<RejectedRecord>,
+}
+
+/// A config the agent refused, as it recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedRecord {
+    /// The file, directory or ConfigMap the agent read, as the agent names it.
+    pub path: String,
+    /// SHA-256 of the refused bytes; none when they could not be read (or a directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Why: one `FILE:LINE:COLUMN: [code] reason` per problem.
+    pub diagnostics: Vec<String>,
+    /// When the agent first refused these bytes for this reason (RFC 3339, UTC).
+    pub rejected_at: String,
 }
 
 /// Where the config in force came from, as the agent saw it (its path is in the agent's own
@@ -698,6 +718,7 @@ mod tests {
             },
             instance: format!("test-{pid}"),
             config_read: None,
+            config_rejected: None,
         }
     }
 
@@ -897,6 +918,31 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         condition()
+    }
+
+    /// `configRejected` is optional both ways: a state file without it (an older agent's)
+    /// reads as no rejection, and readers ignore fields they do not know (as an older `show`
+    /// ignores `configRejected`: no `deny_unknown_fields`).
+    #[test]
+    fn the_rejection_is_optional_both_ways() {
+        let mut state = sample(1);
+        let older = serde_json::to_string(&state).unwrap();
+        assert!(!older.contains("configRejected"), "{older}");
+        assert_eq!(serde_json::from_str::<AgentState>(&older).unwrap(), state);
+        state.config_rejected = Some(RejectedRecord {
+            path: "/etc/config/ip-masq-agent".into(),
+            digest: Some("ab".repeat(32)),
+            diagnostics: vec!["/etc/config/ip-masq-agent:4:5: [cidr-not-aligned] x".into()],
+            rejected_at: "2026-11-26T10:00:00Z".into(),
+        });
+        let newer = serde_json::to_value(&state).unwrap();
+        assert_eq!(
+            newer["configRejected"]["rejectedAt"],
+            "2026-11-26T10:00:00Z"
+        );
+        let mut future = newer.clone();
+        future["aFieldOfALaterVersion"] = serde_json::json!({"x": 1});
+        assert_eq!(serde_json::from_value::<AgentState>(future).unwrap(), state);
     }
 
     #[test]

@@ -177,6 +177,7 @@ pub const EXPLAIN: AppletDoc = AppletDoc {
     notes: &[
         "Local destinations (addresses of this node) never enter the rules; explain judges DEST as a remote address.",
         "A rule with matches explain cannot judge (a hand-made one) is taken as not matching and listed.",
+        "The text report fits the terminal: its lines wrap at COLUMNS, else at the terminal's width; piped without COLUMNS they stay whole. -o json and -o yaml are never wrapped.",
         "When tracked flows to DEST were source-NATed, a ports line per translated address and protocol gives the SNAT port use toward DEST: the ports its busiest destination port takes against those MASQUERADE picks from (the kernel's 1024-65535 for a source port of 1024 and above, ICMP ids 0-65535, or --to-ports), warned at 80 %; -o json: conntrack.snatPorts. When the conntrack table cannot be read (no CAP_NET_ADMIN, no conntrack module), flows says why and the rest of the answer stands.",
     ],
 };
@@ -203,14 +204,18 @@ pub const SHOW: AppletDoc = AppletDoc {
     ],
     exit_status: &[
         (0, "the rules are installed (and in sync with the running agent's or --config's settings)"),
-        (1, "the rules drifted, or our chain is in more than one iptables variant or backend"),
+        (1, "the rules drifted, our chain is in more than one iptables variant or backend, or the running agent rejected the config it reads (REJECTED: the last good config stays in force)"),
         (2, "usage error, or an invalid or missing --config"),
         (3, "the rules are not installed"),
         (4, "permission denied: needs CAP_NET_ADMIN (try sudo)"),
         (5, "iptables is not installed"),
     ],
     files: CONFIG_FILES,
-    notes: &["With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs. It reads the agent's backend unless --backend or --iptables-mode is given: a flag given wins."],
+    notes: &[
+        "With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs. It reads the agent's backend unless --backend or --iptables-mode is given: a flag given wins.",
+        "The text report fits the terminal: its lines wrap at COLUMNS, else at the terminal's width (tables at 80 columns at most, unless --wide); piped without COLUMNS they stay whole. -o json and -o yaml are never wrapped.",
+        "When the running agent refused the config it reads (invalid, unreadable, too large for its memory), show says REJECTED with the agent's diagnostics, the config that stays in force (its digest and when it was read) and the command that checks the file (ipmasq validate PATH), and exits 1; -o json carries it as configRejected. The verdict is then the config in force's, not the file's.",
+    ],
 };
 
 pub const CLEANUP: AppletDoc = AppletDoc {

@@ -223,6 +223,7 @@ fn agent_state(
         rules: rule_settings(&args.rules),
         instance: crate::agent::state::new_instance(),
         config_read: None,
+        config_rejected: None,
     }
 }
 

@@ -157,11 +157,13 @@ pub fn run(args: &CleanupArgs) -> Exit {
     }
     let reports: Vec<StepReport> = steps.iter().map(StepReport::from).collect();
     let removed_anything = reports.iter().any(|r| r.transaction.is_some());
-    if removed_anything && !args.dry_run {
+    // A dry run warns too: it is how one asks what a cleanup would do.
+    if removed_anything {
         if let Some(agent) = running_agent(&state_dir(args.state_dir.as_deref())) {
             if agent.rules.masq_chain == args.masq_chain.as_str() {
+                let would = if args.dry_run { "would" } else { "will" };
                 eprintln!(
-                    "ipmasq cleanup: warning: an agent is running (pid {}, {}) and will put these rules back at its next resync; stop it first (systemctl stop ipmasq, or remove the DaemonSet)",
+                    "ipmasq cleanup: warning: an agent is running (pid {}, {}) and {would} put these rules back at its next resync; stop it first (systemctl stop ipmasq, or remove the DaemonSet)",
                     agent.pid, agent.backend
                 );
             }

@@ -9,10 +9,12 @@
 //! source, sourceAssumed, outInterface?, outInterfaceFrom?, family, outcome, config: {source,
 //! action, snatTo?, reason, decision?}, live?: {backend, location, action, snatTo?, reason,
 //! rule?, unjudged}, liveUnavailable?, agree?, conntrack?: {examined, toDestination,
-//! contradictingTotal, contradicting}, conntrackUnavailable?}`, where `outcome` is
-//! `masquerade`, `keep-source` or `disagreement`.
+//! contradictingTotal, contradicting}, conntrackUnavailable?, configFile?: {path, state,
+//! digest?, diagnostics}}`, where `outcome` is `masquerade`, `keep-source` or `disagreement`,
+//! and `configFile` (the file the agent reads, when it is not the config in force) has
+//! `state` `rejected` or `changed`.
 
-use super::node::{Judgement, Query, ResolvedNode};
+use super::node::{JudgedAgainst, Judgement, Query, ResolvedNode};
 use super::Exit;
 use crate::backend::{LiveReason, LiveVerdict};
 use crate::cli::{ExplainArgs, OutputFormat};
@@ -52,6 +54,54 @@ struct ExplainReport {
     conntrack: Option<super::flows::FlowsAnswer>,
     #[serde(skip_serializing_if = "Option::is_none")]
     conntrack_unavailable: Option<String>,
+    /// The file the agent reads, when it is not the config judged by (the one in force).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config_file: Option<FileNotInForce>,
+}
+
+/// The config file the running agent reads, when its content is not the config in force:
+/// the agent refused it, or it changed since the agent read it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FileNotInForce {
+    path: String,
+    /// `rejected` (the agent refused it; the last good config stays in force) or `changed`
+    /// (its bytes are not those in force, and the agent has not judged them yet).
+    state: &'static str,
+    /// SHA-256 of the file's bytes, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    digest: Option<String>,
+    /// The agent's diagnostics of a rejected file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    diagnostics: Vec<String>,
+}
+
+/// The file the agent reads, when it is not what the agent enforces: refused (the agent
+/// recorded why), or changed since the agent read it (its bytes here hash otherwise).
+fn file_not_in_force(node: &ResolvedNode, judgement: &Judgement) -> Option<FileNotInForce> {
+    let JudgedAgainst::AgentRecord(record) = &judgement.against else {
+        return None;
+    };
+    if let Some(rejected) = node.agent.running()?.config_rejected.as_ref() {
+        return Some(FileNotInForce {
+            path: rejected.path.clone(),
+            state: "rejected",
+            digest: rejected.digest.clone(),
+            diagnostics: rejected.diagnostics.clone(),
+        });
+    }
+    if record.source != "file" {
+        return None;
+    }
+    let path = std::path::Path::new(&record.path);
+    let bytes = path.is_file().then(|| std::fs::read(path).ok()).flatten()?;
+    let digest = crate::config::digest::sha256_hex(&bytes);
+    (record.digest.as_deref() != Some(digest.as_str())).then(|| FileNotInForce {
+        path: record.path.clone(),
+        state: "changed",
+        digest: Some(digest),
+        diagnostics: Vec::new(),
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -321,6 +371,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
         Ok(resolved) => resolved,
         Err(exit) => return exit,
     };
+    let config_file = file_not_in_force(&node, &judgement);
     let config = &judgement.config;
     let dst = args.destination;
     let family = if dst.is_ipv4() {
@@ -401,17 +452,26 @@ pub fn run(args: &ExplainArgs) -> Exit {
         agree,
         conntrack,
         conntrack_unavailable,
+        config_file,
     };
-    let text = match args.output {
-        OutputFormat::Json => to_json(&report),
-        OutputFormat::Yaml => to_yaml(&report),
-        OutputFormat::Text => to_text(&report, &Styler::for_stdout(args.color)),
-    };
-    print!("{text}");
+    print!("{}", rendered(&report, args));
     match outcome {
         "disagreement" => Exit::Disagreement,
         "masquerade" => Exit::Ok,
         _ => Exit::Kept,
+    }
+}
+
+/// The report in the format asked for; text fits the terminal's width.
+fn rendered(report: &ExplainReport, args: &ExplainArgs) -> String {
+    match args.output {
+        OutputFormat::Json => to_json(report),
+        OutputFormat::Yaml => to_yaml(report),
+        OutputFormat::Text => crate::terminal::fit(
+            &to_text(report, &Styler::for_stdout(args.color)),
+            crate::terminal::output_width(),
+            BODY_INDENT,
+        ),
     }
 }
 
@@ -516,6 +576,10 @@ fn live_answer(
     }
 }
 
+/// Where the body of a report line starts (`config  `, `live    `): a wrapped line goes on
+/// there.
+const BODY_INDENT: usize = 8;
+
 fn action_word(action: Action, snat_to: Option<IpAddr>) -> String {
     match (action, snat_to) {
         (Action::Masquerade, Some(to)) => format!("SNAT (the source becomes {to})"),
@@ -568,6 +632,12 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         (None, _) => "no listed CIDR holds it: everything else is masqueraded".to_string(),
     };
     out.push_str(&format!("        {}\n", printable(&why)));
+    if let Some(file) = &report.config_file {
+        out.push_str(&format!(
+            "        {}\n",
+            style.warning(&printable(&file_words(file)))
+        ));
+    }
     if let Some(reason) = &c.output_address_fallback {
         out.push_str(&format!(
             "        {}\n",
@@ -590,6 +660,25 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
     };
     out.push_str(&format!("verdict: {verdict}\n"));
     out
+}
+
+/// Why the file on disk is not the config explained, and what to run.
+fn file_words(file: &FileNotInForce) -> String {
+    let digest = file
+        .digest
+        .as_deref()
+        .map(|d| format!(" (sha256 {})", &d[..d.len().min(12)]))
+        .unwrap_or_default();
+    match file.state {
+        "rejected" => format!(
+            "this is the config in force, the last good one: the agent REJECTED the file now at {}{digest}, so the lines cited may not be in it; `ipmasq show` says why, `ipmasq validate {}` checks it",
+            file.path, file.path
+        ),
+        _ => format!(
+            "this is the config in force: the file at {} has changed since the agent read it{digest}, and the agent has not judged it yet",
+            file.path
+        ),
+    }
 }
 
 /// The live rules' answer: the backend, the rule (or what ran before us) that decided, and

@@ -1,8 +1,8 @@
 //! `ipmasq generate DIR` (for packagers, outside the clap definition so nothing advertises
 //! it): writes the man pages (section 8), shell completions and the references under
-//! docs/reference/ (flags, exit codes, metrics, diagnostic codes) from the one clap definition
-//! and the code's lists, so they never drift from `--help`. A test compares the committed `man/` and `completions/`
-//! with a fresh generation.
+//! docs/reference/ (flags, exit codes, endpoints, metrics, diagnostic codes) from the one clap
+//! definition and the code's lists, so they never drift from `--help`. A test compares the
+//! committed copies with a fresh generation.
 
 use super::Exit;
 use crate::cli::docs::{self, roff_text, AppletDoc};
@@ -61,17 +61,7 @@ pub const AGENT_COMPLETIONS: [(Shell, &str); 3] = [
 /// exports, from the list its `/metrics` registers them by.
 fn health_section() -> String {
     let mut out = String::from(".SH \"HEALTH AND METRICS\"\n");
-    out.push_str(&format!(
-        ".PP\n{}\n",
-        roff_text("The agent serves three endpoints on --metrics-addr (default 127.0.0.1:9723; off disables them):")
-    ));
-    for (path, meaning) in [
-        ("/healthz", "200 while the loop is alive; 503 when a pass overruns (three resync intervals, at least a minute). Use it for the liveness probe."),
-        ("/readyz", "200 once the rules of the config in force are installed; 503 with the reason before that, after a failed sync, or while a rejected config keeps the last good one in force. Use it for the readiness probe."),
-        ("/metrics", "Prometheus text format, the metrics below."),
-    ] {
-        out.push_str(&format!(".TP\n.B {path}\n{}\n", roff_text(meaning)));
-    }
+    out.push_str(&crate::agent::endpoints::roff(roff_text));
     out.push_str(&crate::cli::metrics_page::man_entries());
     out
 }
@@ -345,6 +335,10 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     files.push((
         "man/ipmasq-config.5".to_string(),
         crate::cli::config_page::config_page(cli.get_version().unwrap_or_default()).into_bytes(),
+    ));
+    files.push((
+        "docs/reference/endpoints.md".to_string(),
+        crate::agent::endpoints::markdown().into_bytes(),
     ));
     files.push((
         "docs/reference/flags.md".to_string(),

@@ -28,7 +28,8 @@ use std::process::ExitCode;
 pub enum Exit {
     /// Success; for `validate`: every input is valid.
     Ok = 0,
-    /// The input is invalid (or, with `--strict`, has warnings); an applet failed.
+    /// The input is invalid (or, with `--strict`, has warnings); an applet failed; `show`:
+    /// drift, or the running agent rejected its config.
     Failure = 1,
     /// Bad usage, an unknown applet, or an input that could not be read.
     Usage = 2,

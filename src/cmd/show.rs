@@ -5,11 +5,12 @@
 //! `{schemaVersion, backend, backendChoice, chain, installed, families: [{family, installed,
 //! jump: {present, copies, positions, postroutingRules}, rules: [{number, action, destination,
 //! protocol, toPorts, randomFully, probability, comment, other, packets, bytes, rule}]}],
-//! sync: null | {config, inSync, differences: [{family, kind, position, detail}]}}`.
+//! sync: null | {config, inSync, differences: [{family, kind, position, detail}]},
+//! configRejected?: {path, digest?, diagnostics, rejectedAt}}`.
 
 use super::node::{inspect, Judgement, Query, ResolvedNode};
 use super::{plan_options, Exit};
-use crate::agent::state::{AgentLookup, AgentState};
+use crate::agent::state::{AgentLookup, AgentState, RejectedRecord};
 use crate::backend::select::{every_backend, sweep};
 use crate::backend::{
     Backend, BackendId, Difference, HookStatus, Inspection, LiveRule, RuleVerdict,
@@ -18,13 +19,14 @@ use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
 use crate::config;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
 use crate::plan::{plan_family, Family};
+use crate::terminal::{fit, CLASSIC_WIDTH};
 use serde::Serialize;
 use tabled::builder::Builder;
 use tabled::settings::object::Columns;
 use tabled::settings::{Padding, Style, Width};
 
-/// Tables fit a classic terminal unless `--wide` asks for comments.
-const TABLE_WIDTH: usize = 80;
+/// The continuation indent of a wrapped report line: past its label (`backend: `, `config:  `).
+const LABEL_WIDTH: usize = 9;
 /// Index of the options column in the rule table.
 const OPTIONS_COLUMN: usize = 4;
 
@@ -49,6 +51,9 @@ pub struct ShowReport {
     /// A state file no running agent backs: the last state of an agent that died.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_agent: Option<AgentState>,
+    /// The config the running agent refuses: the file it reads is not the config in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_rejected: Option<RejectedRecord>,
 }
 
 #[derive(Debug, Serialize)]
@@ -294,7 +299,12 @@ fn human(n: Option<u64>) -> String {
     n.to_string()
 }
 
-fn table(family: &FamilyReport, wide: bool, backend: BackendId) -> String {
+/// Tables fit a classic terminal, or a narrower one, unless `--wide` asks for comments.
+fn table_width(width: Option<usize>) -> usize {
+    width.map_or(CLASSIC_WIDTH, |w| w.min(CLASSIC_WIDTH))
+}
+
+fn table(family: &FamilyReport, wide: bool, backend: BackendId, width: Option<usize>) -> String {
     let mut builder = Builder::default();
     let mut header = vec![
         "#",
@@ -355,9 +365,10 @@ fn table(family: &FamilyReport, wide: bool, backend: BackendId) -> String {
     table.with(Style::blank());
     table.with(Padding::new(0, 1, 0, 0));
     let total = table.total_width();
-    if !wide && total > TABLE_WIDTH {
+    let fits = table_width(width);
+    if !wide && total > fits {
         // Only the options column (long with --to-ports) wraps, at word boundaries.
-        let target = options_width.saturating_sub(total - TABLE_WIDTH).max(12);
+        let target = options_width.saturating_sub(total - fits).max(12);
         table.modify(
             Columns::new(OPTIONS_COLUMN..=OPTIONS_COLUMN),
             Width::wrap(target).keep_words(true),
@@ -371,25 +382,35 @@ fn table(family: &FamilyReport, wide: bool, backend: BackendId) -> String {
         .collect()
 }
 
-fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
-    let mut out = format!(
+/// The report for people, every line but a `--wide` table's within `width` (None: lines
+/// whole, tables at 80 columns).
+fn to_text(report: &ShowReport, style: &Styler, wide: bool, width: Option<usize>) -> String {
+    let fitted = |text: String| fit(&text, width, LABEL_WIDTH);
+    let mut out = fitted(format!(
         "{} {} ({})\n{} {}\n",
         style.bold("backend:"),
         report.backend,
         report.backend_choice,
         style.bold("chain:  "),
         report.location
-    );
+    ));
     for family in &report.families {
         out.push('\n');
-        out.push_str(&family_text(report, family, style, wide));
+        out.push_str(&family_text(report, family, style, (wide, width)));
     }
-    out.push_str(&agent_text(report, style));
+    out.push_str(&fitted(agent_text(report, style)));
+    if let Some(rejected) = &report.config_rejected {
+        out.push_str(&fitted(rejected_text(
+            rejected,
+            report.agent.as_ref(),
+            style,
+        )));
+    }
     if let Some(sync) = &report.sync {
-        out.push_str(&sync_text(sync, style));
+        out.push_str(&fitted(sync_text(sync, style)));
     }
     for elsewhere in &report.also_installed_in {
-        out.push_str(&elsewhere_text(report, elsewhere, style));
+        out.push_str(&fitted(elsewhere_text(report, elsewhere, style)));
     }
     if !report.installed {
         let missing = if report.backend.is_iptables() {
@@ -400,18 +421,23 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool) -> String {
         } else {
             "no table ip ipmasq with its postrouting chain".to_string()
         };
-        out.push_str(&format!(
+        out.push_str(&fitted(format!(
             "\n{}\n",
             style.warning(&format!(
                 "ip-masq-agent rules are not installed ({missing})"
             ))
-        ));
+        )));
     }
     out
 }
 
 /// One family: its state line and, when installed, its rule table.
-fn family_text(report: &ShowReport, family: &FamilyReport, style: &Styler, wide: bool) -> String {
+fn family_text(
+    report: &ShowReport,
+    family: &FamilyReport,
+    style: &Styler,
+    (wide, width): (bool, Option<usize>),
+) -> String {
     let name = style.bold(&format!("{}:", family.family));
     if !family.installed && !family.jump.present {
         return format!("{name} {}\n", style.warning("not installed"));
@@ -437,8 +463,9 @@ fn family_text(report: &ShowReport, family: &FamilyReport, style: &Styler, wide:
             out.push_str(&format!("    {}: {}\n", rule.number, printable(&rule.rule)));
         }
     }
+    let mut out = fit(&out, width, LABEL_WIDTH);
     if family.installed {
-        out.push_str(&table(family, wide, report.backend));
+        out.push_str(&table(family, wide, report.backend, width));
     }
     out
 }
@@ -521,6 +548,68 @@ fn agent_text(report: &ShowReport, style: &Styler) -> String {
             ))
         ),
         None => String::new(),
+    }
+}
+
+/// The config the running agent refuses: what, why, what stays in force, and the command
+/// that shows every problem.
+fn rejected_text(rejected: &RejectedRecord, agent: Option<&AgentState>, style: &Styler) -> String {
+    let digest = rejected
+        .digest
+        .as_deref()
+        .map(|d| format!(" (sha256 {})", short_digest(d)))
+        .unwrap_or_default();
+    let mut out = format!(
+        "{} {} the agent refused {}{digest} at {}\n",
+        style.bold("config: "),
+        style.error("REJECTED:"),
+        printable(&rejected.path),
+        rejected.rejected_at
+    );
+    for problem in &rejected.diagnostics {
+        out.push_str(&format!("  {}\n", printable(problem)));
+    }
+    let in_force = match agent.and_then(|a| a.config_read.as_ref()) {
+        Some(record) => format!(
+            "the last good config stays in force: {}{}, read at {}",
+            printable(&record.path),
+            record
+                .digest
+                .as_deref()
+                .map(|d| format!(" (sha256 {})", short_digest(d)))
+                .unwrap_or_default(),
+            record.read_at
+        ),
+        None => "no config is in force: no rules are installed until it is fixed".to_string(),
+    };
+    out.push_str(&format!("  {in_force}\n"));
+    out.push_str(&format!(
+        "  {} {}\n",
+        style.hint("next:"),
+        validate_command(&rejected.path)
+    ));
+    out
+}
+
+/// The first 12 hex digits of a SHA-256, as the verdict line prints it.
+fn short_digest(digest: &str) -> &str {
+    &digest[..digest.len().min(12)]
+}
+
+/// The command that checks a refused config: `ipmasq validate PATH`, or for a ConfigMap
+/// (`configmap NAMESPACE/NAME key KEY (…)`) its manifest piped in.
+fn validate_command(path: &str) -> String {
+    match path
+        .strip_prefix("configmap ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|name| name.split_once('/'))
+    {
+        Some((namespace, name)) => format!(
+            "kubectl -n {} get configmap {} -o yaml | ipmasq validate -",
+            printable(namespace),
+            printable(name)
+        ),
+        None => format!("ipmasq validate {}", printable(path)),
     }
 }
 
@@ -611,7 +700,22 @@ pub fn run(args: &ShowArgs) -> Exit {
         }
     }
     let also_installed_in = elsewhere(backend, &node.flags);
-    let sync = match node.judgement(&query) {
+    let config_rejected = node
+        .agent
+        .running()
+        .and_then(|agent| agent.config_rejected.clone());
+    // An agent that has refused every config it read enforces none: nothing to judge by.
+    let nothing_in_force = args.config.is_none()
+        && node
+            .agent
+            .running()
+            .is_some_and(|agent| agent.config_read.is_none() && config_rejected.is_some());
+    let judgement = if nothing_in_force {
+        Ok(None)
+    } else {
+        node.judgement(&query)
+    };
+    let sync = match judgement {
         Err(exit) => return exit,
         Ok(None) => None,
         Ok(Some(judgement)) => Some(sync_verdict(
@@ -648,17 +752,24 @@ pub fn run(args: &ShowArgs) -> Exit {
         also_installed_in,
         agent,
         stale_agent,
+        config_rejected,
     };
     let text = match args.output {
         OutputFormat::Json => to_json(&report),
         OutputFormat::Yaml => to_yaml(&report),
-        OutputFormat::Text => to_text(&report, &Styler::for_stdout(args.color), args.wide),
+        OutputFormat::Text => to_text(
+            &report,
+            &Styler::for_stdout(args.color),
+            args.wide,
+            crate::terminal::output_width(),
+        ),
     };
     print!("{text}");
     if !report.installed {
         Exit::NotInstalled
     } else if report.sync.as_ref().is_some_and(|s| !s.in_sync)
         || !report.also_installed_in.is_empty()
+        || report.config_rejected.is_some()
     {
         Exit::Failure
     } else {
@@ -821,10 +932,39 @@ mod tests {
             },
         );
         let report = family_report(Family::V4, &live);
-        let text = table(&report, false, BackendId::IptablesNft);
+        let text = table(&report, false, BackendId::IptablesNft, None);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("192.168.0.0/16"));
         assert!(text.contains("123.5M"), "{text}");
+    }
+
+    /// The command a REJECTED block names: `ipmasq validate PATH` for a file, the ConfigMap's
+    /// manifest piped into it in API mode.
+    #[test]
+    fn a_rejected_config_names_the_command_that_checks_it() {
+        assert_eq!(
+            validate_command("/etc/config/ip-masq-agent"),
+            "ipmasq validate /etc/config/ip-masq-agent"
+        );
+        assert_eq!(
+            validate_command("configmap kube-system/ip-masq-agent key config (resourceVersion 7)"),
+            "kubectl -n kube-system get configmap ip-masq-agent -o yaml | ipmasq validate -"
+        );
+        let rejected = RejectedRecord {
+            path: "/etc/kubernetes/ip-masq-agent/config-volume/..data/ip-masq-agent".into(),
+            digest: Some("ab".repeat(32)),
+            diagnostics: vec![format!(
+                "/etc/kubernetes/ip-masq-agent/config-volume/..data/ip-masq-agent:4:5: [cidr-not-aligned] {}",
+                "a long reason ".repeat(8)
+            )],
+            rejected_at: "2026-11-26T10:00:00Z".into(),
+        };
+        let text = rejected_text(&rejected, None, &Styler::plain());
+        assert!(text.contains("REJECTED: the agent refused"), "{text}");
+        assert!(text.contains("no config is in force"), "{text}");
+        let fitted = fit(&text, Some(80), LABEL_WIDTH);
+        assert!(fitted.lines().all(|l| l.chars().count() <= 80), "{fitted}");
+        assert!(fitted.contains("next: ipmasq validate"), "{fitted}");
     }
 
     #[test]
@@ -837,6 +977,7 @@ mod tests {
             &family_report(Family::V4, &live),
             true,
             BackendId::IptablesNft,
+            None,
         );
         assert!(!text.contains('\u{1b}'), "{text:?}");
         assert!(text.contains("\\x1b]0;pwned\\x07"), "{text}");
@@ -868,6 +1009,7 @@ mod tests {
             &family_report(Family::V4, &live),
             false,
             BackendId::Nftables,
+            None,
         );
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("tcp 1024-29999"), "{text}");

@@ -43,6 +43,14 @@ fn committed_man_pages_and_completions_are_fresh() {
             );
         }
     }
+    // The reference page generated from the same text as the man page ipmasq-agent(8).
+    let page = "docs/reference/endpoints.md";
+    let want = std::fs::read(out.path.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+    let have = std::fs::read(repo(page)).unwrap_or_default();
+    assert!(
+        want == have,
+        "{page} is stale: run `cargo run -- generate .` and commit the result"
+    );
     let names = files_in(&repo("man"));
     assert_eq!(
         names,

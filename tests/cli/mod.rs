@@ -6,6 +6,7 @@ mod code_shape;
 mod dispatch;
 mod docs;
 mod extensions;
+mod fits_terminal;
 mod fleet;
 mod generated;
 mod hostile_input;

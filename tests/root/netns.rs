@@ -76,7 +76,8 @@ impl Netns {
             .arg(program)
             .args(args)
             .env("IPMASQ_STATE_DIR", self.state_dir())
-            .env_remove("NO_COLOR");
+            .env_remove("NO_COLOR")
+            .env_remove("COLUMNS");
         let nftables = args.iter().any(|a| a.contains("nftables"));
         if program == binary() && nftables {
             cmd.env("PATH", path_without_nft());

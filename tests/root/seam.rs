@@ -283,6 +283,17 @@ fn show_and_cleanup_know_the_running_agent() {
     let run = ns.ipmasq(&["show", "--config=/nonexistent/ip-masq-agent"]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(run.stderr.contains("no such file"), "{}", run.stderr);
+    // A dry run warns as well (it is how one asks what cleanup would do), and removes nothing.
+    let run = ns.ipmasq(&["cleanup", "--dry-run"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "an agent is running (pid {pid}, iptables-legacy) and would put these rules back"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(has_chain(&ns, "legacy"), "a dry run removed the chain");
     // cleanup removes, and warns that the agent will put it back.
     let run = ns.ipmasq(&["cleanup"]);
     assert_eq!(run.code, 0, "{}", run.stderr);

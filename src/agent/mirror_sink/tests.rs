@@ -45,6 +45,7 @@ fn each_kind_of_pass_makes_its_condition() {
         diagnostic: "config:3:5: error[cidr-not-aligned]: CIDR \"10.1.2.3/16\" is not aligned"
             .into(),
         source: "configmap kube-system/ip-masq-agent key config (resourceVersion 7)".into(),
+        located: Vec::new(),
     };
     let (status, diagnostic) = outcome_of(&facts(&synced, Some(&rejection)), now());
     assert_eq!(status.outcome, Outcome::Rejected);

@@ -37,6 +37,9 @@ pub struct Rejection {
     pub diagnostic: String,
     /// Where the refused bytes came from (the path, or the ConfigMap and its resource version).
     pub source: String,
+    /// The same problems, one each, starting with the file it is in (`PATH:1:22: [code] …`),
+    /// for the state file: `show` quotes them on a host that has not the agent's view.
+    pub located: Vec<String>,
 }
 
 /// What admission reports to the status stage.
@@ -96,6 +99,19 @@ fn join(nets: &[ipnet::IpNet]) -> String {
         text.push_str(&format!(",... ({} in all)", nets.len()));
     }
     text
+}
+
+/// Each error of `checked`, one line each, starting with the file it is in (`path` when the
+/// diagnostic names none: a single file or ConfigMap).
+fn located(path: &str, checked: &config::Checked) -> Vec<String> {
+    checked
+        .errors()
+        .map(|d| match (&d.file, d.location) {
+            (Some(_), _) => d.one_line(),
+            (None, Some(_)) => format!("{path}:{}", d.one_line()),
+            (None, None) => format!("{path}: {}", d.one_line()),
+        })
+        .collect()
 }
 
 fn fingerprint(diagnostics: &[Diagnostic]) -> u64 {
@@ -174,6 +190,7 @@ impl Admission {
                     digest: None,
                     diagnostic: message.clone(),
                     source: path.to_string(),
+                    located: vec![format!("{path}: {message}")],
                 });
                 let kept = (
                     "keeping the rules of the last good config",
@@ -197,6 +214,7 @@ impl Admission {
                 digest: loaded.digest.clone(),
                 diagnostic: reason.clone(),
                 source: path.to_string(),
+                located: vec![format!("{path}: {reason}")],
             });
             let kept = (
                 "keeping the last good config in force",
@@ -216,6 +234,7 @@ impl Admission {
                     digest: loaded.digest.clone(),
                     diagnostic: problems.join("; "),
                     source: path.to_string(),
+                    located: located(path, &checked),
                 });
                 self.refuse(note, |enforcing| {
                     let kept = if enforcing {

@@ -691,6 +691,122 @@ mod tests {
         assert_eq!(f.reconciler.status.syncs_ok, 4);
     }
 
+    /// The answers of `/healthz` and `/readyz` checked against their documented status.
+    #[derive(Default)]
+    struct Documented {
+        answered: Vec<(String, crate::agent::endpoints::Case)>,
+    }
+
+    impl Documented {
+        fn check(
+            &mut self,
+            path: &str,
+            case: crate::agent::endpoints::Case,
+            answer: Result<String, String>,
+        ) {
+            let got = if answer.is_ok() { 200 } else { 503 };
+            assert_eq!(
+                crate::agent::endpoints::documented_status(path, case),
+                Some(got),
+                "{path} in {case:?} answers {got} ({answer:?}), not what the docs say"
+            );
+            self.answered.push((path.to_string(), case));
+        }
+    }
+
+    fn snapshot_of(f: &Fixture) -> crate::agent::health::Snapshot {
+        let mut snapshot =
+            crate::agent::health::Snapshot::new(crate::backend::BackendId::IptablesNft);
+        snapshot.status = f.reconciler.status.clone();
+        snapshot
+    }
+
+    /// Liveness in each of its states, and readiness before the first pass.
+    fn check_start_and_liveness(documented: &mut Documented) {
+        use crate::agent::endpoints::Case;
+        use crate::agent::health::{liveness, readiness, stall_limit};
+        let s = snapshot_of(&fixture("endpoints-start"));
+        documented.check("/readyz", Case::Starting, readiness(&s));
+        documented.check("/healthz", Case::Alive, liveness(&s, s.started));
+        let stall = stall_limit(s.interval) + Duration::from_secs(1);
+        documented.check("/healthz", Case::LoopStuck, liveness(&s, s.started + stall));
+        let mut overran = s.clone();
+        overran.status.last_pass = Some(s.started + stall);
+        overran.running_since = Some(s.started + Duration::from_secs(1));
+        let later = s.started + stall + Duration::from_secs(1);
+        documented.check("/healthz", Case::PassOverran, liveness(&overran, later));
+    }
+
+    /// Readiness through real passes: invalid at start, in force, rejected after a good one,
+    /// refused for memory, a failed sync, an output address fallback.
+    fn check_readiness_through_passes(documented: &mut Documented) {
+        use crate::agent::endpoints::Case;
+        use crate::agent::health::readiness;
+        let mut f = fixture("endpoints-invalid");
+        write(&f, "nonMasqueradeCIDRs: [10.1.2.3/8]\n");
+        f.reconciler.pass();
+        documented.check("/readyz", Case::NoValidConfig, readiness(&snapshot_of(&f)));
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        documented.check("/readyz", Case::InForce, readiness(&snapshot_of(&f)));
+        write(&f, "nonMasqueradeCIDRs: [10.1.2.3/8]\n");
+        f.reconciler.pass();
+        let rejected = readiness(&snapshot_of(&f));
+        assert!(
+            rejected.as_ref().is_ok_and(|body| body
+                .contains("config rejected, the last good config stays in force: ")
+                && body.contains("[cidr-not-aligned]")),
+            "{rejected:?}"
+        );
+        documented.check("/readyz", Case::RejectedWhileLastGoodInForce, rejected);
+        f.reconciler.node.set_memory_limit(Some(64 << 20));
+        write_distinct_cidrs(&f, 60_000);
+        f.reconciler.pass();
+        documented.check(
+            "/readyz",
+            Case::RefusedForMemory,
+            readiness(&snapshot_of(&f)),
+        );
+        f.reconciler.node.set_memory_limit(None);
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.fake.set_live(Family::V4, FakeFamily::default());
+        f.fake.state().fail_apply = Some("refused".into());
+        f.reconciler.pass();
+        documented.check("/readyz", Case::SyncFailed, readiness(&snapshot_of(&f)));
+        let mut fallback = snapshot_of(&f);
+        fallback.status.not_ready = None;
+        fallback
+            .status
+            .egress_fallback
+            .insert(Family::V4, Some("no such address".into()));
+        documented.check("/readyz", Case::OutputAddressFallback, readiness(&fallback));
+    }
+
+    /// Every answer `/healthz` and `/readyz` are documented to give (the one text of
+    /// `agent::endpoints`, which the man page and docs/reference/endpoints.md are made of)
+    /// is what they answer in that state, reached by real passes where a pass reaches it.
+    #[test]
+    fn the_endpoints_answer_as_documented() {
+        let mut documented = Documented::default();
+        check_start_and_liveness(&mut documented);
+        check_readiness_through_passes(&mut documented);
+        for endpoint in crate::agent::endpoints::ENDPOINTS
+            .iter()
+            .filter(|e| e.path != "/metrics")
+        {
+            for answer in endpoint.answers {
+                assert!(
+                    documented
+                        .answered
+                        .contains(&(endpoint.path.to_string(), answer.case)),
+                    "{} {:?} is documented but not checked",
+                    endpoint.path,
+                    answer.case
+                );
+            }
+        }
+    }
+
     #[test]
     fn invalid_config_keeps_the_last_good_one_and_keeps_healing() {
         let mut f = fixture("keep");

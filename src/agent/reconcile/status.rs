@@ -37,6 +37,9 @@ pub struct Status {
     pub rules: BTreeMap<Family, usize>,
     /// The reason the agent is not ready, if it is not.
     pub not_ready: Option<String>,
+    /// Why the config the source holds is refused, while the last good one stays in force
+    /// (`/readyz` says it after its `ok`).
+    pub config_rejected: Option<String>,
     /// Failed syncs since the last successful one (drives the retry backoff).
     pub consecutive_failures: u32,
     /// How long the loop waits before the next pass (shorter than the interval while a
@@ -70,6 +73,10 @@ impl Status {
         self.configs_accepted = counts.configs_accepted;
         self.configs_rejected = counts.configs_rejected;
         self.config_current = counts.config_current;
+        self.config_rejected = report
+            .admission
+            .rejection()
+            .map(|rejection| rejection.diagnostic.clone());
         self.non_masquerade_cidrs = counts.non_masquerade_cidrs;
         self.drift_repairs.clone_from(&report.enforce.drift_repairs);
         self.conntrack_entries_reset = report.enforce.conntrack_entries_reset;
