@@ -175,8 +175,22 @@ impl Socket {
     /// `each` as [`Queued::Datagram`], and a loss the kernel reports (ENOBUFS: the receive
     /// buffer overflowed and notifications were dropped) as [`Queued::Lost`]. Ends when the
     /// queue is empty; another error ends it with that error.
-    pub fn drain(&self, buffer: &mut [u8], mut each: impl FnMut(Queued<'_>)) -> io::Result<()> {
+    pub fn drain(&self, buffer: &mut [u8], each: impl FnMut(Queued<'_>)) -> io::Result<()> {
+        self.drain_by(buffer, None, each)
+    }
+
+    /// [`Socket::drain`], given up at `deadline` when one is given (what is still queued then
+    /// stays queued): a drain that cannot outlast a stop however fast datagrams arrive.
+    pub fn drain_by(
+        &self,
+        buffer: &mut [u8],
+        deadline: Option<Instant>,
+        mut each: impl FnMut(Queued<'_>),
+    ) -> io::Result<()> {
         loop {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(());
+            }
             // `recv` advances the slice it fills: hand it a fresh one each time.
             let mut free = &mut buffer[..];
             match self.socket.recv(&mut free, 0) {
