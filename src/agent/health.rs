@@ -330,6 +330,11 @@ fn register_snat(registry: &mut Registry, snat: &crate::snat::SnatStats) {
         counter_of(&snat.rotations),
     );
     registry.register(
+        "snat_events_read",
+        "Conntrack events the agent read for the SNAT log and port pressure (new and end, both families): with the kernel's filter, only those of source-NATed flows",
+        counter_of(&snat.events),
+    );
+    registry.register(
         "snat_events_lost",
         "Times conntrack's events overflowed the agent's receive buffer (ENOBUFS): flows of the moment missing from the SNAT log",
         counter_of(&snat.overflows),

@@ -100,6 +100,19 @@ impl Socket {
         }
     }
 
+    /// Attaches a classic BPF program the kernel runs on every datagram before queueing it
+    /// (`SO_ATTACH_FILTER`): one it returns 0 for is dropped, unread and uncounted.
+    pub fn attach_filter(&self, program: &[libc::sock_filter]) -> io::Result<()> {
+        let length = u16::try_from(program.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let program = libc::sock_fprog {
+            len: length,
+            // The kernel copies the program during the call and never writes to it.
+            filter: program.as_ptr().cast_mut(),
+        };
+        self.set_option(libc::SO_ATTACH_FILTER, &program)
+    }
+
     /// Asks for a receive buffer of `size` bytes: beyond `rmem_max` when allowed (root),
     /// else up to it; a refusal of both leaves the buffer as it was.
     pub fn grow_receive_buffer(&self, size: libc::c_int) {

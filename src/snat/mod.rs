@@ -179,6 +179,7 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
         None => (None, None),
     };
     let socket = ctnetlink::events(receive_buffer())?;
+    let filtered_in_the_kernel = filter_in_the_kernel(&socket);
     seed(&stats);
     let reader_stats = stats.clone();
     let reader_stopping = stopping.clone();
@@ -190,6 +191,7 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
         max_size = options.rotation.max_size,
         keep = options.rotation.keep,
         tracked = stats.pressure().tracked(),
+        filtered_in_the_kernel,
         "following conntrack's new and destroy events for source-NATed flows"
     );
     Ok(Running {
@@ -200,6 +202,19 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
         },
         stats,
     })
+}
+
+/// Attaches the kernel's filter to the events socket, so the events of flows that were not
+/// source-NATed are dropped before they are queued; whether it could. Without it (a kernel
+/// that refuses the program), every event is read and judged here, as the filter's flows are.
+fn filter_in_the_kernel(socket: &crate::netlink::Socket) -> bool {
+    match ctnetlink::filter_to_source_nat(socket) {
+        Ok(()) => true,
+        Err(err) => {
+            warn!(error = %err, "cannot filter conntrack's events in the kernel; every event is read and judged here");
+            false
+        }
+    }
 }
 
 /// Port pressure from scratch: every translated flow of both families, from a dump, counted
@@ -292,7 +307,10 @@ fn read_events(
                 warn!("conntrack events were lost (the kernel's receive buffer for them overflowed: ENOBUFS); flows of the moment are missing from the SNAT log; subscribing again and re-reading the table for port pressure (counted in ipmasq_snat_events_lost_total, said once)");
             }
             match ctnetlink::events(receive_buffer()) {
-                Ok(fresh) => socket = fresh,
+                Ok(fresh) => {
+                    filter_in_the_kernel(&fresh);
+                    socket = fresh;
+                }
                 Err(err) => {
                     warn!(error = %err, "cannot subscribe to conntrack events again; keeping the old subscription")
                 }
