@@ -1,9 +1,10 @@
 //! `--snat-log` under stress: conntrack's own event queue overflowing (ENOBUFS, provoked with
-//! the agent's test-only receive-buffer knob and a burst of thousands of UDP flows), and an
+//! the agent's test-only receive-buffer knob and a burst of thousands of UDP flows; on
+//! nftables, iptables-nft and iptables-legacy), and an
 //! agent restarted while a pod keeps opening flows at a steady rate, and an agent stopped
 //! right after a burst (every flow conntrack holds is in the log after the exit).
 
-use super::egress::{count_in_log, log_of};
+use super::egress::{count_in_log, log_of, with_backend};
 use super::netns::{kill, wait_until, PYTHON};
 use super::packets::{start_receiver_in, Topology, CONFIG, MASQ_V4, NODE_OUT_V4, POD_V4};
 use super::snat_log::{endpoint, log_lines, receiver, sample, start_agent, PORT};
@@ -78,9 +79,9 @@ fn logged_pod_ports(log: &Path) -> HashSet<u16> {
         .collect()
 }
 
-fn overflow_of_conntrack_events(backend_flags: &[&str]) {
+fn overflow_of_conntrack_events(backend: &str) {
     let mut topo = Topology::new();
-    let dir = crate::util::Scratch::new("snat-overflow");
+    let dir = crate::util::Scratch::new(&format!("snat-overflow-{backend}"));
     let config = dir.write("config", CONFIG);
     let log = dir.path.join("snat.log");
     let daemon_log = dir.path.join("agent.log");
@@ -88,14 +89,16 @@ fn overflow_of_conntrack_events(backend_flags: &[&str]) {
     // must not see the burst's entries end while the truth is compared.
     topo.node
         .sh("sysctl -qw net.netfilter.nf_conntrack_udp_timeout=600 || true");
-    let mut args: Vec<String> = vec![
-        "agent".into(),
-        "--enable-ipv6".into(),
-        format!("--config={}", config.display()),
-        format!("--metrics-addr={METRICS}"),
-        format!("--snat-log={}", log.display()),
-    ];
-    args.extend(backend_flags.iter().map(|f| f.to_string()));
+    let args = with_backend(
+        vec![
+            "agent".into(),
+            "--enable-ipv6".into(),
+            format!("--config={}", config.display()),
+            format!("--metrics-addr={METRICS}"),
+            format!("--snat-log={}", log.display()),
+        ],
+        backend,
+    );
     let file = std::fs::File::create(&daemon_log).expect("create daemon log");
     let child = topo
         .node
@@ -188,8 +191,20 @@ fn overflow_of_conntrack_events(backend_flags: &[&str]) {
 
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
-fn snat_log_survives_an_overflow_of_conntrack_events() {
-    overflow_of_conntrack_events(&["--backend=nftables"]);
+fn snat_log_survives_an_overflow_of_conntrack_events_nftables() {
+    overflow_of_conntrack_events("nftables");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_survives_an_overflow_of_conntrack_events_iptables_nft() {
+    overflow_of_conntrack_events("nft");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_survives_an_overflow_of_conntrack_events_iptables_legacy() {
+    overflow_of_conntrack_events("legacy");
 }
 
 /// UDP flows opened just before an immediate stop.
