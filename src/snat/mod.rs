@@ -143,24 +143,26 @@ impl Stop {
         let Some(written) = self.written else {
             return;
         };
-        let drained = written
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .is_ok();
+        let drained = written.recv_timeout(deadline.saturating_duration_since(Instant::now()));
         let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let (queued, lines) = (count(&self.stats.queued), count(&self.stats.written));
-        if drained {
-            info!(
+        match drained {
+            Ok(()) => info!(
                 events = count(&self.stats.events),
                 lines,
                 dropped = count(&self.stats.dropped),
                 "the SNAT log is drained: every line queued is written and synced"
-            );
-        } else {
-            warn!(
+            ),
+            Err(mpsc::RecvTimeoutError::Timeout) => warn!(
                 queued,
                 lines,
                 "the stop deadline passed before the SNAT log was drained: lines queued and not written are lost"
-            );
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => warn!(
+                queued,
+                lines,
+                "the SNAT log's writer ended before the stop: lines queued and not written are lost"
+            ),
         }
     }
 }
