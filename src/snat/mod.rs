@@ -70,10 +70,12 @@ pub const QUEUE: usize = 32_768;
 const SAY_EVERY: Duration = Duration::from_secs(10);
 /// How long the event thread sleeps waiting for events: a stop is seen within this.
 const WAIT: Duration = Duration::from_millis(100);
-/// At a stop, the events still queued on the socket are read for at most this long (what
-/// is queued at that moment takes a fraction of it: the reader's pace is some 100,000 a
-/// second); what arrives after the stop may be read in that time too.
-const FINAL_READ: Duration = Duration::from_secs(2);
+/// At a stop, the events still queued on the socket are read for at most this long, well
+/// inside the stop deadline: a full queue holds some 105,000 events, and the release build
+/// logs 50,000 a second with 22-65 % of one core (scripts/bench), so a second or two for a
+/// full one. What arrives after the stop may be read in that time too; the read ends as soon
+/// as the socket is empty.
+const FINAL_READ: Duration = Duration::from_secs(5);
 
 /// What `--snat-log` and its companions ask for.
 #[derive(Clone, Debug)]
