@@ -275,6 +275,7 @@ fn register_snat(registry: &mut Registry, snat: &crate::snat::SnatStats) {
     metrics::SNAT_LOG_DROPPED.register(registry, counter_of(&snat.dropped));
     metrics::SNAT_LOG_WRITE_ERRORS.register(registry, counter_of(&snat.write_errors));
     metrics::SNAT_LOG_ROTATIONS.register(registry, counter_of(&snat.rotations));
+    metrics::SNAT_EVENTS_READ.register(registry, counter_of(&snat.events));
     metrics::SNAT_EVENTS_LOST.register(registry, counter_of(&snat.overflows));
     let pressure = snat.pressure();
     let in_use = Family::<PoolLabel, Gauge>::default();

@@ -270,6 +270,14 @@ pub const SNAT_LOG_ROTATIONS: ExportedMetric = ExportedMetric {
     note: "",
     served: Served::WithSnat,
 };
+pub const SNAT_EVENTS_READ: ExportedMetric = ExportedMetric {
+    name: "ipmasq_snat_events_read_total",
+    kind: MetricType::Counter,
+    labels: &[],
+    help: "Conntrack events the agent read for the SNAT log and port pressure (new and end, both families): with the kernel's filter, only those of source-NATed flows",
+    note: "",
+    served: Served::WithSnat,
+};
 pub const SNAT_EVENTS_LOST: ExportedMetric = ExportedMetric {
     name: "ipmasq_snat_events_lost_total",
     kind: MetricType::Counter,
@@ -329,7 +337,7 @@ pub const READY: ExportedMetric = ExportedMetric {
 };
 
 /// Every family, in the order `/metrics` serves them.
-pub const ALL: [&ExportedMetric; 26] = [
+pub const ALL: [&ExportedMetric; 27] = [
     &SYNCS,
     &SYNC_DURATION,
     &DRIFT_REPAIRS,
@@ -349,6 +357,7 @@ pub const ALL: [&ExportedMetric; 26] = [
     &SNAT_LOG_DROPPED,
     &SNAT_LOG_WRITE_ERRORS,
     &SNAT_LOG_ROTATIONS,
+    &SNAT_EVENTS_READ,
     &SNAT_EVENTS_LOST,
     &SNAT_PORTS_IN_USE,
     &SNAT_BUSIEST_DESTINATION_PORT_SHARE,
@@ -526,7 +535,7 @@ mod tests {
             assert_eq!(family.labels, labels, "{}", metric.name);
             assert!(family.samples > 0, "{} has no sample", metric.name);
         }
-        assert_eq!(ALL.len(), 26);
+        assert_eq!(ALL.len(), 27);
     }
 
     /// Each family has samples exactly when its `served` says: with nothing seen, with each

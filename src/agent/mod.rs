@@ -329,6 +329,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         }
     };
     let mut addresses = AddressTrigger::new(shared.clone(), &address_events);
+    let mut snat_stop: Option<crate::snat::Stop> = None;
     let signal_name = loop {
         tokio::select! {
             taken = &mut lock_taken_rx, if awaiting_lock => {
@@ -337,7 +338,10 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                     // Before the first pass: a log that cannot be written stops the agent
                     // before it touches a rule.
                     match crate::snat::start(snat) {
-                        Ok(stats) => lock(&shared).snat = Some(stats),
+                        Ok(running) => {
+                            lock(&shared).snat = Some(running.stats);
+                            snat_stop = Some(running.stop);
+                        }
                         Err(err) => {
                             let _ = commands.send(Command::Stop);
                             return Ending::SetupFailed(format!("cannot start the SNAT log: {err}"));
@@ -367,16 +371,33 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         }
     };
     let holds_lock = !awaiting_lock;
-    let cleanup_on_exit = options.cleanup_on_exit;
-    stop(
+    let stopping = stop(
         signal_name,
-        (cleanup_on_exit, holds_lock),
+        (options.cleanup_on_exit, holds_lock),
         commands,
         worker,
         (backend_id, names),
         mirror.as_ref(),
-    )
-    .await
+    );
+    stop_draining_the_snat_log(snat_stop, stopping).await
+}
+
+/// `stopping` (the stop), while the SNAT log (once it runs) drains: it is done (written and
+/// synced) within the stop deadline and before the lock goes, so a successor never appends
+/// to a file still being written.
+async fn stop_draining_the_snat_log(
+    snat_stop: Option<crate::snat::Stop>,
+    stopping: impl std::future::Future<Output = Ending>,
+) -> Ending {
+    let drain_by = std::time::Instant::now() + STOP_DEADLINE;
+    if let Some(snat_stop) = &snat_stop {
+        snat_stop.begin();
+    }
+    let ending = stopping.await;
+    if let Some(snat_stop) = snat_stop {
+        let _ = tokio::task::spawn_blocking(move || snat_stop.finish_by(drain_by)).await;
+    }
+    ending
 }
 
 /// The config file's (or directory's) changes: the directory watch, a change waiting to

@@ -307,12 +307,163 @@ const CTA_COUNTERS32_PACKETS: u16 = 3;
 const CTA_COUNTERS32_BYTES: u16 = 4;
 
 /// A non-blocking socket in ctnetlink's new and destroy groups, both families, with a receive
-/// buffer of `receive_buffer` bytes (beyond `rmem_max` as root). The kernel offers no filter
-/// of its own for these groups: every entry's events arrive, and are filtered above.
+/// buffer of `receive_buffer` bytes (beyond `rmem_max` as root). Every entry's events arrive
+/// unless [`filter_to_source_nat`] is attached; those kept are judged above.
 pub(crate) fn events(receive_buffer: usize) -> io::Result<Socket> {
     let mut socket = Socket::member_of(NETLINK_NETFILTER, NFNLGRP_CONNTRACK_NEW, receive_buffer)?;
     socket.join(NFNLGRP_CONNTRACK_DESTROY)?;
     Ok(socket)
+}
+
+/// Status bit of an entry whose source NAT changed its tuple (`IPS_SRC_NAT`, set when the
+/// NAT binding is made, before the new event is sent, and kept to the entry's end).
+const IPS_SRC_NAT: u32 = 1 << 4;
+const CTA_STATUS: u16 = 3;
+/// Where a ctnetlink message's attributes start: the netlink header and nfgenmsg.
+const ATTRIBUTES_AT: u32 = (framing::NLMSG_HDRLEN + NFGENMSG_LEN) as u32;
+
+/// Classic BPF, as `<linux/filter.h>` spells it: the few opcodes [`source_nat_filter`] uses.
+mod cbpf {
+    pub const LD: u16 = 0x00;
+    pub const LDX: u16 = 0x01;
+    pub const ALU: u16 = 0x04;
+    pub const JMP: u16 = 0x05;
+    pub const RET: u16 = 0x06;
+    pub const MISC: u16 = 0x07;
+    pub const W: u16 = 0x00;
+    pub const H: u16 = 0x08;
+    pub const IMM: u16 = 0x00;
+    pub const ABS: u16 = 0x20;
+    pub const IND: u16 = 0x40;
+    pub const LEN: u16 = 0x80;
+    pub const K: u16 = 0x00;
+    pub const X: u16 = 0x08;
+    pub const SUB: u16 = 0x10;
+    pub const JEQ: u16 = 0x10;
+    pub const JGE: u16 = 0x30;
+    pub const JSET: u16 = 0x40;
+    pub const TAX: u16 = 0x00;
+    /// The ancillary load "offset of the netlink attribute of type X, searched from offset
+    /// A" (0 when there is none): `SKF_AD_OFF + SKF_AD_NLATTR`.
+    pub const NLATTR: u32 = (-0x1000i32 + 12) as u32;
+}
+
+/// One instruction, or a jump to the labels `(if true, if false)`, resolved by [`assemble`].
+enum Step {
+    Do(u16, u32),
+    Jump(u16, u32, Label, Label),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Label {
+    Next,
+    Judge,
+    Accept,
+    Drop,
+}
+
+/// The program's steps with jumps to labels resolved into the relative offsets cBPF wants.
+fn assemble(steps: &[(Option<Label>, Step)]) -> Vec<libc::sock_filter> {
+    let at = |label: Label, from: usize| -> u8 {
+        let target = match label {
+            Label::Next => from + 1,
+            _ => steps
+                .iter()
+                .position(|(l, _)| *l == Some(label))
+                .unwrap_or(from + 1),
+        };
+        (target - from - 1) as u8
+    };
+    steps
+        .iter()
+        .enumerate()
+        .map(|(i, (_, step))| match *step {
+            Step::Do(code, k) => libc::sock_filter {
+                code,
+                jt: 0,
+                jf: 0,
+                k,
+            },
+            Step::Jump(code, k, yes, no) => libc::sock_filter {
+                code,
+                jt: at(yes, i),
+                jf: at(no, i),
+                k,
+            },
+        })
+        .collect()
+}
+
+/// The events socket's filter, run by the kernel on each event before it is queued: an
+/// event of an entry whose status lacks `IPS_SRC_NAT` is dropped there (a flow to a
+/// non-masquerade CIDR, the node's own unNATed traffic: most of a node's flows), so it
+/// neither costs a read nor fills the receive buffer. What the program cannot judge goes
+/// through (fail open): a message of another type (NLMSG_ERROR, anything but a new or
+/// destroyed entry), one too short, one without a status attribute or with one too short.
+/// A destroy event carries the status too, so an SNATed flow's end is kept. The flows kept
+/// are then judged in userspace as before ([`crate::snat::translated_by_masquerade`]): the
+/// bit is set for kube-proxy's masquerade of a DNATed flow too.
+pub(crate) fn source_nat_filter() -> Vec<libc::sock_filter> {
+    use cbpf::*;
+    // `ldh` reads big-endian; the message type is in host order.
+    let loaded = |message: u16| {
+        let kind = (NFNL_SUBSYS_CTNETLINK << 8) | message;
+        u32::from(u16::from_be_bytes(kind.to_ne_bytes()))
+    };
+    let steps = [
+        (None, Step::Do(LD | W | LEN, 0)),
+        (
+            None,
+            Step::Jump(JMP | JGE | K, ATTRIBUTES_AT, Label::Next, Label::Accept),
+        ),
+        (None, Step::Do(LD | H | ABS, 4)),
+        (
+            None,
+            Step::Jump(
+                JMP | JEQ | K,
+                loaded(IPCTNL_MSG_CT_NEW),
+                Label::Judge,
+                Label::Next,
+            ),
+        ),
+        (
+            None,
+            Step::Jump(
+                JMP | JEQ | K,
+                loaded(IPCTNL_MSG_CT_DELETE),
+                Label::Judge,
+                Label::Accept,
+            ),
+        ),
+        (Some(Label::Judge), Step::Do(LD | W | IMM, ATTRIBUTES_AT)),
+        (None, Step::Do(LDX | W | IMM, CTA_STATUS.into())),
+        (None, Step::Do(LD | W | ABS, NLATTR)),
+        (
+            None,
+            Step::Jump(JMP | JEQ | K, 0, Label::Accept, Label::Next),
+        ),
+        (None, Step::Do(MISC | TAX, 0)),
+        (None, Step::Do(LD | W | LEN, 0)),
+        (None, Step::Do(ALU | SUB | X, 0)),
+        // The attribute's header and its four bytes within the message.
+        (
+            None,
+            Step::Jump(JMP | JGE | K, 8, Label::Next, Label::Accept),
+        ),
+        (None, Step::Do(LD | W | IND, 4)),
+        (
+            None,
+            Step::Jump(JMP | JSET | K, IPS_SRC_NAT, Label::Accept, Label::Drop),
+        ),
+        (Some(Label::Drop), Step::Do(RET | K, 0)),
+        (Some(Label::Accept), Step::Do(RET | K, u32::MAX)),
+    ];
+    assemble(&steps)
+}
+
+/// Attaches [`source_nat_filter`] to an [`events`] socket.
+pub(crate) fn filter_to_source_nat(socket: &Socket) -> io::Result<()> {
+    socket.attach_filter(&source_nat_filter())
 }
 
 /// Whether a conntrack event announces a new entry or the end of one.
@@ -605,6 +756,172 @@ mod tests {
         let events: Vec<Event> = events_of(&datagram).collect();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].counters, Some((5, 300)));
+    }
+
+    /// A classic BPF interpreter for the opcodes [`source_nat_filter`] uses, with the
+    /// kernel's semantics: a load past the packet ends the program with 0 (drop); the
+    /// netlink attribute load is `nla_find` from offset A for type X (flags masked), 0 when
+    /// not found or when the packet is too short.
+    fn run_filter(program: &[libc::sock_filter], packet: &[u8]) -> u32 {
+        use cbpf::*;
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+        let len = packet.len() as u32;
+        let word = |at: u32| -> Option<u32> {
+            let at = at as usize;
+            Some(u32::from_be_bytes(packet.get(at..at + 4)?.try_into().ok()?))
+        };
+        let nlattr = |from: u32, kind: u32| -> u32 {
+            if len < 4 || from > len - 4 {
+                return 0;
+            }
+            let mut at = from as usize;
+            while packet.len() - at >= 4 {
+                let length = usize::from(u16::from_ne_bytes([packet[at], packet[at + 1]]));
+                let found = u16::from_ne_bytes([packet[at + 2], packet[at + 3]]) & 0x3fff;
+                if length < 4 || length > packet.len() - at {
+                    return 0;
+                }
+                if u32::from(found) == kind {
+                    return at as u32;
+                }
+                at += (length + 3) & !3;
+            }
+            0
+        };
+        loop {
+            let instruction = program[pc];
+            let (code, k) = (instruction.code, instruction.k);
+            pc += 1;
+            let class = code & 0x07;
+            match class {
+                LD | LDX => {
+                    let value = match (code & 0xe0, code & 0x18) {
+                        (IMM, _) => k,
+                        (LEN, _) => len,
+                        (ABS, _) if k == NLATTR => nlattr(a, x),
+                        (ABS, W) => match word(k) {
+                            Some(v) => v,
+                            None => return 0,
+                        },
+                        (ABS, H) => match packet.get(k as usize..k as usize + 2) {
+                            Some(b) => u32::from(u16::from_be_bytes([b[0], b[1]])),
+                            None => return 0,
+                        },
+                        (IND, W) => match word(x.wrapping_add(k)) {
+                            Some(v) => v,
+                            None => return 0,
+                        },
+                        other => panic!("load {other:?} not interpreted"),
+                    };
+                    if class == LD {
+                        a = value
+                    } else {
+                        x = value
+                    }
+                }
+                ALU if code == ALU | SUB | X => a = a.wrapping_sub(x),
+                MISC if code == MISC | TAX => x = a,
+                RET => return k,
+                JMP => {
+                    let taken = match code & 0xf0 {
+                        JEQ => a == k,
+                        JGE => a >= k,
+                        JSET => a & k != 0,
+                        other => panic!("jump {other:#x} not interpreted"),
+                    };
+                    pc += usize::from(if taken {
+                        instruction.jt
+                    } else {
+                        instruction.jf
+                    });
+                }
+                _ => panic!("opcode {code:#x} not interpreted"),
+            }
+        }
+    }
+
+    /// A ctnetlink event of message type `kind` with `payload`, framed.
+    fn framed_event(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let mut message = framing::request(kind, 0, 0, 64);
+        message.extend_from_slice(payload);
+        framing::finish(&mut message);
+        message
+    }
+
+    /// [`entry`] with its status attribute set to `status` (or left out).
+    fn entry_with_status(status: Option<u32>) -> Vec<u8> {
+        let mut payload = vec![libc::AF_INET as u8, 0, 0, 0];
+        payload.extend(tuple(
+            CTA_TUPLE_ORIG,
+            [192, 168, 1, 2],
+            [198, 51, 100, 7],
+            40000,
+            53,
+        ));
+        payload.extend(tuple(
+            CTA_TUPLE_REPLY,
+            [198, 51, 100, 7],
+            [203, 0, 113, 1],
+            53,
+            40000,
+        ));
+        if let Some(status) = status {
+            payload.extend(attr(CTA_STATUS, &status.to_be_bytes()));
+        }
+        payload.extend(attr(CTA_ID, &7u32.to_be_bytes()));
+        payload
+    }
+
+    #[test]
+    fn the_kernel_filter_keeps_source_nated_entries_and_whatever_it_cannot_judge() {
+        let program = source_nat_filter();
+        assert!(program.len() < 64, "a short program");
+        let (new, end) = (0x0100, 0x0102);
+        let accepted = |packet: &[u8]| run_filter(&program, packet) != 0;
+        // IPS_SEEN_REPLY | IPS_CONFIRMED | IPS_SRC_NAT (bit 4) | IPS_SRC_NAT_DONE; and a flow
+        // only DNATed: IPS_DST_NAT (bit 5) | both NAT_DONE bits, no IPS_SRC_NAT.
+        let nated = 0x2 | 0x8 | 0x10 | 0x80;
+        let kept = 0x2 | 0x8 | 0x20 | 0x80 | 0x100;
+        assert!(accepted(&framed_event(
+            new,
+            &entry_with_status(Some(nated))
+        )));
+        assert!(accepted(&framed_event(
+            end,
+            &entry_with_status(Some(nated))
+        )));
+        assert!(!accepted(&framed_event(
+            new,
+            &entry_with_status(Some(kept))
+        )));
+        assert!(!accepted(&framed_event(
+            end,
+            &entry_with_status(Some(kept))
+        )));
+        // The test entry of the parser's tests (status 0x1ba: SRC_NAT among others).
+        assert!(accepted(&framed_event(new, &entry())));
+        // No status: not judged.
+        assert!(accepted(&framed_event(new, &entry_with_status(None))));
+        // Another message type (an update, an error, another subsystem): not judged.
+        for kind in [0x0101, framing::NLMSG_ERROR, 0x0200] {
+            assert!(accepted(&framed_event(
+                kind,
+                &entry_with_status(Some(kept))
+            )));
+        }
+        // A status attribute cut short at the message's end: not judged.
+        let mut short = framed_event(new, &entry_with_status(None));
+        short.extend_from_slice(&6u16.to_ne_bytes());
+        short.extend_from_slice(&CTA_STATUS.to_ne_bytes());
+        short.extend_from_slice(&[0, 0]);
+        let whole = short.len() as u32;
+        short[..4].copy_from_slice(&whole.to_ne_bytes());
+        assert!(accepted(&short));
+        // Too short for a ctnetlink message, or empty: not judged.
+        let message = framed_event(new, &entry_with_status(Some(kept)));
+        for cut in [0, 3, 6, 19] {
+            assert!(accepted(&message[..cut]), "{cut} bytes");
+        }
     }
 
     #[test]

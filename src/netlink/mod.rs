@@ -100,6 +100,19 @@ impl Socket {
         }
     }
 
+    /// Attaches a classic BPF program the kernel runs on every datagram before queueing it
+    /// (`SO_ATTACH_FILTER`): one it returns 0 for is dropped, unread and uncounted.
+    pub fn attach_filter(&self, program: &[libc::sock_filter]) -> io::Result<()> {
+        let length = u16::try_from(program.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let program = libc::sock_fprog {
+            len: length,
+            // The kernel copies the program during the call and never writes to it.
+            filter: program.as_ptr().cast_mut(),
+        };
+        self.set_option(libc::SO_ATTACH_FILTER, &program)
+    }
+
     /// Asks for a receive buffer of `size` bytes: beyond `rmem_max` when allowed (root),
     /// else up to it; a refusal of both leaves the buffer as it was.
     pub fn grow_receive_buffer(&self, size: libc::c_int) {
@@ -175,8 +188,22 @@ impl Socket {
     /// `each` as [`Queued::Datagram`], and a loss the kernel reports (ENOBUFS: the receive
     /// buffer overflowed and notifications were dropped) as [`Queued::Lost`]. Ends when the
     /// queue is empty; another error ends it with that error.
-    pub fn drain(&self, buffer: &mut [u8], mut each: impl FnMut(Queued<'_>)) -> io::Result<()> {
+    pub fn drain(&self, buffer: &mut [u8], each: impl FnMut(Queued<'_>)) -> io::Result<()> {
+        self.drain_by(buffer, None, each)
+    }
+
+    /// [`Socket::drain`], given up at `deadline` when one is given (what is still queued then
+    /// stays queued): a drain that cannot outlast a stop however fast datagrams arrive.
+    pub fn drain_by(
+        &self,
+        buffer: &mut [u8],
+        deadline: Option<Instant>,
+        mut each: impl FnMut(Queued<'_>),
+    ) -> io::Result<()> {
         loop {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(());
+            }
             // `recv` advances the slice it fills: hand it a fresh one each time.
             let mut free = &mut buffer[..];
             match self.socket.recv(&mut free, 0) {

@@ -18,6 +18,11 @@
 //! milliseconds of it unless the receive buffer was backed up. When the kernel's buffer for
 //! the events overflows (ENOBUFS: events were lost), the loss is counted and said, the socket
 //! is opened anew, and port pressure is seeded again from a dump.
+//!
+//! At the agent's stop ([`Stop`]) nothing already read is lost: the event thread reads what
+//! the socket still holds (for at most [`FINAL_READ`]), then closes the queue; the writer
+//! writes every line queued, flushes and fsyncs the file, and says so; the agent waits for
+//! that within its stop deadline, never longer.
 
 pub mod line;
 pub mod pressure;
@@ -27,15 +32,24 @@ use crate::netlink::conntrack::{self as ctnetlink, Event, Flow};
 use crate::netlink::Queued;
 use crate::plan::Family;
 use pressure::Pressure;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tracing::{info, warn};
 use writer::{Destination, LogWriter, Rotation};
 
-/// The events socket's receive buffer: about 100,000 events' worth (each is charged some
-/// 600 bytes).
+/// The events socket's receive buffer asked for (SO_RCVBUFFORCE; the kernel doubles it): about
+/// 100,000 events' worth. Measured (kernel 6.18, 2026-11-26): the socket's limit became
+/// 128 MiB, and a subscriber that never read queued 104,858 events (134,216,960 bytes, some
+/// 1,280 each) before ENOBUFS dropped the rest of 120,000.
+///
+/// This memory is not charged to the agent's memory cgroup, so it cannot bring the pod to its
+/// limit: with that subscriber alone in a fresh cgroup v1 limited to 64 MiB, its
+/// `memory.usage_in_bytes` (7,729,152) and `memory.kmem.usage_in_bytes` (131,072) were the
+/// same before and after the queue filled (the sender in the same cgroup added only its own
+/// 77 KiB of kernel memory). It is the node's: up to 128 MiB only while the agent is that far
+/// behind. cgroup v2 was not measured.
 const RECEIVE_BUFFER: usize = 64 << 20;
 /// A test knob, read only here and documented only here: the events socket's receive buffer in
 /// bytes instead of [`RECEIVE_BUFFER`], so a root test can make conntrack's own event queue
@@ -54,6 +68,14 @@ fn receive_buffer() -> usize {
 pub const QUEUE: usize = 32_768;
 /// A run of drops or write errors is said at most this often.
 const SAY_EVERY: Duration = Duration::from_secs(10);
+/// How long the event thread sleeps waiting for events: a stop is seen within this.
+const WAIT: Duration = Duration::from_millis(100);
+/// At a stop, the events still queued on the socket are read for at most this long, well
+/// inside the stop deadline: a full queue holds some 105,000 events, and the release build
+/// logs 50,000 a second with 22-65 % of one core (scripts/bench), so a second or two for a
+/// full one. What arrives after the stop may be read in that time too; the read ends as soon
+/// as the socket is empty.
+const FINAL_READ: Duration = Duration::from_secs(5);
 
 /// What `--snat-log` and its companions ask for.
 #[derive(Clone, Debug)]
@@ -66,6 +88,10 @@ pub struct SnatOptions {
 /// What the metrics read: counters, and the port pressure the event thread keeps.
 #[derive(Debug, Default)]
 pub struct SnatStats {
+    /// Conntrack events read from the socket (each family, new and end, kept or not).
+    pub events: AtomicU64,
+    /// Lines queued for the writer.
+    pub queued: AtomicU64,
     /// Lines written.
     pub written: AtomicU64,
     /// Lines dropped because the writer's queue was full.
@@ -90,37 +116,118 @@ pub fn translated_by_masquerade(flow: &Flow) -> bool {
     flow.rewritten_to().is_some() && flow.reply_source == flow.destination
 }
 
+/// A started SNAT log: the counters the metrics read, and its stop.
+pub struct Running {
+    pub stats: Arc<SnatStats>,
+    pub stop: Stop,
+}
+
+/// The stop of the SNAT log's threads, with nothing already read lost: [`Stop::begin`] at
+/// the signal, [`Stop::finish_by`] before the process exits.
+pub struct Stop {
+    stopping: Arc<AtomicBool>,
+    /// Said by the writer once every line is written and synced (None: no log, only port
+    /// pressure, nothing to drain).
+    written: Option<mpsc::Receiver<()>>,
+    stats: Arc<SnatStats>,
+}
+
+impl Stop {
+    /// Tells the event thread to read what is queued and then close the writer's queue.
+    pub fn begin(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits until the writer has written and synced every line queued, or `deadline`
+    /// passed (then says what may be missing), and says what the log holds.
+    pub fn finish_by(self, deadline: Instant) {
+        self.begin();
+        let Some(written) = self.written else {
+            return;
+        };
+        let drained = written.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let (queued, lines) = (count(&self.stats.queued), count(&self.stats.written));
+        match drained {
+            Ok(()) => info!(
+                events = count(&self.stats.events),
+                lines,
+                dropped = count(&self.stats.dropped),
+                "the SNAT log is drained: every line queued is written and synced"
+            ),
+            Err(mpsc::RecvTimeoutError::Timeout) => warn!(
+                queued,
+                lines,
+                "the stop deadline passed before the SNAT log was drained: lines queued and not written are lost"
+            ),
+            Err(mpsc::RecvTimeoutError::Disconnected) => warn!(
+                queued,
+                lines,
+                "the SNAT log's writer ended before the stop: lines queued and not written are lost"
+            ),
+        }
+    }
+}
+
 /// Opens the log (in append mode) and the event subscription, seeds the port pressure from a
 /// dump of both families, and starts the two threads. An error (the file cannot be opened,
 /// ctnetlink refused) stops nothing else; the caller decides.
-pub fn start(options: SnatOptions) -> std::io::Result<Arc<SnatStats>> {
+pub fn start(options: SnatOptions) -> std::io::Result<Running> {
     let stats = Arc::new(SnatStats::default());
-    let queue = match options.log.clone() {
+    let stopping = Arc::new(AtomicBool::new(false));
+    let (queue, written) = match options.log.clone() {
         Some(destination) => {
             let log = LogWriter::open(destination, options.rotation)?;
             let (sender, receiver) = mpsc::sync_channel::<String>(QUEUE);
+            let (done, written) = mpsc::channel();
             let writer_stats = stats.clone();
             std::thread::Builder::new()
                 .name("snat-log-writer".into())
-                .spawn(move || write_lines(log, receiver, &writer_stats))?;
-            Some(sender)
+                .spawn(move || {
+                    write_lines(log, receiver, &writer_stats);
+                    let _ = done.send(());
+                })?;
+            (Some(sender), Some(written))
         }
-        None => None,
+        None => (None, None),
     };
     let socket = ctnetlink::events(receive_buffer())?;
+    let filtered_in_the_kernel = filter_in_the_kernel(&socket);
     seed(&stats);
     let reader_stats = stats.clone();
+    let reader_stopping = stopping.clone();
     std::thread::Builder::new()
         .name("snat-events".into())
-        .spawn(move || read_events(socket, queue, &reader_stats))?;
+        .spawn(move || read_events(socket, queue, &reader_stats, &reader_stopping))?;
     info!(
         log = ?options.log,
         max_size = options.rotation.max_size,
         keep = options.rotation.keep,
         tracked = stats.pressure().tracked(),
+        filtered_in_the_kernel,
         "following conntrack's new and destroy events for source-NATed flows"
     );
-    Ok(stats)
+    Ok(Running {
+        stop: Stop {
+            stopping,
+            written,
+            stats: stats.clone(),
+        },
+        stats,
+    })
+}
+
+/// Attaches the kernel's filter to the events socket, so the events of flows that were not
+/// source-NATed are dropped before they are queued; whether it could. Without it (a kernel
+/// that refuses the program), every event is read and judged here, as the filter's flows are.
+fn filter_in_the_kernel(socket: &crate::netlink::Socket) -> bool {
+    match ctnetlink::filter_to_source_nat(socket) {
+        Ok(()) => true,
+        Err(err) => {
+            warn!(error = %err, "cannot filter conntrack's events in the kernel; every event is read and judged here");
+            false
+        }
+    }
 }
 
 /// Port pressure from scratch: every translated flow of both families, from a dump, counted
@@ -169,25 +276,39 @@ impl Sayer {
 
 /// The event thread: reads every event, keeps the translated flows' pressure and queues their
 /// lines; on a loss, counts it, says so (the first time as a warning), and subscribes again.
+/// At a stop, reads what is still queued (for at most [`FINAL_READ`]) and returns, which
+/// closes the writer's queue.
 fn read_events(
     mut socket: crate::netlink::Socket,
     queue: Option<SyncSender<String>>,
     stats: &SnatStats,
+    stopping: &AtomicBool,
 ) {
     let mut buffer = vec![0u8; 256 * 1024];
     let mut drops = Sayer::new();
     let mut lost = false;
     loop {
-        socket.wait_readable(Duration::from_secs(1));
-        let drained = socket.drain(&mut buffer, |queued| match queued {
+        let last = stopping.load(Ordering::Relaxed);
+        if !last {
+            socket.wait_readable(WAIT);
+        }
+        let deadline = last.then(|| Instant::now() + FINAL_READ);
+        let drained = socket.drain_by(&mut buffer, deadline, |queued| match queued {
             Queued::Datagram(datagram) => {
                 let now = SystemTime::now();
                 for event in ctnetlink::events_of(datagram) {
+                    stats.events.fetch_add(1, Ordering::Relaxed);
                     take(&event, now, queue.as_ref(), stats, &mut drops);
                 }
             }
             Queued::Lost => lost = true,
         });
+        if last {
+            if lost {
+                stats.overflows.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         if let Err(err) = drained {
             warn!(error = %err, "reading conntrack events failed; subscribing again");
             lost = true;
@@ -199,7 +320,10 @@ fn read_events(
                 warn!("conntrack events were lost (the kernel's receive buffer for them overflowed: ENOBUFS); flows of the moment are missing from the SNAT log; subscribing again and re-reading the table for port pressure (counted in ipmasq_snat_events_lost_total, said once)");
             }
             match ctnetlink::events(receive_buffer()) {
-                Ok(fresh) => socket = fresh,
+                Ok(fresh) => {
+                    filter_in_the_kernel(&fresh);
+                    socket = fresh;
+                }
                 Err(err) => {
                     warn!(error = %err, "cannot subscribe to conntrack events again; keeping the old subscription")
                 }
@@ -227,7 +351,9 @@ fn take(
     let mut text = String::with_capacity(192);
     line::render(&mut text, now, event);
     match queue.try_send(text) {
-        Ok(()) => {}
+        Ok(()) => {
+            stats.queued.fetch_add(1, Ordering::Relaxed);
+        }
         Err(TrySendError::Full(_)) => {
             stats.dropped.fetch_add(1, Ordering::Relaxed);
             if let Some(dropped) = drops.count() {
@@ -238,7 +364,8 @@ fn take(
     }
 }
 
-/// The writer thread: writes what is queued, and flushes whenever the queue is empty.
+/// The writer thread: writes what is queued, and flushes whenever the queue is empty; once
+/// the queue is closed (the agent stops) and empty, syncs the file and returns.
 fn write_lines(mut log: LogWriter, lines: mpsc::Receiver<String>, stats: &SnatStats) {
     let mut errors = Sayer::new();
     while let Ok(first) = lines.recv() {
@@ -264,6 +391,10 @@ fn write_lines(mut log: LogWriter, lines: mpsc::Receiver<String>, stats: &SnatSt
             }
         }
         stats.rotations.store(log.rotations, Ordering::Relaxed);
+    }
+    if let Err(err) = log.sync() {
+        stats.write_errors.fetch_add(1, Ordering::Relaxed);
+        warn!(error = %err, "cannot sync the SNAT log at the stop");
     }
 }
 
@@ -301,6 +432,21 @@ mod tests {
             "192.168.2.7",
             node
         )));
+    }
+
+    #[test]
+    fn a_stop_waits_for_a_stuck_writer_no_longer_than_its_deadline() {
+        let (_never_said, written) = mpsc::channel::<()>();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = Stop {
+            stopping: stopping.clone(),
+            written: Some(written),
+            stats: Arc::default(),
+        };
+        let started = Instant::now();
+        stop.finish_by(started + Duration::from_millis(50));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(stopping.load(Ordering::Relaxed), "the event thread is told");
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub struct LogWriter {
     destination: Destination,
     rotation: Rotation,
     out: BufWriter<Box<dyn Write + Send>>,
+    /// The live file, for an fsync (None for standard output).
+    file: Option<File>,
     /// Bytes in the live file (written or found there).
     size: u64,
     /// Files rotated since the start.
@@ -65,17 +67,18 @@ pub fn rotated(path: &Path, n: u32) -> PathBuf {
 
 impl LogWriter {
     pub fn open(destination: Destination, rotation: Rotation) -> io::Result<LogWriter> {
-        let (out, size): (Box<dyn Write + Send>, u64) = match &destination {
-            Destination::Stdout => (Box::new(io::stdout()), 0),
+        let (out, file, size): (Box<dyn Write + Send>, _, u64) = match &destination {
+            Destination::Stdout => (Box::new(io::stdout()), None, 0),
             Destination::File(path) => {
                 let (file, size) = open_append(path)?;
-                (Box::new(file), size)
+                (Box::new(file.try_clone()?), Some(file), size)
             }
         };
         Ok(LogWriter {
             destination,
             rotation,
             out: BufWriter::with_capacity(64 * 1024, out),
+            file,
             size,
             rotations: 0,
         })
@@ -97,6 +100,16 @@ impl LogWriter {
         self.out.flush()
     }
 
+    /// Flushes, then asks the file system to put the live file's data on disk (standard
+    /// output is only flushed): the last word of a stopping agent.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.out.flush()?;
+        match &self.file {
+            Some(file) => file.sync_data(),
+            None => Ok(()),
+        }
+    }
+
     fn rotate(&mut self) -> io::Result<()> {
         let Destination::File(path) = &self.destination else {
             return Ok(());
@@ -110,7 +123,8 @@ impl LogWriter {
         }
         std::fs::rename(path, rotated(path, 1))?;
         let (file, size) = open_append(path)?;
-        self.out = BufWriter::with_capacity(64 * 1024, Box::new(file));
+        self.out = BufWriter::with_capacity(64 * 1024, Box::new(file.try_clone()?));
+        self.file = Some(file);
         self.size = size;
         self.rotations += 1;
         Ok(())

@@ -95,7 +95,7 @@ pub(super) fn spawn_ipmasq_on(ns: &mut Netns, backend: &str, args: Vec<String>, 
 }
 
 /// `args` and the flags that choose a backend under test (`nftables`, or an iptables mode).
-fn with_backend(mut args: Vec<String>, backend: &str) -> Vec<String> {
+pub(super) fn with_backend(mut args: Vec<String>, backend: &str) -> Vec<String> {
     match backend {
         "nftables" => args.push("--backend=nftables".into()),
         variant => {

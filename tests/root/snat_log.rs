@@ -5,7 +5,9 @@
 //! A flow to a non-masquerade CIDR is not logged; the log rotates by size; an agent
 //! restarted between two batches appends the second; `ipmasq_snat_ports_in_use` equals the
 //! count of distinct translated ports the outside saw, and the busiest destination's share
-//! is that count over MASQUERADE's 64,512 ports.
+//! is that count over MASQUERADE's 64,512 ports. The kernel's filter on the events socket
+//! keeps the events of flows not source-NATed (and the node's own traffic) from the agent,
+//! the ends of the masqueraded ones included.
 
 use super::egress::{count_in_log, log_of, spawn_ipmasq_on};
 use super::netns::{kill, wait_until, PYTHON};
@@ -420,4 +422,136 @@ fn snat_log_with_packets_iptables_nft() {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn snat_log_with_packets_iptables_legacy() {
     snat_log_with_packets("legacy");
+}
+
+/// `count` UDP exchanges with the outside's receiver at `destination`, each from a fresh pod
+/// port, each answered.
+fn exchanges(topo: &Topology, destination: &str, count: usize) {
+    let script = format!(
+        "import socket\n\
+         for i in range({count}):\n\
+         \x20   u=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); u.settimeout(1); u.bind(('',0))\n\
+         \x20   for attempt in range(10):\n\
+         \x20       u.sendto(str(u.getsockname()[1]).encode(),('{destination}',{PORT}))\n\
+         \x20       try:\n\
+         \x20           if u.recv(2)==b'ok': break\n\
+         \x20       except socket.timeout: pass\n\
+         \x20   else: raise SystemExit('no answer from {destination}')\n\
+         \x20   u.close()\n"
+    );
+    let run = topo.pod.exec(PYTHON, &["-c", &script]);
+    assert_eq!(run.code, 0, "exchanges with {destination}: {}", run.stderr);
+}
+
+/// The log's lines of `event` for UDP flows from the pod (IPv4) to MASQ_V4.
+fn masqueraded_udp_lines(log: &Path, event: &str) -> usize {
+    log_lines(log)
+        .iter()
+        .filter(|l| l["event"] == event && l["proto"] == "udp")
+        .filter(|l| {
+            l["dst"]
+                .as_str()
+                .is_some_and(|d| d == endpoint(MASQ_V4, PORT))
+        })
+        .count()
+}
+
+/// The kernel's filter on the events socket: flows to a non-masquerade CIDR and the node's
+/// own traffic (each metrics scrape is a TCP flow on the node's loopback) are no event the
+/// agent reads, at their start or their end; a masqueraded flow is, at both (a destroy
+/// event's status carries IPS_SRC_NAT too). Events arrive in order, so once a masqueraded
+/// flow sent after the others is logged, every earlier event would have been read.
+fn kernel_filter(backend: &str) {
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new(&format!("snat-filter-{backend}"));
+    let config = dir.write("config", CONFIG);
+    let record = dir.write("record", "");
+    let log = dir.path.join("snat.log");
+    let args: Vec<String> = vec![
+        "agent".into(),
+        "--enable-ipv6".into(),
+        format!("--config={}", config.display()),
+        format!("--metrics-addr={METRICS}"),
+        format!("--snat-log={}", log.display()),
+    ];
+    let daemon_log = dir.path.join("agent.log");
+    let pid = start_agent(&mut topo, backend, &args, &daemon_log);
+    assert!(
+        wait_until(DEADLINE, || count_in_log(&daemon_log, "rules installed")
+            >= 2),
+        "the agent did not install both families:\n{}",
+        log_of(&daemon_log)
+    );
+    assert_eq!(
+        count_in_log(&daemon_log, "filtered_in_the_kernel=true"),
+        1,
+        "{}",
+        log_of(&daemon_log)
+    );
+    topo.outside
+        .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
+    let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
+    topo.outside.adopt(receiver);
+    let read = || {
+        sample(&scrape(&topo), "ipmasq_snat_events_read_total")
+            .unwrap_or_else(|| panic!("no ipmasq_snat_events_read_total"))
+    };
+    let logged = |event: &str, count: usize| {
+        assert!(
+            wait_until(DEADLINE, || masqueraded_udp_lines(&log, event) >= count),
+            "{} of {count} masqueraded flows' {event} lines logged:\n{}",
+            masqueraded_udp_lines(&log, event),
+            log_of(&daemon_log)
+        );
+    };
+    let start = read();
+
+    // Flows kept (a non-masquerade CIDR), then one masqueraded flow: its event alone is read.
+    exchanges(&topo, KEEP_V4, FLOWS);
+    exchanges(&topo, MASQ_V4, 1);
+    logged("new", 1);
+    let after_kept = read();
+    eprintln!("{backend}: events read {start} at the start, {after_kept} after {FLOWS} kept flows and 1 masqueraded (and the scrapes)");
+    assert_eq!(
+        after_kept,
+        start + 1.0,
+        "kept flows or scrapes read as events"
+    );
+
+    // Masqueraded flows: each one's new event is read.
+    exchanges(&topo, MASQ_V4, FLOWS);
+    logged("new", FLOWS + 1);
+    assert_eq!(read(), after_kept + FLOWS as f64);
+
+    // Their ends (deleted from the table): read, and logged; the kept flows' ends are not.
+    let run = topo.node.exec(
+        "conntrack",
+        &["-D", "-p", "udp", "-s", POD_V4, "-d", KEEP_V4],
+    );
+    assert_eq!(run.code, 0, "conntrack -D (kept): {}", run.stderr);
+    let run = topo.node.exec(
+        "conntrack",
+        &["-D", "-p", "udp", "-s", POD_V4, "-d", MASQ_V4],
+    );
+    assert_eq!(run.code, 0, "conntrack -D (masqueraded): {}", run.stderr);
+    logged("end", FLOWS + 1);
+    assert_eq!(
+        read(),
+        after_kept + (2 * FLOWS + 1) as f64,
+        "the masqueraded flows' ends, and nothing else, read"
+    );
+    kill(pid, "TERM");
+    let _ = topo.node.wait_daemon(pid, DEADLINE);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_events_are_filtered_in_the_kernel_nftables() {
+    kernel_filter("nftables");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_events_are_filtered_in_the_kernel_iptables_legacy() {
+    kernel_filter("legacy");
 }

@@ -1,8 +1,10 @@
 //! `--snat-log` under stress: conntrack's own event queue overflowing (ENOBUFS, provoked with
-//! the agent's test-only receive-buffer knob and a burst of thousands of UDP flows), and an
-//! agent restarted while a pod keeps opening flows at a steady rate.
+//! the agent's test-only receive-buffer knob and a burst of thousands of UDP flows; on
+//! nftables, iptables-nft and iptables-legacy), and an
+//! agent restarted while a pod keeps opening flows at a steady rate, and an agent stopped
+//! right after a burst (every flow conntrack holds is in the log after the exit).
 
-use super::egress::{count_in_log, log_of};
+use super::egress::{count_in_log, log_of, with_backend};
 use super::netns::{kill, wait_until, PYTHON};
 use super::packets::{start_receiver_in, Topology, CONFIG, MASQ_V4, NODE_OUT_V4, POD_V4};
 use super::snat_log::{endpoint, log_lines, receiver, sample, start_agent, PORT};
@@ -77,9 +79,9 @@ fn logged_pod_ports(log: &Path) -> HashSet<u16> {
         .collect()
 }
 
-fn overflow_of_conntrack_events(backend_flags: &[&str]) {
+fn overflow_of_conntrack_events(backend: &str) {
     let mut topo = Topology::new();
-    let dir = crate::util::Scratch::new("snat-overflow");
+    let dir = crate::util::Scratch::new(&format!("snat-overflow-{backend}"));
     let config = dir.write("config", CONFIG);
     let log = dir.path.join("snat.log");
     let daemon_log = dir.path.join("agent.log");
@@ -87,14 +89,16 @@ fn overflow_of_conntrack_events(backend_flags: &[&str]) {
     // must not see the burst's entries end while the truth is compared.
     topo.node
         .sh("sysctl -qw net.netfilter.nf_conntrack_udp_timeout=600 || true");
-    let mut args: Vec<String> = vec![
-        "agent".into(),
-        "--enable-ipv6".into(),
-        format!("--config={}", config.display()),
-        format!("--metrics-addr={METRICS}"),
-        format!("--snat-log={}", log.display()),
-    ];
-    args.extend(backend_flags.iter().map(|f| f.to_string()));
+    let args = with_backend(
+        vec![
+            "agent".into(),
+            "--enable-ipv6".into(),
+            format!("--config={}", config.display()),
+            format!("--metrics-addr={METRICS}"),
+            format!("--snat-log={}", log.display()),
+        ],
+        backend,
+    );
     let file = std::fs::File::create(&daemon_log).expect("create daemon log");
     let child = topo
         .node
@@ -187,8 +191,117 @@ fn overflow_of_conntrack_events(backend_flags: &[&str]) {
 
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
-fn snat_log_survives_an_overflow_of_conntrack_events() {
-    overflow_of_conntrack_events(&["--backend=nftables"]);
+fn snat_log_survives_an_overflow_of_conntrack_events_nftables() {
+    overflow_of_conntrack_events("nftables");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_survives_an_overflow_of_conntrack_events_iptables_nft() {
+    overflow_of_conntrack_events("nft");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_survives_an_overflow_of_conntrack_events_iptables_legacy() {
+    overflow_of_conntrack_events("legacy");
+}
+
+/// UDP flows opened just before an immediate stop.
+const STOP_BURST: u16 = 20_000;
+/// Their destination ports on the outside: one flow each, all from one pod port.
+const STOP_BURST_FIRST_PORT: u16 = 10_000;
+
+/// Entries in the node namespace's conntrack table (its own count, unconfirmed included).
+fn conntrack_count(topo: &Topology) -> usize {
+    let run = topo
+        .node
+        .exec("cat", &["/proc/sys/net/netfilter/nf_conntrack_count"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout.trim().parse().expect("a count")
+}
+
+/// The destination ports of the log's `new` UDP lines toward MASQ_V4.
+fn logged_destination_ports(log: &Path) -> HashSet<u16> {
+    let prefix = format!("{MASQ_V4}:");
+    log_lines(log)
+        .iter()
+        .filter(|l| l["event"] == "new" && l["proto"] == "udp")
+        .filter_map(|l| l["dst"].as_str()?.strip_prefix(&prefix)?.parse().ok())
+        .collect()
+}
+
+/// A burst of flows, then SIGTERM as soon as conntrack holds them all (their events are on
+/// the agent's socket by then, or read already): after the exit, every one is in the log.
+fn drained_on_stop(backend: &str) {
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new(&format!("snat-drain-{backend}"));
+    let config = dir.write("config", CONFIG);
+    let log = dir.path.join("snat.log");
+    let daemon_log = dir.path.join("agent.log");
+    topo.node
+        .sh("sysctl -qw net.netfilter.nf_conntrack_udp_timeout=600 || true");
+    let args: Vec<String> = vec![
+        "agent".into(),
+        "--enable-ipv6".into(),
+        format!("--config={}", config.display()),
+        format!("--snat-log={}", log.display()),
+    ];
+    let pid = start_agent(&mut topo, backend, &args, &daemon_log);
+    assert!(
+        wait_until(DEADLINE, || count_in_log(&daemon_log, "rules installed")
+            >= 1),
+        "the agent did not install its rules:\n{}",
+        log_of(&daemon_log)
+    );
+    let before = conntrack_count(&topo);
+    let burst = format!(
+        "import socket\n\
+         u=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); u.bind(('',30000))\n\
+         for p in range({STOP_BURST_FIRST_PORT},{STOP_BURST_FIRST_PORT}+{STOP_BURST}):\n\
+         \x20   u.sendto(b'x',('{MASQ_V4}',p))\n"
+    );
+    let run = topo.pod.exec(PYTHON, &["-c", &burst]);
+    assert_eq!(run.code, 0, "burst: {}", run.stderr);
+    assert!(
+        wait_until(DEADLINE, || conntrack_count(&topo)
+            >= before + usize::from(STOP_BURST)),
+        "conntrack holds {} entries, {before} before a burst of {STOP_BURST}",
+        conntrack_count(&topo)
+    );
+    let logged_at_stop = logged_destination_ports(&log).len();
+    kill(pid, "TERM");
+    assert!(
+        topo.node.wait_daemon(pid, DEADLINE).is_some(),
+        "the agent did not stop"
+    );
+    let logged = logged_destination_ports(&log);
+    let missing: Vec<u16> = (STOP_BURST_FIRST_PORT..STOP_BURST_FIRST_PORT + STOP_BURST)
+        .filter(|port| !logged.contains(port))
+        .collect();
+    eprintln!(
+        "{STOP_BURST} flows; {logged_at_stop} in the log when SIGTERM was sent, {} after the exit",
+        logged.len()
+    );
+    assert!(
+        missing.is_empty(),
+        "{} of the {STOP_BURST} flows missing from the log after the stop (first {:?}):\n{}",
+        missing.len(),
+        &missing[..missing.len().min(10)],
+        log_of(&daemon_log)
+    );
+    assert_eq!(
+        count_in_log(&daemon_log, "the SNAT log is drained"),
+        1,
+        "{}",
+        log_of(&daemon_log)
+    );
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_is_drained_on_stop() {
+    drained_on_stop("nftables");
 }
 
 /// Seconds since the epoch of an agent log line's leading RFC 3339 time (colours stripped).
