@@ -96,8 +96,9 @@ impl LocalCluster {
         };
         assert!(
             out.status.success(),
-            "scripts/local-cluster up failed: {}\n{}",
+            "scripts/local-cluster up failed: {}\netcd's log:\n{}\nkube-apiserver's log:\n{}",
             String::from_utf8_lossy(&out.stderr),
+            cluster.log("etcd"),
             cluster.log("kube-apiserver")
         );
         let env = std::fs::read_to_string(cluster.dir.path.join("env")).expect("read DIR/env");
