@@ -662,8 +662,9 @@ mod tests {
         )
     }
 
-    /// A dumped entry as the kernel sends it: nfgenmsg, both tuples, status, id, zone.
-    fn entry() -> Vec<u8> {
+    /// The start of an entry: nfgenmsg, then both tuples of a UDP flow 192.168.1.2:40000 →
+    /// 198.51.100.7:53 translated to 203.0.113.1.
+    fn nfgenmsg_and_tuples() -> Vec<u8> {
         let mut payload = vec![libc::AF_INET as u8, 0, 0, 0];
         payload.extend(tuple(
             CTA_TUPLE_ORIG,
@@ -679,6 +680,12 @@ mod tests {
             53,
             40000,
         ));
+        payload
+    }
+
+    /// A dumped entry as the kernel sends it: nfgenmsg, both tuples, status, id, zone.
+    fn entry() -> Vec<u8> {
+        let mut payload = nfgenmsg_and_tuples();
         payload.extend(attr(3, &0x1bau32.to_be_bytes()));
         payload.extend(attr(CTA_ID, &0xdead_beefu32.to_be_bytes()));
         payload.extend(attr(CTA_ZONE, &[0, 5, 0, 0]));
@@ -850,21 +857,7 @@ mod tests {
 
     /// [`entry`] with its status attribute set to `status` (or left out).
     fn entry_with_status(status: Option<u32>) -> Vec<u8> {
-        let mut payload = vec![libc::AF_INET as u8, 0, 0, 0];
-        payload.extend(tuple(
-            CTA_TUPLE_ORIG,
-            [192, 168, 1, 2],
-            [198, 51, 100, 7],
-            40000,
-            53,
-        ));
-        payload.extend(tuple(
-            CTA_TUPLE_REPLY,
-            [198, 51, 100, 7],
-            [203, 0, 113, 1],
-            53,
-            40000,
-        ));
+        let mut payload = nfgenmsg_and_tuples();
         if let Some(status) = status {
             payload.extend(attr(CTA_STATUS, &status.to_be_bytes()));
         }

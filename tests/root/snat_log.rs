@@ -213,6 +213,17 @@ pub(super) fn sample(metrics: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// Waits until the agent whose output goes to `daemon_log` has installed its rules in
+/// `families` families, or fails with its log.
+pub(super) fn wait_for_rules_installed(daemon_log: &Path, families: usize) {
+    assert!(
+        wait_until(DEADLINE, || count_in_log(daemon_log, "rules installed")
+            >= families),
+        "the agent did not install its rules in {families} families:\n{}",
+        log_of(daemon_log)
+    );
+}
+
 pub(super) fn start_agent(
     topo: &mut Topology,
     backend: &str,
@@ -249,12 +260,7 @@ fn snat_log_with_packets(backend: &str) {
     ];
     let daemon_log = dir.path.join("agent-1.log");
     let pid = start_agent(&mut topo, backend, &args, &daemon_log);
-    assert!(
-        wait_until(DEADLINE, || count_in_log(&daemon_log, "rules installed")
-            >= 2),
-        "the agent did not install both families:\n{}",
-        log_of(&daemon_log)
-    );
+    wait_for_rules_installed(&daemon_log, 2);
     // The kept flows' answers go back to the pod's own address.
     topo.outside
         .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
@@ -476,12 +482,7 @@ fn kernel_filter(backend: &str) {
     ];
     let daemon_log = dir.path.join("agent.log");
     let pid = start_agent(&mut topo, backend, &args, &daemon_log);
-    assert!(
-        wait_until(DEADLINE, || count_in_log(&daemon_log, "rules installed")
-            >= 2),
-        "the agent did not install both families:\n{}",
-        log_of(&daemon_log)
-    );
+    wait_for_rules_installed(&daemon_log, 2);
     assert_eq!(
         count_in_log(&daemon_log, "filtered_in_the_kernel=true"),
         1,

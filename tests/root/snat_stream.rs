@@ -7,7 +7,9 @@
 use super::egress::{count_in_log, log_of, with_backend};
 use super::netns::{kill, wait_until, PYTHON};
 use super::packets::{start_receiver_in, Topology, CONFIG, MASQ_V4, NODE_OUT_V4, POD_V4};
-use super::snat_log::{endpoint, log_lines, receiver, sample, start_agent, PORT};
+use super::snat_log::{
+    endpoint, log_lines, receiver, sample, start_agent, wait_for_rules_installed, PORT,
+};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -248,12 +250,7 @@ fn drained_on_stop(backend: &str) {
         format!("--snat-log={}", log.display()),
     ];
     let pid = start_agent(&mut topo, backend, &args, &daemon_log);
-    assert!(
-        wait_until(DEADLINE, || count_in_log(&daemon_log, "rules installed")
-            >= 1),
-        "the agent did not install its rules:\n{}",
-        log_of(&daemon_log)
-    );
+    wait_for_rules_installed(&daemon_log, 1);
     let before = conntrack_count(&topo);
     let burst = format!(
         "import socket\n\
@@ -380,12 +377,7 @@ fn restart_mid_stream(backend: &str) {
     ];
     let first_log = dir.path.join("agent-1.log");
     let pid = start_agent(&mut topo, backend, &args, &first_log);
-    assert!(
-        wait_until(DEADLINE, || count_in_log(&first_log, "rules installed")
-            >= 1),
-        "the agent did not install its rules:\n{}",
-        log_of(&first_log)
-    );
+    wait_for_rules_installed(&first_log, 1);
     topo.outside
         .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
     let (listener, _ready) = start_receiver_in(&topo.outside, &receiver(&seen_record));
