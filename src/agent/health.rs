@@ -280,7 +280,7 @@ fn register_snat(registry: &mut Registry, snat: &crate::snat::SnatStats) {
     let pressure = snat.pressure();
     let in_use = Family::<PoolLabel, Gauge>::default();
     let share = Family::<PoolLabel, Gauge<f64, AtomicU64>>::default();
-    for pool in pressure.pools() {
+    for pool in pressure.pools(&snat.to_ports) {
         let label = PoolLabel {
             translated_address: pool.translated.to_string(),
             proto: crate::snat::line::protocol_name(pool.protocol),

@@ -298,7 +298,7 @@ pub const SNAT_BUSIEST_DESTINATION_PORT_SHARE: ExportedMetric = ExportedMetric {
     name: "ipmasq_snat_busiest_destination_port_share",
     kind: MetricType::Gauge,
     labels: &["translated_address", "proto"],
-    help: "Share of the usable source-port range (1024-65535; ICMP ids 0-65535) a translated address uses toward its busiest destination address and port: 1 is exhaustion",
+    help: "Share of the usable source-port range (1024-65535, or the agent's --to-ports for TCP, UDP and SCTP; ICMP ids 0-65535) a translated address uses toward its busiest destination address and port: 1 is exhaustion",
     note: "",
     served: Served::WithSnatFlows,
 };

@@ -1309,4 +1309,15 @@ mod tests {
         assert_eq!(v.config.enable_ipv6, Some(true));
         assert_eq!(v.files, [PathBuf::from("f.yaml")]);
     }
+
+    #[test]
+    fn snat_log_sizes_take_binary_suffixes_and_refuse_zero_and_overflow() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("100M"), Ok(100 << 20));
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_size(" 2G "), Ok(2 << 30));
+        for bad in ["0", "0M", "", "M", "10T", "1.5G", "-1", "17179869184G"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }

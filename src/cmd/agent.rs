@@ -357,5 +357,6 @@ fn snat_options(args: &AgentArgs) -> Option<crate::snat::SnatOptions> {
             max_size: args.snat_log_max_size,
             keep: args.snat_log_keep,
         },
+        to_ports: args.rules.to_ports.clone(),
     })
 }

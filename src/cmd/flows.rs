@@ -62,17 +62,13 @@ pub struct PortUse {
 /// kernel also stops searching after a bounded number of tries when the range is nearly full,
 /// so failures start somewhat before the last port.
 pub fn usable_ports(protocol: u8, to_ports: &crate::plan::ToPorts) -> (String, u32) {
-    const TCP: u8 = 6;
-    const UDP: u8 = 17;
-    const SCTP: u8 = 132;
-    match protocol {
-        TCP | UDP | SCTP if !to_ports.0.is_empty() => (
-            to_ports.to_string(),
-            to_ports.0.iter().map(|r| r.size()).sum(),
-        ),
-        1 | 58 => ("0-65535".into(), 65_536),
-        _ => ("1024-65535".into(), 64_512),
-    }
+    use crate::snat::pressure::{takes_to_ports, usable_range};
+    let range = match protocol {
+        _ if takes_to_ports(protocol, to_ports) => to_ports.to_string(),
+        1 | 58 => "0-65535".to_string(),
+        _ => "1024-65535".to_string(),
+    };
+    (range, usable_range(protocol, to_ports))
 }
 
 /// Counts the source-NATed flows to one destination.

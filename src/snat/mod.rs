@@ -83,6 +83,9 @@ pub struct SnatOptions {
     /// Where the lines go (None: no log, port pressure only).
     pub log: Option<Destination>,
     pub rotation: Rotation,
+    /// The agent's `--to-ports`: the ports its rules translate TCP, UDP and SCTP to, against
+    /// which the busiest destination's share is counted.
+    pub to_ports: crate::plan::ToPorts,
 }
 
 /// What the metrics read: counters, and the port pressure the event thread keeps.
@@ -103,6 +106,8 @@ pub struct SnatStats {
     /// Files rotated.
     pub rotations: AtomicU64,
     pub pressure: Mutex<Pressure>,
+    /// The agent's `--to-ports` (empty: MASQUERADE's own range), fixed at the start.
+    pub to_ports: crate::plan::ToPorts,
 }
 
 impl SnatStats {
@@ -173,7 +178,10 @@ impl Stop {
 /// dump of both families, and starts the two threads. An error (the file cannot be opened,
 /// ctnetlink refused) stops nothing else; the caller decides.
 pub fn start(options: SnatOptions) -> std::io::Result<Running> {
-    let stats = Arc::new(SnatStats::default());
+    let stats = Arc::new(SnatStats {
+        to_ports: options.to_ports.clone(),
+        ..SnatStats::default()
+    });
     let stopping = Arc::new(AtomicBool::new(false));
     let (queue, written) = match options.log.clone() {
         Some(destination) => {
@@ -447,6 +455,53 @@ mod tests {
         stop.finish_by(started + Duration::from_millis(50));
         assert!(started.elapsed() >= Duration::from_millis(50));
         assert!(stopping.load(Ordering::Relaxed), "the event thread is told");
+    }
+
+    #[test]
+    fn a_full_queue_drops_the_line_and_counts_it_and_the_pressure_still_counts_the_flow() {
+        let (queue, lines) = mpsc::sync_channel::<String>(1);
+        let stats = SnatStats::default();
+        let mut drops = Sayer::new();
+        let node = "203.0.113.1";
+        for port in [40_000u16, 40_001, 40_002] {
+            let mut translated = flow("192.168.1.5", "198.51.100.9", "198.51.100.9", node);
+            translated.source_port = Some(port);
+            translated.reply_destination_port = Some(port);
+            let event = Event {
+                kind: ctnetlink::EventKind::New,
+                flow: translated,
+                counters: None,
+            };
+            take(&event, SystemTime::now(), Some(&queue), &stats, &mut drops);
+        }
+        assert_eq!(stats.queued.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            stats.dropped.load(Ordering::Relaxed),
+            2,
+            "the writer is behind"
+        );
+        assert_eq!(
+            drops.since, 1,
+            "the first drop said at once, the next one counted"
+        );
+        assert!(lines
+            .try_recv()
+            .unwrap()
+            .contains("\"src\":\"192.168.1.5:40000\""));
+        assert_eq!(
+            stats.pressure().tracked(),
+            3,
+            "a dropped line's flow holds its port"
+        );
+        // A kept flow (its source not rewritten) is neither queued nor counted.
+        let kept = Event {
+            kind: ctnetlink::EventKind::New,
+            flow: flow("192.168.1.5", "10.0.0.9", "10.0.0.9", "192.168.1.5"),
+            counters: None,
+        };
+        take(&kept, SystemTime::now(), Some(&queue), &stats, &mut drops);
+        assert_eq!(stats.dropped.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.pressure().tracked(), 3);
     }
 
     #[test]

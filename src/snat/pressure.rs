@@ -4,16 +4,18 @@
 //! flow from one translated address needs a source port of its own, so that share reaching 1
 //! is exhaustion: the next connection there fails (Cilium #35621).
 //!
-//! The usable range is MASQUERADE's (and SNAT's without `--to-ports`): for an original
+//! The usable range is MASQUERADE's (and SNAT's) without `--to-ports`: for an original
 //! source port of 1024 or more the kernel picks the translated one in 1024–65535 (in 1–511
 //! or 600–1023 below it), whatever `ip_local_port_range` says: `nf_nat_l4proto_unique_tuple()`
 //! in net/netfilter/nf_nat_core.c (Linux 5.x–6.x). Our rules masquerade `--random-fully` (as
 //! upstream's do where supported), so the port is drawn at random in that range rather than
 //! the original port kept first. That is 64,512 ports for TCP, UDP, SCTP, DCCP and UDP-Lite,
-//! and 65,536 ICMP ids. Memory is bounded: at most [`TRACKED_FLOWS`] flows are tracked; beyond that a
+//! and 65,536 ICMP ids. With the agent's `--to-ports`, TCP, UDP and SCTP take their ports
+//! from the ranges given, and the share is of those ([`usable_range`]). Memory is bounded: at most [`TRACKED_FLOWS`] flows are tracked; beyond that a
 //! new flow is counted in `untracked` and left out, so the gauges are then a lower bound.
 
 use crate::netlink::conntrack::{Event, EventKind};
+use crate::plan::ToPorts;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -25,12 +27,25 @@ pub const PORT_RANGE: u32 = 65_535 - 1024 + 1;
 /// ICMP and ICMPv6 ids: 0–65535.
 const ID_RANGE: u32 = 65_536;
 
-/// The usable range of `protocol`'s translated ports (or ids).
-pub fn usable_range(protocol: u8) -> u32 {
+/// How many translated ports (or ids) `protocol` can use: the agent's `--to-ports` ranges for
+/// TCP, UDP and SCTP when it gives any, else MASQUERADE's own range.
+pub fn usable_range(protocol: u8, to_ports: &ToPorts) -> u32 {
+    if takes_to_ports(protocol, to_ports) {
+        return to_ports.0.iter().map(|range| range.size()).sum();
+    }
     match protocol {
         1 | 58 => ID_RANGE,
         _ => PORT_RANGE,
     }
+}
+
+/// Whether `protocol`'s translated ports come from `to_ports`: it gives ranges, and the
+/// protocol is TCP, UDP or SCTP (the ones our rules apply `--to-ports` to).
+pub fn takes_to_ports(protocol: u8, to_ports: &ToPorts) -> bool {
+    const TCP: u8 = 6;
+    const UDP: u8 = 17;
+    const SCTP: u8 = 132;
+    !to_ports.0.is_empty() && matches!(protocol, TCP | UDP | SCTP)
 }
 
 /// A translated address and protocol: one pool of source ports.
@@ -170,9 +185,10 @@ impl Pressure {
         }
     }
 
-    /// Every pool with a flow, its ports in use and its busiest destination, in address and
-    /// protocol order. Walks the destinations once (at a scrape, not per event).
-    pub fn pools(&self) -> Vec<PoolPressure> {
+    /// Every pool with a flow, its ports in use and its busiest destination (its share of
+    /// the ports usable under `to_ports`, the agent's `--to-ports`), in address and protocol
+    /// order. Walks the destinations once (at a scrape, not per event).
+    pub fn pools(&self, to_ports: &ToPorts) -> Vec<PoolPressure> {
         let mut busiest: HashMap<Pool, ((IpAddr, u16), u32)> = HashMap::new();
         for (&(pool, destination), &flows) in &self.toward {
             let best = busiest.entry(pool).or_insert((destination, 0));
@@ -193,7 +209,8 @@ impl Pressure {
                     protocol,
                     ports_in_use,
                     busiest: destination,
-                    busiest_share: f64::from(flows) / f64::from(usable_range(protocol)),
+                    busiest_share: f64::from(flows)
+                        / f64::from(usable_range(protocol, to_ports).max(1)),
                 }
             })
             .collect();
@@ -250,7 +267,7 @@ mod tests {
         }
         // The seed and the events overlap: a repeated new counts once.
         pressure.apply(&event(EventKind::New, 5, 40_005, "198.51.100.9"));
-        let pools = pressure.pools();
+        let pools = pressure.pools(&ToPorts::default());
         assert_eq!(pools.len(), 1);
         assert_eq!(pools[0].ports_in_use, 100);
         assert_eq!(pools[0].busiest, ("198.51.100.9".parse().unwrap(), 53));
@@ -263,13 +280,13 @@ mod tests {
                 "198.51.100.9",
             ));
         }
-        let pools = pressure.pools();
+        let pools = pressure.pools(&ToPorts::default());
         assert_eq!(pools[0].ports_in_use, 10);
         assert_eq!(pools[0].busiest, ("198.51.100.10".parse().unwrap(), 53));
         for id in 100..110u32 {
             pressure.apply(&event(EventKind::End, id, 0, "198.51.100.10"));
         }
-        assert!(pressure.pools().is_empty());
+        assert!(pressure.pools(&ToPorts::default()).is_empty());
         assert_eq!(pressure.tracked(), 0);
         assert!(pressure.ports.is_empty() && pressure.toward.is_empty());
     }
@@ -285,7 +302,29 @@ mod tests {
         assert_eq!(pressure.tracked(), 2);
         pressure.apply(&event(EventKind::End, 7, 40_000, "198.51.100.9"));
         assert_eq!(pressure.tracked(), 1);
-        assert_eq!(pressure.pools()[0].ports_in_use, 1);
+        assert_eq!(pressure.pools(&ToPorts::default())[0].ports_in_use, 1);
+    }
+
+    #[test]
+    fn the_share_is_of_the_to_ports_ranges_when_the_agent_gives_them() {
+        let mut pressure = Pressure::default();
+        for id in 0..85u32 {
+            pressure.apply(&event(
+                EventKind::New,
+                id,
+                30_000 + id as u16,
+                "198.51.100.9",
+            ));
+        }
+        // 100 ports in two ranges: 85 flows toward one destination are 85 % of them.
+        let narrow: ToPorts = "30000-30049,31000-31049".parse().unwrap();
+        assert_eq!(pressure.pools(&narrow)[0].busiest_share, 0.85);
+        assert_eq!(
+            pressure.pools(&ToPorts::default())[0].busiest_share,
+            85.0 / 64_512.0
+        );
+        assert_eq!(usable_range(1, &narrow), 65_536, "ICMP ids: no --to-ports");
+        assert_eq!(usable_range(6, &narrow), 100);
     }
 
     #[test]
@@ -298,6 +337,6 @@ mod tests {
         assert_eq!(pressure.untracked, 2);
         // An untracked flow's end changes nothing.
         pressure.apply(&event(EventKind::End, 4, 1004, "198.51.100.9"));
-        assert_eq!(pressure.pools()[0].ports_in_use, 3);
+        assert_eq!(pressure.pools(&ToPorts::default())[0].ports_in_use, 3);
     }
 }
