@@ -236,6 +236,7 @@ pub const CLEANUP: AppletDoc = AppletDoc {
     exit_status: &[
         (0, "everything was removed, or there was nothing to remove"),
         (1, "a removal failed (every failure is reported)"),
+        (2, "usage error (an unknown flag, say)"),
         (4, "permission denied: needs CAP_NET_ADMIN (try sudo)"),
         (5, "iptables is not installed"),
     ],

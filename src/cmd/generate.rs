@@ -187,7 +187,7 @@ fn flag_row(arg: &clap::Arg) -> String {
             .get_value_names()
             .and_then(|names| names.first().map(|n| n.to_string()))
             .unwrap_or_else(|| arg.get_id().as_str().to_uppercase());
-        names.push(format!("`{name}` (positional)"));
+        names.push(format!("`{}` (positional)", name.replace('|', "\\|")));
     }
     let value = if takes_value && !arg.is_positional() {
         let possible: Vec<String> = arg
@@ -201,7 +201,7 @@ fn flag_row(arg: &clap::Arg) -> String {
                 .map(|names| {
                     names
                         .iter()
-                        .map(|n| format!("`{n}`"))
+                        .map(|n| format!("`{}`", n.to_string().replace('|', "\\|")))
                         .collect::<Vec<_>>()
                         .join(" ")
                 })

@@ -1,7 +1,8 @@
 //! The documentation as a user follows it: every relative link and `#anchor` of README.md and
 //! docs/**/*.md resolves (GitHub's heading slugs), and every `ipmasq` command in a code block
 //! parses: the applet exists, and every flag exists and takes a value where given one (the
-//! binary is run with the command's arguments and `--help`).
+//! binary is run with the command's arguments and `--help`); every table row splits into its
+//! header's columns (a `|` in a cell escaped).
 
 use crate::util::ipmasq;
 use std::path::{Component, Path, PathBuf};
@@ -420,4 +421,67 @@ fn the_checks_catch_what_they_are_for() {
     assert!(command_error(&["show".into(), "--no-such-flag".into()]).is_some());
     assert!(command_error(&["no-such-applet".into()]).is_some());
     assert!(command_error(&["validate".into(), "--to-ports".into()]).is_some());
+}
+
+/// The cells of a Markdown table row as GitHub splits them: at every `|` not escaped with a
+/// backslash, code spans included (GitHub splits inside them too); the outer pipes are edges.
+fn table_cells(row: &str) -> usize {
+    let mut separators = 0usize;
+    let mut escaped = false;
+    for c in row.trim().chars() {
+        if c == '|' && !escaped {
+            separators += 1;
+        }
+        escaped = c == '\\' && !escaped;
+    }
+    separators.saturating_sub(1)
+}
+
+/// Rows that split into another number of cells than their table's header, each as
+/// "FILE:LINE: N cells, the header has M".
+fn misshapen_table_rows(file: &Path, text: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let mut header: Option<usize> = None;
+    for (number, line) in parse(text).prose.iter().enumerate() {
+        if !line.trim_start().starts_with('|') {
+            header = None;
+            continue;
+        }
+        let cells = table_cells(line);
+        match header {
+            None => header = Some(cells),
+            Some(expected) if cells != expected => wrong.push(format!(
+                "{}:{}: {cells} cells, the header has {expected}",
+                file.display(),
+                number + 1
+            )),
+            Some(_) => {}
+        }
+    }
+    wrong
+}
+
+/// Every table row renders as its header's columns: a `|` in a cell (`file|api`, `PATH|-`)
+/// is escaped, or GitHub cuts the row into one cell more and drops the rest.
+#[test]
+fn every_table_row_has_its_headers_columns() {
+    let mut wrong = Vec::new();
+    let mut rows = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(repo().join(&file)).expect("readable");
+        rows += text.lines().filter(|l| l.starts_with('|')).count();
+        wrong.extend(misshapen_table_rows(&file, &text));
+    }
+    assert!(
+        wrong.is_empty(),
+        "table rows that split wrongly:\n{}",
+        wrong.join("\n")
+    );
+    assert!(rows > 100, "only {rows} table rows checked");
+    // The check itself: an unescaped pipe in a code span is caught, an escaped one is not.
+    let table = "| a | b |\n|---|---|\n| `x\\|y` | z |\n| `x|y` | z |\n";
+    assert_eq!(
+        misshapen_table_rows(Path::new("t.md"), table),
+        ["t.md:4: 3 cells, the header has 2"]
+    );
 }
