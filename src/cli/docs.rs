@@ -438,8 +438,15 @@ pub fn after_help(doc: &AppletDoc) -> String {
         out.push('\n');
     }
     out.push_str("\nExit status:");
+    // Codes padded to the widest, so two-digit codes keep the meanings in one column.
+    let width = doc
+        .exit_status
+        .iter()
+        .map(|(code, _)| code.to_string().len())
+        .max()
+        .unwrap_or(1);
     for (code, meaning) in doc.exit_status {
-        out.push_str(&format!("\n  {code}  {meaning}"));
+        out.push_str(&format!("\n  {code:<width$}  {meaning}"));
     }
     out
 }

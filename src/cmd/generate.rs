@@ -389,10 +389,23 @@ fn write_all(dir: &Path) -> std::io::Result<usize> {
 
 /// Runs `ipmasq generate DIR`.
 pub fn run(args: &[std::ffi::OsString]) -> Exit {
+    const USAGE: &str = "usage: ipmasq generate DIR   (writes DIR/man/*.8, DIR/completions/* and DIR/docs/reference/*.md)";
     let [dir] = args else {
-        eprintln!("usage: ipmasq generate DIR   (writes DIR/man/*.8, DIR/completions/* and DIR/docs/reference/*.md)");
+        eprintln!("{USAGE}");
         return Exit::Usage;
     };
+    // A flag is never a directory: `generate --help` once wrote everything into `./--help`.
+    if dir == "-h" || dir == "--help" {
+        println!("{USAGE}");
+        return Exit::Ok;
+    }
+    if dir.to_string_lossy().starts_with('-') {
+        eprintln!(
+            "ipmasq generate: unknown option {}\n{USAGE}",
+            dir.to_string_lossy()
+        );
+        return Exit::Usage;
+    }
     let dir = Path::new(dir);
     match write_all(dir) {
         Ok(n) => {

@@ -344,3 +344,28 @@ fn every_man_page_reference_resolves() {
     }
     assert!(checked >= 10, "only {checked} references found");
 }
+
+/// `generate` takes a directory, never a flag for one: `--help` prints its usage and writes
+/// nothing; another option is a usage error.
+#[test]
+fn generate_refuses_an_option_as_its_directory() {
+    let help = ipmasq(&["generate", "--help"]);
+    assert_eq!(help.code, 0, "{}", help.stderr);
+    assert!(
+        help.stdout.contains("usage: ipmasq generate DIR"),
+        "{}",
+        help.stdout
+    );
+    assert!(
+        !Path::new("--help").exists(),
+        "generate --help wrote ./--help"
+    );
+    let bogus = ipmasq(&["generate", "--bogus"]);
+    assert_eq!(bogus.code, 2, "{}", bogus.stdout);
+    assert!(
+        bogus.stderr.contains("unknown option --bogus"),
+        "{}",
+        bogus.stderr
+    );
+    assert!(!Path::new("--bogus").exists());
+}
