@@ -755,6 +755,7 @@ mod tests {
         assert!(
             rejected.as_ref().is_ok_and(|body| body
                 .contains("config rejected, the last good config stays in force: ")
+                && body.contains(&format!("{}:1:", f.dir.join("config").display()))
                 && body.contains("[cidr-not-aligned]")),
             "{rejected:?}"
         );

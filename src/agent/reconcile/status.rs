@@ -73,10 +73,14 @@ impl Status {
         self.configs_accepted = counts.configs_accepted;
         self.configs_rejected = counts.configs_rejected;
         self.config_current = counts.config_current;
-        self.config_rejected = report
-            .admission
-            .rejection()
-            .map(|rejection| rejection.diagnostic.clone());
+        self.config_rejected = report.admission.rejection().map(|rejection| {
+            // With the file's path, as `show` and the log say it (`PATH:1:22: [code] …`).
+            if rejection.located.is_empty() {
+                rejection.diagnostic.clone()
+            } else {
+                rejection.located.join("; ")
+            }
+        });
         self.non_masquerade_cidrs = counts.non_masquerade_cidrs;
         self.drift_repairs.clone_from(&report.enforce.drift_repairs);
         self.conntrack_entries_reset = report.enforce.conntrack_entries_reset;
