@@ -7,7 +7,8 @@
 //! count of distinct translated ports the outside saw, and the busiest destination's share
 //! is that count over MASQUERADE's 64,512 ports. The kernel's filter on the events socket
 //! keeps the events of flows not source-NATed (and the node's own traffic) from the agent,
-//! the ends of the masqueraded ones included.
+//! the ends of the masqueraded ones included; an end carries `packets` and `bytes` (both
+//! directions, exactly what was sent) only with conntrack accounting on.
 
 use super::egress::{count_in_log, log_of, spawn_ipmasq_on};
 use super::netns::{kill, wait_until, PYTHON};
@@ -481,6 +482,8 @@ fn kernel_filter(backend: &str) {
         format!("--snat-log={}", log.display()),
     ];
     let daemon_log = dir.path.join("agent.log");
+    // Accounting off (a namespace's default, said here): no counters on an end.
+    topo.node.sh("sysctl -qw net.netfilter.nf_conntrack_acct=0");
     let pid = start_agent(&mut topo, backend, &args, &daemon_log);
     wait_for_rules_installed(&daemon_log, 2);
     assert_eq!(
@@ -541,8 +544,71 @@ fn kernel_filter(backend: &str) {
         after_kept + (2 * FLOWS + 1) as f64,
         "the masqueraded flows' ends, and nothing else, read"
     );
+    let ends = log_lines(&log);
+    let ends: Vec<_> = ends.iter().filter(|l| l["event"] == "end").collect();
+    assert!(
+        ends.iter()
+            .all(|l| l.get("packets").is_none() && l.get("bytes").is_none()),
+        "counters on an end with accounting off: {ends:?}"
+    );
+
+    // Accounting on: each end carries both directions' packets and bytes.
+    accounted_ends(&topo, &log, &daemon_log);
     kill(pid, "TERM");
     let _ = topo.node.wait_daemon(pid, DEADLINE);
+}
+
+/// Masqueraded UDP flows with accounting on: flow `k` (1..=ACCOUNTED) sends `k` datagrams,
+/// each answered with `ok` and awaited (never resent), so its entry counts exactly `2k`
+/// packets and `k` times both IPv4+UDP headers (28 bytes each) with the payload and `ok`;
+/// deleted from the table, each one's `end` line carries that.
+fn accounted_ends(topo: &Topology, log: &Path, daemon_log: &Path) {
+    const ACCOUNTED: usize = 5;
+    topo.node.sh("sysctl -qw net.netfilter.nf_conntrack_acct=1");
+    let script = format!(
+        "import socket,json\n\
+         sent={{}}\n\
+         for k in range(1,{ACCOUNTED}+1):\n\
+         \x20   u=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); u.settimeout(10); u.bind(('',0))\n\
+         \x20   payload=str(u.getsockname()[1]).encode()\n\
+         \x20   for i in range(k):\n\
+         \x20       u.sendto(payload,('{MASQ_V4}',{PORT})); assert u.recv(2)==b'ok'\n\
+         \x20   sent[u.getsockname()[1]]=[2*k,k*(28+len(payload))+k*(28+2)]\n\
+         \x20   u.close()\n\
+         print(json.dumps(sent))\n"
+    );
+    let run = topo.pod.exec(PYTHON, &["-c", &script]);
+    assert_eq!(run.code, 0, "accounted flows: {}", run.stderr);
+    let sent: std::collections::HashMap<u16, (u64, u64)> =
+        serde_json::from_str(run.stdout.trim()).expect("the sender's counts");
+    let run = topo.node.exec(
+        "conntrack",
+        &["-D", "-p", "udp", "-s", POD_V4, "-d", MASQ_V4],
+    );
+    assert_eq!(run.code, 0, "conntrack -D (accounted): {}", run.stderr);
+    let end_of = |port: u16| {
+        let src = endpoint(POD_V4, port);
+        log_lines(log)
+            .into_iter()
+            .find(|l| l["event"] == "end" && l["src"] == src.as_str())
+    };
+    for (&port, &(packets, bytes)) in &sent {
+        assert!(
+            wait_until(DEADLINE, || end_of(port).is_some()),
+            "no end line for {POD_V4}:{port}:\n{}",
+            log_of(daemon_log)
+        );
+        let line = end_of(port).expect("the end line");
+        assert_eq!(
+            (line["packets"].as_u64(), line["bytes"].as_u64()),
+            (Some(packets), Some(bytes)),
+            "{POD_V4}:{port} sent {packets} packets, {bytes} bytes (both directions): {line}"
+        );
+    }
+    eprintln!(
+        "{} accounted flows' ends carry their packets and bytes: {sent:?}",
+        sent.len()
+    );
 }
 
 #[test]
