@@ -8,7 +8,8 @@
 //! is that count over MASQUERADE's 64,512 ports. The kernel's filter on the events socket
 //! keeps the events of flows not source-NATed (and the node's own traffic) from the agent,
 //! the ends of the masqueraded ones included; an end carries `packets` and `bytes` (both
-//! directions, exactly what was sent) only with conntrack accounting on.
+//! directions, exactly what was sent) only with conntrack accounting on. With `--snat-log=-`
+//! the agent's stdout holds the lines and nothing else, and `who --log -` reads them.
 
 use super::egress::{count_in_log, log_of, spawn_ipmasq_on};
 use super::netns::{kill, wait_until, PYTHON};
@@ -429,6 +430,119 @@ fn snat_log_with_packets_iptables_nft() {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn snat_log_with_packets_iptables_legacy() {
     snat_log_with_packets("legacy");
+}
+
+/// `--snat-log=-`: the lines go to the agent's standard output (here a file, as a collector's
+/// pipe would take them), and nothing else does: the agent's own log is on stderr, so every
+/// line of stdout is a log line in the contract's key order; `ipmasq who --log -` reads them
+/// from its standard input and names the pod behind each translated address:port the outside
+/// saw.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_to_standard_output_nftables() {
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new("snat-log-stdout");
+    let config = dir.write("config", CONFIG);
+    let record = dir.write("record", "");
+    let stdout = dir.path.join("stdout");
+    let daemon_log = dir.path.join("agent.log");
+    let args = super::egress::with_backend(
+        vec![
+            "agent".into(),
+            "--enable-ipv6".into(),
+            format!("--config={}", config.display()),
+            "--snat-log=-".into(),
+        ],
+        "nftables",
+    );
+    let child = topo
+        .node
+        .command(
+            &crate::util::binary(),
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&stdout).expect("create stdout"))
+        .stderr(std::fs::File::create(&daemon_log).expect("create daemon log"))
+        .spawn()
+        .expect("spawn the agent");
+    let pid = child.id();
+    topo.node.adopt(child);
+    assert!(
+        wait_until(DEADLINE, || count_in_log(
+            &daemon_log,
+            "following conntrack's new and destroy events"
+        ) >= 1),
+        "the agent did not start its SNAT log:\n{}",
+        log_of(&daemon_log)
+    );
+    wait_for_rules_installed(&daemon_log, 2);
+    topo.outside
+        .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
+    let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
+    topo.outside.adopt(receiver);
+    let flows = batch(&topo, &record);
+    assert!(
+        wait_until(DEADLINE, || missing(&stdout, &flows).is_empty()),
+        "flows missing from the agent's stdout: {:?}\n{}",
+        missing(&stdout, &flows),
+        log_of(&daemon_log)
+    );
+    kill(pid, "TERM");
+    assert!(
+        topo.node.wait_daemon(pid, DEADLINE).is_some(),
+        "the agent did not stop"
+    );
+    assert_eq!(
+        count_in_log(&daemon_log, "the SNAT log is drained"),
+        1,
+        "the agent's own log is on stderr:\n{}",
+        log_of(&daemon_log)
+    );
+    // Every line of stdout is a log line (log_lines fails on one that does not parse).
+    let text = log_of(&stdout);
+    let lines = log_lines(&stdout);
+    assert_eq!(lines.len(), text.lines().count());
+    for line in text.lines() {
+        assert!(
+            line.starts_with("{\"time\":\"") && line.contains("\",\"event\":\""),
+            "not a SNAT log line on stdout: {line:?}"
+        );
+    }
+    let masqueraded: Vec<&Seen> = flows.iter().filter(|s| s.destination != KEEP_V4).collect();
+    for s in &masqueraded {
+        let asked = endpoint(&s.seen, s.seen_port);
+        let answer = crate::util::ipmasq_with_stdin(
+            &[
+                "who", &asked, "--log", "-", "--proto", &s.proto, "-o", "json",
+            ],
+            &text,
+        );
+        assert_eq!(
+            answer.code, 0,
+            "who {asked} --log -: {} {}",
+            answer.stdout, answer.stderr
+        );
+        let json: serde_json::Value = serde_json::from_str(&answer.stdout).expect("who's JSON");
+        let pod = if s.destination.contains(':') {
+            POD_V6
+        } else {
+            POD_V4
+        };
+        let want = endpoint(pod, s.pod_port);
+        assert!(
+            json["flows"]
+                .as_array()
+                .is_some_and(|flows| flows.iter().any(|f| f["src"] == want.as_str())),
+            "who {asked} --log - should name {want}: {}",
+            answer.stdout
+        );
+    }
+    eprintln!(
+        "{} lines on the agent's stdout; who --log - named the pod behind all {} masqueraded flows",
+        lines.len(),
+        masqueraded.len()
+    );
 }
 
 /// `count` UDP exchanges with the outside's receiver at `destination`, each from a fresh pod
