@@ -2,7 +2,7 @@
 //! outside namespace, IPv4 and IPv6; the outside records each source address and port it saw
 //! (and the pod's own port, sent in the payload), and every masqueraded flow is in the log
 //! with the pod's source, the translated address:port the outside saw and the destination.
-//! A flow to a non-masquerade CIDR is not logged; the log rotates by size; an agent
+//! A flow to a non-masquerade CIDR (IPv4 or IPv6) is not logged; the log rotates by size; an agent
 //! restarted between two batches appends the second; `ipmasq_snat_ports_in_use` equals the
 //! count of distinct translated ports the outside saw, and the busiest destination's share
 //! is that count over MASQUERADE's 64,512 ports. The kernel's filter on the events socket
@@ -14,8 +14,8 @@
 use super::egress::{count_in_log, log_of, spawn_ipmasq_on};
 use super::netns::{kill, wait_until, PYTHON};
 use super::packets::{
-    start_receiver_in, Topology, CONFIG, KEEP_V4, MASQ_V4, MASQ_V6, NODE_OUT_V4, NODE_OUT_V6,
-    POD_V4, POD_V6,
+    start_receiver_in, Topology, CONFIG, KEEP_V4, KEEP_V6, MASQ_V4, MASQ_V6, NODE_OUT_V4,
+    NODE_OUT_V6, POD_V4, POD_V6,
 };
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -34,7 +34,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// JSON line `[proto, seen address, seen port, destination, pod port]` and answered `ok`.
 pub(super) fn receiver(record: &Path) -> String {
     let mut binds = String::new();
-    for address in [MASQ_V4, MASQ_V6, KEEP_V4] {
+    for address in [MASQ_V4, MASQ_V6, KEEP_V4, KEEP_V6] {
         let family = if address.contains(':') {
             "AF_INET6"
         } else {
@@ -68,7 +68,7 @@ pub(super) fn receiver(record: &Path) -> String {
 fn sender() -> String {
     format!(
         "import socket\n\
-         for dst in ['{MASQ_V4}','{MASQ_V6}','{KEEP_V4}']:\n\
+         for dst in ['{MASQ_V4}','{MASQ_V6}','{KEEP_V4}','{KEEP_V6}']:\n\
          \x20   fam=socket.AF_INET6 if ':' in dst else socket.AF_INET\n\
          \x20   for i in range({FLOWS}):\n\
          \x20       s=socket.socket(fam,socket.SOCK_STREAM); s.settimeout(10); s.connect((dst,{PORT}))\n\
@@ -82,6 +82,24 @@ fn sender() -> String {
          \x20       else: raise SystemExit('no answer over UDP from '+dst)\n\
          \x20       u.close()\n"
     )
+}
+
+/// Whether `destination` is an outside address in a non-masquerade CIDR (IPv4 or IPv6).
+fn kept(destination: &str) -> bool {
+    destination == KEEP_V4 || destination == KEEP_V6
+}
+
+/// The address of a log line's `address:port` or `[address]:port`.
+fn dst_address(endpoint: &str) -> String {
+    let (address, _port) = endpoint.rsplit_once(':').expect("address:port");
+    address.trim_matches(['[', ']']).to_string()
+}
+
+/// The kept flows' answers go back to the pod's own addresses, IPv4 and IPv6.
+fn route_kept_answers(topo: &Topology) {
+    topo.outside
+        .sh("ip route add 192.168.77.0/24 via 198.51.100.1 && \
+         ip -6 route add 2001:db8:77::/64 via 2001:db8:f1::1");
 }
 
 /// One flow as the outside saw it.
@@ -161,7 +179,7 @@ fn missing(log: &Path, seen: &[Seen]) -> Vec<Seen> {
         })
         .collect();
     seen.iter()
-        .filter(|s| s.destination != KEEP_V4)
+        .filter(|s| !kept(&s.destination))
         .filter(|s| {
             let pod = if s.destination.contains(':') {
                 POD_V6
@@ -187,7 +205,7 @@ fn batch(topo: &Topology, record: &Path) -> Vec<Seen> {
     let all = recorded(record);
     assert_eq!(
         all.len() - before,
-        6 * FLOWS,
+        8 * FLOWS,
         "every flow reached the outside"
     );
     all[before..].to_vec()
@@ -263,9 +281,7 @@ fn snat_log_with_packets(backend: &str) {
     let daemon_log = dir.path.join("agent-1.log");
     let pid = start_agent(&mut topo, backend, &args, &daemon_log);
     wait_for_rules_installed(&daemon_log, 2);
-    // The kept flows' answers go back to the pod's own address.
-    topo.outside
-        .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
+    route_kept_answers(&topo);
     let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
     topo.outside.adopt(receiver);
 
@@ -276,7 +292,7 @@ fn snat_log_with_packets(backend: &str) {
         } else {
             (POD_V4, NODE_OUT_V4)
         };
-        let expected = if s.destination == KEEP_V4 { pod } else { node };
+        let expected = if kept(&s.destination) { pod } else { node };
         assert_eq!(s.seen, expected, "the outside saw {s:?}");
     }
     assert!(
@@ -355,7 +371,7 @@ fn snat_log_with_packets(backend: &str) {
             "json",
         ];
         let answer = crate::util::ipmasq(&args);
-        if s.destination == KEEP_V4 {
+        if kept(&s.destination) {
             assert_eq!(
                 answer.code, 1,
                 "a kept flow has no SNAT: {} {}",
@@ -390,7 +406,7 @@ fn snat_log_with_packets(backend: &str) {
     assert!(
         lines
             .iter()
-            .all(|l| !l["dst"].as_str().unwrap().starts_with(KEEP_V4)),
+            .all(|l| !kept(&dst_address(l["dst"].as_str().unwrap()))),
         "a kept flow was logged"
     );
     for file in log_files(&log) {
@@ -477,8 +493,7 @@ fn snat_log_to_standard_output_nftables() {
         log_of(&daemon_log)
     );
     wait_for_rules_installed(&daemon_log, 2);
-    topo.outside
-        .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
+    route_kept_answers(&topo);
     let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
     topo.outside.adopt(receiver);
     let flows = batch(&topo, &record);
@@ -509,7 +524,7 @@ fn snat_log_to_standard_output_nftables() {
             "not a SNAT log line on stdout: {line:?}"
         );
     }
-    let masqueraded: Vec<&Seen> = flows.iter().filter(|s| s.destination != KEEP_V4).collect();
+    let masqueraded: Vec<&Seen> = flows.iter().filter(|s| !kept(&s.destination)).collect();
     for s in &masqueraded {
         let asked = endpoint(&s.seen, s.seen_port);
         let answer = crate::util::ipmasq_with_stdin(
@@ -606,8 +621,7 @@ fn kernel_filter(backend: &str) {
         "{}",
         log_of(&daemon_log)
     );
-    topo.outside
-        .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
+    route_kept_answers(&topo);
     let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
     topo.outside.adopt(receiver);
     let read = || {
@@ -729,6 +743,12 @@ fn accounted_ends(topo: &Topology, log: &Path, daemon_log: &Path) {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn snat_events_are_filtered_in_the_kernel_nftables() {
     kernel_filter("nftables");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_events_are_filtered_in_the_kernel_iptables_nft() {
+    kernel_filter("nft");
 }
 
 #[test]

@@ -318,8 +318,20 @@ fn drained_on_stop(backend: &str) {
 
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
-fn snat_log_is_drained_on_stop() {
+fn snat_log_is_drained_on_stop_nftables() {
     drained_on_stop("nftables");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_is_drained_on_stop_iptables_nft() {
+    drained_on_stop("nft");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_is_drained_on_stop_iptables_legacy() {
+    drained_on_stop("legacy");
 }
 
 /// Seconds since the epoch of an agent log line's leading RFC 3339 time (colours stripped).
@@ -546,4 +558,10 @@ fn snat_log_restart_mid_stream_nftables() {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn snat_log_restart_mid_stream_iptables_nft() {
     restart_mid_stream("nft");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_restart_mid_stream_iptables_legacy() {
+    restart_mid_stream("legacy");
 }
