@@ -492,6 +492,8 @@ mod tests {
             reply_source: reply_source.parse().unwrap(),
             reply_destination: reply_destination.parse().unwrap(),
             reply_destination_port: Some(40000),
+            icmp_id: None,
+            reply_icmp_id: None,
             id: 1,
         }
     }

@@ -9,7 +9,8 @@
 //! keeps the events of flows not source-NATed (and the node's own traffic) from the agent,
 //! the ends of the masqueraded ones included; an end carries `packets` and `bytes` (both
 //! directions, exactly what was sent) only with conntrack accounting on. With `--snat-log=-`
-//! the agent's stdout holds the lines and nothing else, and `who --log -` reads them.
+//! the agent's stdout holds the lines and nothing else, and `who --log -` reads them. An ICMP
+//! echo is logged with its ids in place of ports.
 
 use super::egress::{count_in_log, log_of, spawn_ipmasq_on};
 use super::netns::{kill, wait_until, PYTHON};
@@ -558,6 +559,111 @@ fn snat_log_to_standard_output_nftables() {
         lines.len(),
         masqueraded.len()
     );
+}
+
+/// ICMP echoes through the node: each one's identifier plays the port's role, in the log's
+/// `src` (the pod's id) and `translated` (the id the flow left with, as conntrack holds it in
+/// the reply tuple) and in `ipmasq_snat_ports_in_use{proto="icmp"}`: three echoes with three
+/// ids from one pod to one destination hold three, not one.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn icmp_echoes_are_logged_with_their_ids_nftables() {
+    const IDS: [u16; 3] = [0x1111, 0x2222, 0x3333];
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new("snat-icmp");
+    let config = dir.write("config", CONFIG);
+    let log = dir.path.join("snat.log");
+    let args: Vec<String> = vec![
+        "agent".into(),
+        "--enable-ipv6".into(),
+        format!("--config={}", config.display()),
+        format!("--metrics-addr={METRICS}"),
+        format!("--snat-log={}", log.display()),
+    ];
+    let daemon_log = dir.path.join("agent.log");
+    let pid = start_agent(&mut topo, "nftables", &args, &daemon_log);
+    wait_for_rules_installed(&daemon_log, 2);
+    // One echo request per id on a raw socket, each awaited (its reply comes back with the
+    // pod's id, the node having translated it back).
+    let script = format!(
+        "import socket,struct\n\
+         def checksum(b):\n\
+         \x20   s=sum(struct.unpack('!%dH'%(len(b)//2),b)); s=(s>>16)+(s&0xffff); s+=s>>16\n\
+         \x20   return ~s&0xffff\n\
+         r=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_ICMP); r.settimeout(10)\n\
+         for ident in {IDS:?}:\n\
+         \x20   body=struct.pack('!BBHHH',8,0,0,ident,1)+b'ipmasq!!'\n\
+         \x20   body=body[:2]+struct.pack('!H',checksum(body))+body[4:]\n\
+         \x20   r.sendto(body,('{MASQ_V4}',0))\n\
+         \x20   while True:\n\
+         \x20       packet=r.recv(1500); icmp=packet[(packet[0]&15)*4:]\n\
+         \x20       if icmp[0]==0 and struct.unpack('!H',icmp[4:6])[0]==ident: break\n"
+    );
+    let run = topo.pod.exec(PYTHON, &["-c", &script]);
+    assert_eq!(run.code, 0, "echoes: {}", run.stderr);
+    // The ids the flows left with: the reply tuple's, as conntrack -L prints them.
+    let listed = topo
+        .node
+        .sh("conntrack -L -p icmp -s 192.168.77.2 2>/dev/null");
+    let translated_ids: BTreeSet<String> = listed
+        .lines()
+        .filter_map(|line| {
+            let ids: Vec<&str> = line
+                .split_whitespace()
+                .filter_map(|field| field.strip_prefix("id="))
+                .collect();
+            ids.get(1).map(|id| id.to_string())
+        })
+        .collect();
+    assert_eq!(translated_ids.len(), IDS.len(), "conntrack -L: {listed}");
+    let icmp_lines = || -> Vec<serde_json::Value> {
+        log_lines(&log)
+            .into_iter()
+            .filter(|l| l["event"] == "new" && l["proto"] == "icmp")
+            .collect()
+    };
+    assert!(
+        wait_until(DEADLINE, || icmp_lines().len() >= IDS.len()),
+        "{} ICMP lines of {}:\n{}",
+        icmp_lines().len(),
+        IDS.len(),
+        log_of(&daemon_log)
+    );
+    let lines = icmp_lines();
+    let field = |key: &str| -> BTreeSet<String> {
+        lines
+            .iter()
+            .map(|l| l[key].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(
+        field("src"),
+        IDS.iter().map(|id| endpoint(POD_V4, *id)).collect(),
+        "{lines:?}"
+    );
+    assert_eq!(
+        field("translated"),
+        translated_ids
+            .iter()
+            .map(|id| format!("{NODE_OUT_V4}:{id}"))
+            .collect(),
+        "{lines:?}\nconntrack -L: {listed}"
+    );
+    assert_eq!(field("dst"), BTreeSet::from([endpoint(MASQ_V4, 0)]));
+    let metrics = scrape(&topo);
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!(
+                "ipmasq_snat_ports_in_use{{translated_address=\"{NODE_OUT_V4}\",proto=\"icmp\"}}"
+            )
+        ),
+        Some(IDS.len() as f64),
+        "{metrics}"
+    );
+    eprintln!("ICMP echoes logged with their ids: {lines:?}");
+    kill(pid, "TERM");
+    let _ = topo.node.wait_daemon(pid, DEADLINE);
 }
 
 /// `count` UDP exchanges with the outside's receiver at `destination`, each from a fresh pod
