@@ -230,6 +230,9 @@ fn by_crate(kind: u16, payload: &[u8]) -> Option<ForPolicy> {
             reply_source: reply.0,
             reply_destination: reply.1,
             reply_destination_port: reply.4,
+            // The library's tuples are read for ports only (the bench's flows are TCP and UDP).
+            icmp_id: None,
+            reply_icmp_id: None,
             id: id?,
         },
         // As the hand parser counts them: the zone's own length, without its padding.

@@ -256,6 +256,8 @@ pub(crate) fn sample_snat_stats() -> std::sync::Arc<crate::snat::SnatStats> {
             reply_source: destination,
             reply_destination: [203, 0, 113, 1].into(),
             reply_destination_port: Some(40002),
+            icmp_id: None,
+            reply_icmp_id: None,
             id: 1,
         },
     });

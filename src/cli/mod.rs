@@ -434,7 +434,8 @@ pub struct AgentArgs {
     /// conntrack accounting is on), to PATH (appended to, rotated by size) or `-` (standard
     /// output); also keeps the SNAT port-pressure metrics. `ipmasq who` answers from it (it
     /// reads /var/log/ipmasq/snat.log unless given --log). It records who talked to whom: the
-    /// file is created readable by its owner only
+    /// file is created readable by its owner only, and an existing one readable by others is
+    /// set to 0600 (with a warning)
     #[arg(long, value_name = "PATH|-")]
     pub snat_log: Option<std::ffi::OsString>,
 

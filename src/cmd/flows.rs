@@ -131,6 +131,8 @@ fn protocol_name(protocol: u8) -> String {
         reply_source: IpAddr::from([0, 0, 0, 0]),
         reply_destination: IpAddr::from([0, 0, 0, 0]),
         reply_destination_port: None,
+        icmp_id: None,
+        reply_icmp_id: None,
         id: 0,
     }
     .protocol_name()

@@ -264,6 +264,8 @@ mod tests {
             reply_source: destination.parse().unwrap(),
             reply_destination: reply_destination.parse().unwrap(),
             reply_destination_port: Some(40000),
+            icmp_id: None,
+            reply_icmp_id: None,
             id: 7,
         }
     }

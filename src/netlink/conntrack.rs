@@ -43,6 +43,10 @@ const CTA_IP_V6_DST: u16 = 4;
 const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
+/// An ICMP or ICMPv6 echo's identifier: in the tuple in place of ports (MASQUERADE rewrites
+/// it as it rewrites a source port).
+const CTA_PROTO_ICMP_ID: u16 = 4;
+const CTA_PROTO_ICMPV6_ID: u16 = 7;
 /// A dump may wait this long for its next part, and this long in all (a million entries
 /// take a few seconds).
 const DUMP_DEADLINES: Deadlines = Deadlines {
@@ -90,11 +94,12 @@ fn raw_attributes(data: &[u8]) -> impl Iterator<Item = (u16, &[u8], &[u8])> {
 }
 
 /// A tuple's `(source, destination, protocol, source port, destination port)`.
-type Tuple = (IpAddr, IpAddr, u8, Option<u16>, Option<u16>);
+/// Source, destination, protocol, source and destination ports, ICMP id.
+type Tuple = (IpAddr, IpAddr, u8, Option<u16>, Option<u16>, Option<u16>);
 
 fn tuple_of(value: &[u8]) -> Option<Tuple> {
     let (mut source, mut destination, mut protocol) = (None, None, None);
-    let (mut source_port, mut destination_port) = (None, None);
+    let (mut source_port, mut destination_port, mut icmp_id) = (None, None, None);
     let address = |v: &[u8]| match v.len() {
         4 => Some(IpAddr::from(<[u8; 4]>::try_from(v).ok()?)),
         16 => Some(IpAddr::from(<[u8; 16]>::try_from(v).ok()?)),
@@ -118,6 +123,7 @@ fn tuple_of(value: &[u8]) -> Option<Tuple> {
                         CTA_PROTO_NUM => protocol = value.first().copied(),
                         CTA_PROTO_SRC_PORT => source_port = port(value),
                         CTA_PROTO_DST_PORT => destination_port = port(value),
+                        CTA_PROTO_ICMP_ID | CTA_PROTO_ICMPV6_ID => icmp_id = port(value),
                         _ => {}
                     }
                 }
@@ -131,6 +137,7 @@ fn tuple_of(value: &[u8]) -> Option<Tuple> {
         protocol?,
         source_port,
         destination_port,
+        icmp_id,
     ))
 }
 
@@ -170,6 +177,8 @@ fn parse_entry(payload: &[u8]) -> Option<Parsed<'_>> {
             reply_source: reply.0,
             reply_destination: reply.1,
             reply_destination_port: reply.4,
+            icmp_id: tuple.5,
+            reply_icmp_id: reply.5,
             id: id?,
         },
         original,
@@ -568,6 +577,12 @@ pub struct Flow {
     pub reply_destination: IpAddr,
     /// The port the reply goes to: the source port the flow left with (after any SNAT).
     pub reply_destination_port: Option<u16>,
+    /// An ICMP or ICMPv6 echo's identifier in the original direction (None for a protocol
+    /// with ports): the pod's side of the flow, as a source port is.
+    pub icmp_id: Option<u16>,
+    /// The identifier in the reply direction: the one the flow left with (after any SNAT,
+    /// which may rewrite it as it rewrites a source port).
+    pub reply_icmp_id: Option<u16>,
     /// The kernel's id of the entry (what `conntrack -L -o id` prints).
     pub id: u32,
 }
@@ -577,6 +592,16 @@ impl Flow {
     /// that answers.
     pub fn judged_destination(&self) -> IpAddr {
         self.reply_source
+    }
+
+    /// The source port, or for ICMP the echo's identifier, which plays the port's role.
+    pub fn source_port_or_id(&self) -> Option<u16> {
+        self.source_port.or(self.icmp_id)
+    }
+
+    /// The source port the flow left with (after any SNAT), or for ICMP its identifier.
+    pub fn translated_port_or_id(&self) -> Option<u16> {
+        self.reply_destination_port.or(self.reply_icmp_id)
     }
 
     /// The source the flow leaves with, when NAT rewrote it.
@@ -763,6 +788,66 @@ mod tests {
         let events: Vec<Event> = events_of(&datagram).collect();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].counters, Some((5, 300)));
+    }
+
+    /// An ICMP echo's tuple (`conntrack -L`'s `type=8 code=0 id=...`; the reply's `type=0`).
+    fn icmp_tuple(kind: u16, src: [u8; 4], dst: [u8; 4], echo_type: u8, id: u16) -> Vec<u8> {
+        nested(
+            kind,
+            &[
+                nested(
+                    CTA_TUPLE_IP,
+                    &[attr(CTA_IP_V4_SRC, &src), attr(CTA_IP_V4_DST, &dst)],
+                ),
+                nested(
+                    CTA_TUPLE_PROTO,
+                    &[
+                        attr(CTA_PROTO_NUM, &[1]),
+                        attr(CTA_PROTO_ICMP_ID, &id.to_be_bytes()),
+                        attr(5, &[echo_type]),
+                        attr(6, &[0]),
+                    ],
+                ),
+            ],
+        )
+    }
+
+    #[test]
+    fn an_icmp_echo_carries_its_id_in_both_directions_and_its_description_is_unchanged() {
+        let mut payload = vec![libc::AF_INET as u8, 0, 0, 0];
+        payload.extend(icmp_tuple(
+            CTA_TUPLE_ORIG,
+            [192, 168, 1, 2],
+            [198, 51, 100, 7],
+            8,
+            0x1234,
+        ));
+        // MASQUERADE rewrote the id as it rewrites a port.
+        payload.extend(icmp_tuple(
+            CTA_TUPLE_REPLY,
+            [198, 51, 100, 7],
+            [203, 0, 113, 1],
+            0,
+            0x4321,
+        ));
+        payload.extend(attr(CTA_ID, &7u32.to_be_bytes()));
+        let event = parse_event(0x0100, &payload).expect("a new event");
+        let flow = &event.flow;
+        assert_eq!((flow.source_port, flow.destination_port), (None, None));
+        assert_eq!(
+            (flow.icmp_id, flow.reply_icmp_id),
+            (Some(0x1234), Some(0x4321))
+        );
+        assert_eq!(flow.source_port_or_id(), Some(0x1234));
+        assert_eq!(flow.translated_port_or_id(), Some(0x4321));
+        assert_eq!(
+            flow.describe(),
+            "icmp src=192.168.1.2 dst=198.51.100.7 id=7: source rewritten to 203.0.113.1"
+        );
+        // A flow with ports keeps them: the accessors are the ports.
+        let udp = parse_entry(&entry()).expect("parses").flow;
+        assert_eq!((udp.icmp_id, udp.reply_icmp_id), (None, None));
+        assert_eq!(udp.source_port_or_id(), Some(40000));
     }
 
     /// A classic BPF interpreter for the opcodes [`source_nat_filter`] uses, with the

@@ -22,7 +22,8 @@ pub fn rfc3339_micros(time: SystemTime) -> String {
     )
 }
 
-/// `address:port`, an IPv6 address in brackets; a protocol without ports (ICMP) has port 0.
+/// `address:port`, an IPv6 address in brackets; a protocol without ports has port 0 (ICMP's
+/// destination: its source and translated ones carry the echo's identifier instead).
 fn endpoint(out: &mut String, address: IpAddr, port: Option<u16>) {
     let port = port.unwrap_or(0);
     let _ = match address {
@@ -71,9 +72,9 @@ pub fn render(out: &mut String, time: SystemTime, event: &Event) {
     out.push_str("\",\"proto\":");
     protocol(out, flow.protocol);
     out.push_str(",\"src\":\"");
-    endpoint(out, flow.source, flow.source_port);
+    endpoint(out, flow.source, flow.source_port_or_id());
     out.push_str("\",\"translated\":\"");
-    endpoint(out, flow.reply_destination, flow.reply_destination_port);
+    endpoint(out, flow.reply_destination, flow.translated_port_or_id());
     out.push_str("\",\"dst\":\"");
     endpoint(out, flow.destination, flow.destination_port);
     out.push('"');
@@ -116,6 +117,8 @@ mod tests {
                 reply_source: destination,
                 reply_destination: translated,
                 reply_destination_port: Some(40002),
+                icmp_id: None,
+                reply_icmp_id: None,
                 id: 1,
             },
         }
@@ -154,5 +157,21 @@ mod tests {
         assert!(out.contains("\"proto\":132,"), "{out}");
         assert!(!out.contains("packets"), "{out}");
         serde_json::from_str::<serde_json::Value>(&out).unwrap();
+    }
+
+    #[test]
+    fn an_icmp_echo_logs_its_ids_in_place_of_ports() {
+        let at = UNIX_EPOCH + Duration::new(1_795_694_584, 123_456_000);
+        let mut echo = event(EventKind::New, false, None);
+        echo.flow.protocol = 1;
+        (echo.flow.source_port, echo.flow.destination_port) = (None, None);
+        echo.flow.reply_destination_port = None;
+        (echo.flow.icmp_id, echo.flow.reply_icmp_id) = (Some(4660), Some(17185));
+        let mut out = String::new();
+        render(&mut out, at, &echo);
+        assert_eq!(
+            out,
+            "{\"time\":\"2026-11-26T12:03:04.123456Z\",\"event\":\"new\",\"proto\":\"icmp\",\"src\":\"192.168.1.5:4660\",\"translated\":\"203.0.113.1:17185\",\"dst\":\"198.51.100.9:0\"}\n"
+        );
     }
 }

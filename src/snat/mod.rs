@@ -16,8 +16,10 @@
 //!
 //! The events carry no time: a line's `time` is when the agent read the event, within
 //! milliseconds of it unless the receive buffer was backed up. When the kernel's buffer for
-//! the events overflows (ENOBUFS: events were lost), the loss is counted and said, the socket
-//! is opened anew, and port pressure is seeded again from a dump.
+//! the events overflows (ENOBUFS: events were lost), the loss is counted and said (the first
+//! one as it is, the next ones at most every [`SAY_EVERY`] with their count since the last
+//! message, and any not yet said at the stop), the socket is opened anew, and port pressure
+//! is seeded again from a dump.
 //!
 //! At the agent's stop ([`Stop`]) nothing already read is lost: the event thread reads what
 //! the socket still holds (for at most [`FINAL_READ`]), then closes the queue; the writer
@@ -280,12 +282,81 @@ impl Sayer {
         self.said_at = Some(Instant::now());
         Some(std::mem::take(&mut self.since))
     }
+
+    /// The count not said yet (the rate limit held it back), taken: the last word at a stop.
+    fn unsaid(&mut self) -> u64 {
+        std::mem::take(&mut self.since)
+    }
+}
+
+/// The text of the first loss of conntrack events; the next ones are [`LOST_AGAIN`].
+const LOST_FIRST: &str = "conntrack events were lost (the kernel's receive buffer for them overflowed: ENOBUFS); flows of the moment are missing from the SNAT log; subscribing again and re-reading the table for port pressure (counted in ipmasq_snat_events_lost_total; later losses are said at most every 10 s)";
+/// The text of the losses after the first, said with their count since the last message.
+const LOST_AGAIN: &str = "the kernel's receive buffer for conntrack events overflowed again (ENOBUFS): more flows are missing from the SNAT log (ipmasq_snat_events_lost_total)";
+
+/// How a loss of conntrack events is said: the first at once with [`LOST_FIRST`], the next
+/// ones with [`LOST_AGAIN`] at most every [`SAY_EVERY`], counted in between.
+struct Losses {
+    sayer: Sayer,
+    said_first: bool,
+}
+
+/// What to say of a loss, if anything now.
+#[derive(Debug, PartialEq, Eq)]
+enum LossMessage {
+    First,
+    /// Losses since the last message (this one included).
+    Again(u64),
+}
+
+impl Losses {
+    fn new() -> Self {
+        Losses {
+            sayer: Sayer::new(),
+            said_first: false,
+        }
+    }
+
+    /// Counts one loss; what to say now, if it is time.
+    fn count(&mut self) -> Option<LossMessage> {
+        let losses = self.sayer.count()?;
+        if std::mem::replace(&mut self.said_first, true) {
+            Some(LossMessage::Again(losses))
+        } else {
+            Some(LossMessage::First)
+        }
+    }
+
+    /// At the stop: the losses not said yet (one during the final read included), said now
+    /// whatever the rate limit.
+    fn at_stop(&mut self, lost_in_the_final_read: bool) -> Option<LossMessage> {
+        let losses = self.sayer.unsaid() + u64::from(lost_in_the_final_read);
+        match (losses, self.said_first) {
+            (0, _) => None,
+            (_, false) if losses == 1 => {
+                self.said_first = true;
+                Some(LossMessage::First)
+            }
+            (losses, _) => {
+                self.said_first = true;
+                Some(LossMessage::Again(losses))
+            }
+        }
+    }
+}
+
+fn say_loss(message: Option<LossMessage>) {
+    match message {
+        Some(LossMessage::First) => warn!("{LOST_FIRST}"),
+        Some(LossMessage::Again(losses)) => warn!(losses, "{LOST_AGAIN}"),
+        None => {}
+    }
 }
 
 /// The event thread: reads every event, keeps the translated flows' pressure and queues their
-/// lines; on a loss, counts it, says so (the first time as a warning), and subscribes again.
-/// At a stop, reads what is still queued (for at most [`FINAL_READ`]) and returns, which
-/// closes the writer's queue.
+/// lines; on a loss, counts it, says so ([`Losses`]), and subscribes again. At a stop, reads
+/// what is still queued (for at most [`FINAL_READ`]), says any loss not said yet (one in that
+/// read included) and returns, which closes the writer's queue.
 fn read_events(
     mut socket: crate::netlink::Socket,
     queue: Option<SyncSender<String>>,
@@ -294,6 +365,7 @@ fn read_events(
 ) {
     let mut buffer = vec![0u8; 256 * 1024];
     let mut drops = Sayer::new();
+    let mut losses = Losses::new();
     let mut lost = false;
     loop {
         let last = stopping.load(Ordering::Relaxed);
@@ -315,6 +387,7 @@ fn read_events(
             if lost {
                 stats.overflows.fetch_add(1, Ordering::Relaxed);
             }
+            say_loss(losses.at_stop(lost));
             return;
         }
         if let Err(err) = drained {
@@ -323,10 +396,8 @@ fn read_events(
             std::thread::sleep(Duration::from_millis(100));
         }
         if std::mem::take(&mut lost) {
-            let overflows = stats.overflows.fetch_add(1, Ordering::Relaxed) + 1;
-            if overflows == 1 {
-                warn!("conntrack events were lost (the kernel's receive buffer for them overflowed: ENOBUFS); flows of the moment are missing from the SNAT log; subscribing again and re-reading the table for port pressure (counted in ipmasq_snat_events_lost_total, said once)");
-            }
+            stats.overflows.fetch_add(1, Ordering::Relaxed);
+            say_loss(losses.count());
             match ctnetlink::events(receive_buffer()) {
                 Ok(fresh) => {
                     filter_in_the_kernel(&fresh);
@@ -421,6 +492,8 @@ mod tests {
             reply_source: reply_source.parse().unwrap(),
             reply_destination: reply_destination.parse().unwrap(),
             reply_destination_port: Some(40000),
+            icmp_id: None,
+            reply_icmp_id: None,
             id: 1,
         }
     }
@@ -502,6 +575,34 @@ mod tests {
         take(&kept, SystemTime::now(), Some(&queue), &stats, &mut drops);
         assert_eq!(stats.dropped.load(Ordering::Relaxed), 2);
         assert_eq!(stats.pressure().tracked(), 3);
+    }
+
+    #[test]
+    fn every_loss_of_events_is_said_the_first_at_once_the_next_ones_per_interval() {
+        let mut losses = Losses::new();
+        assert_eq!(losses.count(), Some(LossMessage::First));
+        assert_eq!(losses.count(), None, "within the interval: counted");
+        assert_eq!(losses.count(), None);
+        losses.sayer.said_at = Some(Instant::now() - SAY_EVERY);
+        assert_eq!(
+            losses.count(),
+            Some(LossMessage::Again(3)),
+            "the count since the last message"
+        );
+        assert_eq!(losses.count(), None);
+        // At the stop, the one held back and one in the final read are said at once.
+        assert_eq!(losses.at_stop(true), Some(LossMessage::Again(2)));
+        assert_eq!(losses.at_stop(false), None, "nothing left to say");
+    }
+
+    #[test]
+    fn a_loss_in_the_final_read_alone_is_said_as_the_first() {
+        let mut losses = Losses::new();
+        assert_eq!(losses.at_stop(false), None);
+        assert_eq!(losses.at_stop(true), Some(LossMessage::First));
+        let mut held_back = Losses::new();
+        assert_eq!(held_back.count(), Some(LossMessage::First));
+        assert_eq!(held_back.at_stop(true), Some(LossMessage::Again(1)));
     }
 
     #[test]

@@ -58,7 +58,7 @@ fn original_tuple(flow: &crate::netlink::conntrack::Flow) -> OriginalTuple {
     (
         flow.protocol,
         flow.source,
-        flow.source_port.unwrap_or(0),
+        flow.source_port_or_id().unwrap_or(0),
         flow.destination,
         flow.destination_port.unwrap_or(0),
     )
@@ -139,7 +139,7 @@ impl Pressure {
             EventKind::New => {
                 let held = Held {
                     pool: (flow.reply_destination, flow.protocol),
-                    port: flow.reply_destination_port.unwrap_or(0),
+                    port: flow.translated_port_or_id().unwrap_or(0),
                     destination: (flow.destination, flow.destination_port.unwrap_or(0)),
                 };
                 if let Some(before) = self.flows.remove(&key) {
@@ -240,6 +240,8 @@ mod tests {
                 reply_source: destination,
                 reply_destination: "203.0.113.1".parse().unwrap(),
                 reply_destination_port: Some(port),
+                icmp_id: None,
+                reply_icmp_id: None,
                 id,
             },
         }
@@ -289,6 +291,29 @@ mod tests {
         assert!(pressure.pools(&ToPorts::default()).is_empty());
         assert_eq!(pressure.tracked(), 0);
         assert!(pressure.ports.is_empty() && pressure.toward.is_empty());
+    }
+
+    #[test]
+    fn icmp_echoes_hold_their_translated_ids_as_ports() {
+        let mut pressure = Pressure::default();
+        let echo = |kind, id: u16, translated_id: u16| {
+            let mut echo = event(kind, u32::from(id), 0, "198.51.100.9");
+            echo.flow.protocol = 1;
+            (echo.flow.source_port, echo.flow.destination_port) = (None, None);
+            echo.flow.reply_destination_port = None;
+            (echo.flow.icmp_id, echo.flow.reply_icmp_id) = (Some(id), Some(translated_id));
+            echo
+        };
+        // Three pings from one pod to one destination: three flows, three ids.
+        for id in 1..=3u16 {
+            pressure.apply(&echo(EventKind::New, id, 100 + id));
+        }
+        let pools = pressure.pools(&ToPorts::default());
+        assert_eq!(pools.len(), 1);
+        assert_eq!(pools[0].ports_in_use, 3, "one id each, not one per address");
+        assert_eq!(pools[0].busiest_share, 3.0 / 65_536.0);
+        pressure.apply(&echo(EventKind::End, 2, 102));
+        assert_eq!(pressure.pools(&ToPorts::default())[0].ports_in_use, 2);
     }
 
     #[test]

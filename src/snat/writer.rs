@@ -3,11 +3,16 @@
 //! a line would take the live file `PATH` past the maximum, `PATH.K-1` becomes `PATH.K` (the
 //! oldest, `PATH.K` before it, is replaced), ... `PATH` becomes `PATH.1`, and a new `PATH`
 //! is started. Files are renamed, never compressed.
+//!
+//! The log records who talked to whom: a file is created readable by its owner only (0600),
+//! and a file found with wider permissions (left by an operator, or a tool's umask) is
+//! tightened to 0600 with a warning naming its old mode, never kept world-readable in silence.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use tracing::warn;
 
 /// Where the log goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,15 +52,42 @@ pub struct LogWriter {
     pub rotations: u64,
 }
 
+/// The permissions of the log's files.
+const PRIVATE: u32 = 0o600;
+
 fn open_append(path: &Path) -> io::Result<(File, u64)> {
     // It records who talked to whom: readable by its owner only.
     let file = OpenOptions::new()
         .create(true)
         .append(true)
-        .mode(0o600)
+        .mode(PRIVATE)
         .open(path)?;
+    match make_private(&file) {
+        Ok(Some(old)) => warn!(
+            path = %path.display(),
+            old_mode = format!("{old:04o}"),
+            "the SNAT log was readable or writable by others; its mode is now 0600"
+        ),
+        Ok(None) => {}
+        Err(err) => warn!(
+            path = %path.display(),
+            error = %err,
+            "the SNAT log is readable or writable by others and its mode cannot be set to 0600"
+        ),
+    }
     let size = file.metadata()?.len();
     Ok((file, size))
+}
+
+/// Sets `file`'s permissions to 0600 when its group or others have any; its old mode (the
+/// permission bits) when it did.
+fn make_private(file: &File) -> io::Result<Option<u32>> {
+    let mode = file.metadata()?.permissions().mode() & 0o7777;
+    if mode & 0o077 == 0 {
+        return Ok(None);
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(PRIVATE))?;
+    Ok(Some(mode))
 }
 
 /// `PATH.n`.
@@ -159,7 +191,6 @@ mod tests {
         assert_eq!(read(&rotated(&path, 2)), "line 0002\nline 0003\n");
         assert!(!rotated(&path, 3).exists(), "only K rotated files are kept");
         assert_eq!(log.rotations, 3);
-        use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "a new live file is private");
         drop(log);
@@ -172,6 +203,36 @@ mod tests {
         log.write_line("line 0008\n").unwrap();
         log.flush().unwrap();
         assert_eq!(read(&path), "line 0006\nline 0007\nline 0008\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_existing_log_readable_by_others_is_made_private_and_kept() {
+        let dir = std::env::temp_dir().join(format!("ipmasq-snat-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("snat.log");
+        std::fs::write(&path, "old\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let file = OpenOptions::new().append(true).open(&path).unwrap();
+        assert_eq!(make_private(&file).unwrap(), Some(0o644), "its old mode");
+        assert_eq!(make_private(&file).unwrap(), None, "private already");
+        drop(file);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let rotation = Rotation {
+            max_size: 100,
+            keep: 1,
+        };
+        let mut log = LogWriter::open(Destination::File(path.clone()), rotation).unwrap();
+        log.write_line("new\n").unwrap();
+        log.flush().unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o600, "tightened at the open");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "old\nnew\n",
+            "its lines kept"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

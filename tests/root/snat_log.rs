@@ -2,18 +2,21 @@
 //! outside namespace, IPv4 and IPv6; the outside records each source address and port it saw
 //! (and the pod's own port, sent in the payload), and every masqueraded flow is in the log
 //! with the pod's source, the translated address:port the outside saw and the destination.
-//! A flow to a non-masquerade CIDR is not logged; the log rotates by size; an agent
+//! A flow to a non-masquerade CIDR (IPv4 or IPv6) is not logged; the log rotates by size; an agent
 //! restarted between two batches appends the second; `ipmasq_snat_ports_in_use` equals the
 //! count of distinct translated ports the outside saw, and the busiest destination's share
 //! is that count over MASQUERADE's 64,512 ports. The kernel's filter on the events socket
 //! keeps the events of flows not source-NATed (and the node's own traffic) from the agent,
-//! the ends of the masqueraded ones included.
+//! the ends of the masqueraded ones included; an end carries `packets` and `bytes` (both
+//! directions, exactly what was sent) only with conntrack accounting on. With `--snat-log=-`
+//! the agent's stdout holds the lines and nothing else, and `who --log -` reads them. An ICMP
+//! echo is logged with its ids in place of ports.
 
 use super::egress::{count_in_log, log_of, spawn_ipmasq_on};
 use super::netns::{kill, wait_until, PYTHON};
 use super::packets::{
-    start_receiver_in, Topology, CONFIG, KEEP_V4, MASQ_V4, MASQ_V6, NODE_OUT_V4, NODE_OUT_V6,
-    POD_V4, POD_V6,
+    start_receiver_in, Topology, CONFIG, KEEP_V4, KEEP_V6, MASQ_V4, MASQ_V6, NODE_OUT_V4,
+    NODE_OUT_V6, POD_V4, POD_V6,
 };
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -32,7 +35,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// JSON line `[proto, seen address, seen port, destination, pod port]` and answered `ok`.
 pub(super) fn receiver(record: &Path) -> String {
     let mut binds = String::new();
-    for address in [MASQ_V4, MASQ_V6, KEEP_V4] {
+    for address in [MASQ_V4, MASQ_V6, KEEP_V4, KEEP_V6] {
         let family = if address.contains(':') {
             "AF_INET6"
         } else {
@@ -66,7 +69,7 @@ pub(super) fn receiver(record: &Path) -> String {
 fn sender() -> String {
     format!(
         "import socket\n\
-         for dst in ['{MASQ_V4}','{MASQ_V6}','{KEEP_V4}']:\n\
+         for dst in ['{MASQ_V4}','{MASQ_V6}','{KEEP_V4}','{KEEP_V6}']:\n\
          \x20   fam=socket.AF_INET6 if ':' in dst else socket.AF_INET\n\
          \x20   for i in range({FLOWS}):\n\
          \x20       s=socket.socket(fam,socket.SOCK_STREAM); s.settimeout(10); s.connect((dst,{PORT}))\n\
@@ -80,6 +83,24 @@ fn sender() -> String {
          \x20       else: raise SystemExit('no answer over UDP from '+dst)\n\
          \x20       u.close()\n"
     )
+}
+
+/// Whether `destination` is an outside address in a non-masquerade CIDR (IPv4 or IPv6).
+fn kept(destination: &str) -> bool {
+    destination == KEEP_V4 || destination == KEEP_V6
+}
+
+/// The address of a log line's `address:port` or `[address]:port`.
+fn dst_address(endpoint: &str) -> String {
+    let (address, _port) = endpoint.rsplit_once(':').expect("address:port");
+    address.trim_matches(['[', ']']).to_string()
+}
+
+/// The kept flows' answers go back to the pod's own addresses, IPv4 and IPv6.
+fn route_kept_answers(topo: &Topology) {
+    topo.outside
+        .sh("ip route add 192.168.77.0/24 via 198.51.100.1 && \
+         ip -6 route add 2001:db8:77::/64 via 2001:db8:f1::1");
 }
 
 /// One flow as the outside saw it.
@@ -159,7 +180,7 @@ fn missing(log: &Path, seen: &[Seen]) -> Vec<Seen> {
         })
         .collect();
     seen.iter()
-        .filter(|s| s.destination != KEEP_V4)
+        .filter(|s| !kept(&s.destination))
         .filter(|s| {
             let pod = if s.destination.contains(':') {
                 POD_V6
@@ -185,7 +206,7 @@ fn batch(topo: &Topology, record: &Path) -> Vec<Seen> {
     let all = recorded(record);
     assert_eq!(
         all.len() - before,
-        6 * FLOWS,
+        8 * FLOWS,
         "every flow reached the outside"
     );
     all[before..].to_vec()
@@ -261,9 +282,7 @@ fn snat_log_with_packets(backend: &str) {
     let daemon_log = dir.path.join("agent-1.log");
     let pid = start_agent(&mut topo, backend, &args, &daemon_log);
     wait_for_rules_installed(&daemon_log, 2);
-    // The kept flows' answers go back to the pod's own address.
-    topo.outside
-        .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
+    route_kept_answers(&topo);
     let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
     topo.outside.adopt(receiver);
 
@@ -274,7 +293,7 @@ fn snat_log_with_packets(backend: &str) {
         } else {
             (POD_V4, NODE_OUT_V4)
         };
-        let expected = if s.destination == KEEP_V4 { pod } else { node };
+        let expected = if kept(&s.destination) { pod } else { node };
         assert_eq!(s.seen, expected, "the outside saw {s:?}");
     }
     assert!(
@@ -353,7 +372,7 @@ fn snat_log_with_packets(backend: &str) {
             "json",
         ];
         let answer = crate::util::ipmasq(&args);
-        if s.destination == KEEP_V4 {
+        if kept(&s.destination) {
             assert_eq!(
                 answer.code, 1,
                 "a kept flow has no SNAT: {} {}",
@@ -388,7 +407,7 @@ fn snat_log_with_packets(backend: &str) {
     assert!(
         lines
             .iter()
-            .all(|l| !l["dst"].as_str().unwrap().starts_with(KEEP_V4)),
+            .all(|l| !kept(&dst_address(l["dst"].as_str().unwrap()))),
         "a kept flow was logged"
     );
     for file in log_files(&log) {
@@ -428,6 +447,223 @@ fn snat_log_with_packets_iptables_nft() {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn snat_log_with_packets_iptables_legacy() {
     snat_log_with_packets("legacy");
+}
+
+/// `--snat-log=-`: the lines go to the agent's standard output (here a file, as a collector's
+/// pipe would take them), and nothing else does: the agent's own log is on stderr, so every
+/// line of stdout is a log line in the contract's key order; `ipmasq who --log -` reads them
+/// from its standard input and names the pod behind each translated address:port the outside
+/// saw.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_log_to_standard_output_nftables() {
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new("snat-log-stdout");
+    let config = dir.write("config", CONFIG);
+    let record = dir.write("record", "");
+    let stdout = dir.path.join("stdout");
+    let daemon_log = dir.path.join("agent.log");
+    let args = super::egress::with_backend(
+        vec![
+            "agent".into(),
+            "--enable-ipv6".into(),
+            format!("--config={}", config.display()),
+            "--snat-log=-".into(),
+        ],
+        "nftables",
+    );
+    let child = topo
+        .node
+        .command(
+            &crate::util::binary(),
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&stdout).expect("create stdout"))
+        .stderr(std::fs::File::create(&daemon_log).expect("create daemon log"))
+        .spawn()
+        .expect("spawn the agent");
+    let pid = child.id();
+    topo.node.adopt(child);
+    assert!(
+        wait_until(DEADLINE, || count_in_log(
+            &daemon_log,
+            "following conntrack's new and destroy events"
+        ) >= 1),
+        "the agent did not start its SNAT log:\n{}",
+        log_of(&daemon_log)
+    );
+    wait_for_rules_installed(&daemon_log, 2);
+    route_kept_answers(&topo);
+    let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
+    topo.outside.adopt(receiver);
+    let flows = batch(&topo, &record);
+    assert!(
+        wait_until(DEADLINE, || missing(&stdout, &flows).is_empty()),
+        "flows missing from the agent's stdout: {:?}\n{}",
+        missing(&stdout, &flows),
+        log_of(&daemon_log)
+    );
+    kill(pid, "TERM");
+    assert!(
+        topo.node.wait_daemon(pid, DEADLINE).is_some(),
+        "the agent did not stop"
+    );
+    assert_eq!(
+        count_in_log(&daemon_log, "the SNAT log is drained"),
+        1,
+        "the agent's own log is on stderr:\n{}",
+        log_of(&daemon_log)
+    );
+    // Every line of stdout is a log line (log_lines fails on one that does not parse).
+    let text = log_of(&stdout);
+    let lines = log_lines(&stdout);
+    assert_eq!(lines.len(), text.lines().count());
+    for line in text.lines() {
+        assert!(
+            line.starts_with("{\"time\":\"") && line.contains("\",\"event\":\""),
+            "not a SNAT log line on stdout: {line:?}"
+        );
+    }
+    let masqueraded: Vec<&Seen> = flows.iter().filter(|s| !kept(&s.destination)).collect();
+    for s in &masqueraded {
+        let asked = endpoint(&s.seen, s.seen_port);
+        let answer = crate::util::ipmasq_with_stdin(
+            &[
+                "who", &asked, "--log", "-", "--proto", &s.proto, "-o", "json",
+            ],
+            &text,
+        );
+        assert_eq!(
+            answer.code, 0,
+            "who {asked} --log -: {} {}",
+            answer.stdout, answer.stderr
+        );
+        let json: serde_json::Value = serde_json::from_str(&answer.stdout).expect("who's JSON");
+        let pod = if s.destination.contains(':') {
+            POD_V6
+        } else {
+            POD_V4
+        };
+        let want = endpoint(pod, s.pod_port);
+        assert!(
+            json["flows"]
+                .as_array()
+                .is_some_and(|flows| flows.iter().any(|f| f["src"] == want.as_str())),
+            "who {asked} --log - should name {want}: {}",
+            answer.stdout
+        );
+    }
+    eprintln!(
+        "{} lines on the agent's stdout; who --log - named the pod behind all {} masqueraded flows",
+        lines.len(),
+        masqueraded.len()
+    );
+}
+
+/// ICMP echoes through the node: each one's identifier plays the port's role, in the log's
+/// `src` (the pod's id) and `translated` (the id the flow left with, as conntrack holds it in
+/// the reply tuple) and in `ipmasq_snat_ports_in_use{proto="icmp"}`: three echoes with three
+/// ids from one pod to one destination hold three, not one.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn icmp_echoes_are_logged_with_their_ids_nftables() {
+    const IDS: [u16; 3] = [0x1111, 0x2222, 0x3333];
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new("snat-icmp");
+    let config = dir.write("config", CONFIG);
+    let log = dir.path.join("snat.log");
+    let args: Vec<String> = vec![
+        "agent".into(),
+        "--enable-ipv6".into(),
+        format!("--config={}", config.display()),
+        format!("--metrics-addr={METRICS}"),
+        format!("--snat-log={}", log.display()),
+    ];
+    let daemon_log = dir.path.join("agent.log");
+    let pid = start_agent(&mut topo, "nftables", &args, &daemon_log);
+    wait_for_rules_installed(&daemon_log, 2);
+    // One echo request per id on a raw socket, each awaited (its reply comes back with the
+    // pod's id, the node having translated it back).
+    let script = format!(
+        "import socket,struct\n\
+         def checksum(b):\n\
+         \x20   s=sum(struct.unpack('!%dH'%(len(b)//2),b)); s=(s>>16)+(s&0xffff); s+=s>>16\n\
+         \x20   return ~s&0xffff\n\
+         r=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_ICMP); r.settimeout(10)\n\
+         for ident in {IDS:?}:\n\
+         \x20   body=struct.pack('!BBHHH',8,0,0,ident,1)+b'ipmasq!!'\n\
+         \x20   body=body[:2]+struct.pack('!H',checksum(body))+body[4:]\n\
+         \x20   r.sendto(body,('{MASQ_V4}',0))\n\
+         \x20   while True:\n\
+         \x20       packet=r.recv(1500); icmp=packet[(packet[0]&15)*4:]\n\
+         \x20       if icmp[0]==0 and struct.unpack('!H',icmp[4:6])[0]==ident: break\n"
+    );
+    let run = topo.pod.exec(PYTHON, &["-c", &script]);
+    assert_eq!(run.code, 0, "echoes: {}", run.stderr);
+    // The ids the flows left with: the reply tuple's, as conntrack -L prints them.
+    let listed = topo
+        .node
+        .sh("conntrack -L -p icmp -s 192.168.77.2 2>/dev/null");
+    let translated_ids: BTreeSet<String> = listed
+        .lines()
+        .filter_map(|line| {
+            let ids: Vec<&str> = line
+                .split_whitespace()
+                .filter_map(|field| field.strip_prefix("id="))
+                .collect();
+            ids.get(1).map(|id| id.to_string())
+        })
+        .collect();
+    assert_eq!(translated_ids.len(), IDS.len(), "conntrack -L: {listed}");
+    let icmp_lines = || -> Vec<serde_json::Value> {
+        log_lines(&log)
+            .into_iter()
+            .filter(|l| l["event"] == "new" && l["proto"] == "icmp")
+            .collect()
+    };
+    assert!(
+        wait_until(DEADLINE, || icmp_lines().len() >= IDS.len()),
+        "{} ICMP lines of {}:\n{}",
+        icmp_lines().len(),
+        IDS.len(),
+        log_of(&daemon_log)
+    );
+    let lines = icmp_lines();
+    let field = |key: &str| -> BTreeSet<String> {
+        lines
+            .iter()
+            .map(|l| l[key].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(
+        field("src"),
+        IDS.iter().map(|id| endpoint(POD_V4, *id)).collect(),
+        "{lines:?}"
+    );
+    assert_eq!(
+        field("translated"),
+        translated_ids
+            .iter()
+            .map(|id| format!("{NODE_OUT_V4}:{id}"))
+            .collect(),
+        "{lines:?}\nconntrack -L: {listed}"
+    );
+    assert_eq!(field("dst"), BTreeSet::from([endpoint(MASQ_V4, 0)]));
+    let metrics = scrape(&topo);
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!(
+                "ipmasq_snat_ports_in_use{{translated_address=\"{NODE_OUT_V4}\",proto=\"icmp\"}}"
+            )
+        ),
+        Some(IDS.len() as f64),
+        "{metrics}"
+    );
+    eprintln!("ICMP echoes logged with their ids: {lines:?}");
+    kill(pid, "TERM");
+    let _ = topo.node.wait_daemon(pid, DEADLINE);
 }
 
 /// `count` UDP exchanges with the outside's receiver at `destination`, each from a fresh pod
@@ -481,6 +717,8 @@ fn kernel_filter(backend: &str) {
         format!("--snat-log={}", log.display()),
     ];
     let daemon_log = dir.path.join("agent.log");
+    // Accounting off (a namespace's default, said here): no counters on an end.
+    topo.node.sh("sysctl -qw net.netfilter.nf_conntrack_acct=0");
     let pid = start_agent(&mut topo, backend, &args, &daemon_log);
     wait_for_rules_installed(&daemon_log, 2);
     assert_eq!(
@@ -489,8 +727,7 @@ fn kernel_filter(backend: &str) {
         "{}",
         log_of(&daemon_log)
     );
-    topo.outside
-        .sh("ip route add 192.168.77.0/24 via 198.51.100.1");
+    route_kept_answers(&topo);
     let (receiver, _ready) = start_receiver_in(&topo.outside, &receiver(&record));
     topo.outside.adopt(receiver);
     let read = || {
@@ -541,14 +778,83 @@ fn kernel_filter(backend: &str) {
         after_kept + (2 * FLOWS + 1) as f64,
         "the masqueraded flows' ends, and nothing else, read"
     );
+    let ends = log_lines(&log);
+    let ends: Vec<_> = ends.iter().filter(|l| l["event"] == "end").collect();
+    assert!(
+        ends.iter()
+            .all(|l| l.get("packets").is_none() && l.get("bytes").is_none()),
+        "counters on an end with accounting off: {ends:?}"
+    );
+
+    // Accounting on: each end carries both directions' packets and bytes.
+    accounted_ends(&topo, &log, &daemon_log);
     kill(pid, "TERM");
     let _ = topo.node.wait_daemon(pid, DEADLINE);
+}
+
+/// Masqueraded UDP flows with accounting on: flow `k` (1..=ACCOUNTED) sends `k` datagrams,
+/// each answered with `ok` and awaited (never resent), so its entry counts exactly `2k`
+/// packets and `k` times both IPv4+UDP headers (28 bytes each) with the payload and `ok`;
+/// deleted from the table, each one's `end` line carries that.
+fn accounted_ends(topo: &Topology, log: &Path, daemon_log: &Path) {
+    const ACCOUNTED: usize = 5;
+    topo.node.sh("sysctl -qw net.netfilter.nf_conntrack_acct=1");
+    let script = format!(
+        "import socket,json\n\
+         sent={{}}\n\
+         for k in range(1,{ACCOUNTED}+1):\n\
+         \x20   u=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); u.settimeout(10); u.bind(('',0))\n\
+         \x20   payload=str(u.getsockname()[1]).encode()\n\
+         \x20   for i in range(k):\n\
+         \x20       u.sendto(payload,('{MASQ_V4}',{PORT})); assert u.recv(2)==b'ok'\n\
+         \x20   sent[u.getsockname()[1]]=[2*k,k*(28+len(payload))+k*(28+2)]\n\
+         \x20   u.close()\n\
+         print(json.dumps(sent))\n"
+    );
+    let run = topo.pod.exec(PYTHON, &["-c", &script]);
+    assert_eq!(run.code, 0, "accounted flows: {}", run.stderr);
+    let sent: std::collections::HashMap<u16, (u64, u64)> =
+        serde_json::from_str(run.stdout.trim()).expect("the sender's counts");
+    let run = topo.node.exec(
+        "conntrack",
+        &["-D", "-p", "udp", "-s", POD_V4, "-d", MASQ_V4],
+    );
+    assert_eq!(run.code, 0, "conntrack -D (accounted): {}", run.stderr);
+    let end_of = |port: u16| {
+        let src = endpoint(POD_V4, port);
+        log_lines(log)
+            .into_iter()
+            .find(|l| l["event"] == "end" && l["src"] == src.as_str())
+    };
+    for (&port, &(packets, bytes)) in &sent {
+        assert!(
+            wait_until(DEADLINE, || end_of(port).is_some()),
+            "no end line for {POD_V4}:{port}:\n{}",
+            log_of(daemon_log)
+        );
+        let line = end_of(port).expect("the end line");
+        assert_eq!(
+            (line["packets"].as_u64(), line["bytes"].as_u64()),
+            (Some(packets), Some(bytes)),
+            "{POD_V4}:{port} sent {packets} packets, {bytes} bytes (both directions): {line}"
+        );
+    }
+    eprintln!(
+        "{} accounted flows' ends carry their packets and bytes: {sent:?}",
+        sent.len()
+    );
 }
 
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn snat_events_are_filtered_in_the_kernel_nftables() {
     kernel_filter("nftables");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn snat_events_are_filtered_in_the_kernel_iptables_nft() {
+    kernel_filter("nft");
 }
 
 #[test]
