@@ -264,6 +264,27 @@ pub(super) fn start_agent(
     pid
 }
 
+/// The pod's address and port behind a flow the outside saw.
+fn pod_endpoint(s: &Seen) -> String {
+    let pod = if s.destination.contains(':') {
+        POD_V6
+    } else {
+        POD_V4
+    };
+    endpoint(pod, s.pod_port)
+}
+
+/// The flows `ipmasq who ... -o json` answered with; it must have found some (exit 0).
+fn who_flows(answer: &crate::util::Run, asked: &str) -> Vec<serde_json::Value> {
+    assert_eq!(
+        answer.code, 0,
+        "who {asked}: {} {}",
+        answer.stdout, answer.stderr
+    );
+    let json: serde_json::Value = serde_json::from_str(&answer.stdout).expect("who's JSON");
+    json["flows"].as_array().cloned().unwrap_or_default()
+}
+
 fn snat_log_with_packets(backend: &str) {
     let mut topo = Topology::new();
     let dir = crate::util::Scratch::new(&format!("snat-log-{backend}"));
@@ -380,23 +401,11 @@ fn snat_log_with_packets(backend: &str) {
             );
             continue;
         }
-        assert_eq!(
-            answer.code, 0,
-            "who {asked}: {} {}",
-            answer.stdout, answer.stderr
-        );
-        let json: serde_json::Value = serde_json::from_str(&answer.stdout).expect("who's JSON");
-        let pod = if s.destination.contains(':') {
-            POD_V6
-        } else {
-            POD_V4
-        };
-        let want = endpoint(pod, s.pod_port);
+        let flows = who_flows(&answer, &asked);
+        let want = pod_endpoint(s);
         assert!(
-            json["flows"]
-                .as_array()
-                .is_some_and(|flows| flows.iter().any(|f| f["src"] == want.as_str()
-                    && f["dst"] == endpoint(&s.destination, PORT).as_str())),
+            flows.iter().any(|f| f["src"] == want.as_str()
+                && f["dst"] == endpoint(&s.destination, PORT).as_str()),
             "who {asked} should name {want}: {}",
             answer.stdout
         );
@@ -534,22 +543,10 @@ fn snat_log_to_standard_output_nftables() {
             ],
             &text,
         );
-        assert_eq!(
-            answer.code, 0,
-            "who {asked} --log -: {} {}",
-            answer.stdout, answer.stderr
-        );
-        let json: serde_json::Value = serde_json::from_str(&answer.stdout).expect("who's JSON");
-        let pod = if s.destination.contains(':') {
-            POD_V6
-        } else {
-            POD_V4
-        };
-        let want = endpoint(pod, s.pod_port);
+        let flows = who_flows(&answer, &format!("{asked} --log -"));
+        let want = pod_endpoint(s);
         assert!(
-            json["flows"]
-                .as_array()
-                .is_some_and(|flows| flows.iter().any(|f| f["src"] == want.as_str())),
+            flows.iter().any(|f| f["src"] == want.as_str()),
             "who {asked} --log - should name {want}: {}",
             answer.stdout
         );
