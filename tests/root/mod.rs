@@ -27,6 +27,8 @@ mod extensions;
 mod faults;
 mod fits_terminal;
 mod fleet;
+mod flowcontrol;
+mod forgeries;
 mod foreign_nat_rules;
 mod health;
 mod image;
