@@ -113,15 +113,16 @@ fn dispatched(cluster: &LocalCluster) -> u64 {
     body.lines()
         .filter(|line| line.starts_with("apiserver_flowcontrol_dispatched_requests_total{"))
         .filter(|line| {
-            line.contains("flowSchema=\"ip-masq-agent\"")
-                && line.contains("priorityLevel=\"ip-masq-agent\"")
+            line.contains("flow_schema=\"ip-masq-agent\"")
+                && line.contains("priority_level=\"ip-masq-agent\"")
         })
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|count| count as u64)
         .sum()
 }
 
-/// Before: the agent's token falls under a default schema. After the v1beta1 rendering is
+/// Before: the agent's token falls under the default schema of kube-system's service accounts
+/// (priority level workload-high, shared with the controllers). After the v1beta1 rendering is
 /// created: its requests carry our schema's and level's uids, the admin's do not, the debug dump
 /// lists the level, and a real agent in API mode makes the dispatched count grow.
 #[test]
@@ -130,11 +131,19 @@ fn the_agents_requests_are_queued_in_their_own_priority_level() {
     let mut ns = Netns::new("flowcontrol");
     let cluster = LocalCluster::up(&ns);
     let (before, _) = classified(&cluster, Who::Agent);
-    let (schema, level) = apply_rendering(&cluster);
-    assert_ne!(
-        before, schema,
-        "the agent was already classified by the new schema"
+    let default = format!("{API}/flowschemas/kube-system-service-accounts");
+    let (status, default) = cluster.admin("GET", &default, None);
+    assert_eq!(
+        status, 200,
+        "the default schema of kube-system's accounts: {default}"
     );
+    let default: Value = serde_json::from_str(&default).expect("a FlowSchema");
+    assert_eq!(
+        default["metadata"]["uid"],
+        before.as_str(),
+        "without ours, the agent's requests fall under kube-system-service-accounts"
+    );
+    let (schema, level) = apply_rendering(&cluster);
     let mut last = (String::new(), String::new());
     assert!(
         wait_until(PATIENCE, || {

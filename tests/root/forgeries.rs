@@ -98,11 +98,21 @@ fn create_nodes(cluster: &LocalCluster) {
     }
 }
 
-fn event(namespace: &str, name: &str, about: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "Event",
+/// A core Event about `about`. The server takes one about a cluster-scoped object (a Node) only
+/// in `default` without `eventTime` (as the kubelet writes its own), only in kube-system with it;
+/// one about a namespaced object only in that object's namespace.
+fn event(namespace: &str, name: &str, about: &Value) -> Value {
+    let mut event = json!({"apiVersion": "v1", "kind": "Event",
         "metadata": {"name": name, "namespace": namespace},
         "involvedObject": about, "reason": "Forged", "message": "forged", "type": "Warning",
-        "source": {"component": "ipmasq"}})
+        "source": {"component": "ipmasq", "host": "node-a"}});
+    if namespace != "default" {
+        event["eventTime"] = json!("2026-01-01T00:00:00.000000Z");
+        event["action"] = json!("Forge");
+        event["reportingComponent"] = json!("ipmasq");
+        event["reportingInstance"] = json!("node-a");
+    }
+    event
 }
 
 /// node-b's status, patched under the agent's own field manager name (any client may give any).
@@ -114,8 +124,8 @@ fn managed_by_ipmasq(node: &Value) -> bool {
         .is_some_and(|all| all.iter().any(|m| m["manager"] == "ipmasq"))
 }
 
-/// The Node forgeries (node-a's token against node-b), then its own condition for contrast.
-fn node_forgeries() -> Vec<Forgery> {
+/// node-a's token against node-b's status subresource.
+fn status_forgeries() -> Vec<Forgery> {
     let on_b = |what, body, took| Forgery {
         what,
         method: "PATCH",
@@ -175,8 +185,18 @@ fn node_forgeries() -> Vec<Forgery> {
         on_b(
             "node-b tainted, through the status subresource",
             json!({"spec": {"taints": [{"key": "forged", "effect": "NoSchedule"}]}}),
-            |c| node(c, "node-b")["spec"]["taints"].is_array(),
+            |c| {
+                node(c, "node-b")["spec"]["taints"]
+                    .as_array()
+                    .is_some_and(|taints| taints.iter().any(|t| t["key"] == "forged"))
+            },
         ),
+    ]
+}
+
+/// node-a's token against node-b itself, then its own condition (what the agent does).
+fn node_forgeries() -> Vec<Forgery> {
+    vec![
         Forgery {
             what: "node-b unschedulable, on the Node itself",
             method: "PATCH",
@@ -208,14 +228,13 @@ fn node_forgeries() -> Vec<Forgery> {
 /// The Event forgeries: RBAC sees the namespace and the API group, never what an Event is about.
 fn event_forgeries() -> Vec<Forgery> {
     let node_b = json!({"apiVersion": "v1", "kind": "Node", "name": "node-b"});
-    let pod =
-        json!({"apiVersion": "v1", "kind": "Pod", "namespace": "kube-system", "name": "etcd"});
+    let pod = |namespace: &str| json!({"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": "etcd"});
     let core = |what, namespace: &str, name: &str, about: &Value, took| Forgery {
         what,
         method: "POST",
         path: format!("/api/v1/namespaces/{namespace}/events"),
         content_type: JSON,
-        body: event(namespace, name, about.clone()),
+        body: event(namespace, name, about),
         took,
     };
     vec![
@@ -230,7 +249,7 @@ fn event_forgeries() -> Vec<Forgery> {
             "a Warning Event in kube-public about a Pod",
             "kube-public",
             "forged-2",
-            &pod,
+            &pod("kube-public"),
             |c| exists(c, "/api/v1/namespaces/kube-public/events/forged-2"),
         ),
         core(
@@ -244,7 +263,7 @@ fn event_forgeries() -> Vec<Forgery> {
             "a Warning Event in kube-system about a Pod",
             "kube-system",
             "forged-4",
-            &pod,
+            &pod("kube-system"),
             |c| exists(c, "/api/v1/namespaces/kube-system/events/forged-4"),
         ),
         Forgery {
@@ -292,8 +311,9 @@ fn the_agent_token_forges_what_rbac_alone_allows() {
     let ns = Netns::new("forgeries");
     let cluster = LocalCluster::up(&ns);
     create_nodes(&cluster);
-    let forgeries: Vec<Forgery> = node_forgeries()
+    let forgeries: Vec<Forgery> = status_forgeries()
         .into_iter()
+        .chain(node_forgeries())
         .chain(event_forgeries())
         .collect();
     let got: Vec<(&str, Outcome)> = forgeries
