@@ -2,7 +2,8 @@
 //! (packaging/kubernetes/api-mode/rbac.yaml, no admission policy: the local 1.20 server cannot
 //! run packaging/kubernetes/admission), tried against the real kube-apiserver as a compromised
 //! agent on node-a would: every forgery's outcome (applied, accepted but ignored, refused),
-//! asserted as one exact list, so this file documents what a cluster without the policy grants.
+//! asserted as one exact list, so this file documents what a cluster without the policy grants;
+//! and with the read-only overlay's roles, every one refused.
 
 use super::cluster::LocalCluster;
 use super::netns::Netns;
@@ -296,6 +297,76 @@ fn attempt(cluster: &LocalCluster, forgery: &Forgery) -> Outcome {
     }
 }
 
+fn all_forgeries() -> Vec<Forgery> {
+    status_forgeries()
+        .into_iter()
+        .chain(node_forgeries())
+        .chain(event_forgeries())
+        .collect()
+}
+
+/// Each forgery's outcome, in order (printed: the test's output is the list).
+fn attempt_all<'a>(cluster: &LocalCluster, forgeries: &'a [Forgery]) -> Vec<(&'a str, Outcome)> {
+    let got: Vec<(&str, Outcome)> = forgeries
+        .iter()
+        .map(|forgery| (forgery.what, attempt(cluster, forgery)))
+        .collect();
+    for (what, outcome) in &got {
+        eprintln!("{outcome:?}: {what}");
+    }
+    got
+}
+
+/// Replaces the roles `scripts/local-cluster up` made from rbac.yaml by the read-only
+/// overlay's (packaging/kubernetes/api-mode-readonly/rbac-readonly.yaml), as the admin.
+fn apply_read_only_roles(cluster: &LocalCluster) {
+    let path = "packaging/kubernetes/api-mode-readonly/rbac-readonly.yaml";
+    let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .expect("read the read-only roles");
+    for role in serde_saphyr::from_multiple::<Value>(&text).expect("YAML") {
+        let name = role["metadata"]["name"].as_str().expect("a name");
+        let url = match role["kind"].as_str() {
+            Some("Role") => {
+                format!("/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles/{name}")
+            }
+            Some("ClusterRole") => {
+                format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
+            }
+            other => panic!("{path}: unexpected kind {other:?}"),
+        };
+        let (status, body) = cluster.admin("PUT", &url, Some(&role.to_string()));
+        assert_eq!(status, 200, "replace {url}: {body}");
+    }
+}
+
+/// With the read-only overlay's roles (--node-status=false), the same token forges nothing:
+/// every write above, the agent's own condition included, is refused.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn the_read_only_roles_refuse_every_forgery() {
+    let ns = Netns::new("read-only");
+    let cluster = LocalCluster::up(&ns);
+    create_nodes(&cluster);
+    apply_read_only_roles(&cluster);
+    let own = node_forgeries()
+        .into_iter()
+        .find(|forgery| forgery.what.starts_with("its own Node"))
+        .expect("the agent's own write is among the forgeries");
+    assert!(
+        super::netns::wait_until(std::time::Duration::from_secs(30), || send(&cluster, &own)
+            .0
+            == 403),
+        "the read-only roles never took effect"
+    );
+    let forgeries = all_forgeries();
+    let got = attempt_all(&cluster, &forgeries);
+    let want: Vec<(&str, Outcome)> = forgeries
+        .iter()
+        .map(|f| (f.what, Outcome::Refused))
+        .collect();
+    assert_eq!(got, want, "what the read-only roles let the token forge");
+}
+
 /// The forgeries of Step 21 against the real server, the agent's token with rbac.yaml alone.
 /// Applied: another Node's condition (under our field manager's name), its kubelet's Ready,
 /// allocatable and capacity, addresses, labels and annotations (the status subresource takes
@@ -311,18 +382,8 @@ fn the_agent_token_forges_what_rbac_alone_allows() {
     let ns = Netns::new("forgeries");
     let cluster = LocalCluster::up(&ns);
     create_nodes(&cluster);
-    let forgeries: Vec<Forgery> = status_forgeries()
-        .into_iter()
-        .chain(node_forgeries())
-        .chain(event_forgeries())
-        .collect();
-    let got: Vec<(&str, Outcome)> = forgeries
-        .iter()
-        .map(|forgery| (forgery.what, attempt(&cluster, forgery)))
-        .collect();
-    for (what, outcome) in &got {
-        eprintln!("{outcome:?}: {what}");
-    }
+    let forgeries = all_forgeries();
+    let got = attempt_all(&cluster, &forgeries);
     let want = [
         Applied, Applied, Applied, Applied, Applied, Applied, Applied, Ignored, Ignored, Refused,
         Refused, Applied, Refused, Refused, Applied, Applied, Refused,
