@@ -469,7 +469,7 @@ const GATHER: Duration = Duration::from_millis(20);
 /// How often the writer tries again to open a log that could not be opened, and how long it
 /// waits for a line before it looks at the log's path anyway (a removed log is replaced
 /// within this even while no flow comes).
-const LOOK_AGAIN: Duration = Duration::from_secs(1);
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
 /// The writer's end of the log: opened on the writer's thread, tried again every
 /// [`LOOK_AGAIN`] while it cannot be (its lines meanwhile counted as not written, and said),
@@ -531,7 +531,7 @@ impl Sink {
             }
             Err(err) => {
                 if let Some(tries) = self.open_errors.count() {
-                    error!(error = %err, tries, "cannot open the SNAT log: its lines are not written (counted in ipmasq_snat_log_write_errors_total) and it is tried again every second; the masquerade goes on");
+                    error!(error = %err, tries, "cannot open the SNAT log: its lines are not written (counted in ipmasq_snat_log_write_errors_total) and it is tried again twice a second; the masquerade goes on");
                 }
             }
         }
