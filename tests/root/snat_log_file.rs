@@ -228,8 +228,9 @@ const FLOOD: usize = 160_000;
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn a_flood_of_flows_in_64_mib_loses_lines_counted_and_is_never_oom_killed() {
     super::netns::require_root();
-    let mut topo = Topology::new();
+    // The group first: dropped last, once the namespaces have killed the agent.
     let group = MemoryCgroup::new("snat-flood", 64 << 20);
+    let mut topo = Topology::new();
     let dir = crate::util::Scratch::new("snat-flood");
     let config = dir.write("config", CONFIG);
     let log = dir.path.join("snat.log");
