@@ -83,6 +83,7 @@ pub fn read(dir: &Path, configmap: &str) -> Result<Option<LastKnownGood>, String
             path.display()
         ));
     }
+    fits_memory(&path, size, super::memory::read_limit().bytes())?;
     let mut text = String::new();
     file.take(MAX_LAST_KNOWN_GOOD_BYTES)
         .read_to_string(&mut text)
@@ -104,6 +105,18 @@ pub fn read(dir: &Path, configmap: &str) -> Result<Option<LastKnownGood>, String
         ));
     }
     Ok(Some(saved))
+}
+
+/// Whether a last-known-good file of `size` bytes can be read and checked within the memory
+/// limit `limit`, judged before it is read (a 40 MiB file, under its cap, once OOM-killed
+/// the agent at boot in 64 MiB): an error naming the file and what fits when it cannot (the
+/// agent then waits for the API, as without a file).
+fn fits_memory(path: &Path, size: u64, limit: Option<u64>) -> Result<(), String> {
+    let what = format!("{} (a last-known-good config)", path.display());
+    match super::memory::input_too_large(&what, size, limit) {
+        Some(reason) => Err(format!("not read: {reason}")),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -168,6 +181,22 @@ mod tests {
         let err = read(&dir, "kube-system/ip-masq-agent").unwrap_err();
         assert!(err.contains("more than"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_that_cannot_fit_the_memory_limit_is_refused_before_it_is_read() {
+        let path = Path::new("/state/agent-net1-last-known-good.json");
+        let limit = Some(64 << 20);
+        assert_eq!(fits_memory(path, 40 << 20, None), Ok(()), "no limit");
+        assert_eq!(fits_memory(path, 1 << 20, limit), Ok(()));
+        let err = fits_memory(path, 40 << 20, limit).unwrap_err();
+        assert!(
+            err.starts_with(
+                "not read: /state/agent-net1-last-known-good.json (a last-known-good config): "
+            ),
+            "{err}"
+        );
+        assert!(err.contains("memory limit of 64.0 MiB"), "{err}");
     }
 
     #[test]

@@ -142,6 +142,32 @@ pub fn suggested_limit(needed: u64, limit: u64) -> u64 {
     u64::try_from(mib * MIB).unwrap_or(u64::MAX)
 }
 
+/// What the text of a config's inputs costs the agent while it is held and checked, per byte
+/// of text, where it is not parsed against a file's own budget: the text as received, its
+/// decoded and handed-on copies (the source's, the last-known-good's), and the tree it is
+/// parsed into (a long CIDR list takes about 7 bytes of tree per byte of text, see
+/// `config::yaml`). EgressNATPolicies, node pools and a last-known-good file are judged by it
+/// before they are parsed; the config they make is then judged by its rules as a file's is.
+pub const INPUT_BYTES_PER_TEXT_BYTE: u64 = 10;
+
+/// Why inputs of `bytes` bytes of text (`what`: how the log names them) cannot be held and
+/// checked within the memory limit `limit` (None: no limit, everything fits), if they cannot.
+pub fn input_too_large(what: &str, bytes: u64, limit: Option<u64>) -> Option<String> {
+    let limit = limit?;
+    let usable = limit / 100 * USABLE_PERCENT;
+    let needed = bytes.saturating_mul(INPUT_BYTES_PER_TEXT_BYTE);
+    if needed <= usable {
+        return None;
+    }
+    Some(format!(
+        "{what}: {bytes} bytes of text, about {} while read and checked ({INPUT_BYTES_PER_TEXT_BYTE} bytes per byte of text), more than {USABLE_PERCENT}% of this agent's memory limit of {} (at most about {} of text fit); raise the container's memory limit to at least {}, or make the inputs shorter",
+        mib(needed),
+        mib(limit),
+        mib(usable / INPUT_BYTES_PER_TEXT_BYTE),
+        mib(suggested_limit(needed, limit)),
+    ))
+}
+
 /// Bytes shown as MiB with one decimal.
 pub fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / 1_048_576.0)
@@ -199,5 +225,27 @@ mod tests {
         }
         assert_eq!(suggested_limit(usable + 1, limit), 65 << 20);
         assert_eq!(suggested_limit(90 << 20, limit), 100 << 20);
+    }
+
+    /// A 40 MiB last-known-good (under its 48 MiB cap) once OOM-killed the agent in 64 MiB
+    /// at boot: inputs are judged by their text before they are read into memory.
+    #[test]
+    fn inputs_too_large_for_the_limit_are_refused_with_what_fits() {
+        let limit = 64u64 << 20;
+        assert_eq!(input_too_large("x", 40 << 20, None), None, "no limit");
+        assert_eq!(input_too_large("x", 1 << 20, Some(limit)), None);
+        let usable = limit / 100 * USABLE_PERCENT;
+        let most = usable / INPUT_BYTES_PER_TEXT_BYTE;
+        assert_eq!(input_too_large("x", most, Some(limit)), None, "just fits");
+        let reason = input_too_large("the policies", most + 1, Some(limit)).unwrap();
+        assert!(reason.starts_with("the policies: "), "{reason}");
+        assert!(reason.contains("memory limit of 64.0 MiB"), "{reason}");
+        assert!(
+            reason.contains("raise the container's memory limit"),
+            "{reason}"
+        );
+        let reason = input_too_large("lkg", 40 << 20, Some(limit)).unwrap();
+        assert!(reason.contains("at least 445.0 MiB"), "{reason}");
+        assert!(input_too_large("x", u64::MAX, Some(limit)).is_some());
     }
 }

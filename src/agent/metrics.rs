@@ -251,7 +251,7 @@ pub const SNAT_LOG_DROPPED: ExportedMetric = ExportedMetric {
     kind: MetricType::Counter,
     labels: &[],
     help: "SNAT log lines dropped because the writer was behind (its queue full)",
-    note: "The writer's queue holds 32,768 lines.",
+    note: "The writer's queue holds at most 32,768 lines; fewer under a memory limit (5 % of it, at 256 bytes a line).",
     served: Served::WithSnat,
 };
 pub const SNAT_LOG_WRITE_ERRORS: ExportedMetric = ExportedMetric {
@@ -603,7 +603,7 @@ mod tests {
                 "{kind} missing from the help"
             );
         }
-        let queue = crate::snat::QUEUE;
+        let queue = crate::snat::sizing::MAX_QUEUE_LINES;
         let spelled = format!("{},{:03}", queue / 1000, queue % 1000);
         assert!(SNAT_LOG_DROPPED.note.contains(&spelled), "{spelled}");
         let s = Seen::EVERYTHING.snapshot();

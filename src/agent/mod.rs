@@ -335,8 +335,10 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
             taken = &mut lock_taken_rx, if awaiting_lock => {
                 awaiting_lock = false;
                 if let (true, Some(snat)) = (taken.is_ok(), options.snat.clone()) {
-                    // Before the first pass: a log that cannot be written stops the agent
-                    // before it touches a rule.
+                    // Before the first pass, and never waiting on the log: the file is
+                    // opened on the writer's thread (a log that cannot be opened is said and
+                    // tried again; the masquerade goes on). Only ctnetlink refusing the
+                    // subscription stops the agent before it touches a rule.
                     match crate::snat::start(snat) {
                         Ok(running) => {
                             lock(&shared).snat = Some(running.stats);

@@ -358,5 +358,6 @@ fn snat_options(args: &AgentArgs) -> Option<crate::snat::SnatOptions> {
             keep: args.snat_log_keep,
         },
         to_ports: args.rules.to_ports.clone(),
+        memory_limit: crate::agent::memory::read_limit().bytes(),
     })
 }

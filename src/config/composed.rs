@@ -86,6 +86,20 @@ impl ComposedText {
         }
     }
 
+    /// Bytes of text in all the inputs together (the base's, the pools' and the policies'),
+    /// by which their memory is judged before they are parsed.
+    pub fn text_bytes(&self) -> u64 {
+        let base = self.base.as_deref().map_or(0, String::len);
+        let pools: usize = self
+            .pools
+            .iter()
+            .filter_map(|p| p.text.as_deref())
+            .map(str::len)
+            .sum();
+        let policies: usize = self.policies.iter().map(|p| p.text.len()).sum();
+        (base + pools + policies) as u64
+    }
+
     /// Whether only the base takes part (then the config and digest are the base's alone).
     pub fn is_base_only(&self) -> bool {
         self.pools.is_empty() && self.policies.is_empty()

@@ -28,17 +28,19 @@
 
 pub mod line;
 pub mod pressure;
+pub mod sizing;
 pub mod writer;
 
 use crate::netlink::conntrack::{self as ctnetlink, Event, Flow};
 use crate::netlink::Queued;
 use crate::plan::Family;
 use pressure::Pressure;
+use sizing::Sizing;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 use writer::{Destination, LogWriter, Rotation};
 
 /// The events socket's receive buffer asked for (SO_RCVBUFFORCE; the kernel doubles it): about
@@ -66,8 +68,6 @@ fn receive_buffer() -> usize {
         .unwrap_or(RECEIVE_BUFFER)
 }
 
-/// Lines queued for the writer at most (some 150 bytes each: about 5 MiB).
-pub const QUEUE: usize = 32_768;
 /// A run of drops or write errors is said at most this often.
 const SAY_EVERY: Duration = Duration::from_secs(10);
 /// How long the event thread sleeps waiting for events: a stop is seen within this.
@@ -88,6 +88,9 @@ pub struct SnatOptions {
     /// The agent's `--to-ports`: the ports its rules translate TCP, UDP and SCTP to, against
     /// which the busiest destination's share is counted.
     pub to_ports: crate::plan::ToPorts,
+    /// The agent's memory limit in bytes (None: none, or none could be read), from which the
+    /// queue and the flows tracked are sized.
+    pub memory_limit: Option<u64>,
 }
 
 /// What the metrics read: counters, and the port pressure the event thread keeps.
@@ -176,25 +179,32 @@ impl Stop {
     }
 }
 
-/// Opens the log (in append mode) and the event subscription, seeds the port pressure from a
-/// dump of both families, and starts the two threads. An error (the file cannot be opened,
-/// ctnetlink refused) stops nothing else; the caller decides.
+/// Starts the writer (which opens the log on its own thread, see [`Sink`]) and the event
+/// subscription, seeds the port pressure from a dump of both families, and starts the event
+/// thread; the queue and the flows tracked are sized from the agent's memory limit
+/// ([`Sizing`]). An error (ctnetlink refused) stops nothing else; the caller decides. A log
+/// that cannot be opened is no error here: it is said, its lines are counted as not written,
+/// and it is tried again.
 pub fn start(options: SnatOptions) -> std::io::Result<Running> {
     let stats = Arc::new(SnatStats {
         to_ports: options.to_ports.clone(),
         ..SnatStats::default()
     });
     let stopping = Arc::new(AtomicBool::new(false));
+    let sizing = Sizing::for_limit(options.memory_limit);
+    *stats.pressure() = Pressure::with_limit(sizing.tracked_flows);
     let (queue, written) = match options.log.clone() {
         Some(destination) => {
-            let log = LogWriter::open(destination, options.rotation)?;
-            let (sender, receiver) = mpsc::sync_channel::<String>(QUEUE);
+            // Opened on the writer's thread (never on the caller's: the masquerade never
+            // waits for the log), and again while it cannot be.
+            let sink = Sink::new(destination, options.rotation);
+            let (sender, receiver) = mpsc::sync_channel::<String>(sizing.queue_lines);
             let (done, written) = mpsc::channel();
             let writer_stats = stats.clone();
             std::thread::Builder::new()
                 .name("snat-log-writer".into())
                 .spawn(move || {
-                    write_lines(log, receiver, &writer_stats);
+                    write_lines(sink, receiver, &writer_stats);
                     let _ = done.send(());
                 })?;
             (Some(sender), Some(written))
@@ -203,17 +213,24 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
     };
     let socket = ctnetlink::events(receive_buffer())?;
     let filtered_in_the_kernel = filter_in_the_kernel(&socket);
-    seed(&stats);
     let reader_stats = stats.clone();
     let reader_stopping = stopping.clone();
+    // Seeded on the event thread, after the subscription (so no flow falls between them),
+    // never on the caller's: a large table's dump does not delay the first pass.
     std::thread::Builder::new()
         .name("snat-events".into())
-        .spawn(move || read_events(socket, queue, &reader_stats, &reader_stopping))?;
+        .spawn(move || {
+            seed(&reader_stats);
+            read_events(socket, queue, &reader_stats, &reader_stopping)
+        })?;
     info!(
         log = ?options.log,
         max_size = options.rotation.max_size,
         keep = options.rotation.keep,
-        tracked = stats.pressure().tracked(),
+        tracked_at_most = sizing.tracked_flows,
+        queue = sizing.queue_lines,
+        at_most_bytes = sizing.bytes(),
+        memory_limit = ?options.memory_limit,
         filtered_in_the_kernel,
         "following conntrack's new and destroy events for source-NATed flows"
     );
@@ -243,7 +260,7 @@ fn filter_in_the_kernel(socket: &crate::netlink::Socket) -> bool {
 /// Port pressure from scratch: every translated flow of both families, from a dump, counted
 /// apart and swapped in (a scrape never waits for a dump).
 fn seed(stats: &SnatStats) {
-    let mut fresh = Pressure::default();
+    let mut fresh = Pressure::with_limit(stats.pressure().limit());
     for family in Family::ALL {
         let seeded = ctnetlink::entries(family, |event| {
             if translated_by_masquerade(&event.flow) {
@@ -436,49 +453,155 @@ fn take(
         Err(TrySendError::Full(_)) => {
             stats.dropped.fetch_add(1, Ordering::Relaxed);
             if let Some(dropped) = drops.count() {
-                warn!(dropped, queue = QUEUE, "the SNAT log's writer is behind: lines dropped (ipmasq_snat_log_dropped_total)");
+                warn!(dropped, "the SNAT log's writer is behind: lines dropped (ipmasq_snat_log_dropped_total)");
             }
         }
         Err(TrySendError::Disconnected(_)) => {}
     }
 }
 
-/// The writer thread: writes what is queued, and flushes whenever the queue is empty; once
-/// the queue is closed (the agent stops) and empty, syncs the file and returns.
 /// How long the writer lets lines gather once it has drained the queue, before it looks
 /// again: one wake-up and one `write` per interval under load instead of one per line (at
 /// 50,000 flows a second, waking per line cost the writer a fifth of a core and preempted
 /// the events thread about a million times a minute). A line reaches the file at most this
-/// much later; the queue (32,768 lines) holds far more than an interval brings.
-const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
+/// much later; the queue holds far more than an interval brings.
+const GATHER: Duration = Duration::from_millis(20);
+/// How often the writer tries again to open a log that could not be opened, and how long it
+/// waits for a line before it looks at the log's path anyway (a removed log is replaced
+/// within this even while no flow comes).
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
-fn write_lines(mut log: LogWriter, lines: mpsc::Receiver<String>, stats: &SnatStats) {
-    let mut errors = Sayer::new();
-    // Blocks only while idle; under load it drains, flushes, then sleeps for GATHER.
-    'idle: while let Ok(first) = lines.recv() {
-        let mut next = Some(first);
-        loop {
-            while let Some(text) = next {
-                match log.write_line(&text) {
-                    Ok(()) => {
-                        stats.written.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(err) => {
-                        stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                        if let Some(failed) = errors.count() {
-                            warn!(error = %err, failed, "cannot write the SNAT log");
-                        }
-                    }
-                }
-                next = lines.try_recv().ok();
-            }
-            if let Err(err) = log.flush() {
+/// The writer's end of the log: opened on the writer's thread, tried again every
+/// [`LOOK_AGAIN`] while it cannot be (its lines meanwhile counted as not written, and said),
+/// and its path followed when someone else removes or renames the file.
+struct Sink {
+    destination: Destination,
+    rotation: Rotation,
+    log: Option<LogWriter>,
+    tried_at: Option<Instant>,
+    open_errors: Sayer,
+    errors: Sayer,
+}
+
+impl Sink {
+    fn new(destination: Destination, rotation: Rotation) -> Sink {
+        Sink {
+            destination,
+            rotation,
+            log: None,
+            tried_at: None,
+            open_errors: Sayer::new(),
+            errors: Sayer::new(),
+        }
+    }
+
+    /// Makes the log ready for a batch of lines: opens it when it is not open (at most every
+    /// [`LOOK_AGAIN`]), else opens its path anew when the file there is no longer the live one.
+    fn ready(&mut self, stats: &SnatStats) {
+        let Some(log) = self.log.as_mut() else {
+            self.open();
+            return;
+        };
+        match log.follow_path() {
+            Ok(false) => {}
+            Ok(true) => info!(
+                log = ?self.destination,
+                "the SNAT log's file was removed or renamed by someone else: writing to a new file at its path (the old one is left as it is)"
+            ),
+            Err(err) => {
                 stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                if let Some(failed) = errors.count() {
+                if let Some(failed) = self.errors.count() {
+                    warn!(error = %err, failed, "the SNAT log's file was removed or renamed by someone else, and its path cannot be opened again: writing on to the old file");
+                }
+            }
+        }
+    }
+
+    fn open(&mut self) {
+        if self.tried_at.is_some_and(|at| at.elapsed() < LOOK_AGAIN) {
+            return;
+        }
+        self.tried_at = Some(Instant::now());
+        match LogWriter::open(self.destination.clone(), self.rotation) {
+            Ok(log) => {
+                if self.open_errors.said_at.is_some() {
+                    info!(log = ?self.destination, "the SNAT log is open: its lines are written from now on");
+                }
+                self.log = Some(log);
+            }
+            Err(err) => {
+                if let Some(tries) = self.open_errors.count() {
+                    error!(error = %err, tries, "cannot open the SNAT log: its lines are not written (counted in ipmasq_snat_log_write_errors_total) and it is tried again twice a second; the masquerade goes on");
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, text: &str, stats: &SnatStats) {
+        let Some(log) = &mut self.log else {
+            stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        match log.write_line(text) {
+            Ok(()) => {
+                stats.written.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) => {
+                stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                if let Some(failed) = self.errors.count() {
                     warn!(error = %err, failed, "cannot write the SNAT log");
                 }
             }
-            stats.rotations.store(log.rotations, Ordering::Relaxed);
+        }
+    }
+
+    fn flush(&mut self, stats: &SnatStats) {
+        let Some(log) = &mut self.log else {
+            return;
+        };
+        if let Err(err) = log.flush() {
+            stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            if let Some(failed) = self.errors.count() {
+                warn!(error = %err, failed, "cannot write the SNAT log");
+            }
+        }
+        stats.rotations.store(log.rotations, Ordering::Relaxed);
+    }
+
+    fn sync(&mut self, stats: &SnatStats) {
+        let Some(log) = &mut self.log else {
+            return;
+        };
+        if let Err(err) = log.sync() {
+            stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            warn!(error = %err, "cannot sync the SNAT log at the stop");
+        }
+    }
+}
+
+/// The writer thread: opens the log, writes what is queued, and flushes whenever the queue is
+/// empty; once the queue is closed (the agent stops) and empty, syncs the file and returns.
+fn write_lines(mut sink: Sink, lines: mpsc::Receiver<String>, stats: &SnatStats) {
+    sink.ready(stats);
+    // Waits only while idle (and looks at the log every LOOK_AGAIN); under load it drains,
+    // flushes, then sleeps for GATHER.
+    'idle: loop {
+        let first = match lines.recv_timeout(LOOK_AGAIN) {
+            Ok(text) => text,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                sink.ready(stats);
+                continue 'idle;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break 'idle,
+        };
+        let mut next = Some(first);
+        loop {
+            sink.ready(stats);
+            while let Some(text) = next {
+                sink.write(&text, stats);
+                next = lines.try_recv().ok();
+            }
+            sink.flush(stats);
             std::thread::sleep(GATHER);
             match lines.try_recv() {
                 Ok(text) => next = Some(text),
@@ -487,10 +610,7 @@ fn write_lines(mut log: LogWriter, lines: mpsc::Receiver<String>, stats: &SnatSt
             }
         }
     }
-    if let Err(err) = log.sync() {
-        stats.write_errors.fetch_add(1, Ordering::Relaxed);
-        warn!(error = %err, "cannot sync the SNAT log at the stop");
-    }
+    sink.sync(stats);
 }
 
 #[cfg(test)]

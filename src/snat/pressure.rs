@@ -11,8 +11,9 @@
 //! upstream's do where supported), so the port is drawn at random in that range rather than
 //! the original port kept first. That is 64,512 ports for TCP, UDP, SCTP, DCCP and UDP-Lite,
 //! and 65,536 ICMP ids. With the agent's `--to-ports`, TCP, UDP and SCTP take their ports
-//! from the ranges given, and the share is of those ([`usable_range`]). Memory is bounded: at most [`TRACKED_FLOWS`] flows are tracked; beyond that a
-//! new flow is counted in `untracked` and left out, so the gauges are then a lower bound.
+//! from the ranges given, and the share is of those ([`usable_range`]). Memory is bounded: at most [`TRACKED_FLOWS`] flows are tracked, fewer
+//! under a memory limit ([`super::sizing`]); beyond that a new flow is counted in `untracked`
+//! and left out, so the gauges are then a lower bound.
 
 use crate::netlink::conntrack::{Event, EventKind};
 use crate::plan::ToPorts;
@@ -119,6 +120,11 @@ impl Pressure {
             toward: HashMap::new(),
             untracked: 0,
         }
+    }
+
+    /// The most flows tracked at once.
+    pub fn limit(&self) -> usize {
+        self.limit
     }
 
     /// Flows tracked now.

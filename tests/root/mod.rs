@@ -16,6 +16,7 @@ macro_rules! both_variants {
 mod address_churn;
 mod agent;
 mod api_configmaps;
+mod api_memory;
 mod api_mode;
 mod api_pools;
 mod cluster;
@@ -47,6 +48,7 @@ mod rejected_config;
 mod seam;
 mod show_cleanup;
 mod snat_log;
+mod snat_log_file;
 mod snat_ports;
 mod snat_stream;
 mod state_dir;

@@ -173,18 +173,24 @@ impl Admission {
                 }
                 return;
             }
-            SourceRead::Read(text) => (
-                text.check(inputs.options),
-                match &text {
-                    config::SourceText::File(text) => Some(text.clone()),
-                    config::SourceText::Composed(composed) => composed.base.clone(),
-                    config::SourceText::Missing | config::SourceText::Dir { .. } => None,
-                },
-                match text {
-                    config::SourceText::Composed(composed) => Some(composed),
-                    _ => None,
-                },
-            ),
+            SourceRead::Read(text) => {
+                if let Some(reason) = inputs_too_large_for_memory(&text, inputs) {
+                    self.refuse_for_memory(reason, None, path);
+                    return;
+                }
+                (
+                    text.check(inputs.options),
+                    match &text {
+                        config::SourceText::File(text) => Some(text.clone()),
+                        config::SourceText::Composed(composed) => composed.base.clone(),
+                        config::SourceText::Missing | config::SourceText::Dir { .. } => None,
+                    },
+                    match text {
+                        config::SourceText::Composed(composed) => Some(composed),
+                        _ => None,
+                    },
+                )
+            }
             SourceRead::Unreadable(message) => {
                 self.rejection = Some(Rejection {
                     digest: None,
@@ -210,20 +216,7 @@ impl Admission {
             self.memory_refusal = None;
         }
         if let Some(reason) = refusal {
-            self.rejection = Some(Rejection {
-                digest: loaded.digest.clone(),
-                diagnostic: reason.clone(),
-                source: path.to_string(),
-                located: vec![format!("{path}: {reason}")],
-            });
-            let kept = (
-                "keeping the last good config in force",
-                "no rules are installed until it fits",
-            );
-            self.refuse_for(&reason, kept, |kept| {
-                error!(config = %path, reason = %reason, "config refused: it cannot fit the memory this agent has; {kept}");
-            });
-            self.memory_refusal = Some(reason);
+            self.refuse_for_memory(reason, loaded.digest.clone(), path);
             return;
         }
         match checked.config().cloned() {
@@ -308,6 +301,25 @@ impl Admission {
         self.counts.config_current = true;
     }
 
+    /// A config (or its inputs) that cannot fit the memory this agent has: refused, the
+    /// reason said (the log, the state, `show`, not ready), the last good config kept.
+    fn refuse_for_memory(&mut self, reason: String, digest: Option<String>, path: &str) {
+        self.rejection = Some(Rejection {
+            digest,
+            diagnostic: reason.clone(),
+            source: path.to_string(),
+            located: vec![format!("{path}: {reason}")],
+        });
+        let kept = (
+            "keeping the last good config in force",
+            "no rules are installed until it fits",
+        );
+        self.refuse_for(&reason, kept, |kept| {
+            error!(config = %path, reason = %reason, "config refused: it cannot fit the memory this agent has; {kept}");
+        });
+        self.memory_refusal = Some(reason);
+    }
+
     /// [`Self::refuse`] for one reason: `log` gets the words for what stays in force, the
     /// first of `kept` while a good config is enforced, the second before there is one.
     fn refuse_for(&mut self, reason: &str, kept: (&str, &str), log: impl FnOnce(&str)) {
@@ -328,6 +340,26 @@ impl Admission {
         }
         self.counts.config_current = false;
     }
+}
+
+/// Why the inputs the source read cannot even be held and checked within the agent's memory
+/// limit, if they cannot: the API's composed inputs (the base ConfigMap, node pools and
+/// EgressNATPolicies, each with no file's budget and together without a cap) judged by their
+/// text before they are parsed ([`crate::agent::memory::input_too_large`]). A file or a
+/// directory is parsed against its own budget and judged by its rules after.
+fn inputs_too_large_for_memory(
+    text: &config::SourceText,
+    inputs: &AdmissionInputs,
+) -> Option<String> {
+    let config::SourceText::Composed(composed) = text else {
+        return None;
+    };
+    let what = format!(
+        "the API's inputs ({} node pools, {} EgressNATPolicies)",
+        composed.pools.len(),
+        composed.policies.len()
+    );
+    crate::agent::memory::input_too_large(&what, composed.text_bytes(), inputs.node.memory_limit)
 }
 
 /// Why `config` cannot be applied within the agent's memory limit, if it cannot: its
@@ -374,4 +406,89 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
         what_fits(backend, limit),
         memory::mib(memory::suggested_limit(estimate.peak, limit)),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::composed::{ComposedText, PolicyText};
+    use std::sync::Arc;
+
+    fn composed(policies: usize, bytes_each: usize) -> SourceRead {
+        let policies = (0..policies)
+            .map(|n| PolicyText {
+                name: format!("policy-{n}"),
+                text: format!(
+                    "{{\"apiVersion\":\"networking.gke.io/v1\",\"kind\":\"EgressNATPolicy\",\"metadata\":{{\"name\":\"policy-{n}\"}},\"spec\":{{\"action\":\"NoSNAT\",\"destinations\":[{{\"cidr\":\"198.51.100.0/24\"}}]}}}}{}",
+                    " ".repeat(bytes_each)
+                ),
+            })
+            .collect();
+        let text = ComposedText::new(
+            "kube-system",
+            "ip-masq-agent",
+            Some(Arc::new("nonMasqueradeCIDRs: [10.0.0.0/8]\n".into())),
+            Vec::new(),
+            policies,
+        );
+        SourceRead::Read(config::SourceText::Composed(Arc::new(text)))
+    }
+
+    /// EgressNATPolicies have no file's budget and no cap together: once OOM-killing the
+    /// agent in 64 MiB, they are now judged by their text before they are parsed, refused
+    /// with the reason (not ready, counted), the last good config kept.
+    #[test]
+    fn policies_that_cannot_fit_the_memory_limit_are_refused_before_they_are_parsed() {
+        let backend = crate::backend::fake::FakeBackend::default();
+        let options = config::Options::default();
+        let flags = PlanOptions::default();
+        let mut node = NodeFacts {
+            egress: Default::default(),
+            memory_limit: Some(64 << 20),
+        };
+        let mut admission = Admission::default();
+        fn inputs<'a>(
+            node: &'a NodeFacts,
+            options: &'a config::Options,
+            backend: &'a dyn Backend,
+            flags: &'a PlanOptions,
+        ) -> AdmissionInputs<'a> {
+            AdmissionInputs {
+                label: "configmap kube-system/ip-masq-agent + egressnatpolicies",
+                options,
+                backend,
+                flags,
+                node,
+            }
+        }
+        admission.admit(
+            composed(2, 1_000),
+            &inputs(&node, &options, &backend, &flags),
+        );
+        let kept = admission.config().cloned().expect("small policies fit");
+        // 8 policies of 1 MiB: 80 MiB while read and checked, over 57.6 MiB usable.
+        admission.admit(
+            composed(8, 1 << 20),
+            &inputs(&node, &options, &backend, &flags),
+        );
+        let reason = admission.memory_refusal().cloned().expect("refused");
+        assert!(
+            reason.starts_with("the API's inputs (0 node pools, 8 EgressNATPolicies): "),
+            "{reason}"
+        );
+        assert!(reason.contains("memory limit of 64.0 MiB"), "{reason}");
+        assert_eq!(admission.config(), Some(&kept), "the last good kept");
+        assert_eq!(admission.counts.configs_rejected, 1);
+        assert!(!admission.counts.config_current);
+        let rejection = admission.rejection().expect("said in the state");
+        assert_eq!(rejection.diagnostic, reason);
+        // Without a limit the same inputs are parsed and judged by their rules.
+        node.memory_limit = None;
+        admission.admit(
+            composed(8, 1 << 20),
+            &inputs(&node, &options, &backend, &flags),
+        );
+        assert!(admission.memory_refusal().is_none());
+        assert!(admission.counts.config_current);
+    }
 }

@@ -1,0 +1,105 @@
+//! API mode's inputs inside the memory model, the agent in a memory cgroup of the test's own
+//! (the shipped DaemonSet's 64 MiB): a last-known-good file under its size cap but too large
+//! for the memory is refused before it is read (said, the file kept), never OOM-killed at boot.
+
+use super::egress::{count_in_log, log_of};
+use super::memory_limit::MemoryCgroup;
+use super::netns::{wait_until, Netns};
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A kubeconfig whose API server is never there (nothing listens on port 1): the agent
+/// starts from its last-known-good, as on a node booting while the API is away.
+fn kubeconfig_of_an_absent_api(dir: &crate::util::Scratch) -> std::path::PathBuf {
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "away", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": true}}],
+        "users": [{"name": "agent", "user": {"token": "not-a-token"}}],
+        "contexts": [{"name": "away", "context": {"cluster": "away", "user": "agent"}}],
+        "current-context": "away",
+    });
+    dir.write("away.kubeconfig", &config.to_string())
+}
+
+/// A last-known-good of `policies` EgressNATPolicies of 1 MiB of text each (valid JSON of
+/// schema 2, for the base ConfigMap the agent watches).
+fn last_known_good(policies: usize) -> String {
+    let padding = "#".repeat(1 << 20);
+    let policies: Vec<serde_json::Value> = (0..policies)
+        .map(|n| serde_json::json!({"name": format!("policy-{n}"), "text": padding}))
+        .collect();
+    serde_json::json!({
+        "schemaVersion": 2,
+        "configmap": "kube-system/ip-masq-agent",
+        "provenance": "configmap kube-system/ip-masq-agent key config (resourceVersion 1)",
+        "savedAt": "2026-11-28T00:00:00Z",
+        "text": "nonMasqueradeCIDRs: [10.0.0.0/8]\n",
+        "policies": policies,
+    })
+    .to_string()
+}
+
+/// Today's code read the 40 MiB file whole and decoded it (under its 48 MiB cap), and was
+/// OOM-killed at boot in 64 MiB, on every start.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_last_known_good_that_cannot_fit_64_mib_is_refused_not_oom_killed() {
+    super::netns::require_root();
+    use std::os::unix::fs::MetadataExt;
+    let group = MemoryCgroup::new("lkg-64mib", 64 << 20);
+    let mut ns = Netns::new("lkgmem");
+    let dir = crate::util::Scratch::new("lkg-64mib");
+    let inode = std::fs::metadata(format!("/run/netns/{}", ns.name))
+        .unwrap()
+        .ino();
+    let state = ns.state_dir();
+    std::fs::create_dir_all(&state).unwrap();
+    let saved = state.join(format!("agent-net{inode}-last-known-good.json"));
+    let text = last_known_good(40);
+    std::fs::write(&saved, &text).unwrap();
+    let kubeconfig = kubeconfig_of_an_absent_api(&dir).display().to_string();
+    let daemon_log = dir.path.join("agent.log");
+    let pid = group.spawn(
+        &mut ns,
+        &[
+            "agent",
+            "--backend=nftables",
+            "--config-source=api",
+            "--kubeconfig",
+            &kubeconfig,
+            "--node-name",
+            "node-a",
+            "--metrics-addr=127.0.0.1:9733",
+        ],
+        &daemon_log,
+    );
+    assert!(
+        wait_until(DEADLINE, || count_in_log(
+            &daemon_log,
+            "ignoring the last-known-good config"
+        ) >= 1
+            || group.oom_kills() > 0),
+        "{}",
+        log_of(&daemon_log)
+    );
+    let said = log_of(&daemon_log);
+    assert_eq!(group.oom_kills(), 0, "OOM-killed:\n{said}");
+    for needle in [
+        "a last-known-good config",
+        "memory limit of 64.0 MiB",
+        "raise the container's memory limit",
+    ] {
+        assert!(said.contains(needle), "{needle:?} missing:\n{said}");
+    }
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the agent goes on, waiting for the API:\n{said}"
+    );
+    assert_eq!(
+        std::fs::metadata(&saved).unwrap().len(),
+        text.len() as u64,
+        "the file kept"
+    );
+}
