@@ -276,7 +276,7 @@ impl Mirror {
             writer: Some(Writer {
                 credentials: api.credentials.clone(),
                 pacing: Pacing::for_node(&node, api.status.spread),
-                namespace: api.configmap.namespace.clone(),
+                namespace: mirror::event_namespace(&api.configmap.namespace),
                 node,
                 reports: reports_rx,
                 written: written_tx,

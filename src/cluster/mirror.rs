@@ -58,7 +58,7 @@
 
 use super::REQUEST_TIMEOUT;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use std::time::Duration;
@@ -72,6 +72,8 @@ pub const FIELD_MANAGER: &str = "ipmasq";
 pub const DEFAULT_AGENT_SELECTOR: &str = "k8s-app=ip-masq-agent";
 /// The agents' namespace in the shipped manifests.
 pub const DEFAULT_AGENT_NAMESPACE: &str = "kube-system";
+/// The action an Event names (new-style Events must name one).
+pub const EVENT_ACTION: &str = "ApplyConfig";
 /// The component named in Events.
 pub const COMPONENT: &str = "ipmasq";
 /// The longest the words of a message may be (in characters); longer ones are cut with `…`.
@@ -429,10 +431,25 @@ pub async fn read_node(client: kube::Client, node: &str) -> Result<Node, MirrorE
     .await
 }
 
-/// Whom an Event is about and where it is created: the agent's own Node, in the agent's own
-/// namespace (the ConfigMap's, `--configmap NAMESPACE/NAME`: the one namespace the shipped
-/// RBAC grants `events create` in; `kubectl describe node` lists Events of any namespace
-/// whose `involvedObject` is the Node).
+/// Where the Events about a Node may be created: the API server takes an Event about a
+/// cluster-scoped object only in `default` or (a new-style Event, with `eventTime`, as ours)
+/// `kube-system`.
+pub const NODE_EVENT_NAMESPACES: [&str; 2] = ["kube-system", "default"];
+
+/// The namespace of the agent's Events: its own (the ConfigMap's, `--configmap
+/// NAMESPACE/NAME`; `kube-system` in the shipped manifests, the one namespace the RBAC grants
+/// `events create` in) when the API server takes a Node's Events there, else `kube-system`.
+pub fn event_namespace(agent_namespace: &str) -> String {
+    if NODE_EVENT_NAMESPACES.contains(&agent_namespace) {
+        agent_namespace.to_string()
+    } else {
+        NODE_EVENT_NAMESPACES[0].to_string()
+    }
+}
+
+/// Whom an Event is about and where it is created: the agent's own Node, in the namespace of
+/// [`event_namespace`] (`kubectl describe node` lists Events of any namespace whose
+/// `involvedObject` is the Node).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventAbout {
     pub namespace: String,
@@ -470,6 +487,10 @@ pub fn rejection_event(about: &EventAbout, diagnostic: &str, now: Timestamp) -> 
         }),
         reporting_component: Some(COMPONENT.to_string()),
         reporting_instance: Some(node.to_string()),
+        // A new-style Event (eventTime, action): the only kind the API server takes about a
+        // Node outside `default`.
+        event_time: Some(MicroTime(now.0)),
+        action: Some(EVENT_ACTION.to_string()),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now),
         count: Some(1),

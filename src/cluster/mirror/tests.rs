@@ -214,6 +214,15 @@ fn a_rejection_event_is_a_warning_about_the_node() {
         json["metadata"]["namespace"], "kube-system",
         "the agent's own namespace, where the RBAC grants events create"
     );
+    assert_eq!(json["action"], EVENT_ACTION);
+    assert_eq!(json["eventTime"], "2026-11-26T04:22:00.000000Z");
+    assert_eq!(event_namespace("kube-system"), "kube-system");
+    assert_eq!(event_namespace("default"), "default");
+    assert_eq!(
+        event_namespace("ipmasq"),
+        "kube-system",
+        "a Node's Events are taken only in default or kube-system"
+    );
     assert_eq!(json["metadata"]["generateName"], "node-1.ipmasq-");
     assert_eq!(
         json["involvedObject"],
