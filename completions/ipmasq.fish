@@ -42,6 +42,8 @@ api\t'The ConfigMap itself, watched through the Kubernetes API'"
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l configmap -d 'With --config-source=api: the ConfigMap that holds the config (its data key `config`, the same text as the file); needs get, list and watch on configmaps in NAMESPACE' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l kubeconfig -d 'With --config-source=api: the kubeconfig to reach the API with [default: the pod\'s service account]' -r -F
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l node-name -d 'With --config-source=api: this node\'s Node name, whose labels select the node pools [default: $NODE_NAME (the downward API\'s spec.nodeName), else the host name]' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l node-status -d 'With --config-source=api: write this node\'s IPMasqAgentReady condition and an Event when a config is rejected (false: write nothing to the API, which is then only read; the agent needs no write permission at all)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l status-spread -d 'With --config-source=api: a status write after a change waits up to this long, a fixed share of it per node (a hash of the node name), so a fleet-wide edit spreads the writes (5,000 nodes over 30s: about 170 writes/s); 0 writes at once. The rules never wait' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l resync-interval -d 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2\'s flag) or as a Go duration [default: 60]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it. Unset, enableIPv6 in the config decides (default false); set, it wins over the config' -r
@@ -84,6 +86,9 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l kubeconfig -d 'T
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s l -l selector -d 'Only the Nodes whose labels match this selector (kubectl\'s -l), e.g. pool=gpu' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l timeout -d 'The deadline of the whole listing, every page included (a Go duration)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l page-size -d 'Nodes per page of the list (the server\'s limit/continue paging)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l agent-pods -d 'Also read the agents\' pods (one list), so a node whose agent is not running, restarting or not ready is called so whatever its condition says (needs `list` on pods in --agent-namespace; false: judge by the conditions alone)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l agent-namespace -d 'The namespace of the agents\' DaemonSet' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l agent-selector -d 'The label selector of the agents\' pods (the DaemonSet\'s pod template labels)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see docs/reference/json.md)'
 yaml\t'The same document as YAML, for support bundles'"

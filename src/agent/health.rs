@@ -224,6 +224,10 @@ fn register_syncs(registry: &mut Registry, status: &Status) {
         repairs.get_or_create(&KindLabel { kind }).inc_by(*n);
     }
     metrics::DRIFT_REPAIRS.register(registry, repairs);
+
+    let applied = Counter::<u64>::default();
+    applied.inc_by(status.config_changes_applied);
+    metrics::CONFIG_CHANGES_APPLIED.register(registry, applied);
 }
 
 /// Conntrack entries deleted so existing flows follow a change, and resets that failed.

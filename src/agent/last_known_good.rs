@@ -2,6 +2,16 @@
 //! with its provenance, kept in the state directory (written atomically, read without
 //! following a symlink, size-capped), so an agent that starts while the API is unreachable
 //! applies it at once instead of waiting for the API.
+//!
+//! It is only this node's, for this ConfigMap, unaltered: the file names the node that saved
+//! it and carries a seal, the SHA-256 of everything else it holds (text, pools, policies,
+//! digest, provenance, the ConfigMap and the node), checked at load. A file of another node
+//! (a disk image cloned with it, a state directory moved), of another ConfigMap, or altered
+//! since it was saved is refused with the reason, left in place for inspection, and the agent
+//! waits for the API. A file without a seal was saved by an agent before seals (the same
+//! schema 2, so a rollback still reads the sealed ones): it is applied, with a warning that it
+//! cannot be verified, because refusing it would take away the last-known-good exactly on the
+//! first start after an upgrade during an API outage; the next read of the API saves it sealed.
 
 use super::state;
 use serde::{Deserialize, Serialize};
@@ -31,6 +41,33 @@ pub struct LastKnownGood {
     /// The EgressNATPolicies, in name order (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<crate::config::composed::PolicyText>,
+    /// The node whose agent saved it (none: an agent without a node name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// `sha256:` and the SHA-256 of the file's JSON without this field (see the module's
+    /// documentation); set by [`write`], none in files saved before seals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
+}
+
+impl LastKnownGood {
+    /// The seal of this content and provenance: the SHA-256 of its JSON without a seal.
+    pub fn seal_of(&self) -> String {
+        let unsealed = LastKnownGood {
+            seal: None,
+            ..self.clone()
+        };
+        let json = serde_json::to_string(&unsealed).unwrap_or_default();
+        format!(
+            "sha256:{}",
+            crate::config::digest::sha256_hex(json.as_bytes())
+        )
+    }
+
+    /// Saved before seals: applied, but nothing in it can be verified.
+    pub fn unsealed(&self) -> bool {
+        self.seal.is_none()
+    }
 }
 
 /// The schema this binary writes: 2 added `pools` and `policies` (an agent that reads only 1
@@ -52,7 +89,11 @@ pub fn path(dir: &Path) -> PathBuf {
 
 /// Writes `saved` atomically (an exclusive temporary file renamed into place).
 pub fn write(dir: &Path, saved: &LastKnownGood) -> std::io::Result<PathBuf> {
-    let text = serde_json::to_string(saved).map_err(std::io::Error::other)?;
+    let sealed = LastKnownGood {
+        seal: Some(saved.seal_of()),
+        ..saved.clone()
+    };
+    let text = serde_json::to_string(&sealed).map_err(std::io::Error::other)?;
     // What `read` would refuse is not saved: the file on disk stays the last one it can read.
     if text.len() as u64 + 1 > MAX_LAST_KNOWN_GOOD_BYTES {
         return Err(std::io::Error::other(format!(
@@ -65,10 +106,14 @@ pub fn write(dir: &Path, saved: &LastKnownGood) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Reads the last-known-good of `configmap`: None when there is none; an error (to log) when
-/// the file is not a regular file, too large, unreadable, of another schema or of another
-/// ConfigMap.
-pub fn read(dir: &Path, configmap: &str) -> Result<Option<LastKnownGood>, String> {
+/// Reads the last-known-good of `configmap` saved on `node`: None when there is none; an error
+/// (to log; the file stays) when the file is not a regular file, too large, unreadable, of
+/// another schema, of another ConfigMap or node, or altered since it was sealed.
+pub fn read(
+    dir: &Path,
+    configmap: &str,
+    node: Option<&str>,
+) -> Result<Option<LastKnownGood>, String> {
     use std::io::Read;
     let path = path(dir);
     let file = match state::open_state_file(&path, std::fs::OpenOptions::new().read(true)) {
@@ -104,13 +149,14 @@ pub fn read(dir: &Path, configmap: &str) -> Result<Option<LastKnownGood>, String
             saved.configmap
         ));
     }
+    check_provenance(&saved, node).map_err(|why| format!("{}: {why}", path.display()))?;
     Ok(Some(saved))
 }
 
 /// Whether a last-known-good file of `size` bytes can be read and checked within the memory
-/// limit `limit`, judged before it is read (a 40 MiB file, under its cap, once OOM-killed
-/// the agent at boot in 64 MiB): an error naming the file and what fits when it cannot (the
-/// agent then waits for the API, as without a file).
+/// limit `limit`, judged before it is read (a file under its cap can still be too large for
+/// a small pod): an error naming the file and what fits when it cannot (the agent then waits
+/// for the API, as without a file).
 fn fits_memory(path: &Path, size: u64, limit: Option<u64>) -> Result<(), String> {
     let what = format!("{} (a last-known-good config)", path.display());
     match super::memory::input_too_large(&what, size, limit) {
@@ -119,9 +165,33 @@ fn fits_memory(path: &Path, size: u64, limit: Option<u64>) -> Result<(), String>
     }
 }
 
+/// Whether a file read is this node's and unaltered (a file without a seal passes: see the
+/// module's documentation).
+fn check_provenance(saved: &LastKnownGood, node: Option<&str>) -> Result<(), String> {
+    let Some(seal) = &saved.seal else {
+        return Ok(());
+    };
+    if *seal != saved.seal_of() {
+        return Err(format!(
+            "its seal {seal} does not match its content ({}): altered since it was saved",
+            saved.seal_of()
+        ));
+    }
+    if saved.node.as_deref() != node {
+        return Err(format!(
+            "saved by the agent of node {}, not of {}: another node's config",
+            saved.node.as_deref().unwrap_or("(none)"),
+            node.unwrap_or("(none)")
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NODE: Option<&str> = Some("node-a");
 
     fn dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("ipmasq-lkg-{}-{name}", std::process::id()));
@@ -140,21 +210,33 @@ mod tests {
             text: text.map(str::to_string),
             pools: Vec::new(),
             policies: Vec::new(),
+            node: Some("node-a".into()),
+            seal: None,
+        }
+    }
+
+    fn sealed(saved: &LastKnownGood) -> LastKnownGood {
+        LastKnownGood {
+            seal: Some(saved.seal_of()),
+            ..saved.clone()
         }
     }
 
     #[test]
     fn written_then_read_back_for_its_configmap_only() {
         let dir = dir("roundtrip");
-        assert_eq!(read(&dir, "kube-system/ip-masq-agent"), Ok(None));
+        assert_eq!(read(&dir, "kube-system/ip-masq-agent", NODE), Ok(None));
         for saved in [
             sample(Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n")),
             sample(None),
         ] {
             write(&dir, &saved).unwrap();
-            assert_eq!(read(&dir, "kube-system/ip-masq-agent"), Ok(Some(saved)));
+            assert_eq!(
+                read(&dir, "kube-system/ip-masq-agent", NODE),
+                Ok(Some(sealed(&saved)))
+            );
         }
-        let other = read(&dir, "other/ip-masq-agent").unwrap_err();
+        let other = read(&dir, "other/ip-masq-agent", NODE).unwrap_err();
         assert!(other.contains("not of other/ip-masq-agent"), "{other}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -169,7 +251,7 @@ mod tests {
         )
         .unwrap();
         std::os::unix::fs::symlink(&target, path(&dir)).unwrap();
-        assert!(read(&dir, "kube-system/ip-masq-agent").is_err());
+        assert!(read(&dir, "kube-system/ip-masq-agent", NODE).is_err());
         // Writing replaces the link; it never writes through it.
         write(&dir, &sample(Some("cidrLimit: 4"))).unwrap();
         assert!(std::fs::read_to_string(&target)
@@ -178,7 +260,7 @@ mod tests {
         std::fs::remove_file(path(&dir)).unwrap();
         let big = std::fs::File::create(path(&dir)).unwrap();
         big.set_len(MAX_LAST_KNOWN_GOOD_BYTES + 1).unwrap();
-        let err = read(&dir, "kube-system/ip-masq-agent").unwrap_err();
+        let err = read(&dir, "kube-system/ip-masq-agent", NODE).unwrap_err();
         assert!(err.contains("more than"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -218,7 +300,50 @@ mod tests {
             .collect();
         let err = write(&dir, &big).unwrap_err().to_string();
         assert!(err.contains("the one saved before is kept"), "{err}");
-        assert_eq!(read(&dir, "kube-system/ip-masq-agent"), Ok(Some(kept)));
+        assert_eq!(
+            read(&dir, "kube-system/ip-masq-agent", NODE),
+            Ok(Some(sealed(&kept)))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn another_nodes_or_an_altered_file_is_refused_and_left_in_place() {
+        let dir = dir("provenance");
+        let configmap = "kube-system/ip-masq-agent";
+        write(&dir, &sample(Some("nonMasqueradeCIDRs: [10.0.0.0/8]\n"))).unwrap();
+        let err = read(&dir, configmap, Some("node-b")).unwrap_err();
+        assert!(
+            err.contains("saved by the agent of node node-a, not of node-b"),
+            "{err}"
+        );
+        // One byte of the text changed on disk, the seal kept.
+        let text = std::fs::read_to_string(path(&dir)).unwrap();
+        let altered = text.replace("10.0.0.0/8", "10.0.0.0/9");
+        assert_ne!(text, altered);
+        std::fs::write(path(&dir), &altered).unwrap();
+        let err = read(&dir, configmap, NODE).unwrap_err();
+        assert!(err.contains("altered since it was saved"), "{err}");
+        // The node name changed on disk, to pass as node-b's: the seal says no.
+        let moved = text.replace("\"node\":\"node-a\"", "\"node\":\"node-b\"");
+        std::fs::write(path(&dir), &moved).unwrap();
+        let err = read(&dir, configmap, Some("node-b")).unwrap_err();
+        assert!(err.contains("altered since it was saved"), "{err}");
+        assert!(path(&dir).exists(), "the file stays for inspection");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_saved_before_seals_is_read_and_said_unsealed() {
+        let dir = dir("unsealed");
+        let mut old = sample(Some("cidrLimit: 3"));
+        old.node = None;
+        std::fs::write(path(&dir), serde_json::to_string(&old).unwrap()).unwrap();
+        let read_back = read(&dir, "kube-system/ip-masq-agent", NODE)
+            .unwrap()
+            .expect("read");
+        assert!(read_back.unsealed());
+        assert_eq!(read_back, old);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

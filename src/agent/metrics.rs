@@ -142,6 +142,14 @@ pub const DRIFT_REPAIRS: ExportedMetric = ExportedMetric {
     note: "Each kind is the repair one of `ipmasq show`'s differences calls for: `missing-rule`, `extra-rule`, `out-of-order` and the other rule-level differences are repaired as `rules_differ`.",
     served: Served::AfterDriftRepair,
 };
+pub const CONFIG_CHANGES_APPLIED: ExportedMetric = ExportedMetric {
+    name: "ipmasq_config_changes_applied_total",
+    kind: MetricType::Counter,
+    labels: &[],
+    help: "Syncs that rewrote the rules because the plan changed (a new config, or a node fact it names such as an egress address): not drift",
+    note: "Logged as `config applied`. Its rule differences are the change itself and are not counted in `ipmasq_drift_repairs_total`; a missing jump or chain found at the same time still is.",
+    served: Served::Always,
+};
 pub const CONFIG_RELOADS: ExportedMetric = ExportedMetric {
     name: "ipmasq_config_reloads_total",
     kind: MetricType::Counter,
@@ -337,10 +345,11 @@ pub const READY: ExportedMetric = ExportedMetric {
 };
 
 /// Every family, in the order `/metrics` serves them.
-pub const ALL: [&ExportedMetric; 27] = [
+pub const ALL: [&ExportedMetric; 28] = [
     &SYNCS,
     &SYNC_DURATION,
     &DRIFT_REPAIRS,
+    &CONFIG_CHANGES_APPLIED,
     &CONFIG_RELOADS,
     &CONFIG_CURRENT,
     &LAST_SUCCESSFUL_SYNC_AGE,
@@ -535,7 +544,7 @@ mod tests {
             assert_eq!(family.labels, labels, "{}", metric.name);
             assert!(family.samples > 0, "{} has no sample", metric.name);
         }
-        assert_eq!(ALL.len(), 27);
+        assert_eq!(ALL.len(), 28);
     }
 
     /// Each family has samples exactly when its `served` says: with nothing seen, with each

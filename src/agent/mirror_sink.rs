@@ -3,6 +3,16 @@
 //! The reconcile thread never waits for the API: its [`MirrorSink`] hands the state over
 //! (the latest wins, and only a change wakes the writer), and one [`Writer`] task on the
 //! agent's runtime writes it when it differs from what the Node holds, retrying with a backoff.
+//!
+//! The writer is paced ([`Pacer`]): one round of writes (the condition, and an Event) at most
+//! every [`WRITE_INTERVAL`] whatever the edit rate, the state written being the latest; a
+//! change waits this node's share of `--status-spread` (a hash of its name), so a fleet-wide
+//! edit's writes are spread over that window; an Event with the same words is not created
+//! again within [`EVENT_REPEAT`]. Two writes do not wait: the first at start (starts are
+//! already paced by the DaemonSet's rollout, a restart into the same state writes nothing,
+//! and the word a restart finds may be its predecessor's, to be put right), and the
+//! `NotReady` of a stop (it must land within the stop deadline). The rules never wait for any
+//! of this.
 
 use super::reconcile::{ApiSettings, Pass, Rejection, LAST_KNOWN_GOOD};
 use super::sinks::{PassDone, StatusSink};
@@ -14,12 +24,20 @@ use k8s_openapi::jiff::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// The first retry of a failed write comes this soon, then twice as late each time, up to
 /// [`LAST_RETRY`]; a new state cuts the wait short.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(60);
+/// The least time between two rounds of writes of one agent.
+pub const WRITE_INTERVAL: Duration = Duration::from_secs(5);
+/// An Event with the same words (the rejected config's digest and diagnostic) is not created
+/// again within this time.
+pub const EVENT_REPEAT: Duration = Duration::from_secs(10 * 60);
+/// How many Events' words are remembered for [`EVENT_REPEAT`].
+const EVENTS_REMEMBERED: usize = 32;
 /// The words of the condition an agent writes once it has removed its rules on a stop.
 pub const RULES_REMOVED: &str =
     "the agent stopped and removed its rules (--cleanup-on-exit); nothing is enforced";
@@ -35,6 +53,8 @@ pub struct Report {
     /// The uid of the Node as the API watchers last saw it: a new one (the Node registered
     /// again, without our condition) makes the writer read the Node again.
     pub node_uid: Option<String>,
+    /// Written at once, not paced: the `NotReady` of a stop.
+    pub urgent: bool,
 }
 
 impl Report {
@@ -125,10 +145,125 @@ pub struct Mirror {
     backend: String,
 }
 
+/// When the writer may write: its pace, and this node's share of the spread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacing {
+    /// The least time between two rounds of writes ([`WRITE_INTERVAL`]).
+    pub interval: Duration,
+    /// How long a change waits before it is written: this node's share of `--status-spread`.
+    pub offset: Duration,
+}
+
+impl Pacing {
+    pub fn for_node(node: &str, spread: Duration) -> Pacing {
+        Pacing {
+            interval: WRITE_INTERVAL,
+            offset: spread_offset(node, spread),
+        }
+    }
+}
+
+/// `node`'s place in a window of `spread`: the first 8 bytes of the SHA-256 of its name, modulo
+/// the window in milliseconds (the same on every machine and version, spread evenly).
+pub fn spread_offset(node: &str, spread: Duration) -> Duration {
+    let window = u64::try_from(spread.as_millis()).unwrap_or(u64::MAX);
+    if window == 0 {
+        return Duration::ZERO;
+    }
+    let hex = crate::config::digest::sha256_hex(node.as_bytes());
+    let hash = u64::from_str_radix(&hex[..16], 16).unwrap_or_default();
+    Duration::from_millis(hash % window)
+}
+
+/// Paces the writer's rounds (see the module's documentation).
+pub struct Pacer {
+    pacing: Pacing,
+    /// When the last round was tried.
+    last_attempt: Option<Instant>,
+    /// The `seq` of the report the last round wrote (or tried to).
+    attempted_seq: u64,
+    /// A report was written (or tried) since the start: the next ones are paced.
+    started: bool,
+}
+
+impl Pacer {
+    pub fn new(pacing: Pacing) -> Pacer {
+        Pacer {
+            pacing,
+            last_attempt: None,
+            attempted_seq: 0,
+            started: false,
+        }
+    }
+
+    /// A round was tried at `at` with `report`.
+    pub fn attempted(&mut self, at: Instant, report: Option<&Report>) {
+        self.last_attempt = Some(at);
+        if let Some(report) = report {
+            self.attempted_seq = report.seq;
+            self.started = true;
+        }
+    }
+
+    /// When the round for `latest`, pending since `since`, is due (`retry_at`: the last round
+    /// failed, retry then).
+    pub fn due(
+        &self,
+        latest: Option<&Report>,
+        since: Instant,
+        retry_at: Option<Instant>,
+    ) -> Instant {
+        let unwritten = latest.is_some_and(|r| r.seq > self.attempted_seq);
+        if unwritten && latest.is_some_and(|r| r.urgent) {
+            return since;
+        }
+        let paced = self
+            .last_attempt
+            .map_or(since, |last| last + self.pacing.interval);
+        if let Some(retry) = retry_at {
+            return retry.max(paced);
+        }
+        if unwritten && !self.started {
+            return since;
+        }
+        (since + self.pacing.offset).max(paced)
+    }
+
+    /// Waits until the next round is due: after a success, for a new state and then its
+    /// time; after a failure (`retry_at`), for the retry's time. Err when the agent stops.
+    pub async fn wait(
+        &self,
+        reports: &mut watch::Receiver<Option<Report>>,
+        retry_at: Option<Instant>,
+    ) -> Result<(), watch::error::RecvError> {
+        let since = match retry_at {
+            Some(_) => Instant::now(),
+            None => {
+                reports.changed().await?;
+                Instant::now()
+            }
+        };
+        loop {
+            let due = self.due(reports.borrow().as_ref(), since, retry_at);
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => return Ok(()),
+                changed = reports.changed() => changed?,
+            }
+        }
+    }
+}
+
 impl Mirror {
     /// The mirror in API mode; None in file mode, and (said once) without a node name.
     pub fn new(api: Option<&ApiSettings>, backend: crate::backend::BackendId) -> Option<Mirror> {
         let api = api?;
+        if !api.status.enabled {
+            info!(
+                "--node-status=false: no {} condition and no Event are written; the API is only read",
+                mirror::CONDITION_TYPE
+            );
+            return None;
+        }
         let Some(node) = api.node_name.clone() else {
             warn!("no node name (--node-name, $NODE_NAME, the host name): the {} condition is not written", mirror::CONDITION_TYPE);
             return None;
@@ -140,6 +275,8 @@ impl Mirror {
             written,
             writer: Some(Writer {
                 credentials: api.credentials.clone(),
+                pacing: Pacing::for_node(&node, api.status.spread),
+                namespace: mirror::event_namespace(&api.configmap.namespace),
                 node,
                 reports: reports_rx,
                 written: written_tx,
@@ -180,6 +317,7 @@ impl Mirror {
                 diagnostic: None,
                 seq,
                 node_uid: current.as_ref().and_then(|r| r.node_uid.clone()),
+                urgent: true,
             });
         });
         let mut written = self.written.clone();
@@ -284,6 +422,7 @@ fn hand_over(
             diagnostic,
             seq: current.as_ref().map_or(0, |r| r.seq) + 1,
             node_uid,
+            urgent: false,
         };
         if current.as_ref().is_some_and(|c| c.same_state(&next)) {
             return false;
@@ -297,6 +436,9 @@ fn hand_over(
 pub struct Writer {
     credentials: Credentials,
     node: String,
+    /// Where its Events go: the agent's own namespace (the ConfigMap's).
+    namespace: String,
+    pacing: Pacing,
     reports: watch::Receiver<Option<Report>>,
     /// The `seq` of the last report the Node holds.
     written: watch::Sender<u64>,
@@ -314,6 +456,25 @@ struct OnNode {
     /// The words of the rejection whose Event was created (also read back from a
     /// `ConfigRejected` condition at start: a restart does not repeat the Event).
     event_for: Option<String>,
+    /// The words of the Events created lately, and when: one is not repeated within
+    /// [`EVENT_REPEAT`] (a config flipping between valid and invalid).
+    recent_events: std::collections::VecDeque<(String, Instant)>,
+}
+
+impl OnNode {
+    /// Whether an Event with these words was created within [`EVENT_REPEAT`].
+    fn event_recent(&mut self, key: &str, now: Instant) -> bool {
+        self.recent_events
+            .retain(|(_, at)| now.saturating_duration_since(*at) < EVENT_REPEAT);
+        self.recent_events.iter().any(|(words, _)| words == key)
+    }
+
+    fn event_created(&mut self, key: String, now: Instant) {
+        if self.recent_events.len() >= EVENTS_REMEMBERED {
+            self.recent_events.pop_front();
+        }
+        self.recent_events.push_back((key, now));
+    }
 }
 
 /// A failure logged once until it changes or the writes succeed again.
@@ -365,28 +526,29 @@ impl Writer {
             }
         };
         let mut on_node = OnNode::default();
+        let mut pacer = Pacer::new(self.pacing);
         loop {
             let report = self.reports.borrow_and_update().clone();
-            match self.write(&client, &mut on_node, report.as_ref()).await {
+            let result = self.write(&client, &mut on_node, report.as_ref()).await;
+            pacer.attempted(Instant::now(), report.as_ref());
+            let retry_at = match result {
                 Ok(()) => {
                     failures = 0;
                     said.succeeded();
                     if let Some(report) = report {
                         self.written.send_replace(report.seq);
                     }
-                    if self.reports.changed().await.is_err() {
-                        return;
-                    }
+                    None
                 }
                 Err(err) => {
                     failures += 1;
                     let wait = retry_in(failures);
                     said.failed(err.to_string(), wait);
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        changed = self.reports.changed() => if changed.is_err() { return },
-                    }
+                    Some(Instant::now() + wait)
                 }
+            };
+            if pacer.wait(&mut self.reports, retry_at).await.is_err() {
+                return;
             }
         }
     }
@@ -448,13 +610,13 @@ impl Writer {
             return Ok(());
         };
         let key = Message::of(&report.status).words;
-        if on_node.event_for.as_ref() != Some(&key) {
-            let event = mirror::rejection_event(
-                &self.node,
-                on_node.uid.as_deref(),
-                diagnostic,
-                Timestamp::now(),
-            );
+        if on_node.event_for.as_ref() != Some(&key) && !on_node.event_recent(&key, Instant::now()) {
+            let about = mirror::EventAbout {
+                namespace: self.namespace.clone(),
+                node: self.node.clone(),
+                node_uid: on_node.uid.clone(),
+            };
+            let event = mirror::rejection_event(&about, diagnostic, Timestamp::now());
             match mirror::publish_event(client.clone(), &event).await {
                 Ok(_) => {}
                 // Refused for good (RBAC without events create, no such namespace): said once,
@@ -465,6 +627,7 @@ impl Writer {
                 }
                 Err(err) => return Err(err),
             }
+            on_node.event_created(key.clone(), Instant::now());
             on_node.event_for = Some(key);
         }
         Ok(())

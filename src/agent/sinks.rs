@@ -57,6 +57,8 @@ impl StatusSink for LogSink {
 pub struct LastKnownGoodSink {
     dir: PathBuf,
     configmap: String,
+    /// The node it is saved for (the seal names it).
+    node: Option<String>,
     /// The digest and provenance last saved (or found at start).
     saved: Option<(Option<String>, String)>,
     /// The error of the last failed write, logged once.
@@ -68,6 +70,7 @@ impl LastKnownGoodSink {
         LastKnownGoodSink {
             dir,
             configmap: api.configmap.to_string(),
+            node: api.node_name.clone(),
             saved: api
                 .last_known_good
                 .as_ref()
@@ -106,6 +109,8 @@ impl StatusSink for LastKnownGoodSink {
                 .as_ref()
                 .map(|c| c.policies.clone())
                 .unwrap_or_default(),
+            node: self.node.clone(),
+            seal: None,
         };
         match last_known_good::write(&self.dir, &saved) {
             Ok(path) => {

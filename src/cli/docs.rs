@@ -253,9 +253,11 @@ written only when it changes (no heartbeat: a steady agent writes nothing): a re
 message with the config's digest (the SHA-256 of the ConfigMap's config text, as sha256sum \
 prints it; with node pools or EgressNATPolicies, of their listing, see ipmasq-config(5)), the \
 backend and the time of the pass that reached that state. fleet reads every Node in pages of \
---page-size (one list, no watch, nothing written), groups them by status, config digest and \
-backend, names the nodes that are not in sync, and exits non-zero when any is, so CI and cron \
-can gate on it.
+--page-size (one list, no watch, nothing written), and the agents' pods (one list, \
+--agent-selector in --agent-namespace), groups them by status, config digest and backend, \
+names the nodes that are not in sync, and exits non-zero when any is, so CI and cron can gate \
+on it. A dead agent writes nothing, so its pod speaks before its condition; and a condition \
+written by any field manager but ipmasq is not the agent's word.
 
 Statuses: in-sync (InSync: the rules of the newest config are installed and match it); drifted \
 (Drifted: the live rules differ and the repair failed); rejected (ConfigRejected: the newest \
@@ -263,11 +265,16 @@ config was refused, the last good one stays in force; `kubectl get events \
 --field-selector reason=ConfigRejected` shows why); not-ready (NotReady: no config's rules \
 installed: not yet, or removed by --cleanup-on-exit); stale (the agent's word may be old: the \
 Node's own Ready condition is not True, so the node or its kubelet is down, or the agent enforces \
-its last-known-good config because it cannot read the API); unknown (no \
-IPMasqAgentReady condition: no agent in API mode runs there, or one this version cannot read).
+its last-known-good config because it cannot read the API); agent-not-ready (the agent's pod \
+runs but is not ready); agent-down (the agent's pod is not running: pending, waiting such as \
+CrashLoopBackOff, ended, or restarted within 10 minutes); no-agent (no agent pod on the node); \
+untrusted (the condition was written, wholly or in part, by another field manager than ipmasq); \
+unknown (no IPMasqAgentReady condition: no agent in API mode runs there, or one this version \
+cannot read).
 
-Credentials are found as kubectl finds them; the user needs `list` on `nodes` (the agent's own \
-ClusterRole grants it).";
+Credentials are found as kubectl finds them; the user needs `list` on `nodes`, and on `pods` in \
+--agent-namespace (when the pods cannot be listed, fleet says so and judges by the conditions \
+alone).";
 
 pub const FLEET: AppletDoc = AppletDoc {
     examples: &[
@@ -286,14 +293,14 @@ pub const FLEET: AppletDoc = AppletDoc {
     ],
     exit_status: &[
         (0, "every node listed is in sync (or none matched)"),
-        (1, "some node is drifted, rejected, not-ready, stale or unknown"),
+        (1, "some node is drifted, rejected, not-ready, stale, agent-not-ready, agent-down, no-agent, untrusted or unknown"),
         (2, "usage error; no credentials; the API server could not be reached, refused the list (401, 403) or did not answer within --timeout"),
     ],
     files: &[(
         "~/.kube/config",
         "the kubeconfig kubectl reads when neither --kubeconfig nor $KUBECONFIG names one",
     )],
-    notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\"}]}, one entry per node in the server's order (by name), null where the condition says nothing."],
+    notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\", \"writers\", \"agent\"}]}, one entry per node in the server's order (by name), null where the condition says nothing; writers are the condition's field managers, agent the node's agent pod ({\"pod\", \"state\", \"phase\", \"ready\", \"restarts\", \"words\"}) or null."],
 };
 
 /// `who --help`'s description: what it reads and how a flow is matched.

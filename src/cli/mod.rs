@@ -367,6 +367,27 @@ pub struct AgentArgs {
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
 
+    /// With --config-source=api: write this node's IPMasqAgentReady condition and an Event
+    /// when a config is rejected (false: write nothing to the API, which is then only read;
+    /// the agent needs no write permission at all)
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "true",
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub node_status: bool,
+
+    /// With --config-source=api: a status write after a change waits up to this long, a
+    /// fixed share of it per node (a hash of the node name), so a fleet-wide edit spreads
+    /// the writes (5,000 nodes over 30s: about 170 writes/s); 0 writes at once. The rules
+    /// never wait
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_fleet_duration)]
+    pub status_spread: crate::config::GoDuration,
+
     /// Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2's
     /// flag) or as a Go duration [default: 60]
     #[arg(long, value_name = "SECONDS", value_parser = parse_resync_seconds)]
@@ -915,6 +936,28 @@ pub struct FleetArgs {
     /// Nodes per page of the list (the server's limit/continue paging)
     #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub page_size: u32,
+
+    /// Also read the agents' pods (one list), so a node whose agent is not running, restarting
+    /// or not ready is called so whatever its condition says (needs `list` on pods in
+    /// --agent-namespace; false: judge by the conditions alone)
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "true",
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub agent_pods: bool,
+
+    /// The namespace of the agents' DaemonSet
+    #[arg(long, value_name = "NAMESPACE", default_value = crate::cluster::mirror::DEFAULT_AGENT_NAMESPACE)]
+    pub agent_namespace: String,
+
+    /// The label selector of the agents' pods (the DaemonSet's pod template labels)
+    #[arg(long, value_name = "SELECTOR", default_value = crate::cluster::mirror::DEFAULT_AGENT_SELECTOR)]
+    pub agent_selector: String,
 
     /// Output format
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]

@@ -46,11 +46,19 @@
 //! the kubelet's lease and the node controller) is not `True`: with the node down, its
 //! agent's last word cannot be current. An agent stopped by its DaemonSet's removal while its
 //! node stays up leaves its last word (its rules stay too, unless `--cleanup-on-exit`, after
-//! which it writes `NotReady`).
+//! which it writes `NotReady`). So `fleet` also reads the agents' pods: a node whose agent is
+//! not running, restarting or not ready is called so whatever its condition says. And it reads
+//! who wrote the condition (the field managers owning it in the Node's `managedFields`,
+//! [`condition_fields_key`]): one written by anyone but [`FIELD_MANAGER`] is `untrusted`.
+//!
+//! # Events
+//!
+//! A rejected config's `Warning` Event is about the Node (`involvedObject`) and is created in
+//! the agent's own namespace ([`EventAbout`]), where the RBAC grants `events create`.
 
 use super::REQUEST_TIMEOUT;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, NodeCondition, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use std::time::Duration;
@@ -59,9 +67,13 @@ use std::time::Duration;
 pub const CONDITION_TYPE: &str = "IPMasqAgentReady";
 /// The one field manager of every write the agent makes.
 pub const FIELD_MANAGER: &str = "ipmasq";
-/// Where Events about a Node go: cluster-scoped objects' events live in `default`, where the
-/// kubelet puts its own and `kubectl describe node` finds them.
-pub const EVENT_NAMESPACE: &str = "default";
+/// The label selector of the agents' pods: the DaemonSet's pod label
+/// (packaging/kubernetes/base/daemonset.yaml), as `fleet` looks for them.
+pub const DEFAULT_AGENT_SELECTOR: &str = "k8s-app=ip-masq-agent";
+/// The agents' namespace in the shipped manifests.
+pub const DEFAULT_AGENT_NAMESPACE: &str = "kube-system";
+/// The action an Event names (new-style Events must name one).
+pub const EVENT_ACTION: &str = "ApplyConfig";
 /// The component named in Events.
 pub const COMPONENT: &str = "ipmasq";
 /// The longest the words of a message may be (in characters); longer ones are cut with `…`.
@@ -419,26 +431,49 @@ pub async fn read_node(client: kube::Client, node: &str) -> Result<Node, MirrorE
     .await
 }
 
+/// Where the Events about a Node may be created: the API server takes an Event about a
+/// cluster-scoped object only in `default` or (a new-style Event, with `eventTime`, as ours)
+/// `kube-system`.
+pub const NODE_EVENT_NAMESPACES: [&str; 2] = ["kube-system", "default"];
+
+/// The namespace of the agent's Events: its own (the ConfigMap's, `--configmap
+/// NAMESPACE/NAME`; `kube-system` in the shipped manifests, the one namespace the RBAC grants
+/// `events create` in) when the API server takes a Node's Events there, else `kube-system`.
+pub fn event_namespace(agent_namespace: &str) -> String {
+    if NODE_EVENT_NAMESPACES.contains(&agent_namespace) {
+        agent_namespace.to_string()
+    } else {
+        NODE_EVENT_NAMESPACES[0].to_string()
+    }
+}
+
+/// Whom an Event is about and where it is created: the agent's own Node, in the namespace of
+/// [`event_namespace`] (`kubectl describe node` lists Events of any namespace whose
+/// `involvedObject` is the Node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventAbout {
+    pub namespace: String,
+    pub node: String,
+    /// The Node's uid, when known.
+    pub node_uid: Option<String>,
+}
+
 /// The Event of a rejected config: `Warning`, reason `ConfigRejected`, the diagnostic as its
 /// message, about the Node (`uid` when known, so `kubectl describe node` lists it).
-pub fn rejection_event(
-    node: &str,
-    node_uid: Option<&str>,
-    diagnostic: &str,
-    now: Timestamp,
-) -> Event {
+pub fn rejection_event(about: &EventAbout, diagnostic: &str, now: Timestamp) -> Event {
     let now = Time(Timestamp::from_second(now.as_second()).unwrap_or(now));
+    let node = about.node.as_str();
     Event {
         metadata: ObjectMeta {
             generate_name: Some(format!("{node}.ipmasq-")),
-            namespace: Some(EVENT_NAMESPACE.to_string()),
+            namespace: Some(about.namespace.clone()),
             ..ObjectMeta::default()
         },
         involved_object: ObjectReference {
             api_version: Some("v1".to_string()),
             kind: Some("Node".to_string()),
             name: Some(node.to_string()),
-            uid: node_uid.map(str::to_string),
+            uid: about.node_uid.clone(),
             ..ObjectReference::default()
         },
         reason: Some(Outcome::Rejected.reason().to_string()),
@@ -452,6 +487,10 @@ pub fn rejection_event(
         }),
         reporting_component: Some(COMPONENT.to_string()),
         reporting_instance: Some(node.to_string()),
+        // A new-style Event (eventTime, action): the only kind the API server takes about a
+        // Node outside `default`.
+        event_time: Some(MicroTime(now.0)),
+        action: Some(EVENT_ACTION.to_string()),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now),
         count: Some(1),
@@ -461,7 +500,8 @@ pub fn rejection_event(
 
 /// Creates `event` (see [`rejection_event`]).
 pub async fn publish_event(client: kube::Client, event: &Event) -> Result<Event, MirrorError> {
-    let events: kube::Api<Event> = kube::Api::namespaced(client, EVENT_NAMESPACE);
+    let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+    let events: kube::Api<Event> = kube::Api::namespaced(client, namespace);
     let node = event.involved_object.name.clone().unwrap_or_default();
     answered(
         || format!("creating the ConfigRejected Event of Node {node}"),
@@ -493,6 +533,17 @@ pub enum FleetStatus {
     /// The node's word may be old: `LastKnownGood` (the agent cannot read the API), or the
     /// Node's own `Ready` condition is not `True` (the node or its kubelet is down).
     Stale,
+    /// The agent's pod runs but is not ready (its `/readyz` fails), whatever the condition says.
+    AgentNotReady,
+    /// The agent's pod is not running: pending, waiting (CrashLoopBackOff), terminated, or
+    /// restarted within the last minutes, whatever the condition says (a dead agent writes
+    /// nothing, so its last word stays).
+    AgentDown,
+    /// No agent pod on the node (the DaemonSet does not run there, or its pod is gone).
+    NoAgent,
+    /// The condition was written (wholly or in part) by another field manager than `ipmasq`,
+    /// or its writer is not recorded: not the agent's word.
+    Untrusted,
     /// No `IPMasqAgentReady` condition (no agent in API mode ever ran there), or one this
     /// version cannot read (an unknown reason, or a status that contradicts its reason).
     Unknown,
@@ -500,12 +551,16 @@ pub enum FleetStatus {
 
 impl FleetStatus {
     /// Every status, in the order the table lists them (the worst last).
-    pub const ALL: [FleetStatus; 6] = [
+    pub const ALL: [FleetStatus; 10] = [
         FleetStatus::InSync,
         FleetStatus::Drifted,
         FleetStatus::Rejected,
         FleetStatus::NotReady,
         FleetStatus::Stale,
+        FleetStatus::AgentNotReady,
+        FleetStatus::AgentDown,
+        FleetStatus::NoAgent,
+        FleetStatus::Untrusted,
         FleetStatus::Unknown,
     ];
 
@@ -516,6 +571,10 @@ impl FleetStatus {
             FleetStatus::Rejected => "rejected",
             FleetStatus::NotReady => "not-ready",
             FleetStatus::Stale => "stale",
+            FleetStatus::AgentNotReady => "agent-not-ready",
+            FleetStatus::AgentDown => "agent-down",
+            FleetStatus::NoAgent => "no-agent",
+            FleetStatus::Untrusted => "untrusted",
             FleetStatus::Unknown => "unknown",
         }
     }
@@ -562,6 +621,19 @@ pub fn classify(reported: Option<&Reported>, node_ready: Option<ConditionStatus>
         Outcome::NotReady => FleetStatus::NotReady,
         Outcome::LastKnownGood => FleetStatus::Stale,
     }
+}
+
+/// The key of our condition in a `managedFields` entry's `fieldsV1`, under `f:status` and
+/// `f:conditions` (conditions are a list keyed by `type`).
+pub fn condition_fields_key() -> String {
+    format!("k:{{\"type\":\"{CONDITION_TYPE}\"}}")
+}
+
+/// Whether the writers of our condition (the field managers that own any of its fields, read
+/// from `managedFields`) are the agent alone. Another manager (someone's `kubectl patch`, a
+/// controller) makes the condition not the agent's word; none recorded is not proof either.
+pub fn written_by_us(writers: &[String]) -> bool {
+    !writers.is_empty() && writers.iter().all(|w| w == FIELD_MANAGER)
 }
 
 #[cfg(test)]

@@ -18,21 +18,31 @@ fn api_settings(args: &AgentArgs) -> Result<ApiSettings, String> {
     let credentials = Credentials::from_flag(args.kubeconfig.as_deref(), Credentials::InCluster);
     crate::cluster::check_credentials(&credentials).map_err(|err| err.to_string())?;
     let configmap = args.configmap.clone();
+    let node_name = crate::cluster::node_name(args.node_name.as_deref());
     let last_known_good = match crate::agent::last_known_good::read(
         &state_dir(args.state_dir.as_deref()),
         &configmap.to_string(),
+        node_name.as_deref(),
     ) {
+        Ok(Some(saved)) if saved.unsealed() => {
+            warn!(config = %saved.provenance, "the last-known-good config was saved before seals: applied if the API is away, but neither its node nor its content can be verified (the next read of the API saves it sealed)");
+            Some(saved)
+        }
         Ok(saved) => saved,
         Err(reason) => {
-            warn!(%reason, "ignoring the last-known-good config in the state directory");
+            warn!(%reason, "refusing the last-known-good config in the state directory (left in place); waiting for the API");
             None
         }
     };
     Ok(ApiSettings {
         configmap,
         credentials,
-        node_name: crate::cluster::node_name(args.node_name.as_deref()),
+        node_name,
         last_known_good,
+        status: crate::agent::reconcile::StatusWrites {
+            enabled: args.node_status,
+            spread: args.status_spread.to_std().unwrap_or_default(),
+        },
     })
 }
 
@@ -45,6 +55,8 @@ fn log_api_mode(api: &ApiSettings) {
         node = api.node_name.as_deref().unwrap_or("unknown"),
         credentials = %credentials_words(&api.credentials),
         last_known_good = api.last_known_good.as_ref().map_or("none", |saved| saved.provenance.as_str()),
+        node_status = api.status.enabled,
+        status_spread_s = api.status.spread.as_secs_f64(),
         "API mode: the config is the ConfigMap's, read through the Kubernetes API"
     );
     if api.node_name.is_none() {

@@ -2,6 +2,7 @@
 //! see `cluster::mirror`) read with one paginated list, grouped by status, config digest and
 //! backend, with an exit status CI and cron can gate on.
 
+use super::fleet_pods::{AgentPod, AgentState};
 use super::Exit;
 use crate::cli::{FleetArgs, OutputFormat};
 use crate::cluster::mirror::{self, ConditionStatus, FleetStatus, Reported};
@@ -32,9 +33,9 @@ struct NodePage {
 }
 
 #[derive(Deserialize, Default)]
-struct PageMeta {
+pub(crate) struct PageMeta {
     #[serde(rename = "continue", default)]
-    continue_token: Option<String>,
+    pub(crate) continue_token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -45,8 +46,34 @@ struct ListedNode {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct NodeMeta {
     name: String,
+    /// Who wrote which fields: only the keys of `f:status` → `f:conditions` are read.
+    #[serde(default)]
+    managed_fields: Vec<ManagedFields>,
+}
+
+/// One `managedFields` entry, reduced to its manager and the conditions it owns.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ManagedFields {
+    #[serde(default)]
+    manager: Option<String>,
+    #[serde(default, rename = "fieldsV1")]
+    fields: Option<OwnedFields>,
+}
+
+#[derive(Deserialize)]
+struct OwnedFields {
+    #[serde(default, rename = "f:status")]
+    status: Option<OwnedStatus>,
+}
+
+#[derive(Deserialize)]
+struct OwnedStatus {
+    #[serde(default, rename = "f:conditions")]
+    conditions: BTreeMap<String, serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -83,6 +110,27 @@ impl ListedNode {
         ))
     }
 
+    /// The field managers that own any field of our condition.
+    fn writers(&self) -> Vec<String> {
+        let key = mirror::condition_fields_key();
+        let mut writers: Vec<String> = self
+            .metadata
+            .managed_fields
+            .iter()
+            .filter(|entry| {
+                entry
+                    .fields
+                    .as_ref()
+                    .and_then(|f| f.status.as_ref())
+                    .is_some_and(|s| s.conditions.contains_key(&key))
+            })
+            .map(|entry| entry.manager.clone().unwrap_or_default())
+            .collect();
+        writers.sort();
+        writers.dedup();
+        writers
+    }
+
     /// The Node's own `Ready` condition (the kubelet's), if it has one.
     fn ready(&self) -> Option<&ListedCondition> {
         self.status
@@ -101,20 +149,51 @@ struct NodeRow {
     reported: Option<Reported>,
     /// The Node's `Ready` condition when it is not `True`: its status and reason.
     node_down: Option<(ConditionStatus, Option<String>)>,
+    /// The field managers of our condition (`ipmasq` is the agent).
+    writers: Vec<String>,
+    /// The node's agent pod, as judged; None when the pods were not read, or the node has none.
+    agent: Option<AgentPod>,
+}
+
+/// What the agents' pods say, for [`NodeRow::judge`].
+enum Pods<'a> {
+    /// Not read (`--agent-pods=false`, or the list was refused: said on stderr).
+    Unread,
+    /// Each node's agent pod, by node name.
+    Read(&'a BTreeMap<String, AgentPod>),
 }
 
 impl NodeRow {
-    fn judge(node: &ListedNode) -> NodeRow {
+    /// The node's status: the Node down (`stale`) first, then its agent pod (not running, not
+    /// ready, none), then a condition someone else wrote, then the condition itself.
+    fn judge(node: &ListedNode, pods: &Pods) -> NodeRow {
         let reported = node.reported();
         let ready = node.ready();
         let ready_status = ready.map(|c| ConditionStatus::parse(&c.status));
+        let writers = node.writers();
+        let agent = match pods {
+            Pods::Read(pods) => pods.get(&node.metadata.name).cloned(),
+            Pods::Unread => None,
+        };
+        let by_condition = mirror::classify(reported.as_ref(), ready_status);
+        let node_is_down = ready_status.is_some_and(|r| r != ConditionStatus::True);
+        let status = match (&agent, pods) {
+            _ if node_is_down => by_condition,
+            (Some(pod), _) if pod.state == AgentState::Down => FleetStatus::AgentDown,
+            (Some(pod), _) if pod.state == AgentState::NotReady => FleetStatus::AgentNotReady,
+            (None, Pods::Read(_)) => FleetStatus::NoAgent,
+            _ if reported.is_some() && !mirror::written_by_us(&writers) => FleetStatus::Untrusted,
+            _ => by_condition,
+        };
         NodeRow {
             name: node.metadata.name.clone(),
-            status: mirror::classify(reported.as_ref(), ready_status),
+            status,
             reported,
             node_down: ready
                 .filter(|c| ConditionStatus::parse(&c.status) != ConditionStatus::True)
                 .map(|c| (ConditionStatus::parse(&c.status), c.reason.clone())),
+            writers,
+            agent,
         }
     }
 
@@ -132,6 +211,21 @@ impl NodeRow {
 
     /// Why it is not in sync, in words.
     fn why(&self) -> String {
+        match self.status {
+            FleetStatus::AgentDown | FleetStatus::AgentNotReady => {
+                if let Some(pod) = &self.agent {
+                    return pod.words.clone();
+                }
+            }
+            FleetStatus::NoAgent => return "no agent pod on the node".to_string(),
+            FleetStatus::Untrusted => {
+                return match self.writers.as_slice() {
+                    [] => "condition of no recorded writer".to_string(),
+                    writers => format!("condition written by {}", writers.join(",")),
+                }
+            }
+            _ => {}
+        }
         let Some(reported) = &self.reported else {
             return format!("no {} condition", mirror::CONDITION_TYPE);
         };
@@ -156,7 +250,8 @@ impl NodeRow {
     }
 }
 
-/// `-o json`: `{"nodes": [{"name", "status", "configDigest", "backend", "lastSync"}]}`.
+/// `-o json`: `{"nodes": [{"name", "status", "configDigest", "backend", "lastSync",
+/// "writers", "agent"}]}`.
 #[derive(Serialize)]
 struct FleetReport {
     nodes: Vec<NodeEntry>,
@@ -170,6 +265,10 @@ struct NodeEntry {
     config_digest: Option<String>,
     backend: Option<String>,
     last_sync: Option<String>,
+    /// The field managers of the condition (`ipmasq`: the agent).
+    writers: Vec<String>,
+    /// The node's agent pod (null: none, or the pods were not read).
+    agent: Option<AgentPod>,
 }
 
 impl From<&NodeRow> for NodeEntry {
@@ -180,6 +279,8 @@ impl From<&NodeRow> for NodeEntry {
             config_digest: row.digest().map(str::to_string),
             backend: row.backend().map(str::to_string),
             last_sync: row.last_sync().map(mirror::rfc3339_seconds),
+            writers: row.writers.clone(),
+            agent: row.agent.clone(),
         }
     }
 }
@@ -249,6 +350,7 @@ struct Progress {
 async fn list_nodes(
     client: &kube::Client,
     args: &FleetArgs,
+    pods: &Pods<'_>,
     rows: &mut Vec<NodeRow>,
     progress: &mut Progress,
 ) -> Result<(), kube::Error> {
@@ -280,7 +382,7 @@ async fn list_nodes(
         };
         progress.pages += 1;
         progress.nodes += page.items.len();
-        rows.extend(page.items.iter().map(NodeRow::judge));
+        rows.extend(page.items.iter().map(|node| NodeRow::judge(node, pods)));
         continue_token = page.metadata.continue_token.filter(|t| !t.is_empty());
         if continue_token.is_none() {
             return Ok(());
@@ -353,6 +455,31 @@ fn api_error(err: kube::Error, at: String) -> FleetError {
     }
 }
 
+/// The agent pod of each node (one list), or None when not asked for or refused (said on
+/// stderr: the nodes are then judged by their conditions alone).
+async fn agent_pods(client: &kube::Client, args: &FleetArgs) -> Option<BTreeMap<String, AgentPod>> {
+    if !args.agent_pods {
+        return None;
+    }
+    let query = super::fleet_pods::PodQuery {
+        namespace: &args.agent_namespace,
+        selector: &args.agent_selector,
+        page_size: args.page_size,
+    };
+    match super::fleet_pods::list(client, &query).await {
+        Ok(pods) => Some(super::fleet_pods::by_node(&pods, Timestamp::now())),
+        Err(err) => {
+            eprintln!(
+                "ipmasq fleet: cannot list the agents' pods ({}, in {}): {}; judging by the conditions alone (a dead agent's last word is not seen through). These credentials need `list` on pods there, or give --agent-pods=false",
+                args.agent_selector,
+                args.agent_namespace,
+                printable(&chain(&err))
+            );
+            None
+        }
+    }
+}
+
 /// Where the listing stopped short.
 enum Stopped {
     Client(ClientError),
@@ -369,7 +496,12 @@ async fn fleet(args: &FleetArgs) -> Result<Vec<NodeRow>, FleetError> {
         let client = crate::cluster::client(&credentials)
             .await
             .map_err(Stopped::Client)?;
-        list_nodes(&client, args, &mut rows, &mut progress)
+        let agents = agent_pods(&client, args).await;
+        let pods = match &agents {
+            Some(agents) => Pods::Read(agents),
+            None => Pods::Unread,
+        };
+        list_nodes(&client, args, &pods, &mut rows, &mut progress)
             .await
             .map_err(Stopped::Api)
     };
@@ -597,7 +729,12 @@ mod tests {
         (status, reason, message): (&str, &str, &str),
     ) -> ListedNode {
         node(serde_json::json!({
-            "metadata": {"name": name, "labels": {"a": "b"}},
+            "metadata": {"name": name, "labels": {"a": "b"}, "managedFields": [
+                {"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"Ready\"}": {}}}}},
+                {"manager": "ipmasq", "operation": "Apply", "subresource": "status",
+                 "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"IPMasqAgentReady\"}": {".": {}, "f:message": {}}}}}},
+            ]},
             "status": {"conditions": [
                 {"type": "Ready", "status": ready, "reason": ready_reason},
                 {"type": "IPMasqAgentReady", "status": status, "reason": reason, "message": message},
@@ -639,7 +776,7 @@ mod tests {
             node(serde_json::json!({"metadata": {"name": "n5"}})),
         ]
         .iter()
-        .map(NodeRow::judge)
+        .map(|n| NodeRow::judge(n, &Pods::Unread))
         .collect()
     }
 
@@ -673,11 +810,13 @@ mod tests {
                 "configDigest": format!("sha256:{}", "ab".repeat(32)),
                 "backend": "nftables",
                 "lastSync": "2026-11-26T04:29:00Z",
+                "writers": ["ipmasq"],
+                "agent": null,
             })
         );
         assert_eq!(
             json["nodes"][4],
-            serde_json::json!({"name": "n5", "status": "unknown", "configDigest": null, "backend": null, "lastSync": null})
+            serde_json::json!({"name": "n5", "status": "unknown", "configDigest": null, "backend": null, "lastSync": null, "writers": [], "agent": null})
         );
         assert_eq!(json.as_object().map(|o| o.len()), Some(1));
     }
@@ -710,9 +849,10 @@ Not in sync:
         assert_eq!(thousands(1_234_567), "1,234,567");
         let many: Vec<NodeRow> = (0..25)
             .map(|i| {
-                NodeRow::judge(&node(
-                    serde_json::json!({"metadata": {"name": format!("n{i:02}")}}),
-                ))
+                NodeRow::judge(
+                    &node(serde_json::json!({"metadata": {"name": format!("n{i:02}")}})),
+                    &Pods::Unread,
+                )
             })
             .collect();
         let text = to_text(&many, &Styler::plain());
@@ -721,5 +861,85 @@ Not in sync:
             "{text}"
         );
         assert!(text.ends_with("25 nodes: 0 in sync, 25 not\n"), "{text}");
+    }
+
+    fn agent(node: &str, state: AgentState, words: &str) -> (String, AgentPod) {
+        let pod = AgentPod {
+            pod: format!("ip-masq-agent-{node}"),
+            state,
+            phase: Some("Running".into()),
+            ready: state == AgentState::Running,
+            restarts: 4,
+            words: words.into(),
+        };
+        (node.to_string(), pod)
+    }
+
+    #[test]
+    fn a_dead_agent_or_a_foreign_writer_outranks_the_condition() {
+        let insync = |name: &str| {
+            let digest = "ab".repeat(32);
+            let message = format!(
+                "digest=sha256:{digest} backend=nftables lastSync=2026-11-26T04:29:00Z; ok"
+            );
+            with_condition(name, "True", "InSync", &message)
+        };
+        let pods: BTreeMap<String, AgentPod> = [
+            agent("n1", AgentState::Down, "agent CrashLoopBackOff, 4 restarts"),
+            agent("n2", AgentState::NotReady, "agent running, not ready"),
+            agent("n4", AgentState::Running, ""),
+        ]
+        .into_iter()
+        .collect();
+        let mut forged = insync("n4");
+        forged.metadata.managed_fields.push(ManagedFields {
+            manager: Some("kubectl-patch".into()),
+            fields: serde_json::from_value(serde_json::json!(
+                {"f:status": {"f:conditions": {"k:{\"type\":\"IPMasqAgentReady\"}": {"f:status": {}}}}}
+            ))
+            .ok(),
+        });
+        let nodes = [insync("n1"), insync("n2"), insync("n3"), forged];
+        let rows: Vec<NodeRow> = nodes
+            .iter()
+            .map(|n| NodeRow::judge(n, &Pods::Read(&pods)))
+            .collect();
+        let statuses: Vec<FleetStatus> = rows.iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                FleetStatus::AgentDown,
+                FleetStatus::AgentNotReady,
+                FleetStatus::NoAgent,
+                FleetStatus::Untrusted
+            ]
+        );
+        let text = to_text(&rows, &Styler::plain());
+        for said in [
+            "agent-down       n1  agent CrashLoopBackOff, 4 restarts",
+            "agent-not-ready  n2  agent running, not ready",
+            "no-agent         n3  no agent pod on the node",
+            "untrusted        n4  condition written by ipmasq,kubectl-patch",
+        ] {
+            assert!(text.contains(said), "{said}\n{text}");
+        }
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        let json = serde_json::to_value(NodeEntry::from(&rows[0])).expect("json");
+        assert_eq!(json["agent"]["state"], "down");
+        assert_eq!(json["agent"]["restarts"], 4);
+        let unread: Vec<FleetStatus> = nodes
+            .iter()
+            .map(|n| NodeRow::judge(n, &Pods::Unread).status)
+            .collect();
+        assert_eq!(
+            unread,
+            [
+                FleetStatus::InSync,
+                FleetStatus::InSync,
+                FleetStatus::InSync,
+                FleetStatus::Untrusted
+            ],
+            "without the pods, only the writer is checked"
+        );
     }
 }

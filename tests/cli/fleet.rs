@@ -32,6 +32,10 @@ fn help_names_every_status_the_json_shape_and_the_exit_codes() {
         "rejected",
         "not-ready",
         "stale",
+        "agent-not-ready",
+        "agent-down",
+        "no-agent",
+        "untrusted",
         "unknown",
     ] {
         assert!(
@@ -47,11 +51,15 @@ fn help_names_every_status_the_json_shape_and_the_exit_codes() {
         "--page-size",
         "[default: 60s]",
         "the Node's own Ready condition is not True",
-        r#"{"nodes": [{"name", "status", "configDigest", "backend", "lastSync"}]}"#,
+        r#"{"nodes": [{"name", "status", "configDigest", "backend", "lastSync", "writers", "agent"}]}"#,
+        "--agent-namespace",
+        "--agent-selector",
+        "[default: k8s-app=ip-masq-agent]",
+        "CrashLoopBackOff",
         "digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words",
         "Exit status:",
         "0 every node listed is in sync",
-        "1 some node is drifted, rejected, not-ready, stale or unknown",
+        "1 some node is drifted, rejected, not-ready, stale, agent-not-ready, agent-down, no-agent, untrusted or unknown",
         "2 usage error; no credentials; the API server could not be reached",
     ] {
         assert!(help.contains(needle), "{needle:?} missing:\n{}", run.stdout);

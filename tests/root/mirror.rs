@@ -3,7 +3,8 @@
 //! the agent's requests): `IPMasqAgentReady` on its own Node, the `ConfigRejected` Event, what
 //! `ipmasq fleet` reads of it, no API write in a steady minute (counted on the server), none
 //! after a restart into the same state, and `NotReady` once `--cleanup-on-exit` removed the
-//! rules.
+//! rules; an edit storm coalesced into a few writes and one Event in the agent's namespace,
+//! counted as config changes, not drift; `--node-status=false` writing nothing.
 
 use super::cluster::{agent_audit_events, LocalCluster};
 use super::health::{get, successful_syncs, ADDR};
@@ -173,6 +174,7 @@ impl MirrorNode {
 
     fn fleet(&self) -> crate::util::Run {
         let kubeconfig = self.cluster.kubeconfig().display().to_string();
+        // No agent pods in this cluster (no kubelet): the conditions alone.
         self.ns.ipmasq(&[
             "fleet",
             "--kubeconfig",
@@ -180,6 +182,7 @@ impl MirrorNode {
             "-o",
             "json",
             "--color=never",
+            "--agent-pods=false",
         ])
     }
 
@@ -193,6 +196,34 @@ impl MirrorNode {
 
     fn agent_writes(&self) -> usize {
         writes(&agent_requests(&self.audit_log)).len()
+    }
+
+    /// Registers the Node (as its kubelet would, Ready).
+    fn create_node(&self) {
+        let (status, body) = self.cluster.admin(
+            "POST",
+            "/api/v1/nodes",
+            Some(
+                &serde_json::json!({
+                    "apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+                })
+                .to_string(),
+            ),
+        );
+        assert_eq!(status, 201, "create the Node: {body}");
+    }
+
+    /// The ConfigRejected Events in `namespace`.
+    fn events_in(&self, namespace: &str) -> Vec<serde_json::Value> {
+        let (status, body) = self.cluster.admin(
+            "GET",
+            &format!("/api/v1/namespaces/{namespace}/events?fieldSelector=reason%3DConfigRejected"),
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        let list: serde_json::Value = serde_json::from_str(&body).expect("an event list");
+        list["items"].as_array().cloned().unwrap_or_default()
     }
 }
 
@@ -208,7 +239,8 @@ fn the_agent_mirrors_its_state_and_writes_nothing_when_steady() {
     let mut node = MirrorNode::new();
     node.put_config(GOOD);
     // The Node does not exist yet: the writer says so once, and retries.
-    node.start_agent(&[]);
+    // Written at once after each change (the spread is tested on its own).
+    node.start_agent(&["--status-spread=0"]);
     node.wait_log("cannot keep the Node's condition current");
     let (status, body) = node.cluster.admin(
         "POST",
@@ -286,16 +318,8 @@ fn the_agent_mirrors_its_state_and_writes_nothing_when_steady() {
         rejected.contains(&format!("sha256:{}", &invalid[..12])),
         "{rejected}"
     );
-    let events = || {
-        let (status, body) = node.cluster.admin(
-            "GET",
-            "/api/v1/namespaces/default/events?fieldSelector=reason%3DConfigRejected",
-            None,
-        );
-        assert_eq!(status, 200, "{body}");
-        let list: serde_json::Value = serde_json::from_str(&body).expect("an event list");
-        list["items"].as_array().cloned().unwrap_or_default()
-    };
+    // In the agent's own namespace (the ConfigMap's), where the RBAC grants events create.
+    let events = || node.events_in("kube-system");
     assert!(
         wait_until(PATIENCE, || !events().is_empty()),
         "no ConfigRejected Event\n{}",
@@ -325,7 +349,7 @@ fn the_agent_mirrors_its_state_and_writes_nothing_when_steady() {
     // A restart into the same state: the Node is read, nothing is written.
     node.stop_agent();
     let before_restart = node.agent_writes();
-    node.start_agent(&["--cleanup-on-exit"]);
+    node.start_agent(&["--cleanup-on-exit", "--status-spread=0"]);
     node.wait_log("the Node's condition is current already: nothing to write");
     assert!(wait_until(PATIENCE, || get(&node.ns, "/readyz").0 == 200));
     assert_eq!(
@@ -367,4 +391,178 @@ fn the_agent_mirrors_its_state_and_writes_nothing_when_steady() {
     node.stop_agent();
     node.wait_condition("False", "NotReady", &["removed its rules"]);
     node.fleet_says(1, "not-ready");
+}
+
+/// Edits the base ConfigMap `count` times, `every_ms` apart (by a schedule, over one
+/// keep-alive connection), alternating a valid config (a new CIDR each time) and an invalid
+/// one, ending on a valid one; prints the seconds it took.
+const EDIT_STORM: &str = r#"
+import http.client, json, re, ssl, sys, time
+d, count, every = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]) / 1000
+url = re.search(r"API_URL='https://([^:]+):(\d+)'", open(d + "/env").read())
+context = ssl.create_default_context(cafile=d + "/pki/ca.crt")
+context.load_cert_chain(d + "/pki/admin.crt", d + "/pki/admin.key")
+connection = http.client.HTTPSConnection(url.group(1), int(url.group(2)), context=context, timeout=30)
+path = "/api/v1/namespaces/kube-system/configmaps/ip-masq-agent"
+start = time.monotonic()
+for i in range(count):
+    if i % 2 == 0:
+        text = "nonMasqueradeCIDRs: [198.51.%d.0/24]\nresyncInterval: 5s\n" % (i % 250)
+    else:
+        text = "nonMasqueradeCIDRs: [203.0.113.7/24]\nresyncInterval: 5s\n"
+    if i == count - 1:
+        text = "nonMasqueradeCIDRs: [192.0.2.0/24]\nresyncInterval: 5s\n"
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "ip-masq-agent", "namespace": "kube-system"}, "data": {"config": text}})
+    connection.request("PUT", path, body, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    answer = response.read()
+    if response.status != 200:
+        sys.exit("edit %d: %d %s" % (i, response.status, answer[:300]))
+    pause = start + (i + 1) * every - time.monotonic()
+    if pause > 0:
+        time.sleep(pause)
+print("%.3f" % (time.monotonic() - start))
+"#;
+
+/// The last text of [`EDIT_STORM`].
+const STORM_LAST: &str = "nonMasqueradeCIDRs: [192.0.2.0/24]\nresyncInterval: 5s\n";
+
+/// A metric's value from the agent's `/metrics` (0 when absent).
+fn metric(ns: &Netns, name: &str) -> f64 {
+    let (_, body) = get(ns, "/metrics");
+    body.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// An edit storm (200 edits, 20 a second, valid and invalid alternating) against a running
+/// agent: its rules follow (the last config in force at once), its status writes are
+/// coalesced to about one round per 5 s (the server's audit log counts them), its Events to
+/// one per distinct diagnostic, in its own namespace (kube-system) and none in `default`; and
+/// the valid edits count as config changes applied, not as drift repairs.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn an_edit_storm_makes_a_few_status_writes_and_one_event() {
+    let mut node = MirrorNode::new();
+    node.create_node();
+    node.put_config(GOOD);
+    node.start_agent(&["--status-spread=2s"]);
+    let good = ipmasq::config::digest::sha256_hex(GOOD.as_bytes());
+    node.wait_condition("True", "InSync", &[&format!("digest=sha256:{good}")]);
+    let drift_before = metric(
+        &node.ns,
+        "ipmasq_drift_repairs_total{kind=\"rules_differ\"}",
+    );
+    let before = agent_requests(&node.audit_log).len();
+
+    let storm = node
+        .ns
+        .command(
+            Path::new(super::netns::PYTHON),
+            &[
+                "-c",
+                EDIT_STORM,
+                &node.cluster.dir.path.display().to_string(),
+                "200",
+                "50",
+            ],
+        )
+        .output()
+        .expect("run the edit storm");
+    assert!(
+        storm.status.success(),
+        "the storm: {}",
+        String::from_utf8_lossy(&storm.stderr)
+    );
+    let took: f64 = String::from_utf8_lossy(&storm.stdout)
+        .trim()
+        .parse()
+        .expect("the storm's seconds");
+    let last = ipmasq::config::digest::sha256_hex(STORM_LAST.as_bytes());
+    node.wait_condition("True", "InSync", &[&format!("digest=sha256:{last}")]);
+
+    let during: Vec<(String, String, String)> = agent_requests(&node.audit_log).split_off(before);
+    let patches = during
+        .iter()
+        .filter(|(verb, resource, _)| verb == "patch" && resource == "nodes/status")
+        .count();
+    let created_events = during
+        .iter()
+        .filter(|(verb, resource, _)| verb == "create" && resource == "events")
+        .count();
+    let rounds = (took / 5.0).ceil() as usize;
+    eprintln!(
+        "edit storm: 200 edits in {took:.1} s; the agent made {patches} status patches and {created_events} Events ({} writes in all)",
+        writes(&during).len()
+    );
+    assert!(
+        patches <= rounds + 2,
+        "{patches} status patches for a {took:.1} s storm (at most one round per 5 s): {:?}",
+        writes(&during)
+    );
+    assert!(
+        (1..=2).contains(&created_events),
+        "{created_events} Events for one invalid config flipping in and out: {:?}",
+        writes(&during)
+    );
+    assert_eq!(
+        node.events_in("kube-system").len(),
+        created_events,
+        "the Events are in the agent's own namespace"
+    );
+    assert!(node.events_in("default").is_empty(), "none in default");
+    assert_eq!(
+        writes(&during).len(),
+        patches + created_events,
+        "nothing else written: {:?}",
+        writes(&during)
+    );
+
+    // The right words: the valid edits were config changes applied, not drift repaired.
+    assert!(node.log().contains("config applied"), "{}", node.log());
+    assert!(metric(&node.ns, "ipmasq_config_changes_applied_total") >= 1.0);
+    assert_eq!(
+        metric(
+            &node.ns,
+            "ipmasq_drift_repairs_total{kind=\"rules_differ\"}"
+        ),
+        drift_before,
+        "a config change is not a drift repair"
+    );
+}
+
+/// `--node-status=false`: the agent follows the ConfigMap (valid, then invalid) and writes
+/// nothing to the API at all, counted on the server's audit log.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn node_status_false_writes_nothing() {
+    let mut node = MirrorNode::new();
+    node.create_node();
+    node.put_config(GOOD);
+    node.start_agent(&["--node-status=false", "--status-spread=0"]);
+    node.wait_log("--node-status=false");
+    assert!(wait_until(PATIENCE, || get(&node.ns, "/readyz").0 == 200));
+    node.put_config(INVALID);
+    node.wait_log("invalid config rejected");
+    node.put_config(FIXED);
+    assert!(wait_until(PATIENCE, || metric(
+        &node.ns,
+        "ipmasq_config_reloads_total{result=\"accepted\"}"
+    ) >= 2.0));
+    let requests = agent_requests(&node.audit_log);
+    assert!(
+        !requests.is_empty(),
+        "the agent read the API: the counter counts"
+    );
+    assert_eq!(
+        writes(&requests),
+        Vec::<&(String, String, String)>::new(),
+        "no write with --node-status=false"
+    );
+    assert_eq!(node.condition(), None, "no condition on the Node");
+    assert!(node.events_in("kube-system").is_empty());
+    assert!(node.events_in("default").is_empty());
 }

@@ -114,6 +114,7 @@ fn only_a_change_of_state_reaches_the_writer() {
         credentials: Credentials::InCluster,
         node_name: Some("node-a".into()),
         last_known_good: None,
+        status: Default::default(),
     };
     let mirror = Mirror::new(Some(&api), crate::backend::BackendId::Nftables).expect("a mirror");
     let mut receiver = mirror.reports.subscribe();
@@ -172,4 +173,156 @@ fn an_event_refused_for_good_is_not_retried_but_an_outage_is() {
         after: std::time::Duration::from_secs(30),
     };
     assert!(!refused_for_good(&no_answer));
+}
+
+fn report(seq: u64, urgent: bool) -> Report {
+    Report {
+        status: AgentStatus {
+            outcome: if seq.is_multiple_of(2) {
+                Outcome::InSync
+            } else {
+                Outcome::Rejected
+            },
+            digest: None,
+            backend: None,
+            last_sync: now(),
+            words: Some(format!("state {seq}")),
+        },
+        diagnostic: None,
+        seq,
+        node_uid: None,
+        urgent,
+    }
+}
+
+/// The rounds a paced writer makes while `edits` states arrive every `every`, then for a
+/// while after: the times (from the start) at which it wrote.
+async fn rounds_under(pacing: Pacing, edits: u64, every: Duration) -> Vec<Duration> {
+    let start = Instant::now();
+    let (tx, mut rx) = watch::channel(None);
+    let mut pacer = Pacer::new(pacing);
+    // The first state, written at once (the first write at start).
+    tx.send_replace(Some(report(1, false)));
+    let editor = tokio::spawn(async move {
+        for seq in 2..edits + 2 {
+            tokio::time::sleep(every).await;
+            tx.send_replace(Some(report(seq, false)));
+        }
+        // Held open a while, so the writer can write the last state.
+        tokio::time::sleep(Duration::from_secs(120)).await;
+    });
+    // The first round, at start (written at once).
+    let mut rounds = vec![start.elapsed()];
+    let mut seen = rx.borrow_and_update().as_ref().map(|r| r.seq);
+    pacer.attempted(Instant::now(), rx.borrow().as_ref());
+    while pacer.wait(&mut rx, None).await.is_ok() {
+        let latest = rx.borrow_and_update().clone();
+        rounds.push(start.elapsed());
+        seen = latest.as_ref().map(|r| r.seq);
+        pacer.attempted(Instant::now(), latest.as_ref());
+    }
+    editor.await.expect("the editor");
+    assert_eq!(
+        seen,
+        Some(edits + 1),
+        "the latest state is written in the end"
+    );
+    rounds
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_edit_storm_makes_one_round_per_interval_with_the_latest_state() {
+    // 20 edits/s for 10 s, every node writing at once (no spread).
+    let pacing = Pacing {
+        interval: WRITE_INTERVAL,
+        offset: Duration::ZERO,
+    };
+    let rounds = rounds_under(pacing, 200, Duration::from_millis(50)).await;
+    // At most ceil(10 s / 5 s) rounds, plus the first and the last state.
+    assert!(rounds.len() <= 4, "{} rounds: {rounds:?}", rounds.len());
+    for pair in rounds.windows(2) {
+        assert!(pair[1] - pair[0] >= WRITE_INTERVAL, "{rounds:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_waits_the_nodes_share_of_the_spread_but_a_stop_does_not() {
+    let pacing = Pacing {
+        interval: WRITE_INTERVAL,
+        offset: Duration::from_secs(17),
+    };
+    let (tx, mut rx) = watch::channel(None);
+    let mut pacer = Pacer::new(pacing);
+    // The Node read at start, with nothing to write yet (the API not listed).
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    // The first state, a second later: at once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let start = Instant::now();
+    tx.send_replace(Some(report(1, false)));
+    pacer.wait(&mut rx, None).await.expect("open");
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "the first write at start waits nothing"
+    );
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    // A change a minute later waits its 17 s.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let changed = Instant::now();
+    tx.send_replace(Some(report(2, false)));
+    pacer.wait(&mut rx, None).await.expect("open");
+    assert_eq!(changed.elapsed(), Duration::from_secs(17));
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    // A stop's NotReady, right after: at once, interval or not.
+    let stopping = Instant::now();
+    tx.send_replace(Some(report(3, true)));
+    pacer.wait(&mut rx, None).await.expect("open");
+    assert_eq!(stopping.elapsed(), Duration::ZERO);
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    // A failed round is retried at its time, but not before the interval.
+    let failed = Instant::now();
+    pacer
+        .wait(&mut rx, Some(failed + Duration::from_secs(1)))
+        .await
+        .expect("open");
+    assert_eq!(failed.elapsed(), WRITE_INTERVAL);
+}
+
+#[test]
+fn the_spread_is_a_stable_even_hash_of_the_node_name() {
+    let window = Duration::from_secs(30);
+    assert_eq!(
+        spread_offset("node-a", window),
+        spread_offset("node-a", window)
+    );
+    assert_eq!(spread_offset("node-a", Duration::ZERO), Duration::ZERO);
+    // 5,000 nodes over 30 s: every 3-second tenth of the window holds 500 of them, give or take
+    // (the writes of a fleet-wide change arrive at about 5,000 / 30 s = 167 a second).
+    let mut tenths = [0usize; 10];
+    for n in 0..5000 {
+        let offset = spread_offset(&format!("node-{n}"), window);
+        assert!(offset < window);
+        tenths[(offset.as_millis() / 3000) as usize] += 1;
+    }
+    for count in tenths {
+        assert!((400..=600).contains(&count), "{tenths:?}");
+    }
+}
+
+#[test]
+fn node_status_false_makes_no_mirror() {
+    let api = ApiSettings {
+        configmap: crate::cluster::configmap::ConfigMapRef {
+            namespace: "kube-system".into(),
+            name: "ip-masq-agent".into(),
+        },
+        credentials: Credentials::InCluster,
+        node_name: Some("node-a".into()),
+        last_known_good: None,
+        status: crate::agent::reconcile::StatusWrites {
+            enabled: false,
+            spread: Duration::ZERO,
+        },
+    };
+    assert!(Mirror::new(Some(&api), crate::backend::BackendId::Nftables).is_none());
 }

@@ -60,6 +60,9 @@ pub struct RetryNote {
 #[derive(Clone, Debug, Default)]
 pub struct EnforceCounts {
     pub drift_repairs: BTreeMap<&'static str, u64>,
+    /// Syncs that wrote because the plan changed (a new config, or a node fact it names such
+    /// as an egress address): not drift.
+    pub config_changes_applied: u64,
     /// Conntrack entries deleted so their flows follow a change.
     pub conntrack_entries_reset: u64,
     /// Changes after which the conntrack reset failed (the rules were applied).
@@ -75,6 +78,15 @@ pub(super) enum ResetBasis {
     NoRulesOfOurs,
     /// A dry run: the rules live in the kernel (nothing is deleted).
     Live,
+}
+
+/// Why a sync wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WriteCause {
+    /// The plan differs from what this agent had in force: a config change.
+    PlanChanged,
+    /// The plan is unchanged (or this agent's first): the live rules drifted.
+    Drift,
 }
 
 /// The backend and what this agent has put in force through it.
@@ -218,7 +230,8 @@ impl Enforcer {
             match synced {
                 Ok((ruleset, report, started)) => {
                     if !report.in_sync() && !settings.dry_run {
-                        self.log_repair(&report, started.elapsed(), settings);
+                        let why = self.why_written(ruleset);
+                        self.log_write(&report, why, started.elapsed(), settings);
                     }
                     self.follow_flows(ruleset, report.installed_fresh(), settings);
                     done.push(report);
@@ -318,14 +331,51 @@ impl Enforcer {
         }
     }
 
-    fn log_repair(&mut self, report: &SyncReport, took: Duration, settings: &Settings) {
+    /// Why a sync of `ruleset` that wrote did so: the plan changed from what this agent had
+    /// in force for its family, or the live rules drifted from an unchanged plan (or this
+    /// agent had put nothing in force yet: a start, which adopts or repairs what it finds).
+    fn why_written(&self, ruleset: &Ruleset) -> WriteCause {
+        let before = self.in_force.iter().find(|r| r.family == ruleset.family);
+        match before {
+            Some(before) if before != ruleset => WriteCause::PlanChanged,
+            _ => WriteCause::Drift,
+        }
+    }
+
+    /// Logs and counts a sync that wrote: `rules installed` (from nothing), `config applied`
+    /// (the plan changed: counted apart, its rule differences are the change itself, only
+    /// other kinds count as drift), else `rules repaired` (drift, counted by kind).
+    fn log_write(
+        &mut self,
+        report: &SyncReport,
+        why: WriteCause,
+        took: Duration,
+        settings: &Settings,
+    ) {
         let elapsed_ms = crate::text::millis(took);
+        for d in &report.differences {
+            debug!(family = %d.family, kind = d.kind.as_str(), detail = %d.detail, "difference");
+        }
+        if why == WriteCause::PlanChanged && !report.installed_fresh() {
+            self.counts.config_changes_applied += 1;
+            let drift: Vec<&'static str> = report
+                .repairs()
+                .into_iter()
+                .filter(|label| *label != crate::backend::DriftKind::MissingRule.repair())
+                .collect();
+            for label in &drift {
+                *self.counts.drift_repairs.entry(label).or_default() += 1;
+            }
+            info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, also_repaired = %drift.join(","), elapsed_ms, "config applied");
+            return;
+        }
+        self.log_repair(report, elapsed_ms, settings);
+    }
+
+    fn log_repair(&mut self, report: &SyncReport, elapsed_ms: f64, settings: &Settings) {
         let repairs = report.repairs();
         for label in &repairs {
             *self.counts.drift_repairs.entry(label).or_default() += 1;
-        }
-        for d in &report.differences {
-            debug!(family = %d.family, kind = d.kind.as_str(), detail = %d.detail, "difference");
         }
         if report.installed_fresh() {
             info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, location = %self.backend.location(&settings.plan.names()), drift = %repairs.join(","), elapsed_ms, "rules installed");

@@ -12,7 +12,7 @@ mod source;
 mod status;
 
 pub use admission::{ActiveRead, Rejection};
-pub use source::{ApiSettings, LAST_KNOWN_GOOD};
+pub use source::{ApiSettings, StatusWrites, LAST_KNOWN_GOOD};
 pub use status::Status;
 
 use crate::backend::{BackendError, SyncReport};
@@ -366,6 +366,8 @@ mod tests {
             text: Some(text.into()),
             pools: Vec::new(),
             policies: Vec::new(),
+            node: Some("node-a".into()),
+            seal: None,
         });
         let mut settings = f.reconciler.settings.clone();
         settings.api = Some(ApiSettings {
@@ -373,6 +375,7 @@ mod tests {
             credentials: crate::cluster::Credentials::InCluster,
             node_name: Some("node-a".into()),
             last_known_good,
+            status: Default::default(),
         });
         f.reconciler = Reconciler::new(settings, Box::new(f.fake.clone()));
         // The Node and the policies listed (no label, no policy): the ConfigMap's list gates.
@@ -632,6 +635,8 @@ mod tests {
             text: read.text.as_deref().cloned(),
             pools: composed.pools.clone(),
             policies: composed.policies.clone(),
+            node: None,
+            seal: None,
         };
         let mut g = api_fixture("api-pools-lkg", None);
         let mut settings = g.reconciler.settings.clone();
@@ -1062,6 +1067,36 @@ mod tests {
         assert!(matches!(f.reconciler.pass(), Pass::Synced(_)));
         assert_eq!(f.reconciler.status.consecutive_failures, 0);
         assert_eq!(f.reconciler.status.next_pass_in, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_config_change_is_applied_not_counted_as_drift() {
+        let mut f = fixture("config-applied");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.pass();
+        let at_start = f.reconciler.status.drift_repairs.clone();
+        assert_eq!(f.reconciler.status.config_changes_applied, 0);
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]\n");
+        let Pass::Synced(reports) = f.reconciler.pass() else {
+            panic!("should sync")
+        };
+        assert!(
+            reports.iter().any(|r| !r.in_sync()),
+            "the change was written"
+        );
+        assert_eq!(f.reconciler.status.config_changes_applied, 1);
+        assert_eq!(
+            f.reconciler.status.drift_repairs, at_start,
+            "a config change is not a drift repair"
+        );
+        // The same rules rewritten by someone else, the config unchanged: drift.
+        let mut live = f.fake.live(Family::V4);
+        live.ruleset = None;
+        live.jumps = 1;
+        f.fake.set_live(Family::V4, live);
+        f.reconciler.pass();
+        assert_eq!(f.reconciler.status.config_changes_applied, 1);
+        assert_ne!(f.reconciler.status.drift_repairs, at_start);
     }
 
     #[test]

@@ -37,6 +37,26 @@ pub struct ApiSettings {
     pub node_name: Option<String>,
     /// The config last applied from the API, read from the state directory at start.
     pub last_known_good: Option<LastKnownGood>,
+    /// What the agent writes to the API about itself.
+    pub status: StatusWrites,
+}
+
+/// What the agent writes to the API about itself (`--node-status`, `--status-spread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusWrites {
+    /// The Node condition and the Events are written (false: the API is only read).
+    pub enabled: bool,
+    /// A write after a change waits a per-node share of this (a hash of the node name).
+    pub spread: std::time::Duration,
+}
+
+impl Default for StatusWrites {
+    fn default() -> StatusWrites {
+        StatusWrites {
+            enabled: true,
+            spread: std::time::Duration::ZERO,
+        }
+    }
 }
 
 /// How the source names a last-known-good config in log lines and the state file.

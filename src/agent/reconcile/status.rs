@@ -29,6 +29,8 @@ pub struct Status {
     pub configs_accepted: u64,
     pub configs_rejected: u64,
     pub drift_repairs: BTreeMap<&'static str, u64>,
+    /// Syncs that rewrote the rules because the plan changed (not drift).
+    pub config_changes_applied: u64,
     pub last_pass: Option<Instant>,
     pub last_success: Option<Instant>,
     /// Whether the config in force is the one on disk (false while a bad file is ignored).
@@ -83,6 +85,7 @@ impl Status {
         });
         self.non_masquerade_cidrs = counts.non_masquerade_cidrs;
         self.drift_repairs.clone_from(&report.enforce.drift_repairs);
+        self.config_changes_applied = report.enforce.config_changes_applied;
         self.conntrack_entries_reset = report.enforce.conntrack_entries_reset;
         self.conntrack_resets_failed = report.enforce.conntrack_resets_failed;
         self.egress_fallback.clone_from(report.egress_fallback);

@@ -197,16 +197,32 @@ fn the_apply_patch_holds_our_condition_alone() {
 
 #[test]
 fn a_rejection_event_is_a_warning_about_the_node() {
+    let about = EventAbout {
+        namespace: "kube-system".into(),
+        node: "node-1".into(),
+        node_uid: Some("uid-1".into()),
+    };
     let event = rejection_event(
-        "node-1",
-        Some("uid-1"),
+        &about,
         "config:3:5: error[cidr-not-aligned]: CIDR \"10.1.2.3/16\" is not aligned\x1b[2J",
         at("2026-11-26T04:22:00Z"),
     );
     let json = serde_json::to_value(&event).expect("an Event serializes");
     assert_eq!(json["reason"], "ConfigRejected");
     assert_eq!(json["type"], "Warning");
-    assert_eq!(json["metadata"]["namespace"], "default");
+    assert_eq!(
+        json["metadata"]["namespace"], "kube-system",
+        "the agent's own namespace, where the RBAC grants events create"
+    );
+    assert_eq!(json["action"], EVENT_ACTION);
+    assert_eq!(json["eventTime"], "2026-11-26T04:22:00.000000Z");
+    assert_eq!(event_namespace("kube-system"), "kube-system");
+    assert_eq!(event_namespace("default"), "default");
+    assert_eq!(
+        event_namespace("ipmasq"),
+        "kube-system",
+        "a Node's Events are taken only in default or kube-system"
+    );
     assert_eq!(json["metadata"]["generateName"], "node-1.ipmasq-");
     assert_eq!(
         json["involvedObject"],
@@ -218,7 +234,7 @@ fn a_rejection_event_is_a_warning_about_the_node() {
         !message.contains('\x1b'),
         "terminal controls escaped: {message:?}"
     );
-    let long = rejection_event("n", None, &"x".repeat(5000), at("2026-11-26T04:22:00Z"));
+    let long = rejection_event(&about, &"x".repeat(5000), at("2026-11-26T04:22:00Z"));
     assert_eq!(
         long.message.map(|m| m.chars().count()),
         Some(EVENT_MESSAGE_MAX)
@@ -277,6 +293,10 @@ fn fleet_classifies_by_reason_status_and_the_nodes_readiness() {
             "rejected",
             "not-ready",
             "stale",
+            "agent-not-ready",
+            "agent-down",
+            "no-agent",
+            "untrusted",
             "unknown"
         ]
     );
@@ -286,4 +306,32 @@ fn fleet_classifies_by_reason_status_and_the_nodes_readiness() {
             Some(serde_json::Value::from(status.as_str()))
         );
     }
+}
+
+#[test]
+fn only_a_condition_the_agent_alone_wrote_is_trusted() {
+    assert_eq!(condition_fields_key(), "k:{\"type\":\"IPMasqAgentReady\"}");
+    let ours = vec![FIELD_MANAGER.to_string()];
+    assert!(written_by_us(&ours));
+    assert!(!written_by_us(&[]), "no writer recorded");
+    assert!(!written_by_us(&["kubectl-patch".to_string()]));
+    assert!(!written_by_us(&[
+        FIELD_MANAGER.to_string(),
+        "kubectl-edit".to_string()
+    ]));
+}
+
+#[test]
+fn fleet_looks_for_the_pods_the_shipped_daemonset_makes() {
+    let daemonset = include_str!("../../../packaging/kubernetes/base/daemonset.yaml");
+    let (key, value) = DEFAULT_AGENT_SELECTOR.split_once('=').expect("key=value");
+    let template = daemonset
+        .split_once("  template:")
+        .map(|(_, t)| t)
+        .expect("a pod template");
+    assert!(
+        template.contains(&format!("{key}: {value}")),
+        "the pod template's labels carry {DEFAULT_AGENT_SELECTOR}"
+    );
+    assert!(daemonset.contains(&format!("namespace: {DEFAULT_AGENT_NAMESPACE}")));
 }
