@@ -5,6 +5,7 @@ api\t'The ConfigMap itself, watched through the Kubernetes API'"
 complete -c ip-masq-agent -l configmap -d 'With --config-source=api: the ConfigMap that holds the config (its data key `config`, the same text as the file); needs get, list and watch on configmaps in NAMESPACE' -r
 complete -c ip-masq-agent -l kubeconfig -d 'With --config-source=api: the kubeconfig to reach the API with [default: the pod\'s service account]' -r -F
 complete -c ip-masq-agent -l node-name -d 'With --config-source=api: this node\'s Node name, whose labels select the node pools [default: $NODE_NAME (the downward API\'s spec.nodeName), else the host name]' -r
+complete -c ip-masq-agent -l api-view-stale-after -d 'With --config-source=api: when the API has not answered for an input (the ConfigMaps, the Node, the EgressNATPolicies) for this many seconds, the Node condition says ApiViewStale (status True: the rules are those of the last config seen; /readyz stays 200). A healthy idle watch is renewed every 110 s; a CRD that is not served is asked every 5 minutes, so the EgressNATPolicies get 300 s more' -r
 complete -c ip-masq-agent -l resync-interval -d 'Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2\'s flag) or as a Go duration [default: 60]' -r
 complete -c ip-masq-agent -l masq-chain -d 'Name of the nat chain for the masquerade rules' -r
 complete -c ip-masq-agent -l enable-ipv6 -d 'Also manage IPv6 (ip6tables); IPv6 CIDRs are an error without it. Unset, enableIPv6 in the config decides (default false); set, it wins over the config' -r

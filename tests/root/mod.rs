@@ -16,6 +16,7 @@ macro_rules! both_variants {
 mod address_churn;
 mod agent;
 mod api_configmaps;
+mod api_manners;
 mod api_mode;
 mod api_pools;
 mod cluster;
@@ -24,6 +25,7 @@ mod conntrack;
 mod deploy;
 mod egress;
 mod extensions;
+mod fake_api;
 mod faults;
 mod fits_terminal;
 mod fleet;
