@@ -97,7 +97,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
             },
             Answer {
                 case: Case::InForce,
-                when: "the rules of the config in force are installed and the last sync succeeded",
+                when: "the rules of the config in force are installed and the last sync succeeded; in API mode also while the API has not answered for a while (the rules are right for the last config seen: ipmasq_api_view_age_seconds and the Node condition's ApiViewStale say how old that is)",
                 status: 200,
                 body: "ok",
             },

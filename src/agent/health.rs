@@ -32,6 +32,8 @@ pub struct Snapshot {
     pub egress_targets: Vec<crate::config::egress::EgressTarget>,
     /// The SNAT log's counters and port pressure (`--snat-log`, `--snat-port-pressure`).
     pub snat: Option<std::sync::Arc<crate::snat::SnatStats>>,
+    /// API mode: when the API last answered for each input (`ipmasq_api_view_age_seconds`).
+    pub api_view: Option<crate::cluster::age::ApiView>,
 }
 
 impl Snapshot {
@@ -44,6 +46,7 @@ impl Snapshot {
             running_since: None,
             egress_targets: Vec::new(),
             snat: None,
+            api_view: None,
         }
     }
 }
@@ -115,6 +118,11 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InputLabel {
+    input: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
 }
@@ -160,6 +168,16 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
     register_conntrack(&mut registry, status);
     if let Some(snat) = &snapshot.snat {
         register_snat(&mut registry, snat);
+    }
+    if let Some(view) = &snapshot.api_view {
+        let ages = Family::<InputLabel, Gauge<f64, AtomicU64>>::default();
+        for (input, age) in view.ages(tokio::time::Instant::from_std(now)) {
+            ages.get_or_create(&InputLabel {
+                input: input.label(),
+            })
+            .set(age.as_secs_f64());
+        }
+        metrics::API_VIEW_AGE.register(&mut registry, ages);
     }
     metrics::RESYNC_INTERVAL.register(
         &mut registry,

@@ -41,6 +41,8 @@ pub enum Served {
     /// With --snat-log or --snat-port-pressure, one series per translated address and
     /// protocol seen in a translated flow.
     WithSnatFlows,
+    /// In API mode (--config-source=api), one series per input watched.
+    InApiMode,
 }
 
 impl Served {
@@ -55,6 +57,7 @@ impl Served {
             Served::WithSnatFlows => {
                 "with --snat-log or --snat-port-pressure, once a translated flow is seen"
             }
+            Served::InApiMode => "in API mode, once the API is watched, one series per input",
         }
     }
 }
@@ -326,6 +329,14 @@ pub const SNAT_UNTRACKED_FLOWS: ExportedMetric = ExportedMetric {
     note: "",
     served: Served::WithSnat,
 };
+pub const API_VIEW_AGE: ExportedMetric = ExportedMetric {
+    name: "ipmasq_api_view_age_seconds",
+    kind: MetricType::Gauge,
+    labels: &["input"],
+    help: "Seconds since the API server last answered for this input (configmap, node, egressnatpolicy): a list, a GET, a watch started or renewed; a healthy idle watch is renewed every 110 s, so a healthy view stays below about 2 minutes",
+    note: "",
+    served: Served::InApiMode,
+};
 pub const RESYNC_INTERVAL: ExportedMetric = ExportedMetric {
     name: "ipmasq_resync_interval_seconds",
     kind: MetricType::Gauge,
@@ -345,7 +356,7 @@ pub const READY: ExportedMetric = ExportedMetric {
 };
 
 /// Every family, in the order `/metrics` serves them.
-pub const ALL: [&ExportedMetric; 28] = [
+pub const ALL: [&ExportedMetric; 29] = [
     &SYNCS,
     &SYNC_DURATION,
     &DRIFT_REPAIRS,
@@ -372,6 +383,7 @@ pub const ALL: [&ExportedMetric; 28] = [
     &SNAT_BUSIEST_DESTINATION_PORT_SHARE,
     &SNAT_TRACKED_FLOWS,
     &SNAT_UNTRACKED_FLOWS,
+    &API_VIEW_AGE,
     &RESYNC_INTERVAL,
     &READY,
 ];
@@ -404,6 +416,7 @@ mod tests {
         output_address: bool,
         snat: bool,
         snat_flows: bool,
+        api: bool,
     }
 
     impl Seen {
@@ -413,6 +426,7 @@ mod tests {
             output_address: true,
             snat: true,
             snat_flows: true,
+            api: true,
         };
 
         fn serves(self, served: Served) -> bool {
@@ -423,6 +437,7 @@ mod tests {
                 Served::WithOutputAddress => self.output_address,
                 Served::WithSnat => self.snat,
                 Served::WithSnatFlows => self.snat_flows,
+                Served::InApiMode => self.api,
             }
         }
 
@@ -446,6 +461,13 @@ mod tests {
                 s.snat = Some(sample_snat_stats());
             } else if self.snat {
                 s.snat = Some(std::sync::Arc::default());
+            }
+            if self.api {
+                s.api_view = Some(crate::cluster::age::ApiView::new(
+                    Default::default(),
+                    true,
+                    std::time::Duration::from_secs(180),
+                ));
             }
             s
         }
@@ -544,7 +566,7 @@ mod tests {
             assert_eq!(family.labels, labels, "{}", metric.name);
             assert!(family.samples > 0, "{} has no sample", metric.name);
         }
-        assert_eq!(ALL.len(), 28);
+        assert_eq!(ALL.len(), 29);
     }
 
     /// Each family has samples exactly when its `served` says: with nothing seen, with each

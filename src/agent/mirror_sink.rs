@@ -84,6 +84,8 @@ pub struct PassFacts<'a> {
     /// The config in force is the last-known-good from the state directory, and the API
     /// cannot be read.
     pub last_known_good: bool,
+    /// Why the API's view is stale (an input it has not answered for too long), while it is.
+    pub stale_view: Option<String>,
     /// The SHA-256 of the config in force.
     pub digest: Option<&'a str>,
     pub backend: &'a str,
@@ -132,6 +134,10 @@ pub fn outcome_of(facts: &PassFacts, now: Timestamp) -> (AgentStatus, Option<Str
     match facts.pass {
         Pass::NoValidConfig => (status(Outcome::NotReady, None), None),
         _ if facts.last_known_good => (status(Outcome::LastKnownGood, None), None),
+        _ if facts.stale_view.is_some() => (
+            status(Outcome::ApiViewStale, facts.stale_view.clone()),
+            None,
+        ),
         _ => (status(Outcome::InSync, None), None),
     }
 }
@@ -373,6 +379,15 @@ impl MirrorSink {
     }
 }
 
+impl MirrorSink {
+    /// Why the API's view is stale, while an input's is older than allowed.
+    fn stale_view(&self) -> Option<String> {
+        let feed = self.feed.as_ref()?;
+        let state = feed.lock().unwrap_or_else(|e| e.into_inner());
+        state.view.as_ref()?.stale(tokio::time::Instant::now())
+    }
+}
+
 impl StatusSink for MirrorSink {
     fn publish(&mut self, done: &PassDone) {
         let reconciler = done.reconciler;
@@ -398,6 +413,7 @@ impl StatusSink for MirrorSink {
             ever_synced: reconciler.status.last_success.is_some(),
             rejection: reconciler.rejection(),
             last_known_good: saved_in_force && api == ApiState::Unreachable,
+            stale_view: self.stale_view(),
             digest: read.and_then(|r| r.digest.as_deref()),
             backend: backend.as_str(),
         };
@@ -513,7 +529,11 @@ impl Writer {
         let mut said = Said::default();
         let mut failures = 0;
         let client = loop {
-            match crate::cluster::client(&self.credentials).await {
+            let manners = crate::cluster::Manners {
+                node: Some(self.node.clone()),
+                clock: None,
+            };
+            match crate::cluster::client_with(&self.credentials, &manners).await {
                 Ok(client) => {
                     failures = 0;
                     break client;

@@ -83,6 +83,9 @@ pub struct RunOptions {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// The SNAT log and port pressure, started once the node lock is ours.
     pub snat: Option<crate::snat::SnatOptions>,
+    /// API mode: how old an input's view may be before the Node condition says
+    /// `ApiViewStale` (`--api-view-stale-after`).
+    pub api_view_stale_after: std::time::Duration,
     /// Where the state file goes, and its content (config source is kept current).
     pub state_dir: PathBuf,
     pub state: AgentState,
@@ -355,7 +358,8 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                 }
                 // The API is watched by the holder of the node lock only, once it serves.
                 if let (true, Some((settings, feed))) = (taken.is_ok(), api.take()) {
-                    tokio::spawn(watch_the_api(settings, feed, commands.clone()));
+                    let view = api_view(&shared, &settings, options.api_view_stale_after);
+                    tokio::spawn(watch_the_api(settings, feed, commands.clone(), view));
                 }
                 if let (true, Some(mirror)) = (taken.is_ok(), mirror.as_mut()) {
                     mirror.spawn_writer();
@@ -491,15 +495,37 @@ async fn config_changed(watch: &mut Option<DirWatch>) -> bool {
     }
 }
 
-/// API mode: a client, then the ConfigMap watcher for as long as the agent runs, each change
-/// of the text waking a pass. Without a client (its kubeconfig unreadable since start) the
-/// config in force (the last-known-good, if any) stays, and the error is logged.
+/// API mode: the view of the inputs' age, kept in `shared` for `/metrics`.
+fn api_view(
+    shared: &http::Shared,
+    settings: &reconcile::ApiSettings,
+    stale_after: std::time::Duration,
+) -> crate::cluster::age::ApiView {
+    let view = crate::cluster::age::ApiView::new(
+        Default::default(),
+        settings.node_name.is_some(),
+        stale_after,
+    );
+    lock(shared).api_view = Some(view.clone());
+    view
+}
+
+/// API mode: a client (its User-Agent naming the node, each input's answers noted in `view`,
+/// which the feed keeps for the mirror), then the ConfigMap watcher for as long as the agent runs, each
+/// change of the text waking a pass. Without a client (its kubeconfig unreadable since start)
+/// the config in force (the last-known-good, if any) stays, and the error is logged.
 async fn watch_the_api(
     api: reconcile::ApiSettings,
     feed: crate::cluster::configmap::ConfigMapFeed,
     commands: mpsc::Sender<Command>,
+    view: crate::cluster::age::ApiView,
 ) {
-    let client = match crate::cluster::client(&api.credentials).await {
+    crate::cluster::configmap::lock(&feed).view = Some(view.clone());
+    let manners = crate::cluster::Manners {
+        node: api.node_name.clone(),
+        clock: Some(view.clock),
+    };
+    let client = match crate::cluster::client_with(&api.credentials, &manners).await {
         Ok(client) => client,
         Err(err) => {
             error!(configmap = %api.configmap, error = %err, "cannot make a Kubernetes client; no config is read from the API (the config in force stays)");

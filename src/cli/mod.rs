@@ -387,6 +387,13 @@ pub struct AgentArgs {
     /// never wait
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_fleet_duration)]
     pub status_spread: crate::config::GoDuration,
+    /// With --config-source=api: when the API has not answered for an input (the ConfigMaps,
+    /// the Node, the EgressNATPolicies) for this many seconds, the Node condition says
+    /// ApiViewStale (status True: the rules are those of the last config seen; /readyz stays
+    /// 200). A healthy idle watch is renewed every 110 s; a CRD that is not served is asked
+    /// every 5 minutes, so the EgressNATPolicies get 300 s more
+    #[arg(long, value_name = "SECONDS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(120..=86400))]
+    pub api_view_stale_after: u64,
 
     /// Resync interval when no config sets resyncInterval, in seconds (ip-masq-agent-v2's
     /// flag) or as a Go duration [default: 60]

@@ -3,14 +3,13 @@
 //! [`ConfigMapFeed`] every API watcher publishes to, and a kube-runtime watcher of the
 //! metadata of the namespace's ConfigMaps (list in pages, then watch; a `410 Gone` relists by
 //! itself) that GETs the data of the base and the pools only when their resourceVersion
-//! changed, publishes them once the first list and its GETs are complete, and wakes the
+//! changed (at that resourceVersion, so the watch cache answers), publishes them once the first list and its GETs are complete, and wakes the
 //! agent's pass loop when one of them changed.
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use std::sync::{Arc, Mutex};
 use tracing::{debug, info, warn};
 
@@ -181,9 +180,19 @@ pub struct FeedState {
     /// The EgressNATPolicies by name; None until their first list (a CRD that is not
     /// served counts as listed, none).
     pub policies: Option<std::collections::BTreeMap<String, crate::config::composed::PolicyText>>,
+    /// When the API last answered for each input (API mode, once watched): the mirror says
+    /// `ApiViewStale` when one is older than allowed.
+    pub view: Option<super::age::ApiView>,
     /// Why each input cannot be read, while it cannot (the watchers retry with a backoff;
     /// each reason logged once): an input's answer clears its own entry only.
-    troubles: std::collections::BTreeMap<String, String>,
+    troubles: std::collections::BTreeMap<String, Trouble>,
+}
+
+/// Why one input cannot be read, and how many failures in a row said so.
+#[derive(Debug)]
+struct Trouble {
+    reason: String,
+    failures: u64,
 }
 
 impl FeedState {
@@ -194,12 +203,18 @@ impl FeedState {
 
     /// Why the API cannot be read, while any input cannot (the first by name).
     pub fn trouble(&self) -> Option<&str> {
-        self.troubles.values().next().map(String::as_str)
+        self.troubles.values().next().map(|t| t.reason.as_str())
     }
 
     /// Notes that the inputs could not be read at all (a one-shot read failed).
     pub fn unreadable(&mut self, reason: String) {
-        self.troubles.insert("the API".to_string(), reason);
+        self.troubles.insert(
+            "the API".to_string(),
+            Trouble {
+                reason,
+                failures: 1,
+            },
+        );
     }
 }
 
@@ -264,31 +279,34 @@ pub fn publish_pool(feed: &ConfigMapFeed, name: &str, pool: Option<PoolData>) ->
 }
 
 pub(crate) fn answers_again(state: &mut FeedState, what: &str) {
-    if state.troubles.remove(what).is_some() {
-        info!(input = %what, "the API answers again");
+    if let Some(trouble) = state.troubles.remove(what) {
+        info!(input = %what, failures = trouble.failures, "the API answers again");
     }
 }
 
 /// Notes that the API cannot be read: logged once per input (`what`, in words: `the config
-/// ConfigMap`) and reason, the config in force untouched.
+/// ConfigMap`) and reason, then counted (the count said when another reason comes, or the API
+/// answers again), the config in force untouched.
 pub(crate) fn trouble(feed: &ConfigMapFeed, what: &str, reason: String) {
     let mut state = lock(feed);
-    if state.troubles.get(what) != Some(&reason) {
-        warn!(error = %reason, "cannot read {what} from the API; keeping the config and rules in force, retrying with a backoff");
-        state.troubles.insert(what.to_string(), reason.clone());
-    } else {
-        debug!(error = %reason, "the API still cannot be read ({what})");
+    match state.troubles.get_mut(what) {
+        Some(trouble) if trouble.reason == reason => {
+            trouble.failures += 1;
+            debug!(error = %reason, failures = trouble.failures, "the API still cannot be read ({what})");
+        }
+        before => {
+            let failures_before = before.map(|t| t.failures);
+            warn!(error = %reason, failures_before, "cannot read {what} from the API; keeping the config and rules in force, retrying with a backoff");
+            state.troubles.insert(
+                what.to_string(),
+                Trouble {
+                    reason,
+                    failures: 1,
+                },
+            );
+        }
     }
 }
-
-/// How many ConfigMaps one page of the namespace's metadata list holds: kube-system holds
-/// many; a page of this many names, annotations and resource versions bounds what one list
-/// response holds in memory (annotations are at most 256 KiB per object, data is never listed).
-pub const LIST_PAGE_SIZE: u32 = 16;
-
-/// The shortest and the longest wait before a failed GET of the base or a pool is retried.
-const FETCH_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
-const FETCH_RETRY_LONGEST: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Whether the ConfigMap of `metadata` is `target` (the base) or a pool: its name, and for a
 /// pool the node-selector annotation, are metadata, so no data is needed to tell.
@@ -425,6 +443,16 @@ impl Tracker {
             .collect()
     }
 
+    /// The resource version the metadata names for `name` ("0", any, when it names none).
+    fn version_of(&self, name: &str) -> String {
+        self.wanted
+            .as_ref()
+            .and_then(|wanted| wanted.get(name))
+            .map(|want| want.version.clone())
+            .filter(|version| !version.is_empty())
+            .unwrap_or_else(|| "0".to_string())
+    }
+
     /// Notes what the GET of `name` returned (None: 404, deleted since the event).
     fn fetched(&mut self, name: &str, object: Option<ConfigMap>) {
         let Some(asked) = self
@@ -482,12 +510,14 @@ impl Tracker {
 /// Watches the ConfigMaps of `target`'s namespace until the runtime ends, by their metadata
 /// only (names, annotations, resource versions: the data of the namespace's other ConfigMaps is
 /// never received), and GETs the data of `target` (the base) and of the node pools
-/// (`ip-masq-agent-*` with the node-selector annotation) when their resource version changed:
-/// list (in pages of [`LIST_PAGE_SIZE`]), then watch; after a `410 Gone` the watcher lists
+/// (`ip-masq-agent-*` with the node-selector annotation) when their resource version changed,
+/// at that resource version (served from the API server's watch cache): list (from the watch
+/// cache, in one answer: the cache ignores a page size with `resourceVersion=0`), then watch; after a `410 Gone` the watcher lists
 /// again, and the list's result replaces the base and every pool as one change (the same texts
 /// are no change). Nothing is published before the first list and every GET it needs are done;
-/// a GET that fails is the input's trouble and is retried with a backoff (1 s doubling to
-/// 60 s), the change it was for kept; a 404 is a deletion. `wake` is called after each
+/// a GET that fails or does not answer within the deadline is the input's trouble and is
+/// retried with [`super::backoff::ApiBackoff`], the change it was for kept; a 404 is a
+/// deletion. A failed list or watch waits with its own backoff. `wake` is called after each
 /// published change.
 pub async fn watch(
     client: kube::Client,
@@ -496,15 +526,14 @@ pub async fn watch(
     wake: impl Fn() + Send,
 ) {
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, &target.namespace);
-    let config = watcher::Config::default()
-        .page_size(LIST_PAGE_SIZE)
-        .list_semantic(watcher::ListSemantic::MostRecent);
+    let config = super::watcher_config();
     // An Api of PartialObjectMeta lists and watches metadata only (kube-rs' metadata watcher).
     let metadata: kube::Api<PartialObjectMeta<ConfigMap>> =
         kube::Api::namespaced(api.clone().into_client(), &target.namespace);
-    let mut events = std::pin::pin!(watcher::watcher(metadata, config).default_backoff());
+    let mut events = std::pin::pin!(watcher::watcher(metadata, config));
     let mut tracker = Tracker::new(target.clone());
-    let mut retry_wait = FETCH_RETRY_FIRST;
+    let mut watch_backoff = super::backoff::ApiBackoff::default();
+    let mut fetch_backoff = super::backoff::ApiBackoff::default();
     let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
         let retry = async {
@@ -527,32 +556,21 @@ pub async fn watch(
                 }
                 Some(Err(err)) => {
                     trouble(&feed, "the config ConfigMap", err.to_string());
+                    watch_backoff.wait(super::backoff::Failure::of_watcher(&err)).await;
                     continue;
                 }
             },
             () = retry => {}
         }
-        let mut failed = false;
-        for name in tracker.stale() {
-            match api.get_opt(&name).await {
-                Ok(object) => tracker.fetched(&name, object),
-                Err(err) => {
-                    trouble(
-                        &feed,
-                        "the config ConfigMap",
-                        format!("get configmap {}/{name}: {err}", target.namespace),
-                    );
-                    failed = true;
-                    break;
-                }
-            }
-        }
-        if failed {
-            retry_at = Some(tokio::time::Instant::now() + retry_wait);
-            retry_wait = (retry_wait * 2).min(FETCH_RETRY_LONGEST);
+        if let Err(failure) = fetch_stale(&api, &mut tracker, &feed).await {
+            let wait = fetch_backoff.after(
+                failure,
+                tokio::time::Instant::now(),
+                super::backoff::jitter(),
+            );
+            retry_at = Some(tokio::time::Instant::now() + wait);
             continue;
         }
-        retry_wait = FETCH_RETRY_FIRST;
         retry_at = None;
         if !tracker.unpublished {
             continue;
@@ -567,6 +585,33 @@ pub async fn watch(
             wake();
         }
     }
+}
+
+/// GETs every wanted ConfigMap whose data is stale, each at the version the watch named;
+/// the first failure is the input's trouble and its kind is returned (the rest wait).
+async fn fetch_stale(
+    api: &kube::Api<ConfigMap>,
+    tracker: &mut Tracker,
+    feed: &ConfigMapFeed,
+) -> Result<(), super::backoff::Failure> {
+    for name in tracker.stale() {
+        let version = tracker.version_of(&name);
+        match super::get_at(api, &name, &version).await {
+            Ok(object) => tracker.fetched(&name, object),
+            Err(err) => {
+                trouble(
+                    feed,
+                    "the config ConfigMap",
+                    format!(
+                        "get configmap {}/{name} (resourceVersion {version}): {err}",
+                        tracker.target.namespace
+                    ),
+                );
+                return Err(err.failure());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Says (as a warning) which pools have a selector that does not parse: they select no node.
@@ -702,6 +747,30 @@ mod tests {
         assert_eq!(lock(&feed_for(None)).node, Some(NodeLabels::Unnamed));
     }
 
+    #[test]
+    fn a_trouble_is_said_once_per_reason_then_counted_until_the_api_answers() {
+        let feed = feed_for(None);
+        for _ in 0..3 {
+            trouble(&feed, "the config ConfigMap", "connection refused".into());
+        }
+        let failures = |feed: &ConfigMapFeed| {
+            lock(feed)
+                .troubles
+                .get("the config ConfigMap")
+                .map(|t| t.failures)
+        };
+        assert_eq!(failures(&feed), Some(3));
+        trouble(&feed, "the config ConfigMap", "403 Forbidden".into());
+        assert_eq!(
+            failures(&feed),
+            Some(1),
+            "another reason: said, counted anew"
+        );
+        assert_eq!(lock(&feed).trouble(), Some("403 Forbidden"));
+        answers_again(&mut lock(&feed), "the config ConfigMap");
+        assert_eq!(failures(&feed), None);
+    }
+
     fn metadata(name: &str, version: &str, pool: bool) -> PartialObjectMeta<ConfigMap> {
         let mut object = PartialObjectMeta::<ConfigMap>::default();
         object.metadata.name = Some(name.into());
@@ -741,6 +810,12 @@ mod tests {
         assert!(tracker.complete().is_none(), "the list is not done");
         assert!(tracker.note(Event::InitDone));
         assert_eq!(tracker.stale(), ["ip-masq-agent", "ip-masq-agent-gpu"]);
+        assert_eq!(
+            tracker.version_of("ip-masq-agent"),
+            "5",
+            "the GET names the listed version: the watch cache answers it"
+        );
+        assert_eq!(tracker.version_of("kube-proxy"), "0", "not wanted: any");
         assert!(tracker.complete().is_none(), "nothing before every GET");
         tracker.fetched(
             "ip-masq-agent",

@@ -2,10 +2,11 @@
 //! (its labels select the node pools; a metadata-only watch with a field selector on its name)
 //! and GKE's EgressNATPolicy objects (`networking.gke.io/v1`, cluster-scoped, through kube's
 //! dynamic API). Each watcher publishes to the same feed once its first list is complete; a
-//! `410 Gone` relists. A CRD that is not served (404) counts as listed with no policy, said
-//! once in the log; the watcher keeps retrying with kube-runtime's backoff (0.8 s doubling to
-//! 30 s, each delay plus a random jitter of up to as much again), so a CRD installed later is
-//! listed, and its policies applied, within a minute.
+//! `410 Gone` relists. A failed list or watch waits with [`super::backoff::ApiBackoff`] (1 s
+//! doubling, with jitter, to 30 s without an answer and to 5 minutes after a 404 or 403; back
+//! to 1 s only after a healthy minute). A CRD that is not served (404) counts as listed with
+//! no policy, said once in the log, and is looked at again on that slow schedule: a CRD
+//! installed later is listed, and its policies applied, within about 5 minutes.
 
 use super::configmap::{
     answers_again, lock, trouble, ConfigMapData, ConfigMapFeed, ConfigMapRef, NodeLabels, PoolData,
@@ -15,7 +16,6 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use std::collections::BTreeMap;
 use tracing::{debug, info};
 
@@ -113,10 +113,9 @@ pub async fn watch_node(
     wake: impl Fn() + Send,
 ) {
     let api: kube::Api<kube::core::PartialObjectMeta<Node>> = kube::Api::all(client);
-    let config = watcher::Config::default()
-        .fields(&format!("metadata.name={name}"))
-        .list_semantic(watcher::ListSemantic::MostRecent);
-    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    let config = super::watcher_config().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher::watcher(api, config));
+    let mut backoff = super::backoff::ApiBackoff::default();
     let mut listing = None;
     while let Some(event) = events.next().await {
         // A Node registered again (a new uid, the same labels) asks for a pass too: the mirror
@@ -163,6 +162,9 @@ pub async fn watch_node(
             }
             Err(err) => {
                 trouble(&feed, "the Node's labels", err.to_string());
+                backoff
+                    .wait(super::backoff::Failure::of_watcher(&err))
+                    .await;
                 continue;
             }
         };
@@ -189,8 +191,8 @@ fn not_served(err: &watcher::Error) -> bool {
 pub async fn watch_policies(client: kube::Client, feed: ConfigMapFeed, wake: impl Fn() + Send) {
     let resource = egress_nat_resource();
     let api: kube::Api<DynamicObject> = kube::Api::all_with(client, &resource);
-    let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
-    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    let mut events = std::pin::pin!(watcher::watcher(api, super::watcher_config()));
+    let mut backoff = super::backoff::ApiBackoff::default();
     let mut listing = BTreeMap::new();
     let mut said_not_served = false;
     while let Some(event) = events.next().await {
@@ -228,13 +230,21 @@ pub async fn watch_policies(client: kube::Client, feed: ConfigMapFeed, wake: imp
             }
             Err(err) if not_served(&err) => {
                 if !said_not_served {
-                    info!(crd = %format!("{EGRESS_NAT_PLURAL}.{}", crate::config::egress_nat::API_GROUP), "the EgressNATPolicy CRD is not served: no policy applies (looking again with a backoff, at most a minute apart)");
+                    info!(crd = %format!("{EGRESS_NAT_PLURAL}.{}", crate::config::egress_nat::API_GROUP), "the EgressNATPolicy CRD is not served: no policy applies (looking again with a backoff: 1 s doubling to 5 minutes apart)");
                     said_not_served = true;
                 }
-                publish_policies(&feed, BTreeMap::new())
+                let changed = publish_policies(&feed, BTreeMap::new());
+                if changed {
+                    wake();
+                }
+                backoff.wait(super::backoff::Failure::Answered).await;
+                continue;
             }
             Err(err) => {
                 trouble(&feed, "the EgressNATPolicies", err.to_string());
+                backoff
+                    .wait(super::backoff::Failure::of_watcher(&err))
+                    .await;
                 continue;
             }
         };
@@ -257,10 +267,9 @@ pub async fn fetch_into(
     // As the watcher does: the namespace's ConfigMaps by their metadata, then a GET of the
     // base and of each pool (a 404 since the list: deleted).
     let mut wanted = Vec::new();
-    let mut params = ListParams::default().limit(super::configmap::LIST_PAGE_SIZE);
+    let mut params = ListParams::default().match_any();
     loop {
-        let page = configmaps
-            .list_metadata(&params)
+        let page = super::within(configmaps.list_metadata(&params))
             .await
             .map_err(|err| format!("configmaps of {}: {err}", target.namespace))?;
         for object in page.items {
@@ -276,8 +285,7 @@ pub async fn fetch_into(
     let mut base = None;
     let mut pools = BTreeMap::new();
     for name in wanted {
-        let object = configmaps
-            .get_opt(&name)
+        let object = super::get_at(&configmaps, &name, "0")
             .await
             .map_err(|err| format!("configmap {}/{name}: {err}", target.namespace))?;
         let Some(object) = object else { continue };
@@ -291,8 +299,8 @@ pub async fn fetch_into(
         None => NodeLabels::Unnamed,
         Some(name) => {
             let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-            match nodes
-                .get_metadata_opt(name)
+            let any = kube::api::GetParams::any();
+            match super::within(nodes.get_metadata_opt_with(name, &any))
                 .await
                 .map_err(|err| format!("node {name}: {err}"))?
             {
@@ -303,14 +311,17 @@ pub async fn fetch_into(
     };
     let policies_api: kube::Api<DynamicObject> =
         kube::Api::all_with(client, &egress_nat_resource());
-    let policies = match policies_api.list(&ListParams::default()).await {
+    let policies = match super::within(policies_api.list(&ListParams::default().match_any())).await
+    {
         Ok(list) => list
             .items
             .iter()
             .map(policy_text)
             .map(|p| (p.name.clone(), p))
             .collect(),
-        Err(kube::Error::Api(status)) if status.code == 404 => BTreeMap::new(),
+        Err(super::CallError::Api(kube::Error::Api(status))) if status.code == 404 => {
+            BTreeMap::new()
+        }
         Err(err) => return Err(format!("{EGRESS_NAT_PLURAL}: {err}")),
     };
     super::configmap::publish_listing(feed, ConfigMapData::of(target, base.as_ref()), pools);

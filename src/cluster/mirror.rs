@@ -14,6 +14,7 @@
 //! | `ConfigRejected` | `False` | the newest config was refused (invalid, or too large for the memory limit); the last good config (the digest in the message) stays in force; an Event carries the diagnostic |
 //! | `NotReady` | `False` | no config's rules are installed: the first sync failed, or the agent removed them on a stop (`--cleanup-on-exit`) |
 //! | `LastKnownGood` | `Unknown` | the API cannot be read; the agent enforces its last-known-good config from its state directory, which may not be the cluster's current one |
+//! | `ApiViewStale` | `True` | the rules match the last config the agent saw, but the API has not answered for one of its inputs for longer than `--api-view-stale-after` (a stuck watch or GET, an API that answers writes but not reads): the cluster's config may have changed since |
 //!
 //! # The message
 //!
@@ -42,7 +43,7 @@
 //!
 //! Without a heartbeat, an agent's silence says nothing about its age, so `ipmasq fleet` does
 //! not judge by it. It calls a node `stale` when the agent itself says its word may be old
-//! (`LastKnownGood`), or when the Node's own `Ready` condition (the kubelet's, kept current by
+//! (`LastKnownGood`, `ApiViewStale`), or when the Node's own `Ready` condition (the kubelet's, kept current by
 //! the kubelet's lease and the node controller) is not `True`: with the node down, its
 //! agent's last word cannot be current. An agent stopped by its DaemonSet's removal while its
 //! node stays up leaves its last word (its rules stay too, unless `--cleanup-on-exit`, after
@@ -92,16 +93,18 @@ pub enum Outcome {
     Rejected,
     NotReady,
     LastKnownGood,
+    ApiViewStale,
 }
 
 impl Outcome {
     /// Every outcome, for documentation and tests.
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 6] = [
         Outcome::InSync,
         Outcome::Drifted,
         Outcome::Rejected,
         Outcome::NotReady,
         Outcome::LastKnownGood,
+        Outcome::ApiViewStale,
     ];
 
     /// The condition's `reason`.
@@ -112,13 +115,15 @@ impl Outcome {
             Outcome::Rejected => "ConfigRejected",
             Outcome::NotReady => "NotReady",
             Outcome::LastKnownGood => "LastKnownGood",
+            Outcome::ApiViewStale => "ApiViewStale",
         }
     }
 
     /// The condition's `status`.
     pub fn status(self) -> ConditionStatus {
         match self {
-            Outcome::InSync => ConditionStatus::True,
+            // The rules are right for the last config seen, as /readyz says.
+            Outcome::InSync | Outcome::ApiViewStale => ConditionStatus::True,
             Outcome::Drifted | Outcome::Rejected | Outcome::NotReady => ConditionStatus::False,
             Outcome::LastKnownGood => ConditionStatus::Unknown,
         }
@@ -135,6 +140,9 @@ impl Outcome {
             Outcome::NotReady => "the rules of no config are installed yet",
             Outcome::LastKnownGood => {
                 "the config source is unreachable; enforcing the last-known-good config"
+            }
+            Outcome::ApiViewStale => {
+                "the API has not answered for a while; the rules are those of the last config seen"
             }
         }
     }
@@ -530,8 +538,9 @@ pub enum FleetStatus {
     Rejected,
     /// `NotReady`.
     NotReady,
-    /// The node's word may be old: `LastKnownGood` (the agent cannot read the API), or the
-    /// Node's own `Ready` condition is not `True` (the node or its kubelet is down).
+    /// The node's word may be old: `LastKnownGood` (the agent cannot read the API),
+    /// `ApiViewStale` (the API has not answered the agent's reads for a while), or the Node's
+    /// own `Ready` condition is not `True` (the node or its kubelet is down).
     Stale,
     /// The agent's pod runs but is not ready (its `/readyz` fails), whatever the condition says.
     AgentNotReady,
@@ -619,7 +628,7 @@ pub fn classify(reported: Option<&Reported>, node_ready: Option<ConditionStatus>
         Outcome::Drifted => FleetStatus::Drifted,
         Outcome::Rejected => FleetStatus::Rejected,
         Outcome::NotReady => FleetStatus::NotReady,
-        Outcome::LastKnownGood => FleetStatus::Stale,
+        Outcome::LastKnownGood | Outcome::ApiViewStale => FleetStatus::Stale,
     }
 }
 

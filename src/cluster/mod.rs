@@ -1,8 +1,11 @@
 //! The Kubernetes API side of ipmasq: how a client is made (in-cluster service account, an
-//! explicit kubeconfig, or kubectl's search) with deadlines on connecting and sending (each
-//! one-shot call bounds its answer: see [`REQUEST_TIMEOUT`]), and how the agent
-//! knows its own Node's name. The API-mode source, the Node mirror and `ipmasq fleet` build on it.
+//! explicit kubeconfig, or kubectl's search) with deadlines on connecting, sending and reading
+//! and a User-Agent that names ipmasq, its version and the node; the one deadline every one-shot
+//! call is made within ([`within`], [`REQUEST_TIMEOUT`]); and how the agent knows its own Node's
+//! name. The API-mode source, the Node mirror and `ipmasq fleet` build on it.
 
+pub mod age;
+pub mod backoff;
 pub mod configmap;
 pub mod inputs;
 pub mod mirror;
@@ -17,6 +20,119 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// the client bounds connecting and sending; each one-shot call bounds its answer with
 /// `tokio::time::timeout` of this (the mirror's writes; `fleet` bounds its whole listing).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The server-side timeout of every watch (`timeoutSeconds`), in seconds. kube-runtime's
+/// watcher also gives up on a watch that delivered nothing (no event, no bookmark) for this
+/// plus 5 s and watches again, so a silent watch is restarted within 2 minutes. A watch that
+/// is idle but healthy is renewed this often: kube-apiserver 1.20 sends an idle watch no
+/// periodic bookmark (docs/benchmarks.md).
+pub const WATCH_TIMEOUT: u32 = 110;
+/// The client's read timeout: no byte for this long on any connection abandons it. Longer
+/// than a watch may idle ([`WATCH_TIMEOUT`] plus the watcher's margin), so it only catches
+/// what the other deadlines do not; reset by every write, so a pooled connection's idle time
+/// does not count.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_TIMEOUT as u64 + 15);
+
+/// The watch timeout in force: [`WATCH_TIMEOUT`], or (tests only) `IPMASQ_TEST_WATCH_TIMEOUT`
+/// seconds, so a test sees a silent watch restarted without waiting two minutes.
+pub fn watch_timeout() -> u32 {
+    std::env::var("IPMASQ_TEST_WATCH_TIMEOUT")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .filter(|seconds| *seconds > 0)
+        .unwrap_or(WATCH_TIMEOUT)
+}
+
+/// The deadline of one-shot calls in force: [`REQUEST_TIMEOUT`], or (tests only)
+/// `IPMASQ_TEST_REQUEST_TIMEOUT_MS` milliseconds.
+pub fn request_timeout() -> Duration {
+    std::env::var("IPMASQ_TEST_REQUEST_TIMEOUT_MS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .unwrap_or(REQUEST_TIMEOUT)
+}
+
+/// Why a one-shot call made within [`within`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No answer before the deadline: the call was abandoned.
+    #[error("no answer within {} s (abandoned)", .after.as_secs_f64())]
+    NoAnswer { after: Duration },
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+impl CallError {
+    /// The kind of failure, for the backoff.
+    pub fn failure(&self) -> backoff::Failure {
+        match self {
+            CallError::NoAnswer { .. } => backoff::Failure::Unanswered,
+            CallError::Api(err) => backoff::Failure::of_client(err),
+        }
+    }
+}
+
+/// `call`, abandoned when it has not answered within [`request_timeout`]: every one-shot
+/// request (a GET, a LIST page, a status write) is made through this.
+pub async fn within<T>(
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, CallError> {
+    let after = request_timeout();
+    match tokio::time::timeout(after, call).await {
+        Ok(answer) => answer.map_err(CallError::Api),
+        Err(_) => Err(CallError::NoAnswer { after }),
+    }
+}
+
+/// The watcher config every input starts from: bookmarks asked for, the server's timeout
+/// [`watch_timeout`], and the first list served from the API server's watch cache
+/// (`resourceVersion=0`), not from etcd. Unpaged: kube asks for `resourceVersion=0` only
+/// without a page size (which the cache would ignore), so the list comes in one answer.
+pub fn watcher_config() -> kube::runtime::watcher::Config {
+    let mut config = kube::runtime::watcher::Config::default()
+        .timeout(watch_timeout())
+        .any_semantic();
+    config.page_size = None;
+    config
+}
+
+/// The GET of `name` at least as new as `version` (the watch event's: served from the watch
+/// cache, not etcd), within the deadline; None when it does not exist.
+pub async fn get_at<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    version: &str,
+) -> Result<Option<K>, CallError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::GetParams::at(version);
+    match within(api.get_with(name, &params)).await {
+        Ok(object) => Ok(Some(object)),
+        Err(CallError::Api(kube::Error::Api(status))) if status.code == 404 => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// How an agent's client presents itself and what it notes.
+#[derive(Clone, Debug, Default)]
+pub struct Manners {
+    /// The node the agent runs on, named in its User-Agent.
+    pub node: Option<String>,
+    /// Where each input's answers are noted (API mode).
+    pub clock: Option<age::ApiClock>,
+}
+
+/// The User-Agent of every request: `ipmasq/VERSION (node NAME)`, or `ipmasq/VERSION` without
+/// a node (`ipmasq fleet`).
+pub fn user_agent(node: Option<&str>) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    match node {
+        Some(node) => format!("ipmasq/{version} (node {node})"),
+        None => format!("ipmasq/{version}"),
+    }
+}
 
 /// Where a client's credentials come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,8 +196,16 @@ pub fn check_credentials(credentials: &Credentials) -> Result<(), ClientError> {
     }
 }
 
-/// A client with deadlines on connecting and on every request's answer.
+/// A client with deadlines on connecting, sending and reading, and ipmasq's User-Agent.
 pub async fn client(credentials: &Credentials) -> Result<kube::Client, ClientError> {
+    client_with(credentials, &Manners::default()).await
+}
+
+/// [`client`], with `manners`: the node in the User-Agent, each input's answers noted.
+pub async fn client_with(
+    credentials: &Credentials,
+    manners: &Manners,
+) -> Result<kube::Client, ClientError> {
     let mut config = match credentials {
         Credentials::Kubeconfig(path) => {
             let file = kube::config::Kubeconfig::read_from(path).map_err(|err| {
@@ -112,10 +236,28 @@ pub async fn client(credentials: &Credentials) -> Result<kube::Client, ClientErr
     };
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.write_timeout = Some(REQUEST_TIMEOUT);
+    config.read_timeout = Some(READ_TIMEOUT);
+    config.reset_reader_on_write = true;
     let server = config.cluster_url.to_string();
-    kube::Client::try_from(config).map_err(|err| ClientError::Client {
-        server,
-        reason: err.to_string(),
+    let failed = |reason: String| ClientError::Client {
+        server: server.clone(),
+        reason,
+    };
+    let agent = http::HeaderValue::from_str(&user_agent(manners.node.as_deref()))
+        .map_err(|err| failed(err.to_string()))?;
+    config
+        .headers
+        .retain(|(name, _)| *name != http::header::USER_AGENT);
+    config.headers.push((http::header::USER_AGENT, agent));
+    let builder =
+        kube::client::ClientBuilder::try_from(config).map_err(|err| failed(err.to_string()))?;
+    Ok(match &manners.clock {
+        Some(clock) => builder
+            .with_layer(&age::HeardLayer {
+                clock: clock.clone(),
+            })
+            .build(),
+        None => builder.build(),
     })
 }
 

@@ -91,7 +91,11 @@ fn read_the_api_once(reconciler: &Reconciler, api: &ApiSettings) {
         }
     };
     let read = runtime.block_on(async {
-        let client = crate::cluster::client(&api.credentials)
+        let manners = crate::cluster::Manners {
+            node: api.node_name.clone(),
+            clock: None,
+        };
+        let client = crate::cluster::client_with(&api.credentials, &manners)
             .await
             .map_err(|err| err.to_string())?;
         tokio::time::timeout(
@@ -183,10 +187,8 @@ pub fn run(args: &AgentArgs) -> Exit {
     }
     let mut reconciler = Reconciler::new(settings, backend);
     log_memory_limit(&reconciler, &backend_name);
-    if let Some(api) = &api {
-        if args.dry_run || args.once {
-            read_the_api_once(&reconciler, api);
-        }
+    if let (Some(api), true) = (&api, args.dry_run || args.once) {
+        read_the_api_once(&reconciler, api);
     }
 
     if args.dry_run {
@@ -199,6 +201,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         cleanup_on_exit: args.cleanup_on_exit,
         metrics_addr: args.metrics_addr.0,
         snat: snat_options(args),
+        api_view_stale_after: std::time::Duration::from_secs(args.api_view_stale_after),
         state_dir: state_dir(args.state_dir.as_deref()),
         state: agent_state(
             args,

@@ -418,7 +418,7 @@ mod tests {
             .unwrap();
         assert!(made.success());
         // No reader: a blocking open would wait for ever.
-        let err = open_log_file(&path).err().expect("refused");
+        let err = open_log_file(&path).expect_err("refused");
         assert!(err.to_string().contains("FIFO"), "{err}");
         // A reader: opened, then refused by its type.
         let _reader = OpenOptions::new()
@@ -426,7 +426,7 @@ mod tests {
             .custom_flags(libc::O_NONBLOCK)
             .open(&path)
             .unwrap();
-        let err = open_log_file(&path).err().expect("refused");
+        let err = open_log_file(&path).expect_err("refused");
         assert!(err.to_string().contains("not a regular file"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -441,7 +441,7 @@ mod tests {
         let path = dir.join("snat.log");
         std::fs::write(&path, "theirs\n").unwrap();
         std::os::unix::fs::chown(&path, Some(65_534), None).unwrap();
-        let err = open_log_file(&path).err().expect("refused");
+        let err = open_log_file(&path).expect_err("refused");
         assert!(err.to_string().contains("owned by uid 65534"), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "theirs\n");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -469,7 +469,10 @@ fn publish_applies_the_condition_with_the_agents_token() {
 
 /// Runs `work` on a thread of its own inside network namespace `name` (the thread's sockets
 /// are the namespace's; the test's other threads stay where they are).
-fn in_netns<T: Send + 'static>(name: &str, work: impl FnOnce() -> T + Send + 'static) -> T {
+pub(super) fn in_netns<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> T {
     use std::os::fd::AsRawFd;
     let path = format!("/run/netns/{name}");
     std::thread::spawn(move || {

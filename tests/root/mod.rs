@@ -16,6 +16,7 @@ macro_rules! both_variants {
 mod address_churn;
 mod agent;
 mod api_configmaps;
+mod api_manners;
 mod api_memory;
 mod api_mode;
 mod api_pools;
@@ -25,6 +26,7 @@ mod conntrack;
 mod deploy;
 mod egress;
 mod extensions;
+mod fake_api;
 mod faults;
 mod fits_terminal;
 mod fleet;

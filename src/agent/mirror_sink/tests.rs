@@ -16,6 +16,7 @@ fn facts<'a>(pass: &'a Pass, rejection: Option<&'a Rejection>) -> PassFacts<'a> 
         ever_synced: true,
         rejection,
         last_known_good: false,
+        stale_view: None,
         digest: Some(DIGEST),
         backend: "nftables",
     }

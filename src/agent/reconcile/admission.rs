@@ -266,15 +266,10 @@ impl Admission {
         if changed || self.last_note != Some(note) {
             if changed {
                 self.counts.configs_accepted += 1;
-                let source = match origin {
-                    ConfigOrigin::Defaults => "defaults (no config file)",
-                    ConfigOrigin::File => "file",
-                    ConfigOrigin::Dir => "merged files",
-                    ConfigOrigin::Composed => "configmaps and policies",
-                };
+                let source = source_word(&origin, &read);
                 info!(
                     config = %path,
-                    source,
+                    source = %source,
                     nonMasqueradeCIDRs = %join(&new.non_masquerade_cidrs),
                     forceMasqueradeCIDRs = %join(&new.force_masquerade_cidrs),
                     masqueradeSourceCIDRs = %join(&new.masquerade_source_cidrs),
@@ -406,6 +401,35 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
         what_fits(backend, limit),
         memory::mib(memory::suggested_limit(estimate.peak, limit)),
     ))
+}
+/// Where an accepted config came from, in the log's `source` word: `file`, `merged files`,
+/// `defaults (no config file)` in file mode; in API mode `configmap`, with `+pool` and
+/// `+policy` when node pools or EgressNATPolicies take part, `configmap (not found:
+/// defaults)`, or `last-known-good`.
+fn source_word(origin: &ConfigOrigin, read: &ActiveRead) -> String {
+    let api = read.label.starts_with("configmap ");
+    if read.label.starts_with(super::LAST_KNOWN_GOOD) {
+        return super::LAST_KNOWN_GOOD.to_string();
+    }
+    match origin {
+        ConfigOrigin::Defaults if api => "configmap (not found: defaults)".to_string(),
+        ConfigOrigin::Defaults => "defaults (no config file)".to_string(),
+        ConfigOrigin::File if api => "configmap".to_string(),
+        ConfigOrigin::File => "file".to_string(),
+        ConfigOrigin::Dir => "merged files".to_string(),
+        ConfigOrigin::Composed => {
+            let mut word = "configmap".to_string();
+            if let Some(composed) = &read.composed {
+                if !composed.pools.is_empty() {
+                    word.push_str("+pool");
+                }
+                if !composed.policies.is_empty() {
+                    word.push_str("+policy");
+                }
+            }
+            word
+        }
+    }
 }
 
 #[cfg(test)]

@@ -53,6 +53,7 @@ fn every_outcome_has_its_reason_and_status_and_round_trips() {
         (Outcome::Rejected, "ConfigRejected", "False"),
         (Outcome::NotReady, "NotReady", "False"),
         (Outcome::LastKnownGood, "LastKnownGood", "Unknown"),
+        (Outcome::ApiViewStale, "ApiViewStale", "True"),
     ];
     for (outcome, reason, state) in table {
         let written = condition(&status(outcome, "2026-11-26T04:22:00Z"), None);
@@ -251,6 +252,7 @@ fn fleet_classifies_by_reason_status_and_the_nodes_readiness() {
         (Outcome::Rejected, FleetStatus::Rejected),
         (Outcome::NotReady, FleetStatus::NotReady),
         (Outcome::LastKnownGood, FleetStatus::Stale),
+        (Outcome::ApiViewStale, FleetStatus::Stale),
     ] {
         assert_eq!(classify(Some(&read(outcome)), ready), want, "{outcome:?}");
         assert_eq!(
