@@ -78,7 +78,7 @@ fn a_last_known_good_that_cannot_fit_64_mib_is_refused_not_oom_killed() {
     assert!(
         wait_until(DEADLINE, || count_in_log(
             &daemon_log,
-            "ignoring the last-known-good config"
+            "refusing the last-known-good config"
         ) >= 1
             || group.oom_kills() > 0),
         "{}",
