@@ -227,8 +227,8 @@ mod tests {
         assert_eq!(suggested_limit(90 << 20, limit), 100 << 20);
     }
 
-    /// A 40 MiB last-known-good (under its 48 MiB cap) once OOM-killed the agent in 64 MiB
-    /// at boot: inputs are judged by their text before they are read into memory.
+    /// A last-known-good under its size cap can still be too large for a small pod: inputs
+    /// are judged by their text before they are read into memory.
     #[test]
     fn inputs_too_large_for_the_limit_are_refused_with_what_fits() {
         let limit = 64u64 << 20;

@@ -129,11 +129,10 @@ impl ApiView {
             .rev()
             .filter(|(input, age)| *age > self.allowed(*input))
             .max_by_key(|(_, age)| *age)
-            .map(|(input, age)| {
+            .map(|(input, _)| {
                 format!(
-                    "the API has not answered for the {} for {} s (over {} s): the rules are those of the last config seen",
+                    "the API has not answered for the {} for over {} s: the rules are those of the last config seen",
                     input.label(),
-                    age.as_secs(),
                     self.allowed(input).as_secs()
                 )
             })
@@ -196,7 +195,12 @@ where
         let clock = self.clock.clone();
         Box::pin(async move {
             let response = answer.await;
-            let answered = matches!(&response, Ok(r) if !r.status().is_server_error());
+            // An answer that serves the input: data, or "there is none" (404) or "list again"
+            // (410). A refusal (401, 403), a throttle (429) or a server error leaves the view
+            // as old as it was.
+            let answered = matches!(&response, Ok(r) if r.status().is_success()
+                || r.status() == http::StatusCode::NOT_FOUND
+                || r.status() == http::StatusCode::GONE);
             if let (Some(input), true) = (input, answered) {
                 clock.heard(input);
             }
@@ -255,8 +259,14 @@ mod tests {
         tokio::time::advance(std::time::Duration::from_secs(180)).await;
         let words = view.stale(Instant::now()).unwrap();
         assert!(
-            words.starts_with("the API has not answered for the configmap for 200 s (over 180 s)"),
+            words.starts_with("the API has not answered for the configmap for over 180 s"),
             "{words}"
+        );
+        tokio::time::advance(std::time::Duration::from_secs(60)).await;
+        assert_eq!(
+            view.stale(Instant::now()).as_deref(),
+            Some(words.as_str()),
+            "the words do not grow with the age: a stale node is not rewritten at every pass"
         );
         let nameless = ApiView::new(
             ApiClock::default(),

@@ -80,7 +80,9 @@ pub struct ApiBackoff {
 
 impl ApiBackoff {
     /// How long to wait after a `failure` at `now`, with `jitter` in `[0, 1)` (a fleet's
-    /// agents spread apart): `FIRST · 2^streak · (1 + jitter/4)`, at most the failure's cap.
+    /// agents spread apart): `min(FIRST · 2^streak, cap) · (1 + jitter/4)`. The jitter comes
+    /// after the cap, so agents that failed together stay apart once they reach it, and no
+    /// wait is shorter than the cap once there (at most a quarter longer).
     pub fn after(&mut self, failure: Failure, now: Instant, jitter: f64) -> Duration {
         if self
             .waited_until
@@ -90,8 +92,8 @@ impl ApiBackoff {
         }
         let doubled = FIRST.saturating_mul(1 << self.streak.min(16));
         let wait = doubled
-            .mul_f64(1.0 + jitter.clamp(0.0, 1.0) / 4.0)
-            .min(failure.cap());
+            .min(failure.cap())
+            .mul_f64(1.0 + jitter.clamp(0.0, 1.0) / 4.0);
         self.streak = self.streak.saturating_add(1);
         self.waited_until = Some(now + wait);
         wait
@@ -164,7 +166,9 @@ mod tests {
                     "{tries:?}"
                 );
             }
-            assert!(tries.windows(2).all(|w| w[1] - w[0] <= UNANSWERED_CAP));
+            assert!(tries
+                .windows(2)
+                .all(|w| w[1] - w[0] <= UNANSWERED_CAP * 5 / 4));
         }
     }
 

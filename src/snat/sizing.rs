@@ -73,7 +73,7 @@ mod tests {
     }
 
     /// The shipped pod's 64 MiB: both full take at most 30 % of it, so a flood leaves the
-    /// agent room (the largest sizes alone once took it past its limit).
+    /// agent room (the largest sizes alone would fill it).
     #[test]
     fn in_64_mib_both_full_stay_within_their_share() {
         let limit = 64u64 << 20;

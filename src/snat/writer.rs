@@ -139,6 +139,17 @@ pub fn open_log_file(path: &Path) -> io::Result<File> {
             ),
         ));
     }
+    if metadata.nlink() != 1 {
+        // A hard link planted at the path names someone else's file too: appending to it
+        // and making it private would change that file.
+        return Err(refused(
+            path,
+            &format!(
+                "it has {} names (a hard link to another file)",
+                metadata.nlink()
+            ),
+        ));
+    }
     Ok(file)
 }
 
@@ -402,6 +413,24 @@ mod tests {
         assert!(text.contains(&path.display().to_string()), "{text}");
         assert!(text.contains("symbolic link"), "{text}");
         assert!(text.contains("remove it"), "{text}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644, "its mode untouched");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_hard_link_at_the_path_is_refused_and_the_other_name_untouched() {
+        let dir = scratch("hardlink");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "mine\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let path = dir.join("snat.log");
+        std::fs::hard_link(&victim, &path).unwrap();
+        let err = open_log_file(&path).expect_err("refused");
+        let text = err.to_string();
+        assert!(text.contains("hard link"), "{text}");
+        assert!(text.contains(&path.display().to_string()), "{text}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
         let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o644, "its mode untouched");

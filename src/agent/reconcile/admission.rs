@@ -458,9 +458,9 @@ mod tests {
         SourceRead::Read(config::SourceText::Composed(Arc::new(text)))
     }
 
-    /// EgressNATPolicies have no file's budget and no cap together: once OOM-killing the
-    /// agent in 64 MiB, they are now judged by their text before they are parsed, refused
-    /// with the reason (not ready, counted), the last good config kept.
+    /// EgressNATPolicies have no file's budget and no cap together: they are judged by their
+    /// text before they are parsed, refused with the reason (not ready, counted), the last
+    /// good config kept.
     #[test]
     fn policies_that_cannot_fit_the_memory_limit_are_refused_before_they_are_parsed() {
         let backend = crate::backend::fake::FakeBackend::default();
