@@ -2,6 +2,7 @@
 //! see `cluster::mirror`) read with one paginated list, grouped by status, config digest and
 //! backend, with an exit status CI and cron can gate on.
 
+use super::fleet_list::{each_page, Listed};
 use super::fleet_pods::{AgentPod, AgentState};
 use super::Exit;
 use crate::cli::{FleetArgs, OutputFormat};
@@ -21,23 +22,8 @@ const SHORT_DIGEST: usize = 12;
 /// The words of a node not in sync are cut to keep its line within 80 columns.
 const WORDS_WIDTH: usize = 44;
 
-/// One page of `GET /api/v1/nodes`: only what fleet reads is kept (a real Node carries
-/// kilobytes of images and addresses, skipped by the parser); the page's text itself is read
-/// whole before it is parsed, so `--page-size` bounds the memory a page takes.
-#[derive(Deserialize)]
-struct NodePage {
-    #[serde(default)]
-    metadata: PageMeta,
-    #[serde(default)]
-    items: Vec<ListedNode>,
-}
-
-#[derive(Deserialize, Default)]
-pub(crate) struct PageMeta {
-    #[serde(rename = "continue", default)]
-    pub(crate) continue_token: Option<String>,
-}
-
+/// One Node of a page of `GET /api/v1/nodes`: only what fleet reads is kept (a real Node carries
+/// kilobytes of images and addresses, skipped by the parser).
 #[derive(Deserialize)]
 struct ListedNode {
     metadata: NodeMeta,
@@ -343,10 +329,8 @@ struct Progress {
     pages: usize,
 }
 
-/// Every Node (matching `selector`), page by page (`limit`/`continue`), judged as it arrives so
-/// that no page is kept. A continue token the server has let expire (410 Gone: its revision was
-/// compacted, about 5 minutes on a default etcd) starts the list again from the first page,
-/// once, as kubectl's pager does.
+/// Every Node (matching `--selector`), page by page, judged as it arrives so that no page is
+/// kept.
 async fn list_nodes(
     client: &kube::Client,
     args: &FleetArgs,
@@ -354,40 +338,25 @@ async fn list_nodes(
     rows: &mut Vec<NodeRow>,
     progress: &mut Progress,
 ) -> Result<(), kube::Error> {
-    let request = kube::core::Request::new("/api/v1/nodes");
-    let mut continue_token: Option<String> = None;
-    let (first_row, mut started_again) = (rows.len(), false);
-    loop {
-        let mut params = kube::api::ListParams::default().limit(args.page_size);
-        if let Some(selector) = &args.selector {
-            params = params.labels(selector);
-        }
-        if let Some(token) = &continue_token {
-            params = params.continue_token(token);
-        }
-        let answer = client
-            .request::<NodePage>(request.list(&params).map_err(kube::Error::BuildRequest)?)
-            .await;
-        let page = match answer {
-            Err(kube::Error::Api(status))
-                if status.code == 410 && continue_token.is_some() && !started_again =>
-            {
-                started_again = true;
-                continue_token = None;
+    let first_row = rows.len();
+    each_page::<ListedNode>(
+        client,
+        "/api/v1/nodes",
+        args.page_size,
+        args.selector.as_deref(),
+        |listed| match listed {
+            Listed::Again => {
                 rows.truncate(first_row);
                 (progress.pages, progress.nodes) = (0, 0);
-                continue;
             }
-            answer => answer?,
-        };
-        progress.pages += 1;
-        progress.nodes += page.items.len();
-        rows.extend(page.items.iter().map(|node| NodeRow::judge(node, pods)));
-        continue_token = page.metadata.continue_token.filter(|t| !t.is_empty());
-        if continue_token.is_none() {
-            return Ok(());
-        }
-    }
+            Listed::Page(nodes) => {
+                progress.pages += 1;
+                progress.nodes += nodes.len();
+                rows.extend(nodes.iter().map(|node| NodeRow::judge(node, pods)));
+            }
+        },
+    )
+    .await
 }
 
 /// The server's address for messages (` at https://…`), read from the same credentials; empty

@@ -3,6 +3,7 @@
 //! its condition says (only a live agent writes the condition: a crash-looping one leaves its
 //! last word in place).
 
+use super::fleet_list::{each_page, Listed};
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -12,15 +13,7 @@ use std::time::Duration;
 /// the kubelet's longest CrashLoopBackOff wait (5 minutes), so a loop is always caught.
 pub const RECENT_RESTART: Duration = Duration::from_secs(10 * 60);
 
-/// One page of `GET /api/v1/namespaces/NS/pods`: only what fleet reads.
-#[derive(Deserialize)]
-pub struct PodPage {
-    #[serde(default)]
-    pub metadata: super::fleet::PageMeta,
-    #[serde(default)]
-    pub items: Vec<ListedPod>,
-}
-
+/// One pod of a page of `GET /api/v1/namespaces/NS/pods`: only what fleet reads.
 #[derive(Deserialize, Default)]
 pub struct ListedPod {
     pub metadata: PodMeta,
@@ -208,37 +201,19 @@ pub async fn list(
     query: &PodQuery<'_>,
 ) -> Result<Vec<ListedPod>, kube::Error> {
     let url = format!("/api/v1/namespaces/{}/pods", query.namespace);
-    let request = kube::core::Request::new(url);
     let mut pods = Vec::new();
-    let mut continue_token: Option<String> = None;
-    let mut started_again = false;
-    loop {
-        let mut params = kube::api::ListParams::default()
-            .limit(query.page_size)
-            .labels(query.selector);
-        if let Some(token) = &continue_token {
-            params = params.continue_token(token);
-        }
-        let answer = client
-            .request::<PodPage>(request.list(&params).map_err(kube::Error::BuildRequest)?)
-            .await;
-        let page = match answer {
-            Err(kube::Error::Api(status))
-                if status.code == 410 && continue_token.is_some() && !started_again =>
-            {
-                started_again = true;
-                continue_token = None;
-                pods.clear();
-                continue;
-            }
-            answer => answer?,
-        };
-        pods.extend(page.items);
-        continue_token = page.metadata.continue_token.filter(|t| !t.is_empty());
-        if continue_token.is_none() {
-            return Ok(pods);
-        }
-    }
+    each_page::<ListedPod>(
+        client,
+        &url,
+        query.page_size,
+        Some(query.selector),
+        |listed| match listed {
+            Listed::Page(page) => pods.extend(page),
+            Listed::Again => pods.clear(),
+        },
+    )
+    .await?;
+    Ok(pods)
 }
 
 #[cfg(test)]

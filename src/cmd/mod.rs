@@ -4,6 +4,7 @@ pub(crate) mod agent;
 pub(crate) mod cleanup;
 pub(crate) mod explain;
 pub(crate) mod fleet;
+pub(crate) mod fleet_list;
 pub(crate) mod fleet_pods;
 pub(crate) mod flows;
 pub(crate) mod generate;

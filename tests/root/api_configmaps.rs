@@ -8,7 +8,7 @@
 //! GETs are then not asserted, said so). And a GET that fails is logged and retried with a
 //! backoff until the change it was for is applied.
 
-use super::cluster::{agent_audit_events, LocalCluster};
+use super::cluster::{agent_audit_events, api_agent_args, LocalCluster};
 use super::health::{successful_syncs, ADDR};
 use super::netns::{kill, wait_until, Netns};
 use crate::util::Scratch;
@@ -123,17 +123,7 @@ fn an_unrelated_configmap_updated_fifty_times_is_not_fetched_and_wakes_no_pass()
     let child = ns
         .command(
             &binary,
-            &[
-                "agent",
-                "--backend=nftables",
-                "--config-source=api",
-                "--kubeconfig",
-                &kubeconfig,
-                "--node-name",
-                "node-a",
-                &metrics,
-                "--v=2",
-            ],
+            &api_agent_args(&["--backend=nftables"], &kubeconfig, "node-a", &metrics),
         )
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -257,17 +247,7 @@ fn a_failed_get_is_logged_and_retried_until_the_change_is_applied() {
     let metrics = format!("--metrics-addr={ADDR}");
     let log = logs.path.join("agent.log");
     let pid = ns.spawn_ipmasq(
-        &[
-            "agent",
-            "--backend=nftables",
-            "--config-source=api",
-            "--kubeconfig",
-            &kubeconfig,
-            "--node-name",
-            "node-a",
-            &metrics,
-            "--v=2",
-        ],
+        &api_agent_args(&["--backend=nftables"], &kubeconfig, "node-a", &metrics),
         &log,
     );
     let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();

@@ -5,7 +5,7 @@
 //! resourceVersion and the lists ask for `resourceVersion=0`, so the watch cache answers them,
 //! not etcd.
 
-use super::cluster::{agent_audit_events, LocalCluster, BASE_CONFIGMAP};
+use super::cluster::{agent_audit_events, api_agent_args, LocalCluster, BASE_CONFIGMAP};
 use super::health::{successful_syncs, ADDR};
 use super::netns::{wait_until, Netns};
 use crate::util::Scratch;
@@ -53,17 +53,7 @@ fn the_agent_names_itself_reads_from_the_watch_cache_and_backs_off_a_missing_crd
     let child = ns
         .command(
             &crate::util::binary(),
-            &[
-                "agent",
-                "--backend=nftables",
-                "--config-source=api",
-                "--kubeconfig",
-                &kubeconfig,
-                "--node-name",
-                "node-a",
-                &metrics,
-                "--v=2",
-            ],
+            &api_agent_args(&["--backend=nftables"], &kubeconfig, "node-a", &metrics),
         )
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

@@ -4,7 +4,7 @@
 //! changes, an invalid edit, a deletion, the latency of 20 edits, the API stopped (rules,
 //! `/healthz` and `/readyz` stay; a restarted agent applies the last-known-good at once).
 
-use super::cluster::LocalCluster;
+use super::cluster::{api_agent_args, LocalCluster};
 use super::health::{get, ADDR};
 use super::netns::{kill, wait_until, Netns};
 use crate::util::Scratch;
@@ -82,17 +82,7 @@ impl ApiNode {
         let log = self.logs.path.join(format!("agent-{}.log", self.starts));
         let kubeconfig = self.cluster.agent_kubeconfig().display().to_string();
         let metrics = format!("--metrics-addr={ADDR}");
-        let mut args = vec!["agent"];
-        args.extend_from_slice(self.backend.flags());
-        args.extend_from_slice(&[
-            "--config-source=api",
-            "--kubeconfig",
-            &kubeconfig,
-            "--node-name",
-            "node-a",
-            &metrics,
-            "--v=2",
-        ]);
+        let args = api_agent_args(self.backend.flags(), &kubeconfig, "node-a", &metrics);
         let started = Instant::now();
         let pid = self.ns.spawn_ipmasq(&args, &log);
         self.agent = Some((pid, log));

@@ -44,6 +44,29 @@ pub const AGENT_USER: &str = "system:serviceaccount:kube-system:ip-masq-agent";
 pub const BASE_CONFIGMAP: &str = "/api/v1/namespaces/kube-system/configmaps/ip-masq-agent";
 pub const KUBE_SYSTEM_CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
 
+/// The arguments of an agent in API mode as the tests start it: `agent`, the backend's flags,
+/// `--config-source=api`, the kubeconfig, the Node's name, `metrics` (`--metrics-addr=…`) and
+/// `--v=2`; a caller may add more.
+pub fn api_agent_args<'a>(
+    backend: &[&'a str],
+    kubeconfig: &'a str,
+    node: &'a str,
+    metrics: &'a str,
+) -> Vec<&'a str> {
+    let mut args = vec!["agent"];
+    args.extend_from_slice(backend);
+    args.extend_from_slice(&[
+        "--config-source=api",
+        "--kubeconfig",
+        kubeconfig,
+        "--node-name",
+        node,
+        metrics,
+        "--v=2",
+    ]);
+    args
+}
+
 /// The agent's requests in an audit log of the API server (one JSON event per line).
 pub fn agent_audit_events(audit_log: &std::path::Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(audit_log).unwrap_or_default();

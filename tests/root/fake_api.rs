@@ -4,6 +4,7 @@
 //! timeout of 3 s), and an EgressNATPolicy CRD answered 404, 403 and 500 in turn (the agent's
 //! requests, counted by the fake, back off: each wait about twice the one before).
 
+use super::cluster::api_agent_args;
 use super::fleet::in_netns;
 use super::health::ADDR;
 use super::netns::{wait_until, Netns};
@@ -209,17 +210,7 @@ fn the_agent_abandons_a_stalled_get_restarts_silent_watches_and_backs_off() {
     let kubeconfig = fake.kubeconfig(&scratch).display().to_string();
     let log = scratch.path.join("agent.log");
     let metrics = format!("--metrics-addr={ADDR}");
-    let args = [
-        "agent",
-        "--backend=nftables",
-        "--config-source=api",
-        "--kubeconfig",
-        &kubeconfig,
-        "--node-name",
-        "node-a",
-        &metrics,
-        "--v=2",
-    ];
+    let args = api_agent_args(&["--backend=nftables"], &kubeconfig, "node-a", &metrics);
     let started = Instant::now();
     let child = ns
         .command(&binary(), &args)

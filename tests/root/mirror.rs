@@ -6,7 +6,7 @@
 //! rules; an edit storm coalesced into a few writes and one Event in the agent's namespace,
 //! counted as config changes, not drift; `--node-status=false` writing nothing.
 
-use super::cluster::{agent_audit_events, LocalCluster};
+use super::cluster::{agent_audit_events, api_agent_args, LocalCluster};
 use super::health::{get, successful_syncs, ADDR};
 use super::netns::{kill, wait_until, Netns};
 use crate::util::Scratch;
@@ -93,17 +93,7 @@ impl MirrorNode {
         let log = self.logs.path.join(format!("agent-{}.log", self.starts));
         let kubeconfig = self.cluster.agent_kubeconfig().display().to_string();
         let metrics = format!("--metrics-addr={ADDR}");
-        let mut args = vec![
-            "agent",
-            "--backend=nftables",
-            "--config-source=api",
-            "--kubeconfig",
-            &kubeconfig,
-            "--node-name",
-            NODE,
-            &metrics,
-            "--v=2",
-        ];
+        let mut args = api_agent_args(&["--backend=nftables"], &kubeconfig, NODE, &metrics);
         args.extend_from_slice(extra);
         let pid = self.ns.spawn_ipmasq(&args, &log);
         self.agent = Some((pid, log));
