@@ -3,9 +3,10 @@
 //! input has been healthy for a while (never on kube-runtime's `Init`, which comes before
 //! every LIST and is no sign of health).
 //!
-//! Two caps: an answer that will not change soon (`404`: a CRD that is not served; `403`: the
-//! RBAC) is asked again at most every [`ANSWERED_CAP`]; no answer (connection refused, a
-//! deadline passed, `5xx`, `429`) is tried again at most every [`UNANSWERED_CAP`], so the
+//! Two caps: an answer that will not change soon (`404`: a CRD that is not served) is asked
+//! again at most every [`ANSWERED_CAP`]; anything else (connection refused, a deadline passed,
+//! `5xx`, `429`, and `401`/`403`, which an API server also answers while it starts, before its
+//! RBAC is loaded) is tried again at most every [`UNANSWERED_CAP`], so the
 //! agent hears an API server that is back within that cap while a fleet's retries stay at one
 //! per input per cap.
 
@@ -14,7 +15,7 @@ use tokio::time::Instant;
 
 /// The first wait after a failure.
 pub const FIRST: Duration = Duration::from_secs(1);
-/// The longest wait after an answer that will not change soon (404, 403).
+/// The longest wait after an answer that will not change soon (404: a CRD not served).
 pub const ANSWERED_CAP: Duration = Duration::from_secs(300);
 /// The longest wait after no answer (connection refused, a deadline, 5xx).
 pub const UNANSWERED_CAP: Duration = Duration::from_secs(30);
@@ -25,9 +26,9 @@ pub const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// What kind of failure an input met, for its cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
-    /// The API answered and will answer the same for a while: 404, 403, 401.
+    /// The API answered and will answer the same for a while: 404.
     Answered,
-    /// No usable answer: the connection, a deadline, 5xx, 429.
+    /// No usable answer: the connection, a deadline, 5xx, 429, 401, 403.
     Unanswered,
 }
 
@@ -35,7 +36,7 @@ impl Failure {
     /// The kind of a failure with the HTTP status `code` (None: no answer at all).
     pub fn of_code(code: Option<u16>) -> Failure {
         match code {
-            Some(401 | 403 | 404) => Failure::Answered,
+            Some(404) => Failure::Answered,
             _ => Failure::Unanswered,
         }
     }

@@ -3,7 +3,7 @@
 //! and GKE's EgressNATPolicy objects (`networking.gke.io/v1`, cluster-scoped, through kube's
 //! dynamic API). Each watcher publishes to the same feed once its first list is complete; a
 //! `410 Gone` relists. A failed list or watch waits with [`super::backoff::ApiBackoff`] (1 s
-//! doubling, with jitter, to 30 s without an answer and to 5 minutes after a 404 or 403; back
+//! doubling, with jitter, to 30 s, or to 5 minutes after a 404; back
 //! to 1 s only after a healthy minute). A CRD that is not served (404) counts as listed with
 //! no policy, said once in the log, and is looked at again on that slow schedule: a CRD
 //! installed later is listed, and its policies applied, within about 5 minutes.
