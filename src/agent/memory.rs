@@ -168,6 +168,22 @@ pub fn input_too_large(what: &str, bytes: u64, limit: Option<u64>) -> Option<Str
     ))
 }
 
+/// The most text of inputs [`input_too_large`] lets through within the memory limit `limit`
+/// (None: no limit): a store of API objects that holds more is refused before it is handed on.
+pub fn input_text_cap(limit: Option<u64>) -> Option<u64> {
+    let limit = limit?;
+    Some(limit / 100 * USABLE_PERCENT / INPUT_BYTES_PER_TEXT_BYTE)
+}
+
+/// The most one answer of the API's EgressNATPolicy list may hold within the memory limit
+/// `limit` (None: no limit, no cap): half as much again as [`input_text_cap`] (a list holds
+/// each policy's metadata beside its text), so a list that could never be admitted is cut off
+/// as it arrives (it is held as text, copied and decoded beside it) instead of growing the
+/// agent past its limit.
+pub fn answer_cap(limit: Option<u64>) -> Option<u64> {
+    input_text_cap(limit).map(|text| text / 2 * 3)
+}
+
 /// Bytes shown as MiB with one decimal.
 pub fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / 1_048_576.0)

@@ -333,7 +333,7 @@ pub const API_VIEW_AGE: ExportedMetric = ExportedMetric {
     name: "ipmasq_api_view_age_seconds",
     kind: MetricType::Gauge,
     labels: &["input"],
-    help: "Seconds since the API server last answered for this input (configmap, node, egressnatpolicy): a list, a GET, a watch started or renewed; a healthy idle watch is renewed every 110 s, so a healthy view stays below about 2 minutes",
+    help: "Seconds since the API server last answered for this input (configmap, node, egressnatpolicy): a list, a GET, a watch started or renewed, each event or bookmark it delivers; a healthy idle watch hears a bookmark about once a minute (Kubernetes 1.27+) or is renewed after 115 s of silence, so a healthy view stays below about 2 minutes",
     note: "",
     served: Served::InApiMode,
 };

@@ -532,6 +532,7 @@ impl Writer {
             let manners = crate::cluster::Manners {
                 node: Some(self.node.clone()),
                 clock: None,
+                answer_cap: None,
             };
             match crate::cluster::client_with(&self.credentials, &manners).await {
                 Ok(client) => {

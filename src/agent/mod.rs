@@ -521,9 +521,12 @@ async fn watch_the_api(
     view: crate::cluster::age::ApiView,
 ) {
     crate::cluster::configmap::lock(&feed).view = Some(view.clone());
+    let limit = memory::read_limit().bytes();
+    let answer_cap = memory::answer_cap(limit);
     let manners = crate::cluster::Manners {
         node: api.node_name.clone(),
         clock: Some(view.clock),
+        answer_cap,
     };
     let client = match crate::cluster::client_with(&api.credentials, &manners).await {
         Ok(client) => client,
@@ -548,6 +551,7 @@ async fn watch_the_api(
     }
     tokio::spawn(crate::cluster::inputs::watch_policies(
         client.clone(),
+        memory::input_text_cap(limit),
         feed.clone(),
         waker(),
     ));

@@ -390,8 +390,9 @@ pub struct AgentArgs {
     /// With --config-source=api: when the API has not answered for an input (the ConfigMaps,
     /// the Node, the EgressNATPolicies) for this many seconds, the Node condition says
     /// ApiViewStale (status True: the rules are those of the last config seen; /readyz stays
-    /// 200). A healthy idle watch is renewed every 110 s; a CRD that is not served is asked
-    /// every 5 minutes, so the EgressNATPolicies get 300 s more
+    /// 200). A healthy idle watch hears a bookmark about once a minute (Kubernetes 1.27+) or is
+    /// renewed after 115 s of silence; a CRD that is not served is asked every 5 minutes, so
+    /// the EgressNATPolicies get 300 s more
     #[arg(long, value_name = "SECONDS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(120..=86400))]
     pub api_view_stale_after: u64,
 

@@ -1,10 +1,12 @@
 //! How old the agent's view of each API input is: when the API last answered a request for
-//! that input (a LIST page, a GET, the start of a watch, each of its renewals; a `404` of a
-//! CRD that is not served is an answer), kept by a layer of the client's stack, because
-//! kube-runtime's watcher keeps bookmarks and watch renewals to itself.
+//! that input (a LIST page, a GET, the start of a watch, each of its renewals, each event or
+//! bookmark it delivers; a `404` of a CRD that is not served is an answer), kept by a layer of
+//! the client's stack, because kube-runtime's watcher keeps bookmarks and watch renewals to
+//! itself.
 //!
-//! A healthy idle watch is renewed every [`super::WATCH_TIMEOUT`] seconds, so a healthy view
-//! is at most about that old; a view much older than that is stale (a stuck connection, an API
+//! A healthy idle watch hears a bookmark about once a minute (Kubernetes 1.27 and later) or is
+//! renewed after [`super::READ_TIMEOUT`] of silence (earlier servers send none), so a healthy
+//! view is at most about that old; a view much older than that is stale (a stuck connection, an API
 //! that does not answer), which the metric `ipmasq_api_view_age_seconds` and the Node
 //! condition's `ApiViewStale` say.
 
@@ -180,10 +182,11 @@ impl<S, B> tower::Service<http::Request<kube::client::Body>> for Heard<S>
 where
     S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>,
     S::Future: Send + 'static,
+    B: Send + 'static,
 {
-    type Response = S::Response;
+    type Response = http::Response<Noted<B>>;
     type Error = S::Error;
-    type Future = Boxed<Result<S::Response, S::Error>>;
+    type Future = Boxed<Result<Self::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -194,18 +197,55 @@ where
         let answer = self.inner.call(request);
         let clock = self.clock.clone();
         Box::pin(async move {
-            let response = answer.await;
+            let response = answer.await?;
             // An answer that serves the input: data, or "there is none" (404) or "list again"
             // (410). A refusal (401, 403), a throttle (429) or a server error leaves the view
             // as old as it was.
-            let answered = matches!(&response, Ok(r) if r.status().is_success()
-                || r.status() == http::StatusCode::NOT_FOUND
-                || r.status() == http::StatusCode::GONE);
-            if let (Some(input), true) = (input, answered) {
+            let status = response.status();
+            let answered = status.is_success()
+                || status == http::StatusCode::NOT_FOUND
+                || status == http::StatusCode::GONE;
+            let noted = input.filter(|_| answered).map(|input| {
                 clock.heard(input);
-            }
-            response
+                (clock, input)
+            });
+            Ok(response.map(|body| Noted {
+                inner: Box::pin(body),
+                noted,
+            }))
         })
+    }
+}
+
+/// An answer's body that notes each frame it delivers (a watch's events and bookmarks) as
+/// the API answering for its input: a healthy watch keeps the view young between renewals.
+pub struct Noted<B> {
+    inner: std::pin::Pin<Box<B>>,
+    noted: Option<(ApiClock, Input)>,
+}
+
+impl<B: http_body::Body> http_body::Body for Noted<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        if let (Poll::Ready(Some(Ok(_))), Some((clock, input))) = (&polled, &this.noted) {
+            clock.heard(*input);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -1,15 +1,19 @@
 //! The ConfigMaps of API mode: which one is the base (`--configmap NAMESPACE/NAME`, data key
 //! `config`), which are node pools (`ip-masq-agent-*` with `ipmasq.io/node-selector`), the
-//! [`ConfigMapFeed`] every API watcher publishes to, and a kube-runtime watcher of the
-//! metadata of the namespace's ConfigMaps (list in pages, then watch; a `410 Gone` relists by
-//! itself) that GETs the data of the base and the pools only when their resourceVersion
-//! changed (at that resourceVersion, so the watch cache answers), publishes them once the first list and its GETs are complete, and wakes the
-//! agent's pass loop when one of them changed.
+//! [`ConfigMapFeed`] every API watcher publishes to, and kube-runtime's watcher of the metadata
+//! of the namespace's ConfigMaps into a reflector's `Store` that holds the base's and the
+//! pools' metadata only (a `410 Gone` relists by itself). The data of the base and the pools is
+//! read by a GET when the store names a resourceVersion not read yet (at that
+//! resourceVersion, so the watch cache answers); what is published is read from the store and
+//! those GETs once the store is ready and every GET it needs is done, and wakes the agent's
+//! pass loop when it differs from what was published.
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
 use std::sync::{Arc, Mutex};
 use tracing::{debug, info, warn};
 
@@ -321,14 +325,26 @@ pub fn is_base_or_pool(target: &ConfigMapRef, metadata: &kube::api::ObjectMeta) 
             }))
 }
 
-/// A ConfigMap the metadata watch says is the base or a pool, at a resource version.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Wanted {
-    version: String,
+/// Only the base and the pools reach the metadata store: the namespace's other ConfigMaps
+/// in a list are dropped, and an update that makes a ConfigMap neither (its annotation
+/// removed, or any other ConfigMap's update) is a deletion to the store (of nothing, for one
+/// it never held).
+fn only_base_and_pools(
+    target: &ConfigMapRef,
+    event: Event<PartialObjectMeta<ConfigMap>>,
+) -> Option<Event<PartialObjectMeta<ConfigMap>>> {
+    match event {
+        Event::InitApply(object) if !is_base_or_pool(target, &object.metadata) => None,
+        Event::Apply(object) if !is_base_or_pool(target, &object.metadata) => {
+            Some(Event::Delete(object))
+        }
+        event => Some(event),
+    }
 }
 
-/// What the last GET of a wanted ConfigMap said: the resource version the event named (`asked`),
-/// the version the GET returned (`got`; newer is fine, newest wins), and the data it holds.
+/// What the last GET of a wanted ConfigMap said: the resource version the store named
+/// (`asked`), the version the GET returned (`got`; newer is fine, newest wins), and the data
+/// it holds.
 #[derive(Clone, Debug)]
 struct Fetched {
     asked: String,
@@ -339,128 +355,72 @@ struct Fetched {
     pool: Option<PoolData>,
 }
 
-/// The metadata watch's view of the base and the pools, and the GETs of their data.
+/// The base's and the pools' metadata as the watch's store holds it, and the GETs of their
+/// data: what the store names at a version not yet read is read.
 struct Tracker {
     target: ConfigMapRef,
-    /// The names (base and pools) of a list in progress, with their versions.
-    listing: Option<std::collections::BTreeMap<String, Wanted>>,
-    /// The base and the pools as the metadata says now; None until the first list is done.
-    wanted: Option<std::collections::BTreeMap<String, Wanted>>,
+    /// The metadata of the base and the pools (see [`only_base_and_pools`]).
+    store: Store<PartialObjectMeta<ConfigMap>>,
     /// The last GET of each wanted ConfigMap.
     fetched: std::collections::BTreeMap<String, Fetched>,
-    /// Whether the data to publish may differ from what was published (a list done, an event).
-    unpublished: bool,
 }
 
 impl Tracker {
-    fn new(target: ConfigMapRef) -> Tracker {
+    fn new(target: ConfigMapRef, store: Store<PartialObjectMeta<ConfigMap>>) -> Tracker {
         Tracker {
             target,
-            listing: None,
-            wanted: None,
+            store,
             fetched: Default::default(),
-            unpublished: false,
         }
     }
 
-    /// Takes in one event of the metadata watch; false when it concerns neither the base nor
-    /// a pool (nothing to fetch, nothing to publish).
-    fn note(&mut self, event: Event<PartialObjectMeta<ConfigMap>>) -> bool {
-        match event {
-            Event::Init => {
-                debug!(namespace = %self.target.namespace, "listing the config ConfigMap and the node pools (the namespace's ConfigMaps, metadata only)");
-                self.listing = Some(Default::default());
-                false
-            }
-            Event::InitApply(object) => {
-                if is_base_or_pool(&self.target, &object.metadata) {
+    /// The base and the pools the store holds, each with its resource version; None until
+    /// the store's first list is whole.
+    fn wanted(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        if !super::is_ready(&self.store) {
+            return None;
+        }
+        Some(
+            self.store
+                .state()
+                .iter()
+                .map(|object| {
                     let name = object.metadata.name.clone().unwrap_or_default();
                     let version = object.metadata.resource_version.clone().unwrap_or_default();
-                    self.listing
-                        .get_or_insert_with(Default::default)
-                        .insert(name, Wanted { version });
-                }
-                false
-            }
-            Event::InitDone => {
-                let listed = self.listing.take().unwrap_or_default();
-                self.fetched.retain(|name, _| listed.contains_key(name));
-                self.wanted = Some(listed);
-                self.unpublished = true;
-                true
-            }
-            Event::Apply(object) => {
-                let name = object.metadata.name.clone().unwrap_or_default();
-                let wanted = is_base_or_pool(&self.target, &object.metadata);
-                let Some(current) = self.wanted.as_mut() else {
-                    return false;
-                };
-                if wanted {
-                    let version = object.metadata.resource_version.clone().unwrap_or_default();
-                    let fresh = Wanted { version };
-                    if current.get(&name) == Some(&fresh) {
-                        return false;
-                    }
-                    current.insert(name, fresh);
-                } else if current.remove(&name).is_none() {
-                    return false;
-                } else {
-                    self.fetched.remove(&name);
-                }
-                self.unpublished = true;
-                true
-            }
-            Event::Delete(object) => {
-                let name = object.metadata.name.clone().unwrap_or_default();
-                let Some(current) = self.wanted.as_mut() else {
-                    return false;
-                };
-                if current.remove(&name).is_none() {
-                    return false;
-                }
-                self.fetched.remove(&name);
-                self.unpublished = true;
-                true
-            }
-        }
+                    (name, version)
+                })
+                .collect(),
+        )
     }
 
-    /// The wanted ConfigMaps whose data must be read: never read, or the metadata names a
+    /// The wanted ConfigMaps whose data must be read: never read, or the store names a
     /// version that is neither the one asked for nor the one the GET returned.
     fn stale(&self) -> Vec<String> {
-        let (Some(wanted), None) = (&self.wanted, &self.listing) else {
+        let Some(wanted) = self.wanted() else {
             return Vec::new();
         };
         wanted
-            .iter()
-            .filter(|(name, want)| {
-                self.fetched.get(*name).is_none_or(|fetched| {
-                    fetched.asked != want.version
-                        && fetched.got.as_deref() != Some(want.version.as_str())
+            .into_iter()
+            .filter(|(name, version)| {
+                self.fetched.get(name).is_none_or(|fetched| {
+                    fetched.asked != *version && fetched.got.as_deref() != Some(version.as_str())
                 })
             })
-            .map(|(name, _)| name.clone())
+            .map(|(name, _)| name)
             .collect()
     }
 
-    /// The resource version the metadata names for `name` ("0", any, when it names none).
+    /// The resource version the store names for `name` ("0", any, when it names none).
     fn version_of(&self, name: &str) -> String {
-        self.wanted
-            .as_ref()
-            .and_then(|wanted| wanted.get(name))
-            .map(|want| want.version.clone())
+        self.wanted()
+            .and_then(|mut wanted| wanted.remove(name))
             .filter(|version| !version.is_empty())
             .unwrap_or_else(|| "0".to_string())
     }
 
     /// Notes what the GET of `name` returned (None: 404, deleted since the event).
     fn fetched(&mut self, name: &str, object: Option<ConfigMap>) {
-        let Some(asked) = self
-            .wanted
-            .as_ref()
-            .and_then(|wanted| wanted.get(name))
-            .map(|want| want.version.clone())
-        else {
+        let Some(asked) = self.wanted().and_then(|mut wanted| wanted.remove(name)) else {
             return;
         };
         let got = object
@@ -480,28 +440,28 @@ impl Tracker {
                 pool,
             },
         );
-        self.unpublished = true;
     }
 
-    /// The base and the pools to publish, once every wanted ConfigMap has been read.
-    fn complete(&self) -> Option<(ConfigMapData, std::collections::BTreeMap<String, PoolData>)> {
-        if self.listing.is_some() || !self.stale().is_empty() {
+    /// The base and the pools to publish, once the store is ready and every ConfigMap it
+    /// names has been read (the reads of those it no longer names are forgotten).
+    fn complete(
+        &mut self,
+    ) -> Option<(ConfigMapData, std::collections::BTreeMap<String, PoolData>)> {
+        let wanted = self.wanted()?;
+        if !self.stale().is_empty() {
             return None;
         }
-        let wanted = self.wanted.as_ref()?;
+        self.fetched.retain(|name, _| wanted.contains_key(name));
         let base = self
             .fetched
             .get(&self.target.name)
-            .filter(|_| wanted.contains_key(&self.target.name))
             .and_then(|fetched| fetched.base.clone())
             .unwrap_or_else(|| ConfigMapData::of(&self.target, None));
-        let pools = wanted
-            .keys()
-            .filter(|name| **name != self.target.name)
-            .filter_map(|name| {
-                let pool = self.fetched.get(name)?.pool.clone()?;
-                Some((name.clone(), pool))
-            })
+        let pools = self
+            .fetched
+            .iter()
+            .filter(|(name, _)| **name != self.target.name)
+            .filter_map(|(name, fetched)| Some((name.clone(), fetched.pool.clone()?)))
             .collect();
         Some((base, pools))
     }
@@ -530,8 +490,18 @@ pub async fn watch(
     // An Api of PartialObjectMeta lists and watches metadata only (kube-rs' metadata watcher).
     let metadata: kube::Api<PartialObjectMeta<ConfigMap>> =
         kube::Api::namespaced(api.clone().into_client(), &target.namespace);
-    let mut events = std::pin::pin!(watcher::watcher(metadata, config));
-    let mut tracker = Tracker::new(target.clone());
+    let (store, writer) = reflector::store();
+    let only_ours = target.clone();
+    let events = watcher::watcher(metadata, config)
+        .modify(super::without_managed_fields)
+        .filter_map(move |event| {
+            std::future::ready(match event {
+                Ok(event) => only_base_and_pools(&only_ours, event).map(Ok),
+                Err(err) => Some(Err(err)),
+            })
+        });
+    let mut events = std::pin::pin!(reflector::reflector(writer, events));
+    let mut tracker = Tracker::new(target.clone(), store);
     let mut watch_backoff = super::backoff::ApiBackoff::default();
     let mut fetch_backoff = super::backoff::ApiBackoff::default();
     let mut retry_at: Option<tokio::time::Instant> = None;
@@ -546,9 +516,16 @@ pub async fn watch(
             event = events.next() => match event {
                 None => return,
                 Some(Ok(event)) => {
-                    if !tracker.note(event) {
+                    if matches!(event, Event::Init) {
+                        debug!(namespace = %target.namespace, "listing the config ConfigMap and the node pools (the namespace's ConfigMaps, metadata only)");
+                    }
+                    if !super::settles(&event) {
                         continue;
                     }
+                }
+                Some(Err(err)) if super::silent_watch(&err) => {
+                    debug!(input = "the config ConfigMap", silent_s = super::read_timeout().as_secs(), "a silent watch (no event, no bookmark) abandoned: watching again from its resourceVersion");
+                    continue;
                 }
                 Some(Err(watcher::Error::WatchError(status))) if status.code == 410 => {
                     info!(namespace = %target.namespace, "the watch's resource version has expired (410 Gone): listing the ConfigMaps again");
@@ -572,16 +549,12 @@ pub async fn watch(
             continue;
         }
         retry_at = None;
-        if !tracker.unpublished {
-            continue;
-        }
         let Some((data, pools)) = tracker.complete() else {
             continue;
         };
-        tracker.unpublished = false;
         debug!(configmap = %data.provenance, pools = pools.len(), "the API's ConfigMaps read");
-        warn_of_bad_selectors(&pools);
-        if publish_listing(&feed, data, pools) {
+        if publish_listing(&feed, data, pools.clone()) {
+            warn_of_bad_selectors(&pools);
             wake();
         }
     }
@@ -794,98 +767,132 @@ mod tests {
         object
     }
 
+    /// A tracker over a store that `note` feeds as the watch does.
+    struct Watched {
+        target: ConfigMapRef,
+        writer: reflector::store::Writer<PartialObjectMeta<ConfigMap>>,
+        tracker: Tracker,
+    }
+
+    impl Watched {
+        fn new() -> Watched {
+            let target: ConfigMapRef = DEFAULT_CONFIGMAP.parse().unwrap();
+            let writer = reflector::store::Writer::default();
+            let tracker = Tracker::new(target.clone(), writer.as_reader());
+            Watched {
+                target,
+                writer,
+                tracker,
+            }
+        }
+
+        /// Takes in one event; whether it settled (the loop then reads and publishes).
+        fn note(&mut self, event: Event<PartialObjectMeta<ConfigMap>>) -> bool {
+            let Some(event) = only_base_and_pools(&self.target, event) else {
+                return false;
+            };
+            self.writer.apply_watcher_event(&event);
+            super::super::settles(&event)
+        }
+    }
+
     #[test]
-    fn the_metadata_watch_fetches_only_the_base_and_pools_and_only_new_versions() {
-        let target: ConfigMapRef = DEFAULT_CONFIGMAP.parse().unwrap();
-        let mut tracker = Tracker::new(target.clone());
-        assert!(!tracker.note(Event::Init));
+    fn the_metadata_store_holds_only_the_base_and_pools_and_only_new_versions_are_read() {
+        let mut w = Watched::new();
+        assert!(!w.note(Event::Init));
         for object in [
             metadata("ip-masq-agent", "5", false),
             metadata("ip-masq-agent-gpu", "6", true),
             metadata("ip-masq-agent-plain", "7", false),
             metadata("kube-proxy", "8", false),
         ] {
-            assert!(!tracker.note(Event::InitApply(object)));
+            assert!(!w.note(Event::InitApply(object)));
         }
-        assert!(tracker.complete().is_none(), "the list is not done");
-        assert!(tracker.note(Event::InitDone));
-        assert_eq!(tracker.stale(), ["ip-masq-agent", "ip-masq-agent-gpu"]);
+        assert!(w.tracker.complete().is_none(), "the list is not done");
+        assert!(w.tracker.stale().is_empty(), "nothing is read before it is");
+        assert!(w.note(Event::InitDone));
+        assert_eq!(w.tracker.store.len(), 2, "only the base and the pool");
+        assert_eq!(w.tracker.stale(), ["ip-masq-agent", "ip-masq-agent-gpu"]);
         assert_eq!(
-            tracker.version_of("ip-masq-agent"),
+            w.tracker.version_of("ip-masq-agent"),
             "5",
             "the GET names the listed version: the watch cache answers it"
         );
-        assert_eq!(tracker.version_of("kube-proxy"), "0", "not wanted: any");
-        assert!(tracker.complete().is_none(), "nothing before every GET");
-        tracker.fetched(
+        assert_eq!(w.tracker.version_of("kube-proxy"), "0", "not wanted: any");
+        assert!(w.tracker.complete().is_none(), "nothing before every GET");
+        w.tracker.fetched(
             "ip-masq-agent",
             Some(full("ip-masq-agent", "9", false, "a: 1")),
         );
-        assert!(tracker.complete().is_none(), "the pool is not read yet");
-        tracker.fetched(
+        assert!(w.tracker.complete().is_none(), "the pool is not read yet");
+        w.tracker.fetched(
             "ip-masq-agent-gpu",
             Some(full("ip-masq-agent-gpu", "6", true, "b: 2")),
         );
-        let (base, pools) = tracker.complete().unwrap();
+        let (base, pools) = w.tracker.complete().unwrap();
         assert_eq!(base.text.as_deref().map(String::as_str), Some("a: 1"));
         assert!(base.provenance.contains("resourceVersion 9"), "newest wins");
         assert_eq!(pools.len(), 1);
         let feed = feed_for(None);
         assert!(publish_listing(&feed, base, pools));
 
+        w.note(Event::Apply(metadata("kube-proxy", "20", false)));
         assert!(
-            !tracker.note(Event::Apply(metadata("kube-proxy", "20", false))),
-            "an unrelated ConfigMap: nothing to fetch, nothing to publish"
+            w.tracker.stale().is_empty(),
+            "an unrelated ConfigMap: nothing to read"
         );
-        assert!(tracker.stale().is_empty());
-        tracker.unpublished = false;
-        assert!(tracker.note(Event::Apply(metadata("ip-masq-agent", "9", false))));
+        let (base, pools) = w.tracker.complete().unwrap();
+        assert!(!publish_listing(&feed, base, pools), "and nothing new");
+        assert!(w.note(Event::Apply(metadata("ip-masq-agent", "9", false))));
         assert!(
-            tracker.stale().is_empty(),
-            "the version the GET already returned is not fetched again"
+            w.tracker.stale().is_empty(),
+            "the version the GET already returned is not read again"
         );
-        assert!(tracker.note(Event::Apply(metadata("ip-masq-agent", "10", false))));
-        assert_eq!(tracker.stale(), ["ip-masq-agent"]);
-        assert!(tracker.complete().is_none(), "a change waits for its GET");
-        tracker.fetched("ip-masq-agent", None);
-        let (base, pools) = tracker.complete().unwrap();
+        assert!(w.note(Event::Apply(metadata("ip-masq-agent", "10", false))));
+        assert_eq!(w.tracker.stale(), ["ip-masq-agent"]);
+        assert!(w.tracker.complete().is_none(), "a change waits for its GET");
+        w.tracker.fetched("ip-masq-agent", None);
+        let (base, pools) = w.tracker.complete().unwrap();
         assert_eq!(base.text, None, "a 404 on GET is a deletion");
         assert!(publish_listing(&feed, base, pools));
 
-        // A relist (after 410 Gone) with the same versions reads nothing and changes nothing.
-        tracker.fetched(
+        // A relist (after 410 Gone) with the same versions reads nothing and changes nothing;
+        // while it runs, the store shows the last whole list.
+        w.tracker.fetched(
             "ip-masq-agent",
             Some(full("ip-masq-agent", "10", false, "a: 1")),
         );
-        let (base, pools) = tracker.complete().unwrap();
+        let (base, pools) = w.tracker.complete().unwrap();
         assert!(publish_listing(&feed, base, pools));
-        assert!(!tracker.note(Event::Init));
+        assert!(!w.note(Event::Init));
         for object in [
             metadata("ip-masq-agent", "10", false),
             metadata("ip-masq-agent-gpu", "6", true),
         ] {
-            tracker.note(Event::InitApply(object));
+            w.note(Event::InitApply(object));
         }
-        assert!(tracker.note(Event::InitDone));
-        assert!(tracker.stale().is_empty());
-        let (base, pools) = tracker.complete().unwrap();
+        assert_eq!(w.tracker.store.len(), 2, "the last whole list meanwhile");
+        assert!(w.note(Event::InitDone));
+        assert!(w.tracker.stale().is_empty());
+        let (base, pools) = w.tracker.complete().unwrap();
         assert!(
             !publish_listing(&feed, base, pools),
             "same texts: no change"
         );
 
-        assert!(tracker.note(Event::Delete(metadata("ip-masq-agent-gpu", "6", true))));
-        let (_, pools) = tracker.complete().unwrap();
+        assert!(w.note(Event::Delete(metadata("ip-masq-agent-gpu", "6", true))));
+        let (_, pools) = w.tracker.complete().unwrap();
         assert!(pools.is_empty(), "a deleted pool is gone");
         assert!(
-            tracker.note(Event::Apply(metadata("ip-masq-agent-x", "30", true))),
+            w.note(Event::Apply(metadata("ip-masq-agent-x", "30", true))),
             "a new pool"
         );
-        assert_eq!(tracker.stale(), ["ip-masq-agent-x"]);
+        assert_eq!(w.tracker.stale(), ["ip-masq-agent-x"]);
         assert!(
-            tracker.note(Event::Apply(metadata("ip-masq-agent-x", "31", false))),
+            w.note(Event::Apply(metadata("ip-masq-agent-x", "31", false))),
             "the annotation removed: no longer a pool"
         );
-        assert!(tracker.stale().is_empty());
+        assert!(w.tracker.stale().is_empty());
+        assert_eq!(w.tracker.store.len(), 1, "only the base");
     }
 }

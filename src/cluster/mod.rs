@@ -5,6 +5,7 @@
 //! name. The API-mode source, the Node mirror and `ipmasq fleet` build on it.
 
 pub mod age;
+pub mod answer_cap;
 pub mod backoff;
 pub mod configmap;
 pub mod inputs;
@@ -20,26 +21,69 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// the client bounds connecting and sending; each one-shot call bounds its answer with
 /// `tokio::time::timeout` of this (the mirror's writes; `fleet` bounds its whole listing).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// The server-side timeout of every watch (`timeoutSeconds`), in seconds. kube-runtime's
-/// watcher also gives up on a watch that delivered nothing (no event, no bookmark) for this
-/// plus 5 s and watches again, so a silent watch is restarted within 2 minutes. A watch that
-/// is idle but healthy is renewed this often: kube-apiserver 1.20 sends an idle watch no
-/// periodic bookmark (docs/benchmarks.md).
-pub const WATCH_TIMEOUT: u32 = 110;
-/// The client's read timeout: no byte for this long on any connection abandons it. Longer
-/// than a watch may idle ([`WATCH_TIMEOUT`] plus the watcher's margin), so it only catches
-/// what the other deadlines do not; reset by every write, so a pooled connection's idle time
-/// does not count.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_TIMEOUT as u64 + 15);
+/// The server-side timeout of every watch (`timeoutSeconds`), in seconds: how often a healthy
+/// watch is renewed. kube-runtime's watcher also gives up on a watch that delivered nothing
+/// for this plus 5 s, but a silent watch is found sooner, by the client's [`READ_TIMEOUT`].
+/// An API server that sends periodic bookmarks (Kubernetes 1.27 and later: about one a
+/// minute) keeps an idle watch open this long; kube-apiserver 1.20 sends none, so there an
+/// idle watch is renewed every [`READ_TIMEOUT`] instead (docs/benchmarks.md).
+pub const WATCH_TIMEOUT: u32 = 290;
+/// The client's read timeout: no byte for this long on any connection abandons it. A watch
+/// that has delivered nothing (no event, no bookmark) for this long is silent (a frozen
+/// connection, a stuck proxy, or a server that sends no bookmarks) and is watched again from
+/// its resourceVersion, within the 2 minutes asked. Reset by every write, so a pooled
+/// connection's idle time does not count; one-shot calls have their own, shorter deadline
+/// ([`within`]).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(115);
 
 /// The watch timeout in force: [`WATCH_TIMEOUT`], or (tests only) `IPMASQ_TEST_WATCH_TIMEOUT`
-/// seconds, so a test sees a silent watch restarted without waiting two minutes.
+/// seconds.
 pub fn watch_timeout() -> u32 {
     std::env::var("IPMASQ_TEST_WATCH_TIMEOUT")
         .ok()
         .and_then(|text| text.parse().ok())
         .filter(|seconds| *seconds > 0)
         .unwrap_or(WATCH_TIMEOUT)
+}
+
+/// The read timeout in force: [`READ_TIMEOUT`], or (tests only) `IPMASQ_TEST_READ_TIMEOUT`
+/// seconds, so a test sees a silent watch restarted without waiting two minutes.
+pub fn read_timeout() -> Duration {
+    std::env::var("IPMASQ_TEST_READ_TIMEOUT")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .filter(|seconds| *seconds > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(READ_TIMEOUT)
+}
+
+/// Whether a watcher's error is a silent watch abandoned by the client's read timeout: no
+/// trouble, the watcher watches again from where it was.
+pub fn silent_watch(err: &kube::runtime::watcher::Error) -> bool {
+    matches!(err, kube::runtime::watcher::Error::WatchFailed(_)) && timed_out(err)
+}
+
+/// Whether `err` or any error under it is a read that timed out.
+fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            // An io::Error's `source` skips the error it wraps: look at that one too.
+            if io.kind() == std::io::ErrorKind::TimedOut
+                || io.get_ref().is_some_and(|inner| timed_out(inner))
+            {
+                return true;
+            }
+        }
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_timeout)
+        {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// The deadline of one-shot calls in force: [`REQUEST_TIMEOUT`], or (tests only)
@@ -97,6 +141,34 @@ pub fn watcher_config() -> kube::runtime::watcher::Config {
     config
 }
 
+/// Whether a watcher's event leaves its reflector's store showing a change: a list completed
+/// (the store swaps it in whole), an object applied or deleted. The start of a list and its
+/// objects do not: the store keeps showing the last whole list until the list is done.
+pub fn settles<K>(event: &kube::runtime::watcher::Event<K>) -> bool {
+    use kube::runtime::watcher::Event;
+    matches!(event, Event::InitDone | Event::Apply(_) | Event::Delete(_))
+}
+
+/// Whether `store` holds its first whole list (kube-runtime's readiness, asked without
+/// waiting).
+pub fn is_ready<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: kube::runtime::reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures_util::FutureExt;
+    store
+        .wait_until_ready()
+        .now_or_never()
+        .is_some_and(|ready| ready.is_ok())
+}
+
+/// Drops an object's `managedFields` before its store keeps it: who wrote which field is not
+/// the agent's business, and it can be the larger part of a small object.
+pub fn without_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 /// The GET of `name` at least as new as `version` (the watch event's: served from the watch
 /// cache, not etcd), within the deadline; None when it does not exist.
 pub async fn get_at<K>(
@@ -122,6 +194,9 @@ pub struct Manners {
     pub node: Option<String>,
     /// Where each input's answers are noted (API mode).
     pub clock: Option<age::ApiClock>,
+    /// The most an EgressNATPolicy list's answer may hold, in bytes (API mode, under a
+    /// memory limit; see [`answer_cap`]).
+    pub answer_cap: Option<u64>,
 }
 
 /// The User-Agent of every request: `ipmasq/VERSION (node NAME)`, or `ipmasq/VERSION` without
@@ -236,7 +311,7 @@ pub async fn client_with(
     };
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.write_timeout = Some(REQUEST_TIMEOUT);
-    config.read_timeout = Some(READ_TIMEOUT);
+    config.read_timeout = Some(read_timeout());
     config.reset_reader_on_write = true;
     let server = config.cluster_url.to_string();
     let failed = |reason: String| ClientError::Client {
@@ -251,6 +326,10 @@ pub async fn client_with(
     config.headers.push((http::header::USER_AGENT, agent));
     let builder =
         kube::client::ClientBuilder::try_from(config).map_err(|err| failed(err.to_string()))?;
+    // Uncapped (u64::MAX) without a memory limit.
+    let builder = builder.with_layer(&answer_cap::AnswerCapLayer {
+        bytes: manners.answer_cap.unwrap_or(u64::MAX),
+    });
     Ok(match &manners.clock {
         Some(clock) => builder
             .with_layer(&age::HeardLayer {

@@ -94,6 +94,9 @@ fn read_the_api_once(reconciler: &Reconciler, api: &ApiSettings) {
         let manners = crate::cluster::Manners {
             node: api.node_name.clone(),
             clock: None,
+            answer_cap: crate::agent::memory::answer_cap(
+                crate::agent::memory::read_limit().bytes(),
+            ),
         };
         let client = crate::cluster::client_with(&api.credentials, &manners)
             .await

@@ -76,7 +76,7 @@ fn bytes_received(ns: &Netns, pid: u32) -> u64 {
 }
 
 /// A field of `/proc/PID/FILE` (`name:` then a number).
-fn proc_field(pid: u32, file: &str, name: &str) -> u64 {
+pub(super) fn proc_field(pid: u32, file: &str, name: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default();
     text.lines()
         .find_map(|line| line.strip_prefix(name))

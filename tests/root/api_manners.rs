@@ -157,7 +157,7 @@ fn the_agent_names_itself_reads_from_the_watch_cache_and_backs_off_a_missing_crd
             watches
                 .iter()
                 .all(|uri| uri.contains("allowWatchBookmarks=true")
-                    && uri.contains("timeoutSeconds=110")),
+                    && uri.contains("timeoutSeconds=290")),
             "{resource}: {watches:?}"
         );
     }

@@ -103,3 +103,129 @@ fn a_last_known_good_that_cannot_fit_64_mib_is_refused_not_oom_killed() {
         "the file kept"
     );
 }
+
+const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+const POLICIES: &str = "/apis/networking.gke.io/v1/egressnatpolicies";
+/// Policies created, and /32 destinations in each (about 1 MiB of JSON a policy).
+const POLICY_COUNT: usize = 7;
+const DESTINATIONS: usize = 40_000;
+/// Policies created after: a list past the 64 MiB agent's answer cap (8.6 MiB).
+const MORE_POLICIES: usize = 6;
+
+/// Creates the policy `policy-N` with [`DESTINATIONS`] /32 destinations (about 1 MiB of JSON).
+fn create_policy(cluster: &super::cluster::LocalCluster, dir: &crate::util::Scratch, n: usize) {
+    let destinations: Vec<serde_json::Value> = (0..DESTINATIONS)
+        .map(|i| {
+            serde_json::json!({"cidr": format!("100.{}.{}.{}/32", n, i / 256 % 256, i % 256 + (i / 65536))})
+        })
+        .collect();
+    let policy = serde_json::json!({
+        "apiVersion": "networking.gke.io/v1",
+        "kind": "EgressNATPolicy",
+        "metadata": {"name": format!("policy-{n}")},
+        "spec": {"action": "NoSNAT", "destinations": destinations},
+    });
+    // Too large for an argument: curl reads the body from a file (`@PATH`).
+    let body = dir.write(&format!("policy-{n}.json"), &policy.to_string());
+    let (status, answer) = cluster.admin("POST", POLICIES, Some(&format!("@{}", body.display())));
+    assert_eq!(
+        status,
+        201,
+        "create policy {n}: {}",
+        &answer[..answer.len().min(500)]
+    );
+}
+
+/// EgressNATPolicies through the real API whose text together cannot be read and checked in
+/// 64 MiB: listed, then refused with the reason before their text is handed on, 0 OOM kills.
+/// Then more of them, until their list is longer than the agent's memory allows one answer
+/// to be: cut off as it arrives, refused with the reason; still 0 OOM kills.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn egress_nat_policies_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
+    super::netns::require_root();
+    let group = MemoryCgroup::new("policies-64mib", 64 << 20);
+    let mut ns = Netns::new("polmem");
+    let cluster = super::cluster::LocalCluster::up(&ns);
+    let crd = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/egressnatpolicy-crd.json"),
+    )
+    .expect("the CRD's manifest");
+    let (status, answer) = cluster.admin("POST", CRDS, Some(&crd));
+    assert_eq!(status, 201, "create the CRD: {answer}");
+    assert!(
+        wait_until(DEADLINE, || cluster.admin("GET", POLICIES, None).0 == 200),
+        "the CRD is never served"
+    );
+    cluster.put_base_config("nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+    let dir = crate::util::Scratch::new("policies-64mib");
+    for n in 0..POLICY_COUNT {
+        create_policy(&cluster, &dir, n);
+    }
+    let kubeconfig = cluster.agent_kubeconfig().display().to_string();
+    let daemon_log = dir.path.join("agent.log");
+    let pid = group.spawn(
+        &mut ns,
+        &[
+            "agent",
+            "--backend=nftables",
+            "--config-source=api",
+            "--kubeconfig",
+            &kubeconfig,
+            "--node-name",
+            "node-a",
+            "--metrics-addr=127.0.0.1:9734",
+        ],
+        &daemon_log,
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || count_in_log(
+            &daemon_log,
+            "more than this agent's memory limit allows"
+        ) >= 1
+            || group.oom_kills() > 0),
+        "{}",
+        log_of(&daemon_log)
+    );
+    let said = log_of(&daemon_log);
+    eprintln!(
+        "OOM kills: {}; the agent's peak RSS: {} KiB",
+        group.oom_kills(),
+        super::api_configmaps::proc_field(pid, "status", "VmHWM:")
+    );
+    assert_eq!(group.oom_kills(), 0, "OOM-killed:\n{said}");
+    assert!(
+        said.contains(&format!("the {POLICY_COUNT} EgressNATPolicies hold")),
+        "{said}"
+    );
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "{said}"
+    );
+    for n in POLICY_COUNT..POLICY_COUNT + MORE_POLICIES {
+        create_policy(&cluster, &dir, n);
+    }
+    // The store dropped each time, listed again on the slow schedule: the list cut off.
+    assert!(
+        wait_until(Duration::from_secs(60), || count_in_log(
+            &daemon_log,
+            "longer than this agent's memory limit allows one answer to be"
+        ) >= 1
+            || group.oom_kills() > 0),
+        "{}",
+        log_of(&daemon_log)
+    );
+    let said = log_of(&daemon_log);
+    eprintln!(
+        "OOM kills after the list grew: {}; the agent's peak RSS: {} KiB",
+        group.oom_kills(),
+        super::api_configmaps::proc_field(pid, "status", "VmHWM:")
+    );
+    assert_eq!(group.oom_kills(), 0, "OOM-killed:\n{said}");
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "{said}"
+    );
+    cluster.down();
+}

@@ -1,8 +1,10 @@
 //! API mode against a small fake API server the test runs (plain HTTP, in the agent's network
-//! namespace): a GET of the config that never answers (abandoned after the 30 s deadline,
-//! logged, retried), watches held open that say nothing (restarted, with a test-only watch
-//! timeout of 3 s), and an EgressNATPolicy CRD answered 404, 403 and 500 in turn (the agent's
-//! requests, counted by the fake, back off: each wait about twice the one before).
+//! namespace): a GET of the config that never answers (abandoned after the one-shot deadline,
+//! logged, retried), watches held open that say nothing (restarted after the client's read
+//! timeout, a test-only 3 s), and an EgressNATPolicy CRD answered 404, 403 and 500 in turn (the
+//! agent's requests, counted by the fake, back off: each wait about twice the one before); and
+//! watches that hear a bookmark every 2 s, as from Kubernetes 1.27 on (renewed at their own
+//! timeout only, the view kept young).
 
 use super::cluster::api_agent_args;
 use super::fleet::in_netns;
@@ -30,10 +32,21 @@ struct Seen {
     user_agent: String,
 }
 
+/// How the fake behaves.
+#[derive(Clone, Copy, Default)]
+struct Behaviour {
+    /// The first GET of the config never answers.
+    stall_first_get: bool,
+    /// A watch delivers a bookmark this often and ends at its `timeoutSeconds`, as a
+    /// Kubernetes 1.27+ server's does; None: it says nothing, ever.
+    bookmarks_every: Option<Duration>,
+}
+
 /// What the fake has received, shared with its connection threads.
 #[derive(Default)]
 struct Counters {
     seen: Mutex<Vec<Seen>>,
+    behaviour: Behaviour,
 }
 
 impl Counters {
@@ -55,12 +68,15 @@ struct FakeApi {
 }
 
 impl FakeApi {
-    fn start(ns: &Netns) -> FakeApi {
+    fn start(ns: &Netns, behaviour: Behaviour) -> FakeApi {
         let listener = in_netns(&ns.name, || {
             TcpListener::bind("127.0.0.1:0").expect("bind the fake API")
         });
         let port = listener.local_addr().unwrap().port();
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters {
+            behaviour,
+            ..Counters::default()
+        });
         let shared = counters.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
@@ -148,18 +164,28 @@ fn serve(stream: TcpStream, counters: &Counters) {
             seen.iter().filter(|s| s.uri.starts_with(POLICIES)).count()
         };
         if watch {
-            // Headers, then silence: a watch that delivers nothing.
             let _ = write!(
                 out,
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
             );
-            return hold(reader);
+            match counters.behaviour.bookmarks_every {
+                // Headers, then silence: a watch that delivers nothing.
+                None => return hold(reader),
+                Some(every) => {
+                    if bookmarks_until_timeout(&mut out, &uri, every).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            }
         }
         let base_gets = counters.of(BASE, false).len();
         match (method.as_str(), path.as_str()) {
             ("GET", CONFIGMAPS) => respond(&mut out, 200, &metadata_list("ip-masq-agent", "7")),
             // The first GET of the config never answers.
-            ("GET", BASE) if base_gets == 1 => return hold(reader),
+            ("GET", BASE) if base_gets == 1 && counters.behaviour.stall_first_get => {
+                return hold(reader)
+            }
             ("GET", BASE) => respond(&mut out, 200, &configmap()),
             ("GET", "/api/v1/nodes") => respond(&mut out, 200, &metadata_list("node-a", "3")),
             ("GET", "/api/v1/nodes/node-a") | ("PATCH", "/api/v1/nodes/node-a/status") => {
@@ -172,6 +198,27 @@ fn serve(stream: TcpStream, counters: &Counters) {
             _ => respond(&mut out, 404, &status(404)),
         }
     }
+}
+
+/// A watch's bookmarks, one every `every`, until the watch's `timeoutSeconds` have passed;
+/// then its end (the last chunk). An error when the agent has closed the connection.
+fn bookmarks_until_timeout(out: &mut TcpStream, uri: &str, every: Duration) -> std::io::Result<()> {
+    let timeout = uri
+        .split(['?', '&'])
+        .find_map(|pair| pair.strip_prefix("timeoutSeconds="))
+        .and_then(|n| n.parse().ok())
+        .map_or(Duration::from_secs(290), Duration::from_secs);
+    let ends = Instant::now() + timeout;
+    let bookmark = serde_json::json!({"type": "BOOKMARK", "object": {"apiVersion": "v1",
+        "kind": "ConfigMap", "metadata": {"resourceVersion": "7"}}})
+    .to_string()
+        + "\n";
+    while Instant::now() + every < ends {
+        std::thread::sleep(every);
+        write!(out, "{:x}\r\n{bookmark}\r\n", bookmark.len())?;
+    }
+    std::thread::sleep(ends.saturating_duration_since(Instant::now()));
+    write!(out, "0\r\n\r\n")
 }
 
 fn metadata_list(name: &str, version: &str) -> serde_json::Value {
@@ -205,7 +252,13 @@ fn gaps(requests: &[Seen]) -> Vec<Duration> {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn the_agent_abandons_a_stalled_get_restarts_silent_watches_and_backs_off() {
     let mut ns = Netns::new("fake-api");
-    let fake = FakeApi::start(&ns);
+    let fake = FakeApi::start(
+        &ns,
+        Behaviour {
+            stall_first_get: true,
+            bookmarks_every: None,
+        },
+    );
     let scratch = Scratch::new(&format!("logs-{}", ns.name));
     let kubeconfig = fake.kubeconfig(&scratch).display().to_string();
     let log = scratch.path.join("agent.log");
@@ -214,7 +267,9 @@ fn the_agent_abandons_a_stalled_get_restarts_silent_watches_and_backs_off() {
     let started = Instant::now();
     let child = ns
         .command(&binary(), &args)
-        .env("IPMASQ_TEST_WATCH_TIMEOUT", "3")
+        .env("IPMASQ_TEST_WATCH_TIMEOUT", "60")
+        .env("IPMASQ_TEST_READ_TIMEOUT", "3")
+        .env("IPMASQ_TEST_REQUEST_TIMEOUT_MS", "2000")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -224,7 +279,8 @@ fn the_agent_abandons_a_stalled_get_restarts_silent_watches_and_backs_off() {
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     let rules = || ns.exec("nft", &["list", "table", "ip", "ipmasq"]).stdout;
 
-    // The first GET stalls: abandoned after 30 s, said, retried, and the config applied.
+    // The first GET stalls: abandoned after the one-shot deadline (the test's 2 s), said,
+    // retried, and the config applied.
     assert!(
         wait_until(Duration::from_secs(75), || rules()
             .contains("198.51.100.0/24")),
@@ -244,7 +300,7 @@ fn the_agent_abandons_a_stalled_get_restarts_silent_watches_and_backs_off() {
         "the GET names the event's resourceVersion: {gets:?}"
     );
     assert!(
-        read_log().contains("no answer within 30 s (abandoned)"),
+        read_log().contains("no answer within 2 s (abandoned)"),
         "{}",
         read_log()
     );
@@ -266,8 +322,9 @@ fn the_agent_abandons_a_stalled_get_restarts_silent_watches_and_backs_off() {
     assert_eq!(said, 1, "said once, then looked at on the slow schedule");
 }
 
-/// Each silent watch was restarted (the test's watch timeout is 3 s: after 8 s of silence),
-/// asking for bookmarks with that timeout.
+/// Each silent watch was restarted by the client's read timeout (the test's 3 s), long
+/// before the watch's own timeout (the test's 60 s, 65 s with the watcher's margin), asking
+/// for bookmarks with that timeout.
 fn assert_silent_watches_restarted(counters: &Counters) {
     for path in [CONFIGMAPS, "/api/v1/nodes"] {
         let watches = counters.of(path, true);
@@ -275,8 +332,14 @@ fn assert_silent_watches_restarted(counters: &Counters) {
             watches.len() >= 3,
             "{path}: a silent watch is restarted: {watches:?}"
         );
+        // At once, from its resourceVersion: no backoff, as for a failure, after the silence.
+        let waits = gaps(&watches);
         assert!(
-            watches.iter().all(|w| w.uri.contains("timeoutSeconds=3")
+            waits.iter().all(|wait| *wait < Duration::from_secs(6)),
+            "{path}: restarted 3 s after the silence began: {waits:?}"
+        );
+        assert!(
+            watches.iter().all(|w| w.uri.contains("timeoutSeconds=60")
                 && w.uri.contains("allowWatchBookmarks=true")),
             "{watches:?}"
         );
@@ -303,4 +366,65 @@ fn assert_policies_backed_off(counters: &Counters) {
         policies.iter().all(|p| p.uri.contains("resourceVersion=0")),
         "lists are served from the watch cache: {policies:?}"
     );
+}
+
+/// A watch that hears a bookmark every 2 s (as from Kubernetes 1.27 on) is not silent: it is
+/// renewed at its own timeout (the test's 20 s), not after the read timeout's 5 s, and each
+/// bookmark keeps the API view young (`ipmasq_api_view_age_seconds`).
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_watch_that_hears_bookmarks_lives_to_its_timeout_and_keeps_the_view_young() {
+    let mut ns = Netns::new("fake-bm");
+    let fake = FakeApi::start(
+        &ns,
+        Behaviour {
+            stall_first_get: false,
+            bookmarks_every: Some(Duration::from_secs(2)),
+        },
+    );
+    let scratch = Scratch::new(&format!("logs-{}", ns.name));
+    let kubeconfig = fake.kubeconfig(&scratch).display().to_string();
+    let log = scratch.path.join("agent.log");
+    let metrics = format!("--metrics-addr={ADDR}");
+    let args = api_agent_args(&["--backend=nftables"], &kubeconfig, "node-a", &metrics);
+    let started = Instant::now();
+    let child = ns
+        .command(&binary(), &args)
+        .env("IPMASQ_TEST_WATCH_TIMEOUT", "20")
+        .env("IPMASQ_TEST_READ_TIMEOUT", "5")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn the agent");
+    ns.adopt(child);
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(30), || ns
+            .exec("nft", &["list", "table", "ip", "ipmasq"])
+            .stdout
+            .contains("198.51.100.0/24")),
+        "the config never applied\n{}",
+        read_log()
+    );
+    std::thread::sleep(Duration::from_secs(50).saturating_sub(started.elapsed()));
+    for path in [CONFIGMAPS, "/api/v1/nodes"] {
+        let watches = fake.counters.of(path, true);
+        let waits = gaps(&watches);
+        assert!(
+            (2..=4).contains(&watches.len())
+                && waits.iter().all(|wait| *wait > Duration::from_secs(15)),
+            "{path}: renewed at its 20 s timeout, never after 5 s of silence: {waits:?}"
+        );
+    }
+    let page = ns
+        .exec("curl", &["-s", &format!("http://{ADDR}/metrics")])
+        .stdout;
+    let age = page
+        .lines()
+        .find(|line| line.starts_with("ipmasq_api_view_age_seconds{input=\"configmap\"}"))
+        .and_then(|line| line.split_whitespace().last())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no configmap age in:\n{page}"));
+    assert!(age < 5.0, "the bookmarks keep the view young: {age} s");
 }
