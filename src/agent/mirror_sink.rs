@@ -6,8 +6,9 @@
 //!
 //! The writer is paced ([`Pacer`]): one round of writes (the condition, and an Event) at most
 //! every [`WRITE_INTERVAL`] whatever the edit rate, the state written being the latest; a
-//! change waits this node's share of `--status-spread` (a hash of its name), so a fleet-wide
-//! edit's writes are spread over that window; an Event with the same words is not created
+//! change waits for this node's slot in cycles of `--status-spread` on the wall clock (its
+//! place in each cycle a hash of its name), so each node writes at most once a cycle and a
+//! fleet's writes come at about N / window a second however often the config changes; an Event with the same words is not created
 //! again within [`EVENT_REPEAT`]. Two writes do not wait: the first at start (starts are
 //! already paced by the DaemonSet's rollout, a restart into the same state writes nothing,
 //! and the word a restart finds may be its predecessor's, to be put right), and the
@@ -151,12 +152,16 @@ pub struct Mirror {
     backend: String,
 }
 
-/// When the writer may write: its pace, and this node's share of the spread.
+/// When the writer may write: its pace, and this node's slot in the spread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pacing {
     /// The least time between two rounds of writes ([`WRITE_INTERVAL`]).
     pub interval: Duration,
-    /// How long a change waits before it is written: this node's share of `--status-spread`.
+    /// `--status-spread`: the length of the cycle the fleet's writes are spread over (zero:
+    /// no spread).
+    pub window: Duration,
+    /// This node's place in each cycle: a change is written at the next time the wall clock
+    /// is this far into a cycle.
     pub offset: Duration,
 }
 
@@ -164,6 +169,7 @@ impl Pacing {
     pub fn for_node(node: &str, spread: Duration) -> Pacing {
         Pacing {
             interval: WRITE_INTERVAL,
+            window: spread,
             offset: spread_offset(node, spread),
         }
     }
@@ -181,9 +187,40 @@ pub fn spread_offset(node: &str, spread: Duration) -> Duration {
     Duration::from_millis(hash % window)
 }
 
+/// The fleet's shared time: the wall clock (every node's is kept near the others' by NTP) read
+/// once, then carried forward on the monotonic clock, so cycles of the spread line up across
+/// nodes while the writer's waits stay monotonic.
+#[derive(Clone, Copy, Debug)]
+pub struct WallAnchor {
+    /// A monotonic instant ...
+    pub at: Instant,
+    /// ... and the wall clock then, in milliseconds since the Unix epoch.
+    pub wall_ms: u64,
+}
+
+impl WallAnchor {
+    /// Now, on both clocks.
+    pub fn now() -> WallAnchor {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        WallAnchor {
+            at: Instant::now(),
+            wall_ms: u64::try_from(wall.as_millis()).unwrap_or_default(),
+        }
+    }
+
+    /// The wall clock's milliseconds at `at`.
+    fn wall_ms_at(&self, at: Instant) -> u64 {
+        let since = u64::try_from(at.saturating_duration_since(self.at).as_millis()).unwrap_or(0);
+        self.wall_ms.saturating_add(since)
+    }
+}
+
 /// Paces the writer's rounds (see the module's documentation).
 pub struct Pacer {
     pacing: Pacing,
+    anchor: WallAnchor,
     /// When the last round was tried.
     last_attempt: Option<Instant>,
     /// The `seq` of the report the last round wrote (or tried to).
@@ -193,13 +230,27 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    pub fn new(pacing: Pacing) -> Pacer {
+    pub fn new(pacing: Pacing, anchor: WallAnchor) -> Pacer {
         Pacer {
             pacing,
+            anchor,
             last_attempt: None,
             attempted_seq: 0,
             started: false,
         }
+    }
+
+    /// This node's first slot at or after `at`: the time the wall clock is `offset` into a
+    /// cycle of `window`. Every node writes at most once a cycle, each at its own place, so a
+    /// fleet's writes come at about N / window a second however often the config changes.
+    pub fn slot_at_or_after(&self, at: Instant) -> Instant {
+        let window = u64::try_from(self.pacing.window.as_millis()).unwrap_or(u64::MAX);
+        if window == 0 {
+            return at;
+        }
+        let offset = u64::try_from(self.pacing.offset.as_millis()).unwrap_or(0) % window;
+        let phase = self.anchor.wall_ms_at(at) % window;
+        at + Duration::from_millis((offset + window - phase) % window)
     }
 
     /// A round was tried at `at` with `report`.
@@ -232,7 +283,7 @@ impl Pacer {
         if unwritten && !self.started {
             return since;
         }
-        (since + self.pacing.offset).max(paced)
+        self.slot_at_or_after(since.max(paced))
     }
 
     /// Waits until the next round is due: after a success, for a new state and then its
@@ -547,7 +598,7 @@ impl Writer {
             }
         };
         let mut on_node = OnNode::default();
-        let mut pacer = Pacer::new(self.pacing);
+        let mut pacer = Pacer::new(self.pacing, WallAnchor::now());
         loop {
             let report = self.reports.borrow_and_update().clone();
             let result = self.write(&client, &mut on_node, report.as_ref()).await;

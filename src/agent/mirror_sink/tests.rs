@@ -201,7 +201,7 @@ fn report(seq: u64, urgent: bool) -> Report {
 async fn rounds_under(pacing: Pacing, edits: u64, every: Duration) -> Vec<Duration> {
     let start = Instant::now();
     let (tx, mut rx) = watch::channel(None);
-    let mut pacer = Pacer::new(pacing);
+    let mut pacer = Pacer::new(pacing, WallAnchor::now());
     // The first state, written at once (the first write at start).
     tx.send_replace(Some(report(1, false)));
     let editor = tokio::spawn(async move {
@@ -236,6 +236,7 @@ async fn an_edit_storm_makes_one_round_per_interval_with_the_latest_state() {
     // 20 edits/s for 10 s, every node writing at once (no spread).
     let pacing = Pacing {
         interval: WRITE_INTERVAL,
+        window: Duration::ZERO,
         offset: Duration::ZERO,
     };
     let rounds = rounds_under(pacing, 200, Duration::from_millis(50)).await;
@@ -247,13 +248,19 @@ async fn an_edit_storm_makes_one_round_per_interval_with_the_latest_state() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_change_waits_the_nodes_share_of_the_spread_but_a_stop_does_not() {
+async fn a_change_waits_the_nodes_slot_in_the_spread_but_a_stop_does_not() {
     let pacing = Pacing {
         interval: WRITE_INTERVAL,
+        window: Duration::from_secs(30),
         offset: Duration::from_secs(17),
     };
     let (tx, mut rx) = watch::channel(None);
-    let mut pacer = Pacer::new(pacing);
+    // The wall clock at a cycle's start when the test starts.
+    let anchor = WallAnchor {
+        at: Instant::now(),
+        wall_ms: 1_800_000_000_000 / 30_000 * 30_000,
+    };
+    let mut pacer = Pacer::new(pacing, anchor);
     // The Node read at start, with nothing to write yet (the API not listed).
     pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
     // The first state, a second later: at once.
@@ -267,16 +274,41 @@ async fn a_change_waits_the_nodes_share_of_the_spread_but_a_stop_does_not() {
         "the first write at start waits nothing"
     );
     pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
-    // A change a minute later waits its 17 s.
+    // A change 61 s in (1 s into a cycle) waits for its slot, 17 s into the cycle: 16 s.
     tokio::time::sleep(Duration::from_secs(60)).await;
     let changed = Instant::now();
     tx.send_replace(Some(report(2, false)));
     pacer.wait(&mut rx, None).await.expect("open");
-    assert_eq!(changed.elapsed(), Duration::from_secs(17));
+    assert_eq!(changed.elapsed(), Duration::from_secs(16));
+    // Changes every second after it are written once a cycle, each at the slot.
     pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    let mut written = vec![anchor.at.elapsed()];
+    for seq in 3..6 {
+        let editor = tx.clone();
+        let waiting = tokio::spawn(async move {
+            for n in 0..40 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                editor.send_replace(Some(report(seq * 100 + n, false)));
+            }
+        });
+        pacer.wait(&mut rx, None).await.expect("open");
+        written.push(anchor.at.elapsed());
+        pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+        waiting.abort();
+    }
+    assert!(
+        written.iter().all(|at| at.as_secs() % 30 == 17),
+        "each at the slot: {written:?}"
+    );
+    assert!(
+        written
+            .windows(2)
+            .all(|pair| pair[1] - pair[0] == Duration::from_secs(30)),
+        "once a cycle: {written:?}"
+    );
     // A stop's NotReady, right after: at once, interval or not.
     let stopping = Instant::now();
-    tx.send_replace(Some(report(3, true)));
+    tx.send_replace(Some(report(1000, true)));
     pacer.wait(&mut rx, None).await.expect("open");
     assert_eq!(stopping.elapsed(), Duration::ZERO);
     pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
