@@ -141,7 +141,9 @@ const LONG_VERSION: &str = concat!(
     long_about = LONG_ABOUT,
     after_help = after_help(&docs::MAIN),
     arg_required_else_help = true,
-    propagate_version = true
+    propagate_version = true,
+    // Help wraps at the terminal's width, but no wider than reads well.
+    max_term_width = 100
 )]
 pub struct Cli {
     /// Print the applet names, one per line, and exit
@@ -381,10 +383,11 @@ pub struct AgentArgs {
     )]
     pub node_status: bool,
 
-    /// With --config-source=api: a status write after a change waits up to this long, a
-    /// fixed share of it per node (a hash of the node name), so a fleet-wide edit spreads
-    /// the writes (5,000 nodes over 30s: about 170 writes/s); 0 writes at once. The rules
-    /// never wait
+    /// With --config-source=api: status writes come in cycles of this length on the wall
+    /// clock, each node at its own place in the cycle (a hash of the node name) and at most
+    /// once a cycle, so a fleet's writes are spread whatever the edit rate (5,000 nodes over
+    /// 30s: about 170 writes/s); a write after a change waits for the node's place, at most
+    /// this long; 0 writes at once. The rules never wait
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_fleet_duration)]
     pub status_spread: crate::config::GoDuration,
     /// With --config-source=api: when the API has not answered for an input (the ConfigMaps,

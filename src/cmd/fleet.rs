@@ -629,7 +629,10 @@ fn to_text(rows: &[NodeRow], style: &Styler) -> String {
     out.push('\n');
     let total = thousands(rows.len());
     let summary = if behind.is_empty() {
-        style.success(&format!("all {total} nodes in sync"))
+        style.success(&match rows.len() {
+            1 => "the 1 node in sync".to_string(),
+            _ => format!("all {total} nodes in sync"),
+        })
     } else {
         style.warning(&format!(
             "{total} nodes: {} in sync, {} not",

@@ -357,8 +357,37 @@ enum Input {
     Merged(PathBuf),
 }
 
+/// How deep `validate DIR` looks into subfolders (a repository's `k8s/prod/...`).
+const MAX_DIRECTORY_DEPTH: usize = 16;
+
+/// The regular files under `dir` and its subfolders, into `paths`: dot-files and dot-folders
+/// skipped (a mounted ConfigMap volume's `..data` and timestamped folders hold the same files
+/// as its top level), a symlink to a file followed (a mounted key is one), a symlink to a
+/// folder not (no loop), at most [`MAX_DIRECTORY_DEPTH`] folders deep. Err: the folder that
+/// could not be read.
+fn files_under(
+    dir: &Path,
+    depth: usize,
+    paths: &mut Vec<PathBuf>,
+) -> Result<(), (PathBuf, std::io::Error)> {
+    let entries = std::fs::read_dir(dir).map_err(|err| (dir.to_path_buf(), err))?;
+    for entry in entries.filter_map(Result::ok) {
+        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let path = entry.path();
+        let is_real_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if is_real_dir && depth < MAX_DIRECTORY_DEPTH {
+            files_under(&path, depth + 1, paths)?;
+        } else if !is_real_dir && path.is_file() {
+            paths.push(path);
+        }
+    }
+    Ok(())
+}
+
 /// The inputs named on the command line: the default path when none, directories expanded to
-/// their regular files (sorted, dot-files skipped).
+/// the regular files in them and their subfolders (sorted, dot-files skipped).
 fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, ReadError)>> {
     if files.is_empty() {
         return vec![Ok(Input::File {
@@ -378,18 +407,9 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
             continue;
         }
         if file.is_dir() {
-            match std::fs::read_dir(file) {
-                Ok(entries) => {
-                    let mut paths: Vec<PathBuf> = entries
-                        .filter_map(Result::ok)
-                        .map(|e| e.path())
-                        .filter(|p| {
-                            p.is_file()
-                                && !p
-                                    .file_name()
-                                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-                        })
-                        .collect();
+            let mut paths = Vec::new();
+            match files_under(file, 0, &mut paths) {
+                Ok(()) => {
                     paths.sort();
                     inputs.extend(paths.into_iter().map(|path| {
                         Ok(Input::File {
@@ -399,12 +419,9 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
                         })
                     }));
                 }
-                Err(err) => inputs.push(Err((
-                    file.display().to_string(),
-                    ReadError::Other {
-                        path: file.clone(),
-                        source: err,
-                    },
+                Err((path, err)) => inputs.push(Err((
+                    path.display().to_string(),
+                    ReadError::Other { path, source: err },
                 ))),
             }
             continue;

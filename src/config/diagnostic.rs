@@ -160,7 +160,7 @@ codes! {
         "delete the earlier entry";
     ExtraDocument = "extra-document", Warning,
         "more than one YAML document; only the first is read",
-        "remove the --- separator and what follows it, or merge the documents";
+        "delete from the `---` or `...` that ends the first document to the end of the file, or merge the documents";
     Yaml11Boolean = "yaml11-boolean", Warning,
         "a YAML 1.1 boolean such as yes or on",
         "write true or false";

@@ -19,7 +19,9 @@ pub const CONFIGMAP_NAME: &str = "ip-masq-agent";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     /// Every ConfigMap with a `config` or `ip-masq*` key: a file named on the command line (or
-    /// stdin) is said to hold the agent's ConfigMap, whatever its name.
+    /// stdin) is said to hold the agent's ConfigMap, whatever its name; but a stream that
+    /// holds one of the agent's own ([`is_agents_configmap`]) is judged on those alone, as
+    /// [`Scope::AgentsOnly`] (a `kubectl kustomize` stream holds other applications' too).
     Named,
     /// Only the agent's own ([`is_agents_configmap`]): a directory of a repository holds other
     /// applications' ConfigMaps too, which are none of ours to judge.
@@ -292,6 +294,13 @@ pub fn read_manifest(
     scope: Scope,
 ) -> Result<Manifest, Diagnostic> {
     let documents = &stream.documents[..];
+    // A stream that holds one of the agent's own ConfigMaps (`kubectl kustomize` of an
+    // overlay holds other applications' too) is judged on the agent's alone, as a directory.
+    let scope = if scope == Scope::Named && holds_agents_configmap(documents) {
+        Scope::AgentsOnly
+    } else {
+        scope
+    };
     let mut manifest = Manifest {
         config_maps: Vec::new(),
         parts: Vec::new(),
@@ -335,6 +344,19 @@ pub fn read_manifest(
         .hint("pass the agent's config file, or the manifest holding its ConfigMap"));
     }
     Ok(manifest)
+}
+
+/// Whether any document of a stream holds one of the agent's own ConfigMaps
+/// ([`is_agents_configmap`]).
+fn holds_agents_configmap(documents: &[YamlNode]) -> bool {
+    documents.iter().any(|doc| {
+        let mut objects = Vec::new();
+        collect_objects(doc, &mut objects);
+        objects.into_iter().any(|object| {
+            object.get("kind").and_then(YamlNode::as_str) == Some("ConfigMap")
+                && is_agents_configmap(object)
+        })
+    })
 }
 
 /// One ConfigMap of a manifest, being read.

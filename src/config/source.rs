@@ -321,6 +321,16 @@ pub fn read_limited(reader: impl Read, path: &Path) -> Result<ConfigText, ReadEr
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(ReadError::TooLarge(path.to_path_buf()));
     }
+    // UTF-16 with a byte order mark (what PowerShell 5's `Out-File` writes) is read as
+    // yaml.v2 reads it: decoded, its BOM kept as the first character, as a UTF-8 file's is.
+    if let Some(text) = utf16_with_bom(&bytes) {
+        return text
+            .map(|text| ConfigText { text })
+            .map_err(|offset| ReadError::NotUtf8 {
+                path: path.to_path_buf(),
+                offset,
+            });
+    }
     // A UTF-8 byte order mark stays: upstream decides JSON or YAML on the bytes as they are
     // (a BOM is not white space, so `\u{FEFF}{` is YAML there), and the YAML parser drops it
     // as yaml.v2 does.
@@ -331,9 +341,71 @@ pub fn read_limited(reader: impl Read, path: &Path) -> Result<ConfigText, ReadEr
     Ok(ConfigText { text })
 }
 
+/// The text of `bytes` if they start with a UTF-16 byte order mark (little- or big-endian):
+/// Ok with the decoded text (its BOM the first character), or Err with the byte offset of the
+/// first unit that is not UTF-16 (a lone surrogate, an odd last byte). None: not UTF-16.
+fn utf16_with_bom(bytes: &[u8]) -> Option<Result<String, usize>> {
+    let little = match bytes {
+        [0xFF, 0xFE, ..] => true,
+        [0xFE, 0xFF, ..] => false,
+        _ => return None,
+    };
+    let units = bytes.chunks(2).map(|pair| match (pair, little) {
+        ([low, high], true) | ([high, low], false) => Some(u16::from_le_bytes([*low, *high])),
+        _ => None,
+    });
+    let mut text = String::with_capacity(bytes.len() / 2);
+    let mut offset = 0;
+    let mut pending = Vec::new();
+    for unit in units {
+        let Some(unit) = unit else {
+            return Some(Err(offset));
+        };
+        pending.push(unit);
+        match char::decode_utf16(pending.iter().copied()).next() {
+            Some(Ok(c)) => {
+                text.push(c);
+                offset += 2 * pending.len();
+                pending.clear();
+            }
+            // A high surrogate waits for its low half.
+            Some(Err(_)) if pending.len() == 1 && (0xD800..0xDC00).contains(&unit) => {}
+            _ => return Some(Err(offset)),
+        }
+    }
+    if pending.is_empty() {
+        Some(Ok(text))
+    } else {
+        Some(Err(offset))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utf16_with_a_byte_order_mark_is_read_as_yaml_v2_reads_it() {
+        let text = "\u{feff}nonMasqueradeCIDRs: [10.0.0.0/8] # 🙂\n";
+        let le: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let be: Vec<u8> = text.encode_utf16().flat_map(u16::to_be_bytes).collect();
+        for bytes in [le, be] {
+            let read = read_limited(&bytes[..], Path::new("c")).unwrap();
+            assert_eq!(read.text, text);
+        }
+        let mut odd: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        odd.push(b'x');
+        let err = read_limited(&odd[..], Path::new("c")).unwrap_err();
+        assert!(matches!(err, ReadError::NotUtf8 { .. }), "{err}");
+        // A lone high surrogate, then an ASCII unit.
+        let lone = [0xFF, 0xFE, 0x61, 0x00, 0x00, 0xD8, 0x62, 0x00];
+        let err = read_limited(&lone[..], Path::new("c")).unwrap_err();
+        assert!(matches!(err, ReadError::NotUtf8 { offset: 4, .. }), "{err}");
+        assert!(
+            utf16_with_bom(b"a: 1\n").is_none(),
+            "UTF-8 is not looked at"
+        );
+    }
 
     fn scratch(name: &str) -> PathBuf {
         let dir =

@@ -224,7 +224,7 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
             read_events(socket, queue, &reader_stats, &reader_stopping)
         })?;
     info!(
-        log = ?options.log,
+        log = %options.log.as_ref().map_or_else(|| "none".to_string(), ToString::to_string),
         max_size = options.rotation.max_size,
         keep = options.rotation.keep,
         tracked_at_most = sizing.tracked_flows,
@@ -505,7 +505,7 @@ impl Sink {
         match log.follow_path() {
             Ok(false) => {}
             Ok(true) => info!(
-                log = ?self.destination,
+                log = %self.destination,
                 "the SNAT log's file was removed or renamed by someone else: writing to a new file at its path (the old one is left as it is)"
             ),
             Err(err) => {
@@ -525,13 +525,13 @@ impl Sink {
         match LogWriter::open(self.destination.clone(), self.rotation) {
             Ok(log) => {
                 if self.open_errors.said_at.is_some() {
-                    info!(log = ?self.destination, "the SNAT log is open: its lines are written from now on");
+                    info!(log = %self.destination, "the SNAT log is open: its lines are written from now on");
                 }
                 self.log = Some(log);
             }
             Err(err) => {
                 if let Some(tries) = self.open_errors.count() {
-                    error!(error = %err, tries, "cannot open the SNAT log: its lines are not written (counted in ipmasq_snat_log_write_errors_total) and it is tried again twice a second; the masquerade goes on");
+                    error!(log = %self.destination, error = %err, tries, "cannot open the SNAT log: its lines are not written (counted in ipmasq_snat_log_write_errors_total) and it is tried again twice a second; the masquerade goes on");
                 }
             }
         }

@@ -42,6 +42,16 @@ impl Destination {
     }
 }
 
+impl std::fmt::Display for Destination {
+    /// As `--snat-log` takes it: `-` for standard output, else the file's path.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Stdout => f.write_str("-"),
+            Destination::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// When the live file is rotated, and how many rotated files are kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rotation {

@@ -338,3 +338,61 @@ fn unknown_key_says_that_the_defaults_apply() {
         "the default applies, as the message says"
     );
 }
+
+/// `validate DIR` looks into subfolders (a repository's manifests under `k8s/prod/`), as the
+/// guide's CI command expects: before, "0 configs checked" and exit 0 for a broken config two
+/// folders down. Dot-folders (a mounted volume's `..data`) and symlinked folders are not read.
+#[test]
+fn a_directory_is_read_with_its_subfolders() {
+    let dir = Scratch::new("ci-subfolders");
+    std::fs::create_dir_all(dir.path.join("k8s/prod")).unwrap();
+    std::fs::create_dir_all(dir.path.join("k8s/staging")).unwrap();
+    std::fs::create_dir_all(dir.path.join(".git")).unwrap();
+    dir.write("k8s/prod/ip-masq-agent.yaml", AGENT_CONFIGMAP);
+    dir.write(
+        "k8s/staging/ip-masq-agent.yaml",
+        &AGENT_CONFIGMAP.replace("10.0.0.0/8", "10.0.0.0/33"),
+    );
+    dir.write(".git/ip-masq-agent.yaml", "- not a mapping\n");
+    std::os::unix::fs::symlink(dir.path.join("k8s"), dir.path.join("loop")).unwrap();
+    let run = ipmasq(&["validate", "--no-node-checks", dir.path_str()]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("2 configs checked: 1 valid, 1 invalid"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("k8s/staging/ip-masq-agent.yaml"),
+        "{}",
+        run.stdout
+    );
+    for absent in [".git", "loop/"] {
+        assert!(!run.stdout.contains(absent), "{absent}: {}", run.stdout);
+    }
+}
+
+/// A stream from `kubectl kustomize` holds other applications' ConfigMaps beside the agent's:
+/// `validate -` and `validate FILE` judge the agent's alone, as `validate DIR` does (before,
+/// nginx's `config` key made the stream invalid, exit 1). A file whose ConfigMap is not named
+/// as the agent's is still taken as the agent's when nothing else in it is.
+#[test]
+fn a_kustomize_stream_is_judged_on_the_agents_configmap_alone() {
+    let dir = Scratch::new("ci-kustomize");
+    let stream = format!("{NGINX}---\n{DEPLOYMENT}---\n{AGENT_CONFIGMAP}");
+    let file = dir.write("built.yaml", &stream);
+    let piped = crate::util::ipmasq_with_stdin(&["validate", "--no-node-checks", "-"], &stream);
+    assert_eq!(piped.code, 0, "{}{}", piped.stdout, piped.stderr);
+    let named = ipmasq(&["validate", "--no-node-checks", file.to_str().unwrap()]);
+    assert_eq!(named.code, 0, "{}{}", named.stdout, named.stderr);
+    for run in [&piped, &named] {
+        assert!(!run.stdout.contains("nginx"), "{}", run.stdout);
+    }
+    let alone = dir.write(
+        "renamed.yaml",
+        &AGENT_CONFIGMAP.replace("name: ip-masq-agent", "name: egress"),
+    );
+    let run = ipmasq(&["validate", "--no-node-checks", alone.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(run.stdout.contains("valid"), "{}", run.stdout);
+}

@@ -61,7 +61,10 @@ pub fn check_parsed(text: &str, parsed: &Result<Stream, YamlError>, options: &Op
                 format!("only the first YAML document is read; {more} more ignored"),
             )
             .at(second)
-            .hint("remove the `---` separator and everything after it, or merge the documents"),
+            .hint(format!(
+                "the agent reads only what comes before line {}: delete from the `---` or `...` that ends the first document to the end of the file, or merge the documents",
+                second.line
+            )),
         );
     }
     if let Some(err) = &stream.trailing_error {

@@ -236,6 +236,16 @@ fn only_the_first_document_counts() {
     assert!(config.masq_link_local);
     assert_eq!(codes(&diags), [Code::ExtraDocument]);
     assert_eq!(diags[0].location.unwrap().line, 3);
+    // A file that starts with `---` and ends its first document with `...`: the hint names
+    // the end marker, not the leading separator (deleting from that would delete it all).
+    let (config, diags) = ok("---\nmasqLinkLocal: true\n...\nmasqLinkLocal: false\n", &V4);
+    assert!(config.masq_link_local);
+    assert_eq!(diags[0].location.unwrap().line, 4);
+    let hint = diags[0].hint.as_deref().unwrap();
+    assert!(
+        hint.contains("before line 4") && hint.contains("`...`"),
+        "{hint}"
+    );
     // A broken later document does not reject the first.
     let (config, diags) = ok("masqLinkLocal: true\n---\n[unclosed\n", &V4);
     assert!(config.masq_link_local);
