@@ -8,8 +8,10 @@
 //! every [`WRITE_INTERVAL`] whatever the edit rate, the state written being the latest; a
 //! change waits for this node's slot in cycles of `--status-spread` on the wall clock (its
 //! place in each cycle a hash of its name), so each node writes at most once a cycle and a
-//! fleet's writes come at about N / window a second however often the config changes; an Event with the same words is not created
-//! again within [`EVENT_REPEAT`]. Two writes do not wait: the first at start (starts are
+//! fleet's writes come at about N / window a second however often the config changes; an
+//! Event with the same words is not created again within [`EVENT_REPEAT`], and a rejected
+//! config replaced by a later state before the round still gets its Event. Two writes do not
+//! wait: the first at start (starts are
 //! already paced by the DaemonSet's rollout, a restart into the same state writes nothing,
 //! and the word a restart finds may be its predecessor's, to be put right), and the
 //! `NotReady` of a stop (it must land within the stop deadline). The rules never wait for any
@@ -59,6 +61,13 @@ pub struct Report {
 }
 
 impl Report {
+    /// The diagnostic of a rejected config, the Event's message (None: not a rejection).
+    pub fn rejection_diagnostic(&self) -> Option<&str> {
+        self.diagnostic
+            .as_deref()
+            .filter(|_| self.status.outcome == Outcome::Rejected)
+    }
+
     /// The same state but for the time of the pass (and the count).
     fn same_state(&self, other: &Report) -> bool {
         let time_free = |r: &Report| {
@@ -227,6 +236,9 @@ pub struct Pacer {
     attempted_seq: u64,
     /// A report was written (or tried) since the start: the next ones are paced.
     started: bool,
+    /// The last rejected config seen while waiting, though a later state replaced it before
+    /// the round: its Event is still created (the condition says only the latest state).
+    rejected_meanwhile: Option<Report>,
 }
 
 impl Pacer {
@@ -237,6 +249,26 @@ impl Pacer {
             last_attempt: None,
             attempted_seq: 0,
             started: false,
+            rejected_meanwhile: None,
+        }
+    }
+
+    /// The rejected config seen since the last round, if any (taken: the round says it).
+    pub fn take_rejected_meanwhile(&mut self) -> Option<Report> {
+        self.rejected_meanwhile.take()
+    }
+
+    /// Gives back a rejection a failed round could not say, unless a newer one was seen.
+    pub fn keep_rejected_meanwhile(&mut self, report: Option<Report>) {
+        if self.rejected_meanwhile.is_none() {
+            self.rejected_meanwhile = report;
+        }
+    }
+
+    /// Notes the state now in the channel, if it is a rejected config.
+    fn saw(&mut self, latest: Option<&Report>) {
+        if let Some(report) = latest.filter(|r| r.rejection_diagnostic().is_some()) {
+            self.rejected_meanwhile = Some(report.clone());
         }
     }
 
@@ -289,7 +321,7 @@ impl Pacer {
     /// Waits until the next round is due: after a success, for a new state and then its
     /// time; after a failure (`retry_at`), for the retry's time. Err when the agent stops.
     pub async fn wait(
-        &self,
+        &mut self,
         reports: &mut watch::Receiver<Option<Report>>,
         retry_at: Option<Instant>,
     ) -> Result<(), watch::error::RecvError> {
@@ -301,7 +333,9 @@ impl Pacer {
             }
         };
         loop {
-            let due = self.due(reports.borrow().as_ref(), since, retry_at);
+            let latest = reports.borrow().clone();
+            self.saw(latest.as_ref());
+            let due = self.due(latest.as_ref(), since, retry_at);
             tokio::select! {
                 () = tokio::time::sleep_until(due) => return Ok(()),
                 changed = reports.changed() => changed?,
@@ -601,7 +635,13 @@ impl Writer {
         let mut pacer = Pacer::new(self.pacing, WallAnchor::now());
         loop {
             let report = self.reports.borrow_and_update().clone();
-            let result = self.write(&client, &mut on_node, report.as_ref()).await;
+            let meanwhile = pacer.take_rejected_meanwhile();
+            let result = self
+                .write(&client, &mut on_node, report.as_ref(), meanwhile.as_ref())
+                .await;
+            if result.is_err() {
+                pacer.keep_rejected_meanwhile(meanwhile);
+            }
             pacer.attempted(Instant::now(), report.as_ref());
             let retry_at = match result {
                 Ok(()) => {
@@ -626,12 +666,14 @@ impl Writer {
     }
 
     /// Reads the Node once, then writes `report` (if any) where the Node says otherwise, and
-    /// the Event of a rejection not yet reported.
+    /// the Event of a rejection not yet reported: `report`'s, or else one seen `meanwhile` (a
+    /// rejected config a later state replaced before this round).
     async fn write(
         &self,
         client: &kube::Client,
         on_node: &mut OnNode,
         report: Option<&Report>,
+        meanwhile: Option<&Report>,
     ) -> Result<(), mirror::MirrorError> {
         // Read the Node at start, and again when it was registered again (a new uid: a new
         // object, without our condition).
@@ -673,12 +715,27 @@ impl Writer {
                 "the Node's condition written"
             );
         }
-        let Some(diagnostic) = report
-            .diagnostic
-            .as_ref()
-            .filter(|_| report.status.outcome == Outcome::Rejected)
-        else {
-            on_node.event_for = None;
+        if report.rejection_diagnostic().is_some() {
+            return self.say_rejected(client, on_node, report, true).await;
+        }
+        on_node.event_for = None;
+        match meanwhile {
+            Some(rejected) => self.say_rejected(client, on_node, rejected, false).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Creates the Event of the rejected config `report` unless one with its words was made
+    /// for the condition in force or within [`EVENT_REPEAT`]; `current`: the condition says
+    /// this rejection.
+    async fn say_rejected(
+        &self,
+        client: &kube::Client,
+        on_node: &mut OnNode,
+        report: &Report,
+        current: bool,
+    ) -> Result<(), mirror::MirrorError> {
+        let Some(diagnostic) = report.rejection_diagnostic() else {
             return Ok(());
         };
         let key = Message::of(&report.status).words;
@@ -700,7 +757,9 @@ impl Writer {
                 Err(err) => return Err(err),
             }
             on_node.event_created(key.clone(), Instant::now());
-            on_node.event_for = Some(key);
+            if current {
+                on_node.event_for = Some(key);
+            }
         }
         Ok(())
     }

@@ -1,8 +1,8 @@
 //! How old the agent's view of each API input is: when the API last answered a request for
-//! that input (a LIST page, a GET, the start of a watch, each of its renewals, each event or
-//! bookmark it delivers; a `404` of a CRD that is not served is an answer), kept by a layer of
-//! the client's stack, because kube-runtime's watcher keeps bookmarks and watch renewals to
-//! itself.
+//! that input (a LIST page or a GET once its body is whole: a list cut off on the way is no
+//! answer; the start of a watch, each of its renewals, each event or bookmark it delivers; a
+//! `404` of a CRD that is not served is an answer), kept by a layer of the client's stack,
+//! because kube-runtime's watcher keeps bookmarks and watch renewals to itself.
 //!
 //! A healthy idle watch hears a bookmark about once a minute (Kubernetes 1.27 and later) or is
 //! renewed after [`super::READ_TIMEOUT`] of silence (earlier servers send none), so a healthy
@@ -194,6 +194,7 @@ where
 
     fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
         let input = Input::of_path(request.uri().path());
+        let watch = is_watch(request.uri());
         let answer = self.inner.call(request);
         let clock = self.clock.clone();
         Box::pin(async move {
@@ -205,23 +206,38 @@ where
             let answered = status.is_success()
                 || status == http::StatusCode::NOT_FOUND
                 || status == http::StatusCode::GONE;
+            // A watch is an answer once it starts, and each event or bookmark again; any other
+            // answer once its body is whole (a list cut off on the way is no answer).
             let noted = input.filter(|_| answered).map(|input| {
-                clock.heard(input);
+                if watch {
+                    clock.heard(input);
+                }
                 (clock, input)
             });
             Ok(response.map(|body| Noted {
                 inner: Box::pin(body),
                 noted,
+                each_frame: watch,
             }))
         })
     }
 }
 
-/// An answer's body that notes each frame it delivers (a watch's events and bookmarks) as
-/// the API answering for its input: a healthy watch keeps the view young between renewals.
+/// Whether a request is a watch (`watch=true` in its query).
+pub fn is_watch(uri: &http::Uri) -> bool {
+    uri.query()
+        .unwrap_or_default()
+        .split('&')
+        .any(|pair| pair == "watch=true" || pair == "watch=1")
+}
+
+/// An answer's body that notes the API answering for its input: a watch's each frame (its
+/// events and bookmarks: a healthy watch keeps the view young between renewals), any other
+/// answer's end.
 pub struct Noted<B> {
     inner: std::pin::Pin<Box<B>>,
     noted: Option<(ApiClock, Input)>,
+    each_frame: bool,
 }
 
 impl<B: http_body::Body> http_body::Body for Noted<B> {
@@ -234,8 +250,12 @@ impl<B: http_body::Body> http_body::Body for Noted<B> {
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
         let polled = this.inner.as_mut().poll_frame(cx);
-        if let (Poll::Ready(Some(Ok(_))), Some((clock, input))) = (&polled, &this.noted) {
-            clock.heard(*input);
+        if let Some((clock, input)) = &this.noted {
+            match &polled {
+                Poll::Ready(Some(Ok(_))) if this.each_frame => clock.heard(*input),
+                Poll::Ready(None) => clock.heard(*input),
+                _ => {}
+            }
         }
         polled
     }

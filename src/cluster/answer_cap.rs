@@ -35,11 +35,7 @@ type Boxed<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 fn capped(request: &http::Request<kube::client::Body>) -> bool {
     let uri = request.uri();
     super::age::Input::of_path(uri.path()) == Some(super::age::Input::EgressNatPolicy)
-        && !uri
-            .query()
-            .unwrap_or_default()
-            .split('&')
-            .any(|pair| pair == "watch=true" || pair == "watch=1")
+        && !super::age::is_watch(uri)
 }
 
 impl<S, B> tower::Service<http::Request<kube::client::Body>> for AnswerCap<S>
@@ -142,5 +138,39 @@ mod tests {
         );
         let other: Box<dyn std::error::Error> = "connection refused".into();
         assert!(!cut_off(&*other));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_list_cut_off_is_no_answer_for_the_view_and_a_whole_one_is_once_read() {
+        use super::super::age::{ApiClock, HeardLayer, Input};
+        let clock = ApiClock::default();
+        let capped = AnswerCapLayer { bytes: 64 }.layer(HundredBytes);
+        let mut service = HeardLayer {
+            clock: clock.clone(),
+        }
+        .layer(capped);
+        let ten = std::time::Duration::from_secs(10);
+        tokio::time::advance(ten).await;
+        let now = tokio::time::Instant::now;
+        let cut = service
+            .call(request("/apis/networking.gke.io/v1/egressnatpolicies"))
+            .await
+            .unwrap();
+        assert!(cut.into_body().collect().await.is_err());
+        assert_eq!(clock.age(Input::EgressNatPolicy, now()), ten);
+        let whole = service
+            .call(request("/api/v1/namespaces/kube-system/configmaps/x"))
+            .await
+            .unwrap();
+        assert_eq!(
+            clock.age(Input::ConfigMap, now()),
+            ten,
+            "not before it is read"
+        );
+        whole.into_body().collect().await.unwrap();
+        assert_eq!(
+            clock.age(Input::ConfigMap, now()),
+            std::time::Duration::ZERO
+        );
     }
 }

@@ -11,7 +11,7 @@
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PartialObjectMeta;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use std::sync::{Arc, Mutex};
@@ -325,19 +325,20 @@ pub fn is_base_or_pool(target: &ConfigMapRef, metadata: &kube::api::ObjectMeta) 
             }))
 }
 
-/// Only the base and the pools reach the metadata store: the namespace's other ConfigMaps
-/// in a list are dropped, and an update that makes a ConfigMap neither (its annotation
-/// removed, or any other ConfigMap's update) is a deletion to the store (of nothing, for one
-/// it never held).
+/// Only the base and the pools reach the metadata store (`held`): the namespace's other
+/// ConfigMaps are dropped, so their updates wake nothing, and an update that makes one the
+/// store holds neither (its annotation removed) is its deletion.
 fn only_base_and_pools(
     target: &ConfigMapRef,
+    held: &Store<PartialObjectMeta<ConfigMap>>,
     event: Event<PartialObjectMeta<ConfigMap>>,
 ) -> Option<Event<PartialObjectMeta<ConfigMap>>> {
     match event {
         Event::InitApply(object) if !is_base_or_pool(target, &object.metadata) => None,
-        Event::Apply(object) if !is_base_or_pool(target, &object.metadata) => {
-            Some(Event::Delete(object))
-        }
+        Event::Apply(object) if !is_base_or_pool(target, &object.metadata) => held
+            .get(&ObjectRef::from_obj(&object))
+            .map(|_| Event::Delete(object)),
+        Event::Delete(object) if held.get(&ObjectRef::from_obj(&object)).is_none() => None,
         event => Some(event),
     }
 }
@@ -491,12 +492,12 @@ pub async fn watch(
     let metadata: kube::Api<PartialObjectMeta<ConfigMap>> =
         kube::Api::namespaced(api.clone().into_client(), &target.namespace);
     let (store, writer) = reflector::store();
-    let only_ours = target.clone();
+    let (only_ours, held) = (target.clone(), store.clone());
     let events = watcher::watcher(metadata, config)
         .modify(super::without_managed_fields)
         .filter_map(move |event| {
             std::future::ready(match event {
-                Ok(event) => only_base_and_pools(&only_ours, event).map(Ok),
+                Ok(event) => only_base_and_pools(&only_ours, &held, event).map(Ok),
                 Err(err) => Some(Err(err)),
             })
         });
@@ -538,6 +539,10 @@ pub async fn watch(
                 }
             },
             () = retry => {}
+        }
+        // A failed GET waits for its retry: the events meanwhile change what it will read.
+        if retry_at.is_some_and(|at| at > tokio::time::Instant::now()) {
+            continue;
         }
         if let Err(failure) = fetch_stale(&api, &mut tracker, &feed).await {
             let wait = fetch_backoff.after(
@@ -788,7 +793,8 @@ mod tests {
 
         /// Takes in one event; whether it settled (the loop then reads and publishes).
         fn note(&mut self, event: Event<PartialObjectMeta<ConfigMap>>) -> bool {
-            let Some(event) = only_base_and_pools(&self.target, event) else {
+            let held = self.writer.as_reader();
+            let Some(event) = only_base_and_pools(&self.target, &held, event) else {
                 return false;
             };
             self.writer.apply_watcher_event(&event);
@@ -836,11 +842,12 @@ mod tests {
         let feed = feed_for(None);
         assert!(publish_listing(&feed, base, pools));
 
-        w.note(Event::Apply(metadata("kube-proxy", "20", false)));
         assert!(
-            w.tracker.stale().is_empty(),
-            "an unrelated ConfigMap: nothing to read"
+            !w.note(Event::Apply(metadata("kube-proxy", "20", false))),
+            "an unrelated ConfigMap's update is dropped: nothing wakes"
         );
+        assert!(!w.note(Event::Delete(metadata("kube-proxy", "20", false))));
+        assert!(w.tracker.stale().is_empty(), "nothing to read");
         let (base, pools) = w.tracker.complete().unwrap();
         assert!(!publish_listing(&feed, base, pools), "and nothing new");
         assert!(w.note(Event::Apply(metadata("ip-masq-agent", "9", false))));

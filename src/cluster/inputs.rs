@@ -251,8 +251,8 @@ fn text_bytes(store: &Store<EgressNatPolicyObject>) -> u64 {
 /// "listed, none" (said once), and the watcher retries. `cap` (bytes of text; None: no limit)
 /// bounds the store (which has no bound of its own), as the client bounds one list's answer: a
 /// store that holds more (listed, or grown through the watch) could not be admitted, so it is
-/// dropped before its text is handed on, refused with the reason, and listed again on the slow
-/// schedule.
+/// dropped (with its watcher and connection) before its text is handed on, refused with the
+/// reason, and listed again on the slow schedule.
 pub async fn watch_policies(
     client: kube::Client,
     cap: Option<u64>,
@@ -260,68 +260,115 @@ pub async fn watch_policies(
     wake: impl Fn() + Send,
 ) {
     let api: kube::Api<EgressNatPolicyObject> = kube::Api::all(client);
-    let mut backoff = super::backoff::ApiBackoff::default();
-    let mut said_not_served = false;
+    let mut watch = PolicyWatch {
+        cap,
+        feed,
+        wake,
+        backoff: Default::default(),
+        said_not_served: false,
+    };
     loop {
-        let (store, writer) = reflector::store();
-        let events = watcher::watcher(api.clone(), super::watcher_config())
-            .modify(super::without_managed_fields);
-        let mut events = std::pin::pin!(reflector::reflector(writer, events));
-        // Until the store outgrows the cap (then a new store, later).
-        loop {
-            let Some(event) = events.next().await else {
-                return;
-            };
+        // A store, its watcher and its connection live in this block alone: one that outgrew
+        // the cap is dropped before the wait below.
+        let outgrown = {
+            let (store, writer) = reflector::store();
+            let events = watcher::watcher(api.clone(), super::watcher_config())
+                .modify(super::without_managed_fields);
+            let mut events = std::pin::pin!(reflector::reflector(writer, events));
+            watch.take_in(&store, &mut events).await
+        };
+        if !outgrown {
+            return;
+        }
+        watch.backoff.wait(super::backoff::Failure::Answered).await;
+    }
+}
+
+/// The policy watcher's side of the feed: what it publishes to and what it remembers across
+/// stores.
+struct PolicyWatch<W> {
+    cap: Option<u64>,
+    feed: ConfigMapFeed,
+    wake: W,
+    backoff: super::backoff::ApiBackoff,
+    said_not_served: bool,
+}
+
+impl<W: Fn()> PolicyWatch<W> {
+    /// Takes in a watcher's events until it ends (false) or its store outgrows the cap (true),
+    /// publishing what the store holds after each change.
+    async fn take_in(
+        &mut self,
+        store: &Store<EgressNatPolicyObject>,
+        events: &mut (impl futures_util::Stream<Item = watcher::Result<Event<EgressNatPolicyObject>>>
+                  + Unpin),
+    ) -> bool {
+        while let Some(event) = events.next().await {
             match event {
                 Ok(event) if super::settles(&event) => {
-                    if said_not_served && matches!(event, Event::InitDone) {
+                    if self.outgrown(store) {
+                        return true;
+                    }
+                    if self.said_not_served && matches!(event, Event::InitDone) {
                         info!(
                             policies = store.len(),
                             "the EgressNATPolicy CRD is served now: its policies apply"
                         );
-                        said_not_served = false;
+                        self.said_not_served = false;
                     }
-                    let bytes = text_bytes(&store);
-                    if let Some(cap) = cap.filter(|cap| bytes > *cap) {
-                        trouble(&feed, "the EgressNATPolicies", format!("the {} EgressNATPolicies hold {bytes} bytes of text, more than this agent's memory limit allows ({cap} bytes at most); refused before they are read, the rules in force kept: raise the container's memory limit, or make the policies shorter", store.len()));
-                        break;
-                    }
-                    if publish_policies(&feed, policies_of_store(&store)) {
-                        wake();
+                    if publish_policies(&self.feed, policies_of_store(store)) {
+                        (self.wake)();
                     }
                 }
                 Ok(_) => {}
-                Err(err) if super::silent_watch(&err) => {
-                    debug!(input = "the EgressNATPolicies", silent_s = super::read_timeout().as_secs(), "a silent watch (no event, no bookmark) abandoned: watching again from its resourceVersion");
-                }
-                Err(watcher::Error::WatchError(status)) if status.code == 410 => {
-                    info!("the watch's resource version has expired (410 Gone): listing the EgressNATPolicies again");
-                }
-                Err(err) if not_served(&err) => {
-                    if !said_not_served {
-                        info!(crd = %format!("{EGRESS_NAT_PLURAL}.{}", crate::config::egress_nat::API_GROUP), "the EgressNATPolicy CRD is not served: no policy applies (looking again with a backoff: 1 s doubling to 5 minutes apart)");
-                        said_not_served = true;
-                    }
-                    if publish_policies(&feed, BTreeMap::new()) {
-                        wake();
-                    }
-                    backoff.wait(super::backoff::Failure::Answered).await;
-                }
-                Err(err) => match cut_off_reason(&err) {
-                    Some(reason) => {
-                        trouble(&feed, "the EgressNATPolicies", reason);
-                        backoff.wait(super::backoff::Failure::Answered).await;
-                    }
-                    None => {
-                        trouble(&feed, "the EgressNATPolicies", err.to_string());
-                        backoff
-                            .wait(super::backoff::Failure::of_watcher(&err))
-                            .await;
-                    }
-                },
+                Err(err) => self.failed(&err).await,
             }
         }
-        backoff.wait(super::backoff::Failure::Answered).await;
+        false
+    }
+
+    /// Whether the store holds more text than the cap (said, as the input's trouble).
+    fn outgrown(&self, store: &Store<EgressNatPolicyObject>) -> bool {
+        let bytes = text_bytes(store);
+        let Some(cap) = self.cap.filter(|cap| bytes > *cap) else {
+            return false;
+        };
+        trouble(&self.feed, "the EgressNATPolicies", format!("the {} EgressNATPolicies hold {bytes} bytes of text, more than this agent's memory limit allows ({cap} bytes at most); refused before they are read, the rules in force kept: raise the container's memory limit, or make the policies shorter", store.len()));
+        true
+    }
+
+    /// What a failed list or watch means, and the wait after it.
+    async fn failed(&mut self, err: &watcher::Error) {
+        match err {
+            err if super::silent_watch(err) => {
+                debug!(input = "the EgressNATPolicies", silent_s = super::read_timeout().as_secs(), "a silent watch (no event, no bookmark) abandoned: watching again from its resourceVersion");
+            }
+            watcher::Error::WatchError(status) if status.code == 410 => {
+                info!("the watch's resource version has expired (410 Gone): listing the EgressNATPolicies again");
+            }
+            err if not_served(err) => {
+                if !self.said_not_served {
+                    info!(crd = %format!("{EGRESS_NAT_PLURAL}.{}", crate::config::egress_nat::API_GROUP), "the EgressNATPolicy CRD is not served: no policy applies (looking again with a backoff: 1 s doubling to 5 minutes apart)");
+                    self.said_not_served = true;
+                }
+                if publish_policies(&self.feed, BTreeMap::new()) {
+                    (self.wake)();
+                }
+                self.backoff.wait(super::backoff::Failure::Answered).await;
+            }
+            err => match cut_off_reason(err) {
+                Some(reason) => {
+                    trouble(&self.feed, "the EgressNATPolicies", reason);
+                    self.backoff.wait(super::backoff::Failure::Answered).await;
+                }
+                None => {
+                    trouble(&self.feed, "the EgressNATPolicies", err.to_string());
+                    self.backoff
+                        .wait(super::backoff::Failure::of_watcher(err))
+                        .await;
+                }
+            },
+        }
     }
 }
 

@@ -360,30 +360,37 @@ enum Input {
 /// How deep `validate DIR` looks into subfolders (a repository's `k8s/prod/...`).
 const MAX_DIRECTORY_DEPTH: usize = 16;
 
-/// The regular files under `dir` and its subfolders, into `paths`: dot-files and dot-folders
-/// skipped (a mounted ConfigMap volume's `..data` and timestamped folders hold the same files
-/// as its top level), a symlink to a file followed (a mounted key is one), a symlink to a
-/// folder not (no loop), at most [`MAX_DIRECTORY_DEPTH`] folders deep. Err: the folder that
-/// could not be read.
-fn files_under(
-    dir: &Path,
-    depth: usize,
-    paths: &mut Vec<PathBuf>,
-) -> Result<(), (PathBuf, std::io::Error)> {
-    let entries = std::fs::read_dir(dir).map_err(|err| (dir.to_path_buf(), err))?;
-    for entry in entries.filter_map(Result::ok) {
-        if entry.file_name().as_encoded_bytes().starts_with(b".") {
-            continue;
-        }
-        let path = entry.path();
-        let is_real_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if is_real_dir && depth < MAX_DIRECTORY_DEPTH {
-            files_under(&path, depth + 1, paths)?;
-        } else if !is_real_dir && path.is_file() {
-            paths.push(path);
+/// What `validate DIR` finds under a folder: its regular files, and the folders that could
+/// not be read (each its own error; the rest is still read).
+#[derive(Default)]
+struct FolderWalk {
+    files: Vec<PathBuf>,
+    unreadable: Vec<(PathBuf, std::io::Error)>,
+}
+
+impl FolderWalk {
+    /// The regular files under `dir` and its subfolders: dot-files and dot-folders skipped (a
+    /// mounted ConfigMap volume's `..data` and timestamped folders hold the same files as its
+    /// top level), a symlink to a file followed (a mounted key is one), a symlink to a folder
+    /// not (no loop), at most [`MAX_DIRECTORY_DEPTH`] folders deep.
+    fn walk(&mut self, dir: &Path, depth: usize) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(err) => return self.unreadable.push((dir.to_path_buf(), err)),
+        };
+        for entry in entries.filter_map(Result::ok) {
+            if entry.file_name().as_encoded_bytes().starts_with(b".") {
+                continue;
+            }
+            let path = entry.path();
+            let is_real_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if is_real_dir && depth < MAX_DIRECTORY_DEPTH {
+                self.walk(&path, depth + 1);
+            } else if !is_real_dir && path.is_file() {
+                self.files.push(path);
+            }
         }
     }
-    Ok(())
 }
 
 /// The inputs named on the command line: the default path when none, directories expanded to
@@ -407,23 +414,22 @@ fn expand_inputs(files: &[PathBuf], merged: bool) -> Vec<Result<Input, (String, 
             continue;
         }
         if file.is_dir() {
-            let mut paths = Vec::new();
-            match files_under(file, 0, &mut paths) {
-                Ok(()) => {
-                    paths.sort();
-                    inputs.extend(paths.into_iter().map(|path| {
-                        Ok(Input::File {
-                            path,
-                            explicit: true,
-                            in_directory: true,
-                        })
-                    }));
-                }
-                Err((path, err)) => inputs.push(Err((
+            let mut walk = FolderWalk::default();
+            walk.walk(file, 0);
+            walk.files.sort();
+            inputs.extend(walk.files.into_iter().map(|path| {
+                Ok(Input::File {
+                    path,
+                    explicit: true,
+                    in_directory: true,
+                })
+            }));
+            inputs.extend(walk.unreadable.into_iter().map(|(path, err)| {
+                Err((
                     path.display().to_string(),
                     ReadError::Other { path, source: err },
-                ))),
-            }
+                ))
+            }));
             continue;
         }
         inputs.push(Ok(Input::File {

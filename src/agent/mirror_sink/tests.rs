@@ -359,3 +359,38 @@ fn node_status_false_makes_no_mirror() {
     };
     assert!(Mirror::new(Some(&api), crate::backend::BackendId::Nftables).is_none());
 }
+
+/// A rejected config replaced by a valid one before the writer's round is still handed to
+/// the round (its Event is created; the condition says the latest state).
+#[tokio::test(start_paused = true)]
+async fn a_rejection_replaced_before_the_round_is_still_said() {
+    let pacing = Pacing {
+        interval: WRITE_INTERVAL,
+        window: Duration::ZERO,
+        offset: Duration::ZERO,
+    };
+    let (tx, mut rx) = watch::channel(None);
+    let mut pacer = Pacer::new(pacing, WallAnchor::now());
+    tx.send_replace(Some(report(2, false)));
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    let editor = tokio::spawn(async move {
+        let mut rejected = report(3, false);
+        rejected.diagnostic = Some("config: error[cidr-invalid]".into());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tx.send_replace(Some(rejected));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tx.send_replace(Some(report(4, false)));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    pacer.wait(&mut rx, None).await.expect("open");
+    assert_eq!(rx.borrow().as_ref().map(|r| r.seq), Some(4), "the latest");
+    let said = pacer.take_rejected_meanwhile().expect("the rejection seen");
+    assert_eq!(said.seq, 3);
+    assert!(pacer.take_rejected_meanwhile().is_none(), "taken once");
+    pacer.keep_rejected_meanwhile(Some(said));
+    assert!(
+        pacer.take_rejected_meanwhile().is_some(),
+        "given back after a failure"
+    );
+    editor.abort();
+}
