@@ -179,53 +179,53 @@ fn egress_nat_policies_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
         ],
         &daemon_log,
     );
-    assert!(
-        wait_until(Duration::from_secs(60), || count_in_log(
-            &daemon_log,
-            "more than this agent's memory limit allows"
-        ) >= 1
-            || group.oom_kills() > 0),
-        "{}",
-        log_of(&daemon_log)
+    let said = said_alive_and_not_oom_killed(
+        &group,
+        pid,
+        &daemon_log,
+        "more than this agent's memory limit allows",
     );
-    let said = log_of(&daemon_log);
-    eprintln!(
-        "OOM kills: {}; the agent's peak RSS: {} KiB",
-        group.oom_kills(),
-        super::api_configmaps::proc_field(pid, "status", "VmHWM:")
-    );
-    assert_eq!(group.oom_kills(), 0, "OOM-killed:\n{said}");
     assert!(
         said.contains(&format!("the {POLICY_COUNT} EgressNATPolicies hold")),
-        "{said}"
-    );
-    assert!(
-        std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "{said}"
     );
     for n in POLICY_COUNT..POLICY_COUNT + MORE_POLICIES {
         create_policy(&cluster, &dir, n);
     }
     // The store dropped each time, listed again on the slow schedule: the list cut off.
-    assert!(
-        wait_until(Duration::from_secs(60), || count_in_log(
-            &daemon_log,
-            "longer than this agent's memory limit allows one answer to be"
-        ) >= 1
-            || group.oom_kills() > 0),
-        "{}",
-        log_of(&daemon_log)
+    said_alive_and_not_oom_killed(
+        &group,
+        pid,
+        &daemon_log,
+        "longer than this agent's memory limit allows one answer to be",
     );
-    let said = log_of(&daemon_log);
+    cluster.down();
+}
+
+/// Waits (60 s at most) until the agent's log says `needle` or the group counts an OOM kill,
+/// then asserts none and that the agent still runs; the log, with its peak RSS printed.
+fn said_alive_and_not_oom_killed(
+    group: &MemoryCgroup,
+    pid: u32,
+    log: &std::path::Path,
+    needle: &str,
+) -> String {
+    assert!(
+        wait_until(Duration::from_secs(60), || count_in_log(log, needle) >= 1
+            || group.oom_kills() > 0),
+        "{needle:?} never said:\n{}",
+        log_of(log)
+    );
+    let said = log_of(log);
     eprintln!(
-        "OOM kills after the list grew: {}; the agent's peak RSS: {} KiB",
+        "after {needle:?}: OOM kills {}; the agent's peak RSS {} KiB",
         group.oom_kills(),
         super::api_configmaps::proc_field(pid, "status", "VmHWM:")
     );
     assert_eq!(group.oom_kills(), 0, "OOM-killed:\n{said}");
     assert!(
         std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "{said}"
+        "the agent goes on:\n{said}"
     );
-    cluster.down();
+    said
 }

@@ -245,6 +245,30 @@ fn gaps(requests: &[Seen]) -> Vec<Duration> {
     requests.windows(2).map(|w| w[1].at - w[0].at).collect()
 }
 
+/// Starts the agent in `ns` against `fake` (nftables, node `node-a`), with the test-only
+/// timeouts of `env`; its scratch folder (kept alive by the caller) and its log's path.
+fn spawn_agent(
+    ns: &mut Netns,
+    fake: &FakeApi,
+    env: &[(&str, &str)],
+) -> (Scratch, std::path::PathBuf) {
+    let scratch = Scratch::new(&format!("logs-{}", ns.name));
+    let kubeconfig = fake.kubeconfig(&scratch).display().to_string();
+    let log = scratch.path.join("agent.log");
+    let metrics = format!("--metrics-addr={ADDR}");
+    let args = api_agent_args(&["--backend=nftables"], &kubeconfig, "node-a", &metrics);
+    let child = ns
+        .command(&binary(), &args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn the agent");
+    ns.adopt(child);
+    (scratch, log)
+}
+
 /// A stalled GET is abandoned and retried (the config then applied); silent watches are
 /// restarted; a CRD answered 404, 403 and 500 is asked ever more rarely. Every request names
 /// ipmasq and the node in its User-Agent.
@@ -259,23 +283,16 @@ fn the_agent_abandons_a_stalled_get_restarts_silent_watches_and_backs_off() {
             bookmarks_every: None,
         },
     );
-    let scratch = Scratch::new(&format!("logs-{}", ns.name));
-    let kubeconfig = fake.kubeconfig(&scratch).display().to_string();
-    let log = scratch.path.join("agent.log");
-    let metrics = format!("--metrics-addr={ADDR}");
-    let args = api_agent_args(&["--backend=nftables"], &kubeconfig, "node-a", &metrics);
     let started = Instant::now();
-    let child = ns
-        .command(&binary(), &args)
-        .env("IPMASQ_TEST_WATCH_TIMEOUT", "60")
-        .env("IPMASQ_TEST_READ_TIMEOUT", "3")
-        .env("IPMASQ_TEST_REQUEST_TIMEOUT_MS", "2000")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn the agent");
-    ns.adopt(child);
+    let (_scratch, log) = spawn_agent(
+        &mut ns,
+        &fake,
+        &[
+            ("IPMASQ_TEST_WATCH_TIMEOUT", "60"),
+            ("IPMASQ_TEST_READ_TIMEOUT", "3"),
+            ("IPMASQ_TEST_REQUEST_TIMEOUT_MS", "2000"),
+        ],
+    );
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     let rules = || ns.exec("nft", &["list", "table", "ip", "ipmasq"]).stdout;
 
@@ -382,22 +399,15 @@ fn a_watch_that_hears_bookmarks_lives_to_its_timeout_and_keeps_the_view_young() 
             bookmarks_every: Some(Duration::from_secs(2)),
         },
     );
-    let scratch = Scratch::new(&format!("logs-{}", ns.name));
-    let kubeconfig = fake.kubeconfig(&scratch).display().to_string();
-    let log = scratch.path.join("agent.log");
-    let metrics = format!("--metrics-addr={ADDR}");
-    let args = api_agent_args(&["--backend=nftables"], &kubeconfig, "node-a", &metrics);
     let started = Instant::now();
-    let child = ns
-        .command(&binary(), &args)
-        .env("IPMASQ_TEST_WATCH_TIMEOUT", "20")
-        .env("IPMASQ_TEST_READ_TIMEOUT", "5")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn the agent");
-    ns.adopt(child);
+    let (_scratch, log) = spawn_agent(
+        &mut ns,
+        &fake,
+        &[
+            ("IPMASQ_TEST_WATCH_TIMEOUT", "20"),
+            ("IPMASQ_TEST_READ_TIMEOUT", "5"),
+        ],
+    );
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         wait_until(Duration::from_secs(30), || ns
