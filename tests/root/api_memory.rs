@@ -61,20 +61,13 @@ fn a_last_known_good_that_cannot_fit_64_mib_is_refused_not_oom_killed() {
     std::fs::write(&saved, &text).unwrap();
     let kubeconfig = kubeconfig_of_an_absent_api(&dir).display().to_string();
     let daemon_log = dir.path.join("agent.log");
-    let pid = group.spawn(
-        &mut ns,
-        &[
-            "agent",
-            "--backend=nftables",
-            "--config-source=api",
-            "--kubeconfig",
-            &kubeconfig,
-            "--node-name",
-            "node-a",
-            "--metrics-addr=127.0.0.1:9733",
-        ],
-        &daemon_log,
+    let args = super::cluster::api_agent_args(
+        &["--backend=nftables"],
+        &kubeconfig,
+        "node-a",
+        "--metrics-addr=127.0.0.1:9733",
     );
+    let pid = group.spawn(&mut ns, &args, &daemon_log);
     assert!(
         wait_until(DEADLINE, || count_in_log(
             &daemon_log,
@@ -165,20 +158,13 @@ fn egress_nat_policies_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
     }
     let kubeconfig = cluster.agent_kubeconfig().display().to_string();
     let daemon_log = dir.path.join("agent.log");
-    let pid = group.spawn(
-        &mut ns,
-        &[
-            "agent",
-            "--backend=nftables",
-            "--config-source=api",
-            "--kubeconfig",
-            &kubeconfig,
-            "--node-name",
-            "node-a",
-            "--metrics-addr=127.0.0.1:9734",
-        ],
-        &daemon_log,
+    let args = super::cluster::api_agent_args(
+        &["--backend=nftables"],
+        &kubeconfig,
+        "node-a",
+        "--metrics-addr=127.0.0.1:9734",
     );
+    let pid = group.spawn(&mut ns, &args, &daemon_log);
     let said = said_alive_and_not_oom_killed(
         &group,
         pid,
