@@ -67,14 +67,7 @@ where
 
 /// Whether `err` (anywhere in its chain) is an answer cut off by the cap.
 pub fn cut_off(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(err);
-    while let Some(err) = next {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        next = err.source();
-    }
-    false
+    super::any_in_chain(err, &|err| err.is::<http_body_util::LengthLimitError>())
 }
 
 #[cfg(test)]

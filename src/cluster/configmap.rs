@@ -525,7 +525,7 @@ pub async fn watch(
                     }
                 }
                 Some(Err(err)) if super::silent_watch(&err) => {
-                    debug!(input = "the config ConfigMap", silent_s = super::read_timeout().as_secs(), "a silent watch (no event, no bookmark) abandoned: watching again from its resourceVersion");
+                    super::said_silent("the config ConfigMap");
                     continue;
                 }
                 Some(Err(watcher::Error::WatchError(status))) if status.code == 410 => {

@@ -174,7 +174,7 @@ pub async fn watch_node(
             Ok(event) if super::settles(&event) => matches!(event, Event::Delete(_)),
             Ok(_) => continue,
             Err(err) if super::silent_watch(&err) => {
-                debug!(input = "the Node's labels", silent_s = super::read_timeout().as_secs(), "a silent watch (no event, no bookmark) abandoned: watching again from its resourceVersion");
+                super::said_silent("the Node's labels");
                 continue;
             }
             Err(watcher::Error::WatchError(status)) if status.code == 410 => {
@@ -341,7 +341,7 @@ impl<W: Fn()> PolicyWatch<W> {
     async fn failed(&mut self, err: &watcher::Error) {
         match err {
             err if super::silent_watch(err) => {
-                debug!(input = "the EgressNATPolicies", silent_s = super::read_timeout().as_secs(), "a silent watch (no event, no bookmark) abandoned: watching again from its resourceVersion");
+                super::said_silent("the EgressNATPolicies");
             }
             watcher::Error::WatchError(status) if status.code == 410 => {
                 info!("the watch's resource version has expired (410 Gone): listing the EgressNATPolicies again");

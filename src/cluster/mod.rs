@@ -39,20 +39,21 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(115);
 /// The watch timeout in force: [`WATCH_TIMEOUT`], or (tests only) `IPMASQ_TEST_WATCH_TIMEOUT`
 /// seconds.
 pub fn watch_timeout() -> u32 {
-    std::env::var("IPMASQ_TEST_WATCH_TIMEOUT")
+    test_knob("IPMASQ_TEST_WATCH_TIMEOUT").unwrap_or(WATCH_TIMEOUT)
+}
+
+/// A test-only setting from the environment: a positive number, else None.
+fn test_knob<T: std::str::FromStr + PartialOrd + Default>(name: &str) -> Option<T> {
+    std::env::var(name)
         .ok()
         .and_then(|text| text.parse().ok())
-        .filter(|seconds| *seconds > 0)
-        .unwrap_or(WATCH_TIMEOUT)
+        .filter(|value| *value > T::default())
 }
 
 /// The read timeout in force: [`READ_TIMEOUT`], or (tests only) `IPMASQ_TEST_READ_TIMEOUT`
 /// seconds, so a test sees a silent watch restarted without waiting two minutes.
 pub fn read_timeout() -> Duration {
-    std::env::var("IPMASQ_TEST_READ_TIMEOUT")
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .filter(|seconds| *seconds > 0)
+    test_knob("IPMASQ_TEST_READ_TIMEOUT")
         .map(Duration::from_secs)
         .unwrap_or(READ_TIMEOUT)
 }
@@ -60,26 +61,43 @@ pub fn read_timeout() -> Duration {
 /// Whether a watcher's error is a silent watch abandoned by the client's read timeout: no
 /// trouble, the watcher watches again from where it was.
 pub fn silent_watch(err: &kube::runtime::watcher::Error) -> bool {
-    matches!(err, kube::runtime::watcher::Error::WatchFailed(_)) && timed_out(err)
+    matches!(err, kube::runtime::watcher::Error::WatchFailed(_))
+        && any_in_chain(err, &|err| {
+            err.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+                || err
+                    .downcast_ref::<hyper::Error>()
+                    .is_some_and(hyper::Error::is_timeout)
+        })
 }
 
-/// Whether `err` or any error under it is a read that timed out.
-fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
+/// Says (at debug) that `input`'s watch was silent and is watched again.
+pub fn said_silent(input: &str) {
+    tracing::debug!(
+        input,
+        silent_s = read_timeout().as_secs(),
+        "a silent watch (no event, no bookmark) abandoned: watching again from its resourceVersion"
+    );
+}
+
+/// Whether `err` or any error under it is one `found` recognises.
+pub fn any_in_chain(
+    err: &(dyn std::error::Error + 'static),
+    found: &dyn Fn(&(dyn std::error::Error + 'static)) -> bool,
+) -> bool {
     let mut next = Some(err);
     while let Some(err) = next {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            // An io::Error's `source` skips the error it wraps: look at that one too.
-            if io.kind() == std::io::ErrorKind::TimedOut
-                || io.get_ref().is_some_and(|inner| timed_out(inner))
-            {
+        if found(err) {
+            return true;
+        }
+        // An io::Error's `source` skips the error it wraps: look at that one too.
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            if any_in_chain(inner, found) {
                 return true;
             }
-        }
-        if err
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_timeout)
-        {
-            return true;
         }
         next = err.source();
     }
@@ -89,10 +107,7 @@ fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
 /// The deadline of one-shot calls in force: [`REQUEST_TIMEOUT`], or (tests only)
 /// `IPMASQ_TEST_REQUEST_TIMEOUT_MS` milliseconds.
 pub fn request_timeout() -> Duration {
-    std::env::var("IPMASQ_TEST_REQUEST_TIMEOUT_MS")
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .filter(|ms| *ms > 0)
+    test_knob("IPMASQ_TEST_REQUEST_TIMEOUT_MS")
         .map(Duration::from_millis)
         .unwrap_or(REQUEST_TIMEOUT)
 }
