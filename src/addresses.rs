@@ -46,11 +46,6 @@ pub fn node_view() -> io::Result<NodeView> {
     })
 }
 
-/// Every address this node holds and can send from, with its interface's name.
-pub fn node_addresses() -> io::Result<Vec<NodeAddress>> {
-    node_view().map(|view| view.addresses)
-}
-
 /// The addresses this node holds, for membership tests.
 pub fn node_address_set() -> io::Result<std::collections::HashSet<IpAddr>> {
     let socket = route::socket()?;

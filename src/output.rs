@@ -1,10 +1,18 @@
 //! Rendering shared by the applets: colour decisions, compiler-style diagnostics with the
 //! offending source line, and JSON documents.
 
-use crate::cli::ColorChoice;
 use crate::config::{Diagnostic, Severity};
-pub use crate::text::printable;
+pub use crate::text::{plural, printable};
 use std::io::IsTerminal;
+
+/// When to colour text output.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColorChoice {
+    /// Only when writing to a terminal and NO_COLOR is unset
+    Auto,
+    Always,
+    Never,
+}
 
 /// Applies ANSI styles when colour is on, and nothing otherwise.
 #[derive(Clone, Copy, Debug)]
@@ -222,35 +230,6 @@ pub fn to_json<T: serde::Serialize>(value: &T) -> String {
 /// The same document as YAML (for support bundles), with a trailing newline.
 pub fn to_yaml<T: serde::Serialize>(value: &T) -> String {
     serde_saphyr::to_string(value).unwrap_or_else(|e| format!("# cannot render YAML: {e}\n"))
-}
-
-/// What a cleanup removed (or would remove), in each backend's own words: `1 jump from
-/// POSTROUTING and chain IP-MASQ-AGENT`, `table ip ipmasq`.
-pub fn removed_words(removed: &[crate::backend::Removed]) -> String {
-    use crate::backend::Removed;
-    let jumps = |n: usize| {
-        let s = if n == 1 { "" } else { "s" };
-        format!("{n} jump{s} from POSTROUTING")
-    };
-    let words: Vec<String> = removed
-        .iter()
-        .map(|object| match object {
-            Removed::Chain { chain, jumps: 0 } => format!("chain {chain}"),
-            Removed::Chain { chain, jumps: n } => format!("{} and chain {chain}", jumps(*n)),
-            Removed::Jumps { jumps: n, .. } => jumps(*n),
-            Removed::Table { family, table } => format!("table {family} {table}"),
-        })
-        .collect();
-    words.join(", ")
-}
-
-/// "1 error", "2 warnings".
-pub fn plural(n: usize, word: &str) -> String {
-    if n == 1 {
-        format!("{n} {word}")
-    } else {
-        format!("{n} {word}s")
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Text for people, shared by the config's diagnostics, every applet's output and the logs, and
 //! depending on none of them: what comes from outside (a rule's comment, a config's bytes)
-//! made safe for a terminal, durations as log fields print them, and the calendar date of a
-//! day for the times the state file and the SNAT log write.
+//! made safe for a terminal, durations as log fields print them, and the
+//! words for counts and sizes (`plural`, `mib`).
 
 /// Text from the live system (a rule's comment, a foreign option) made safe for a terminal:
 /// control characters are shown as escapes, so a hostile comment cannot move the cursor,
@@ -32,24 +32,18 @@ pub fn millis(duration: std::time::Duration) -> f64 {
     (duration.as_secs_f64() * 1e6).round() / 1e3
 }
 
-/// The proleptic Gregorian date of a day number counted from 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 {
-        month_index + 3
+/// "1 error", "2 warnings".
+pub fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
     } else {
-        month_index - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+        format!("{n} {word}s")
+    }
+}
+
+/// Bytes shown as MiB with one decimal.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1_048_576.0)
 }
 
 #[cfg(test)]

@@ -114,27 +114,16 @@ pub fn read(
     configmap: &str,
     node: Option<&str>,
 ) -> Result<Option<LastKnownGood>, String> {
-    use std::io::Read;
     let path = path(dir);
-    let file = match state::open_state_file(&path, std::fs::OpenOptions::new().read(true)) {
-        Ok(file) => file,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(format!("{}: {err}", path.display())),
-    };
-    let size = file.metadata().map_err(|e| e.to_string())?.len();
-    if size > MAX_LAST_KNOWN_GOOD_BYTES {
-        return Err(format!(
-            "{}: {size} bytes, more than the {MAX_LAST_KNOWN_GOOD_BYTES} a last-known-good config can be",
-            path.display()
-        ));
-    }
-    fits_memory(&path, size, super::memory::read_limit().bytes())?;
-    let mut text = String::new();
-    file.take(MAX_LAST_KNOWN_GOOD_BYTES)
-        .read_to_string(&mut text)
-        .map_err(|err| format!("{}: {err}", path.display()))?;
-    let saved: LastKnownGood =
-        serde_json::from_str(&text).map_err(|err| format!("{}: {err}", path.display()))?;
+    let file =
+        match state::CappedFile::open(&path, MAX_LAST_KNOWN_GOOD_BYTES, "a last-known-good config")
+        {
+            Ok(file) => file,
+            Err(state::CappedOpenError::Missing(_)) => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+    fits_memory(&path, file.size(), super::memory::read_limit().bytes())?;
+    let saved: LastKnownGood = file.json()?;
     if !(OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&saved.schema_version) {
         return Err(format!(
             "{}: schema version {}, this agent reads {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION}",

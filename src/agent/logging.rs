@@ -7,7 +7,6 @@
 //! fields the way logfmt readers split it, and no text from a config (a key called
 //! `x level=ERROR`) can forge a field or break the line.
 
-use crate::cli::LogFormat;
 use std::io::IsTerminal;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -15,6 +14,13 @@ use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::{Format, Full, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
+
+/// Log line format.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// The tracing level for a klog verbosity.
 pub fn level_for(verbosity: u8) -> Level {

@@ -3,14 +3,12 @@
 //! estimated peak is checked before it is applied, so a list too long for the DaemonSet's limit
 //! is refused with a clear error instead of an OOM kill on every start.
 
+use crate::backend::USABLE_PERCENT;
+use crate::text::mib;
 use std::path::{Path, PathBuf};
 
 /// A v1 "no limit" is the largest page-aligned i64; anything this large is no limit.
 const NO_LIMIT: u64 = 1 << 62;
-
-/// The share of the limit a config's estimated peak may take: the rest is headroom for what
-/// the estimate does not see (the runtime's own pages, a slow kernel reclaim).
-pub const USABLE_PERCENT: u64 = 90;
 
 /// Where the memory controller's hierarchy is mounted, and whether it is v2.
 fn hierarchy() -> Option<(PathBuf, bool)> {
@@ -182,11 +180,6 @@ pub fn input_text_cap(limit: Option<u64>) -> Option<u64> {
 /// agent past its limit.
 pub fn answer_cap(limit: Option<u64>) -> Option<u64> {
     input_text_cap(limit).map(|text| text / 2 * 3)
-}
-
-/// Bytes shown as MiB with one decimal.
-pub fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / 1_048_576.0)
 }
 
 #[cfg(test)]

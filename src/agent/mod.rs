@@ -842,7 +842,7 @@ pub fn cleanup(backend: &dyn Backend, names: &Names) -> Vec<String> {
             Ok(done) if done.transaction.is_some() => info!(
                 backend = %backend.name(),
                 family = %family,
-                removed = %crate::output::removed_words(&done.removed),
+                removed = %crate::backend::Removed::words(&done.removed),
                 "rules removed"
             ),
             Ok(done) => {

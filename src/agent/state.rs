@@ -274,6 +274,82 @@ pub(crate) fn open_state_file(
     Ok(file)
 }
 
+/// A JSON file of the state directory, opened as [`open_state_file`] opens one and checked
+/// against its size cap before a byte is read: the one read of the state file, the applied
+/// config and the last-known-good.
+pub(crate) struct CappedFile {
+    path: PathBuf,
+    file: std::fs::File,
+    size: u64,
+}
+
+/// Why a state directory's file was not opened.
+pub(crate) enum CappedOpenError {
+    /// Nothing at the path (said as the system says it).
+    Missing(String),
+    /// Not a regular file, unreadable, or larger than its cap: the reason, path first.
+    Refused(String),
+}
+
+impl From<CappedOpenError> for String {
+    fn from(err: CappedOpenError) -> String {
+        match err {
+            CappedOpenError::Missing(why) | CappedOpenError::Refused(why) => why,
+        }
+    }
+}
+
+impl CappedFile {
+    /// Opens `path`, refused when larger than `cap` bytes (`what`: what such a file is, for the
+    /// reason: "an applied config").
+    pub(crate) fn open(path: &Path, cap: u64, what: &str) -> Result<CappedFile, CappedOpenError> {
+        let file = match open_state_file(path, std::fs::OpenOptions::new().read(true)) {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Err(CappedOpenError::Missing(format!(
+                    "{}: {err}",
+                    path.display()
+                )))
+            }
+            Err(err) => {
+                return Err(CappedOpenError::Refused(format!(
+                    "{}: {err}",
+                    path.display()
+                )))
+            }
+        };
+        let size = file
+            .metadata()
+            .map_err(|e| CappedOpenError::Refused(e.to_string()))?
+            .len();
+        if size > cap {
+            return Err(CappedOpenError::Refused(format!(
+                "{}: {size} bytes, more than the {cap} {what} can be",
+                path.display()
+            )));
+        }
+        let path = path.to_path_buf();
+        Ok(CappedFile { path, file, size })
+    }
+
+    /// Its size when opened, in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Its JSON, read up to the size it had when opened (a file growing meanwhile is cut
+    /// there and refused by the parser).
+    pub(crate) fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, String> {
+        use std::io::Read;
+        let mut text = String::new();
+        self.file
+            .take(self.size)
+            .read_to_string(&mut text)
+            .map_err(|err| format!("{}: {err}", self.path.display()))?;
+        serde_json::from_str(&text).map_err(|err| format!("{}: {err}", self.path.display()))
+    }
+}
+
 /// Writes the state atomically: an exclusive temporary file (never an existing name, never
 /// through a symlink), renamed into place (a rename replaces a planted symlink, it does not
 /// follow it).
@@ -304,7 +380,6 @@ pub const MAX_APPLIED_BYTES: u64 = 48 << 20;
 
 /// Reads the applied config the state names, when it is there and this binary can read it.
 pub fn read_applied(dir: &Path, record: &ConfigRecord) -> Result<AppliedConfig, String> {
-    use std::io::Read;
     let name = Path::new(&record.applied).file_name().ok_or_else(|| {
         format!(
             "the state names no applied-config file ({:?})",
@@ -312,21 +387,8 @@ pub fn read_applied(dir: &Path, record: &ConfigRecord) -> Result<AppliedConfig, 
         )
     })?;
     let path = dir.join(name);
-    let file = open_state_file(&path, std::fs::OpenOptions::new().read(true))
-        .map_err(|err| format!("{}: {err}", path.display()))?;
-    let size = file.metadata().map_err(|e| e.to_string())?.len();
-    if size > MAX_APPLIED_BYTES {
-        return Err(format!(
-            "{}: {size} bytes, more than the {MAX_APPLIED_BYTES} an applied config can be",
-            path.display()
-        ));
-    }
-    let mut text = String::new();
-    file.take(MAX_APPLIED_BYTES)
-        .read_to_string(&mut text)
-        .map_err(|err| format!("{}: {err}", path.display()))?;
     let applied: AppliedConfig =
-        serde_json::from_str(&text).map_err(|err| format!("{}: {err}", path.display()))?;
+        CappedFile::open(&path, MAX_APPLIED_BYTES, "an applied config")?.json()?;
     if applied.digest != record.digest {
         return Err(format!(
             "{} holds another config than the state file names (being rewritten?); run again",
@@ -401,14 +463,10 @@ pub fn remove(dir: &Path, instance: &str) {
 /// Reads a state file: a regular file (no symlink followed, a FIFO never waited on) of at most
 /// [`MAX_STATE_BYTES`].
 fn read_file(path: &Path) -> Option<AgentState> {
-    use std::io::Read;
-    let file = open_state_file(path, std::fs::OpenOptions::new().read(true)).ok()?;
-    if file.metadata().ok()?.len() > MAX_STATE_BYTES {
-        return None;
-    }
-    let mut text = String::new();
-    file.take(MAX_STATE_BYTES).read_to_string(&mut text).ok()?;
-    serde_json::from_str(&text).ok()
+    CappedFile::open(path, MAX_STATE_BYTES, "a state file")
+        .ok()?
+        .json()
+        .ok()
 }
 
 /// What the state directory says about an agent in this network namespace.

@@ -19,9 +19,13 @@ pub mod select;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use crate::plan::live::{
+    AddressMatch, Before, Counters, EntryJump, HookStatus, Inspection, LiveReason, LiveRule,
+    LiveVerdict, Matches, RuleVerdict, Weight,
+};
 pub use id::BackendId;
 
-use crate::plan::{Action, Family, Names, Ruleset};
+use crate::plan::{Family, Names, Ruleset};
 use ipnet::IpNet;
 
 /// What a backend writes for a plan: the rules of our chain and the elements of our sets (an
@@ -58,16 +62,16 @@ impl std::iter::Sum for Footprint {
 impl std::fmt::Display for Footprint {
     /// `39908 rules, 5.7 MiB as text`, or `4 rules and 2004 set elements`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::output::plural(self.rules, "rule"))?;
+        f.write_str(&crate::text::plural(self.rules, "rule"))?;
         if self.rule_text_bytes > 0 {
             write!(
                 f,
                 ", {} as text",
-                crate::agent::memory::mib(self.rule_text_bytes as u64)
+                crate::text::mib(self.rule_text_bytes as u64)
             )?;
         }
         if self.set_elements > 0 {
-            let elements = crate::output::plural(self.set_elements, "set element");
+            let elements = crate::text::plural(self.set_elements, "set element");
             write!(f, " and {elements}")?;
         }
         Ok(())
@@ -86,11 +90,15 @@ impl ListUnit {
     /// The unit's words for `count` of it.
     pub fn words(self, count: usize) -> String {
         match self {
-            ListUnit::Rules => crate::output::plural(count, "rule"),
-            ListUnit::SetElements => crate::output::plural(count, "set element"),
+            ListUnit::Rules => crate::text::plural(count, "rule"),
+            ListUnit::SetElements => crate::text::plural(count, "set element"),
         }
     }
 }
+
+/// The share of the limit a config's estimated peak may take: the rest is headroom for what
+/// the estimate does not see (the runtime's own pages, a slow kernel reclaim).
+pub const USABLE_PERCENT: u64 = 90;
 
 /// The peak memory of the agent and the tools it runs, as `scripts/bench --only memory`
 /// measures it in a memory cgroup (the worst of first apply and a one-CIDR change, over plain
@@ -374,65 +382,6 @@ impl SyncReport {
     }
 }
 
-/// Packet and byte counters of a rule.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub packets: u64,
-    pub bytes: u64,
-}
-
-/// The addresses a rule matches: a set of prefixes, or everything outside it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AddressMatch {
-    pub negated: bool,
-    pub nets: Vec<IpNet>,
-}
-
-impl AddressMatch {
-    pub fn holds(&self, addr: std::net::IpAddr) -> bool {
-        self.nets.iter().any(|n| n.contains(&addr)) != self.negated
-    }
-}
-
-impl std::fmt::Display for AddressMatch {
-    /// `10.0.0.0/8`, `!10.0.0.0/8,192.168.0.0/16`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.negated {
-            f.write_str("!")?;
-        }
-        let nets: Vec<String> = self.nets.iter().map(ToString::to_string).collect();
-        f.write_str(&nets.join(","))
-    }
-}
-
-/// What a live rule matches, typed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Matches {
-    pub source: Option<AddressMatch>,
-    pub destination: Option<AddressMatch>,
-    /// Empty: every protocol.
-    pub protocols: Vec<String>,
-    /// Only packets leaving a matching interface (`-o eth+`, `oifname "eth*"`).
-    pub output_interface: Option<crate::config::egress::InterfacePattern>,
-    /// Matches no tool here can judge (a foreign or hand-edited rule), as the backend prints
-    /// them: a walk takes such a rule as not matching and names it.
-    pub unjudged: Vec<String>,
-}
-
-/// A share of new flows, exact: `taken` of every `of` (iptables' `--probability` is a decimal
-/// with 11 digits, nftables' `numgen random mod OF < TAKEN` a fraction).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Weight {
-    pub taken: u64,
-    pub of: u64,
-}
-
-impl Weight {
-    pub fn share(self) -> f64 {
-        self.taken as f64 / self.of.max(1) as f64
-    }
-}
-
 /// A prefix or a bare address (a host prefix) as both backends print them.
 pub(crate) fn net_or_host(text: &str) -> Option<IpNet> {
     text.parse::<IpNet>()
@@ -465,315 +414,6 @@ pub(crate) fn port_range(text: &str) -> Option<(u16, u16)> {
     }
 }
 
-/// What a live rule does with a packet it matches.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RuleVerdict {
-    /// The source address is kept (iptables RETURN, nftables return).
-    Keep,
-    /// The source is rewritten: to the outgoing interface's address (MASQUERADE), or to
-    /// `snat_to` (our SNAT to the output address).
-    Masquerade {
-        /// SNAT's address; None for MASQUERADE.
-        snat_to: Option<std::net::IpAddr>,
-        /// `--to-ports` / `to :A-B`.
-        ports: Option<(u16, u16)>,
-        /// The share of flows this rule takes (a port-range split), when not all.
-        weight: Option<Weight>,
-        fully_random: bool,
-    },
-    /// Anything else, as the backend prints it (`ACCEPT`, `snat to 1.2.3.4`, a jump).
-    Foreign(String),
-}
-
-/// One rule of what we own, as it is live.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LiveRule {
-    /// 1-based position.
-    pub number: usize,
-    pub matches: Matches,
-    pub verdict: RuleVerdict,
-    pub comment: Option<String>,
-    pub counters: Option<Counters>,
-    /// The rule in the backend's own text.
-    pub text: String,
-}
-
-/// One way traffic reaches our rules: an iptables jump from POSTROUTING, or our nftables
-/// chain's own hook.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EntryJump {
-    /// 1-based position in the hook's chain; None for a base chain's hook itself.
-    pub position: Option<usize>,
-    /// The jump or hook in the backend's own text.
-    pub text: String,
-    pub counters: Option<Counters>,
-    /// Local destinations leave before our rules (`-m addrtype ! --dst-type LOCAL`, or
-    /// nftables' first rule `fib daddr type local return`).
-    pub skips_local: bool,
-}
-
-/// How traffic reaches our rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case", rename_all_fields = "camelCase")]
-pub enum HookStatus {
-    /// Nothing sends traffic to our rules.
-    NotHooked,
-    /// Hooked once; local destinations skip our rules or do not.
-    Hooked { skips_local: bool },
-    /// Hooked more than once (duplicate jumps): each packet walks our rules again.
-    HookedMoreThanOnce { copies: usize, skips_local: bool },
-}
-
-/// Rules a packet meets at the nat postrouting hook before ours: iptables' POSTROUTING rules
-/// above our jump (kube-proxy's `KUBE-POSTROUTING` jump), or another table's nat postrouting
-/// base chain at a priority that runs first.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Before {
-    /// Where, in the backend's words: `POSTROUTING`, `table ip nat chain POSTROUTING`.
-    pub place: String,
-    /// The chain's priority, when it is a base chain of its own.
-    pub priority: Option<i64>,
-    pub rules: Vec<LiveRule>,
-    /// A keep verdict ends the walk before our rules (a RETURN in POSTROUTING itself); in
-    /// another base chain it only ends that chain.
-    pub keep_ends_walk: bool,
-}
-
-/// What one family holds of ours.
-#[derive(Clone, Default)]
-pub struct Inspection {
-    /// What runs before our rules at the same hook.
-    pub before: Vec<Before>,
-    pub installed: bool,
-    pub rules: Vec<LiveRule>,
-    pub entry_jumps: Vec<EntryJump>,
-    /// How many rules the hook's chain holds in all (iptables' POSTROUTING).
-    pub hook_rules: usize,
-    /// The backend's own typed reading, for its `compare` only (opaque to everyone else).
-    pub reading: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
-}
-
-impl std::fmt::Debug for Inspection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inspection")
-            .field("installed", &self.installed)
-            .field("rules", &self.rules)
-            .field("entry_jumps", &self.entry_jumps)
-            .field("hook_rules", &self.hook_rules)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PartialEq for Inspection {
-    /// Equal when they say the same about the node (the backend's reading aside).
-    fn eq(&self, other: &Self) -> bool {
-        self.installed == other.installed
-            && self.before == other.before
-            && self.rules == other.rules
-            && self.entry_jumps == other.entry_jumps
-            && self.hook_rules == other.hook_rules
-    }
-}
-
-/// What the live rules do with one packet.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LiveVerdict {
-    pub action: Action,
-    /// Index into `Inspection::rules` of the rule that decided; None when the packet never
-    /// entered (nothing installed, not hooked, a local destination skipped) or fell off the end.
-    pub rule: Option<usize>,
-    pub reason: LiveReason,
-    /// Rules with matches this walk cannot judge (foreign options), taken as not matching.
-    pub unjudged: Vec<usize>,
-    /// The rule before ours that decided.
-    pub decided_before: Option<BeforeRule>,
-    /// Rules before ours this walk cannot judge: they may decide first.
-    pub may_decide_first: Vec<BeforeRule>,
-}
-
-/// A rule that runs before ours: `(stage, rule)` indices into [`Inspection::before`].
-pub type BeforeRule = (usize, usize);
-
-/// What a rule before ours does with a packet it matches.
-enum BeforeEffect {
-    /// It rewrites the source (SNAT, MASQUERADE): the NAT is decided there.
-    Rewrites,
-    /// It accepts or returns: the packet leaves that chain.
-    Keeps,
-    /// Anything else (a jump to another chain, a mark, a drop): not judged here.
-    Unknown,
-}
-
-fn before_effect(verdict: &RuleVerdict) -> BeforeEffect {
-    match verdict {
-        RuleVerdict::Masquerade { .. } => BeforeEffect::Rewrites,
-        RuleVerdict::Keep => BeforeEffect::Keeps,
-        RuleVerdict::Foreign(text) => match text.split_whitespace().next().unwrap_or_default() {
-            "SNAT" | "snat" | "MASQUERADE" | "masquerade" => BeforeEffect::Rewrites,
-            "ACCEPT" | "accept" | "RETURN" | "return" => BeforeEffect::Keeps,
-            _ => BeforeEffect::Unknown,
-        },
-    }
-}
-
-/// Why the live rules gave their verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LiveReason {
-    NotInstalled,
-    NoEntryJump,
-    /// The destination is an address of this node, and local destinations skip our rules.
-    LocalDestination,
-    /// A rule that runs before ours decided (another table's snat, a RETURN above our jump).
-    DecidedBefore,
-    RuleMatched,
-    FellThrough,
-}
-
-impl Inspection {
-    /// How traffic reaches our rules.
-    pub fn entry(&self) -> HookStatus {
-        let skips_local =
-            !self.entry_jumps.is_empty() && self.entry_jumps.iter().all(|j| j.skips_local);
-        match self.entry_jumps.len() {
-            0 => HookStatus::NotHooked,
-            1 => HookStatus::Hooked { skips_local },
-            copies => HookStatus::HookedMoreThanOnce {
-                copies,
-                skips_local,
-            },
-        }
-    }
-
-    /// Walks the live rules as the kernel does for a packet from `src` to `dst` (`local`: an
-    /// address of this node): first match wins, a keep verdict keeps the source, a masquerade
-    /// rewrites it; a port-range rule counts as masquerading whatever its protocol or weight
-    /// (every such rule masquerades).
-    pub fn evaluate(
-        &self,
-        src: std::net::IpAddr,
-        dst: std::net::IpAddr,
-        local: bool,
-    ) -> LiveVerdict {
-        self.evaluate_leaving(src, dst, local, None)
-    }
-
-    /// [`Inspection::evaluate`] for a packet leaving `interface`; without one, a rule that
-    /// matches on the outgoing interface cannot be judged.
-    pub fn evaluate_leaving(
-        &self,
-        src: std::net::IpAddr,
-        dst: std::net::IpAddr,
-        local: bool,
-        interface: Option<&str>,
-    ) -> LiveVerdict {
-        let (decided_before, may_decide_first) = self.walk_before(src, dst);
-        if let Some((stage, rule)) = decided_before {
-            let rewrites = matches!(
-                before_effect(&self.before[stage].rules[rule].verdict),
-                BeforeEffect::Rewrites
-            );
-            return LiveVerdict {
-                action: if rewrites {
-                    Action::Masquerade
-                } else {
-                    Action::KeepSource
-                },
-                rule: None,
-                reason: LiveReason::DecidedBefore,
-                unjudged: Vec::new(),
-                decided_before,
-                may_decide_first,
-            };
-        }
-        let outcome = |action, rule, reason, unjudged| LiveVerdict {
-            action,
-            rule,
-            reason,
-            unjudged,
-            decided_before: None,
-            may_decide_first: may_decide_first.clone(),
-        };
-        let keep = |reason| outcome(Action::KeepSource, None, reason, Vec::new());
-        if !self.installed {
-            return keep(LiveReason::NotInstalled);
-        }
-        match self.entry() {
-            HookStatus::NotHooked => return keep(LiveReason::NoEntryJump),
-            HookStatus::Hooked { skips_local: true }
-            | HookStatus::HookedMoreThanOnce {
-                skips_local: true, ..
-            } if local => return keep(LiveReason::LocalDestination),
-            _ => {}
-        }
-        let mut unjudged = Vec::new();
-        for (index, rule) in self.rules.iter().enumerate() {
-            let action = match rule.verdict {
-                RuleVerdict::Keep => Action::KeepSource,
-                RuleVerdict::Masquerade { .. } => Action::Masquerade,
-                RuleVerdict::Foreign(_) => {
-                    unjudged.push(index);
-                    continue;
-                }
-            };
-            let m = &rule.matches;
-            if !m.unjudged.is_empty() {
-                unjudged.push(index);
-                continue;
-            }
-            let leaves = match (&m.output_interface, interface) {
-                (None, _) => true,
-                (Some(pattern), Some(name)) => pattern.matches(name),
-                (Some(_), None) => {
-                    unjudged.push(index);
-                    continue;
-                }
-            };
-            let holds =
-                |side: &Option<AddressMatch>, addr| side.as_ref().is_none_or(|s| s.holds(addr));
-            if leaves && holds(&m.destination, dst) && holds(&m.source, src) {
-                return outcome(action, Some(index), LiveReason::RuleMatched, unjudged);
-            }
-        }
-        outcome(Action::KeepSource, None, LiveReason::FellThrough, unjudged)
-    }
-
-    /// Walks what runs before our rules: the first rule there that surely decides, and the
-    /// rules before it that may (their matches or verdicts cannot be judged here).
-    fn walk_before(
-        &self,
-        src: std::net::IpAddr,
-        dst: std::net::IpAddr,
-    ) -> (Option<BeforeRule>, Vec<BeforeRule>) {
-        let mut may = Vec::new();
-        for (s, stage) in self.before.iter().enumerate() {
-            for (r, rule) in stage.rules.iter().enumerate() {
-                let m = &rule.matches;
-                let effect = before_effect(&rule.verdict);
-                if !m.unjudged.is_empty() || matches!(effect, BeforeEffect::Unknown) {
-                    may.push((s, r));
-                    continue;
-                }
-                let holds =
-                    |side: &Option<AddressMatch>, addr| side.as_ref().is_none_or(|a| a.holds(addr));
-                if !(holds(&m.destination, dst) && holds(&m.source, src)) {
-                    continue;
-                }
-                match effect {
-                    BeforeEffect::Keeps if !stage.keep_ends_walk => break,
-                    _ => return (Some((s, r)), may),
-                }
-            }
-        }
-        (None, may)
-    }
-
-    /// Whether anything of ours is there.
-    pub fn holds_anything(&self) -> bool {
-        self.installed || !self.entry_jumps.is_empty()
-    }
-}
-
 /// One object a cleanup removed (or would remove), typed, so each backend is described in its
 /// own words by the one who prints it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -785,6 +425,29 @@ pub enum Removed {
     Jumps { chain: String, jumps: usize },
     /// An nftables table (`ip ipmasq`), with everything in it.
     Table { family: String, table: String },
+}
+
+/// One removed object in its backend's own words: `1 jump from POSTROUTING and chain
+/// IP-MASQ-AGENT`, `table ip ipmasq`.
+impl std::fmt::Display for Removed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let jumps = |n: usize| crate::text::plural(n, "jump") + " from POSTROUTING";
+        match self {
+            Removed::Chain { chain, jumps: 0 } => write!(f, "chain {chain}"),
+            Removed::Chain { chain, jumps: n } => write!(f, "{} and chain {chain}", jumps(*n)),
+            Removed::Jumps { jumps: n, .. } => f.write_str(&jumps(*n)),
+            Removed::Table { family, table } => write!(f, "table {family} {table}"),
+        }
+    }
+}
+
+impl Removed {
+    /// What a cleanup removed (or would remove), each object in its backend's words, joined
+    /// with commas.
+    pub fn words(removed: &[Removed]) -> String {
+        let words: Vec<String> = removed.iter().map(Removed::to_string).collect();
+        words.join(", ")
+    }
 }
 
 /// The result of removing what we own for one family.

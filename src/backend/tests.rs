@@ -67,7 +67,7 @@ fn estimate_with(id: BackendId, config: &Config, options: &PlanOptions) -> Estim
 /// peak, and the nftables backend (one rule and 2,000 elements) fits.
 #[test]
 fn short_lists_that_write_many_rules_are_estimated_from_the_rules() {
-    let usable = (64u64 << 20) / 100 * crate::agent::memory::USABLE_PERCENT;
+    let usable = (64u64 << 20) / 100 * super::USABLE_PERCENT;
     for (config, measured_mib) in [
         (scattered_sources(2_000), [123.4, 171.5]),
         (forced_per_interface(2_000, 16), [107.5, 157.7]),

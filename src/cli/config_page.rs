@@ -20,7 +20,7 @@ fn item(out: &mut String, term: &str, text: &str) {
 
 /// The whole page, in roff.
 pub fn config_page(version: &str) -> String {
-    let date = crate::cmd::generate::man_date();
+    let date = crate::cli::docs::man_date();
     let mut out = format!(
         ".TH IPMASQ-CONFIG 5 \"{date}\" \"ipmasq {version}\" \"File Formats\"\n.SH NAME\nipmasq\\-config \\- the ip\\-masq\\-agent configuration file, as ipmasq reads it\n"
     );

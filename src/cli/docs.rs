@@ -1,6 +1,32 @@
 //! The prose of the command line that is not a flag: examples, exit statuses, files and
 //! notes of each applet. `--help` and the man pages are both rendered from this one place.
 
+/// The package's changelog: its newest entry dates the release, and so every man page.
+const CHANGELOG: &str = include_str!("../../packaging/debian/changelog");
+
+/// The date of the newest entry of a Debian changelog (its first ` -- MAINTAINER  DATE` line,
+/// an RFC 2822 date) as YYYY-MM-DD: the date man pages carry. Derived from the package, not
+/// from today, so a generation is the same on every day and machine.
+pub fn release_date(changelog: &str) -> Option<String> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let trailer = changelog.lines().find(|l| l.starts_with(" -- "))?;
+    let (_, date) = trailer.rsplit_once("  ")?;
+    // "Sat, 21 Nov 2026 00:00:00 +0000"
+    let mut words = date.split_whitespace().skip(1);
+    let day: u8 = words.next()?.parse().ok()?;
+    let month_name = words.next()?;
+    let month = MONTHS.iter().position(|m| *m == month_name)? + 1;
+    let year: u16 = words.next()?.parse().ok()?;
+    Some(format!("{year:04}-{month:02}-{day:02}"))
+}
+
+/// The date every man page carries: the newest changelog entry's.
+pub fn man_date() -> String {
+    release_date(CHANGELOG).unwrap_or_default()
+}
+
 /// One worked example.
 pub struct Example {
     pub what: &'static str,
@@ -346,7 +372,7 @@ pub const WHO: AppletDoc = AppletDoc {
         (2, "usage error; no log at --log (nor rotated files); a file could not be read"),
     ],
     files: &[(
-        "/var/log/ipmasq/snat.log",
+        crate::snat::line::DEFAULT_SNAT_LOG,
         "the SNAT log read without --log (the path to give the agent's --snat-log); .1 … .N are its rotated files, .1 the newest",
     )],
     notes: &[
@@ -471,6 +497,14 @@ pub(crate) fn roff_text(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_release_date_is_the_newest_changelog_entry() {
+        let changelog = "ipmasq (0.2.0-1) unstable; urgency=medium\n\n  * Two.\n\n -- A <a@b.invalid>  Tue, 05 Jan 2027 10:00:00 +0000\n\nipmasq (0.1.0-1) unstable; urgency=medium\n\n  * One.\n\n -- A <a@b.invalid>  Sat, 21 Nov 2026 00:00:00 +0000\n";
+        assert_eq!(release_date(changelog).as_deref(), Some("2027-01-05"));
+        assert_eq!(release_date("no trailer\n"), None);
+        assert_eq!(man_date(), release_date(CHANGELOG).unwrap());
+    }
 
     const EVERY_APPLET: [&AppletDoc; 8] = [
         &MAIN, &AGENT, &VALIDATE, &SHOW, &CLEANUP, &EXPLAIN, &FLEET, &WHO,

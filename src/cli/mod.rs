@@ -2,8 +2,10 @@
 //! pages and the shell completions. Also the multi-call entry (argv[0] picks the applet) and
 //! the translation of Go-style flags (`-flag`, `-flag=value`) that upstream's users type.
 
+use crate::agent::logging::LogFormat;
 use crate::backend::select::Choice;
 use crate::backend::BackendId;
+use crate::output::ColorChoice;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -198,13 +200,6 @@ pub enum ConfigSourceArg {
     File,
     /// The ConfigMap itself, watched through the Kubernetes API
     Api,
-}
-
-/// Log line format.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// The agent flags that shape the rules; shared by `agent` and `show`.
@@ -845,15 +840,6 @@ pub enum OutputFormat {
     Yaml,
 }
 
-/// When to colour text output.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ColorChoice {
-    /// Only when writing to a terminal and NO_COLOR is unset
-    Auto,
-    Always,
-    Never,
-}
-
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
     /// Config files, ConfigMap manifests or directories of them; `-` reads stdin
@@ -988,8 +974,8 @@ pub struct WhoArgs {
 
     /// Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also
     /// 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]
-    #[arg(long, value_name = "TIME", value_parser = crate::cmd::who::parse_time)]
-    pub at: Option<crate::cmd::who::Micros>,
+    #[arg(long, value_name = "TIME", value_parser = crate::snat::line::parse_time)]
+    pub at: Option<crate::snat::line::Micros>,
 
     /// With --at: also the flows that ended or began this close to it (the reporter's clock
     /// and the node's differ; a Go duration)
@@ -1002,7 +988,7 @@ pub struct WhoArgs {
 
     /// The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read
     /// too; - reads standard input (what an agent run with --snat-log - printed)
-    #[arg(long, value_name = "PATH", default_value = crate::cmd::who::DEFAULT_SNAT_LOG)]
+    #[arg(long, value_name = "PATH", default_value = crate::snat::line::DEFAULT_SNAT_LOG)]
     pub log: PathBuf,
 
     /// Output format

@@ -251,7 +251,8 @@ fn agent_state(
 /// limit that cannot be read (no memory cgroup mounted) is a warning, as every list is then
 /// applied unchecked and a long one can get the agent OOM-killed.
 fn log_memory_limit(reconciler: &Reconciler, backend_name: &str) {
-    use crate::agent::memory::{mib, Limit};
+    use crate::agent::memory::Limit;
+    use crate::text::mib;
     match reconciler.memory_limit_found() {
         Limit::Bytes(limit) => info!(
             limit = %mib(*limit),

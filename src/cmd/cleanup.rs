@@ -13,7 +13,7 @@ use crate::backend::select::Choice;
 use crate::backend::select::{every_backend, sweep};
 use crate::backend::{Backend, BackendError, BackendId, CleanupReport, Removed};
 use crate::cli::{CleanupArgs, OutputFormat};
-use crate::output::{printable, removed_words, to_json, to_yaml, Styler};
+use crate::output::{printable, to_json, to_yaml, Styler};
 use crate::plan::{Family, Names};
 use serde::Serialize;
 
@@ -139,9 +139,7 @@ fn backends_to_clean(args: &CleanupArgs) -> Vec<Box<dyn Backend>> {
 /// Runs `ipmasq cleanup`.
 pub fn run(args: &CleanupArgs) -> Exit {
     let backends = backends_to_clean(args);
-    let names = Names {
-        chain: args.masq_chain.clone(),
-    };
+    let names = Names::new(args.masq_chain.clone());
     let steps = cleanup_everywhere(&backends, &names, args.dry_run);
     // nf_tables answers without a tool; iptables' rules cannot be checked without its tools.
     let iptables_unchecked = backends.iter().any(|b| b.id().is_iptables())
@@ -198,7 +196,7 @@ pub fn run(args: &CleanupArgs) -> Exit {
                 } else if let Some(script) = &r.transaction {
                     println!(
                         "{what}: {}",
-                        style.success(&format!("{verb} {}", removed_words(&r.removed)))
+                        style.success(&format!("{verb} {}", Removed::words(&r.removed)))
                     );
                     if args.dry_run {
                         for line in script.lines() {

@@ -484,7 +484,7 @@ fn flows_answer(
     interface: Option<&str>,
     to_ports: &crate::plan::ToPorts,
 ) -> (Option<super::flows::FlowsAnswer>, Option<String>) {
-    let planned = crate::conntrack::judge::Planned::new(ruleset);
+    let planned = crate::conntrack::judge::PlannedRules::new(ruleset);
     let rules_in_force: &dyn crate::conntrack::judge::Decides = match inspected {
         Some(Ok(Some(inspection))) => inspection,
         _ => &planned,
@@ -526,9 +526,7 @@ fn live_answer(
     (dst, local, interface): (IpAddr, bool, Option<&str>),
 ) -> LiveAnswer {
     let backend = node.backend();
-    let names = crate::plan::Names {
-        chain: node.flags.masq_chain.clone(),
-    };
+    let names = crate::plan::Names::new(node.flags.masq_chain.clone());
     let LiveVerdict {
         action,
         rule: rule_index,

@@ -98,11 +98,11 @@ pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, O
 }
 
 /// The node fact the plan takes besides the config and the flags: the config's output
-/// addresses (of the families `options` manage) resolved against this machine's addresses, as
-/// the agent resolves them; left unresolved (described, never written) when this machine
-/// holds none the config names or its addresses cannot be read. With it, for each family
-/// whose output address this node holds no address of, why it masquerades instead (what the
-/// agent does and says).
+/// addresses (of the families `options` manage) resolved against this machine's addresses by
+/// the agent's own reader (`addresses::resolve_output_addresses`); left unresolved
+/// (described, never written) when this machine holds none the config names or its addresses
+/// cannot be read. With it, for each family whose output address is not resolved, why it
+/// masquerades instead (what the agent does and says) or why the addresses were not read.
 pub fn node_egress(
     options: &PlanOptions,
     config: &crate::config::Config,
@@ -111,31 +111,35 @@ pub fn node_egress(
     Vec<(crate::plan::Family, String)>,
 ) {
     let families = crate::plan::families(options, config);
-    let mut egress = crate::plan::ResolvedEgress::default();
-    let mut fallback = Vec::new();
-    if crate::plan::egress::names_output_address(config, &families) {
-        if let Ok(addresses) = crate::addresses::node_addresses() {
-            let resolution = crate::plan::egress::on_node(config, &families, &addresses);
-            egress = resolution.egress;
-            fallback = resolution
-                .lost
-                .iter()
-                .map(|(family, err)| (*family, fallback_reason(*family, err)))
-                .collect();
+    if !crate::plan::egress::names_output_address(config, &families) {
+        return Default::default();
+    }
+    let resolver = crate::plan::egress::Resolver::new(config, &families);
+    // A dump that concurrent address changes interrupt is read again, as the agent does.
+    let mut read = crate::addresses::resolve_output_addresses(&resolver);
+    for _ in 0..3 {
+        match &read {
+            Err(err) if crate::addresses::is_interrupted(err) => {
+                read = crate::addresses::resolve_output_addresses(&resolver);
+            }
+            _ => break,
         }
     }
-    (egress, fallback)
-}
-
-/// Why `family` masquerades although the config names an output address: said alike by the
-/// agent (log, `/readyz`), `show` and `explain`.
-pub fn fallback_reason(
-    family: crate::plan::Family,
-    err: &crate::plan::egress::EgressError,
-) -> String {
-    format!(
-        "{err}: {family} traffic is masqueraded (the outgoing interface's address) until an address in that value is on this node"
-    )
+    match read {
+        Ok(resolution) => {
+            let fallback = resolution
+                .lost
+                .iter()
+                .map(|(family, err)| (*family, crate::plan::egress::fallback_reason(*family, err)))
+                .collect();
+            (resolution.egress, fallback)
+        }
+        Err(err) => {
+            let why = format!("cannot read this node's addresses: {err}");
+            let unread = resolver.families().into_iter().map(|f| (f, why.clone()));
+            (crate::plan::ResolvedEgress::default(), unread.collect())
+        }
+    }
 }
 
 /// The rule flags as the state file records them.

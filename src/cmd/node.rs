@@ -256,9 +256,7 @@ pub fn inspect(
     if family == Family::V6 && !backend.family_available(family) {
         return Ok(None);
     }
-    let names = crate::plan::Names {
-        chain: flags.masq_chain.clone(),
-    };
+    let names = crate::plan::Names::new(flags.masq_chain.clone());
     backend.inspect(family, &names).map(Some)
 }
 

@@ -743,9 +743,7 @@ pub fn run(args: &ShowArgs) -> Exit {
         backend: backend.id(),
         backend_choice: node.selected.reason.clone(),
         chain: flags.masq_chain.to_string(),
-        location: backend.location(&crate::plan::Names {
-            chain: flags.masq_chain.clone(),
-        }),
+        location: backend.location(&crate::plan::Names::new(flags.masq_chain.clone())),
         installed: lives.iter().any(|(_, l)| l.installed),
         families,
         sync,

@@ -119,10 +119,12 @@ impl MergedEntry {
     }
 }
 
-/// Which ConfigMap of a manifest a result is about.
+/// Which ConfigMap of a manifest a result is about: its document and the names it gives, as
+/// written (either may be missing); `cluster::configmap::ConfigMapRef` is the one the agent
+/// watches.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ConfigMapRef {
+pub struct ManifestConfigMap {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub document: usize,
@@ -166,7 +168,7 @@ pub struct ConfigReport {
     pub path: String,
     pub kind: InputKind,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub config_map: Option<ConfigMapRef>,
+    pub config_map: Option<ManifestConfigMap>,
     /// For the `ip-masq*` keys of ConfigMaps merged as `--config-dir` merges them: each key
     /// with its ConfigMap's namespace and name, in merge order.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -562,7 +564,7 @@ fn configmap_entry(
 ) -> ConfigReport {
     let mut entry = ConfigReport::new(path, InputKind::Configmap, cm.checked, strict, source);
     if cm.merged.is_empty() {
-        entry.config_map = Some(ConfigMapRef {
+        entry.config_map = Some(ManifestConfigMap {
             namespace: cm.namespace,
             name: cm.name,
             document: cm.document,
@@ -630,7 +632,7 @@ fn pool_entry(
 ) -> ConfigReport {
     let result = manifest::check_pool(found, bases, options);
     let mut entry = ConfigReport::new(path, InputKind::Configmap, result.checked, strict, source);
-    entry.config_map = Some(ConfigMapRef {
+    entry.config_map = Some(ManifestConfigMap {
         namespace: result.namespace,
         name: Some(result.name),
         document: result.document,

@@ -22,15 +22,12 @@
 use crate::cli::{OutputFormat, WhoArgs};
 use crate::cmd::Exit;
 use crate::output::{printable, Styler};
-use k8s_openapi::jiff::{civil::DateTime, tz::TimeZone, Timestamp};
+use crate::snat::line::{endpoint_text, show_time, time_of, Micros, Record};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-
-/// Where the agent writes its SNAT log when `--snat-log` names no other path.
-pub const DEFAULT_SNAT_LOG: &str = "/var/log/ipmasq/snat.log";
 
 /// `--log -`: the log on standard input (an agent run with `--snat-log -` writes it to its
 /// standard output, for a log collector: `kubectl logs … | ipmasq who … --log -`).
@@ -48,9 +45,6 @@ const CHUNK: usize = 1 << 20;
 
 /// The most rotated files looked for (`PATH.1` … `PATH.N`); the agent keeps far fewer.
 const MAX_ROTATED: usize = 1000;
-
-/// A time in microseconds since the Unix epoch (the log's precision).
-pub type Micros = i64;
 
 /// What to look for.
 #[derive(Debug, Clone)]
@@ -124,27 +118,6 @@ pub enum WhoError {
     },
 }
 
-/// A line of the log, as far as `who` reads it; unknown keys are ignored.
-#[derive(serde::Deserialize)]
-struct Record<'a> {
-    #[serde(borrow)]
-    time: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    event: std::borrow::Cow<'a, str>,
-    proto: serde_json::Value,
-    #[serde(borrow)]
-    src: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    translated: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    dst: std::borrow::Cow<'a, str>,
-}
-
-/// The address as the log writes it: `a.b.c.d:port`, `[v6]:port`.
-pub fn log_spelling(address: SocketAddr) -> String {
-    SocketAddr::new(address.ip().to_canonical(), address.port()).to_string()
-}
-
 /// The files of the log at `path`, oldest first: `PATH.N` … `PATH.1`, then `PATH` (each that
 /// exists; the numbering stops at the first gap).
 pub fn log_files(path: &Path) -> Result<Vec<PathBuf>, WhoError> {
@@ -172,52 +145,6 @@ pub fn log_files(path: &Path) -> Result<Vec<PathBuf>, WhoError> {
     Ok(files)
 }
 
-/// A time `--at` takes: RFC 3339 (`2026-11-26T12:03:04Z`, `…+01:00`, fractions), with a blank
-/// for the `T`, and without an offset meaning UTC (as the log and most firewalls write);
-/// also the web servers' and firewalls' common log format (`26/Nov/2026:12:03:04 +0000`) and
-/// Unix seconds (`@1795694584`).
-pub fn parse_time(text: &str) -> Result<Micros, String> {
-    let trimmed = text.trim();
-    if let Some(seconds) = trimmed.strip_prefix('@') {
-        if let Ok(seconds) = seconds.parse::<f64>() {
-            if seconds.is_finite() && seconds.abs() < 1e11 {
-                return Ok((seconds * 1e6).round() as Micros);
-            }
-        }
-    } else {
-        let normal = trimmed.replacen(' ', "T", 1);
-        if let Ok(time) = normal.parse::<Timestamp>() {
-            return Ok(time.as_microsecond());
-        }
-        if let Ok(civil) = normal.trim_end_matches(['Z', 'z']).parse::<DateTime>() {
-            if let Ok(zoned) = civil.to_zoned(TimeZone::UTC) {
-                return Ok(zoned.timestamp().as_microsecond());
-            }
-        }
-        let common = trimmed.trim_start_matches('[').trim_end_matches(']');
-        if let Ok(time) = Timestamp::strptime("%d/%b/%Y:%H:%M:%S %z", common) {
-            return Ok(time.as_microsecond());
-        }
-    }
-    Err(format!(
-        "{text:?} is no time: give RFC 3339 (2026-11-26T12:03:04Z, 2026-11-26 12:03:04 for UTC, \
-         2026-11-26T13:03:04+01:00), the common log format (26/Nov/2026:12:03:04 +0000) or \
-         Unix seconds (@1795694584)"
-    ))
-}
-
-/// A time of the log (`2026-11-26T12:03:04.123456Z`) in microseconds.
-fn log_time(text: &str) -> Option<Micros> {
-    text.parse::<Timestamp>().ok().map(|t| t.as_microsecond())
-}
-
-/// A time for the reader: RFC 3339 UTC, microseconds when there are any.
-pub fn show_time(micros: Micros) -> String {
-    Timestamp::from_microsecond(micros)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| format!("@{micros}µs"))
-}
-
 /// The flows pairing in progress: the open flow of each reply tuple (proto, dst; the
 /// translated address is the query's), and the answers.
 struct Pairing<'q> {
@@ -235,7 +162,7 @@ impl<'q> Pairing<'q> {
     fn new(query: &'q Query) -> Self {
         Pairing {
             query,
-            translated: log_spelling(query.translated),
+            translated: endpoint_text(query.translated),
             open: HashMap::new(),
             answer: Answer::default(),
             earliest: None,
@@ -264,7 +191,7 @@ impl<'q> Pairing<'q> {
 
     /// One line that holds the needle.
     fn line(&mut self, file: &Path, offset: u64, line: &[u8]) {
-        let record: Record = match serde_json::from_slice(line) {
+        let record = match Record::read(line) {
             Ok(record) => record,
             Err(err) => return self.skip(file, offset, &format!("not a log record ({err})")),
         };
@@ -279,7 +206,7 @@ impl<'q> Pairing<'q> {
         if self.query.proto.as_ref().is_some_and(|p| *p != proto) {
             return;
         }
-        let Some(micros) = log_time(&record.time) else {
+        let Some(micros) = time_of(&record.time) else {
             return self.skip(file, offset, "time is not RFC 3339");
         };
         if self.earliest.as_ref().is_none_or(|(t, _)| micros < *t) {
@@ -461,7 +388,7 @@ fn scan(
 
 /// The answer to `query` over `files` (oldest first).
 pub fn search(files: &[PathBuf], query: &Query) -> Result<Answer, WhoError> {
-    let needle = format!("\"{}\"", log_spelling(query.translated));
+    let needle = format!("\"{}\"", endpoint_text(query.translated));
     let finder = memchr::memmem::Finder::new(needle.as_bytes());
     let mut pairing = Pairing::new(query);
     let mut log_start: Option<String> = None;
@@ -474,7 +401,7 @@ pub fn search(files: &[PathBuf], query: &Query) -> Result<Answer, WhoError> {
         serde_json::from_slice::<TimeOnly>(line)
             .ok()
             .map(|t| t.time)
-            .filter(|t| log_time(t).is_some())
+            .filter(|t| time_of(t).is_some())
     };
     for path in files {
         let read_error = |source| WhoError::Read {
@@ -512,11 +439,11 @@ pub fn search(files: &[PathBuf], query: &Query) -> Result<Answer, WhoError> {
     let latest = pairing.latest.take().map(|(_, time)| time);
     let mut answer = pairing.done();
     answer.files = files.iter().map(|p| p.display().to_string()).collect();
-    let by_time = |time: &Option<String>| time.as_deref().and_then(log_time);
+    let by_time = |time: &Option<String>| time.as_deref().and_then(time_of);
     answer.log_start = [log_start, earliest]
         .into_iter()
         .flatten()
-        .min_by_key(|t| log_time(t));
+        .min_by_key(|t| time_of(t));
     answer.log_end = [log_end, latest].into_iter().max_by_key(by_time).flatten();
     Ok(answer)
 }
@@ -634,7 +561,7 @@ pub fn run(args: &WhoArgs) -> Exit {
             printable(first)
         );
     }
-    let address = log_spelling(args.address);
+    let address = endpoint_text(args.address);
     let at = args.at.map(show_time);
     let report = || Report {
         address: address.clone(),
@@ -668,6 +595,7 @@ pub fn run(args: &WhoArgs) -> Exit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snat::line::parse_time;
 
     /// A directory of its own under the temp dir, removed on drop.
     struct Dir(PathBuf);
@@ -696,6 +624,7 @@ mod tests {
         }
     }
 
+    /// A line as the agent writes it (`snat::line::render`), at `time` on 2026-11-26 UTC.
     fn line(
         time: &str,
         event: &str,
@@ -704,9 +633,49 @@ mod tests {
         translated: &str,
         dst: &str,
     ) -> String {
-        format!(
-            "{{\"time\":\"2026-11-26T{time}Z\",\"event\":\"{event}\",\"proto\":\"{proto}\",\"src\":\"{src}\",\"translated\":\"{translated}\",\"dst\":\"{dst}\"}}\n"
-        )
+        use crate::netlink::conntrack::{Event, EventKind, Flow};
+        let at = parse_time(&format!("2026-11-26T{time}Z")).unwrap();
+        let kind = match event {
+            "new" => EventKind::New,
+            "end" => EventKind::End,
+            other => panic!("the agent writes no {other:?} event"),
+        };
+        let [src, translated, dst]: [SocketAddr; 3] =
+            [src, translated, dst].map(|text| text.parse().unwrap());
+        let flow = Flow {
+            family: if src.is_ipv4() {
+                crate::plan::Family::V4
+            } else {
+                crate::plan::Family::V6
+            },
+            protocol: match proto {
+                "tcp" => 6,
+                "udp" => 17,
+                other => panic!("no test speaks {other}"),
+            },
+            source: src.ip(),
+            destination: dst.ip(),
+            source_port: Some(src.port()),
+            destination_port: Some(dst.port()),
+            reply_source: dst.ip(),
+            reply_destination: translated.ip(),
+            reply_destination_port: Some(translated.port()),
+            icmp_id: None,
+            reply_icmp_id: None,
+            id: 1,
+        };
+        let mut out = String::new();
+        let time = std::time::UNIX_EPOCH + std::time::Duration::from_micros(at as u64);
+        crate::snat::line::render(
+            &mut out,
+            time,
+            &Event {
+                kind,
+                counters: None,
+                flow,
+            },
+        );
+        out
     }
 
     const NODE: &str = "203.0.113.1:40002";
@@ -1015,14 +984,16 @@ mod tests {
         dir.write(
             "snat.log",
             &[
+                // A port longer than any (no agent writes it): the needle's text alone is tried.
                 line(
                     "12:00:00.000000",
                     "new",
                     "tcp",
                     "192.168.1.5:1",
-                    "203.0.113.1:400021",
+                    NODE,
                     "198.51.100.9:443",
-                ),
+                )
+                .replace(&format!("\"{NODE}\""), "\"203.0.113.1:400021\""),
                 line(
                     "12:00:00.000000",
                     "new",
@@ -1056,7 +1027,8 @@ mod tests {
                 format!("not json at all \"{NODE}\"\n"),
                 format!("{{\"time\":\"yesterday\",\"event\":\"new\",\"proto\":\"tcp\",\"src\":\"a\",\"translated\":\"{NODE}\",\"dst\":\"b\"}}\n"),
                 format!("{{\"time\":\"2026-11-26T12:00:00Z\",\"event\":\"new\",\"translated\":\"{NODE}\"}}\n"),
-                line("12:00:00.000000", "begin", "tcp", "192.168.1.5:1", NODE, "198.51.100.9:443"),
+                line("12:00:00.000000", "new", "tcp", "192.168.1.5:1", NODE, "198.51.100.9:443")
+                    .replace("\"new\"", "\"begin\""),
                 "\u{0}\u{ff}garbage without the address\n".into(),
                 line("12:00:00.000000", "new", "tcp", "192.168.1.5:1", NODE, "198.51.100.9:443"),
                 // A truncated last line (the writer was cut mid-line).
@@ -1188,26 +1160,6 @@ mod tests {
             }
             assert_eq!(first.unwrap(), seen[0].1);
             assert_eq!(last.unwrap(), seen[499].1);
-        }
-    }
-
-    #[test]
-    fn times_users_paste_parse() {
-        let utc = parse_time("2026-11-26T12:03:04Z").unwrap();
-        for same in [
-            "2026-11-26 12:03:04",
-            "2026-11-26T12:03:04",
-            "2026-11-26T12:03:04.000Z",
-            "2026-11-26T13:03:04+01:00",
-            "26/Nov/2026:12:03:04 +0000",
-            "[26/Nov/2026:13:03:04 +0100]",
-            "@1795694584",
-        ] {
-            assert_eq!(parse_time(same), Ok(utc), "{same}");
-        }
-        assert_eq!(show_time(utc), "2026-11-26T12:03:04Z");
-        for bad in ["yesterday", "", "2026-13-01T00:00:00Z", "@x"] {
-            assert!(parse_time(bad).is_err(), "{bad}");
         }
     }
 }

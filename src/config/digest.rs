@@ -81,17 +81,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// A time as RFC 3339 UTC with seconds (`2026-11-23T12:00:01Z`).
 pub fn rfc3339_utc(time: std::time::SystemTime) -> String {
+    use k8s_openapi::jiff::{tz::Offset, Timestamp};
     let seconds = time
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = crate::text::civil_from_days(days as i64);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    let at = Timestamp::from_second(i64::try_from(seconds).unwrap_or(i64::MAX))
+        .unwrap_or(Timestamp::MAX);
+    Offset::UTC
+        .to_datetime(at)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 #[cfg(test)]

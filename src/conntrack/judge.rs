@@ -4,7 +4,7 @@
 //! flow's conntrack entry; a flow is reset only when the change alters the decision for its
 //! source and destination *and* its entry holds what the rules in force no longer decide.
 
-use crate::backend::{Inspection, LiveReason, RuleVerdict};
+use crate::plan::live::{Inspection, LiveReason, RuleVerdict};
 use crate::plan::{intervals, Action, Egress, Ruleset};
 use std::net::IpAddr;
 
@@ -57,21 +57,21 @@ impl Decides for NoRulesOfOurs {
 
 /// A planned ruleset, judged by address ranges: a binary search a flow, whatever the number
 /// of CIDRs (the same verdicts as `plan::decide`, which walks the decisions).
-pub struct Planned<'a> {
+pub struct PlannedRules<'a> {
     ruleset: &'a Ruleset,
     kept: Vec<(u128, u128)>,
 }
 
-impl<'a> Planned<'a> {
+impl<'a> PlannedRules<'a> {
     pub fn new(ruleset: &'a Ruleset) -> Self {
-        Planned {
+        PlannedRules {
             ruleset,
             kept: intervals::kept_ranges(ruleset.family, &ruleset.decisions),
         }
     }
 }
 
-impl Decides for Planned<'_> {
+impl Decides for PlannedRules<'_> {
     fn outcome(
         &self,
         source: IpAddr,
@@ -278,7 +278,7 @@ mod tests {
         after: &Ruleset,
         scope: ResetScope,
     ) -> Disposition {
-        dispose_between(flow, &Planned::new(before), after, scope)
+        dispose_between(flow, &PlannedRules::new(before), after, scope)
     }
 
     fn dispose_between(
@@ -294,7 +294,7 @@ mod tests {
             interface_to: &mut route,
             scope,
         };
-        dispose(flow, before, &Planned::new(after), &mut node)
+        dispose(flow, before, &PlannedRules::new(after), &mut node)
     }
 
     #[test]
@@ -447,8 +447,8 @@ mod tests {
             assert_eq!(
                 dispose(
                     &flow,
-                    &Planned::new(&before),
-                    &Planned::new(&after),
+                    &PlannedRules::new(&before),
+                    &PlannedRules::new(&after),
                     &mut node
                 ),
                 expected,
@@ -457,7 +457,7 @@ mod tests {
         }
     }
 
-    /// `Planned` (a binary search over kept ranges) says what `plan::decide` (a walk of the
+    /// `PlannedRules` (a binary search over kept ranges) says what `plan::decide` (a walk of the
     /// decisions) says, on random configs with forced and kept CIDRs nested.
     #[test]
     fn planned_outcomes_agree_with_decide() {
@@ -474,7 +474,7 @@ mod tests {
                 &crate::plan::ResolvedEgress::default(),
                 Family::V4,
             );
-            let planned = Planned::new(&ruleset);
+            let planned = PlannedRules::new(&ruleset);
             for _ in 0..50 {
                 let (src, dst) = (rng.addr(Family::V4), rng.addr(Family::V4));
                 let expected = match crate::plan::decide(&ruleset, src, dst).action {

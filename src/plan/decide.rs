@@ -378,7 +378,7 @@ pub(crate) mod tests {
         rng: &mut Rng,
         config: &Config,
         set: &Ruleset,
-        live: &crate::backend::Inspection,
+        live: &crate::plan::live::Inspection,
         round: usize,
         packets: usize,
     ) {
@@ -399,7 +399,7 @@ pub(crate) mod tests {
                 "round {round}: {src} -> {dst} via {interface} with {config:?}"
             );
             if let Some(rule) = walked.rule.filter(|_| walked.action == Action::Masquerade) {
-                let crate::backend::RuleVerdict::Masquerade { snat_to, .. } =
+                let crate::plan::live::RuleVerdict::Masquerade { snat_to, .. } =
                     live.rules[rule].verdict
                 else {
                     panic!("round {round}: a rewrite by a rule that does not rewrite");

@@ -99,6 +99,14 @@ impl Choice {
     }
 }
 
+/// Why `family` masquerades although the config names an output address: said alike by the
+/// agent (log, `/readyz`), `show` and `explain`.
+pub fn fallback_reason(family: Family, err: &EgressError) -> String {
+    format!(
+        "{err}: {family} traffic is masqueraded (the outgoing interface's address) until an address in that value is on this node"
+    )
+}
+
 /// The address `target` names among `addresses`: itself when the node holds it, else the
 /// lowest address inside the prefix (stable whatever order the kernel lists them in); a
 /// deprecated IPv6 address only when no preferred one is inside.
@@ -236,7 +244,9 @@ impl Resolver {
 }
 
 /// The config's output addresses on a node holding `addresses`: SNAT to the chosen address
-/// of each family that has one, masquerade (with the reason) for a family that has none.
+/// of each family that has one, masquerade (with the reason) for a family that has none. The
+/// node's reader feeds a `Resolver` from its dump as it streams; the tests feed it a list.
+#[cfg(test)]
 pub fn on_node(config: &Config, families: &[Family], addresses: &[NodeAddress]) -> Resolution {
     let mut resolver = Resolver::new(config, families);
     for a in addresses {

@@ -6,13 +6,19 @@
 
 pub(crate) mod decide;
 pub mod egress;
+#[cfg(test)]
+mod hint_properties;
 pub mod intervals;
+pub mod live;
 mod names;
 mod ports;
 
 pub use decide::{decide, decide_leaving, Reason};
 pub use egress::ResolvedEgress;
-pub use names::{ChainName, Names, DEFAULT_CHAIN};
+pub use names::{
+    jump_comment, ChainName, Names, DEFAULT_CHAIN, MASQ_COMMENT, NON_MASQ_COMMENT, SNAT_COMMENT,
+    SOURCE_COMMENT,
+};
 pub use ports::{PortShare, ToPorts};
 
 use crate::config::egress::{EgressTarget, InterfacePattern};
@@ -220,9 +226,7 @@ impl Default for PlanOptions {
 impl PlanOptions {
     /// The names the rules are installed under.
     pub fn names(&self) -> Names {
-        Names {
-            chain: self.chain.clone(),
-        }
+        Names::new(self.chain.clone())
     }
 }
 

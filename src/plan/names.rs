@@ -65,11 +65,43 @@ impl std::str::FromStr for ChainName {
     }
 }
 
+/// The rules' comments, one text for every backend, so greps and runbooks find our rules in
+/// either: upstream's ip-masq-agent texts byte for byte where upstream writes the rule,
+/// ipmasq's own in upstream's words where it writes none.
+///
+/// Comment of every non-masquerade rule (upstream's text, byte for byte).
+pub const NON_MASQ_COMMENT: &str = "ip-masq-agent: local traffic is not subject to MASQUERADE";
+/// Comment of every MASQUERADE rule (upstream's text, byte for byte).
+pub const MASQ_COMMENT: &str =
+    "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)";
+/// Comment of every SNAT rule (`outputAddress`): ours, in upstream's words.
+pub const SNAT_COMMENT: &str =
+    "ipmasq: outbound traffic is subject to SNAT to the output address (must be last in chain)";
+/// Comment of the rules that leave traffic from outside `masqueradeSourceCIDRs` alone.
+pub const SOURCE_COMMENT: &str =
+    "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
+
+/// The POSTROUTING jump's comment (nftables: the entry chain's rule); upstream puts the chain
+/// name in it.
+pub fn jump_comment(chain: &ChainName) -> String {
+    format!(
+        "ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom {chain} chain"
+    )
+}
+
 /// What a ruleset is installed under.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Names {
     /// `--masq-chain`: the chain (iptables) we own.
     pub chain: ChainName,
+}
+
+impl Names {
+    /// The names of the rules `--masq-chain` names: the one constructor every applet, the plan
+    /// and the tests use.
+    pub fn new(chain: ChainName) -> Self {
+        Names { chain }
+    }
 }
 
 #[cfg(test)]

@@ -1,35 +1,121 @@
-//! One line of the SNAT log: a JSON object with its keys in a fixed order (`time`, `event`,
-//! `proto`, `src`, `translated`, `dst`, then on an `end` with accounting `packets` and
-//! `bytes`, both directions summed), UTF-8, ended by `\n`. `ipmasq who` reads these lines.
+//! The SNAT log's line, written by the agent and read by `ipmasq who`, owned here whole: a
+//! JSON object with its keys in a fixed order (`time`, `event`, `proto`, `src`, `translated`,
+//! `dst`, then on an `end` with accounting `packets` and `bytes`, both directions summed),
+//! UTF-8, ended by `\n`; its times (RFC 3339 UTC to the microsecond, one calendar: jiff's),
+//! its addresses' spelling, the default path, and the times `who --at` takes.
 
 use crate::netlink::conntrack::{Event, EventKind, Flow};
+use k8s_openapi::jiff::{civil::DateTime, tz::Offset, tz::TimeZone, Timestamp};
 use std::fmt::Write as _;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where the agent writes its SNAT log when `--snat-log` names no other path, and where `who`
+/// reads it.
+pub const DEFAULT_SNAT_LOG: &str = "/var/log/ipmasq/snat.log";
+
+/// A time in microseconds since the Unix epoch (the log's precision).
+pub type Micros = i64;
 
 /// `time` as RFC 3339 in UTC with microseconds and a `Z`: `2026-11-26T12:03:04.123456Z`.
 pub fn rfc3339_micros(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let seconds = since.as_secs();
-    let (days, in_day) = ((seconds / 86_400) as i64, seconds % 86_400);
-    let (year, month, day) = crate::text::civil_from_days(days);
+    let micros = i64::try_from(since.as_micros()).unwrap_or(i64::MAX);
+    let at = Timestamp::from_microsecond(micros).unwrap_or(Timestamp::MAX);
+    let civil = Offset::UTC.to_datetime(at);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        in_day / 3600,
-        in_day / 60 % 60,
-        in_day % 60,
-        since.subsec_micros()
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        civil.year(),
+        civil.month(),
+        civil.day(),
+        civil.hour(),
+        civil.minute(),
+        civil.second(),
+        civil.subsec_nanosecond() / 1000
     )
+}
+
+/// A line's `time` (`2026-11-26T12:03:04.123456Z`) in microseconds.
+pub fn time_of(text: &str) -> Option<Micros> {
+    text.parse::<Timestamp>().ok().map(|t| t.as_microsecond())
+}
+
+/// A time for the reader: RFC 3339 UTC, microseconds when there are any.
+pub fn show_time(micros: Micros) -> String {
+    Timestamp::from_microsecond(micros)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| format!("@{micros}µs"))
+}
+
+/// A time `--at` takes: RFC 3339 (`2026-11-26T12:03:04Z`, `…+01:00`, fractions), with a blank
+/// for the `T`, and without an offset meaning UTC (as the log and most firewalls write);
+/// also the web servers' and firewalls' common log format (`26/Nov/2026:12:03:04 +0000`) and
+/// Unix seconds (`@1795694584`).
+pub fn parse_time(text: &str) -> Result<Micros, String> {
+    let trimmed = text.trim();
+    if let Some(seconds) = trimmed.strip_prefix('@') {
+        if let Ok(seconds) = seconds.parse::<f64>() {
+            if seconds.is_finite() && seconds.abs() < 1e11 {
+                return Ok((seconds * 1e6).round() as Micros);
+            }
+        }
+    } else {
+        let normal = trimmed.replacen(' ', "T", 1);
+        if let Ok(time) = normal.parse::<Timestamp>() {
+            return Ok(time.as_microsecond());
+        }
+        if let Ok(civil) = normal.trim_end_matches(['Z', 'z']).parse::<DateTime>() {
+            if let Ok(zoned) = civil.to_zoned(TimeZone::UTC) {
+                return Ok(zoned.timestamp().as_microsecond());
+            }
+        }
+        let common = trimmed.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(time) = Timestamp::strptime("%d/%b/%Y:%H:%M:%S %z", common) {
+            return Ok(time.as_microsecond());
+        }
+    }
+    Err(format!(
+        "{text:?} is no time: give RFC 3339 (2026-11-26T12:03:04Z, 2026-11-26 12:03:04 for UTC, \
+         2026-11-26T13:03:04+01:00), the common log format (26/Nov/2026:12:03:04 +0000) or \
+         Unix seconds (@1795694584)"
+    ))
+}
+
+/// An address and port as the log writes them: `a.b.c.d:port`, `[v6]:port` (a v4-mapped v6
+/// address as its v4 form).
+pub fn endpoint_text(address: SocketAddr) -> String {
+    SocketAddr::new(address.ip().to_canonical(), address.port()).to_string()
+}
+
+/// A line of the log as it is read back; unknown keys are ignored, so a later writer may add
+/// some.
+#[derive(serde::Deserialize)]
+pub struct Record<'a> {
+    #[serde(borrow)]
+    pub time: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    pub event: std::borrow::Cow<'a, str>,
+    /// A name (`"tcp"`) or a number.
+    pub proto: serde_json::Value,
+    #[serde(borrow)]
+    pub src: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    pub translated: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    pub dst: std::borrow::Cow<'a, str>,
+}
+
+impl<'a> Record<'a> {
+    /// One line (without its `\n`), or why it is no line of the log.
+    pub fn read(line: &'a [u8]) -> Result<Record<'a>, serde_json::Error> {
+        serde_json::from_slice(line)
+    }
 }
 
 /// `address:port`, an IPv6 address in brackets; a protocol without ports has port 0 (ICMP's
 /// destination: its source and translated ones carry the echo's identifier instead).
 fn endpoint(out: &mut String, address: IpAddr, port: Option<u16>) {
-    let port = port.unwrap_or(0);
-    let _ = match address {
-        IpAddr::V4(v4) => write!(out, "{v4}:{port}"),
-        IpAddr::V6(v6) => write!(out, "[{v6}]:{port}"),
-    };
+    out.push_str(&endpoint_text(SocketAddr::new(address, port.unwrap_or(0))));
 }
 
 /// The protocol as the log names it: `tcp`, `udp`, `icmp`, `icmpv6` (strings), any other its
@@ -157,6 +243,56 @@ mod tests {
         assert!(out.contains("\"proto\":132,"), "{out}");
         assert!(!out.contains("packets"), "{out}");
         serde_json::from_str::<serde_json::Value>(&out).unwrap();
+    }
+
+    /// What the writer renders, the reader reads back: every field, and the time to the
+    /// microsecond through the one calendar.
+    #[test]
+    fn a_rendered_line_reads_back_whole() {
+        for (micros, v6) in [
+            (1_795_694_584_123_456i64, false),
+            (951_782_400_000_001, true),
+        ] {
+            let at = UNIX_EPOCH + Duration::from_micros(micros as u64);
+            let mut out = String::new();
+            render(&mut out, at, &event(EventKind::End, v6, Some((1, 2))));
+            let line = out.strip_suffix('\n').expect("one line");
+            let record = Record::read(line.as_bytes()).expect("reads back");
+            assert_eq!(time_of(&record.time), Some(micros), "{line}");
+            assert_eq!(parse_time(&record.time), Ok(micros), "{line}");
+            assert_eq!(
+                (&*record.event, record.proto.as_str()),
+                ("end", Some("tcp"))
+            );
+            let flow = event(EventKind::End, v6, None).flow;
+            let src = endpoint_text(SocketAddr::new(flow.source, 40002));
+            let translated = endpoint_text(SocketAddr::new(flow.reply_destination, 40002));
+            let dst = endpoint_text(SocketAddr::new(flow.destination, 443));
+            assert_eq!(
+                (&*record.src, &*record.translated, &*record.dst),
+                (&*src, &*translated, &*dst)
+            );
+        }
+    }
+
+    #[test]
+    fn times_users_paste_parse() {
+        let utc = parse_time("2026-11-26T12:03:04Z").unwrap();
+        for same in [
+            "2026-11-26 12:03:04",
+            "2026-11-26T12:03:04",
+            "2026-11-26T12:03:04.000Z",
+            "2026-11-26T13:03:04+01:00",
+            "26/Nov/2026:12:03:04 +0000",
+            "[26/Nov/2026:13:03:04 +0100]",
+            "@1795694584",
+        ] {
+            assert_eq!(parse_time(same), Ok(utc), "{same}");
+        }
+        assert_eq!(show_time(utc), "2026-11-26T12:03:04Z");
+        for bad in ["yesterday", "", "2026-13-01T00:00:00Z", "@x"] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod docs;
 mod extensions;
 mod fits_terminal;
 mod fleet;
+mod floors;
 mod generated;
 mod hostile_input;
 mod netlink_floor;

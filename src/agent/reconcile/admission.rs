@@ -128,7 +128,7 @@ pub fn what_fits(backend: &dyn Backend, limit: u64) -> String {
     let model = backend.memory_model();
     model
         .unit
-        .words(model.ceiling(limit / 100 * crate::agent::memory::USABLE_PERCENT))
+        .words(model.ceiling(limit / 100 * crate::backend::USABLE_PERCENT))
 }
 
 impl Admission {
@@ -363,7 +363,7 @@ fn inputs_too_large_for_memory(
 fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<String> {
     use crate::agent::memory;
     let limit = inputs.node.memory_limit?;
-    let usable = limit / 100 * memory::USABLE_PERCENT;
+    let usable = limit / 100 * crate::backend::USABLE_PERCENT;
     let backend = inputs.backend;
     let rulesets = crate::plan::plan(config, inputs.flags, &inputs.node.egress);
     let estimate = crate::backend::Estimate::of(backend, &rulesets);
@@ -383,7 +383,7 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
                 format!(
                     ", or use --backend=nftables (it writes {}: about {})",
                     e.footprint,
-                    memory::mib(e.peak)
+                    crate::text::mib(e.peak)
                 )
             })
             .unwrap_or_default()
@@ -395,11 +395,11 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
             + config.masquerade_source_cidrs.len(),
         backend.name(),
         estimate.footprint,
-        memory::mib(estimate.peak),
-        memory::USABLE_PERCENT,
-        memory::mib(limit),
+        crate::text::mib(estimate.peak),
+        crate::backend::USABLE_PERCENT,
+        crate::text::mib(limit),
         what_fits(backend, limit),
-        memory::mib(memory::suggested_limit(estimate.peak, limit)),
+        crate::text::mib(memory::suggested_limit(estimate.peak, limit)),
     ))
 }
 /// Where an accepted config came from, in the log's `source` word: `file`, `merged files`,

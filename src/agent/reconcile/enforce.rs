@@ -197,7 +197,7 @@ impl Enforcer {
                     info!(
                     backend = %self.backend.name(),
                     family = %family,
-                    removed = %crate::output::removed_words(&done.removed),
+                    removed = %crate::backend::Removed::words(&done.removed),
                     "family no longer enabled by the config: its rules removed"
                     )
                 }
@@ -299,15 +299,15 @@ impl Enforcer {
     /// follow. A dry run compares with the live rules and deletes nothing. A failure is
     /// logged and counted; the rules stay applied.
     fn follow_flows(&mut self, ruleset: &Ruleset, installed_fresh: bool, settings: &Settings) {
-        use crate::conntrack::judge::{NoRulesOfOurs, Planned};
+        use crate::conntrack::judge::{NoRulesOfOurs, PlannedRules};
         let Some(basis) = self.reset_basis(ruleset, installed_fresh, settings) else {
             return;
         };
         let (family, scope) = (ruleset.family, settings.conntrack_reset);
-        let after = Planned::new(ruleset);
+        let after = PlannedRules::new(ruleset);
         let outcome = match basis {
             ResetBasis::Previous(before) => {
-                crate::conntrack::reset(family, &Planned::new(&before), &after, scope, false)
+                crate::conntrack::reset(family, &PlannedRules::new(&before), &after, scope, false)
             }
             ResetBasis::NoRulesOfOurs => {
                 crate::conntrack::reset(family, &NoRulesOfOurs, &after, scope, false)

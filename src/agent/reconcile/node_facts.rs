@@ -160,7 +160,7 @@ impl NodeReader {
             let reason = lost
                 .iter()
                 .find(|(f, _)| f == family)
-                .map(|(_, err)| crate::cmd::fallback_reason(*family, err));
+                .map(|(_, err)| crate::plan::egress::fallback_reason(*family, err));
             let was = before.get(family).cloned().flatten();
             match (&was, &reason) {
                 (None, Some(reason)) => {

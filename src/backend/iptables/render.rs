@@ -9,28 +9,12 @@ use std::fmt::{self, Write as _};
 
 /// The built-in chain our jump lives in.
 pub(super) const POSTROUTING: &str = "POSTROUTING";
-/// Comment of every non-masquerade rule (upstream's text, byte for byte).
-pub(super) const NON_MASQ_COMMENT: &str =
-    "ip-masq-agent: local traffic is not subject to MASQUERADE";
-/// Comment of every MASQUERADE rule (upstream's text, byte for byte).
-pub(super) const MASQ_COMMENT: &str =
-    "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)";
-/// Comment of every SNAT rule (`outputAddress`): ours, in upstream's words.
-pub(super) const SNAT_COMMENT: &str =
-    "ipmasq: outbound traffic is subject to SNAT to the output address (must be last in chain)";
-/// Comment of the rules that leave traffic from outside `masqueradeSourceCIDRs` alone.
-pub(super) const SOURCE_COMMENT: &str =
-    "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
+pub(super) use crate::plan::{
+    jump_comment, MASQ_COMMENT, NON_MASQ_COMMENT, SNAT_COMMENT, SOURCE_COMMENT,
+};
 /// Transport protocols `--to-ports` applies to, in the order rules are written (iptables
 /// needs a protocol match for `--to-ports`, so each range is written once per protocol).
 const PORT_PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];
-
-/// The POSTROUTING jump's comment; upstream puts the chain name in it.
-pub(super) fn jump_comment(chain: &ChainName) -> String {
-    format!(
-        "ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom {chain} chain"
-    )
-}
 
 /// The POSTROUTING jump as iptables-save prints it (without the leading `-A POSTROUTING`).
 pub(super) fn jump_spec(chain: &ChainName) -> String {

@@ -474,9 +474,7 @@ fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
 #[test]
 fn chain_name_limits_are_iptables_own() {
     let backend = Iptables::new(Variant::Legacy);
-    let names = |n: &str| crate::plan::Names {
-        chain: ChainName::new(n).unwrap(),
-    };
+    let names = |n: &str| crate::plan::Names::new(ChainName::new(n).unwrap());
     assert!(backend.accepts(&names(&"A".repeat(28))).is_ok());
     assert!(backend
         .accepts(&names(&"A".repeat(29)))

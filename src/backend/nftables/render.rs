@@ -9,7 +9,7 @@ use crate::netlink::nf_tables::statement::{
     self, NftVerdict, Side, Stmt, NAT_RANGE_PROTO_RANDOM_FULLY,
 };
 use crate::netlink::nf_tables::wire::{self, BaseChain, Batch, Finished, Keys, SetRef};
-use crate::plan::{Action, ChainName, Egress, Family, Ruleset};
+use crate::plan::{Action, Egress, Family, Ruleset};
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::InetHookNumber;
 
@@ -96,23 +96,9 @@ pub(super) const PRIORITY: &str = "srcnat + 10";
 pub(super) const PRIORITY_VALUE: i64 = 110;
 /// The l4 protocols a port range applies to: tcp, udp, sctp.
 const PORTED_PROTOCOLS: [u8; 3] = [6, 17, 132];
-/// Comments: upstream's texts, so greps and runbooks find our rules in either backend.
-pub(super) const NON_MASQ_COMMENT: &str =
-    "ip-masq-agent: local traffic is not subject to MASQUERADE";
-/// Comment of the rule that leaves traffic from outside `masqueradeSourceCIDRs` alone.
-pub(super) const SOURCE_COMMENT: &str =
-    "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
-pub(super) const MASQ_COMMENT: &str =
-    "ip-masq-agent: outbound traffic is subject to MASQUERADE (must be last in chain)";
-/// Comment of every SNAT rule (`outputAddress`), the same text as the iptables backend's.
-pub(super) const SNAT_COMMENT: &str =
-    "ipmasq: outbound traffic is subject to SNAT to the output address (must be last in chain)";
-
-pub(super) fn entry_comment(chain: &ChainName) -> String {
-    format!(
-        "ip-masq-agent: ensure nat POSTROUTING directs all non-LOCAL destination traffic to our custom {chain} chain"
-    )
-}
+pub(super) use crate::plan::{
+    jump_comment as entry_comment, MASQ_COMMENT, NON_MASQ_COMMENT, SNAT_COMMENT, SOURCE_COMMENT,
+};
 
 /// `ip` or `ip6`: the table family and the payload protocol of `daddr`.
 pub(super) fn family_word(family: Family) -> &'static str {

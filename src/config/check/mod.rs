@@ -4,8 +4,6 @@
 
 mod decode;
 mod egress;
-#[cfg(test)]
-mod hint_properties;
 mod keys;
 mod lists;
 mod upstream;

@@ -2,7 +2,7 @@
 //! (delete a repeated, covered or ineffective CIDR), applied alone or all together, leaves the
 //! `decide` verdict of every address at every boundary of every listed range as it was.
 
-use super::check_text;
+use crate::config::check_text;
 use crate::config::{Code, Config, Options};
 use crate::plan::{decide, plan_family, Action, Family, PlanOptions};
 use ipnet::{IpNet, Ipv4Net};
@@ -91,7 +91,7 @@ fn verdicts(config: &Config, at: &BTreeSet<Ipv4Addr>) -> Vec<(Ipv4Addr, Action)>
 fn checked_config(text: &str) -> Option<(Config, Vec<usize>)> {
     let checked = check_text(text, &Options::default());
     let lines = checked
-        .diagnostics
+        .diagnostics()
         .iter()
         .filter(|d| DELETING_HINTS.contains(&d.code))
         .map(|d| {
@@ -100,7 +100,7 @@ fn checked_config(text: &str) -> Option<(Config, Vec<usize>)> {
                 .line
         })
         .collect();
-    checked.config.map(|config| (config, lines))
+    checked.into_config().map(|config| (config, lines))
 }
 
 fn without_lines(text: &str, lines: &[usize]) -> String {
