@@ -4,7 +4,7 @@
 //! lookup are rtnetlink's own, named here for their users.
 
 use crate::netlink::interface_name;
-use crate::netlink::route::{self, never};
+use crate::netlink::route::{self, whole_only};
 pub use crate::netlink::route::{is_interrupted, AddressEvents, Routes};
 use crate::plan::egress::NodeAddress;
 use std::collections::HashMap;
@@ -22,11 +22,14 @@ pub struct NodeView {
 pub fn node_view() -> io::Result<NodeView> {
     let socket = route::socket()?;
     let names: HashMap<u32, String> =
-        route::links(&socket, (HashMap::new, never), |names, index, name| {
+        route::links(&socket, whole_only(HashMap::new), |names, index, name| {
             names.insert(index, name);
         })?;
-    let mut addresses: Vec<NodeAddress> =
-        route::usable_addresses(&socket, libc::AF_UNSPEC, (Vec::new, never), |found, a| {
+    let mut addresses: Vec<NodeAddress> = route::usable_addresses(
+        &socket,
+        libc::AF_UNSPEC,
+        whole_only(Vec::new),
+        |found, a| {
             found.push(NodeAddress {
                 interface: names
                     .get(&a.index)
@@ -36,7 +39,8 @@ pub fn node_view() -> io::Result<NodeView> {
                 prefix_len: a.prefix_len,
                 deprecated: a.deprecated(),
             });
-        })?;
+        },
+    )?;
     addresses.sort_by(|a, b| (a.address, &a.interface).cmp(&(b.address, &b.interface)));
     let mut interfaces: Vec<String> = names.into_values().collect();
     interfaces.sort();
@@ -52,7 +56,7 @@ pub fn node_address_set() -> io::Result<std::collections::HashSet<IpAddr>> {
     route::usable_addresses(
         &socket,
         libc::AF_UNSPEC,
-        (std::collections::HashSet::new, never),
+        whole_only(std::collections::HashSet::new),
         |found, a| {
             found.insert(a.address);
         },
@@ -75,12 +79,12 @@ pub fn resolve_output_addresses(
     let resolved = route::usable_addresses(
         &socket,
         af,
-        (
-            || resolver.clone(),
-            |one: &crate::plan::egress::Resolver, other: &crate::plan::egress::Resolver| {
+        route::Attempts {
+            start: || resolver.clone(),
+            agree: |one: &crate::plan::egress::Resolver, other: &crate::plan::egress::Resolver| {
                 one.chosen() == other.chosen()
             },
-        ),
+        },
         |resolver, a| {
             resolver.offer(a.address, a.deprecated(), || {
                 interface_name(a.index).unwrap_or_else(|| format!("if{}", a.index))

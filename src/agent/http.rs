@@ -123,11 +123,22 @@ pub fn read(shared: &Shared) -> Snapshot {
     shared.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
+/// What a response depends on of its request.
+#[derive(Clone, Copy, Debug)]
+pub struct Asked<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    /// The `Accept` header, when it is text.
+    pub accept: Option<&'a str>,
+}
+
 /// Builds the response for one request.
-pub fn respond(
-    (method, path, accept): (&Method, &str, Option<&str>),
-    snapshot: &Snapshot,
-) -> Response<Full<Bytes>> {
+pub fn respond(asked: Asked<'_>, snapshot: &Snapshot) -> Response<Full<Bytes>> {
+    let Asked {
+        method,
+        path,
+        accept,
+    } = asked;
     let reply = |status: StatusCode, content_type: &'static str, body: String| {
         let mut response = Response::new(Full::new(Bytes::from(if *method == Method::HEAD {
             String::new()
@@ -239,10 +250,12 @@ pub async fn serve(listener: TcpListener, shared: Shared) {
                         .headers()
                         .get(hyper::header::ACCEPT)
                         .and_then(|v| v.to_str().ok());
-                    Ok::<_, Infallible>(respond(
-                        (request.method(), request.uri().path(), accept),
-                        &snapshot,
-                    ))
+                    let asked = Asked {
+                        method: request.method(),
+                        path: request.uri().path(),
+                        accept,
+                    };
+                    Ok::<_, Infallible>(respond(asked, &snapshot))
                 }
             });
             let connection = hyper::server::conn::http1::Builder::new()

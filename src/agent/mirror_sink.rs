@@ -101,12 +101,30 @@ pub struct PassFacts<'a> {
     pub backend: &'a str,
 }
 
+/// The condition a pass makes: the status to write on the Node, and the diagnostic an Event
+/// carries (a rejected config's) with it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Condition {
+    pub status: AgentStatus,
+    pub diagnostic: Option<String>,
+}
+
+impl Condition {
+    /// A status with no Event.
+    fn alone(status: AgentStatus) -> Condition {
+        Condition {
+            status,
+            diagnostic: None,
+        }
+    }
+}
+
 /// The condition's state after a pass (its time is the caller's), and a rejection's
 /// diagnostic. A failed sync is `Drifted` once rules were ever installed (they stay, and the
 /// repair is retried), else `NotReady`; then a refused config (the last good one stays in
 /// force); then no config yet; then the last-known-good while the API is not read; else in sync.
-pub fn outcome_of(facts: &PassFacts, now: Timestamp) -> (AgentStatus, Option<String>) {
-    let status = |outcome, words: Option<String>| AgentStatus {
+pub fn outcome_of(facts: &PassFacts, now: Timestamp) -> Condition {
+    let with = |outcome, words: Option<String>| AgentStatus {
         outcome,
         digest: facts.digest.map(str::to_string),
         backend: Some(facts.backend.to_string()),
@@ -116,10 +134,10 @@ pub fn outcome_of(facts: &PassFacts, now: Timestamp) -> (AgentStatus, Option<Str
     if let Pass::Failed(err) = facts.pass {
         return if facts.ever_synced {
             let words = format!("the last sync failed, retrying: {err}");
-            (status(Outcome::Drifted, Some(words)), None)
+            Condition::alone(with(Outcome::Drifted, Some(words)))
         } else {
             let words = format!("the first sync failed, retrying: {err}");
-            (status(Outcome::NotReady, Some(words)), None)
+            Condition::alone(with(Outcome::NotReady, Some(words)))
         };
     }
     if let Some(rejection) = facts.rejection {
@@ -136,19 +154,18 @@ pub fn outcome_of(facts: &PassFacts, now: Timestamp) -> (AgentStatus, Option<Str
             "no rules are installed"
         };
         let words = format!("{which} was rejected, {kept}: {}", rejection.diagnostic);
-        return (
-            status(Outcome::Rejected, Some(words)),
-            Some(format!("{}: {}", rejection.source, rejection.diagnostic)),
-        );
+        return Condition {
+            status: with(Outcome::Rejected, Some(words)),
+            diagnostic: Some(format!("{}: {}", rejection.source, rejection.diagnostic)),
+        };
     }
     match facts.pass {
-        Pass::NoValidConfig => (status(Outcome::NotReady, None), None),
-        _ if facts.last_known_good => (status(Outcome::LastKnownGood, None), None),
-        _ if facts.stale_view.is_some() => (
-            status(Outcome::ApiViewStale, facts.stale_view.clone()),
-            None,
-        ),
-        _ => (status(Outcome::InSync, None), None),
+        Pass::NoValidConfig => Condition::alone(with(Outcome::NotReady, None)),
+        _ if facts.last_known_good => Condition::alone(with(Outcome::LastKnownGood, None)),
+        _ if facts.stale_view.is_some() => {
+            Condition::alone(with(Outcome::ApiViewStale, facts.stale_view.clone()))
+        }
+        _ => Condition::alone(with(Outcome::InSync, None)),
     }
 }
 
@@ -514,9 +531,10 @@ impl StatusSink for MirrorSink {
 /// kept `lastSync` is the pass that reached the state). Never waits. Whether it was new.
 fn hand_over(
     reports: &watch::Sender<Option<Report>>,
-    (status, diagnostic): (AgentStatus, Option<String>),
+    condition: Condition,
     node_uid: Option<String>,
 ) -> bool {
+    let Condition { status, diagnostic } = condition;
     reports.send_if_modified(|current| {
         let next = Report {
             status,

@@ -121,17 +121,36 @@ pub fn run_forever(reconciler: Reconciler, options: RunOptions) -> Ending {
 /// (a successor must not start before `--cleanup-on-exit` is done with the rules).
 type HeldLock = Arc<Mutex<Option<state::NodeLock>>>;
 
-/// The reconcile thread: a pass, then wait for a command or the interval, until stopped.
-/// Returns the reconciler so a stop can clean up with the backend in use.
-fn reconcile_thread(
-    mut reconciler: Reconciler,
+/// What the reconcile thread starts with: the reconciler, its commands and where it reports,
+/// the state it records, and the node lock it takes and hands back.
+struct ThreadStart {
+    reconciler: Reconciler,
     commands: mpsc::Receiver<Command>,
     shared: http::Shared,
     passes_done: tokio::sync::mpsc::UnboundedSender<()>,
-    (state, state_dir): (AgentState, PathBuf),
-    (held, lock_taken): (HeldLock, tokio::sync::oneshot::Sender<()>),
+    state: AgentState,
+    state_dir: PathBuf,
+    /// Where the node lock is kept once taken, for the stop to release.
+    held: HeldLock,
+    /// Told when the lock is taken.
+    lock_taken: tokio::sync::oneshot::Sender<()>,
     mirror: Option<mirror_sink::MirrorSink>,
-) -> Reconciler {
+}
+
+/// The reconcile thread: a pass, then wait for a command or the interval, until stopped.
+/// Returns the reconciler so a stop can clean up with the backend in use.
+fn reconcile_thread(start: ThreadStart) -> Reconciler {
+    let ThreadStart {
+        mut reconciler,
+        commands,
+        shared,
+        passes_done,
+        state,
+        state_dir,
+        held,
+        lock_taken,
+        mirror,
+    } = start;
     let Some(node_lock) = take_node_lock_or_wait(&state_dir, &state.rules.masq_chain, &commands)
     else {
         return reconciler;
@@ -288,6 +307,58 @@ fn agent_signals() -> Option<(
     }
 }
 
+/// What the agent starts once the wait for the node lock has ended.
+struct LockHolder<'a> {
+    options: &'a RunOptions,
+    shared: &'a http::Shared,
+    commands: &'a mpsc::Sender<Command>,
+}
+
+impl LockHolder<'_> {
+    /// Once the node lock is ours (`taken`; else only the first pass's go-ahead, which then
+    /// waits no more): the SNAT log, the endpoint and the first pass, the API watch and the
+    /// Node's writer. The SNAT log's stop when it runs; the ending when the agent cannot go on.
+    async fn start(
+        &self,
+        taken: bool,
+        api: Option<(
+            reconcile::ApiSettings,
+            crate::cluster::configmap::ConfigMapFeed,
+        )>,
+        mirror: Option<&mut mirror_sink::Mirror>,
+    ) -> Result<Option<crate::snat::Stop>, Ending> {
+        let mut snat_stop = None;
+        if let (true, Some(snat)) = (taken, self.options.snat.clone()) {
+            // Before the first pass, and never waiting on the log: the file is opened on the
+            // writer's thread (a log that cannot be opened is said and tried again; the
+            // masquerade goes on). Only ctnetlink refusing the subscription stops the agent
+            // before it touches a rule.
+            match crate::snat::start(snat) {
+                Ok(running) => {
+                    lock(self.shared).snat = Some(running.stats);
+                    snat_stop = Some(running.stop);
+                }
+                Err(err) => {
+                    let _ = self.commands.send(Command::Stop);
+                    return Err(Ending::SetupFailed(format!(
+                        "cannot start the SNAT log: {err}"
+                    )));
+                }
+            }
+        }
+        serve_then_pass(taken, self.options.metrics_addr, self.shared, self.commands).await?;
+        // The API is watched by the holder of the node lock only, once it serves.
+        if let (true, Some((settings, feed))) = (taken, api) {
+            let view = api_view(self.shared, &settings, self.options.api_view_stale_after);
+            tokio::spawn(watch_the_api(settings, feed, self.commands.clone(), view));
+        }
+        if let (true, Some(mirror)) = (taken, mirror) {
+            mirror.spawn_writer();
+        }
+        Ok(snat_stop)
+    }
+}
+
 async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -> Ending {
     let Some((mut sigterm, mut sigint, mut sighup)) = agent_signals() else {
         return Ending::SetupFailed("cannot install signal handlers".into());
@@ -315,15 +386,17 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let worker = std::thread::Builder::new()
         .name("reconcile".into())
         .spawn(move || {
-            reconcile_thread(
+            reconcile_thread(ThreadStart {
                 reconciler,
-                command_rx,
-                thread_shared,
-                done_tx,
-                (state, state_dir),
-                (held, lock_taken),
-                mirror_sink,
-            )
+                commands: command_rx,
+                shared: thread_shared,
+                passes_done: done_tx,
+                state,
+                state_dir,
+                held,
+                lock_taken,
+                mirror: mirror_sink,
+            })
         });
     let worker = match worker {
         Ok(handle) => handle,
@@ -337,32 +410,10 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         tokio::select! {
             taken = &mut lock_taken_rx, if awaiting_lock => {
                 awaiting_lock = false;
-                if let (true, Some(snat)) = (taken.is_ok(), options.snat.clone()) {
-                    // Before the first pass, and never waiting on the log: the file is
-                    // opened on the writer's thread (a log that cannot be opened is said and
-                    // tried again; the masquerade goes on). Only ctnetlink refusing the
-                    // subscription stops the agent before it touches a rule.
-                    match crate::snat::start(snat) {
-                        Ok(running) => {
-                            lock(&shared).snat = Some(running.stats);
-                            snat_stop = Some(running.stop);
-                        }
-                        Err(err) => {
-                            let _ = commands.send(Command::Stop);
-                            return Ending::SetupFailed(format!("cannot start the SNAT log: {err}"));
-                        }
-                    }
-                }
-                if let Err(ending) = serve_then_pass(taken.is_ok(), options.metrics_addr, &shared, &commands).await {
-                    return ending;
-                }
-                // The API is watched by the holder of the node lock only, once it serves.
-                if let (true, Some((settings, feed))) = (taken.is_ok(), api.take()) {
-                    let view = api_view(&shared, &settings, options.api_view_stale_after);
-                    tokio::spawn(watch_the_api(settings, feed, commands.clone(), view));
-                }
-                if let (true, Some(mirror)) = (taken.is_ok(), mirror.as_mut()) {
-                    mirror.spawn_writer();
+                let holder = LockHolder { options: &options, shared: &shared, commands: &commands };
+                match holder.start(taken.is_ok(), api.take(), mirror.as_mut()).await {
+                    Ok(stop) => snat_stop = stop,
+                    Err(ending) => return ending,
                 }
             }
             _ = done_rx.recv() => files.arm(),
@@ -377,14 +428,13 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         }
     };
     let holds_lock = !awaiting_lock;
-    let stopping = stop(
-        signal_name,
-        (options.cleanup_on_exit, holds_lock),
-        commands,
-        worker,
-        (backend_id, names),
-        mirror.as_ref(),
-    );
+    let cleanup = Cleanup {
+        on_exit: options.cleanup_on_exit,
+        holds_lock,
+        backend_id,
+        names,
+    };
+    let stopping = stop(signal_name, cleanup, commands, worker, mirror.as_ref());
     stop_draining_the_snat_log(snat_stop, stopping).await
 }
 
@@ -651,6 +701,15 @@ async fn address_changed(
     }
 }
 
+/// What a stop may remove, and how: `--cleanup-on-exit`, whether this agent held the node
+/// lock (only then are the rules its to remove), and the backend and names of the rules.
+struct Cleanup {
+    on_exit: bool,
+    holds_lock: bool,
+    backend_id: crate::backend::BackendId,
+    names: Names,
+}
+
 /// The stop on SIGTERM/SIGINT. With --cleanup-on-exit, our rules go, but only if this agent
 /// holds the node lock (one still waiting for it would remove the running agent's rules) and
 /// systemd is not restarting the unit (the next agent takes the rules over in place: removing
@@ -659,12 +718,17 @@ async fn address_changed(
 /// commit (it applies nothing), and none starts after this.
 async fn stop(
     signal_name: &str,
-    (cleanup_on_exit, holds_lock): (bool, bool),
+    cleanup: Cleanup,
     commands: mpsc::Sender<Command>,
     worker: std::thread::JoinHandle<Reconciler>,
-    (backend_id, names): (crate::backend::BackendId, Names),
     mirror: Option<&mirror_sink::Mirror>,
 ) -> Ending {
+    let Cleanup {
+        on_exit: cleanup_on_exit,
+        holds_lock,
+        backend_id,
+        names,
+    } = cleanup;
     let reason = if cleanup_on_exit && holds_lock {
         tokio::task::spawn_blocking(systemd::stop_reason)
             .await

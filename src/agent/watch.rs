@@ -27,7 +27,7 @@ fn mask() -> WatchMask {
 
 /// The parent's events that can replace the config directory's entry. Only directory
 /// events: an event the kernel reports about children (ATTRIB, MODIFY, OPEN, ...) makes adding
-/// the watch mark every cached entry of the parent (3 ms for a busy /tmp, measured), and the
+/// the watch mark every cached entry of the parent (its cost: docs/benchmarks.md), and the
 /// directory's own watch already reports its attribute changes.
 fn parent_mask() -> WatchMask {
     WatchMask::CREATE | WatchMask::DELETE | WatchMask::MOVED_TO | WatchMask::MOVED_FROM

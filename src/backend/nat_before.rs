@@ -16,19 +16,26 @@ fn family_word(family: Family) -> &'static str {
     }
 }
 
-/// Every nat postrouting base chain of `family` (and of `inet`) at `limit` or an earlier
-/// priority (the same priority: whose order nobody promises), other than table `own` of
-/// `family`, in the order a packet meets them, with their rules typed. Empty when nf_tables
-/// cannot be read (the observation then has what the backend itself reads).
-pub(crate) fn nat_chains_before(family: Family, (limit, own): (i64, &str)) -> Vec<Before> {
-    nf_tables::with_kernel(|t| Ok(chains_before_over(t, family, (limit, own)))).unwrap_or_default()
+/// Where our rules stand in nat postrouting: their priority and the table that holds them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OurPlace<'a> {
+    pub priority: i64,
+    pub table: &'a str,
 }
 
-fn chains_before_over(
-    t: &mut dyn Transport,
-    family: Family,
-    (limit, own): (i64, &str),
-) -> Vec<Before> {
+/// Every nat postrouting base chain of `family` (and of `inet`) at our priority or an earlier
+/// one (the same priority: whose order nobody promises), other than our own table of
+/// `family`, in the order a packet meets them, with their rules typed. Empty when nf_tables
+/// cannot be read (the observation then has what the backend itself reads).
+pub(crate) fn nat_chains_before(family: Family, ours: OurPlace<'_>) -> Vec<Before> {
+    nf_tables::with_kernel(|t| Ok(chains_before_over(t, family, ours))).unwrap_or_default()
+}
+
+fn chains_before_over(t: &mut dyn Transport, family: Family, place: OurPlace<'_>) -> Vec<Before> {
+    let OurPlace {
+        priority: limit,
+        table: own,
+    } = place;
     let Ok(chains) = read::base_chains(t) else {
         return Vec::new();
     };

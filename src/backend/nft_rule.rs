@@ -71,6 +71,8 @@ fn addresses(words: &[&str]) -> Option<(Vec<IpNet>, usize)> {
 }
 
 /// Takes canonical statements apart (the form `statements` writes and `render` plans).
+// Long: one left-to-right walk of the statement words: each arm of the match advances the one
+// cursor and fills the one partial rule, and the verdict found last decides what it was.
 pub(crate) fn describe(statements: &str, is_our_set: &dyn Fn(&str) -> bool) -> Described {
     let words: Vec<&str> = statements.split_whitespace().collect();
     let mut matches = Matches::default();

@@ -61,10 +61,10 @@ fn estimate_with(id: BackendId, config: &Config, options: &PlanOptions) -> Estim
     Estimate::of(backend.as_ref(), &rulesets)
 }
 
-/// 2,000 sources and 2,000 forced CIDRs × 16 interfaces, estimated from the CIDRs listed,
-/// were 16 MiB with iptables-nft; measured, their peak is above 150 MiB (OOM-killed in the
-/// DaemonSet's 64 MiB). From what each backend writes, the estimate is above the measured
-/// peak, and the nftables backend (one rule and 2,000 elements) fits.
+/// 2,000 sources and 2,000 forced CIDRs × 16 interfaces: estimated from the CIDRs listed they
+/// fit the DaemonSet's 64 MiB, but their peak does not (docs/benchmarks.md). From what each
+/// backend writes, the estimate is above the bench's peak (the figures below), and the
+/// nftables backend (one rule and 2,000 elements) fits.
 #[test]
 fn short_lists_that_write_many_rules_are_estimated_from_the_rules() {
     let usable = (64u64 << 20) / 100 * super::USABLE_PERCENT;
@@ -90,9 +90,8 @@ fn short_lists_that_write_many_rules_are_estimated_from_the_rules() {
     }
 }
 
-/// Plain lists as the bench measured them (10,000 to 100,000 /32s, worst of first apply and
-/// a one-CIDR change, over the runs of 2026-11-24 and -25): the estimate is never below the
-/// measurement.
+/// Plain lists as the bench found them (10,000 to 100,000 /32s, worst of first apply and a
+/// one-CIDR change; docs/benchmarks.md): the estimate is never below them.
 #[test]
 fn plain_lists_are_estimated_above_their_measured_peak() {
     for (count, measured) in [

@@ -802,6 +802,8 @@ mod tests {
         }
     }
 
+    // Long: one watched store driven event by event (the list, its end, the reads, later
+    // changes); each assertion depends on what the events before it left in the store.
     #[test]
     fn the_metadata_store_holds_only_the_base_and_pools_and_only_new_versions_are_read() {
         let mut w = Watched::new();

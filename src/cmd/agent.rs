@@ -121,6 +121,46 @@ fn read_the_api_once(reconciler: &Reconciler, api: &ApiSettings) {
     }
 }
 
+/// `--config-source=api`'s settings (None for a file); a usage error said and its exit.
+fn api_of(args: &AgentArgs) -> Result<Option<ApiSettings>, Exit> {
+    match args.config_source {
+        ConfigSourceArg::File => Ok(None),
+        ConfigSourceArg::Api => api_settings(args).map(Some).map_err(|reason| {
+            error!("{reason}");
+            eprintln!("ipmasq agent: {reason}");
+            Exit::Usage
+        }),
+    }
+}
+
+/// The backend as the start line names it: its name and why it was chosen.
+#[derive(Clone, Copy)]
+struct BackendWords<'a> {
+    name: &'a str,
+    choice: &'a str,
+}
+
+/// The start line: the version, the backend and every flag that shapes the rules.
+fn log_start(args: &AgentArgs, backend: BackendWords<'_>, config_label: &str, random_fully: bool) {
+    let flags = &args.rules.config_flags;
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        backend = %backend.name,
+        backend_choice = %backend.choice,
+        config = %config_label,
+        masq_chain = %args.rules.masq_chain,
+        enable_ipv6 = flags.enable_ipv6,
+        nomasq_all_reserved_ranges = flags.nomasq_all_reserved_ranges,
+        random_fully,
+        to_ports = %args.rules.to_ports,
+        cleanup_on_exit = args.cleanup_on_exit,
+        once = args.once,
+        dry_run = args.dry_run,
+        conntrack_reset = args.conntrack_reset.as_str(),
+        "ipmasq agent starting"
+    );
+}
+
 /// Runs the agent applet.
 pub fn run(args: &AgentArgs) -> Exit {
     logging::init(args.log_format, args.verbosity);
@@ -141,18 +181,10 @@ pub fn run(args: &AgentArgs) -> Exit {
         info!(flags = %ignored.join(" "), "klog flags accepted for compatibility and ignored; logs go to stderr");
     }
     let random_fully = plan.random_fully;
-    let flags = &args.rules.config_flags;
     let source = args.config_source();
-    let api = match args.config_source {
-        ConfigSourceArg::File => None,
-        ConfigSourceArg::Api => match api_settings(args) {
-            Ok(api) => Some(api),
-            Err(reason) => {
-                error!("{reason}");
-                eprintln!("ipmasq agent: {reason}");
-                return Exit::Usage;
-            }
-        },
+    let api = match api_of(args) {
+        Ok(api) => api,
+        Err(exit) => return exit,
     };
     let config_label = match &api {
         Some(api) => format!("configmap {} key {}", api.configmap, CONFIG_KEY),
@@ -169,22 +201,11 @@ pub fn run(args: &AgentArgs) -> Exit {
     };
     let backend_name = backend.name();
     let backend_id = backend.id();
-    info!(
-        version = env!("CARGO_PKG_VERSION"),
-        backend = %backend_name,
-        backend_choice = %selected.reason,
-        config = %config_label,
-        masq_chain = %args.rules.masq_chain,
-        enable_ipv6 = flags.enable_ipv6,
-        nomasq_all_reserved_ranges = flags.nomasq_all_reserved_ranges,
-        random_fully,
-        to_ports = %args.rules.to_ports,
-        cleanup_on_exit = args.cleanup_on_exit,
-        once = args.once,
-        dry_run = args.dry_run,
-        conntrack_reset = args.conntrack_reset.as_str(),
-        "ipmasq agent starting"
-    );
+    let backend_words = BackendWords {
+        name: &backend_name,
+        choice: &selected.reason,
+    };
+    log_start(args, backend_words, &config_label, random_fully);
     if let Some(api) = &api {
         log_api_mode(api);
     }
@@ -208,7 +229,8 @@ pub fn run(args: &AgentArgs) -> Exit {
         state_dir: state_dir(args.state_dir.as_deref()),
         state: agent_state(
             args,
-            (backend_id, selected.reason),
+            backend_id,
+            selected.reason,
             api.is_some().then_some(config_label),
         ),
     };
@@ -222,11 +244,12 @@ pub fn run(args: &AgentArgs) -> Exit {
     }
 }
 
-/// What the state file says of this agent at start; `api_config` names the ConfigMap in API
-/// mode.
+/// What the state file says of this agent at start: the backend and why it was chosen;
+/// `api_config` names the ConfigMap in API mode.
 fn agent_state(
     args: &AgentArgs,
-    (backend, backend_choice): (crate::backend::BackendId, String),
+    backend: crate::backend::BackendId,
+    backend_choice: String,
     api_config: Option<String>,
 ) -> AgentState {
     AgentState {

@@ -137,6 +137,8 @@ fn backends_to_clean(args: &CleanupArgs) -> Vec<Box<dyn Backend>> {
 }
 
 /// Runs `ipmasq cleanup`.
+// Long: the cleanup, its warnings and its three renderings (text, JSON, YAML) share one
+// report and one exit status; the renderings are short arms over that report.
 pub fn run(args: &CleanupArgs) -> Exit {
     let backends = backends_to_clean(args);
     let names = Names::new(args.masq_chain.clone());

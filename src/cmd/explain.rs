@@ -189,14 +189,51 @@ fn source_address(given: Option<IpAddr>, config: &Config, family: Family) -> Opt
     })
 }
 
+/// The traffic asked about: its source, its destination, whether that is one of this node's
+/// own addresses, and the interface it leaves by.
+#[derive(Clone, Copy, Debug)]
+struct Packet<'a> {
+    src: IpAddr,
+    dst: IpAddr,
+    local: bool,
+    interface: Option<&'a str>,
+}
+
+#[cfg(test)]
+impl Packet<'_> {
+    /// To `dst`, not local, by no named interface, from the unspecified address until `from`.
+    fn to(dst: IpAddr) -> Self {
+        Packet {
+            src: unspecified(if dst.is_ipv4() {
+                Family::V4
+            } else {
+                Family::V6
+            }),
+            dst,
+            local: false,
+            interface: None,
+        }
+    }
+
+    fn from(self, src: IpAddr) -> Self {
+        Packet { src, ..self }
+    }
+}
+
 /// The config's answer: `decide` on the family's plan, with the deciding entry's place.
 fn config_answer(
     config: &Config,
     source_name: String,
     plan: &PlanOnNode,
     family: Family,
-    (src, dst, interface): (IpAddr, IpAddr, Option<&str>),
+    packet: Packet<'_>,
 ) -> ConfigAnswer {
+    let Packet {
+        src,
+        dst,
+        interface,
+        ..
+    } = packet;
     let ruleset = plan_family(config, &plan.options, &plan.egress, family);
     let verdict = match interface {
         Some(interface) => crate::plan::decide_leaving(&ruleset, src, dst, interface),
@@ -296,18 +333,24 @@ fn resolve(args: &ExplainArgs) -> Result<(ResolvedNode, Judgement), Exit> {
 /// The config's answer for a packet: `decide` on the plan, except that without
 /// --enable-ipv6 no IPv6 rules exist and that a local destination never meets the rules.
 fn config_verdict(
-    (config, described): (&Config, String),
+    config: &Config,
+    described: String,
     plan: &PlanOnNode,
-    (src, dst): (IpAddr, IpAddr),
-    (local, interface): (bool, Option<&str>),
+    packet: Packet<'_>,
 ) -> ConfigAnswer {
+    let Packet {
+        dst,
+        local,
+        interface,
+        ..
+    } = packet;
     let family = if dst.is_ipv4() {
         Family::V4
     } else {
         Family::V6
     };
     let managed = family == Family::V4 || plan.options.enable_ipv6;
-    let mut answer = config_answer(config, described, plan, family, (src, dst, interface));
+    let mut answer = config_answer(config, described, plan, family, packet);
     if !managed {
         // Without --enable-ipv6 the agent writes no IPv6 rules at all.
         answer.action = Action::KeepSource;
@@ -388,12 +431,13 @@ pub fn run(args: &ExplainArgs) -> Exit {
     let packet_src = src.unwrap_or_else(|| unspecified(family));
     let local = is_local_address(dst);
     let (interface, interface_from) = out_interface(args, dst, local);
-    let mut config_verdict = config_verdict(
-        (config, judgement.described()),
-        &plan,
-        (packet_src, dst),
-        (local, interface.as_deref()),
-    );
+    let packet = Packet {
+        src: packet_src,
+        dst,
+        local,
+        interface: interface.as_deref(),
+    };
+    let mut config_verdict = config_verdict(config, judgement.described(), &plan, packet);
     if config_verdict.action == Action::Masquerade {
         config_verdict.output_address_fallback = plan
             .fallback
@@ -403,15 +447,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
     let inspected = (!args.no_live).then(|| node.inspect(family));
     let (live, live_unavailable) = match &inspected {
         None => (None, None),
-        Some(Ok(Some(inspection))) => (
-            Some(live_answer(
-                &node,
-                inspection,
-                packet_src,
-                (dst, local, interface.as_deref()),
-            )),
-            None,
-        ),
+        Some(Ok(Some(inspection))) => (Some(live_answer(&node, inspection, packet)), None),
         Some(Ok(None)) => (None, Some(format!("{family} tools are not installed"))),
         Some(Err(err)) => (None, Some(err.to_string())),
     };
@@ -430,10 +466,10 @@ pub fn run(args: &ExplainArgs) -> Exit {
     } else {
         let ruleset = plan_family(config, &plan.options, &plan.egress, family);
         flows_answer(
-            (family, dst),
+            family,
+            packet,
             inspected.as_ref(),
             &ruleset,
-            interface.as_deref(),
             &plan.options.to_ports,
         )
     };
@@ -478,12 +514,13 @@ fn rendered(report: &ExplainReport, args: &ExplainArgs) -> String {
 /// The tracked flows to `dst` that contradict the rules in force: the live ones when they
 /// were read, else the config's plan.
 fn flows_answer(
-    (family, dst): (Family, IpAddr),
+    family: Family,
+    packet: Packet<'_>,
     inspected: Option<&Result<Option<crate::backend::Inspection>, crate::backend::BackendError>>,
     ruleset: &crate::plan::Ruleset,
-    interface: Option<&str>,
     to_ports: &crate::plan::ToPorts,
 ) -> (Option<super::flows::FlowsAnswer>, Option<String>) {
+    let Packet { dst, interface, .. } = packet;
     let planned = crate::conntrack::judge::PlannedRules::new(ruleset);
     let rules_in_force: &dyn crate::conntrack::judge::Decides = match inspected {
         Some(Ok(Some(inspection))) => inspection,
@@ -522,9 +559,14 @@ fn out_interface(
 fn live_answer(
     node: &ResolvedNode,
     inspection: &crate::backend::Inspection,
-    src: IpAddr,
-    (dst, local, interface): (IpAddr, bool, Option<&str>),
+    packet: Packet<'_>,
 ) -> LiveAnswer {
+    let Packet {
+        src,
+        dst,
+        local,
+        interface,
+    } = packet;
     let backend = node.backend();
     let names = crate::plan::Names::new(node.flags.masq_chain.clone());
     let LiveVerdict {
@@ -763,7 +805,7 @@ mod tests {
                 "cfg".into(),
                 &plan,
                 Family::V4,
-                ("10.244.0.5".parse().unwrap(), dst.parse().unwrap(), None),
+                Packet::to(dst.parse().unwrap()).from("10.244.0.5".parse().unwrap()),
             )
         };
         let forced = ask("10.8.3.4");
@@ -796,11 +838,7 @@ mod tests {
             "cfg".into(),
             &PlanOnNode::default(),
             Family::V4,
-            (
-                "192.168.5.5".parse().unwrap(),
-                "8.8.8.8".parse().unwrap(),
-                None,
-            ),
+            Packet::to("8.8.8.8".parse().unwrap()).from("192.168.5.5".parse().unwrap()),
         );
         assert_eq!(answer.action, Action::KeepSource);
         assert_eq!(answer.reason, Reason::SourceNotSelected);

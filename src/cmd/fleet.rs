@@ -691,15 +691,31 @@ mod tests {
         serde_json::from_value(json).expect("a listed node")
     }
 
-    fn with_condition(name: &str, status: &str, reason: &str, message: &str) -> ListedNode {
-        on_node(name, ("True", "KubeletReady"), (status, reason, message))
+    /// A condition of a node's status, as the test writes it.
+    struct Said<'a> {
+        status: &'a str,
+        reason: &'a str,
+        message: &'a str,
     }
 
-    fn on_node(
-        name: &str,
-        (ready, ready_reason): (&str, &str),
-        (status, reason, message): (&str, &str, &str),
-    ) -> ListedNode {
+    fn with_condition(name: &str, status: &str, reason: &str, message: &str) -> ListedNode {
+        let ready = Said {
+            status: "True",
+            reason: "KubeletReady",
+            message: "",
+        };
+        let ours = Said {
+            status,
+            reason,
+            message,
+        };
+        on_node(name, &ready, &ours)
+    }
+
+    /// A node whose kubelet says `ready` and whose agent says `ours`.
+    fn on_node(name: &str, ready: &Said, ours: &Said) -> ListedNode {
+        let (status, reason, message) = (ours.status, ours.reason, ours.message);
+        let (ready, ready_reason) = (ready.status, ready.reason);
         node(serde_json::json!({
             "metadata": {"name": name, "labels": {"a": "b"}, "managedFields": [
                 {"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1",
@@ -738,12 +754,16 @@ mod tests {
             ),
             on_node(
                 "n4",
-                ("Unknown", "NodeStatusUnknown"),
-                (
-                    "True",
-                    "InSync",
-                    &format!("{}; ok", fields("2026-11-26T03:00:00Z")),
-                ),
+                &Said {
+                    status: "Unknown",
+                    reason: "NodeStatusUnknown",
+                    message: "",
+                },
+                &Said {
+                    status: "True",
+                    reason: "InSync",
+                    message: &format!("{}; ok", fields("2026-11-26T03:00:00Z")),
+                },
             ),
             node(serde_json::json!({"metadata": {"name": "n5"}})),
         ]

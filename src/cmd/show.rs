@@ -396,7 +396,7 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool, width: Option<usize>
     ));
     for family in &report.families {
         out.push('\n');
-        out.push_str(&family_text(report, family, style, (wide, width)));
+        out.push_str(&family_text(report, family, style, Layout { wide, width }));
     }
     out.push_str(&fitted(agent_text(report, style)));
     if let Some(rejected) = &report.config_rejected {
@@ -431,13 +431,21 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool, width: Option<usize>
     out
 }
 
+/// How the text is laid out: `--wide` tables, and the width lines fit (None: whole).
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    wide: bool,
+    width: Option<usize>,
+}
+
 /// One family: its state line and, when installed, its rule table.
 fn family_text(
     report: &ShowReport,
     family: &FamilyReport,
     style: &Styler,
-    (wide, width): (bool, Option<usize>),
+    layout: Layout,
 ) -> String {
+    let Layout { wide, width } = layout;
     let name = style.bold(&format!("{}:", family.family));
     if !family.installed && !family.jump.present {
         return format!("{name} {}\n", style.warning("not installed"));
@@ -677,6 +685,8 @@ fn elsewhere_text(report: &ShowReport, elsewhere: &Elsewhere, style: &Styler) ->
 }
 
 /// Runs `ipmasq show`.
+// Long: the node resolved once (backend, live rules of both families, the agent's state)
+// feeds every part of one report; each part is a call, and the sequence is the report's order.
 pub fn run(args: &ShowArgs) -> Exit {
     let query = Query {
         applet: "show",

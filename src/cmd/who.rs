@@ -46,6 +46,23 @@ const CHUNK: usize = 1 << 20;
 /// The most rotated files looked for (`PATH.1` … `PATH.N`); the agent keeps far fewer.
 const MAX_ROTATED: usize = 1000;
 
+/// A span of time, both ends included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub from: Micros,
+    pub to: Micros,
+}
+
+impl Window {
+    /// `at`, give or take `tolerance`.
+    pub fn around(at: Micros, tolerance: Micros) -> Window {
+        Window {
+            from: at.saturating_sub(tolerance),
+            to: at.saturating_add(tolerance),
+        }
+    }
+}
+
 /// What to look for.
 #[derive(Debug, Clone)]
 pub struct Query {
@@ -54,7 +71,7 @@ pub struct Query {
     /// Only flows of this protocol (`tcp`, `udp`, …), else any.
     pub proto: Option<String>,
     /// Only flows whose lifetime meets this window (inclusive), else every flow.
-    pub window: Option<(Micros, Micros)>,
+    pub window: Option<Window>,
 }
 
 /// One flow through the translated address and port.
@@ -81,9 +98,9 @@ pub struct FoundFlow {
 impl FoundFlow {
     /// Whether the flow's lifetime meets `[from, to]`: an unknown start is before any time,
     /// an unknown end after any time.
-    fn meets(&self, (from, to): (Micros, Micros)) -> bool {
-        self.start_micros.is_none_or(|start| start <= to)
-            && self.end_micros.is_none_or(|end| end >= from)
+    fn meets(&self, window: Window) -> bool {
+        self.start_micros.is_none_or(|start| start <= window.to)
+            && self.end_micros.is_none_or(|end| end >= window.from)
     }
 }
 
@@ -543,9 +560,7 @@ pub fn run(args: &WhoArgs) -> Exit {
     let query = Query {
         translated: args.address,
         proto: args.proto.clone(),
-        window: args
-            .at
-            .map(|at| (at.saturating_sub(tolerance), at.saturating_add(tolerance))),
+        window: args.at.map(|at| Window::around(at, tolerance)),
     };
     let answer = match search(&files, &query) {
         Ok(answer) => answer,
@@ -624,7 +639,8 @@ mod tests {
         }
     }
 
-    /// A line as the agent writes it (`snat::line::render`), at `time` on 2026-11-26 UTC.
+    /// A line as the agent writes it (`snat::line::render`), at `time` (UTC) on the day all
+    /// these tests' lines share.
     fn line(
         time: &str,
         event: &str,
@@ -684,10 +700,7 @@ mod tests {
         Query {
             translated: NODE.parse().unwrap(),
             proto: None,
-            window: at.map(|at| {
-                let at = parse_time(at).unwrap();
-                (at - tolerance_micros, at + tolerance_micros)
-            }),
+            window: at.map(|at| Window::around(parse_time(at).unwrap(), tolerance_micros)),
         }
     }
 

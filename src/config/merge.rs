@@ -151,6 +151,8 @@ fn union_into(
 /// entry's file and place kept), starting empty as v2's do (the defaults only when there is
 /// no part at all), booleans OR'd, the largest `cidrLimit` and the shortest `resyncInterval`
 /// given.
+// Long: one pass over the parts in file order keeps every list's order, its first place and
+// its repeats together; split per field, each list would walk the parts again.
 fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config {
     let mut merged = Config::defaults(options);
     let mut provenance = Provenance::default();

@@ -468,9 +468,9 @@ fn read_documents(source: &str, documents: Documents, budget: Budget) -> Result<
     let mut build_later: Option<bool> = None;
     let mut counting = false;
     loop {
-        let next = match parser.next_event() {
+        let (event, span) = match parser.next_event() {
             None => break,
-            Some(Ok(event)) => event,
+            Some(Ok(next)) => next,
             Some(Err(err)) => {
                 let err = YamlError::from_scan(&err, source);
                 if stream.documents.is_empty() {
@@ -481,10 +481,10 @@ fn read_documents(source: &str, documents: Documents, budget: Budget) -> Result<
             }
         };
         if counting {
-            stream.unbuilt.count_event(&next, source);
+            stream.unbuilt.count_event(&event, &span, source);
             continue;
         }
-        match builder.feed(next) {
+        match builder.feed(event, span) {
             Ok(Some(doc)) => {
                 if build_later.is_none() && !doc.is_null() {
                     build_later = Some(match documents {
@@ -518,7 +518,7 @@ fn read_documents(source: &str, documents: Documents, budget: Budget) -> Result<
 impl Unbuilt {
     /// Counts a document's start and notes where the first one begins, as a built document's
     /// root would be placed.
-    fn count_event(&mut self, (event, span): &(Event<'_>, ParserSpan), source: &str) {
+    fn count_event(&mut self, event: &Event<'_>, span: &ParserSpan, source: &str) {
         match event {
             Event::DocumentStart(..) => {
                 self.count += 1;
@@ -586,10 +586,7 @@ impl<'s> Builder<'s> {
         }
     }
 
-    fn feed(
-        &mut self,
-        (event, span): (Event<'_>, ParserSpan),
-    ) -> Result<Option<YamlNode>, YamlError> {
+    fn feed(&mut self, event: Event<'_>, span: ParserSpan) -> Result<Option<YamlNode>, YamlError> {
         let location = Location::from_parser(&span, self.source);
         match event {
             Event::DocumentStart(..) => {
@@ -937,7 +934,7 @@ mod tests {
     }
 
     /// Nested anchors around one large list: every level keeps a copy of what it holds, so
-    /// the copies count against the node budget (before, 200 KB of them took 754 MB).
+    /// the copies count against the node budget (what they cost before: docs/benchmarks.md).
     #[test]
     fn nested_anchor_copies_count_against_the_budget() {
         let depth = 60;
@@ -957,7 +954,7 @@ mod tests {
 
     /// One long string referenced many times: few nodes, but every alias copies the string.
     /// The byte budget refuses it before the copies cost more than a small multiple of the
-    /// file (before, a 130 KB file of this shape took 983 MB).
+    /// file (what this shape cost before: docs/benchmarks.md).
     #[test]
     fn scalar_alias_copies_count_their_bytes() {
         let big = "x".repeat(100_000);

@@ -81,7 +81,7 @@ pub fn reset(
     let started = Instant::now();
     if tracked_here() == Some(0) {
         // Nothing tracked in this network namespace: no dump (even an empty one walks every
-        // bucket of the kernel's table, 262,144 here: about 9 ms).
+        // bucket of the kernel's table: docs/benchmarks.md says how long).
         return Ok(ResetReport {
             took: started.elapsed(),
             ..ResetReport::default()

@@ -8,13 +8,9 @@
 //! decoding (step 17's rule: the crate if its median is at most 1.2× this parser's). The
 //! crate decodes all the policy needs (IPv4 and IPv6 tuples, ports, the id and the zone as
 //! raw attributes, and re-emits the original tuple and zone byte for byte), but owns every
-//! attribute: 11.5 allocations per entry against none here. On one 100,000-entry dump (IPv4
-//! and IPv6, TCP and UDP, the attributes a 6.18 kernel sends), median of 15 passes, on 2
-//! Xeon cores shared with other builds (load 7), 2026-11-26, three runs: 7.3 ms against
-//! 78.0 ms (73 against 780 ns per entry, 10.7×; the quietest run, spread 7.1–11.3 and
-//! 76.4–91.2 ms), 16.8 against 191.2 ms (11.4×), 26.0 against 234.7 ms (9.0×). Rerun:
-//! `cargo bench --bench conntrack_parser` or `scripts/bench --only conntrack-parser`
-//! (`benches/conntrack_parser.rs`).
+//! attribute and allocates per entry, and is several times slower on a 100,000-entry dump
+//! (the figures: docs/benchmarks.md). Rerun: `cargo bench --bench conntrack_parser` or
+//! `scripts/bench --only conntrack-parser` (`benches/conntrack_parser.rs`).
 
 use super::dump::{self, Deadlines};
 use super::framing::{self, NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP};
@@ -272,7 +268,10 @@ impl Deleter {
             return Ok(());
         }
         self.socket.send(&self.pending)?;
-        let (first, count) = (self.first_seq, self.pending_count);
+        let sequences = super::Sequences {
+            first: self.first_seq,
+            count: self.pending_count,
+        };
         self.pending.clear();
         self.pending_count = 0;
         self.first_seq = self.next_seq;
@@ -280,7 +279,7 @@ impl Deleter {
         let mut acknowledged = 0;
         let mut buffer = vec![0u8; 64 * 1024];
         self.socket
-            .answers((first, count), deadline, &mut buffer, |framed| {
+            .answers(sequences, deadline, &mut buffer, |framed| {
                 if framed.kind != NLMSG_ERROR {
                     return ControlFlow::Continue(());
                 }
@@ -295,7 +294,7 @@ impl Deleter {
                         return ControlFlow::Break(Err(io::Error::from_raw_os_error(libc::EPROTO)))
                     }
                 }
-                if acknowledged == count {
+                if acknowledged == sequences.count {
                     ControlFlow::Break(Ok(()))
                 } else {
                     ControlFlow::Continue(())

@@ -29,6 +29,20 @@ pub(crate) fn sequence(n: u32) -> u32 {
     SEQUENCE.fetch_add(n.max(1), Ordering::Relaxed)
 }
 
+/// The sequence numbers of one request's messages: `count` of them from `first` (wrapping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sequences {
+    pub first: u32,
+    pub count: u32,
+}
+
+impl Sequences {
+    /// Whether `seq` is one of them.
+    fn holds(self, seq: u32) -> bool {
+        seq.wrapping_sub(self.first) < self.count
+    }
+}
+
 /// What a subscriber finds queued.
 pub(crate) enum Queued<'a> {
     /// One datagram of notifications.
@@ -163,11 +177,11 @@ impl Socket {
     }
 
     /// Receives into `buffer` until `each` is done, by `deadline`: every message whose
-    /// sequence number is one of the `count` from `first` goes to `each`, in order (others are
-    /// not answers to this request); a datagram that does not frame is `InvalidData`.
+    /// sequence number is one of `sequences` goes to `each`, in order (others are not answers
+    /// to this request); a datagram that does not frame is `InvalidData`.
     pub fn answers<T>(
         &self,
-        (first, count): (u32, u32),
+        sequences: Sequences,
         deadline: Instant,
         buffer: &mut [u8],
         mut each: impl FnMut(&framing::Framed<'_>) -> ControlFlow<io::Result<T>>,
@@ -176,7 +190,7 @@ impl Socket {
             let length = self.receive_by(buffer, 0, deadline)?;
             let frames = framing::frames(&buffer[..length.min(buffer.len())])
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-            for framed in frames.iter().filter(|f| f.seq.wrapping_sub(first) < count) {
+            for framed in frames.iter().filter(|f| sequences.holds(f.seq)) {
                 if let ControlFlow::Break(done) = each(framed) {
                     return done;
                 }

@@ -43,7 +43,9 @@ const ATTEMPTS: usize = 5;
 /// rather than as a whole `RouteNetlinkMessage`, whose encoder would link every rtnetlink
 /// message's (traffic control, neighbours, every kind of link) into the binary.
 fn request(
-    (kind, flags, seq): (u16, u16, u32),
+    kind: u16,
+    flags: u16,
+    seq: u32,
     header: &impl Emitable,
     attributes: &[DefaultNla],
 ) -> Vec<u8> {
@@ -63,7 +65,9 @@ fn request(
 /// The request for a dump of every interface.
 fn links_request(seq: u32) -> Vec<u8> {
     request(
-        (libc::RTM_GETLINK, NLM_F_DUMP, seq),
+        libc::RTM_GETLINK,
+        NLM_F_DUMP,
+        seq,
         &LinkHeader::default(),
         &[],
     )
@@ -75,7 +79,7 @@ fn addresses_request(family: i32, seq: u32) -> Vec<u8> {
         family: AddressFamily::from(family as u8),
         ..AddressHeader::default()
     };
-    request((libc::RTM_GETADDR, NLM_F_DUMP, seq), &header, &[])
+    request(libc::RTM_GETADDR, NLM_F_DUMP, seq, &header, &[])
 }
 
 /// The request for the route traffic to `destination` takes (`ip route get`).
@@ -94,7 +98,9 @@ fn route_request(destination: IpAddr, seq: u32) -> Vec<u8> {
     address.emit(&mut value);
     let kind = RouteAttribute::Destination(address).kind();
     request(
-        (libc::RTM_GETROUTE, 0, seq),
+        libc::RTM_GETROUTE,
+        0,
+        seq,
         &header,
         &[DefaultNla::new(kind, value)],
     )
@@ -112,6 +118,19 @@ pub fn is_interrupted(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::Interrupted
 }
 
+/// A dump to make: its request for a sequence number, and what it lists (in errors).
+struct Dump<'a, Request> {
+    request: Request,
+    what: &'a str,
+}
+
+/// How each attempt of a streamed dump starts its state (`start`), and when two interrupted
+/// attempts `agree` enough to be taken.
+pub(crate) struct Attempts<Start, Agree> {
+    pub start: Start,
+    pub agree: Agree,
+}
+
 /// One dump read to its end, streamed: every message's type and payload goes to `visit`
 /// with a state fresh from `start`, and nothing else is kept, so any number of interfaces or
 /// addresses costs one receive buffer. A dump a concurrent change interrupts is started
@@ -121,10 +140,12 @@ pub fn is_interrupted(err: &io::Error) -> bool {
 /// there all along is read by both); when none is, an error of kind `Interrupted`.
 fn dump_streamed<S>(
     socket: &Socket,
-    (request, what): (impl Fn(u32) -> Vec<u8>, &str),
-    (start, agree): (impl Fn() -> S, impl Fn(&S, &S) -> bool),
+    dump: Dump<impl Fn(u32) -> Vec<u8>>,
+    attempts: Attempts<impl Fn() -> S, impl Fn(&S, &S) -> bool>,
     mut visit: impl FnMut(&mut S, u16, &[u8]),
 ) -> io::Result<S> {
+    let Dump { request, what } = dump;
+    let Attempts { start, agree } = attempts;
     let began = std::time::Instant::now();
     let mut attempt = 0;
     let mut interrupted: Option<S> = None;
@@ -159,9 +180,13 @@ fn dump_streamed<S>(
     }
 }
 
-/// For a dump whose interrupted reads are never taken.
-pub(crate) fn never<S>(_: &S, _: &S) -> bool {
-    false
+/// The attempts of a dump that takes only a whole read (two interrupted ones never agree),
+/// each starting from `start`.
+pub(crate) fn whole_only<S, Start: Fn() -> S>(start: Start) -> Attempts<Start, fn(&S, &S) -> bool> {
+    Attempts {
+        start,
+        agree: |_, _| false,
+    }
 }
 
 /// An interface index and name from an RTM_NEWLINK payload. Only the name is decoded of its
@@ -250,13 +275,16 @@ pub(crate) fn socket() -> io::Result<Socket> {
 /// [`dump_streamed`]).
 pub(crate) fn links<S>(
     socket: &Socket,
-    (start, agree): (impl Fn() -> S, impl Fn(&S, &S) -> bool),
+    attempts: Attempts<impl Fn() -> S, impl Fn(&S, &S) -> bool>,
     mut visit: impl FnMut(&mut S, u32, String),
 ) -> io::Result<S> {
     dump_streamed(
         socket,
-        (links_request, "interfaces"),
-        (start, agree),
+        Dump {
+            request: links_request,
+            what: "interfaces",
+        },
+        attempts,
         |state, kind, payload| {
             if let Some((index, name)) = (kind == libc::RTM_NEWLINK)
                 .then(|| link_of(payload))
@@ -273,13 +301,16 @@ pub(crate) fn links<S>(
 pub(crate) fn usable_addresses<S>(
     socket: &Socket,
     family: i32,
-    (start, agree): (impl Fn() -> S, impl Fn(&S, &S) -> bool),
+    attempts: Attempts<impl Fn() -> S, impl Fn(&S, &S) -> bool>,
     mut visit: impl FnMut(&mut S, Listed),
 ) -> io::Result<S> {
     dump_streamed(
         socket,
-        (|seq| addresses_request(family, seq), "addresses"),
-        (start, agree),
+        Dump {
+            request: |seq| addresses_request(family, seq),
+            what: "addresses",
+        },
+        attempts,
         |state, kind, payload| {
             if let Some(a) = (kind == libc::RTM_NEWADDR)
                 .then(|| address_of(payload))
@@ -313,8 +344,14 @@ impl Routes {
         self.socket.send(&route_request(destination, seq))?;
         let deadline = std::time::Instant::now() + DEADLINES.quiet;
         let mut buffer = vec![0u8; 8 * 1024];
-        self.socket
-            .answers((seq, 1), deadline, &mut buffer, |framed| {
+        self.socket.answers(
+            super::Sequences {
+                first: seq,
+                count: 1,
+            },
+            deadline,
+            &mut buffer,
+            |framed| {
                 if framed.kind == libc::RTM_NEWROUTE {
                     return ControlFlow::Break(Ok(route_interface_index(
                         &framed.bytes[NLMSG_HDRLEN..],
@@ -329,7 +366,8 @@ impl Routes {
                     }
                     errno => ControlFlow::Break(Err(io::Error::from_raw_os_error(errno))),
                 }
-            })
+            },
+        )
     }
 }
 

@@ -215,7 +215,7 @@ mod tests {
         let at = UNIX_EPOCH + Duration::new(1_795_694_584, 123_456_789);
         assert_eq!(rfc3339_micros(at), "2026-11-26T12:03:04.123456Z");
         assert_eq!(rfc3339_micros(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
-        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // the leap day of 2000
         assert_eq!(rfc3339_micros(leap), "2000-02-29T00:00:00.000000Z");
     }
 

@@ -44,16 +44,9 @@ use tracing::{error, info, warn};
 use writer::{Destination, LogWriter, Rotation};
 
 /// The events socket's receive buffer asked for (SO_RCVBUFFORCE; the kernel doubles it): about
-/// 100,000 events' worth. Measured (kernel 6.18, 2026-11-26): the socket's limit became
-/// 128 MiB, and a subscriber that never read queued 104,858 events (134,216,960 bytes, some
-/// 1,280 each) before ENOBUFS dropped the rest of 120,000.
-///
-/// This memory is not charged to the agent's memory cgroup, so it cannot bring the pod to its
-/// limit: with that subscriber alone in a fresh cgroup v1 limited to 64 MiB, its
-/// `memory.usage_in_bytes` (7,729,152) and `memory.kmem.usage_in_bytes` (131,072) were the
-/// same before and after the queue filled (the sender in the same cgroup added only its own
-/// 77 KiB of kernel memory). It is the node's: up to 128 MiB only while the agent is that far
-/// behind. cgroup v2 was not measured.
+/// 100,000 events' worth. This memory is not charged to the agent's memory cgroup (v1; v2 was
+/// not measured), so it cannot bring the pod to its limit: it is the node's, and only while the
+/// agent is that far behind (the figures: docs/benchmarks.md).
 const RECEIVE_BUFFER: usize = 64 << 20;
 /// A test knob, read only here and documented only here: the events socket's receive buffer in
 /// bytes instead of [`RECEIVE_BUFFER`], so a root test can make conntrack's own event queue

@@ -20,10 +20,9 @@ use crate::plan::ToPorts;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-/// Most flows tracked at once. At the cap the agent's peak RSS was 82 MiB (`scripts/bench
-/// --only snat-log`, 50,000 new flows a second for 30 s, each to its own destination port, so
-/// the map by destination is as large as the map of flows; 31 MiB at 10,000 a second): the
-/// maps' final tables and, while one grows, its old table beside the new.
+/// Most flows tracked at once: what the cap costs in RSS (the maps' final tables and, while
+/// one grows, its old table beside the new; each flow to its own destination port, so the map
+/// by destination is as large as the map of flows) is measured in docs/benchmarks.md.
 pub const TRACKED_FLOWS: usize = 131_072;
 /// MASQUERADE's source ports for an original port of 1024 or more: 1024–65535.
 pub const PORT_RANGE: u32 = 65_535 - 1024 + 1;

@@ -49,7 +49,7 @@ pub(super) fn code_of(line: &str) -> String {
 }
 
 /// Whether a line starts a function definition (not a declaration in a trait).
-fn starts_function(line: &str) -> Option<&str> {
+pub(super) fn starts_function(line: &str) -> Option<&str> {
     let mut rest = line.trim_start();
     for prefix in [
         "pub(crate) ",
@@ -69,7 +69,7 @@ fn starts_function(line: &str) -> Option<&str> {
 }
 
 /// `(lines, file:line, name)` of every function in `text`.
-fn function_lengths(text: &str, file: &str) -> Vec<(usize, String, String)> {
+pub(super) fn function_lengths(text: &str, file: &str) -> Vec<(usize, String, String)> {
     let lines: Vec<&str> = text.lines().collect();
     let mut found = Vec::new();
     for (start, line) in lines.iter().enumerate() {

@@ -10,6 +10,7 @@ mod fits_terminal;
 mod fleet;
 mod floors;
 mod generated;
+mod habits;
 mod hostile_input;
 mod netlink_floor;
 mod runbooks;

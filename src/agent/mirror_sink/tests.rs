@@ -25,7 +25,7 @@ fn facts<'a>(pass: &'a Pass, rejection: Option<&'a Rejection>) -> PassFacts<'a> 
 #[test]
 fn each_kind_of_pass_makes_its_condition() {
     let synced = Pass::Synced(Vec::new());
-    let (status, diagnostic) = outcome_of(&facts(&synced, None), now());
+    let Condition { status, diagnostic } = outcome_of(&facts(&synced, None), now());
     assert_eq!(status.outcome, Outcome::InSync);
     assert_eq!(status.digest.as_deref(), Some(DIGEST));
     assert_eq!(status.backend.as_deref(), Some("nftables"));
@@ -37,7 +37,7 @@ fn each_kind_of_pass_makes_its_condition() {
         ..facts(&synced, None)
     };
     assert_eq!(
-        outcome_of(&from_disk, now()).0.outcome,
+        outcome_of(&from_disk, now()).status.outcome,
         Outcome::LastKnownGood
     );
 
@@ -48,7 +48,7 @@ fn each_kind_of_pass_makes_its_condition() {
         source: "configmap kube-system/ip-masq-agent key config (resourceVersion 7)".into(),
         located: Vec::new(),
     };
-    let (status, diagnostic) = outcome_of(&facts(&synced, Some(&rejection)), now());
+    let Condition { status, diagnostic } = outcome_of(&facts(&synced, Some(&rejection)), now());
     assert_eq!(status.outcome, Outcome::Rejected);
     assert_eq!(
         status.digest.as_deref(),
@@ -73,19 +73,22 @@ fn each_kind_of_pass_makes_its_condition() {
         ever_synced: false,
         ..facts(&nothing, None)
     };
-    assert_eq!(outcome_of(&none_yet, now()).0.outcome, Outcome::NotReady);
+    assert_eq!(
+        outcome_of(&none_yet, now()).status.outcome,
+        Outcome::NotReady
+    );
     let refused_first = PassFacts {
         rejection: Some(&rejection),
         ..none_yet
     };
-    let (status, _) = outcome_of(&refused_first, now());
+    let Condition { status, .. } = outcome_of(&refused_first, now());
     assert_eq!(status.outcome, Outcome::Rejected);
     assert!(status
         .words
         .is_some_and(|w| w.contains("no rules are installed")));
 
     let failed = Pass::Failed(BackendError::Run("nft exited 1".into()));
-    let (status, _) = outcome_of(&facts(&failed, Some(&rejection)), now());
+    let Condition { status, .. } = outcome_of(&facts(&failed, Some(&rejection)), now());
     assert_eq!(
         status.outcome,
         Outcome::Drifted,
@@ -100,7 +103,7 @@ fn each_kind_of_pass_makes_its_condition() {
         ..facts(&failed, None)
     };
     assert_eq!(
-        outcome_of(&first_failed, now()).0.outcome,
+        outcome_of(&first_failed, now()).status.outcome,
         Outcome::NotReady
     );
 }

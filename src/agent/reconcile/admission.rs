@@ -198,10 +198,10 @@ impl Admission {
                     source: path.to_string(),
                     located: vec![format!("{path}: {message}")],
                 });
-                let kept = (
-                    "keeping the rules of the last good config",
-                    "no rules are installed until it can be read",
-                );
+                let kept = WhatStays {
+                    enforcing: "keeping the rules of the last good config",
+                    before_any: "no rules are installed until it can be read",
+                };
                 self.refuse_for(&message, kept, |kept| {
                     error!(config = %path, error = %message, "cannot read config; {kept}");
                 });
@@ -305,22 +305,25 @@ impl Admission {
             source: path.to_string(),
             located: vec![format!("{path}: {reason}")],
         });
-        let kept = (
-            "keeping the last good config in force",
-            "no rules are installed until it fits",
-        );
+        let kept = WhatStays {
+            enforcing: "keeping the last good config in force",
+            before_any: "no rules are installed until it fits",
+        };
         self.refuse_for(&reason, kept, |kept| {
             error!(config = %path, reason = %reason, "config refused: it cannot fit the memory this agent has; {kept}");
         });
         self.memory_refusal = Some(reason);
     }
 
-    /// [`Self::refuse`] for one reason: `log` gets the words for what stays in force, the
-    /// first of `kept` while a good config is enforced, the second before there is one.
-    fn refuse_for(&mut self, reason: &str, kept: (&str, &str), log: impl FnOnce(&str)) {
+    /// [`Self::refuse`] for one reason: `log` gets the words for what stays in force.
+    fn refuse_for(&mut self, reason: &str, kept: WhatStays, log: impl FnOnce(&str)) {
         let note = fingerprint(&[Diagnostic::error(config::Code::Io, reason.to_string())]);
         self.refuse(note, |enforcing| {
-            log(if enforcing { kept.0 } else { kept.1 })
+            log(if enforcing {
+                kept.enforcing
+            } else {
+                kept.before_any
+            })
         });
     }
 
@@ -335,6 +338,15 @@ impl Admission {
         }
         self.counts.config_current = false;
     }
+}
+
+/// The words a refusal's log line gives for what stays in force.
+#[derive(Clone, Copy, Debug)]
+struct WhatStays {
+    /// While a good config is enforced.
+    enforcing: &'static str,
+    /// Before there is one.
+    before_any: &'static str,
 }
 
 /// Why the inputs the source read cannot even be held and checked within the agent's memory

@@ -989,7 +989,7 @@ mod tests {
 
     /// A peak just over the usable share of 64 MiB: the limit suggested is above the one the
     /// agent has (it once said "raise the container's memory limit to at least 64.0 MiB" to
-    /// an agent with 64 MiB, as 90 % of the limit was rounded down and the suggestion too).
+    /// an agent with 64 MiB: 90 % of the limit and the suggestion both rounded down).
     #[test]
     fn a_peak_just_over_the_limit_never_suggests_the_limit_the_agent_has() {
         let mut f = fixture("memory-edge");

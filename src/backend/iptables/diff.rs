@@ -170,6 +170,8 @@ fn rule_differences(desired: &Rendered, live: &LiveChain, out: &mut Vec<Differen
 }
 
 /// Compares desired and live state; an empty drift means "write nothing".
+// Long: the chain's rewrite and the jumps' audit decide together which `-D`s and `-I` one
+// transaction holds; split, each half would need the other's verdicts passed back in.
 pub(super) fn diff(desired: &Rendered, live: &LiveChain) -> Drift {
     let family = desired.family;
     let chain = &desired.chain;

@@ -365,7 +365,13 @@ impl Backend for Iptables {
             Variant::Nft => "nat",
             Variant::Legacy => "",
         };
-        let mut before = super::nat_before::nat_chains_before(family, (SRCNAT, own));
+        let mut before = super::nat_before::nat_chains_before(
+            family,
+            super::nat_before::OurPlace {
+                priority: SRCNAT,
+                table: own,
+            },
+        );
         before.append(&mut inspection.before);
         inspection.before = before;
         Ok(inspection)

@@ -50,15 +50,26 @@ impl fmt::Display for Probability {
     }
 }
 
-/// One rewriting line (MASQUERADE, or SNAT to the output address): for every destination
-/// (None) or one, leaving any interface (None) or one pattern, for every protocol or one
-/// `--to-ports` range of one protocol.
+/// Which traffic a rewriting line matches: every destination (None) or one, leaving any
+/// interface (None) or one pattern.
+#[derive(Clone, Copy, Debug)]
+struct Scope<'a> {
+    destination: Option<&'a IpNet>,
+    interface: Option<&'a InterfacePattern>,
+}
+
+/// One rewriting line (MASQUERADE, or SNAT to the output address) for `scope`, for every
+/// protocol or one `--to-ports` range of one protocol.
 fn masquerade_line(
     chain: &ChainName,
-    (destination, interface): (Option<&IpNet>, Option<&InterfacePattern>),
+    scope: Scope<'_>,
     port: Option<(&str, PortShare)>,
     request: &MasqueradeRequest,
 ) -> String {
+    let Scope {
+        destination,
+        interface,
+    } = scope;
     let mut line = format!("-A {chain}");
     if let Some(d) = destination {
         let _ = write!(line, " -d {d}");
@@ -126,7 +137,10 @@ fn masquerade_lines(
             for share in &request.ports {
                 lines.push(masquerade_line(
                     chain,
-                    (destination, interface),
+                    Scope {
+                        destination,
+                        interface,
+                    },
                     Some((protocol, *share)),
                     request,
                 ));
@@ -134,7 +148,10 @@ fn masquerade_lines(
         }
         lines.push(masquerade_line(
             chain,
-            (destination, interface),
+            Scope {
+                destination,
+                interface,
+            },
             None,
             request,
         ));

@@ -552,6 +552,8 @@ fn property_rendered_rules_agree_with_decide() {
 /// Without the extension keys the chain is upstream's: link-local and the list in config
 /// order, one RETURN each, MASQUERADE last; forced CIDRs reorder by prefix and add
 /// MASQUERADE rules; source ranges add RETURN rules first.
+// Long: one config taken from upstream's chain to the extension keys and then to a second
+// source range; each chain is checked against what the step before it rendered.
 #[test]
 fn extensions_change_the_chain_only_when_used() {
     let mut config = Config::defaults(&Options::default());

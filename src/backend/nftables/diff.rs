@@ -219,6 +219,8 @@ impl Findings {
     }
 }
 
+// Long: the table, the chain, the sets' elements and the rules are compared into one
+// `Findings` whose `recreate` each step may set and the last step reads to pick the repair.
 pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
     let mut found = Findings {
         family: desired.family,

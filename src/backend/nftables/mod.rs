@@ -63,6 +63,14 @@ pub(crate) struct Nftables {
     transport: Option<Mutex<Box<dyn Transport + Send>>>,
 }
 
+/// A table's install: whether it is recreated (not patched), and the batch of ours alone (what
+/// is applied when the joint take-over transaction cannot be).
+#[derive(Clone, Copy)]
+struct Install<'a> {
+    recreate: bool,
+    alone: &'a Finished,
+}
+
 fn slot(family: Family) -> usize {
     match family {
         Family::V4 => 0,
@@ -179,7 +187,13 @@ impl Nftables {
 
     /// Every other nat postrouting base chain that a packet meets before ours.
     fn before_us(&self, family: Family) -> Vec<super::Before> {
-        super::nat_before::nat_chains_before(family, (render::PRIORITY_VALUE, TABLE))
+        super::nat_before::nat_chains_before(
+            family,
+            super::nat_before::OurPlace {
+                priority: render::PRIORITY_VALUE,
+                table: TABLE,
+            },
+        )
     }
 
     /// iptables-nft's `chain` and its POSTROUTING jumps in `family`, if it left any.
@@ -195,8 +209,9 @@ impl Nftables {
         &self,
         table: &DesiredTable,
         chain: &str,
-        (recreate, alone): (bool, &Finished),
+        install: Install<'_>,
     ) -> Result<(), BackendError> {
+        let Install { recreate, alone } = install;
         let family = table.family;
         let pending = self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)];
         let leftovers = if pending {
@@ -255,7 +270,10 @@ impl Nftables {
                     _ => self.apply_taking_over(
                         table,
                         desired.names.chain.as_str(),
-                        (matches!(repair, Repair::Recreate), batch),
+                        Install {
+                            recreate: matches!(repair, Repair::Recreate),
+                            alone: batch,
+                        },
                     ),
                 };
                 self.subscribe();
@@ -336,6 +354,9 @@ impl Backend for Nftables {
         self.with_transport(nf_tables::generation_over).is_ok()
     }
 
+    // Long: the ruleset generation read before the dump both vouches for the steady state and
+    // is recorded with the outcome after the one transaction; observe, diff and apply are timed
+    // against one clock for the pass's log line.
     fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         let family = desired.family;
         // Subscribed before the id is read, so no commit after it goes unnoticed.

@@ -270,7 +270,7 @@ impl DesiredTable {
             }
         }
         for rule in &self.rules {
-            b.add_rule(family, (TABLE, CHAIN), &rule.stmts, Some(&rule.comment))
+            b.add_rule(family, TABLE, CHAIN, &rule.stmts, Some(&rule.comment))
                 .map_err(BackendError::Unsupported)?;
         }
         for handle in &leftovers.jumps {

@@ -83,7 +83,8 @@ fn neighbour_commits(kernel: &FakeKernel) {
     let mut b = nat_postrouting_batch("kube-nat", "post");
     b.add_rule(
         Family::V4,
-        ("kube-nat", "post"),
+        "kube-nat",
+        "post",
         &[Stmt::Verdict(NftVerdict::Accept)],
         Some("theirs"),
     )
@@ -341,17 +342,18 @@ fn iptables_nft_left(kernel: &FakeKernel, held: bool) {
     });
     let mut b = Batch::new(crate::netlink::nf_tables::sequence(16));
     let jump = [Stmt::Verdict(NftVerdict::Jump("IP-MASQ-AGENT".into()))];
-    b.add_rule(Family::V4, ("nat", "POSTROUTING"), &jump, None)
+    b.add_rule(Family::V4, "nat", "POSTROUTING", &jump, None)
         .unwrap();
     b.add_rule(
         Family::V4,
-        ("nat", "IP-MASQ-AGENT"),
+        "nat",
+        "IP-MASQ-AGENT",
         &[Stmt::Verdict(NftVerdict::Return)],
         None,
     )
     .unwrap();
     if held {
-        b.add_rule(Family::V4, ("nat", "FOREIGN"), &jump, None)
+        b.add_rule(Family::V4, "nat", "FOREIGN", &jump, None)
             .unwrap();
     }
     let done = b.finish();

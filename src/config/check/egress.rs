@@ -75,6 +75,8 @@ pub(super) fn decode_output_address(
 
 /// `outputInterfaces`: a list of names or patterns, sorted and without repeats; an entry inside
 /// another listed pattern is reported (it adds nothing). Null or [] leaves it unscoped.
+// Long: a list's decode, its per-entry checks and the covered-entry pass report against the
+// same entries and locations, in the order a reader meets them in the file.
 pub(super) fn decode_output_interfaces(
     a: &Assigned,
     diags: &mut Vec<Diagnostic>,

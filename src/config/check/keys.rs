@@ -198,6 +198,8 @@ pub(super) fn key_text(key: &YamlNode) -> Option<&str> {
 /// The fields given, each once (the last occurrence of a key wins, as in Go), with a finding
 /// for every key that is not a plain string, unknown, spelled in another case, an ipmasq
 /// extension, or given again.
+// Long: every key is classified in one pass that must see the keys given before it (repeats,
+// case); the typo hints wait for the pass's end, when every key given is known.
 pub(super) fn assign_fields<'a>(
     entries: Vec<(&'a YamlNode, &'a YamlNode, bool)>,
     diags: &mut Vec<Diagnostic>,

@@ -224,7 +224,16 @@ impl FakeKernel {
         let mut told = Vec::new();
         for family in [NetfilterProtoFamily::IPv4, NetfilterProtoFamily::IPv6] {
             let anonymous = NfTablesMessage::NewTable(TableMessage { attributes: vec![] });
-            told.push(nft_message(family, anonymous, (0, 0, 0), shared.generation));
+            told.push(nft_message(
+                family,
+                anonymous,
+                Envelope {
+                    flags: 0,
+                    seq: 0,
+                    port: 0,
+                },
+                shared.generation,
+            ));
         }
         shared.notify(told, 0);
     }
@@ -494,13 +503,23 @@ fn raw(kind: u16, flags: u16, seq: u32, port: u32, payload: &[u8]) -> Vec<u8> {
     msg
 }
 
+/// The netlink header's fields a kernel message is sent with: its flags, the sequence number
+/// it answers (0: a notification) and the port it goes to.
+#[derive(Clone, Copy, Debug)]
+struct Envelope {
+    flags: u16,
+    seq: u32,
+    port: u32,
+}
+
 /// An nf_tables message as the kernel sends it.
 fn nft_message(
     family: NetfilterProtoFamily,
     message: NfTablesMessage,
-    (flags, seq, port): (u16, u32, u32),
+    envelope: Envelope,
     generation: u32,
 ) -> Vec<u8> {
+    let Envelope { flags, seq, port } = envelope;
     let mut msg = NetlinkMessage::new(
         NetlinkHeader::default(),
         NetlinkPayload::InnerMessage(NetfilterMessage::new(
@@ -545,7 +564,11 @@ impl Shared {
         told.push(nft_message(
             NetfilterProtoFamily::Unspec,
             NfTablesMessage::NewGen(gen),
-            (0, 0, port),
+            Envelope {
+                flags: 0,
+                seq: 0,
+                port,
+            },
             self.generation,
         ));
         for (_, queue) in &mut self.listeners {
@@ -651,7 +674,11 @@ impl Shared {
             let reply = nft_message(
                 NetfilterProtoFamily::Unspec,
                 NfTablesMessage::NewGen(gen),
-                (0, request.seq, port),
+                Envelope {
+                    flags: 0,
+                    seq: request.seq,
+                    port,
+                },
                 self.generation,
             );
             let fault = self.fault(Strikes::GetGen);
@@ -671,7 +698,11 @@ impl Shared {
                     answers.push(nft_message(
                         family,
                         object,
-                        (NLM_F_MULTI, request.seq, port),
+                        Envelope {
+                            flags: NLM_F_MULTI,
+                            seq: request.seq,
+                            port,
+                        },
                         self.generation,
                     ));
                 }
@@ -682,7 +713,11 @@ impl Shared {
                     answers.push(nft_message(
                         family,
                         object,
-                        (0, request.seq, port),
+                        Envelope {
+                            flags: 0,
+                            seq: request.seq,
+                            port,
+                        },
                         self.generation,
                     ));
                 }

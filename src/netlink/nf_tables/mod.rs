@@ -127,7 +127,7 @@ const RECEIVE_BUFFER: usize = 64 * 1024;
 
 /// The process's one request socket to nf_tables, kept open: closing a netlink socket right
 /// after a commit waits for the kernel to free what the commit replaced (an RCU grace period,
-/// ~20 ms here), which would fall inside every pass.
+/// measured in docs/benchmarks.md), which would fall inside every pass.
 static SHARED: std::sync::Mutex<Option<Kernel>> = std::sync::Mutex::new(None);
 
 /// Runs `request` over the shared socket (opened at first use). A transport failure drops the
@@ -219,7 +219,7 @@ pub(crate) fn query(
         transport
             .send(&wire::request(family, message.clone(), dump, seq))
             .map_err(transport_failure)?;
-        match answers(transport, (seq, dump, what), DUMP_PATIENCE)? {
+        match answers(transport, Awaited { seq, dump, what }, DUMP_PATIENCE)? {
             Some(found) => return Ok(found),
             None => continue,
         }
@@ -250,12 +250,22 @@ impl Patience {
     }
 }
 
-/// The answers to request `seq`; None when a dump was interrupted.
+/// The request whose answers are awaited: its sequence number, whether it is a dump, and what
+/// it asks for (in errors).
+#[derive(Clone, Copy, Debug)]
+struct Awaited<'a> {
+    seq: u32,
+    dump: bool,
+    what: &'a str,
+}
+
+/// The answers to the awaited request; None when a dump was interrupted.
 fn answers(
     transport: &mut dyn Transport,
-    (seq, dump, what): (u32, bool, &str),
+    awaited: Awaited<'_>,
     patience: Patience,
 ) -> Result<Option<Vec<(NetfilterProtoFamily, NfTablesMessage)>>, Failure> {
+    let Awaited { seq, dump, what } = awaited;
     let started = Instant::now();
     let mut deadline = patience.next_deadline(started);
     let mut found = Vec::new();

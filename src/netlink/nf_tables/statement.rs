@@ -322,12 +322,22 @@ fn verdict_expr(v: &NftVerdict) -> Expr {
 
 type NewSet<'a> = &'a mut dyn FnMut(Keys) -> SetRef;
 
+/// Which address a match loads and how it compares: IPv6 or IPv4, source or destination,
+/// negated or not.
+#[derive(Clone, Copy, Debug)]
+struct AddressTest {
+    v6: bool,
+    side: Side,
+    negated: bool,
+}
+
 fn encode_address(
-    (v6, side, negated): (bool, Side, bool),
+    test: AddressTest,
     nets: &[IpNet],
     out: &mut Vec<Expr>,
     new_set: NewSet<'_>,
 ) -> Result<(), String> {
+    let AddressTest { v6, side, negated } = test;
     out.push(load_address(v6, side));
     let len = if v6 { 16 } else { 4 };
     match nets {
@@ -493,7 +503,14 @@ pub(crate) fn encode(stmts: &[Stmt], new_set: NewSet<'_>) -> Result<Vec<Expr>, S
                 side,
                 negated,
                 nets,
-            } => encode_address((*v6, *side, *negated), nets, &mut out, new_set)?,
+            } => {
+                let test = AddressTest {
+                    v6: *v6,
+                    side: *side,
+                    negated: *negated,
+                };
+                encode_address(test, nets, &mut out, new_set)?
+            }
             Stmt::SetLookup {
                 v6,
                 side,

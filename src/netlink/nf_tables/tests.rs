@@ -40,7 +40,8 @@ fn batch() -> Finished {
     b.add_set(Family::V4, "ipmasq", "nomasq", wire::TYPE_IPV4_ADDR, true);
     b.add_rule(
         Family::V4,
-        ("ipmasq", "postrouting"),
+        "ipmasq",
+        "postrouting",
         &[statement::Stmt::Verdict(statement::NftVerdict::Return)],
         Some("c"),
     )
@@ -179,9 +180,17 @@ fn a_slow_dump_is_read_while_it_progresses_and_ended_by_its_overall_deadline() {
         quiet: Duration::from_millis(400),
         overall: Duration::from_secs(20),
     };
-    let found = answers(&mut peer, (41, true, "a slow dump"), patience)
-        .expect("read to its end")
-        .expect("not interrupted");
+    let found = answers(
+        &mut peer,
+        Awaited {
+            seq: 41,
+            dump: true,
+            what: "a slow dump",
+        },
+        patience,
+    )
+    .expect("read to its end")
+    .expect("not interrupted");
     assert_eq!(found.len(), 6);
 
     let (mut peer, theirs) = pair();
@@ -191,7 +200,16 @@ fn a_slow_dump_is_read_while_it_progresses_and_ended_by_its_overall_deadline() {
         overall: Duration::from_millis(300),
     };
     let started = Instant::now();
-    let err = answers(&mut peer, (42, true, "an endless dump"), patience).unwrap_err();
+    let err = answers(
+        &mut peer,
+        Awaited {
+            seq: 42,
+            dump: true,
+            what: "an endless dump",
+        },
+        patience,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("deadline"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
 
@@ -201,6 +219,15 @@ fn a_slow_dump_is_read_while_it_progresses_and_ended_by_its_overall_deadline() {
         quiet: Duration::from_millis(100),
         overall: Duration::from_secs(20),
     };
-    let err = answers(&mut peer, (43, true, "a silent dump"), patience).unwrap_err();
+    let err = answers(
+        &mut peer,
+        Awaited {
+            seq: 43,
+            dump: true,
+            what: "a silent dump",
+        },
+        patience,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("deadline"), "{err}");
 }

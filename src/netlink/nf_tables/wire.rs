@@ -227,7 +227,8 @@ fn put_nla(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
 fn element_message(
     buf: &mut Vec<u8>,
     header: &MessageHeader,
-    (table, set): (&str, &SetRef),
+    table: &str,
+    set: &SetRef,
     elements: &[(Vec<u8>, bool)],
 ) {
     let start = buf.len();
@@ -515,7 +516,7 @@ impl Batch {
 
     /// Deletes every rule of a chain (`flush chain`).
     pub fn flush_chain(&mut self, family: Family, table: &str, chain: &str) {
-        self.delete_rules(family, (table, chain), None);
+        self.delete_rules(family, table, chain, None);
     }
 
     pub fn delete_chain(&mut self, family: Family, table: &str, chain: &str) {
@@ -532,11 +533,11 @@ impl Batch {
     }
 
     pub fn delete_rule(&mut self, family: Family, table: &str, chain: &str, handle: u64) {
-        self.delete_rules(family, (table, chain), Some(handle));
+        self.delete_rules(family, table, chain, Some(handle));
     }
 
     /// Deletes the rule with `handle` of a chain, or every rule of it without one.
-    fn delete_rules(&mut self, family: Family, (table, chain): (&str, &str), handle: Option<u64>) {
+    fn delete_rules(&mut self, family: Family, table: &str, chain: &str, handle: Option<u64>) {
         let mut attributes = vec![
             RuleAttribute::Table(table.into()),
             RuleAttribute::Chain(chain.into()),
@@ -611,7 +612,7 @@ impl Batch {
 
     /// Adds (or, with `add` false, deletes) the elements for `keys`, in as many messages as
     /// their size needs. Encoded by hand (see [`element_message`]): the crate's encoder
-    /// measures each nested list again at every level, a tenth of a 100,000-CIDR apply.
+    /// measures each nested list again at every level (its cost: docs/benchmarks.md).
     pub fn elements(&mut self, family: Family, table: &str, set: &SetRef, keys: &Keys, add: bool) {
         let raw: Vec<(Vec<u8>, bool)> = match keys {
             Keys::Nets(nets) => interval_elements(nets),
@@ -631,7 +632,7 @@ impl Batch {
                 sequence: self.next_seq,
                 family: nfproto(family),
             };
-            element_message(&mut self.bytes, &header, (table, set), chunk);
+            element_message(&mut self.bytes, &header, table, set, chunk);
             self.next_seq += 1;
             self.messages += 1;
         }
@@ -641,7 +642,8 @@ impl Batch {
     pub fn add_rule(
         &mut self,
         family: Family,
-        (table, chain): (&str, &str),
+        table: &str,
+        chain: &str,
         stmts: &[Stmt],
         comment: Option<&str>,
     ) -> Result<(), String> {

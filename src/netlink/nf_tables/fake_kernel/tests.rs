@@ -47,7 +47,8 @@ fn populated() -> FakeKernel {
     );
     b.add_rule(
         Family::V4,
-        ("t", "c"),
+        "t",
+        "c",
         &[
             Stmt::SetLookup {
                 v6: false,
@@ -77,7 +78,8 @@ fn populated() -> FakeKernel {
     let mut b = batch();
     b.add_rule(
         Family::V4,
-        ("t", "c"),
+        "t",
+        "c",
         &[Stmt::Verdict(NftVerdict::Jump("d".into()))],
         None,
     )
@@ -101,7 +103,8 @@ fn a_rule_for_a_missing_chain_is_refused_with_enoent_and_nothing_commits() {
     b.add_table(Family::V4, "t", None).unwrap();
     b.add_rule(
         Family::V4,
-        ("t", "nochain"),
+        "t",
+        "nochain",
         &[Stmt::Verdict(NftVerdict::Return)],
         None,
     )
@@ -160,7 +163,7 @@ fn refusals_carry_the_errnos_the_kernel_gives() {
             "add rule ip t c jump nowhere",
             |b| {
                 let jump = [Stmt::Verdict(NftVerdict::Jump("nowhere".into()))];
-                b.add_rule(Family::V4, ("t", "c"), &jump, None).unwrap();
+                b.add_rule(Family::V4, "t", "c", &jump, None).unwrap();
             },
             libc::ENOENT,
         ),
@@ -186,7 +189,7 @@ fn refusals_carry_the_errnos_the_kernel_gives() {
                     },
                     Stmt::Verdict(NftVerdict::Return),
                 ];
-                b.add_rule(Family::V4, ("t", "c"), &lookup, None).unwrap();
+                b.add_rule(Family::V4, "t", "c", &lookup, None).unwrap();
             },
             libc::ENOENT,
         ),
