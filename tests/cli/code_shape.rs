@@ -19,6 +19,22 @@ pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every file of `src/` with its text, named `src/…`, sorted.
+pub(super) fn sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(root).expect("under the root");
+            let text = std::fs::read_to_string(&path).expect("read a source file");
+            (relative.display().to_string().replace('\\', "/"), text)
+        })
+        .collect()
+}
+
 /// A line's code for brace counting: string and char literals and `//` comments removed.
 pub(super) fn code_of(line: &str) -> String {
     let mut code = String::new();

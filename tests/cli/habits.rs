@@ -4,7 +4,7 @@
 //! named type), measured figures live in docs/benchmarks.md and not in the code's comments,
 //! and the commit hook holds commit subjects to 72 characters.
 
-use super::code_shape::{code_of, function_lengths, rust_files, starts_function};
+use super::code_shape::{code_of, function_lengths, sources, starts_function};
 use std::path::{Path, PathBuf};
 
 /// Past this many lines a function says why it is one piece.
@@ -12,21 +12,6 @@ const SAYS_WHY_OVER: usize = 90;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every file of `src/` with its text, as `src/…` paths.
-fn sources() -> Vec<(String, String)> {
-    let mut files = Vec::new();
-    rust_files(&root().join("src"), &mut files);
-    files.sort();
-    files
-        .into_iter()
-        .map(|path| {
-            let relative = path.strip_prefix(root()).expect("under the root");
-            let text = std::fs::read_to_string(&path).expect("read a source file");
-            (relative.display().to_string(), text)
-        })
-        .collect()
 }
 
 /// The comment of a line (what follows `//` outside a literal), if it has one.

@@ -3,9 +3,8 @@
 //! or holds an `unsafe` (the compiler says so too: the crate denies `unsafe_code` everywhere
 //! but `src/netlink/`).
 
-use super::code_shape::{code_of, rust_files};
+use super::code_shape::{code_of, sources};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 /// What opening a socket looks like: the crate under the layer, or a raw `socket(2)`.
 const OPENS_A_SOCKET: &[&str] = &["netlink_sys", "Socket::new(", "libc::socket(", "AF_NETLINK"];
@@ -14,27 +13,15 @@ const OPENS_A_SOCKET: &[&str] = &["netlink_sys", "Socket::new(", "libc::socket("
 /// !3`, `next_multiple_of(4)`) or an attribute's type masked by hand (`NLA_TYPE_MASK`).
 const FRAMES_BY_HAND: &[&str] = &["& !3", "next_multiple_of(4)", "0x3fff", "0x3FFF"];
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Every file of `src/` outside `src/netlink/` with its code lines (comments and literals out).
 fn code_outside_the_floor() -> Vec<(String, Vec<(usize, String)>)> {
-    let mut files = Vec::new();
-    rust_files(&root().join("src"), &mut files);
-    files.sort();
-    files
+    sources()
         .into_iter()
-        .map(|path| {
-            let relative = path
-                .strip_prefix(root())
-                .expect("under the root")
-                .to_string_lossy()
-                .replace('\\', "/");
-            let text = std::fs::read_to_string(&path).expect("read a source file");
-            (relative, code_lines(&text))
-        })
         .filter(|(relative, _)| !relative.starts_with("src/netlink/"))
+        .map(|(relative, text)| {
+            let lines = code_lines(&text);
+            (relative, lines)
+        })
         .collect()
 }
 
