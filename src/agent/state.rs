@@ -281,6 +281,7 @@ pub(crate) struct CappedFile {
     path: PathBuf,
     file: std::fs::File,
     size: u64,
+    cap: u64,
 }
 
 /// Why a state directory's file was not opened.
@@ -329,7 +330,12 @@ impl CappedFile {
             )));
         }
         let path = path.to_path_buf();
-        Ok(CappedFile { path, file, size })
+        Ok(CappedFile {
+            path,
+            file,
+            size,
+            cap,
+        })
     }
 
     /// Its size when opened, in bytes.
@@ -337,13 +343,13 @@ impl CappedFile {
         self.size
     }
 
-    /// Its JSON, read up to the size it had when opened (a file growing meanwhile is cut
-    /// there and refused by the parser).
+    /// Its JSON, read up to its cap (a file grown past it meanwhile is cut there and refused
+    /// by the parser).
     pub(crate) fn json<T: serde::de::DeserializeOwned>(self) -> Result<T, String> {
         use std::io::Read;
         let mut text = String::new();
         self.file
-            .take(self.size)
+            .take(self.cap)
             .read_to_string(&mut text)
             .map_err(|err| format!("{}: {err}", self.path.display()))?;
         serde_json::from_str(&text).map_err(|err| format!("{}: {err}", self.path.display()))

@@ -400,11 +400,17 @@ fn plan_on_node(flags: &crate::cli::RuleFlags, config: &Config) -> PlanOnNode {
         // The config is judged with the flag already: its value is the one in force.
         enable_ipv6: config.enable_ipv6,
     };
-    let (egress, fallback) = super::node_egress(&options, config);
+    let node = super::node_egress(&options, config);
+    if let Some(unread) = &node.unread {
+        eprintln!(
+            "ipmasq explain: {}; the output address is judged unresolved",
+            printable(unread)
+        );
+    }
     PlanOnNode {
         options,
-        egress,
-        fallback,
+        egress: node.egress,
+        fallback: node.fallback,
     }
 }
 

@@ -97,22 +97,26 @@ pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, O
     )
 }
 
-/// The node fact the plan takes besides the config and the flags: the config's output
-/// addresses (of the families `options` manage) resolved against this machine's addresses by
-/// the agent's own reader (`addresses::resolve_output_addresses`); left unresolved
-/// (described, never written) when this machine holds none the config names or its addresses
-/// cannot be read. With it, for each family whose output address is not resolved, why it
-/// masquerades instead (what the agent does and says) or why the addresses were not read.
-pub fn node_egress(
-    options: &PlanOptions,
-    config: &crate::config::Config,
-) -> (
-    crate::plan::ResolvedEgress,
-    Vec<(crate::plan::Family, String)>,
-) {
+/// The node fact the plan takes besides the config and the flags, as an applet reads it.
+#[derive(Debug, Default)]
+pub struct NodeEgress {
+    /// The config's output addresses resolved on this machine (unresolved: described, never
+    /// written).
+    pub egress: crate::plan::ResolvedEgress,
+    /// Each family that masquerades because this node holds no address of its output address,
+    /// and why (what the agent does and says).
+    pub fallback: Vec<(crate::plan::Family, String)>,
+    /// Why this machine's addresses could not be read, when they could not (the agent fails
+    /// its pass then: the output address is left unresolved).
+    pub unread: Option<String>,
+}
+
+/// The config's output addresses (of the families `options` manage) resolved against this
+/// machine's addresses by the agent's own reader (`addresses::resolve_output_addresses`).
+pub fn node_egress(options: &PlanOptions, config: &crate::config::Config) -> NodeEgress {
     let families = crate::plan::families(options, config);
     if !crate::plan::egress::names_output_address(config, &families) {
-        return Default::default();
+        return NodeEgress::default();
     }
     let resolver = crate::plan::egress::Resolver::new(config, &families);
     // A dump that concurrent address changes interrupt is read again, as the agent does.
@@ -126,19 +130,19 @@ pub fn node_egress(
         }
     }
     match read {
-        Ok(resolution) => {
-            let fallback = resolution
+        Ok(resolution) => NodeEgress {
+            fallback: resolution
                 .lost
                 .iter()
                 .map(|(family, err)| (*family, crate::plan::egress::fallback_reason(*family, err)))
-                .collect();
-            (resolution.egress, fallback)
-        }
-        Err(err) => {
-            let why = format!("cannot read this node's addresses: {err}");
-            let unread = resolver.families().into_iter().map(|f| (f, why.clone()));
-            (crate::plan::ResolvedEgress::default(), unread.collect())
-        }
+                .collect(),
+            egress: resolution.egress,
+            unread: None,
+        },
+        Err(err) => NodeEgress {
+            unread: Some(format!("cannot read this node's addresses: {err}")),
+            ..NodeEgress::default()
+        },
     }
 }
 

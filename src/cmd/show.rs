@@ -817,7 +817,17 @@ fn sync_verdict(
 ) -> SyncVerdict {
     let backend = node.backend();
     let (plan, _) = plan_options(&node.flags, backend);
-    let (egress, output_address_fallback) = super::node_egress(&plan, &judgement.config);
+    let super::NodeEgress {
+        egress,
+        fallback: output_address_fallback,
+        unread,
+    } = super::node_egress(&plan, &judgement.config);
+    if let Some(unread) = &unread {
+        eprintln!(
+            "ipmasq show: {}; the output address is judged unresolved",
+            printable(unread)
+        );
+    }
     let mut differences = Vec::new();
     for family in crate::plan::families(&plan, &judgement.config) {
         let desired = plan_family(&judgement.config, &plan, &egress, family);

@@ -81,8 +81,8 @@ pub fn parse_time(text: &str) -> Result<Micros, String> {
     ))
 }
 
-/// An address and port as the log writes them: `a.b.c.d:port`, `[v6]:port` (a v4-mapped v6
-/// address as its v4 form).
+/// An address and port as the log writes them (`a.b.c.d:port`, `[v6]:port`), the form `who`
+/// looks for: a v4-mapped v6 address given on its command line as its v4 form.
 pub fn endpoint_text(address: SocketAddr) -> String {
     SocketAddr::new(address.ip().to_canonical(), address.port()).to_string()
 }
@@ -115,7 +115,7 @@ impl<'a> Record<'a> {
 /// `address:port`, an IPv6 address in brackets; a protocol without ports has port 0 (ICMP's
 /// destination: its source and translated ones carry the echo's identifier instead).
 fn endpoint(out: &mut String, address: IpAddr, port: Option<u16>) {
-    out.push_str(&endpoint_text(SocketAddr::new(address, port.unwrap_or(0))));
+    let _ = write!(out, "{}", SocketAddr::new(address, port.unwrap_or(0)));
 }
 
 /// The protocol as the log names it: `tcp`, `udp`, `icmp`, `icmpv6` (strings), any other its

@@ -24,6 +24,9 @@ fn comment_of(line: &str) -> Option<&str> {
             (true, b'\\') => i += 1,
             (true, b'"') | (false, b'"') => in_string = !in_string,
             (false, b'/') if bytes.get(i + 1) == Some(&b'/') => return Some(&line[i..]),
+            // A char literal ('"', '\\'') is skipped whole; a lifetime ('a) is not one.
+            (false, b'\'') if bytes.get(i + 1) == Some(&b'\\') => i += 3,
+            (false, b'\'') if bytes.get(i + 2) == Some(&b'\'') => i += 2,
             _ => {}
         }
         i += 1;
@@ -122,6 +125,10 @@ fn the_figure_reader_tells_a_measurement_from_a_rule() {
     ));
     assert_eq!(comment_of("let s = \"a // b\"; // c"), Some("// c"));
     assert_eq!(comment_of("let s = \"a // b\";"), None);
+    assert_eq!(
+        comment_of("if c == '\"' { x } // 20 ms measured"),
+        Some("// 20 ms measured")
+    );
     assert_eq!(without_code_spans("a `2026-01-01` b"), "a   b");
 }
 
@@ -191,10 +198,25 @@ fn signatures(text: &str, file: &str) -> Vec<(String, String, String)> {
             .map(|l| code_of(l))
             .collect::<Vec<_>>()
             .join(" ");
-        // The parameters' parenthesis: the first after the name (not `pub(crate)`'s).
-        let after_name = signature
+        // The parameters' parenthesis: the first after the name and its generics (not
+        // `pub(crate)`'s, nor a bound's `Fn()`).
+        let mut after_name = signature
             .find(&format!("fn {name}"))
             .map_or(0, |at| at + 3 + name.len());
+        if signature[after_name..].starts_with('<') {
+            let mut depth = 0;
+            for (i, c) in signature[after_name..].char_indices() {
+                match c {
+                    '<' => depth += 1,
+                    '>' if !signature[..after_name + i].ends_with('-') => depth -= 1,
+                    _ => {}
+                }
+                if depth == 0 {
+                    after_name += i + 1;
+                    break;
+                }
+            }
+        }
         let Some(open) = signature[after_name..].find('(').map(|at| after_name + at) else {
             continue;
         };
@@ -293,6 +315,9 @@ fn the_tuple_reader_sees_patterns_and_types_and_not_trait_objects() {
     assert!(tuple_parameters("err: &(dyn std::error::Error + 'static)").is_empty());
     assert!(tuple_parameters("f: impl Fn(u32) -> Vec<u8>, m: HashMap<(u8, u8), u8>").is_empty());
     assert!(tuple_parameters("").is_empty());
+    let generic = "fn whole_only<S, Start: Fn() -> S>((a, b): (u8, u8)) {\n}\n";
+    let found = signatures(generic, "x.rs");
+    assert_eq!(tuple_parameters(&found[0].2), ["(a, b): (u8, u8)"]);
 }
 
 /// The commit hook (scripts/hooks/commit-msg), run on a message: whether it accepts it.
@@ -318,5 +343,15 @@ fn the_commit_hook_holds_subjects_to_72_characters_and_a_blank_line() {
     assert!(!hook_accepts("A subject\nand a body glued to it\n"));
     assert!(!hook_accepts("\n\n"));
     assert!(hook_accepts("# a comment git strips\nA subject\n"));
+    assert!(hook_accepts(
+        "#42 fixed: a message of a comment-like line alone\n"
+    ));
+    assert!(hook_accepts(
+        "\n\nA subject after blank lines\n\nThe story.\n"
+    ));
+    assert!(
+        hook_accepts(&format!("{}\n", "é".repeat(72))),
+        "characters, not bytes"
+    );
     assert!(Path::new(&root().join("scripts/hooks/commit-msg")).exists());
 }
