@@ -119,17 +119,8 @@ pub fn node_egress(options: &PlanOptions, config: &crate::config::Config) -> Nod
         return NodeEgress::default();
     }
     let resolver = crate::plan::egress::Resolver::new(config, &families);
-    // A dump that concurrent address changes interrupt is read again, as the agent does.
-    let mut read = crate::addresses::resolve_output_addresses(&resolver);
-    for _ in 0..3 {
-        match &read {
-            Err(err) if crate::addresses::is_interrupted(err) => {
-                read = crate::addresses::resolve_output_addresses(&resolver);
-            }
-            _ => break,
-        }
-    }
-    match read {
+    // The reader itself reads a dump that concurrent changes interrupt again, for a while.
+    match crate::addresses::resolve_output_addresses(&resolver) {
         Ok(resolution) => NodeEgress {
             fallback: resolution
                 .lost
