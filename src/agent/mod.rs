@@ -800,8 +800,8 @@ async fn stop_and_clean_up(
     end_running_pass(&commands, worker).await;
     let remaining = STOP_DEADLINE.saturating_sub(stopping.elapsed());
     // A backend of the same kind whose every tool gets a share of the time left.
-    let backend = crate::backend::select::by_id_with_timeout(backend_id, remaining / 3);
-    let cleaning = tokio::task::spawn_blocking(move || cleanup(backend.as_ref(), &names));
+    let mut backend = crate::backend::select::by_id_with_timeout(backend_id, remaining / 3);
+    let cleaning = tokio::task::spawn_blocking(move || cleanup(backend.as_mut(), &names));
     let left = match tokio::time::timeout(remaining, cleaning).await {
         Ok(Ok(left)) => left,
         Ok(Err(_)) => vec!["every family (the cleanup panicked)".to_string()],
@@ -856,15 +856,15 @@ async fn end_running_pass(
 /// lock (a rollout's new pod) never removes what the old one still maintains.
 pub fn remove_leftovers_of_other_backends(in_use: crate::backend::BackendId, names: &Names) {
     use crate::backend::select::{every_backend, sweep};
-    let others: Vec<Box<dyn Backend>> = every_backend()
+    let mut others: Vec<Box<dyn Backend>> = every_backend()
         .into_iter()
         .filter(|other| other.id().is_iptables() != in_use.is_iptables())
         .collect();
-    sweep(&others, |other, family| {
-        let holds = other.may_hold_ours(family, names)
+    sweep(&mut others, |other, family| {
+        let holds = other.id().may_hold_ours(family, names)
             && other
                 .inspect(family, names)
-                .is_ok_and(|live| live.holds_anything());
+                .is_ok_and(|live| live.inspection.holds_anything());
         if !holds {
             return None::<()>;
         }
@@ -896,7 +896,7 @@ fn pass_name(pass: &Pass) -> &'static str {
 /// Removes our rules from the backend in use, from every family whose tools are installed
 /// (an IPv6 chain of an earlier `--enable-ipv6` run is ours too). Returns what could not be
 /// removed, one entry per family.
-pub fn cleanup(backend: &dyn Backend, names: &Names) -> Vec<String> {
+pub fn cleanup(backend: &mut dyn Backend, names: &Names) -> Vec<String> {
     let mut left = Vec::new();
     for family in crate::plan::Family::ALL {
         if !backend.family_available(family) {
@@ -915,7 +915,10 @@ pub fn cleanup(backend: &dyn Backend, names: &Names) -> Vec<String> {
                 }
             }
             Err(err) => {
-                left.push(format!("{} rules of {family}", backend.location(names)));
+                left.push(format!(
+                    "{} rules of {family}",
+                    backend.id().location(names)
+                ));
                 error!(backend = %backend.name(), family = %family, error = %err, "cleanup failed");
             }
         }

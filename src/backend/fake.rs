@@ -2,7 +2,9 @@
 //! it stores the typed rulesets it was given, compares them with the neutral vocabulary, and
 //! lets a test inject drift or failures. Root tests against the real tools remain the evidence.
 
-use super::{Backend, BackendError, CleanupReport, Difference, DriftKind, Inspection, SyncReport};
+use super::{
+    Backend, BackendError, CleanupReport, Difference, DriftKind, Inspected, Inspection, SyncReport,
+};
 use crate::plan::{Family, Names, Ruleset};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -73,35 +75,32 @@ impl FakeBackend {
     }
 }
 
+/// How much memory the fake says a plan takes: rules alone.
+pub(crate) fn memory_model() -> super::MemoryModel {
+    super::MemoryModel {
+        base_mib: 8,
+        per_10k_rules_mib: 10,
+        per_mib_of_rule_text_mib: 0,
+        per_10k_set_elements_mib: 0,
+        unit: super::ListUnit::Rules,
+    }
+}
+
+/// One rule per decision, per source range and the catch-all.
+pub(crate) fn footprint(ruleset: &Ruleset) -> super::Footprint {
+    super::Footprint {
+        rules: ruleset.decisions.len() + ruleset.entry.source_ranges.len() + 1,
+        set_elements: 0,
+        rule_text_bytes: 0,
+    }
+}
+
 impl Backend for FakeBackend {
-    fn memory_model(&self) -> super::MemoryModel {
-        super::MemoryModel {
-            base_mib: 8,
-            per_10k_rules_mib: 10,
-            per_mib_of_rule_text_mib: 0,
-            per_10k_set_elements_mib: 0,
-            unit: super::ListUnit::Rules,
-        }
-    }
-
-    /// One rule per decision, per source range and the catch-all.
-    fn footprint(&self, ruleset: &Ruleset) -> super::Footprint {
-        super::Footprint {
-            rules: ruleset.decisions.len() + ruleset.entry.source_ranges.len() + 1,
-            set_elements: 0,
-            rule_text_bytes: 0,
-        }
-    }
-
     fn id(&self) -> super::BackendId {
         super::BackendId::Fake
     }
 
-    fn accepts(&self, _names: &Names) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+    fn sync(&mut self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         let mut state = self.state();
         state.syncs += 1;
         let live = state
@@ -136,20 +135,20 @@ impl Backend for FakeBackend {
         })
     }
 
-    fn inspect(&self, family: Family, _names: &Names) -> Result<Inspection, BackendError> {
+    fn inspect(&self, family: Family, _names: &Names) -> Result<Inspected, BackendError> {
         let live = self.live(family);
-        Ok(Inspection {
+        Ok(Inspected::neutral(Inspection {
             installed: live.ruleset.is_some(),
             ..Inspection::default()
-        })
+        }))
     }
 
-    fn compare(&self, desired: &Ruleset, _live: &Inspection) -> Vec<Difference> {
+    fn compare(&self, desired: &Ruleset, _live: &Inspected) -> Vec<Difference> {
         Self::differences(desired, &self.live(desired.family))
     }
 
     fn cleanup(
-        &self,
+        &mut self,
         family: Family,
         _names: &Names,
         dry_run: bool,

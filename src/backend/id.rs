@@ -1,7 +1,11 @@
 //! Which backend, as one typed value from the flags to the report: `iptables-nft`,
 //! `iptables-legacy` or `nftables`, with one spelling (logs, metrics labels, the state file,
-//! JSON) and one parser, the flag that chooses it, and whether it writes an iptables chain.
+//! JSON) and one parser, the flag that chooses it, and whether it writes an iptables chain;
+//! and what a backend answers by its identity alone, without state or a kernel to ask: the
+//! names it accepts, where its rules live, what a plan costs it.
 
+use super::{iptables, nftables, Footprint, MemoryModel};
+use crate::plan::{Family, Names, Ruleset};
 use serde::{Deserialize, Serialize};
 
 /// A backend's identity.
@@ -55,6 +59,64 @@ impl BackendId {
             BackendId::IptablesNft => "--iptables-mode=nft",
             #[cfg(test)]
             BackendId::Fake => "(no flag chooses the fake backend)",
+        }
+    }
+}
+
+/// What a backend answers by its identity alone.
+impl BackendId {
+    /// Whether this backend can install rules under `names` (e.g. iptables' 28-character
+    /// chain limit); the reason when it cannot.
+    pub fn accepts(self, names: &Names) -> Result<(), String> {
+        match self.iptables_variant() {
+            Some(_) => iptables::accepts(names),
+            None => Ok(()),
+        }
+    }
+
+    /// Where our rules live, for people: `IP-MASQ-AGENT in table nat`.
+    pub fn location(self, names: &Names) -> String {
+        match self {
+            BackendId::Nftables => nftables::location(),
+            _ => format!("{} in table nat", names.chain),
+        }
+    }
+
+    /// How much memory applying a plan takes with this backend (see [`MemoryModel`]).
+    pub fn memory_model(self) -> MemoryModel {
+        match self {
+            BackendId::IptablesNft => iptables::Variant::Nft.memory_model(),
+            BackendId::IptablesLegacy => iptables::Variant::Legacy.memory_model(),
+            BackendId::Nftables => nftables::memory_model(),
+            #[cfg(test)]
+            BackendId::Fake => super::fake::memory_model(),
+        }
+    }
+
+    /// The rules and set elements this backend writes for `ruleset`, counted without
+    /// rendering them: what [`MemoryModel::peak`] estimates from.
+    pub fn footprint(self, ruleset: &Ruleset) -> Footprint {
+        match self {
+            BackendId::IptablesNft | BackendId::IptablesLegacy => iptables::footprint(ruleset),
+            BackendId::Nftables => nftables::footprint(ruleset),
+            #[cfg(test)]
+            BackendId::Fake => super::fake::footprint(ruleset),
+        }
+    }
+
+    /// Whether our rules may be in `family` at all, told by the kernel without running a
+    /// tool (true when it cannot tell): a sweep for leftovers skips the rest.
+    pub fn may_hold_ours(self, family: Family, names: &Names) -> bool {
+        self.iptables_variant()
+            .is_none_or(|variant| variant.may_hold_ours(family, names))
+    }
+
+    /// The iptables variant this backend runs, if it is one.
+    fn iptables_variant(self) -> Option<iptables::Variant> {
+        match self {
+            BackendId::IptablesNft => Some(iptables::Variant::Nft),
+            BackendId::IptablesLegacy => Some(iptables::Variant::Legacy),
+            _ => None,
         }
     }
 }

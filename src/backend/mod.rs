@@ -154,67 +154,83 @@ pub struct Estimate {
 }
 
 impl Estimate {
-    /// What `backend` writes for every family of a plan, and its peak.
-    pub fn of(backend: &dyn Backend, rulesets: &[Ruleset]) -> Estimate {
-        let footprint = rulesets.iter().map(|r| backend.footprint(r)).sum();
+    /// What backend `id` writes for every family of a plan, and its peak.
+    pub fn of(id: BackendId, rulesets: &[Ruleset]) -> Estimate {
+        let footprint = rulesets.iter().map(|r| id.footprint(r)).sum();
         Estimate {
             footprint,
-            peak: backend.memory_model().peak(footprint),
+            peak: id.memory_model().peak(footprint),
         }
     }
 }
 
-/// What every backend does. All methods are blocking; the agent calls them off its runtime.
+/// What every backend must answer about the node, and nothing its identity already tells
+/// ([`BackendId`] answers the rest: names it accepts, where its rules live, its memory model
+/// and footprint, whether a family may hold ours). All methods are blocking; the agent calls
+/// them off its runtime. A backend's state between passes (what it wrote, what the kernel
+/// refused) is its own, changed only by the calls that take `&mut self`.
 pub trait Backend: Send {
     /// Which backend this is.
     fn id(&self) -> BackendId;
-    /// Its name for logs and metrics, e.g. `iptables-nft` (the id's one spelling).
-    fn name(&self) -> String {
-        self.id().to_string()
-    }
-    /// Whether this backend can install rules under `names` (e.g. iptables' 28-character
-    /// chain limit); the reason when it cannot.
-    fn accepts(&self, names: &Names) -> Result<(), String>;
-    /// Whether MASQUERADE can randomise ports fully here.
-    fn supports_random_fully(&self) -> Result<bool, BackendError> {
-        Ok(true)
-    }
-    /// Whether our rules may be in `family` at all, told by the kernel without running a
-    /// tool (true when it cannot tell): a sweep for leftovers skips the rest.
-    fn may_hold_ours(&self, _family: Family, _names: &Names) -> bool {
+    /// Whether the tools for `family` are installed (IPv6 may lack them).
+    fn family_available(&self, _family: Family) -> bool {
         true
     }
     /// Called once by the holder of the node lock before its first sync: where this backend
     /// can remove another backend's leftovers in the same transaction as its own first
     /// install, it does so then (nftables takes over iptables-nft's chain and jumps).
-    fn take_over_at_first_install(&self) {}
-    /// How much memory applying a plan takes with this backend (see [`MemoryModel`]).
-    fn memory_model(&self) -> MemoryModel;
-    /// The rules and set elements this backend writes for `ruleset`, counted without
-    /// rendering them: what [`MemoryModel::peak`] estimates from.
-    fn footprint(&self, ruleset: &Ruleset) -> Footprint;
-    /// Where our rules live, for people: `IP-MASQ-AGENT in table nat`.
-    fn location(&self, names: &Names) -> String {
-        format!("{} in table nat", names.chain)
-    }
-    /// Whether the tools for `family` are installed (IPv6 may lack them).
-    fn family_available(&self, _family: Family) -> bool {
-        true
-    }
+    fn take_over_at_first_install(&mut self) {}
     /// Observes the live state, compares it with `desired` and, when they differ and this is
     /// not a dry run, applies ONE transaction that touches only what we own.
-    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError>;
+    fn sync(&mut self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError>;
     /// Reads what we own, with counters, without creating anything.
-    fn inspect(&self, family: Family, names: &Names) -> Result<Inspection, BackendError>;
-    /// Every difference between `desired` and an inspection, in the vocabulary `sync` repairs.
-    fn compare(&self, desired: &Ruleset, live: &Inspection) -> Vec<Difference>;
+    fn inspect(&self, family: Family, names: &Names) -> Result<Inspected, BackendError>;
+    /// Every difference between `desired` and what `inspect` read, in the vocabulary `sync`
+    /// repairs.
+    fn compare(&self, desired: &Ruleset, live: &Inspected) -> Vec<Difference>;
     /// Removes what we own for `family` in one transaction; nothing to remove is success.
     fn cleanup(
-        &self,
+        &mut self,
         family: Family,
         names: &Names,
         dry_run: bool,
     ) -> Result<CleanupReport, BackendError>;
+}
+
+impl dyn Backend + '_ {
+    /// Its name for logs and metrics, e.g. `iptables-nft` (the id's one spelling).
+    pub fn name(&self) -> String {
+        self.id().to_string()
+    }
+}
+
+/// What [`Backend::inspect`] read of one family: the neutral [`Inspection`] every reader
+/// judges by, and the backend's own reading that its [`Backend::compare`] needs.
+#[derive(Clone, Debug, Default)]
+pub struct Inspected {
+    pub inspection: Inspection,
+    pub(crate) reading: Reading,
+}
+
+impl Inspected {
+    /// An inspection whose backend compares from it alone (iptables, the fake).
+    pub(crate) fn neutral(inspection: Inspection) -> Inspected {
+        Inspected {
+            inspection,
+            reading: Reading::Neutral,
+        }
+    }
+}
+
+/// A backend's own reading behind an inspection, typed per backend.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Reading {
+    /// Nothing beyond the inspection (iptables rebuilds its chain from the rules it lists);
+    /// also what a family never read holds.
+    #[default]
+    Neutral,
+    /// nftables: the table as read, its set elements and rules in its own form.
+    Table(Box<nftables::LiveTable>),
 }
 
 /// Why the backend could not read or write the rules.

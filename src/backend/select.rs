@@ -98,14 +98,14 @@ pub fn every_backend() -> Vec<Box<dyn Backend>> {
 /// `visit` returns: the one sweep over the node behind `show`'s leftovers, `cleanup`, and the
 /// agent's removal of another backend's rules.
 pub fn sweep<T>(
-    backends: &[Box<dyn Backend>],
-    mut visit: impl FnMut(&dyn Backend, Family) -> Option<T>,
+    backends: &mut [Box<dyn Backend>],
+    mut visit: impl FnMut(&mut dyn Backend, Family) -> Option<T>,
 ) -> Vec<T> {
     let mut found = Vec::new();
     for backend in backends {
         for family in Family::ALL {
             if backend.family_available(family) {
-                found.extend(visit(backend.as_ref(), family));
+                found.extend(visit(backend.as_mut(), family));
             }
         }
     }

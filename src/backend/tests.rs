@@ -2,7 +2,7 @@
 //! about 2,000 CIDRs and make tens of thousands of iptables rules (the Rust twins of
 //! `tests/hostile/long-source-lists.py`), shared by each backend's tests.
 
-use super::{select, BackendId, Estimate};
+use super::{BackendId, Estimate};
 use crate::config::egress::InterfacePattern;
 use crate::config::{Config, Options};
 use crate::plan::{plan, PlanOptions};
@@ -56,9 +56,7 @@ fn estimate(id: BackendId, config: &Config) -> Estimate {
 
 fn estimate_with(id: BackendId, config: &Config, options: &PlanOptions) -> Estimate {
     let rulesets = plan(config, options, &crate::plan::ResolvedEgress::default());
-    let backends = select::every_backend();
-    let backend = backends.iter().find(|b| b.id() == id).expect("a backend");
-    Estimate::of(backend.as_ref(), &rulesets)
+    Estimate::of(id, &rulesets)
 }
 
 /// 2,000 sources and 2,000 forced CIDRs × 16 interfaces: estimated from the CIDRs listed they

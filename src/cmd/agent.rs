@@ -166,15 +166,12 @@ pub fn run(args: &AgentArgs) -> Exit {
     logging::init(args.log_format, args.verbosity);
     let selected = choose_backend(&args.backend);
     let backend = selected.backend;
-    let (plan, note) = plan_options(&args.rules, backend.as_ref());
-    if let Err(reason) = backend.accepts(&plan.names()) {
+    let plan = plan_options(&args.rules);
+    if let Err(reason) = backend.id().accepts(&plan.names()) {
         // A flag value the backend cannot use: upstream's exit status for a refused flag.
         error!("--masq-chain: {reason}");
         eprintln!("ipmasq agent: --masq-chain: {reason}");
         return Exit::Failure;
-    }
-    if let Some(note) = note {
-        warn!("{note}");
     }
     let ignored = args.klog.given();
     if !ignored.is_empty() {

@@ -91,7 +91,7 @@ impl From<&CleanupStep> for StepReport {
 /// one transaction per backend and family. Failures are collected, not fatal, so every
 /// leftover that can be removed is.
 fn cleanup_everywhere(
-    backends: &[Box<dyn Backend>],
+    backends: &mut [Box<dyn Backend>],
     names: &Names,
     dry_run: bool,
 ) -> Vec<CleanupStep> {
@@ -140,9 +140,9 @@ fn backends_to_clean(args: &CleanupArgs) -> Vec<Box<dyn Backend>> {
 // Long: the cleanup, its warnings and its three renderings (text, JSON, YAML) share one
 // report and one exit status; the renderings are short arms over that report.
 pub fn run(args: &CleanupArgs) -> Exit {
-    let backends = backends_to_clean(args);
+    let mut backends = backends_to_clean(args);
     let names = Names::new(args.masq_chain.clone());
-    let steps = cleanup_everywhere(&backends, &names, args.dry_run);
+    let steps = cleanup_everywhere(&mut backends, &names, args.dry_run);
     // nf_tables answers without a tool; iptables' rules cannot be checked without its tools.
     let iptables_unchecked = backends.iter().any(|b| b.id().is_iptables())
         && steps.iter().all(|s| !s.backend.is_iptables());

@@ -450,7 +450,10 @@ pub fn run(args: &ExplainArgs) -> Exit {
             .iter()
             .find_map(|(of, reason)| (*of == family).then(|| reason.clone()));
     }
-    let inspected = (!args.no_live).then(|| node.inspect(family));
+    let inspected = (!args.no_live).then(|| {
+        node.inspect(family)
+            .map(|read| read.map(|live| live.inspection))
+    });
     let (live, live_unavailable) = match &inspected {
         None => (None, None),
         Some(Ok(Some(inspection))) => (Some(live_answer(&node, inspection, packet)), None),
@@ -608,7 +611,7 @@ fn live_answer(
     };
     LiveAnswer {
         backend: backend.id(),
-        location: backend.location(&names),
+        location: backend.id().location(&names),
         action,
         snat_to,
         reason,

@@ -15,7 +15,7 @@ pub(crate) mod validate_scope;
 pub(crate) mod who;
 
 use crate::backend::select::{select, Selected};
-use crate::backend::{Backend, BackendError};
+use crate::backend::BackendError;
 use crate::cli::{
     applets, multicall_args, Applet, BackendFlags, RuleFlags, BINARY_NAME, GENERATE_APPLET,
 };
@@ -63,38 +63,16 @@ pub fn choose_backend(flags: &BackendFlags) -> Selected {
     select(flags.choice())
 }
 
-/// The plan options the agent would use with these flags on this backend: `--random-fully` is
-/// dropped where the backend lacks it (with the reason, for a warning).
-pub fn plan_options(flags: &RuleFlags, backend: &dyn Backend) -> (PlanOptions, Option<String>) {
-    let (random_fully, note) = if flags.random_fully {
-        match backend.supports_random_fully() {
-            Ok(true) => (true, None),
-            Ok(false) => (
-                false,
-                Some(format!(
-                    "{} is older than 1.6.2 and lacks --random-fully; writing plain MASQUERADE rules",
-                    backend.name()
-                )),
-            ),
-            Err(err) => (
-                true,
-                Some(format!(
-                    "cannot tell whether iptables supports --random-fully ({err}); assuming it does"
-                )),
-            ),
-        }
-    } else {
-        (false, None)
-    };
-    (
-        PlanOptions {
-            chain: flags.masq_chain.clone(),
-            random_fully,
-            to_ports: flags.to_ports.clone(),
-            enable_ipv6: flags.config_flags.ipv6(),
-        },
-        note,
-    )
+/// The plan options the agent uses with these flags. `--random-fully` is planned as asked: an
+/// iptables older than 1.6.2 refuses it at its first restore, and the backend then writes
+/// plain MASQUERADE rules and says so once.
+pub fn plan_options(flags: &RuleFlags) -> PlanOptions {
+    PlanOptions {
+        chain: flags.masq_chain.clone(),
+        random_fully: flags.random_fully,
+        to_ports: flags.to_ports.clone(),
+        enable_ipv6: flags.config_flags.ipv6(),
+    }
 }
 
 /// The node fact the plan takes besides the config and the flags, as an applet reads it.

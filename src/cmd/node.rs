@@ -8,7 +8,7 @@ use crate::agent::state::{
     find_agent, read_applied, state_dir, AgentLookup, AgentState, ConfigRecord,
 };
 use crate::backend::select::{select, Choice, Selected};
-use crate::backend::{Backend, BackendError, Inspection};
+use crate::backend::{Backend, BackendError, Inspected};
 use crate::cli::{BackendFlags, RuleFlags};
 use crate::config::{self, Config, ConfigSource};
 use crate::output::{render_diagnostic, Styler};
@@ -150,7 +150,7 @@ impl ResolvedNode {
     }
 
     /// Reads one family of the backend in use; None when its tools are not installed (IPv6).
-    pub fn inspect(&self, family: Family) -> Result<Option<Inspection>, BackendError> {
+    pub fn inspect(&self, family: Family) -> Result<Option<Inspected>, BackendError> {
         inspect(self.backend(), family, &self.flags)
     }
 
@@ -252,7 +252,7 @@ pub fn inspect(
     backend: &dyn Backend,
     family: Family,
     flags: &RuleFlags,
-) -> Result<Option<Inspection>, BackendError> {
+) -> Result<Option<Inspected>, BackendError> {
     if family == Family::V6 && !backend.family_available(family) {
         return Ok(None);
     }

@@ -13,7 +13,7 @@ use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState, RejectedRecord};
 use crate::backend::select::{every_backend, sweep};
 use crate::backend::{
-    Backend, BackendId, Difference, HookStatus, Inspection, LiveRule, RuleVerdict,
+    Backend, BackendId, Difference, HookStatus, Inspected, Inspection, LiveRule, RuleVerdict,
 };
 use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
 use crate::config;
@@ -739,9 +739,9 @@ pub fn run(args: &ShowArgs) -> Exit {
     let families: Vec<FamilyReport> = lives
         .iter()
         .filter(|(family, live)| {
-            *family == Family::V4 || live.holds_anything() || flags.config_flags.ipv6()
+            *family == Family::V4 || live.inspection.holds_anything() || flags.config_flags.ipv6()
         })
-        .map(|(family, live)| family_report(*family, live))
+        .map(|(family, live)| family_report(*family, &live.inspection))
         .collect();
     let (agent, stale_agent) = match &node.agent {
         AgentLookup::Running(state) => (Some(state.clone()), None),
@@ -753,8 +753,10 @@ pub fn run(args: &ShowArgs) -> Exit {
         backend: backend.id(),
         backend_choice: node.selected.reason.clone(),
         chain: flags.masq_chain.to_string(),
-        location: backend.location(&crate::plan::Names::new(flags.masq_chain.clone())),
-        installed: lives.iter().any(|(_, l)| l.installed),
+        location: backend
+            .id()
+            .location(&crate::plan::Names::new(flags.masq_chain.clone())),
+        installed: lives.iter().any(|(_, l)| l.inspection.installed),
         families,
         sync,
         also_installed_in,
@@ -787,12 +789,12 @@ pub fn run(args: &ShowArgs) -> Exit {
 
 /// The whole node: every other backend that holds our chain (or table) too.
 fn elsewhere(backend: &dyn Backend, flags: &RuleFlags) -> Vec<Elsewhere> {
-    let others: Vec<Box<dyn Backend>> = every_backend()
+    let mut others: Vec<Box<dyn Backend>> = every_backend()
         .into_iter()
         .filter(|other| other.id() != backend.id())
         .collect();
-    let holding = sweep(&others, |other, family| {
-        matches!(inspect(other, family, flags), Ok(Some(live)) if live.holds_anything())
+    let holding = sweep(&mut others, |other, family| {
+        matches!(inspect(other, family, flags), Ok(Some(live)) if live.inspection.holds_anything())
             .then_some((other.id(), family))
     });
     let mut found: Vec<Elsewhere> = Vec::new();
@@ -812,11 +814,11 @@ fn elsewhere(backend: &dyn Backend, flags: &RuleFlags) -> Vec<Elsewhere> {
 fn sync_verdict(
     node: &ResolvedNode,
     judgement: &Judgement,
-    lives: &[(Family, Inspection)],
+    lives: &[(Family, Inspected)],
     config_given: bool,
 ) -> SyncVerdict {
     let backend = node.backend();
-    let (plan, _) = plan_options(&node.flags, backend);
+    let plan = plan_options(&node.flags);
     let super::NodeEgress {
         egress,
         fallback: output_address_fallback,
@@ -929,7 +931,6 @@ mod tests {
                 skips_local: true,
             }],
             hook_rules: 1,
-            reading: None,
             before: Vec::new(),
         }
     }

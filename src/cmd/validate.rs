@@ -327,12 +327,7 @@ fn estimates(config: &Config) -> std::collections::BTreeMap<String, crate::backe
     );
     crate::backend::select::every_backend()
         .iter()
-        .map(|b| {
-            (
-                b.name(),
-                crate::backend::Estimate::of(b.as_ref(), &rulesets),
-            )
-        })
+        .map(|b| (b.name(), crate::backend::Estimate::of(b.id(), &rulesets)))
         .collect()
 }
 

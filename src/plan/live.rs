@@ -141,7 +141,7 @@ pub struct Before {
 }
 
 /// What one family holds of ours.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Inspection {
     /// What runs before our rules at the same hook.
     pub before: Vec<Before>,
@@ -150,30 +150,6 @@ pub struct Inspection {
     pub entry_jumps: Vec<EntryJump>,
     /// How many rules the hook's chain holds in all (iptables' POSTROUTING).
     pub hook_rules: usize,
-    /// The backend's own typed reading, for its `compare` only (opaque to everyone else).
-    pub reading: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
-}
-
-impl std::fmt::Debug for Inspection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inspection")
-            .field("installed", &self.installed)
-            .field("rules", &self.rules)
-            .field("entry_jumps", &self.entry_jumps)
-            .field("hook_rules", &self.hook_rules)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PartialEq for Inspection {
-    /// Equal when they say the same about the node (the backend's reading aside).
-    fn eq(&self, other: &Self) -> bool {
-        self.installed == other.installed
-            && self.before == other.before
-            && self.rules == other.rules
-            && self.entry_jumps == other.entry_jumps
-            && self.hook_rules == other.hook_rules
-    }
 }
 
 /// What the live rules do with one packet.

@@ -125,7 +125,7 @@ fn fingerprint(diagnostics: &[Diagnostic]) -> u64 {
 /// How many rules (iptables) or set elements (nftables) fit the usable share of `limit`
 /// with `backend`, in its words (`16500 rules`).
 pub fn what_fits(backend: &dyn Backend, limit: u64) -> String {
-    let model = backend.memory_model();
+    let model = backend.id().memory_model();
     model
         .unit
         .words(model.ceiling(limit / 100 * crate::backend::USABLE_PERCENT))
@@ -378,7 +378,7 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
     let usable = limit / 100 * crate::backend::USABLE_PERCENT;
     let backend = inputs.backend;
     let rulesets = crate::plan::plan(config, inputs.flags, &inputs.node.egress);
-    let estimate = crate::backend::Estimate::of(backend, &rulesets);
+    let estimate = crate::backend::Estimate::of(backend.id(), &rulesets);
     if estimate.peak <= usable {
         return None;
     }
@@ -389,7 +389,7 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
         crate::backend::select::every_backend()
             .iter()
             .find(|b| b.id() == nftables)
-            .map(|b| crate::backend::Estimate::of(b.as_ref(), &rulesets))
+            .map(|b| crate::backend::Estimate::of(b.id(), &rulesets))
             .filter(|e| e.peak <= usable)
             .map(|e| {
                 format!(

@@ -153,6 +153,11 @@ impl Enforcer {
         self.backend.as_ref()
     }
 
+    /// The backend, to change its state (see [`Backend::take_over_at_first_install`]).
+    pub fn backend_mut(&mut self) -> &mut dyn Backend {
+        self.backend.as_mut()
+    }
+
     /// The config cannot be used on this node (its addresses cannot be read): logged once
     /// per distinct error, nothing is written.
     pub fn node_unusable(&mut self, err: BackendError, retry: &RetryNote) -> Pass {
@@ -313,7 +318,7 @@ impl Enforcer {
                 crate::conntrack::reset(family, &NoRulesOfOurs, &after, scope, false)
             }
             ResetBasis::Live => match self.backend.inspect(family, &ruleset.names) {
-                Ok(live) => crate::conntrack::reset(family, &live, &after, scope, true),
+                Ok(live) => crate::conntrack::reset(family, &live.inspection, &after, scope, true),
                 Err(err) => Err(std::io::Error::other(err.to_string())),
             },
         };
@@ -378,7 +383,7 @@ impl Enforcer {
             *self.counts.drift_repairs.entry(label).or_default() += 1;
         }
         if report.installed_fresh() {
-            info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, location = %self.backend.location(&settings.plan.names()), drift = %repairs.join(","), elapsed_ms, "rules installed");
+            info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, location = %self.backend.id().location(&settings.plan.names()), drift = %repairs.join(","), elapsed_ms, "rules installed");
         } else {
             info!(backend = %self.backend.name(), family = %report.family, rules = report.rules, repaired = %repairs.join(","), elapsed_ms, "rules repaired");
         }

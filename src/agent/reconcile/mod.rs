@@ -215,9 +215,9 @@ impl Reconciler {
 
     /// The node lock is ours: the backend may take over another's leftovers at its first
     /// install (see [`crate::backend::Backend::take_over_at_first_install`]).
-    pub fn take_over_leftovers(&self) {
+    pub fn take_over_leftovers(&mut self) {
         if !self.settings.dry_run {
-            self.enforcer.backend().take_over_at_first_install();
+            self.enforcer.backend_mut().take_over_at_first_install();
         }
     }
 

@@ -14,12 +14,11 @@ pub(crate) use tools::{detect_variant, Variant};
 
 use super::generation::{self, Gate};
 use super::runner::{self, RunError, DEFAULT_TIMEOUT};
-use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
+use super::{Backend, BackendError, CleanupReport, Difference, Inspected, SyncReport};
 use crate::plan::{ChainName, Family, Names, Ruleset};
 use diff::{cleanup_transaction, diff, transaction};
 use render::Rendered;
 use saved::{parse_saved, LiveChain};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tools::Tools;
 
@@ -51,9 +50,9 @@ pub(crate) struct Iptables {
     tools: Tools,
     /// iptables-nft commits move the nftables generation id: an unchanged id since our own
     /// last apply (or full comparison) means nothing to read. Unused for legacy.
-    gate: Mutex<Gate>,
+    gate: Gate,
     /// The restore refused `--random-fully` (iptables before 1.6.2): written without it since.
-    without_random_fully: std::sync::atomic::AtomicBool,
+    without_random_fully: bool,
 }
 
 impl Iptables {
@@ -62,8 +61,8 @@ impl Iptables {
             variant,
             timeout: DEFAULT_TIMEOUT,
             tools: Tools::new(variant),
-            gate: Mutex::new(Gate::default()),
-            without_random_fully: std::sync::atomic::AtomicBool::new(false),
+            gate: Gate::default(),
+            without_random_fully: false,
         }
     }
 
@@ -162,12 +161,12 @@ impl Iptables {
     /// tells); a read would add nothing there, so a failed restore fails the pass as it is.
     /// That question is asked only after the generation gate, so a steady iptables-nft pass
     /// sends the generation request alone.
-    fn sync_plan(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+    fn sync_plan(&mut self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         self.check(desired)?;
         let gated = self.variant == Variant::Nft;
         // Read the id BEFORE the save, so a change during the save is never missed.
         let before = gated.then(generation::current).flatten();
-        if gated && self.gate().in_sync(before, desired) {
+        if gated && self.gate.in_sync(before, desired) {
             return Ok(SyncReport {
                 family: desired.family,
                 differences: Vec::new(),
@@ -198,7 +197,7 @@ impl Iptables {
             && render::matches(desired, &live.rules)
         {
             if gated && !dry_run {
-                self.gate().record(desired, live.rules.len(), before, None);
+                self.gate.record(desired, live.rules.len(), before, None);
             }
             tracing::debug!(family = %desired.family, observe_ms = crate::text::millis(observed), compare_ms = crate::text::millis(started.elapsed() - observed), "sync phases (in sync)");
             return Ok(SyncReport {
@@ -221,7 +220,7 @@ impl Iptables {
         }
         if gated && !dry_run {
             let after = script.as_ref().map(|_| generation::current());
-            self.gate()
+            self.gate
                 .record(desired, rendered.lines.len(), before, after);
         }
         tracing::debug!(
@@ -240,14 +239,9 @@ impl Iptables {
         })
     }
 
-    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Refuses what this backend cannot render, before anything is read or written.
     fn check(&self, ruleset: &Ruleset) -> Result<(), BackendError> {
-        self.accepts(&ruleset.names)
-            .map_err(BackendError::Unsupported)?;
+        accepts(&ruleset.names).map_err(BackendError::Unsupported)?;
         if !ruleset.entry.skip_local_destinations {
             return Err(BackendError::Unsupported(
                 "the iptables backend always exempts local destinations (upstream's jump)".into(),
@@ -257,15 +251,16 @@ impl Iptables {
     }
 }
 
-impl Backend for Iptables {
-    fn memory_model(&self) -> super::MemoryModel {
+/// What either variant answers by its identity alone (see [`super::BackendId`]).
+impl Variant {
+    pub(crate) fn memory_model(self) -> super::MemoryModel {
         // scripts/bench --only memory, worst of first apply and one change, plain lists of
         // 10,000 to 100,000 CIDRs and the hostile shapes (sources' complement, forced CIDRs
         // per interface, --to-ports): see docs/reference/agent.md's table. iptables-restore holds the
         // table as text and as rules; legacy's cost follows the rules (the kernel's blob has a
         // fixed size per match), iptables-nft's the text (it also keeps each rule as
         // nf_tables expressions with the comment as user data).
-        let (per_10k_rules_mib, per_mib_of_rule_text_mib) = match self.variant {
+        let (per_10k_rules_mib, per_mib_of_rule_text_mib) = match self {
             Variant::Legacy => (23, 8),
             Variant::Nft => (0, 35),
         };
@@ -278,50 +273,49 @@ impl Backend for Iptables {
         }
     }
 
-    fn footprint(&self, ruleset: &Ruleset) -> super::Footprint {
-        let (rules, rule_text_bytes) = render::rule_count_and_text_bytes(ruleset);
-        super::Footprint {
-            rules,
-            set_elements: 0,
-            rule_text_bytes,
+    /// Whether our chain may be in `family`, told by the kernel without running a tool (true
+    /// when it cannot tell).
+    pub(crate) fn may_hold_ours(self, family: Family, names: &Names) -> bool {
+        let chain = names.chain.as_str();
+        match self {
+            Variant::Nft => probe::nft_holds_chain(family, chain).unwrap_or(true),
+            Variant::Legacy => probe::legacy_holds_chain(family, chain).unwrap_or(true),
         }
     }
+}
 
+/// The rules either variant writes for `ruleset`, counted without rendering them.
+pub(crate) fn footprint(ruleset: &Ruleset) -> super::Footprint {
+    let (rules, rule_text_bytes) = render::rule_count_and_text_bytes(ruleset);
+    super::Footprint {
+        rules,
+        set_elements: 0,
+        rule_text_bytes,
+    }
+}
+
+/// Whether iptables can hold a chain named as `names` says: its 28-character limit, and no
+/// built-in chain or target.
+pub(crate) fn accepts(names: &Names) -> Result<(), String> {
+    let chain = names.chain.as_str();
+    if chain.len() > MAX_CHAIN_NAME_LEN {
+        return Err(format!(
+            "chain name {chain:?} is longer than iptables' limit of {MAX_CHAIN_NAME_LEN} characters"
+        ));
+    }
+    if RESERVED_CHAIN_NAMES.contains(&chain) {
+        return Err(format!(
+            "chain name {chain:?} is a built-in chain or target"
+        ));
+    }
+    Ok(())
+}
+
+impl Backend for Iptables {
     fn id(&self) -> super::BackendId {
         match self.variant {
             Variant::Nft => super::BackendId::IptablesNft,
             Variant::Legacy => super::BackendId::IptablesLegacy,
-        }
-    }
-
-    fn accepts(&self, names: &Names) -> Result<(), String> {
-        let chain = names.chain.as_str();
-        if chain.len() > MAX_CHAIN_NAME_LEN {
-            return Err(format!(
-                "chain name {chain:?} is longer than iptables' limit of {MAX_CHAIN_NAME_LEN} characters"
-            ));
-        }
-        if RESERVED_CHAIN_NAMES.contains(&chain) {
-            return Err(format!(
-                "chain name {chain:?} is a built-in chain or target"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Whether this iptables supports `--random-fully` (1.6.2 and later): assumed until a
-    /// restore refuses it (no process at start-up).
-    fn supports_random_fully(&self) -> Result<bool, BackendError> {
-        Ok(!self
-            .without_random_fully
-            .load(std::sync::atomic::Ordering::Relaxed))
-    }
-
-    fn may_hold_ours(&self, family: Family, names: &Names) -> bool {
-        let chain = names.chain.as_str();
-        match self.variant {
-            Variant::Nft => probe::nft_holds_chain(family, chain).unwrap_or(true),
-            Variant::Legacy => probe::legacy_holds_chain(family, chain).unwrap_or(true),
         }
     }
 
@@ -332,12 +326,11 @@ impl Backend for Iptables {
     /// Writes `--random-fully` unless this iptables turned out to lack it (before 1.6.2): then
     /// plain MASQUERADE, said once. Told by the restore refusing the option, not by running
     /// `iptables --version` at every start.
-    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
-        use std::sync::atomic::Ordering;
+    fn sync(&mut self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         if let crate::plan::Egress::Unresolved(target) = desired.masquerade.egress {
             return Err(BackendError::unresolved(target));
         }
-        if desired.masquerade.random_fully && self.without_random_fully.load(Ordering::Relaxed) {
+        if desired.masquerade.random_fully && self.without_random_fully {
             let mut plain = desired.clone();
             plain.masquerade.random_fully = false;
             return self.sync_plan(&plain, dry_run);
@@ -350,14 +343,14 @@ impl Backend for Iptables {
                     "{} lacks --random-fully (older than 1.6.2); writing plain MASQUERADE rules",
                     self.tools.restore(desired.family)
                 );
-                self.without_random_fully.store(true, Ordering::Relaxed);
+                self.without_random_fully = true;
                 self.sync(desired, dry_run)
             }
             outcome => outcome,
         }
     }
 
-    fn inspect(&self, family: Family, names: &Names) -> Result<Inspection, BackendError> {
+    fn inspect(&self, family: Family, names: &Names) -> Result<Inspected, BackendError> {
         let mut inspection = parse_saved(&self.read(family)?, &names.chain).inspection();
         // nf_tables chains of other tables at srcnat or earlier run before iptables' own nat
         // POSTROUTING (iptables-nft's is table `nat`; legacy's is no nf_tables table at all).
@@ -374,15 +367,19 @@ impl Backend for Iptables {
         );
         before.append(&mut inspection.before);
         inspection.before = before;
-        Ok(inspection)
+        Ok(Inspected::neutral(inspection))
     }
 
-    fn compare(&self, desired: &Ruleset, live: &Inspection) -> Vec<Difference> {
-        diff(&Rendered::new(desired), &LiveChain::from_inspection(live)).differences
+    fn compare(&self, desired: &Ruleset, live: &Inspected) -> Vec<Difference> {
+        diff(
+            &Rendered::new(desired),
+            &LiveChain::from_inspection(&live.inspection),
+        )
+        .differences
     }
 
     fn cleanup(
-        &self,
+        &mut self,
         family: Family,
         names: &Names,
         dry_run: bool,
@@ -396,7 +393,7 @@ impl Backend for Iptables {
                 self.delete_separately(family, spec)?;
             }
             self.restore(family, script)?;
-            self.gate().forget(family);
+            self.gate.forget(family);
         }
         Ok(CleanupReport {
             family,

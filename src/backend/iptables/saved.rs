@@ -181,7 +181,6 @@ impl<'a> LiveChain<'a> {
                 })
                 .collect(),
             hook_rules: self.postrouting_rules,
-            reading: None,
             before: self.before_us(),
         }
     }

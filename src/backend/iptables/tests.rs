@@ -2,7 +2,7 @@
 
 use super::saved::{describe_rule, jump_target, tokenize};
 use super::*;
-use crate::backend::DriftKind;
+use crate::backend::{BackendId, DriftKind, Inspected};
 use crate::config::{Config, Options};
 use crate::plan::{plan, ChainName, PlanOptions};
 
@@ -445,7 +445,7 @@ fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
     live.jumps.push(live.jumps[0].clone());
     let inspection = live.inspection();
     assert_eq!(
-        backend.compare(set, &inspection),
+        backend.compare(set, &Inspected::neutral(inspection.clone())),
         diff(&Rendered::new(set), &live).differences
     );
     // Our rules are typed: a keep for a destination, a masquerade for the rest.
@@ -473,15 +473,17 @@ fn compare_through_the_neutral_inspection_equals_the_repair_diff() {
 
 #[test]
 fn chain_name_limits_are_iptables_own() {
-    let backend = Iptables::new(Variant::Legacy);
     let names = |n: &str| crate::plan::Names::new(ChainName::new(n).unwrap());
-    assert!(backend.accepts(&names(&"A".repeat(28))).is_ok());
-    assert!(backend
-        .accepts(&names(&"A".repeat(29)))
-        .unwrap_err()
-        .contains("28 characters"));
-    assert!(backend.accepts(&names("POSTROUTING")).is_err());
-    assert!(backend.accepts(&names("MASQUERADE")).is_err());
+    for id in [BackendId::IptablesLegacy, BackendId::IptablesNft] {
+        assert!(id.accepts(&names(&"A".repeat(28))).is_ok());
+        assert!(id
+            .accepts(&names(&"A".repeat(29)))
+            .unwrap_err()
+            .contains("28 characters"));
+        assert!(id.accepts(&names("POSTROUTING")).is_err());
+        assert!(id.accepts(&names("MASQUERADE")).is_err());
+    }
+    assert!(BackendId::Nftables.accepts(&names(&"A".repeat(29))).is_ok());
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use super::render::{set_index, set_name, CHAIN, TABLE};
 pub(super) use crate::backend::nft_rule::LiveRuleSpec;
 use crate::backend::nft_rule::{describe, live_rule};
-use crate::backend::{AddressMatch, EntryJump, Inspection, LiveRule};
+use crate::backend::{AddressMatch, EntryJump, Inspected, Inspection, LiveRule, Reading};
 use crate::netlink::nf_tables::read;
 use crate::netlink::nf_tables::{Failure, Transport};
 use crate::plan::Family;
@@ -14,36 +14,36 @@ use ipnet::IpNet;
 /// The base chain's declaration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct ChainHook {
-    pub kind: String,
-    pub hook: String,
-    pub priority: i64,
-    pub policy: String,
+    pub(super) kind: String,
+    pub(super) hook: String,
+    pub(super) priority: i64,
+    pub(super) policy: String,
 }
 
 /// One of our sets as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct LiveSet {
-    pub name: String,
+    pub(super) name: String,
     /// Key type and flags as nft names them.
-    pub kind: String,
-    pub flags: Vec<String>,
+    pub(super) kind: String,
+    pub(super) flags: Vec<String>,
     /// Sorted.
-    pub elements: Vec<IpNet>,
+    pub(super) elements: Vec<IpNet>,
     /// Elements in a form we do not write (ranges; kept for the report).
-    pub odd_elements: Vec<String>,
+    pub(super) odd_elements: Vec<String>,
 }
 
 /// What our table holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct LiveTable {
-    pub table_exists: bool,
+pub(crate) struct LiveTable {
+    pub(super) table_exists: bool,
     /// The table's comment: [`super::render::OWNER_MARK`] on a table we created.
-    pub comment: Option<String>,
-    pub chain: Option<ChainHook>,
+    pub(super) comment: Option<String>,
+    pub(super) chain: Option<ChainHook>,
     /// Our sets (`nomasq`, `nomasq_1`, ...; other sets of the table are not ours to read),
     /// in index order.
-    pub sets: Vec<LiveSet>,
-    pub rules: Vec<LiveRuleSpec>,
+    pub(super) sets: Vec<LiveSet>,
+    pub(super) rules: Vec<LiveRuleSpec>,
 }
 
 /// Reads our table of `family`: a missing table (or chain, or set) is an empty part.
@@ -84,7 +84,7 @@ pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTa
 impl LiveTable {
     /// Whether the table carries our mark: a table we created, not a neighbour's of the same
     /// name.
-    pub fn marked(&self) -> bool {
+    pub(super) fn marked(&self) -> bool {
         self.table_exists && self.comment.as_deref() == Some(super::render::OWNER_MARK)
     }
 
@@ -92,7 +92,7 @@ impl LiveTable {
     /// chain hooked as we hook it, every rule carrying one of our comments and the last our
     /// masquerade (or SNAT) rule, which says it must be last. `cleanup` removes such a table
     /// too; a neighbour's table that merely has our name is not one.
-    pub fn made_by_an_earlier_ipmasq(&self) -> bool {
+    pub(super) fn made_by_an_earlier_ipmasq(&self) -> bool {
         use super::render::{MASQ_COMMENT, PRIORITY_VALUE, SNAT_COMMENT};
         let hooked_as_ours = self.chain.as_ref().is_some_and(|c| {
             c.kind == "nat"
@@ -116,7 +116,7 @@ impl LiveTable {
     }
 
     /// The table as we wrote it (what nft would list right after our own commit).
-    pub fn written(table: &super::render::DesiredTable) -> Self {
+    pub(super) fn written(table: &super::render::DesiredTable) -> Self {
         LiveTable {
             table_exists: true,
             comment: Some(super::render::OWNER_MARK.into()),
@@ -151,14 +151,14 @@ impl LiveTable {
     }
 
     /// The set named `name`, when we read it.
-    pub fn set(&self, name: &str) -> Option<&LiveSet> {
+    pub(super) fn set(&self, name: &str) -> Option<&LiveSet> {
         self.sets.iter().find(|s| s.name == name)
     }
 
     /// The neutral view: the chain's postrouting hook is the way in, with the local skip
     /// when `fib daddr type local return` is the first rule; one keep rule per element of
-    /// the set a lookup names; the other rules typed. The reading itself goes along for `compare`.
-    pub fn inspection(&self) -> Inspection {
+    /// the set a lookup names; the other rules typed.
+    pub(super) fn inspection(&self) -> Inspection {
         let hooked = self.table_exists
             && self
                 .chain
@@ -215,8 +215,18 @@ impl LiveTable {
             rules,
             entry_jumps,
             hook_rules: self.rules.len(),
-            reading: Some(std::sync::Arc::new(self.clone())),
             before: Vec::new(),
+        }
+    }
+}
+
+impl LiveTable {
+    /// The neutral view with this reading behind it, for [`super::Nftables`]'s `compare`
+    /// (what runs before our table is left to the caller).
+    pub(super) fn inspected(self) -> Inspected {
+        Inspected {
+            inspection: self.inspection(),
+            reading: Reading::Table(Box::new(self)),
         }
     }
 }

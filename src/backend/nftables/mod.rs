@@ -15,14 +15,15 @@ pub(crate) use render::TABLE;
 
 use super::generation::{self, Gate};
 use super::runner::DEFAULT_TIMEOUT;
-use super::{Backend, BackendError, CleanupReport, Difference, Inspection, SyncReport};
+use super::{Backend, BackendError, CleanupReport, Difference, Inspected, Reading, SyncReport};
 use crate::netlink::nf_tables::notify::Monitor;
 use crate::netlink::nf_tables::{self, read, script, wire::Finished, Failure, Transport};
 use crate::plan::{Family, Names, Ruleset};
 use diff::{diff, Repair};
-use live::{read_table, LiveTable};
+use live::read_table;
+pub(crate) use live::LiveTable;
 use render::{family_word, DesiredTable, Leftovers};
-use std::sync::Mutex;
+use std::cell::RefCell;
 use std::time::Duration;
 
 /// More element changes than this make so many notifications that the subscription is set
@@ -45,22 +46,23 @@ pub(super) fn netlink_error(failure: Failure) -> BackendError {
 pub(crate) struct Nftables {
     /// The longest one commit waits for its acknowledgements.
     timeout: Duration,
-    gate: Mutex<Gate>,
+    gate: Gate,
     /// Per family, the table last written or confirmed (what the gate vouches for).
-    written: Mutex<[Option<LiveTable>; 2]>,
+    written: [Option<LiveTable>; 2],
     /// nf_tables change notifications, subscribed at the first sync: they tell a neighbour's
     /// commit (nothing to read) from one that touched our table. None until then, or when
     /// the subscription failed (every moved generation is then a full read).
-    monitor: Mutex<Option<Result<Monitor, ()>>>,
+    monitor: Option<Result<Monitor, ()>>,
     /// Per family: the first install also deletes iptables-nft's chain and jumps, in the same
     /// transaction (set by the lock holder before its first sync).
-    take_over: Mutex<[bool; 2]>,
+    take_over: [bool; 2],
     /// Per family: the kernel refused the last repair (something in our table that we do not
     /// read holds on to what it changes), so the next one makes the table anew.
-    refused: Mutex<[bool; 2]>,
+    refused: [bool; 2],
     /// The transport every request of this backend goes over: None for the process's shared
     /// kernel socket; in tests, one given by [`Nftables::over`] (then no notifications).
-    transport: Option<Mutex<Box<dyn Transport + Send>>>,
+    /// Borrowed by the reads of `&self` calls too, one request at a time.
+    transport: Option<RefCell<Box<dyn Transport + Send>>>,
 }
 
 /// A table's install: whether it is recreated (not patched), and the batch of ours alone (what
@@ -82,11 +84,11 @@ impl Nftables {
     pub fn new() -> Self {
         Nftables {
             timeout: DEFAULT_TIMEOUT.min(nf_tables::REPLY_DEADLINE),
-            gate: Mutex::new(Gate::default()),
-            written: Mutex::new([None, None]),
-            monitor: Mutex::new(None),
-            take_over: Mutex::new([false, false]),
-            refused: Mutex::new([false, false]),
+            gate: Gate::default(),
+            written: [None, None],
+            monitor: None,
+            take_over: [false, false],
+            refused: [false, false],
             transport: None,
         }
     }
@@ -94,7 +96,7 @@ impl Nftables {
     /// The same backend speaking over `transport` instead of the kernel's socket.
     #[cfg(test)]
     pub fn over(mut self, transport: Box<dyn Transport + Send>) -> Self {
-        self.transport = Some(Mutex::new(transport));
+        self.transport = Some(RefCell::new(transport));
         self
     }
 
@@ -104,7 +106,7 @@ impl Nftables {
         request: impl FnOnce(&mut dyn Transport) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
         match &self.transport {
-            Some(given) => request(given.lock().unwrap_or_else(|e| e.into_inner()).as_mut()),
+            Some(given) => request(given.borrow_mut().as_mut()),
             None => nf_tables::with_kernel(request),
         }
     }
@@ -125,24 +127,16 @@ impl Nftables {
         self
     }
 
-    fn written(&self) -> std::sync::MutexGuard<'_, [Option<LiveTable>; 2]> {
-        self.written.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Subscribes to the change notifications unless already subscribed.
-    fn subscribe(&self) {
+    fn subscribe(&mut self) {
         self.with_monitor(|_| ());
     }
 
     /// Runs `f` on the notification monitor, subscribing first if this is the first use.
-    fn with_monitor<T>(&self, f: impl FnOnce(&mut Monitor) -> T) -> Option<T> {
-        let mut slot = self.monitor.lock().unwrap_or_else(|e| e.into_inner());
-        let monitor = slot.get_or_insert_with(|| {
-            if self.transport.is_some() {
+    fn with_monitor<T>(&mut self, f: impl FnOnce(&mut Monitor) -> T) -> Option<T> {
+        let given_transport = self.transport.is_some();
+        let monitor = self.monitor.get_or_insert_with(|| {
+            if given_transport {
                 return Err(());
             }
             Monitor::subscribe(TABLE).map_err(|err| {
@@ -155,21 +149,21 @@ impl Nftables {
     /// Whether the gate still vouches for the table at generation `before` (advanced past
     /// commits the monitor saw leave it untouched), and, when `desired` is what it vouches for,
     /// its rule count: the steady state.
-    fn vouch(&self, desired: &Ruleset, before: Option<u32>) -> (bool, Option<usize>) {
+    fn vouch(&mut self, desired: &Ruleset, before: Option<u32>) -> (bool, Option<usize>) {
         let family = desired.family;
         // Commits since we knew the table, none of which touched it (a neighbour's): the
         // table is still what we knew.
-        let known = self.gate().generation(family);
+        let known = self.gate.generation(family);
         if let (Some(now), Some(known)) = (before, known) {
             if now != known
                 && self
                     .with_monitor(|m| m.untouched(family, known, now))
                     .unwrap_or(false)
             {
-                self.gate().advance(family, now);
+                self.gate.advance(family, now);
             }
         }
-        match self.gate().known_at(before, family) {
+        match self.gate.known_at(before, family) {
             Some((ruleset, rules)) => (true, (ruleset == desired).then_some(rules)),
             None => (false, None),
         }
@@ -206,14 +200,14 @@ impl Nftables {
     /// joint one fail (a foreign rule still jumps to that chain), ours alone; the leftovers are
     /// then removed after, in their own transaction.
     fn apply_taking_over(
-        &self,
+        &mut self,
         table: &DesiredTable,
         chain: &str,
         install: Install<'_>,
     ) -> Result<(), BackendError> {
         let Install { recreate, alone } = install;
         let family = table.family;
-        let pending = self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)];
+        let pending = self.take_over[slot(family)];
         let leftovers = if pending {
             self.iptables_nft_leftovers(family, chain)
                 .unwrap_or_default()
@@ -237,13 +231,13 @@ impl Nftables {
         if !joint {
             self.apply(alone)?;
         }
-        self.take_over.lock().unwrap_or_else(|e| e.into_inner())[slot(family)] = false;
+        self.take_over[slot(family)] = false;
         Ok(())
     }
 
     /// Commits the repair's batch; returns the generation id after it.
     fn commit_repair(
-        &self,
+        &mut self,
         table: &DesiredTable,
         desired: &Ruleset,
         repair: &Repair,
@@ -264,7 +258,7 @@ impl Nftables {
             // it, before the id is read; the gate trusts the table only if nobody else
             // committed in between (the id moved by exactly one).
             repair => {
-                *self.monitor.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.monitor = None;
                 let outcome = match repair {
                     Repair::Elements(_) => self.apply(batch),
                     _ => self.apply_taking_over(
@@ -311,42 +305,38 @@ fn leftovers_over(
     Ok(Leftovers { chain, jumps })
 }
 
+/// How much memory applying a plan takes with nftables (see [`super::MemoryModel`]).
+pub(crate) fn memory_model() -> super::MemoryModel {
+    // scripts/bench --only memory, worst of first apply and one-CIDR change (no nft
+    // process since step 14; the change's pass holds the old and the new plan): see the
+    // memory table in docs/reference/agent.md. A rule is a handful of expressions; counted as an element.
+    super::MemoryModel {
+        base_mib: 8,
+        per_10k_rules_mib: 8,
+        per_mib_of_rule_text_mib: 0,
+        per_10k_set_elements_mib: 8,
+        unit: super::ListUnit::SetElements,
+    }
+}
+
+/// Where our rules live, for people.
+pub(crate) fn location() -> String {
+    format!(
+        "{} in tables ip {TABLE} and ip6 {TABLE} (hook postrouting, priority {})",
+        render::CHAIN,
+        render::PRIORITY
+    )
+}
+
+pub(crate) use render::footprint;
+
 impl Backend for Nftables {
-    fn take_over_at_first_install(&self) {
-        *self.take_over.lock().unwrap_or_else(|e| e.into_inner()) = [true, true];
-    }
-
-    fn memory_model(&self) -> super::MemoryModel {
-        // scripts/bench --only memory, worst of first apply and one-CIDR change (no nft
-        // process since step 14; the change's pass holds the old and the new plan): see the
-        // memory table in docs/reference/agent.md. A rule is a handful of expressions; counted as an element.
-        super::MemoryModel {
-            base_mib: 8,
-            per_10k_rules_mib: 8,
-            per_mib_of_rule_text_mib: 0,
-            per_10k_set_elements_mib: 8,
-            unit: super::ListUnit::SetElements,
-        }
-    }
-
-    fn footprint(&self, ruleset: &Ruleset) -> super::Footprint {
-        render::footprint(ruleset)
+    fn take_over_at_first_install(&mut self) {
+        self.take_over = [true, true];
     }
 
     fn id(&self) -> super::BackendId {
         super::BackendId::Nftables
-    }
-
-    fn accepts(&self, _names: &Names) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn location(&self, _names: &Names) -> String {
-        format!(
-            "{} in tables ip {TABLE} and ip6 {TABLE} (hook postrouting, priority {})",
-            render::CHAIN,
-            render::PRIORITY
-        )
     }
 
     fn family_available(&self, _family: Family) -> bool {
@@ -357,7 +347,7 @@ impl Backend for Nftables {
     // Long: the ruleset generation read before the dump both vouches for the steady state and
     // is recorded with the outcome after the one transaction; observe, diff and apply are timed
     // against one clock for the pass's log line.
-    fn sync(&self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
+    fn sync(&mut self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         let family = desired.family;
         // Subscribed before the id is read, so no commit after it goes unnoticed.
         self.subscribe();
@@ -380,7 +370,7 @@ impl Backend for Nftables {
         // Nothing committed since our own last write: the table is what we wrote, so a new
         // config is compared with that instead of listing the table again. (Copied only then.)
         let remembered = if vouched {
-            self.written()[slot(family)].clone()
+            self.written[slot(family)].clone()
         } else {
             None
         };
@@ -394,7 +384,7 @@ impl Backend for Nftables {
         };
         let observed = started.elapsed();
         let mut drift = diff(&table, &live);
-        let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner())[slot(family)];
+        let refused = self.refused[slot(family)];
         if refused && !matches!(drift.repair, Repair::None) {
             tracing::info!(%family, "the kernel refused the last repair of this table; making it anew");
             drift.repair = Repair::Recreate;
@@ -427,15 +417,14 @@ impl Backend for Nftables {
         let after = match &batch {
             Some(batch) => {
                 let outcome = self.commit_repair(&table, desired, &drift.repair, batch);
-                self.refused.lock().unwrap_or_else(|e| e.into_inner())[slot(family)] =
-                    matches!(outcome, Err(BackendError::Netlink(_)));
+                self.refused[slot(family)] = matches!(outcome, Err(BackendError::Netlink(_)));
                 Some(outcome?)
             }
             None => None,
         };
         let applied = started.elapsed();
-        self.gate().record(desired, rules, before, after);
-        self.written()[slot(family)] = Some(LiveTable::written(&table));
+        self.gate.record(desired, rules, before, after);
+        self.written[slot(family)] = Some(LiveTable::written(&table));
         tracing::debug!(
             %family,
             build_ms = crate::text::millis(built),
@@ -453,13 +442,13 @@ impl Backend for Nftables {
         })
     }
 
-    fn inspect(&self, family: Family, _names: &Names) -> Result<Inspection, BackendError> {
-        let mut inspection = self.read(family)?.inspection();
-        inspection.before = self.before_us(family);
-        Ok(inspection)
+    fn inspect(&self, family: Family, _names: &Names) -> Result<Inspected, BackendError> {
+        let mut inspected = self.read(family)?.inspected();
+        inspected.inspection.before = self.before_us(family);
+        Ok(inspected)
     }
 
-    fn compare(&self, desired: &Ruleset, live: &Inspection) -> Vec<Difference> {
+    fn compare(&self, desired: &Ruleset, live: &Inspected) -> Vec<Difference> {
         let table = match DesiredTable::new(desired) {
             Ok(table) => table,
             Err(err) => {
@@ -471,17 +460,16 @@ impl Backend for Nftables {
                 }]
             }
         };
-        let reading = live
-            .reading
-            .as_ref()
-            .and_then(|r| r.downcast_ref::<LiveTable>())
-            .cloned()
-            .unwrap_or_default();
-        diff(&table, &reading).differences
+        let never_read = LiveTable::default();
+        let reading = match &live.reading {
+            Reading::Table(table) => table,
+            Reading::Neutral => &never_read,
+        };
+        diff(&table, reading).differences
     }
 
     fn cleanup(
-        &self,
+        &mut self,
         family: Family,
         _names: &Names,
         dry_run: bool,
@@ -510,8 +498,8 @@ impl Backend for Nftables {
                 Err(failure) if failure.errno() == Some(libc::ENOENT) => {}
                 outcome => outcome.map_err(netlink_error)?,
             }
-            self.gate().forget(family);
-            self.written()[slot(family)] = None;
+            self.gate.forget(family);
+            self.written[slot(family)] = None;
         }
         Ok(CleanupReport {
             family,

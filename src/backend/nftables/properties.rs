@@ -71,7 +71,7 @@ proptest! {
         let damaged = !deleted.is_empty() && !table.elements.is_empty()
             || skip_deleted
             || hand_rule.is_some();
-        let drift = Nftables::new().compare(&desired, &inspection);
+        let drift = Nftables::new().compare(&desired, &live.inspected());
         prop_assert_eq!(!drift.is_empty(), damaged, "{:?}", drift);
     }
 }

@@ -361,7 +361,7 @@ fn rewrite_rules(ruleset: &Ruleset) -> Result<Vec<RuleSpec>, BackendError> {
 /// The rules and set elements [`DesiredTable::new`] plans for `ruleset` (the source ranges'
 /// anonymous set counted as elements too), without building its rules; for an unresolved
 /// output address (which `new` refuses) as if it were resolved.
-pub(super) fn footprint(ruleset: &Ruleset) -> crate::backend::Footprint {
+pub(crate) fn footprint(ruleset: &Ruleset) -> crate::backend::Footprint {
     let family = ruleset.family;
     let elements = if ruleset
         .decisions

@@ -96,7 +96,7 @@ fn neighbour_commits(kernel: &FakeKernel) {
 #[test]
 fn the_first_apply_writes_the_table_and_an_in_sync_pass_writes_nothing() {
     let kernel = FakeKernel::new();
-    let nft = backend(&kernel);
+    let mut nft = backend(&kernel);
     let want = desired();
     let dry = nft.sync(&want, true).expect("a dry run");
     let text = dry.transaction.unwrap_or_default();
@@ -133,7 +133,7 @@ fn the_first_apply_writes_the_table_and_an_in_sync_pass_writes_nothing() {
 #[test]
 fn a_neighbours_commit_makes_a_full_read_that_writes_nothing_and_leaves_theirs_alone() {
     let kernel = FakeKernel::new();
-    let nft = backend(&kernel);
+    let mut nft = backend(&kernel);
     let want = desired();
     nft.sync(&want, false).unwrap();
     neighbour_commits(&kernel);
@@ -208,7 +208,7 @@ fn drift_behind_the_backends_back_is_repaired() {
     ];
     for (what, drift, elements_only) in cases {
         let kernel = FakeKernel::new();
-        let nft = backend(&kernel);
+        let mut nft = backend(&kernel);
         let want = desired();
         nft.sync(&want, false).unwrap();
         let rules_before = postrouting_rules(&kernel);
@@ -238,7 +238,7 @@ fn drift_behind_the_backends_back_is_repaired() {
 #[test]
 fn a_refused_repair_is_reported_and_the_next_pass_makes_the_table_anew() {
     let kernel = FakeKernel::new();
-    let nft = backend(&kernel);
+    let mut nft = backend(&kernel);
     let want = desired();
     nft.sync(&want, false).unwrap();
     kernel.edit(|r| {
@@ -287,7 +287,7 @@ fn hostile_replies_fail_the_pass_and_a_clean_pass_after_converges() {
         ] {
             let what = format!("{fault:?} on {strikes:?}");
             let kernel = FakeKernel::new();
-            let nft = backend(&kernel);
+            let mut nft = backend(&kernel);
             kernel.arm(strikes, fault);
             let outcome = nft.sync(&want, false);
             match (strikes, fault) {
@@ -368,7 +368,7 @@ fn a_take_over_removes_iptables_nfts_leftovers_in_the_same_commit_unless_held() 
     for held in [false, true] {
         let kernel = FakeKernel::new();
         iptables_nft_left(&kernel, held);
-        let nft = backend(&kernel);
+        let mut nft = backend(&kernel);
         nft.take_over_at_first_install();
         let want = desired();
         let commits = kernel.counts().commits;
@@ -484,7 +484,7 @@ fn both_families_apply_and_read_back_in_sync() {
         ..PlanOptions::default()
     };
     let kernel = FakeKernel::new();
-    let nft = backend(&kernel);
+    let mut nft = backend(&kernel);
     for want in plan(
         &Config::defaults(&Options::default()),
         &options,
