@@ -202,7 +202,8 @@ pub const EXPLAIN: AppletDoc = AppletDoc {
     files: CONFIG_FILES,
     notes: &[
         "Local destinations (addresses of this node) never enter the rules; explain judges DEST as a remote address.",
-        "A rule with matches explain cannot judge (a hand-made one) is taken as not matching and listed.",
+        "A rule with matches explain cannot judge (a hand-made one) is taken as not matching and listed. Without --from, a rule before ours that rewrites the source of traffic to DEST from other sources than the one assumed (iptables -s 10.0.0.0/8 -j MASQUERADE above our jump) is listed too.",
+        "Our rules left in another backend (a stale copy, as show reports it: two agents, a changed --iptables-mode, a switch of --backend) are walked too, as their nat hook runs beside ours: a copy that masquerades what ours keep makes the live answer masquerade (a disagreement when the config keeps the source), and the command that removes that copy alone is printed.",
         "The text report fits the terminal: its lines wrap at COLUMNS, else at the terminal's width; piped without COLUMNS they stay whole. -o json and -o yaml are never wrapped.",
         "When tracked flows to DEST were source-NATed, a ports line per translated address and protocol gives the SNAT port use toward DEST: the ports its busiest destination port takes against those MASQUERADE picks from (the kernel's 1024-65535 for a source port of 1024 and above, ICMP ids 0-65535, or --to-ports), warned at 80 %; -o json: conntrack.snatPorts. When the conntrack table cannot be read (no CAP_NET_ADMIN, no conntrack module), flows says why and the rest of the answer stands.",
     ],

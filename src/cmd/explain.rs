@@ -14,7 +14,7 @@
 //! and `configFile` (the file the agent reads, when it is not the config in force) has
 //! `state` `rejected` or `changed`.
 
-use super::node::{JudgedAgainst, Judgement, Query, ResolvedNode};
+use super::node::{JudgedAgainst, Judgement, Query, ResolvedNode, StaleCopy};
 use super::Exit;
 use crate::backend::{LiveReason, LiveVerdict};
 use crate::cli::{ExplainArgs, OutputFormat};
@@ -153,6 +153,31 @@ struct LiveAnswer {
     decided_before: Option<BeforeAnswer>,
     /// Rules before ours that this walk cannot judge: they may decide first.
     may_decide_first: Vec<BeforeAnswer>,
+    /// Without --from: rules before ours that rewrite the source of traffic to DEST from the
+    /// sources they name, the assumed one not among them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rewrite_for_other_sources: Vec<BeforeAnswer>,
+    /// Our rules in another backend too: its nat hook runs as well, and when ours keep the
+    /// source and a copy masquerades, the packet is masqueraded (`action` says so).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stale_copies: Vec<StaleAnswer>,
+    /// The backend whose stale copy masquerades what our rules keep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    masqueraded_by_stale_copy: Option<crate::backend::BackendId>,
+}
+
+/// Our rules as another backend still holds them, and what they do with the packet.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StaleAnswer {
+    backend: crate::backend::BackendId,
+    location: String,
+    /// What its own rules do with the packet (keep when none of them matches).
+    action: Action,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<RuleAnswer>,
+    /// The command that removes this copy alone.
+    cleanup: String,
 }
 
 /// A rule that runs before ours.
@@ -194,6 +219,8 @@ fn source_address(given: Option<IpAddr>, config: &Config, family: Family) -> Opt
 #[derive(Clone, Copy, Debug)]
 struct Packet<'a> {
     src: IpAddr,
+    /// No --from: `src` stands for the pods (or any source).
+    source_assumed: bool,
     dst: IpAddr,
     local: bool,
     interface: Option<&'a str>,
@@ -209,6 +236,7 @@ impl Packet<'_> {
             } else {
                 Family::V6
             }),
+            source_assumed: false,
             dst,
             local: false,
             interface: None,
@@ -439,6 +467,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
     let (interface, interface_from) = out_interface(args, dst, local);
     let packet = Packet {
         src: packet_src,
+        source_assumed: args.from.is_none(),
         dst,
         local,
         interface: interface.as_deref(),
@@ -454,16 +483,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
         node.inspect(family)
             .map(|read| read.map(|live| live.inspection))
     });
-    let (live, live_unavailable) = match &inspected {
-        None => (None, None),
-        Some(Ok(Some(inspection))) => (Some(live_answer(&node, inspection, packet)), None),
-        Some(Ok(None)) => (None, Some(format!("{family} tools are not installed"))),
-        Some(Err(err)) => (None, Some(err.to_string())),
-    };
-    if let Some(reason) = &live_unavailable {
-        let reason = printable(reason);
-        eprintln!("ipmasq explain: live rules not read: {reason}; answering from the config alone (pass --no-live to skip them)");
-    }
+    let (live, live_unavailable) = live_part(&node, inspected.as_ref(), family, packet);
     let agree = live.as_ref().map(|l| l.action == config_verdict.action);
     let outcome = match (agree, config_verdict.action) {
         (Some(false), _) => "disagreement",
@@ -520,6 +540,29 @@ fn rendered(report: &ExplainReport, args: &ExplainArgs) -> String {
     }
 }
 
+/// The live rules' answer, or why there is none (said on stderr too).
+fn live_part(
+    node: &ResolvedNode,
+    inspected: Option<&Result<Option<crate::backend::Inspection>, crate::backend::BackendError>>,
+    family: Family,
+    packet: Packet<'_>,
+) -> (Option<LiveAnswer>, Option<String>) {
+    let (live, unavailable) = match inspected {
+        None => (None, None),
+        Some(Ok(Some(inspection))) => {
+            let stale = node.stale_copies(&[family]);
+            (Some(live_answer(node, inspection, &stale, packet)), None)
+        }
+        Some(Ok(None)) => (None, Some(format!("{family} tools are not installed"))),
+        Some(Err(err)) => (None, Some(err.to_string())),
+    };
+    if let Some(reason) = &unavailable {
+        let reason = printable(reason);
+        eprintln!("ipmasq explain: live rules not read: {reason}; answering from the config alone (pass --no-live to skip them)");
+    }
+    (live, unavailable)
+}
+
 /// The tracked flows to `dst` that contradict the rules in force: the live ones when they
 /// were read, else the config's plan.
 fn flows_answer(
@@ -568,10 +611,12 @@ fn out_interface(
 fn live_answer(
     node: &ResolvedNode,
     inspection: &crate::backend::Inspection,
+    stale: &[StaleCopy],
     packet: Packet<'_>,
 ) -> LiveAnswer {
     let Packet {
         src,
+        source_assumed,
         dst,
         local,
         interface,
@@ -595,24 +640,35 @@ fn live_answer(
             text: rule.text.clone(),
         }
     };
-    let rule = rule_index.map(|index| {
-        let r = &inspection.rules[index];
-        RuleAnswer {
-            number: r.number,
-            text: r.text.clone(),
-            comment: r.comment.clone(),
-            packets: r.counters.map(|c| c.packets),
-            bytes: r.counters.map(|c| c.bytes),
-        }
-    });
+    let rule = rule_index.map(|index| rule_answer(&inspection.rules[index]));
     let snat_to = match rule_index.map(|i| &inspection.rules[i].verdict) {
         Some(crate::backend::RuleVerdict::Masquerade { snat_to, .. }) => *snat_to,
         _ => None,
     };
+    let rewrite_for_other_sources = if source_assumed {
+        inspection.rewrites_for_other_sources(src, dst)
+    } else {
+        Vec::new()
+    };
+    let stale_copies: Vec<StaleAnswer> = stale
+        .iter()
+        .map(|copy| stale_answer(copy, &names, packet))
+        .collect();
+    // The first nat hook that rewrites the source decides: a copy that masquerades what ours
+    // keep masquerades the packet.
+    let masqueraded_by_stale_copy = stale_copies
+        .iter()
+        .find(|c| c.action == Action::Masquerade && action == Action::KeepSource)
+        .map(|c| c.backend);
     LiveAnswer {
         backend: backend.id(),
         location: backend.id().location(&names),
-        action,
+        action: if masqueraded_by_stale_copy.is_some() {
+            Action::Masquerade
+        } else {
+            action
+        },
+        masqueraded_by_stale_copy,
         snat_to,
         reason,
         rule,
@@ -622,6 +678,37 @@ fn live_answer(
             .collect(),
         decided_before: decided_before.map(before),
         may_decide_first: may_decide_first.into_iter().map(before).collect(),
+        rewrite_for_other_sources: rewrite_for_other_sources.into_iter().map(before).collect(),
+        stale_copies,
+    }
+}
+
+fn rule_answer(rule: &crate::backend::LiveRule) -> RuleAnswer {
+    RuleAnswer {
+        number: rule.number,
+        text: rule.text.clone(),
+        comment: rule.comment.clone(),
+        packets: rule.counters.map(|c| c.packets),
+        bytes: rule.counters.map(|c| c.bytes),
+    }
+}
+
+/// What a stale copy of our rules does with the packet: its own rules only (what runs before
+/// it is what runs before ours, judged there).
+fn stale_answer(copy: &StaleCopy, names: &crate::plan::Names, packet: Packet<'_>) -> StaleAnswer {
+    let walked =
+        copy.inspection
+            .evaluate_leaving(packet.src, packet.dst, packet.local, packet.interface);
+    let rule = walked.rule.map(|index| &copy.inspection.rules[index]);
+    StaleAnswer {
+        backend: copy.backend,
+        location: copy.backend.location(names),
+        action: match rule {
+            Some(_) => walked.action,
+            None => Action::KeepSource,
+        },
+        rule: rule.map(rule_answer),
+        cleanup: StaleCopy::cleanup_command(copy.backend),
     }
 }
 
@@ -711,6 +798,23 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
     out
 }
 
+/// A stale copy of our rules: what it does with the traffic, and the command that removes it.
+fn stale_words(copy: &StaleAnswer) -> String {
+    let does = match &copy.rule {
+        Some(rule) => format!(
+            "{} by its rule {}: {}",
+            action_word(copy.action, None),
+            rule.number,
+            rule.text
+        ),
+        None => "none of its rules matches".to_string(),
+    };
+    format!(
+        "{} also holds our rules ({}), and its nat hook runs too: {does}; remove that stale copy with `{}`",
+        copy.backend, copy.location, copy.cleanup
+    )
+}
+
 /// Why the file on disk is not the config explained, and what to run.
 fn file_words(file: &FileNotInForce) -> String {
     let digest = file
@@ -765,7 +869,27 @@ fn live_text(report: &ExplainReport, style: &Styler) -> String {
             }
             (None, _) => "no rule matched: the traffic leaves untouched".to_string(),
         };
+        let why = match live.masqueraded_by_stale_copy {
+            Some(other) => format!(
+                "our rules keep the source ({why}), but the stale copy in {other} masquerades it"
+            ),
+            None => why,
+        };
         out.push_str(&format!("        {}\n", printable(&why)));
+        for copy in &live.stale_copies {
+            out.push_str(&format!(
+                "        {}\n",
+                style.error(&printable(&stale_words(copy)))
+            ));
+        }
+        for b in &live.rewrite_for_other_sources {
+            out.push_str(&format!(
+                "        {} rule {} runs first and rewrites the source of this traffic from the sources it names (pass --from to judge one): {}\n",
+                printable(&b.place),
+                b.number,
+                printable(&b.text)
+            ));
+        }
         for b in &live.may_decide_first {
             out.push_str(&format!(
                 "        {} rule {} runs first and may decide (explain cannot judge it): {}\n",

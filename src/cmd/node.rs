@@ -8,7 +8,7 @@ use crate::agent::state::{
     find_agent, read_applied, state_dir, AgentLookup, AgentState, ConfigRecord,
 };
 use crate::backend::select::{select, Choice, Selected};
-use crate::backend::{Backend, BackendError, Inspected};
+use crate::backend::{Backend, BackendError, BackendId, Inspected, Inspection};
 use crate::cli::{BackendFlags, RuleFlags};
 use crate::config::{self, Config, ConfigSource};
 use crate::output::{render_diagnostic, Styler};
@@ -154,6 +154,34 @@ impl ResolvedNode {
         inspect(self.backend(), family, &self.flags)
     }
 
+    /// Our rules in every other backend, backend by backend, in `families` order: stale
+    /// copies (two agents, a changed iptables mode, a switch of `--backend`). Each copy's nat
+    /// hook runs as well as ours, so it acts on traffic until it is removed.
+    pub fn stale_copies(&self, families: &[Family]) -> Vec<StaleCopy> {
+        let in_use = self.backend().id();
+        let mut found = Vec::new();
+        for other in crate::backend::select::every_backend() {
+            if other.id() == in_use {
+                continue;
+            }
+            for &family in families {
+                if !other.family_available(family) {
+                    continue;
+                }
+                if let Ok(Some(live)) = inspect(other.as_ref(), family, &self.flags) {
+                    if live.inspection.holds_anything() {
+                        found.push(StaleCopy {
+                            backend: other.id(),
+                            family,
+                            inspection: live.inspection,
+                        });
+                    }
+                }
+            }
+        }
+        found
+    }
+
     /// The config to judge against, once: the given one, else the running agent's recorded
     /// config (its path read here only when it recorded none, and said when it is not here),
     /// else the fallback. None: nothing to judge against. The error is the exit code after
@@ -243,6 +271,21 @@ impl ResolvedNode {
                 "the running agent's config, read here from {source}: {why_not_record}"
             )),
         })
+    }
+}
+
+/// Our rules as another backend than the one in use holds them (see
+/// [`ResolvedNode::stale_copies`]).
+pub struct StaleCopy {
+    pub backend: BackendId,
+    pub family: Family,
+    pub inspection: Inspection,
+}
+
+impl StaleCopy {
+    /// The command that removes this backend's copy and nothing else (both families).
+    pub fn cleanup_command(backend: BackendId) -> String {
+        format!("ipmasq cleanup --all-variants=false {}", backend.flag())
     }
 }
 

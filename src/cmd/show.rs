@@ -8,14 +8,13 @@
 //! sync: null | {config, inSync, differences: [{family, kind, position, detail}]},
 //! configRejected?: {path, digest?, diagnostics, rejectedAt}}`.
 
-use super::node::{inspect, Judgement, Query, ResolvedNode};
+use super::node::{Judgement, Query, ResolvedNode, StaleCopy};
 use super::{plan_options, Exit};
 use crate::agent::state::{AgentLookup, AgentState, RejectedRecord};
-use crate::backend::select::{every_backend, sweep};
 use crate::backend::{
-    Backend, BackendId, Difference, HookStatus, Inspected, Inspection, LiveRule, RuleVerdict,
+    BackendId, Difference, HookStatus, Inspected, Inspection, LiveRule, RuleVerdict,
 };
-use crate::cli::{OutputFormat, RuleFlags, ShowArgs};
+use crate::cli::{OutputFormat, ShowArgs};
 use crate::config;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
 use crate::plan::{plan_family, Family};
@@ -672,14 +671,14 @@ fn elsewhere_text(report: &ShowReport, elsewhere: &Elsewhere, style: &Styler) ->
     } else {
         "rules of two backends mean two agents or a switch of --backend"
     };
-    let flag = elsewhere.backend.flag();
     format!(
         "\n{}\n",
         style.error(&format!(
-            "{} also exists in {} ({}): {why}; remove the stale copy with `ipmasq cleanup --all-variants=false {flag}`",
+            "{} also exists in {} ({}): {why}; remove the stale copy with `{}`",
             report.chain,
             elsewhere.backend,
             elsewhere.families.join(", "),
+            StaleCopy::cleanup_command(elsewhere.backend),
         ))
     )
 }
@@ -709,7 +708,7 @@ pub fn run(args: &ShowArgs) -> Exit {
             }
         }
     }
-    let also_installed_in = elsewhere(backend, &node.flags);
+    let also_installed_in = elsewhere(&node);
     let config_rejected = node
         .agent
         .running()
@@ -788,17 +787,14 @@ pub fn run(args: &ShowArgs) -> Exit {
 }
 
 /// The whole node: every other backend that holds our chain (or table) too.
-fn elsewhere(backend: &dyn Backend, flags: &RuleFlags) -> Vec<Elsewhere> {
-    let mut others: Vec<Box<dyn Backend>> = every_backend()
-        .into_iter()
-        .filter(|other| other.id() != backend.id())
-        .collect();
-    let holding = sweep(&mut others, |other, family| {
-        matches!(inspect(other, family, flags), Ok(Some(live)) if live.inspection.holds_anything())
-            .then_some((other.id(), family))
-    });
+fn elsewhere(node: &ResolvedNode) -> Vec<Elsewhere> {
     let mut found: Vec<Elsewhere> = Vec::new();
-    for (id, family) in holding {
+    for StaleCopy {
+        backend: id,
+        family,
+        ..
+    } in node.stale_copies(&Family::ALL)
+    {
         match found.iter_mut().find(|e| e.backend == id) {
             Some(e) => e.families.push(family.to_string()),
             None => found.push(Elsewhere {

@@ -345,6 +345,36 @@ impl Inspection {
         (None, may)
     }
 
+    /// Rules before ours that rewrite the source of traffic to `dst` from the sources they
+    /// name, `src` not among them, up to where the walk for `src` is decided: what an answer
+    /// for an assumed source must still name, as they decide first for other sources.
+    pub fn rewrites_for_other_sources(
+        &self,
+        src: std::net::IpAddr,
+        dst: std::net::IpAddr,
+    ) -> Vec<BeforeRule> {
+        let (decided, _) = self.walk_before(src, dst);
+        let mut found = Vec::new();
+        for (s, stage) in self.before.iter().enumerate() {
+            for (r, rule) in stage.rules.iter().enumerate() {
+                if decided == Some((s, r)) {
+                    return found;
+                }
+                let m = &rule.matches;
+                let other_sources = m.source.as_ref().is_some_and(|a| !a.holds(src));
+                let to_dst = m.destination.as_ref().is_none_or(|a| a.holds(dst));
+                if m.unjudged.is_empty()
+                    && other_sources
+                    && to_dst
+                    && matches!(before_effect(&rule.verdict), BeforeEffect::Rewrites)
+                {
+                    found.push((s, r));
+                }
+            }
+        }
+        found
+    }
+
     /// Whether anything of ours is there.
     pub fn holds_anything(&self) -> bool {
         self.installed || !self.entry_jumps.is_empty()
