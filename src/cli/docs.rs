@@ -327,7 +327,7 @@ pub const FLEET: AppletDoc = AppletDoc {
         "~/.kube/config",
         "the kubeconfig kubectl reads when neither --kubeconfig nor $KUBECONFIG names one",
     )],
-    notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\", \"writers\", \"agent\"}]}, one entry per node in the server's order (by name), null where the condition says nothing; writers are the condition's field managers, agent the node's agent pod ({\"pod\", \"state\", \"phase\", \"ready\", \"restarts\", \"words\"}) or null."],
+    notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\", \"writers\", \"agent\"}]}, one entry per node in the server's order (by name), null where the condition says nothing; writers are the condition's field managers, agent the node's agent pod ({\"pod\", \"state\", \"phase\", \"ready\", \"restarts\", \"words\"}) or null.", "The text names up to 20 nodes not in sync, shared among their statuses so every status present is named (each with how many more it has); a node's reason wraps at COLUMNS, else at the terminal's width, and piped without COLUMNS its line stays whole."],
 };
 
 /// `who --help`'s description: what it reads and how a flow is matched.

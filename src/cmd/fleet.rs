@@ -15,12 +15,13 @@ use std::collections::BTreeMap;
 use tabled::builder::Builder;
 use tabled::settings::{Padding, Style};
 
-/// How many nodes not in sync the text output names one by one (`-o json` lists every node).
+/// How many nodes not in sync the text output names one by one, shared among their statuses
+/// (`-o json` lists every node).
 const NAMED_MAX: usize = 20;
 /// How many hex digits of a digest the table shows (`-o json` has them all).
 const SHORT_DIGEST: usize = 12;
-/// The words of a node not in sync are cut to keep its line within 80 columns.
-const WORDS_WIDTH: usize = 44;
+/// Where a wrapped line of a node not in sync goes on.
+const WRAP_INDENT: usize = 4;
 
 /// One Node of a page of `GET /api/v1/nodes`: only what fleet reads is kept (a real Node carries
 /// kilobytes of images and addresses, skipped by the parser).
@@ -552,13 +553,50 @@ fn short_digest(digest: Option<&str>) -> String {
     }
 }
 
-fn cut(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_string();
+/// The nodes of one status that the text names, and how many more it has.
+struct Named<'a> {
+    status: FleetStatus,
+    rows: Vec<&'a NodeRow>,
+    more: usize,
+}
+
+/// The nodes not in sync that the text names: [`NAMED_MAX`] in all, shared out one at a time
+/// among the statuses present, so a large group never hides a small one (150 rejected nodes
+/// behind 50 drifted); each status's nodes by name.
+fn named_by_status<'a>(behind: &[&'a NodeRow]) -> Vec<Named<'a>> {
+    let mut groups: BTreeMap<FleetStatus, Vec<&'a NodeRow>> = BTreeMap::new();
+    for row in behind {
+        groups.entry(row.status).or_default().push(row);
     }
-    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
-    out.push('…');
-    out
+    for rows in groups.values_mut() {
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    let mut shares: BTreeMap<FleetStatus, usize> = groups.keys().map(|s| (*s, 0)).collect();
+    let mut left = NAMED_MAX;
+    while left > 0 {
+        let before = left;
+        for (status, rows) in &groups {
+            let share = shares.entry(*status).or_default();
+            if left > 0 && *share < rows.len() {
+                *share += 1;
+                left -= 1;
+            }
+        }
+        if left == before {
+            break;
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(status, rows)| {
+            let share = shares[&status];
+            Named {
+                status,
+                more: rows.len() - share,
+                rows: rows.into_iter().take(share).collect(),
+            }
+        })
+        .collect()
 }
 
 /// kubectl-style: no rules, columns two blanks apart, no trailing blanks.
@@ -577,7 +615,9 @@ pub(crate) fn plain_table(records: Vec<Vec<String>>) -> String {
         .collect()
 }
 
-fn to_text(rows: &[NodeRow], style: &Styler) -> String {
+/// The text report, its lines fitted to `width` (a reason too long for its line wraps under
+/// it; None: piped, lines whole).
+fn to_text(rows: &[NodeRow], style: &Styler, width: Option<usize>) -> String {
     if rows.is_empty() {
         return "no Nodes\n".to_string();
     }
@@ -605,24 +645,28 @@ fn to_text(rows: &[NodeRow], style: &Styler) -> String {
         out.push('\n');
         out.push_str(&style.bold("Not in sync:"));
         out.push('\n');
-        let mut named: Vec<&NodeRow> = behind.clone();
-        named.sort_by(|a, b| a.status.cmp(&b.status).then(a.name.cmp(&b.name)));
+        let named = named_by_status(&behind);
         let records = named
             .iter()
-            .take(NAMED_MAX)
+            .flat_map(|group| group.rows.iter())
             .map(|row| {
                 vec![
                     format!("  {}", row.status.as_str()),
                     row.name.clone(),
-                    cut(&row.why(), WORDS_WIDTH),
+                    row.why(),
                 ]
             })
             .collect();
-        out.push_str(&plain_table(records));
-        if behind.len() > NAMED_MAX {
+        out.push_str(&crate::terminal::fit(
+            &plain_table(records),
+            width,
+            WRAP_INDENT,
+        ));
+        for group in named.iter().filter(|g| g.more > 0) {
             out.push_str(&format!(
-                "  … and {} more (-o json lists every node)\n",
-                thousands(behind.len() - NAMED_MAX)
+                "  … and {} more {} (-o json lists every node)\n",
+                thousands(group.more),
+                group.status.as_str()
             ));
         }
     }
@@ -670,7 +714,11 @@ pub fn run(args: &FleetArgs) -> Exit {
     let text = match args.output {
         OutputFormat::Json => crate::output::to_json(&report()),
         OutputFormat::Yaml => crate::output::to_yaml(&report()),
-        OutputFormat::Text => to_text(&rows, &Styler::for_stdout(args.color)),
+        OutputFormat::Text => to_text(
+            &rows,
+            &Styler::for_stdout(args.color),
+            crate::terminal::output_width(),
+        ),
     };
     {
         use std::io::Write;
@@ -815,7 +863,7 @@ mod tests {
 
     #[test]
     fn the_table_groups_by_status_and_digest_and_names_the_rest() {
-        let text = to_text(&rows(), &Styler::plain());
+        let text = to_text(&rows(), &Styler::plain(), Some(80));
         let expected = "\
 STATUS   CONFIG        BACKEND   NODES  OLDEST SYNC
 in-sync  abababababab  nftables  2      2026-11-26T04:20:00Z
@@ -847,12 +895,96 @@ Not in sync:
                 )
             })
             .collect();
-        let text = to_text(&many, &Styler::plain());
+        let text = to_text(&many, &Styler::plain(), Some(80));
         assert!(
-            text.contains("… and 5 more (-o json lists every node)"),
+            text.contains("… and 5 more unknown (-o json lists every node)"),
             "{text}"
         );
         assert!(text.ends_with("25 nodes: 0 in sync, 25 not\n"), "{text}");
+    }
+
+    /// A node whose agent says `reason` (a condition of status False) with `words`.
+    fn saying(name: &str, reason: &str, words: &str) -> NodeRow {
+        let digest = format!("sha256:{}", "cd".repeat(32));
+        let message =
+            format!("digest={digest} backend=nftables lastSync=2026-11-26T04:29:00Z; {words}");
+        NodeRow::judge(
+            &with_condition(name, "False", reason, &message),
+            &Pods::Unread,
+        )
+    }
+
+    #[test]
+    fn every_status_not_in_sync_is_named_however_large_another() {
+        let mut many: Vec<NodeRow> = (0..50)
+            .map(|i| saying(&format!("d{i:03}"), "Drifted", "the repair failed"))
+            .collect();
+        many.extend(
+            (0..150).map(|i| saying(&format!("r{i:03}"), "ConfigRejected", "line 3: bad CIDR")),
+        );
+        let text = to_text(&many, &Styler::plain(), Some(80));
+        let named = |status: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("  {status} ")))
+                .count()
+        };
+        assert_eq!((named("drifted"), named("rejected")), (10, 10), "{text}");
+        assert!(
+            text.contains("… and 40 more drifted (-o json lists every node)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("… and 140 more rejected (-o json lists every node)"),
+            "{text}"
+        );
+        // A small group takes only what it has; the rest goes to the others.
+        let mut few = vec![saying("d1", "Drifted", "the repair failed")];
+        few.extend((0..30).map(|i| saying(&format!("r{i:02}"), "ConfigRejected", "bad")));
+        let text = to_text(&few, &Styler::plain(), Some(80));
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("  rejected "))
+                .count(),
+            19,
+            "{text}"
+        );
+        assert!(text.contains("… and 11 more rejected"), "{text}");
+        assert!(!text.contains("more drifted"), "{text}");
+    }
+
+    #[test]
+    fn a_long_reason_wraps_at_the_width_and_stays_whole_when_piped() {
+        let name = "gke-production-europe-west4-default-pool-4f8a2c1d-x7yz";
+        let words = "line 7 of /etc/config/ip-masq-agent: nonMasqueradeCIDRs[2]: \"10.0.0.0/33\" is not a CIDR: the prefix length 33 is more than 32";
+        let rows = vec![saying(name, "ConfigRejected", words)];
+        let reason = rows[0].why();
+        assert!(
+            reason.contains("the prefix length 33 is more than 32"),
+            "{reason}"
+        );
+        let words_of = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for width in [80, 120] {
+            let text = to_text(&rows, &Styler::plain(), Some(width));
+            assert!(
+                text.lines().all(|l| l.chars().count() <= width),
+                "{width}:\n{text}"
+            );
+            assert!(
+                words_of(&text).contains(&words_of(&reason)),
+                "{width}: the whole reason\n{text}"
+            );
+        }
+        let wide = to_text(&rows, &Styler::plain(), Some(250));
+        assert!(
+            wide.lines()
+                .any(|l| l.contains(name) && l.ends_with(&reason)),
+            "{wide}"
+        );
+        assert_eq!(
+            to_text(&rows, &Styler::plain(), None),
+            wide,
+            "piped: lines whole"
+        );
     }
 
     fn agent(node: &str, state: AgentState, words: &str) -> (String, AgentPod) {
@@ -906,7 +1038,7 @@ Not in sync:
                 FleetStatus::Untrusted
             ]
         );
-        let text = to_text(&rows, &Styler::plain());
+        let text = to_text(&rows, &Styler::plain(), Some(80));
         for said in [
             "agent-down       n1  agent CrashLoopBackOff, 4 restarts",
             "agent-not-ready  n2  agent running, not ready",

@@ -240,7 +240,23 @@ fn fleet_reads_every_kind_of_node() {
         "the agent's ClusterRole may list Nodes"
     );
 
-    let text = fleet(&ns, &cluster.kubeconfig(), &[]);
+    // At 80 columns, as on a classic terminal: a reason too long for its line wraps under it.
+    let text: crate::util::Run = ns
+        .command(
+            &crate::util::binary(),
+            &[
+                "fleet",
+                "--kubeconfig",
+                &cluster.kubeconfig().display().to_string(),
+                "--color=never",
+                "--agent-pods=false",
+            ],
+        )
+        .env("COLUMNS", "80")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run fleet")
+        .into();
     assert_eq!(text.code, 1, "{}", text.stderr);
     let short = &DIGEST[..12];
     let other = &OTHER_DIGEST[..12];
@@ -254,8 +270,8 @@ fn fleet_reads_every_kind_of_node() {
         &format!("stale      {short}  nftables      1"),
         "unknown    -             -             1      -",
         "Not in sync:",
-        "  drifted    c-drifted       2 rules missing, repair failed: iptables-re…",
-        "  rejected   d-rejected      the newest config was rejected; the last go…",
+        "  drifted    c-drifted       2 rules missing, repair failed: iptables-restore\n    exited 4\n",
+        "  rejected   d-rejected      the newest config was rejected; the last good\n    config stays in force\n",
         "  unknown    e-no-condition  no IPMasqAgentReady condition",
         "7 nodes: 2 in sync, 5 not",
     ] {
