@@ -882,21 +882,25 @@ fn live_text(report: &ExplainReport, style: &Styler) -> String {
                 style.error(&printable(&stale_words(copy)))
             ));
         }
-        for b in &live.rewrite_for_other_sources {
-            out.push_str(&format!(
-                "        {} rule {} runs first and rewrites the source of this traffic from the sources it names (pass --from to judge one): {}\n",
-                printable(&b.place),
-                b.number,
-                printable(&b.text)
-            ));
-        }
-        for b in &live.may_decide_first {
-            out.push_str(&format!(
-                "        {} rule {} runs first and may decide (explain cannot judge it): {}\n",
-                printable(&b.place),
-                b.number,
-                printable(&b.text)
-            ));
+        let runs_first = [
+            (
+                &live.rewrite_for_other_sources,
+                "rewrites the source of this traffic from the sources it names (pass --from to judge one)",
+            ),
+            (
+                &live.may_decide_first,
+                "may decide (explain cannot judge it)",
+            ),
+        ];
+        for (rules, what) in runs_first {
+            for b in rules {
+                out.push_str(&format!(
+                    "        {} rule {} runs first and {what}: {}\n",
+                    printable(&b.place),
+                    b.number,
+                    printable(&b.text)
+                ));
+            }
         }
         if !live.unjudged.is_empty() {
             out.push_str(&format!(
