@@ -765,3 +765,40 @@ fn golden_transactions_with_the_egress_keys() {
     }
     crate::backend::golden::check("transactions-egress.txt", &out);
 }
+
+/// A MASQUERADE above our jump scoped to some sources decides first for those sources: an
+/// answer for another source (explain without --from) still names it; one from inside the
+/// scope is decided by it, and nothing is left to name.
+#[test]
+fn a_source_scoped_rewrite_before_ours_is_named_for_other_sources() {
+    let script = first_sync_script();
+    let jump = script
+        .lines()
+        .position(|l| l.starts_with("-A POSTROUTING"))
+        .expect("our jump");
+    let mut lines: Vec<&str> = script.lines().collect();
+    lines.insert(jump, "-A POSTROUTING -s 10.1.0.0/16 -j MASQUERADE");
+    lines.insert(
+        jump,
+        "-A POSTROUTING -s 10.2.0.0/16 -d 198.51.100.0/24 -j MASQUERADE",
+    );
+    let saved = lines.join("\n") + "\n";
+    let inspection = parse_saved(&saved, &desired().chain).inspection();
+    let at = |ip: &str| ip.parse::<std::net::IpAddr>().unwrap();
+    // Any source (0.0.0.0): both rules rewrite some traffic to 198.51.100.7, one to 8.8.8.8.
+    assert_eq!(
+        inspection.rewrites_for_other_sources(at("0.0.0.0"), at("198.51.100.7")),
+        vec![(0, 0), (0, 1)]
+    );
+    assert_eq!(
+        inspection.rewrites_for_other_sources(at("0.0.0.0"), at("8.8.8.8")),
+        vec![(0, 1)]
+    );
+    // From 10.1.2.3 the second rule (first in the chain is the later insert) decides: it is
+    // not "another source's" rule, and the walk stops there.
+    let from_inside = inspection.evaluate(at("10.1.2.3"), at("8.8.8.8"), false);
+    assert_eq!(from_inside.decided_before, Some((0, 1)));
+    assert!(inspection
+        .rewrites_for_other_sources(at("10.1.2.3"), at("8.8.8.8"))
+        .is_empty());
+}
