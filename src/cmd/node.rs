@@ -159,6 +159,7 @@ impl ResolvedNode {
     /// hook runs as well as ours, so it acts on traffic until it is removed.
     pub fn stale_copies(&self, families: &[Family]) -> Vec<StaleCopy> {
         let in_use = self.backend().id();
+        let names = crate::plan::Names::new(self.flags.masq_chain.clone());
         let mut found = Vec::new();
         for other in crate::backend::select::every_backend() {
             if other.id() == in_use {
@@ -168,7 +169,7 @@ impl ResolvedNode {
                 if !other.family_available(family) {
                     continue;
                 }
-                if let Ok(Some(live)) = inspect(other.as_ref(), family, &self.flags) {
+                if let Ok(live) = other.inspect(family, &names) {
                     if live.inspection.holds_anything() {
                         found.push(StaleCopy {
                             backend: other.id(),

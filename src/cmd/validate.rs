@@ -325,9 +325,9 @@ fn estimates(config: &Config) -> std::collections::BTreeMap<String, crate::backe
         &crate::plan::PlanOptions::default(),
         &crate::plan::ResolvedEgress::default(),
     );
-    crate::backend::select::every_backend()
-        .iter()
-        .map(|b| (b.name(), crate::backend::Estimate::of(b.id(), &rulesets)))
+    crate::backend::BackendId::ALL
+        .into_iter()
+        .map(|id| (id.to_string(), crate::backend::Estimate::of(id, &rulesets)))
         .collect()
 }
 

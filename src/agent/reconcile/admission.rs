@@ -386,10 +386,7 @@ fn too_large_for_memory(config: &Config, inputs: &AdmissionInputs) -> Option<Str
     let lighter = if backend.id() == nftables {
         String::new()
     } else {
-        crate::backend::select::every_backend()
-            .iter()
-            .find(|b| b.id() == nftables)
-            .map(|b| crate::backend::Estimate::of(b.id(), &rulesets))
+        Some(crate::backend::Estimate::of(nftables, &rulesets))
             .filter(|e| e.peak <= usable)
             .map(|e| {
                 format!(
