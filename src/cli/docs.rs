@@ -204,7 +204,7 @@ pub const EXPLAIN: AppletDoc = AppletDoc {
         "Local destinations (addresses of this node) never enter the rules; explain judges DEST as a remote address.",
         "A rule with matches explain cannot judge (a hand-made one) is taken as not matching and listed. Without --from, a rule before ours that rewrites the source of traffic to DEST from other sources than the one assumed (iptables -s 10.0.0.0/8 -j MASQUERADE above our jump) is listed too.",
         "Our rules left in another backend (a stale copy, as show reports it: two agents, a changed --iptables-mode, a switch of --backend) are walked too, as their nat hook runs beside ours: a copy that masquerades what ours keep makes the live answer masquerade (a disagreement when the config keeps the source), and the command that removes that copy alone is printed.",
-        "The text report fits the terminal: its lines wrap at COLUMNS, else at the terminal's width; piped without COLUMNS they stay whole. -o json and -o yaml are never wrapped.",
+        "The text report fits the terminal: its lines wrap at COLUMNS, else at the terminal's width, else (piped to a file, a pager or a mail) at 80 columns; COLUMNS=1000 keeps them whole. -o json and -o yaml are never wrapped.",
         "When tracked flows to DEST were source-NATed, a ports line per translated address and protocol gives the SNAT port use toward DEST: the ports its busiest destination port takes against those MASQUERADE picks from (the kernel's 1024-65535 for a source port of 1024 and above, ICMP ids 0-65535, or --to-ports), warned at 80 %; -o json: conntrack.snatPorts. When the conntrack table cannot be read (no CAP_NET_ADMIN, no conntrack module), flows says why and the rest of the answer stands.",
     ],
 };
@@ -240,7 +240,7 @@ pub const SHOW: AppletDoc = AppletDoc {
     files: CONFIG_FILES,
     notes: &[
         "With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs. It reads the agent's backend unless --backend or --iptables-mode is given: a flag given wins.",
-        "The text report fits the terminal: its lines wrap at COLUMNS, else at the terminal's width (tables at 80 columns at most, unless --wide); piped without COLUMNS they stay whole. -o json and -o yaml are never wrapped.",
+        "The text report fits the terminal: its lines wrap at COLUMNS, else at the terminal's width, else (piped) at 80 columns; tables are 80 columns at most, unless --wide. COLUMNS=1000 keeps the lines whole. -o json and -o yaml are never wrapped.",
         "When the running agent refused the config it reads (invalid, unreadable, too large for its memory), show says REJECTED with the agent's diagnostics, the config that stays in force (its digest and when it was read) and the command that checks the file (ipmasq validate PATH), and exits 1; -o json carries it as configRejected. The verdict is then the config in force's, not the file's.",
     ],
 };
@@ -327,7 +327,7 @@ pub const FLEET: AppletDoc = AppletDoc {
         "~/.kube/config",
         "the kubeconfig kubectl reads when neither --kubeconfig nor $KUBECONFIG names one",
     )],
-    notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\", \"writers\", \"agent\"}]}, one entry per node in the server's order (by name), null where the condition says nothing; writers are the condition's field managers, agent the node's agent pod ({\"pod\", \"state\", \"phase\", \"ready\", \"restarts\", \"words\"}) or null.", "The text names up to 20 nodes not in sync, shared among their statuses so every status present is named (each with how many more it has); a node's reason wraps at COLUMNS, else at the terminal's width, and piped without COLUMNS its line stays whole."],
+    notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\", \"writers\", \"agent\"}]}, one entry per node in the server's order (by name), null where the condition says nothing; writers are the condition's field managers, agent the node's agent pod ({\"pod\", \"state\", \"phase\", \"ready\", \"restarts\", \"words\"}) or null.", "The text names up to 20 nodes not in sync, shared among their statuses so every status present is named (each with how many more it has); a node's reason wraps at COLUMNS, else at the terminal's width, else (piped) at 80 columns."],
 };
 
 /// `who --help`'s description: what it reads and how a flow is matched.

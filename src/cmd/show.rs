@@ -299,11 +299,11 @@ fn human(n: Option<u64>) -> String {
 }
 
 /// Tables fit a classic terminal, or a narrower one, unless `--wide` asks for comments.
-fn table_width(width: Option<usize>) -> usize {
-    width.map_or(CLASSIC_WIDTH, |w| w.min(CLASSIC_WIDTH))
+fn table_width(width: usize) -> usize {
+    width.min(CLASSIC_WIDTH)
 }
 
-fn table(family: &FamilyReport, wide: bool, backend: BackendId, width: Option<usize>) -> String {
+fn table(family: &FamilyReport, wide: bool, backend: BackendId, width: usize) -> String {
     let mut builder = Builder::default();
     let mut header = vec![
         "#",
@@ -381,9 +381,9 @@ fn table(family: &FamilyReport, wide: bool, backend: BackendId, width: Option<us
         .collect()
 }
 
-/// The report for people, every line but a `--wide` table's within `width` (None: lines
-/// whole, tables at 80 columns).
-fn to_text(report: &ShowReport, style: &Styler, wide: bool, width: Option<usize>) -> String {
+/// The report for people, every line but a `--wide` table's within `width` (tables at 80
+/// columns at most).
+fn to_text(report: &ShowReport, style: &Styler, wide: bool, width: usize) -> String {
     let fitted = |text: String| fit(&text, width, LABEL_WIDTH);
     let mut out = fitted(format!(
         "{} {} ({})\n{} {}\n",
@@ -430,11 +430,11 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool, width: Option<usize>
     out
 }
 
-/// How the text is laid out: `--wide` tables, and the width lines fit (None: whole).
+/// How the text is laid out: `--wide` tables, and the width lines fit.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
     wide: bool,
-    width: Option<usize>,
+    width: usize,
 }
 
 /// One family: its state line and, when installed, its rule table.
@@ -947,7 +947,7 @@ mod tests {
             },
         );
         let report = family_report(Family::V4, &live);
-        let text = table(&report, false, BackendId::IptablesNft, None);
+        let text = table(&report, false, BackendId::IptablesNft, CLASSIC_WIDTH);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("192.168.0.0/16"));
         assert!(text.contains("123.5M"), "{text}");
@@ -977,7 +977,7 @@ mod tests {
         let text = rejected_text(&rejected, None, &Styler::plain());
         assert!(text.contains("REJECTED: the agent refused"), "{text}");
         assert!(text.contains("no config is in force"), "{text}");
-        let fitted = fit(&text, Some(80), LABEL_WIDTH);
+        let fitted = fit(&text, 80, LABEL_WIDTH);
         assert!(fitted.lines().all(|l| l.chars().count() <= 80), "{fitted}");
         assert!(fitted.contains("next: ipmasq validate"), "{fitted}");
     }
@@ -992,7 +992,7 @@ mod tests {
             &family_report(Family::V4, &live),
             true,
             BackendId::IptablesNft,
-            None,
+            CLASSIC_WIDTH,
         );
         assert!(!text.contains('\u{1b}'), "{text:?}");
         assert!(text.contains("\\x1b]0;pwned\\x07"), "{text}");
@@ -1024,7 +1024,7 @@ mod tests {
             &family_report(Family::V4, &live),
             false,
             BackendId::Nftables,
-            None,
+            CLASSIC_WIDTH,
         );
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("tcp 1024-29999"), "{text}");

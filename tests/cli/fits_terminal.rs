@@ -1,7 +1,8 @@
 //! Text reports fit the terminal: at `COLUMNS=80` every line `explain` prints is at most 80
 //! columns, for answers whose words run long (a long config path, a long source list, a
 //! family the agent does not manage, an assumed source), with all its text still there; piped
-//! without `COLUMNS`, lines stay whole. (`show` needs a firewall: root::rejected_config.)
+//! without `COLUMNS`, lines fit 80 columns too, and a wide `COLUMNS` keeps them whole. (`show`
+//! needs a firewall: root::fits_terminal.)
 
 use crate::util::{binary, Scratch};
 use std::process::{Command, Stdio};
@@ -71,9 +72,11 @@ fn explain_fits_80_columns_and_keeps_every_word() {
             "{case:?} at COLUMNS=80: {:#?}",
             too_wide(&wrapped)
         );
-        // The same text as the unwrapped report, which keeps its lines whole when piped
-        // (a word longer than a line, this path, is cut: only blanks may differ).
-        let (_, whole) = ipmasq_at(None, &args);
+        // Piped without COLUMNS: a classic terminal's width, the same lines.
+        assert_eq!(ipmasq_at(None, &args).1, wrapped, "{case:?} piped");
+        // The same text as the unwrapped report at a width nothing reaches (a word longer
+        // than a line, this path, is cut: only blanks may differ).
+        let (_, whole) = ipmasq_at(Some("1000"), &args);
         assert_eq!(
             wrapped.split_whitespace().collect::<String>(),
             whole.split_whitespace().collect::<String>(),
@@ -87,9 +90,9 @@ fn explain_fits_80_columns_and_keeps_every_word() {
         };
         assert_eq!(json(Some("80")), json(None), "{case:?}");
     }
-    // The long line is there when nothing asks for a width: the wrap is the width's doing.
+    // The long line is there at a width nothing reaches: the wrap is the width's doing.
     let (_, whole) = ipmasq_at(
-        None,
+        Some("1000"),
         &["explain", "--config", file, "--no-live", "172.16.5.5"],
     );
     assert!(!too_wide(&whole).is_empty(), "{whole}");

@@ -1,7 +1,7 @@
 //! `show` fits the terminal: at `COLUMNS=80` every line of its text report is at most 80
 //! columns (a verdict against a long config path, its differences, a copy in another iptables
 //! variant, rules not installed, a rejected config), with all its text still there; without
-//! `COLUMNS` (piped) the lines stay whole.
+//! `COLUMNS` (piped) the lines fit 80 columns too, and a wide `COLUMNS` keeps them whole.
 
 use super::netns::Netns;
 use crate::util::{binary, Scratch};
@@ -9,12 +9,13 @@ use std::process::Stdio;
 
 const WIDTH: usize = 80;
 
-/// `ipmasq ARGS` in `ns` with `COLUMNS` set (or not): (exit code, stdout).
+/// `ipmasq ARGS` in `ns` with `COLUMNS` set (or removed): (exit code, stdout).
 pub(super) fn ipmasq_at(ns: &Netns, columns: Option<&str>, args: &[&str]) -> (i32, String) {
     let mut command = ns.command(&binary(), args);
-    if let Some(columns) = columns {
-        command.env("COLUMNS", columns);
-    }
+    match columns {
+        Some(columns) => command.env("COLUMNS", columns),
+        None => command.env_remove("COLUMNS"),
+    };
     let out = command.stdin(Stdio::null()).output().expect("run ipmasq");
     (
         out.status.code().unwrap_or(-1),
@@ -22,8 +23,9 @@ pub(super) fn ipmasq_at(ns: &Netns, columns: Option<&str>, args: &[&str]) -> (i3
     )
 }
 
-/// Runs `show ARGS` at 80 columns and without a width: asserts the exit code, that every line
-/// fits, and that only blanks differ from the whole lines; returns the wrapped text.
+/// Runs `show ARGS` at 80 columns, piped without a width and at a width nothing reaches:
+/// asserts the exit code, that every line fits, that piped is the same as 80 columns, and
+/// that only blanks differ from the whole lines; returns the wrapped text.
 pub(super) fn show_fits(ns: &Netns, args: &[&str], code: i32) -> String {
     let mut full = vec!["show"];
     full.extend_from_slice(args);
@@ -34,7 +36,8 @@ pub(super) fn show_fits(ns: &Netns, args: &[&str], code: i32) -> String {
         .filter(|l| l.chars().count() > WIDTH)
         .collect();
     assert!(wide.is_empty(), "{args:?} at COLUMNS=80: {wide:#?}");
-    let (_, whole) = ipmasq_at(ns, None, &full);
+    assert_eq!(ipmasq_at(ns, None, &full).1, wrapped, "{args:?} piped");
+    let (_, whole) = ipmasq_at(ns, Some("1000"), &full);
     assert_eq!(
         wrapped.split_whitespace().collect::<String>(),
         whole.split_whitespace().collect::<String>(),
@@ -86,4 +89,10 @@ fn show_fits_80_columns() {
     sync("legacy");
     let text = show_fits(&ns, &["--iptables-mode=nft"], 1);
     assert!(text.contains("also exists in iptables-legacy"), "{text}");
+    // The command moves to a line of its own whole, so it can be copied.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("`ipmasq cleanup --all-variants=false --iptables-mode=legacy`")),
+        "{text}"
+    );
 }

@@ -104,6 +104,9 @@ impl Netns {
     /// Runs `ipmasq ARGS` inside the namespace.
     pub fn ipmasq(&self, args: &[&str]) -> Run {
         self.command(&binary(), args)
+            // Tests read what a report says on whole lines; how it fits a width (80 columns
+            // when piped) is root::fits_terminal's and cli::fits_terminal's.
+            .env("COLUMNS", "1000")
             .stdin(Stdio::null())
             .output()
             .expect("run ipmasq in netns")
