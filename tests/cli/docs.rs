@@ -2,7 +2,7 @@
 //! docs/**/*.md resolves (GitHub's heading slugs), and every `ipmasq` command in a code block
 //! parses: the applet exists, and every flag exists and takes a value where given one (the
 //! binary is run with the command's arguments and `--help`); every table row splits into its
-//! header's columns (a `|` in a cell escaped).
+//! header's columns (a `|` in a cell escaped); the README's tour prints what it shows.
 
 use crate::util::ipmasq;
 use std::path::{Component, Path, PathBuf};
@@ -484,4 +484,71 @@ fn every_table_row_has_its_headers_columns() {
         misshapen_table_rows(Path::new("t.md"), table),
         ["t.md:4: 3 cells, the header has 2"]
     );
+}
+
+/// The README's 60-second tour as its lines: from the heading to the end of its `text` block.
+fn tour_lines() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let start = readme
+        .find("## A 60-second tour")
+        .expect("the README's tour");
+    let block = &readme[start..];
+    let open = block.find("```text\n").expect("the tour's text block") + "```text\n".len();
+    let close = block[open..].find("```").expect("the block's end");
+    block[open..open + close]
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_readme_tour_is_what_ipmasq_prints_at_80_columns() {
+    let dir = crate::util::Scratch::new("tour");
+    let bin_dir = crate::util::binary()
+        .parent()
+        .expect("the binary's directory")
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let lines = tour_lines();
+    // Each `$ command` and the lines it printed, up to the next one.
+    let mut commands: Vec<(String, Vec<String>)> = Vec::new();
+    for line in &lines {
+        match line.strip_prefix("$ ") {
+            Some(command) => commands.push((command.to_string(), Vec::new())),
+            None => commands
+                .last_mut()
+                .expect("the tour starts with a command")
+                .1
+                .push(line.clone()),
+        }
+    }
+    let mut ran = 0;
+    for (command, shown) in &commands {
+        let mut expected = shown.join("\n");
+        expected.push('\n');
+        if let Some(file) = command.strip_prefix("cat ") {
+            // The tour's files, made as it shows them.
+            std::fs::write(dir.path.join(file), &expected).unwrap();
+            continue;
+        }
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("{command} 2>&1")])
+            .current_dir(&dir.path)
+            .env("PATH", &path)
+            .env("COLUMNS", "80")
+            .env_remove("NO_COLOR")
+            .output()
+            .expect("run the tour's command");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            expected,
+            "the README's tour: `{command}`"
+        );
+        ran += 1;
+    }
+    assert!(ran >= 4, "only {ran} of the tour's commands ran");
 }
