@@ -180,7 +180,8 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
             reconciler.addresses_may_have_changed();
         }
         let pass = reconciler.pass();
-        if !leftovers_checked && matches!(pass, Pass::Synced(_)) {
+        let first_sync = !leftovers_checked && matches!(pass, Pass::Synced(_));
+        if first_sync {
             // Our rules are in force and we hold the lock: the other kind's may go now.
             leftovers_checked = true;
             remove_leftovers_of_other_backends(
@@ -196,6 +197,9 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
         };
         for sink in &mut sinks {
             sink.publish(&done);
+        }
+        if first_sync {
+            release_start_up_pages();
         }
         let _ = passes_done.send(());
         // Wait for the next trigger; a burst of commands makes one pass. An address change
@@ -221,6 +225,16 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
                 Err(_) => break,
             }
         }
+    }
+}
+
+/// After the first sync: the binary's read-only pages that start-up alone used (argument
+/// parsing, the config's first read, the backend's probe, the relocation table) leave the
+/// resident set; what the next passes run maps again from the page cache.
+fn release_start_up_pages() {
+    match crate::netlink::image::release_read_only_pages() {
+        Ok(bytes) => debug!(bytes, "released the start-up pages of the binary"),
+        Err(err) => debug!(error = %err, "could not release the start-up pages of the binary"),
     }
 }
 

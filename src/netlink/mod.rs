@@ -5,11 +5,13 @@
 //! dump to its end, [`framing`] frames messages and walks attributes. One module per protocol
 //! above them: [`nf_tables`], [`conntrack`] (ctnetlink), [`route`] (rtnetlink), and [`xtables`] (x_tables' socket
 //! options, not netlink). Every `unsafe` of the program is in this folder (the crate denies it
-//! elsewhere), with [`register`], the one readiness registration with tokio.
+//! elsewhere), with [`register`], the one readiness registration with tokio, and [`image`],
+//! the program's own read-only pages given back after the first sync.
 
 pub(crate) mod conntrack;
 pub(crate) mod dump;
 pub(crate) mod framing;
+pub(crate) mod image;
 pub(crate) mod nf_tables;
 pub(crate) mod route;
 pub(crate) mod xtables;
