@@ -481,7 +481,15 @@ fn a_neighbours_commits_cost_no_read() {
         agent.passes(),
         committed(),
     );
-    assert!(wait_until(PATIENCE, || agent.passes() >= passes + 30));
+    // Thirty passes and thirty of the neighbour's commits, whichever comes last: how fast
+    // each comes is the machine's, not the test's.
+    assert!(
+        wait_until(PATIENCE, || agent.passes() >= passes + 30
+            && committed() >= commits_before + 30),
+        "30 passes and 30 of the neighbour's commits: {} passes, {} commits",
+        agent.passes() - passes,
+        committed().saturating_sub(commits_before)
+    );
     let during = (
         full_reads(&agent) - reads,
         agent.nft_runs() - runs,
@@ -491,7 +499,6 @@ fn a_neighbours_commits_cost_no_read() {
         "30 passes while a neighbour committed {} times: {} full reads, {} nft processes",
         during.2, during.0, during.1
     );
-    assert!(during.2 >= 30, "the neighbour kept committing: {during:?}");
     assert_eq!(during.0, 0, "no pass read the table: {during:?}");
     assert_eq!(during.1, 0, "no pass ran nft: {during:?}");
     // A touch of our own table amid the churn: seen and healed at the next pass.
