@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// The first retry of a failed write comes this soon, then twice as late each time, up to
-/// [`LAST_RETRY`]; a new state cuts the wait short.
+/// [`LAST_RETRY`], each at this node's next place in the spread after it ([`Pacer::retry_due`]).
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(60);
 /// The least time between two rounds of writes of one agent.
@@ -323,16 +323,32 @@ impl Pacer {
         if unwritten && latest.is_some_and(|r| r.urgent) {
             return since;
         }
+        if let Some(retry) = retry_at {
+            return self.retry_due(retry, latest);
+        }
         let paced = self
             .last_attempt
             .map_or(since, |last| last + self.pacing.interval);
-        if let Some(retry) = retry_at {
-            return retry.max(paced);
-        }
         if unwritten && !self.started {
             return since;
         }
         self.slot_at_or_after(since.max(paced))
+    }
+
+    /// When a failed round is tried again: once its backoff ends (`backoff_end`) and not
+    /// before the interval, in this node's slot as a change is (when the API refuses a whole
+    /// fleet's writes at once, their retries still come about N / window a second), but for a
+    /// stop's `NotReady`, which must land within the stop's deadline.
+    pub fn retry_due(&self, backoff_end: Instant, latest: Option<&Report>) -> Instant {
+        let paced = self
+            .last_attempt
+            .map_or(backoff_end, |last| last + self.pacing.interval);
+        let at = backoff_end.max(paced);
+        if latest.is_some_and(|r| r.urgent) {
+            at
+        } else {
+            self.slot_at_or_after(at)
+        }
     }
 
     /// Waits until the next round is due: after a success, for a new state and then its
@@ -603,7 +619,7 @@ struct Said(Option<String>);
 impl Said {
     fn failed(&mut self, error: String, retry_in: Duration) {
         if self.0.as_ref() != Some(&error) {
-            warn!(condition = mirror::CONDITION_TYPE, retry_in_s = retry_in.as_secs_f64(), error = %error, "cannot keep the Node's condition current; retrying with a backoff (the rules are not affected)");
+            warn!(condition = mirror::CONDITION_TYPE, retry_in_s = retry_in.as_secs_f64(), error = %error, "cannot keep the Node's condition current; retrying after a backoff, in this node's place of the status spread (the rules are not affected)");
             self.0 = Some(error);
         }
     }
@@ -672,9 +688,11 @@ impl Writer {
                 }
                 Err(err) => {
                     failures += 1;
-                    let wait = retry_in(failures);
-                    said.failed(err.to_string(), wait);
-                    Some(Instant::now() + wait)
+                    let now = Instant::now();
+                    let backoff_end = now + retry_in(failures);
+                    let due = pacer.retry_due(backoff_end, report.as_ref());
+                    said.failed(err.to_string(), due.saturating_duration_since(now));
+                    Some(backoff_end)
                 }
             };
             if pacer.wait(&mut self.reports, retry_at).await.is_err() {

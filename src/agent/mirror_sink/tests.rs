@@ -324,6 +324,50 @@ async fn a_change_waits_the_nodes_slot_in_the_spread_but_a_stop_does_not() {
     assert_eq!(failed.elapsed(), WRITE_INTERVAL);
 }
 
+/// A failed write is retried in the node's slot, as a change is (a fleet whose writes the API
+/// refused all at once retries N / window a second, not all together), never before its
+/// backoff; a stop's NotReady is retried when its backoff and the interval end.
+#[tokio::test(start_paused = true)]
+async fn a_failed_write_is_retried_in_the_nodes_slot_but_a_stop_at_its_backoff() {
+    let pacing = Pacing {
+        interval: WRITE_INTERVAL,
+        window: Duration::from_secs(30),
+        offset: Duration::from_secs(17),
+    };
+    let (tx, mut rx) = watch::channel(None);
+    let anchor = WallAnchor {
+        at: Instant::now(),
+        wall_ms: 1_800_000_000_000 / 30_000 * 30_000,
+    };
+    let mut pacer = Pacer::new(pacing, anchor);
+    // The first write at start failed, with a backoff of 1 s: retried at the slot, 17 s in.
+    tx.send_replace(Some(report(1, false)));
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    let backoff_end = Instant::now() + Duration::from_secs(1);
+    assert_eq!(
+        pacer.retry_due(backoff_end, Some(&report(1, false))),
+        anchor.at + Duration::from_secs(17)
+    );
+    pacer.wait(&mut rx, Some(backoff_end)).await.expect("open");
+    assert_eq!(anchor.at.elapsed(), Duration::from_secs(17));
+    // It failed again, with a backoff of 40 s (57 s in): the next slot after it, 77 s in.
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    let backoff_end = Instant::now() + Duration::from_secs(40);
+    pacer.wait(&mut rx, Some(backoff_end)).await.expect("open");
+    assert_eq!(anchor.at.elapsed(), Duration::from_secs(77));
+    // A stop's NotReady failed with a backoff of 1 s: retried when the interval ends, 5 s on.
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    tx.send_replace(Some(report(2, true)));
+    pacer.wait(&mut rx, None).await.expect("open");
+    pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
+    let failed = Instant::now();
+    pacer
+        .wait(&mut rx, Some(failed + Duration::from_secs(1)))
+        .await
+        .expect("open");
+    assert_eq!(failed.elapsed(), WRITE_INTERVAL);
+}
+
 #[test]
 fn the_spread_is_a_stable_even_hash_of_the_node_name() {
     let window = Duration::from_secs(30);
