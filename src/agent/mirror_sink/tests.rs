@@ -250,20 +250,25 @@ async fn an_edit_storm_makes_one_round_per_interval_with_the_latest_state() {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_change_waits_the_nodes_slot_in_the_spread_but_a_stop_does_not() {
+/// A pacer whose node has its slot 17 s into cycles of 30 s, with the wall clock at a cycle's
+/// start now, and that anchor.
+fn pacer_at_a_cycle_start() -> (Pacer, WallAnchor) {
     let pacing = Pacing {
         interval: WRITE_INTERVAL,
         window: Duration::from_secs(30),
         offset: Duration::from_secs(17),
     };
-    let (tx, mut rx) = watch::channel(None);
-    // The wall clock at a cycle's start when the test starts.
     let anchor = WallAnchor {
         at: Instant::now(),
         wall_ms: 1_800_000_000_000 / 30_000 * 30_000,
     };
-    let mut pacer = Pacer::new(pacing, anchor);
+    (Pacer::new(pacing, anchor), anchor)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_waits_the_nodes_slot_in_the_spread_but_a_stop_does_not() {
+    let (tx, mut rx) = watch::channel(None);
+    let (mut pacer, anchor) = pacer_at_a_cycle_start();
     // The Node read at start, with nothing to write yet (the API not listed).
     pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
     // The first state, a second later: at once.
@@ -329,17 +334,8 @@ async fn a_change_waits_the_nodes_slot_in_the_spread_but_a_stop_does_not() {
 /// backoff; a stop's NotReady is retried when its backoff and the interval end.
 #[tokio::test(start_paused = true)]
 async fn a_failed_write_is_retried_in_the_nodes_slot_but_a_stop_at_its_backoff() {
-    let pacing = Pacing {
-        interval: WRITE_INTERVAL,
-        window: Duration::from_secs(30),
-        offset: Duration::from_secs(17),
-    };
     let (tx, mut rx) = watch::channel(None);
-    let anchor = WallAnchor {
-        at: Instant::now(),
-        wall_ms: 1_800_000_000_000 / 30_000 * 30_000,
-    };
-    let mut pacer = Pacer::new(pacing, anchor);
+    let (mut pacer, anchor) = pacer_at_a_cycle_start();
     // The first write at start failed, with a backoff of 1 s: retried at the slot, 17 s in.
     tx.send_replace(Some(report(1, false)));
     pacer.attempted(Instant::now(), rx.borrow_and_update().as_ref());
