@@ -326,13 +326,17 @@ impl Pacer {
         if let Some(retry) = retry_at {
             return self.retry_due(retry, latest);
         }
-        let paced = self
-            .last_attempt
-            .map_or(since, |last| last + self.pacing.interval);
+        let paced = self.paced(since);
         if unwritten && !self.started {
             return since;
         }
         self.slot_at_or_after(since.max(paced))
+    }
+
+    /// The earliest time of the next round by the interval alone: `first` before any round.
+    fn paced(&self, first: Instant) -> Instant {
+        self.last_attempt
+            .map_or(first, |last| last + self.pacing.interval)
     }
 
     /// When a failed round is tried again: once its backoff ends (`backoff_end`) and not
@@ -340,10 +344,7 @@ impl Pacer {
     /// fleet's writes at once, their retries still come about N / window a second), but for a
     /// stop's `NotReady`, which must land within the stop's deadline.
     pub fn retry_due(&self, backoff_end: Instant, latest: Option<&Report>) -> Instant {
-        let paced = self
-            .last_attempt
-            .map_or(backoff_end, |last| last + self.pacing.interval);
-        let at = backoff_end.max(paced);
+        let at = backoff_end.max(self.paced(backoff_end));
         if latest.is_some_and(|r| r.urgent) {
             at
         } else {
