@@ -100,6 +100,149 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('rollout', 'rollout', [CompletionResultType]::ParameterValue, 'Roll a config change out in waves that halt themselves on the first failing node')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'ipmasq;fleet;rollout' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
+            [CompletionResult]::new('--configmap', '--configmap', [CompletionResultType]::ParameterName, 'The agents'' base ConfigMap; the rollout is NAME-next beside it')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of every request and of the whole command (a Go duration)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('start', 'start', [CompletionResultType]::ParameterValue, 'Create NAME-next from FILE with its schedule: the first wave starts at --start')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'The wave, the nodes on the base, on the next config and failed, a halt and who is next')
+            [CompletionResult]::new('promote', 'promote', [CompletionResultType]::ParameterValue, 'The next config becomes the base; the rollout''s ConfigMap is deleted')
+            [CompletionResult]::new('abort', 'abort', [CompletionResultType]::ParameterValue, 'Every node back on the base at once; the rollout stays, marked aborted, for the record')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the halted wave starts again now, with a fresh soak')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'ipmasq;fleet;rollout;start' {
+            [CompletionResult]::new('--waves', '--waves', [CompletionResultType]::ParameterName, 'The waves, as percentages of the nodes, increasing (each node''s place is a hash of its name: a node once in stays in)')
+            [CompletionResult]::new('--soak', '--soak', [CompletionResultType]::ParameterName, 'The soak between two waves (a Go duration)')
+            [CompletionResult]::new('--start', '--start', [CompletionResultType]::ParameterName, 'When the first wave starts (RFC 3339) [default: now]')
+            [CompletionResult]::new('--node-selector', '--node-selector', [CompletionResultType]::ParameterName, 'Only the nodes this label selector matches take part (kubectl''s -l syntax)')
+            [CompletionResult]::new('--invariant', '--invariant', [CompletionResultType]::ParameterName, 'What must stay true on every node of the wave: keep|masquerade DEST [from SRC] [via IFACE] (repeatable), judged on the live rules as `explain` judges them')
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
+            [CompletionResult]::new('--configmap', '--configmap', [CompletionResultType]::ParameterName, 'The agents'' base ConfigMap; the rollout is NAME-next beside it')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of every request and of the whole command (a Go duration)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;fleet;rollout;status' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
+            [CompletionResult]::new('--configmap', '--configmap', [CompletionResultType]::ParameterName, 'The agents'' base ConfigMap; the rollout is NAME-next beside it')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of every request and of the whole command (a Go duration)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;fleet;rollout;promote' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
+            [CompletionResult]::new('--configmap', '--configmap', [CompletionResultType]::ParameterName, 'The agents'' base ConfigMap; the rollout is NAME-next beside it')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of every request and of the whole command (a Go duration)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;fleet;rollout;abort' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
+            [CompletionResult]::new('--configmap', '--configmap', [CompletionResultType]::ParameterName, 'The agents'' base ConfigMap; the rollout is NAME-next beside it')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of every request and of the whole command (a Go duration)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;fleet;rollout;resume' {
+            [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
+            [CompletionResult]::new('--configmap', '--configmap', [CompletionResultType]::ParameterName, 'The agents'' base ConfigMap; the rollout is NAME-next beside it')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of every request and of the whole command (a Go duration)')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'ipmasq;fleet;rollout;help' {
+            [CompletionResult]::new('start', 'start', [CompletionResultType]::ParameterValue, 'Create NAME-next from FILE with its schedule: the first wave starts at --start')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'The wave, the nodes on the base, on the next config and failed, a halt and who is next')
+            [CompletionResult]::new('promote', 'promote', [CompletionResultType]::ParameterValue, 'The next config becomes the base; the rollout''s ConfigMap is deleted')
+            [CompletionResult]::new('abort', 'abort', [CompletionResultType]::ParameterValue, 'Every node back on the base at once; the rollout stays, marked aborted, for the record')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the halted wave starts again now, with a fresh soak')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'ipmasq;fleet;rollout;help;start' {
+            break
+        }
+        'ipmasq;fleet;rollout;help;status' {
+            break
+        }
+        'ipmasq;fleet;rollout;help;promote' {
+            break
+        }
+        'ipmasq;fleet;rollout;help;abort' {
+            break
+        }
+        'ipmasq;fleet;rollout;help;resume' {
+            break
+        }
+        'ipmasq;fleet;rollout;help;help' {
+            break
+        }
+        'ipmasq;fleet;help' {
+            [CompletionResult]::new('rollout', 'rollout', [CompletionResultType]::ParameterValue, 'Roll a config change out in waves that halt themselves on the first failing node')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'ipmasq;fleet;help;rollout' {
+            [CompletionResult]::new('start', 'start', [CompletionResultType]::ParameterValue, 'Create NAME-next from FILE with its schedule: the first wave starts at --start')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'The wave, the nodes on the base, on the next config and failed, a halt and who is next')
+            [CompletionResult]::new('promote', 'promote', [CompletionResultType]::ParameterValue, 'The next config becomes the base; the rollout''s ConfigMap is deleted')
+            [CompletionResult]::new('abort', 'abort', [CompletionResultType]::ParameterValue, 'Every node back on the base at once; the rollout stays, marked aborted, for the record')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the halted wave starts again now, with a fresh soak')
+            break
+        }
+        'ipmasq;fleet;help;rollout;start' {
+            break
+        }
+        'ipmasq;fleet;help;rollout;status' {
+            break
+        }
+        'ipmasq;fleet;help;rollout;promote' {
+            break
+        }
+        'ipmasq;fleet;help;rollout;abort' {
+            break
+        }
+        'ipmasq;fleet;help;rollout;resume' {
+            break
+        }
+        'ipmasq;fleet;help;help' {
             break
         }
         'ipmasq;who' {
@@ -210,6 +353,30 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             break
         }
         'ipmasq;help;fleet' {
+            [CompletionResult]::new('rollout', 'rollout', [CompletionResultType]::ParameterValue, 'Roll a config change out in waves that halt themselves on the first failing node')
+            break
+        }
+        'ipmasq;help;fleet;rollout' {
+            [CompletionResult]::new('start', 'start', [CompletionResultType]::ParameterValue, 'Create NAME-next from FILE with its schedule: the first wave starts at --start')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'The wave, the nodes on the base, on the next config and failed, a halt and who is next')
+            [CompletionResult]::new('promote', 'promote', [CompletionResultType]::ParameterValue, 'The next config becomes the base; the rollout''s ConfigMap is deleted')
+            [CompletionResult]::new('abort', 'abort', [CompletionResultType]::ParameterValue, 'Every node back on the base at once; the rollout stays, marked aborted, for the record')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the halted wave starts again now, with a fresh soak')
+            break
+        }
+        'ipmasq;help;fleet;rollout;start' {
+            break
+        }
+        'ipmasq;help;fleet;rollout;status' {
+            break
+        }
+        'ipmasq;help;fleet;rollout;promote' {
+            break
+        }
+        'ipmasq;help;fleet;rollout;abort' {
+            break
+        }
+        'ipmasq;help;fleet;rollout;resume' {
             break
         }
         'ipmasq;help;who' {

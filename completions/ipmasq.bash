@@ -40,6 +40,69 @@ _ipmasq() {
             ipmasq,who)
                 cmd="ipmasq__subcmd__who"
                 ;;
+            ipmasq__subcmd__fleet,help)
+                cmd="ipmasq__subcmd__fleet__subcmd__help"
+                ;;
+            ipmasq__subcmd__fleet,rollout)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__help,help)
+                cmd="ipmasq__subcmd__fleet__subcmd__help__subcmd__help"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__help,rollout)
+                cmd="ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout,abort)
+                cmd="ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__abort"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout,promote)
+                cmd="ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__promote"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout,resume)
+                cmd="ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__resume"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout,start)
+                cmd="ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__start"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout,status)
+                cmd="ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__status"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout,abort)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__abort"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout,help)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout,promote)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__promote"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout,resume)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__resume"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout,start)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__start"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout,status)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__status"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help,abort)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__abort"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help,help)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__help"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help,promote)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__promote"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help,resume)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__resume"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help,start)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__start"
+                ;;
+            ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help,status)
+                cmd="ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__status"
+                ;;
             ipmasq__subcmd__help,agent)
                 cmd="ipmasq__subcmd__help__subcmd__agent"
                 ;;
@@ -63,6 +126,24 @@ _ipmasq() {
                 ;;
             ipmasq__subcmd__help,who)
                 cmd="ipmasq__subcmd__help__subcmd__who"
+                ;;
+            ipmasq__subcmd__help__subcmd__fleet,rollout)
+                cmd="ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout"
+                ;;
+            ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout,abort)
+                cmd="ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__abort"
+                ;;
+            ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout,promote)
+                cmd="ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__promote"
+                ;;
+            ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout,resume)
+                cmd="ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__resume"
+                ;;
+            ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout,start)
+                cmd="ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__start"
+                ;;
+            ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout,status)
+                cmd="ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__status"
                 ;;
             *)
                 ;;
@@ -371,7 +452,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__fleet)
-            opts="-l -o -h -V --kubeconfig --selector --timeout --page-size --agent-pods --agent-namespace --agent-selector --output --color --help --version"
+            opts="-l -o -h -V --kubeconfig --selector --timeout --page-size --agent-pods --agent-namespace --agent-selector --output --color --help --version rollout help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -419,6 +500,440 @@ _ipmasq() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__help)
+            opts="rollout help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout)
+            opts="start status promote abort resume"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__abort)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__promote)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__resume)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__start)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__help__subcmd__rollout__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout)
+            opts="-o -h -V --kubeconfig --configmap --timeout --output --help --version start status promote abort resume help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --configmap)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__abort)
+            opts="-o -h -V --kubeconfig --configmap --timeout --output --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --configmap)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help)
+            opts="start status promote abort resume help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__abort)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__promote)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__resume)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__start)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__promote)
+            opts="-o -h -V --kubeconfig --configmap --timeout --output --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --configmap)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__resume)
+            opts="-o -h -V --kubeconfig --configmap --timeout --output --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --configmap)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__start)
+            opts="-o -h -V --waves --soak --start --node-selector --invariant --kubeconfig --configmap --timeout --output --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --waves)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --soak)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --start)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node-selector)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --invariant)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --configmap)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__fleet__subcmd__rollout__subcmd__status)
+            opts="-o -h -V --kubeconfig --configmap --timeout --output --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --kubeconfig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --configmap)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "text json yaml" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -485,8 +1000,92 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__help__subcmd__fleet)
-            opts=""
+            opts="rollout"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout)
+            opts="start status promote abort resume"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__abort)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__promote)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__resume)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__start)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        ipmasq__subcmd__help__subcmd__fleet__subcmd__rollout__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 5 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

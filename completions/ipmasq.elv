@@ -95,6 +95,128 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
+            cand rollout 'Roll a config change out in waves that halt themselves on the first failing node'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'ipmasq;fleet;rollout'= {
+            cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
+            cand --configmap 'The agents'' base ConfigMap; the rollout is NAME-next beside it'
+            cand --timeout 'The deadline of every request and of the whole command (a Go duration)'
+            cand -o 'Output format (status)'
+            cand --output 'Output format (status)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand start 'Create NAME-next from FILE with its schedule: the first wave starts at --start'
+            cand status 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
+            cand promote 'The next config becomes the base; the rollout''s ConfigMap is deleted'
+            cand abort 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
+            cand resume 'After a halt: the halted wave starts again now, with a fresh soak'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'ipmasq;fleet;rollout;start'= {
+            cand --waves 'The waves, as percentages of the nodes, increasing (each node''s place is a hash of its name: a node once in stays in)'
+            cand --soak 'The soak between two waves (a Go duration)'
+            cand --start 'When the first wave starts (RFC 3339) [default: now]'
+            cand --node-selector 'Only the nodes this label selector matches take part (kubectl''s -l syntax)'
+            cand --invariant 'What must stay true on every node of the wave: keep|masquerade DEST [from SRC] [via IFACE] (repeatable), judged on the live rules as `explain` judges them'
+            cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
+            cand --configmap 'The agents'' base ConfigMap; the rollout is NAME-next beside it'
+            cand --timeout 'The deadline of every request and of the whole command (a Go duration)'
+            cand -o 'Output format (status)'
+            cand --output 'Output format (status)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;fleet;rollout;status'= {
+            cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
+            cand --configmap 'The agents'' base ConfigMap; the rollout is NAME-next beside it'
+            cand --timeout 'The deadline of every request and of the whole command (a Go duration)'
+            cand -o 'Output format (status)'
+            cand --output 'Output format (status)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;fleet;rollout;promote'= {
+            cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
+            cand --configmap 'The agents'' base ConfigMap; the rollout is NAME-next beside it'
+            cand --timeout 'The deadline of every request and of the whole command (a Go duration)'
+            cand -o 'Output format (status)'
+            cand --output 'Output format (status)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;fleet;rollout;abort'= {
+            cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
+            cand --configmap 'The agents'' base ConfigMap; the rollout is NAME-next beside it'
+            cand --timeout 'The deadline of every request and of the whole command (a Go duration)'
+            cand -o 'Output format (status)'
+            cand --output 'Output format (status)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;fleet;rollout;resume'= {
+            cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
+            cand --configmap 'The agents'' base ConfigMap; the rollout is NAME-next beside it'
+            cand --timeout 'The deadline of every request and of the whole command (a Go duration)'
+            cand -o 'Output format (status)'
+            cand --output 'Output format (status)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'ipmasq;fleet;rollout;help'= {
+            cand start 'Create NAME-next from FILE with its schedule: the first wave starts at --start'
+            cand status 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
+            cand promote 'The next config becomes the base; the rollout''s ConfigMap is deleted'
+            cand abort 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
+            cand resume 'After a halt: the halted wave starts again now, with a fresh soak'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'ipmasq;fleet;rollout;help;start'= {
+        }
+        &'ipmasq;fleet;rollout;help;status'= {
+        }
+        &'ipmasq;fleet;rollout;help;promote'= {
+        }
+        &'ipmasq;fleet;rollout;help;abort'= {
+        }
+        &'ipmasq;fleet;rollout;help;resume'= {
+        }
+        &'ipmasq;fleet;rollout;help;help'= {
+        }
+        &'ipmasq;fleet;help'= {
+            cand rollout 'Roll a config change out in waves that halt themselves on the first failing node'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'ipmasq;fleet;help;rollout'= {
+            cand start 'Create NAME-next from FILE with its schedule: the first wave starts at --start'
+            cand status 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
+            cand promote 'The next config becomes the base; the rollout''s ConfigMap is deleted'
+            cand abort 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
+            cand resume 'After a halt: the halted wave starts again now, with a fresh soak'
+        }
+        &'ipmasq;fleet;help;rollout;start'= {
+        }
+        &'ipmasq;fleet;help;rollout;status'= {
+        }
+        &'ipmasq;fleet;help;rollout;promote'= {
+        }
+        &'ipmasq;fleet;help;rollout;abort'= {
+        }
+        &'ipmasq;fleet;help;rollout;resume'= {
+        }
+        &'ipmasq;fleet;help;help'= {
         }
         &'ipmasq;who'= {
             cand --at 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]'
@@ -197,6 +319,24 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         &'ipmasq;help;agent'= {
         }
         &'ipmasq;help;fleet'= {
+            cand rollout 'Roll a config change out in waves that halt themselves on the first failing node'
+        }
+        &'ipmasq;help;fleet;rollout'= {
+            cand start 'Create NAME-next from FILE with its schedule: the first wave starts at --start'
+            cand status 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
+            cand promote 'The next config becomes the base; the rollout''s ConfigMap is deleted'
+            cand abort 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
+            cand resume 'After a halt: the halted wave starts again now, with a fresh soak'
+        }
+        &'ipmasq;help;fleet;rollout;start'= {
+        }
+        &'ipmasq;help;fleet;rollout;status'= {
+        }
+        &'ipmasq;help;fleet;rollout;promote'= {
+        }
+        &'ipmasq;help;fleet;rollout;abort'= {
+        }
+        &'ipmasq;help;fleet;rollout;resume'= {
         }
         &'ipmasq;help;who'= {
         }

@@ -83,21 +83,39 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l dry-run -d 'Prin
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-port-pressure -d 'Keep the SNAT port-pressure metrics (ipmasq_snat_ports_in_use and the share taken toward the busiest destination) from conntrack\'s events, without --snat-log'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -s V -l version -d 'Print version'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l kubeconfig -d 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod\'s service account]' -r -F
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s l -l selector -d 'Only the Nodes whose labels match this selector (kubectl\'s -l), e.g. pool=gpu' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l timeout -d 'The deadline of the whole listing, every page included (a Go duration)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l page-size -d 'Nodes per page of the list (the server\'s limit/continue paging)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l agent-pods -d 'Also read the agents\' pods (one list), so a node whose agent is not running, restarting or not ready is called so whatever its condition says (needs `list` on pods in --agent-namespace; false: judge by the conditions alone)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l agent-namespace -d 'The namespace of the agents\' DaemonSet' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l agent-selector -d 'The label selector of the agents\' pods (the DaemonSet\'s pod template labels)' -r
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -l kubeconfig -d 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod\'s service account]' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -s l -l selector -d 'Only the Nodes whose labels match this selector (kubectl\'s -l), e.g. pool=gpu' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -l timeout -d 'The deadline of the whole listing, every page included (a Go duration)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -l page-size -d 'Nodes per page of the list (the server\'s limit/continue paging)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -l agent-pods -d 'Also read the agents\' pods (one list), so a node whose agent is not running, restarting or not ready is called so whatever its condition says (needs `list` on pods in --agent-namespace; false: judge by the conditions alone)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -l agent-namespace -d 'The namespace of the agents\' DaemonSet' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -l agent-selector -d 'The label selector of the agents\' pods (the DaemonSet\'s pod template labels)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -s o -l output -d 'Output format' -r -f -a "text\t'For people (tables, compiler-style messages)'
 json\t'A stable JSON document for scripts (see docs/reference/json.md)'
 yaml\t'The same document as YAML, for support bundles'"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -l color -d 'Colour the text output' -r -f -a "auto\t'Only when writing to a terminal and NO_COLOR is unset'
 always\t''
 never\t''"
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -f -a "rollout" -d 'Roll a config change out in waves that halt themselves on the first failing node'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and not __fish_seen_subcommand_from rollout help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -l kubeconfig -d 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod\'s service account]' -r -F
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -l configmap -d 'The agents\' base ConfigMap; the rollout is NAME-next beside it' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -l timeout -d 'The deadline of every request and of the whole command (a Go duration)' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -s o -l output -d 'Output format (status)' -r -f -a "text\t'For people (tables, compiler-style messages)'
+json\t'A stable JSON document for scripts (see docs/reference/json.md)'
+yaml\t'The same document as YAML, for support bundles'"
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -s V -l version -d 'Print version'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "start" -d 'Create NAME-next from FILE with its schedule: the first wave starts at --start'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "status" -d 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "promote" -d 'The next config becomes the base; the rollout\'s ConfigMap is deleted'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "abort" -d 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "resume" -d 'After a halt: the halted wave starts again now, with a fresh soak'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from help" -f -a "rollout" -d 'Roll a config change out in waves that halt themselves on the first failing node'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l at -d 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l tolerance -d 'With --at: also the flows that ended or began this close to it (the reporter\'s clock and the node\'s differ; a Go duration)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l proto -d 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)' -r
@@ -197,3 +215,4 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "cleanup" -d 'Remove the masquerade chain and its POSTROUTING jumps, from every iptables variant'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "validate" -d 'Check config files or ConfigMap manifests as the agent would read them'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and not __fish_seen_subcommand_from agent fleet who show explain cleanup validate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand help; and __fish_seen_subcommand_from fleet" -f -a "rollout" -d 'Roll a config change out in waves that halt themselves on the first failing node'

@@ -34,6 +34,8 @@ pub struct Snapshot {
     pub snat: Option<std::sync::Arc<crate::snat::SnatStats>>,
     /// API mode: when the API last answered for each input (`ipmasq_api_view_age_seconds`).
     pub api_view: Option<crate::cluster::age::ApiView>,
+    /// API mode: the rollout in waves the API holds, as the last pass saw it.
+    pub rollout: Option<super::reconcile::RolloutSeen>,
 }
 
 impl Snapshot {
@@ -47,6 +49,7 @@ impl Snapshot {
             egress_targets: Vec::new(),
             snat: None,
             api_view: None,
+            rollout: None,
         }
     }
 }
@@ -156,6 +159,42 @@ fn seconds_gauge(value: f64) -> Gauge<f64, AtomicU64> {
     g
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+/// The rollout's state (one series per state, 1 for the one it is in at `wall`) and whether
+/// this node runs its next config.
+fn register_rollout(
+    registry: &mut Registry,
+    seen: &super::reconcile::RolloutSeen,
+    wall: SystemTime,
+) {
+    use crate::config::rollout::State;
+    let seconds = wall
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let now = k8s_openapi::jiff::Timestamp::from_second(i64::try_from(seconds).unwrap_or(0))
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    let in_force = seen.rollout.state(now);
+    let states = Family::<StateLabel, Gauge<i64>>::default();
+    for (state, word) in [
+        (State::Running, "running"),
+        (State::Halted, "halted"),
+        (State::Aborted, "aborted"),
+        (State::Done, "done"),
+    ] {
+        states
+            .get_or_create(&StateLabel { state: word })
+            .set(i64::from(state == in_force));
+    }
+    metrics::ROLLOUT_STATE.register(registry, states);
+    let on_next = Gauge::<i64>::default();
+    on_next.set(i64::from(seen.on_next));
+    metrics::ROLLOUT_ON_NEXT.register(registry, on_next);
+}
+
 /// `/metrics`: the Prometheus (OpenMetrics) text exposition of the snapshot.
 pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> String {
     let status = &snapshot.status;
@@ -178,6 +217,9 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
             .set(age.as_secs_f64());
         }
         metrics::API_VIEW_AGE.register(&mut registry, ages);
+    }
+    if let Some(seen) = &snapshot.rollout {
+        register_rollout(&mut registry, seen, wall);
     }
     metrics::RESYNC_INTERVAL.register(
         &mut registry,

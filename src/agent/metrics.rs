@@ -43,6 +43,8 @@ pub enum Served {
     WithSnatFlows,
     /// In API mode (--config-source=api), one series per input watched.
     InApiMode,
+    /// In API mode while a rollout in waves (`NAME-next`) exists.
+    InRollout,
 }
 
 impl Served {
@@ -58,6 +60,9 @@ impl Served {
                 "with --snat-log or --snat-port-pressure, once a translated flow is seen"
             }
             Served::InApiMode => "in API mode, once the API is watched, one series per input",
+            Served::InRollout => {
+                "in API mode while a rollout in waves (the ConfigMap NAME-next) exists"
+            }
         }
     }
 }
@@ -337,6 +342,22 @@ pub const API_VIEW_AGE: ExportedMetric = ExportedMetric {
     note: "",
     served: Served::InApiMode,
 };
+pub const ROLLOUT_STATE: ExportedMetric = ExportedMetric {
+    name: "ipmasq_rollout_state",
+    kind: MetricType::Gauge,
+    labels: &["state"],
+    help: "1 for the state the rollout in waves is in as this agent sees it (running, halted, aborted, done), 0 for the others",
+    note: "A halted rollout has every node back on the base until `ipmasq fleet rollout resume` or `abort`; the halt's node, reason and diagnostic are on the ConfigMap (`ipmasq fleet rollout status`).",
+    served: Served::InRollout,
+};
+pub const ROLLOUT_ON_NEXT: ExportedMetric = ExportedMetric {
+    name: "ipmasq_rollout_on_next",
+    kind: MetricType::Gauge,
+    labels: &[],
+    help: "1 while this node runs the rollout's next config (its wave has started and the rollout is neither halted nor aborted)",
+    note: "",
+    served: Served::InRollout,
+};
 pub const RESYNC_INTERVAL: ExportedMetric = ExportedMetric {
     name: "ipmasq_resync_interval_seconds",
     kind: MetricType::Gauge,
@@ -356,7 +377,7 @@ pub const READY: ExportedMetric = ExportedMetric {
 };
 
 /// Every family, in the order `/metrics` serves them.
-pub const ALL: [&ExportedMetric; 29] = [
+pub const ALL: [&ExportedMetric; 31] = [
     &SYNCS,
     &SYNC_DURATION,
     &DRIFT_REPAIRS,
@@ -384,6 +405,8 @@ pub const ALL: [&ExportedMetric; 29] = [
     &SNAT_TRACKED_FLOWS,
     &SNAT_UNTRACKED_FLOWS,
     &API_VIEW_AGE,
+    &ROLLOUT_STATE,
+    &ROLLOUT_ON_NEXT,
     &RESYNC_INTERVAL,
     &READY,
 ];
@@ -417,6 +440,7 @@ mod tests {
         snat: bool,
         snat_flows: bool,
         api: bool,
+        rollout: bool,
     }
 
     impl Seen {
@@ -427,6 +451,7 @@ mod tests {
             snat: true,
             snat_flows: true,
             api: true,
+            rollout: true,
         };
 
         fn serves(self, served: Served) -> bool {
@@ -438,6 +463,7 @@ mod tests {
                 Served::WithSnat => self.snat,
                 Served::WithSnatFlows => self.snat_flows,
                 Served::InApiMode => self.api,
+                Served::InRollout => self.rollout,
             }
         }
 
@@ -468,6 +494,21 @@ mod tests {
                     true,
                     std::time::Duration::from_secs(180),
                 ));
+            }
+            if self.rollout {
+                let annotations = [
+                    (crate::config::rollout::WAVES, "1,100"),
+                    (crate::config::rollout::SOAK, "10m"),
+                    (crate::config::rollout::START, "2026-11-29T12:00:00Z"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+                s.rollout = Some(crate::agent::reconcile::RolloutSeen {
+                    rollout: crate::config::rollout::Rollout::from_annotations(&annotations)
+                        .expect("a rollout"),
+                    on_next: true,
+                });
             }
             s
         }
@@ -566,7 +607,7 @@ mod tests {
             assert_eq!(family.labels, labels, "{}", metric.name);
             assert!(family.samples > 0, "{} has no sample", metric.name);
         }
-        assert_eq!(ALL.len(), 29);
+        assert_eq!(ALL.len(), 31);
     }
 
     /// Each family has samples exactly when its `served` says: with nothing seen, with each
@@ -591,6 +632,10 @@ mod tests {
             Seen {
                 snat: true,
                 snat_flows: true,
+                ..none
+            },
+            Seen {
+                rollout: true,
                 ..none
             },
         ];

@@ -13,6 +13,7 @@ pub(crate) mod memory;
 pub(crate) mod metrics;
 mod mirror_sink;
 pub(crate) mod reconcile;
+mod rollout_brake;
 mod sinks;
 pub(crate) mod state;
 pub(crate) mod systemd;
@@ -135,6 +136,8 @@ struct ThreadStart {
     /// Told when the lock is taken.
     lock_taken: tokio::sync::oneshot::Sender<()>,
     mirror: Option<mirror_sink::MirrorSink>,
+    /// API mode: the brake of a rollout in waves.
+    brake: Option<rollout_brake::BrakeSink>,
 }
 
 /// The reconcile thread: a pass, then wait for a command or the interval, until stopped.
@@ -150,6 +153,7 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
         held,
         lock_taken,
         mirror,
+        brake,
     } = start;
     let Some(node_lock) = take_node_lock_or_wait(&state_dir, &state.rules.masq_chain, &commands)
     else {
@@ -173,6 +177,7 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
     }
     sinks.push(Box::new(StateFileSink::new(state, state_dir, api)));
     sinks.extend(mirror.map(|m| Box::new(m) as Box<dyn StatusSink>));
+    sinks.extend(brake.map(|b| Box::new(b) as Box<dyn StatusSink>));
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
@@ -328,6 +333,12 @@ struct LockHolder<'a> {
     commands: &'a mpsc::Sender<Command>,
 }
 
+/// The agent's writers to the API, spawned once the node lock is ours.
+struct ApiWriters<'a> {
+    mirror: Option<&'a mut mirror_sink::Mirror>,
+    brake: Option<&'a mut rollout_brake::Brake>,
+}
+
 impl LockHolder<'_> {
     /// Once the node lock is ours (`taken`; else only the first pass's go-ahead, which then
     /// waits no more): the SNAT log, the endpoint and the first pass, the API watch and the
@@ -339,7 +350,7 @@ impl LockHolder<'_> {
             reconcile::ApiSettings,
             crate::cluster::configmap::ConfigMapFeed,
         )>,
-        mirror: Option<&mut mirror_sink::Mirror>,
+        writers: ApiWriters<'_>,
     ) -> Result<Option<crate::snat::Stop>, Ending> {
         let mut snat_stop = None;
         if let (true, Some(snat)) = (taken, self.options.snat.clone()) {
@@ -366,8 +377,11 @@ impl LockHolder<'_> {
             let view = api_view(self.shared, &settings, self.options.api_view_stale_after);
             tokio::spawn(watch_the_api(settings, feed, self.commands.clone(), view));
         }
-        if let (true, Some(mirror)) = (taken, mirror) {
+        if let (true, Some(mirror)) = (taken, writers.mirror) {
             mirror.spawn_writer();
+        }
+        if let (true, Some(brake)) = (taken, writers.brake) {
+            brake.spawn_writer();
         }
         Ok(snat_stop)
     }
@@ -388,6 +402,9 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let mut mirror =
         mirror_sink::Mirror::new(reconciler.settings.api.as_ref(), reconciler.backend_id());
     let mirror_sink = mirror.as_ref().map(|m| m.sink(reconciler.api_feed()));
+    // API mode: a rollout in waves halted by this node's failure on its next config.
+    let mut brake = rollout_brake::Brake::new(reconciler.settings.api.as_ref());
+    let brake_sink = brake.as_ref().and_then(rollout_brake::Brake::sink);
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();
@@ -410,6 +427,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                 held,
                 lock_taken,
                 mirror: mirror_sink,
+                brake: brake_sink,
             })
         });
     let worker = match worker {
@@ -425,7 +443,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
             taken = &mut lock_taken_rx, if awaiting_lock => {
                 awaiting_lock = false;
                 let holder = LockHolder { options: &options, shared: &shared, commands: &commands };
-                match holder.start(taken.is_ok(), api.take(), mirror.as_mut()).await {
+                match holder.start(taken.is_ok(), api.take(), ApiWriters { mirror: mirror.as_mut(), brake: brake.as_mut() }).await {
                     Ok(stop) => snat_stop = stop,
                     Err(ending) => return ending,
                 }

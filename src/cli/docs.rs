@@ -330,6 +330,120 @@ pub const FLEET: AppletDoc = AppletDoc {
     notes: &["The message of the condition reads `digest=sha256:HEX backend=NAME lastSync=YYYY-MM-DDTHH:MM:SSZ; words` (kubectl describe node shows it too); -o json prints {\"nodes\": [{\"name\", \"status\", \"configDigest\", \"backend\", \"lastSync\", \"writers\", \"agent\"}]}, one entry per node in the server's order (by name), null where the condition says nothing; writers are the condition's field managers, agent the node's agent pod ({\"pod\", \"state\", \"phase\", \"ready\", \"restarts\", \"words\"}) or null.", "The text names up to 20 nodes not in sync, shared among their statuses so every status present is named (each with how many more it has); a node's reason wraps at COLUMNS, else at the terminal's width, else (piped) at 80 columns."],
 };
 
+/// `fleet rollout --help`'s description: what a rollout is and how it halts.
+pub const ROLLOUT_ABOUT: &str = "\
+Roll a config change out in waves that halt themselves on the first failing node.
+
+The next config is a ConfigMap beside the base, NAME-next (the same `config` key, read and \
+checked as the base is), annotated with its schedule: the waves (percentages of the nodes), the \
+soak between two waves, the start and an optional node selector (ipmasq.io/rollout-*, see \
+ipmasq-config(5)). Each agent in API mode decides alone whether its node is in the wave in force: \
+a node's place is bytes 8 to 15 of the SHA-256 of its name modulo 10,000, and a wave of P % \
+holds the places below P x 100, so a node once in stays in and status can say who comes next. \
+No controller runs: the wave follows from the start and the soak.
+
+A node of the wave that cannot keep the next config (admission refuses it, the kernel refuses \
+the transaction, or an --invariant is broken on its live rules) writes the halt on NAME-next \
+(ipmasq.io/rollout-halted: the node, the reason, what it saw); every agent sees it through its \
+ConfigMap watch and goes back to the base at once, and no node outside the wave ever takes the \
+next config. resume starts the halted wave again; abort puts every node back on the base; \
+promote makes the next config the base (the nodes already on it change no rule) and deletes \
+NAME-next.
+
+The user needs get, create, update, patch and delete on ConfigMaps in the namespace, and list \
+on nodes (status).";
+
+pub const ROLLOUT: AppletDoc = AppletDoc {
+    examples: &[
+        Example {
+            what: "Start: 1 %, 10 %, 50 %, then every node, 10 minutes apart, halting if a node masquerades the cluster's ranges",
+            command: "ipmasq fleet rollout start next.yaml --waves 1,10,50,100 --soak 10m --invariant 'keep 10.0.0.0/8' --invariant 'masquerade 8.8.8.8'",
+        },
+        Example {
+            what: "In CI: wait for the rollout to be done, stop on a halt",
+            command: "until ipmasq fleet rollout status -o json | jq -e '.state == \"done\"' >/dev/null; do ipmasq fleet rollout status >/dev/null || exit 1; sleep 30; done; ipmasq fleet rollout promote",
+        },
+        Example {
+            what: "Why did it halt, and who is on which config?",
+            command: "ipmasq fleet rollout status",
+        },
+    ],
+    exit_status: &[
+        (0, "done (start, promote, abort, resume); status: the rollout runs or is done, no node failed"),
+        (1, "status: the rollout is halted or aborted, or a node of the wave failed; start: a rollout runs already, or FILE is not a valid config; promote, resume: the rollout's state does not allow it"),
+        (2, "usage error; no credentials; the API server could not be reached, refused a request or did not answer within --timeout"),
+        (3, "there is no rollout (NAME-next does not exist)"),
+    ],
+    files: &[(
+        "~/.kube/config",
+        "the kubeconfig kubectl reads when neither --kubeconfig nor $KUBECONFIG names one",
+    )],
+    notes: &["status -o json prints {\"state\": \"running|halted|aborted|done\", \"wave\": N (1-based, null before the start), \"waves\": [...], \"soak\", \"start\", \"nodes\": {\"base\": [...], \"next\": [...], \"failed\": [...], \"pending\": [...]}, \"halted\": {\"node\", \"reason\", \"diagnostic\", \"wave\", \"at\"} or null, \"nextWave\": {\"wave\", \"at\", \"nodes\": [...]} or null}. A node is on base or next when the digest of its IPMasqAgentReady condition is that of its config composed with the base or with the next text (pools and EgressNATPolicies included); failed when it is the halting node, or is in the wave and reports ConfigRejected, NotReady or Drifted; pending otherwise (not written yet)."],
+};
+
+/// The exit statuses every `fleet rollout` action shares.
+const ROLLOUT_EXIT: &[(u8, &str)] = &[
+    (0, "done; status: the rollout runs or is done and no node failed"),
+    (1, "refused by the rollout's state or the input (said on stderr); status: halted, aborted, or a node of the wave failed"),
+    (2, "usage error; no credentials; the API server could not be reached, refused a request or did not answer within --timeout"),
+    (3, "there is no rollout (NAME-next does not exist)"),
+];
+
+/// `fleet rollout start`'s page.
+pub const ROLLOUT_START: AppletDoc = AppletDoc {
+    examples: &[Example {
+        what: "Half the GPU pool, then all of it, 30 minutes apart, from 22:00 UTC",
+        command: "ipmasq fleet rollout start next.yaml --waves 50,100 --soak 30m --start 2026-12-01T22:00:00Z --node-selector pool=gpu --invariant 'keep 10.0.0.0/8'",
+    }],
+    exit_status: ROLLOUT_EXIT,
+    files: &[],
+    notes: &["FILE is checked as the agents check a config first; a FILE with errors starts nothing. A rollout that runs, is halted or is done (waiting for promote) refuses a second start; an aborted one is replaced."],
+};
+
+/// `fleet rollout status`'s page.
+pub const ROLLOUT_STATUS: AppletDoc = AppletDoc {
+    examples: &[Example {
+        what: "Gate a pipeline on the rollout",
+        command: "ipmasq fleet rollout status -o json | jq -r .state",
+    }],
+    exit_status: ROLLOUT_EXIT,
+    files: &[],
+    notes: &[],
+};
+
+/// `fleet rollout promote`'s page.
+pub const ROLLOUT_PROMOTE: AppletDoc = AppletDoc {
+    examples: &[Example {
+        what: "Make the next config the base once every wave has soaked",
+        command: "ipmasq fleet rollout promote",
+    }],
+    exit_status: ROLLOUT_EXIT,
+    files: &[],
+    notes: &["A halted or aborted rollout is not promoted. The base is written first, then NAME-next deleted at the version read: nodes already on the next config compose the same text and change no rule."],
+};
+
+/// `fleet rollout abort`'s page.
+pub const ROLLOUT_ABORT: AppletDoc = AppletDoc {
+    examples: &[Example {
+        what: "Put every node back on the base now",
+        command: "ipmasq fleet rollout abort",
+    }],
+    exit_status: ROLLOUT_EXIT,
+    files: &[],
+    notes: &[],
+};
+
+/// `fleet rollout resume`'s page.
+pub const ROLLOUT_RESUME: AppletDoc = AppletDoc {
+    examples: &[Example {
+        what: "After mending what halted it, start the halted wave again",
+        command: "ipmasq fleet rollout resume",
+    }],
+    exit_status: ROLLOUT_EXIT,
+    files: &[],
+    notes: &["The halt is cleared and the start moved so that the halted wave starts now with a fresh soak; the waves after it follow on schedule."],
+};
+
 /// `who --help`'s description: what it reads and how a flow is matched.
 pub const WHO_ABOUT: &str = "\
 Which pod was behind the node's address and port at a time, from the agent's SNAT log.

@@ -963,6 +963,84 @@ pub struct FleetArgs {
     /// Colour the text output
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+
+    #[command(subcommand)]
+    pub command: Option<FleetCommand>,
+}
+
+/// What `fleet` does besides listing the nodes.
+#[derive(Subcommand, Debug, Clone)]
+pub enum FleetCommand {
+    /// Roll a config change out in waves that halt themselves on the first failing node
+    #[command(after_help = after_help(&docs::ROLLOUT), long_about = docs::ROLLOUT_ABOUT)]
+    Rollout(RolloutArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RolloutArgs {
+    /// The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else
+    /// ~/.kube/config, else the pod's service account]
+    #[arg(long, value_name = "PATH", global = true)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The agents' base ConfigMap; the rollout is NAME-next beside it
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = crate::cluster::configmap::DEFAULT_CONFIGMAP, global = true)]
+    pub configmap: crate::cluster::configmap::ConfigMapRef,
+
+    /// The deadline of every request and of the whole command (a Go duration)
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_fleet_timeout, global = true)]
+    pub timeout: crate::config::GoDuration,
+
+    /// Output format (status)
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text, global = true)]
+    pub output: OutputFormat,
+
+    #[command(subcommand)]
+    pub action: RolloutAction,
+}
+
+/// One step of a rollout.
+#[derive(Subcommand, Debug, Clone)]
+pub enum RolloutAction {
+    /// Create NAME-next from FILE with its schedule: the first wave starts at --start
+    Start(RolloutStartArgs),
+    /// The wave, the nodes on the base, on the next config and failed, a halt and who is next
+    Status,
+    /// The next config becomes the base; the rollout's ConfigMap is deleted
+    Promote,
+    /// Every node back on the base at once; the rollout stays, marked aborted, for the record
+    Abort,
+    /// After a halt: the halted wave starts again now, with a fresh soak
+    Resume,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RolloutStartArgs {
+    /// The next config (YAML or JSON, as the ConfigMap's `config` key holds it)
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// The waves, as percentages of the nodes, increasing (each node's place is a hash of its
+    /// name: a node once in stays in)
+    #[arg(long, value_name = "PERCENTS", default_value = "1,10,50,100")]
+    pub waves: crate::config::rollout::Waves,
+
+    /// The soak between two waves (a Go duration)
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = crate::config::rollout::parse_soak)]
+    pub soak: std::time::Duration,
+
+    /// When the first wave starts (RFC 3339) [default: now]
+    #[arg(long, value_name = "TIME")]
+    pub start: Option<k8s_openapi::jiff::Timestamp>,
+
+    /// Only the nodes this label selector matches take part (kubectl's -l syntax)
+    #[arg(long, value_name = "SELECTOR")]
+    pub node_selector: Option<String>,
+
+    /// What must stay true on every node of the wave: keep|masquerade DEST [from SRC] [via
+    /// IFACE] (repeatable), judged on the live rules as `explain` judges them
+    #[arg(long = "invariant", value_name = "INVARIANT")]
+    pub invariants: Vec<crate::config::rollout::Invariant>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -30,6 +30,13 @@ pub struct ConfigMapRef {
     pub name: String,
 }
 
+impl ConfigMapRef {
+    /// The name of the next config's ConfigMap (`<name>-next`): a rollout in waves.
+    pub fn next_name(&self) -> String {
+        crate::config::rollout::next_name(&self.name)
+    }
+}
+
 impl std::fmt::Display for ConfigMapRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
@@ -123,6 +130,12 @@ pub struct PoolData {
 }
 
 impl PoolData {
+    /// Whether the pool selects a node with `labels` (a selector that does not parse selects
+    /// none).
+    pub fn selects(&self, labels: &crate::config::selector::Labels) -> bool {
+        crate::config::selector::Selector::parse(&self.selector).is_ok_and(|s| s.matches(labels))
+    }
+
     /// The pool `object` makes, if it is one: named `ip-masq-agent-*` (see
     /// [`crate::config::pool::is_pool_name`]) with the node-selector annotation.
     pub fn of(object: &ConfigMap) -> Option<PoolData> {
@@ -143,6 +156,30 @@ impl PoolData {
                 .and_then(|data| data.get(CONFIG_KEY))
                 .cloned(),
         })
+    }
+}
+
+/// The next config's ConfigMap (`<base>-next`, see [`crate::config::rollout`]) as the API
+/// holds it: the `config` key's text (None: no such key), its annotations (the schedule, the
+/// invariants, a halt or an abort) and its resource version (a halt is written against it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NextData {
+    pub text: Option<Arc<String>>,
+    pub annotations: std::collections::BTreeMap<String, String>,
+    pub resource_version: String,
+}
+
+impl NextData {
+    pub fn of(object: &ConfigMap) -> NextData {
+        NextData {
+            text: object
+                .data
+                .as_ref()
+                .and_then(|data| data.get(CONFIG_KEY))
+                .map(|text| Arc::new(text.clone())),
+            annotations: object.metadata.annotations.clone().unwrap_or_default(),
+            resource_version: object.metadata.resource_version.clone().unwrap_or_default(),
+        }
     }
 }
 
@@ -176,6 +213,9 @@ pub struct FeedState {
     /// The pool ConfigMaps of the namespace by name, as of the same list (and the events
     /// since).
     pub pools: std::collections::BTreeMap<String, PoolData>,
+    /// The next config's ConfigMap, while one exists (as of the same list and the events
+    /// since).
+    pub next: Option<NextData>,
     /// The agent's Node's labels; None until its first list.
     pub node: Option<NodeLabels>,
     /// The uid of the agent's Node as last seen (kept when it is deleted): the mirror writes
@@ -265,6 +305,15 @@ pub fn publish_listing(
     changed
 }
 
+/// Publishes the next config's ConfigMap as the same list (and the events since) found it
+/// (None: there is none); true when it changed.
+pub fn publish_next(feed: &ConfigMapFeed, next: Option<NextData>) -> bool {
+    let mut state = lock(feed);
+    let changed = state.next != next;
+    state.next = next;
+    changed
+}
+
 /// Publishes one pool's change (None: deleted, or no longer a pool); true when it changed.
 pub fn publish_pool(feed: &ConfigMapFeed, name: &str, pool: Option<PoolData>) -> bool {
     let mut state = lock(feed);
@@ -312,13 +361,15 @@ pub(crate) fn trouble(feed: &ConfigMapFeed, what: &str, reason: String) {
     }
 }
 
-/// Whether the ConfigMap of `metadata` is `target` (the base) or a pool: its name, and for a
-/// pool the node-selector annotation, are metadata, so no data is needed to tell.
+/// Whether the ConfigMap of `metadata` is `target` (the base), its next config
+/// (`<base>-next`) or a pool: its name, and for a pool the node-selector annotation, are
+/// metadata, so no data is needed to tell.
 pub fn is_base_or_pool(target: &ConfigMapRef, metadata: &kube::api::ObjectMeta) -> bool {
     let Some(name) = metadata.name.as_deref() else {
         return false;
     };
     name == target.name
+        || name == target.next_name()
         || (crate::config::pool::is_pool_name(name)
             && metadata.annotations.as_ref().is_some_and(|annotations| {
                 annotations.contains_key(crate::config::pool::NODE_SELECTOR_ANNOTATION)
@@ -354,6 +405,8 @@ struct Fetched {
     base: Option<ConfigMapData>,
     /// For a pool: the pool the GET's object makes (None after a 404, or no longer a pool).
     pool: Option<PoolData>,
+    /// For the next config: its data (None after a 404).
+    next: Option<NextData>,
 }
 
 /// The base's and the pools' metadata as the watch's store holds it, and the GETs of their
@@ -427,11 +480,14 @@ impl Tracker {
         let got = object
             .as_ref()
             .and_then(|object| object.metadata.resource_version.clone());
-        let (base, pool) = if name == self.target.name {
-            (Some(ConfigMapData::of(&self.target, object.as_ref())), None)
+        let (mut base, mut pool, mut next) = (None, None, None);
+        if name == self.target.name {
+            base = Some(ConfigMapData::of(&self.target, object.as_ref()));
+        } else if name == self.target.next_name() {
+            next = object.as_ref().map(NextData::of);
         } else {
-            (None, object.as_ref().and_then(PoolData::of))
-        };
+            pool = object.as_ref().and_then(PoolData::of);
+        }
         self.fetched.insert(
             name.to_string(),
             Fetched {
@@ -439,6 +495,7 @@ impl Tracker {
                 got,
                 base,
                 pool,
+                next,
             },
         );
     }
@@ -465,6 +522,14 @@ impl Tracker {
             .filter_map(|(name, fetched)| Some((name.clone(), fetched.pool.clone()?)))
             .collect();
         Some((base, pools))
+    }
+
+    /// The next config's ConfigMap as last read (None: none, or not read yet); call after
+    /// [`Tracker::complete`] said every read is done.
+    fn next(&self) -> Option<NextData> {
+        self.fetched
+            .get(&self.target.next_name())
+            .and_then(|fetched| fetched.next.clone())
     }
 }
 
@@ -558,7 +623,8 @@ pub async fn watch(
             continue;
         };
         debug!(configmap = %data.provenance, pools = pools.len(), "the API's ConfigMaps read");
-        if publish_listing(&feed, data, pools.clone()) {
+        let next_changed = publish_next(&feed, tracker.next());
+        if publish_listing(&feed, data, pools.clone()) | next_changed {
             warn_of_bad_selectors(&pools);
             wake();
         }

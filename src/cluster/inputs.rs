@@ -402,6 +402,7 @@ pub async fn fetch_into(
     }
     let mut base = None;
     let mut pools = BTreeMap::new();
+    let mut next = None;
     for name in wanted {
         let object = super::get_at(&configmaps, &name, "0")
             .await
@@ -409,6 +410,8 @@ pub async fn fetch_into(
         let Some(object) = object else { continue };
         if name == target.name {
             base = Some(object);
+        } else if name == target.next_name() {
+            next = Some(super::configmap::NextData::of(&object));
         } else if let Some(pool) = PoolData::of(&object) {
             pools.insert(name, pool);
         }
@@ -445,6 +448,7 @@ pub async fn fetch_into(
         Err(err) => return Err(format!("{EGRESS_NAT_PLURAL}: {err}")),
     };
     super::configmap::publish_listing(feed, ConfigMapData::of(target, base.as_ref()), pools);
+    super::configmap::publish_next(feed, next);
     publish_node(feed, node);
     publish_policies(feed, policies);
     Ok(())

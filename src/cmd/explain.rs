@@ -202,15 +202,11 @@ struct RuleAnswer {
     bytes: Option<u64>,
 }
 
-/// The source a packet is explained from: `--from`, else a pod address of the family's first
-/// source range (the traffic the scoping is for), else any source.
+/// The source a packet is explained from: `--from`, else the plan's assumed source (a pod
+/// address of the family's first source range), else none (any source).
 fn source_address(given: Option<IpAddr>, config: &Config, family: Family) -> Option<IpAddr> {
     given.or_else(|| {
-        config
-            .masquerade_source_cidrs
-            .iter()
-            .find(|n| family.holds(n))
-            .map(|n| n.hosts().next().unwrap_or(n.addr()))
+        Some(crate::plan::assumed_source(config, family)).filter(|src| !src.is_unspecified())
     })
 }
 

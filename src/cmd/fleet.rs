@@ -691,6 +691,9 @@ fn to_text(rows: &[NodeRow], style: &Styler, width: usize) -> String {
 
 /// Runs `ipmasq fleet`.
 pub fn run(args: &FleetArgs) -> Exit {
+    if let Some(crate::cli::FleetCommand::Rollout(rollout)) = &args.command {
+        return super::fleet_rollout::run(rollout);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -124,6 +124,92 @@ fn man_page_with(
     Ok(out)
 }
 
+/// One page per applet, each naming the others.
+fn applet_pages(
+    cli: &clap::Command,
+    applets: &[(&'static str, &'static AppletDoc)],
+) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    let mut files = Vec::new();
+    for &(name, doc) in applets {
+        let sub = cli
+            .find_subcommand(name)
+            .expect("every applet is a subcommand")
+            .clone()
+            .name(format!("{BINARY_NAME}-{name}"))
+            .bin_name(format!("{BINARY_NAME} {name}"))
+            .version(cli.get_version().unwrap_or_default().to_string());
+        let mut see_also: Vec<String> = vec!["ipmasq (8)".into()];
+        see_also.extend(
+            applets
+                .iter()
+                .filter(|(other, _)| *other != name)
+                .map(|(other, _)| format!("ipmasq-{other} (8)")),
+        );
+        see_also.push("ipmasq-config (5)".into());
+        see_also.push("iptables-restore (8)".into());
+        let refs: Vec<&str> = see_also.iter().map(String::as_str).collect();
+        let more = match name {
+            "agent" => health_section(),
+            "validate" => crate::cli::codes_reference::roff_section(),
+            _ => String::new(),
+        };
+        files.push((
+            format!("man/ipmasq-{name}.8"),
+            man_page_with(sub, &format!("{BINARY_NAME}-{name}"), doc, &refs, &more)?,
+        ));
+    }
+    Ok(files)
+}
+
+/// `fleet rollout`'s page and one per action (the rollout page's COMMANDS names them).
+fn rollout_pages(cli: &clap::Command) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    let version = cli.get_version().unwrap_or_default().to_string();
+    let rollout = cli
+        .find_subcommand("fleet")
+        .and_then(|fleet| fleet.find_subcommand("rollout"))
+        .expect("fleet rollout is a subcommand")
+        .clone();
+    let title = format!("{BINARY_NAME}-fleet-rollout");
+    let page = |command: clap::Command, title: &str, doc: &AppletDoc, see_also: &[&str]| {
+        man_page(
+            command
+                .name(title.to_string())
+                .bin_name(title.replace('-', " "))
+                .version(version.clone()),
+            title,
+            doc,
+            see_also,
+        )
+    };
+    let mut files = vec![(
+        format!("man/{title}.8"),
+        page(
+            rollout.clone(),
+            &title,
+            &docs::ROLLOUT,
+            &["ipmasq-fleet (8)", "ipmasq-agent (8)", "ipmasq-config (5)"],
+        )?,
+    )];
+    for (action, doc) in [
+        ("start", &docs::ROLLOUT_START),
+        ("status", &docs::ROLLOUT_STATUS),
+        ("promote", &docs::ROLLOUT_PROMOTE),
+        ("abort", &docs::ROLLOUT_ABORT),
+        ("resume", &docs::ROLLOUT_RESUME),
+    ] {
+        let command = rollout
+            .find_subcommand(action)
+            .expect("every rollout action is a subcommand")
+            .clone();
+        let name = format!("{title}-{action}");
+        files.push((
+            format!("man/{name}.8"),
+            page(command, &name, doc, &["ipmasq-fleet-rollout (8)"])?,
+        ));
+    }
+    Ok(files)
+}
+
 /// The applets with their documentation, in the order the pages and references list them.
 fn documented_applets() -> [(&'static str, &'static AppletDoc); 7] {
     [
@@ -278,34 +364,8 @@ pub fn generated_files() -> std::io::Result<Vec<(String, Vec<u8>)>> {
         "man/ipmasq.8".to_string(),
         man_page(cli.clone(), BINARY_NAME, &docs::MAIN, &refs)?,
     ));
-    for (name, doc) in applets {
-        let sub = cli
-            .find_subcommand(name)
-            .expect("every applet is a subcommand")
-            .clone()
-            .name(format!("{BINARY_NAME}-{name}"))
-            .bin_name(format!("{BINARY_NAME} {name}"))
-            .version(cli.get_version().unwrap_or_default().to_string());
-        let mut see_also: Vec<String> = vec!["ipmasq (8)".into()];
-        see_also.extend(
-            applets
-                .iter()
-                .filter(|(other, _)| *other != name)
-                .map(|(other, _)| format!("ipmasq-{other} (8)")),
-        );
-        see_also.push("ipmasq-config (5)".into());
-        see_also.push("iptables-restore (8)".into());
-        let refs: Vec<&str> = see_also.iter().map(String::as_str).collect();
-        let more = match name {
-            "agent" => health_section(),
-            "validate" => crate::cli::codes_reference::roff_section(),
-            _ => String::new(),
-        };
-        files.push((
-            format!("man/ipmasq-{name}.8"),
-            man_page_with(sub, &format!("{BINARY_NAME}-{name}"), doc, &refs, &more)?,
-        ));
-    }
+    files.extend(applet_pages(&cli, &applets)?);
+    files.extend(rollout_pages(&cli)?);
     files.push((
         "man/ipmasq-config.5".to_string(),
         crate::cli::config_page::config_page(cli.get_version().unwrap_or_default()).into_bytes(),

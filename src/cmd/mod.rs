@@ -6,6 +6,7 @@ pub(crate) mod explain;
 pub(crate) mod fleet;
 pub(crate) mod fleet_list;
 pub(crate) mod fleet_pods;
+pub(crate) mod fleet_rollout;
 pub(crate) mod flows;
 pub(crate) mod generate;
 pub(crate) mod node;

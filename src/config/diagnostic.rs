@@ -145,6 +145,11 @@ codes! {
     IgnoredNodeSelector = "ignored-node-selector", Warning,
         "ipmasq.io/node-selector on a ConfigMap not named ip-masq-agent-*: it is no node pool, and the agent ignores the annotation (the base ConfigMap ip-masq-agent applies to every node)",
         "put the pool's config in a ConfigMap named ip-masq-agent-<pool> with the annotation, or delete the annotation";
+    /// An `ipmasq.io/rollout-*` annotation of the next config's ConfigMap that the agents cannot
+    /// read: they keep the base, and the rollout never starts.
+    RolloutAnnotation = "rollout-annotation", Error,
+        "an ipmasq.io/rollout-* annotation of ip-masq-agent-next (a rollout in waves) is missing or not what it must be: the agents ignore the rollout and keep the base",
+        "write the rollout with `ipmasq fleet rollout start`, or fix the annotation as the message says (waves like 1,10,50,100; soak like 10m; start in RFC 3339)";
     /// A resync interval below the floor; the floor is used.
     ResyncBelowFloor = "resync-below-floor", Warning,
         "a resyncInterval under 100ms; 100ms is used",

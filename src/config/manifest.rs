@@ -402,7 +402,16 @@ impl ConfigMapFound<'_> {
             .get("metadata")
             .and_then(|m| m.get("annotations"))
             .and_then(|a| a.get(NODE_SELECTOR_ANNOTATION));
-        let pool_name = name.as_deref().filter(|n| pool::is_pool_name(n));
+        let next_name = super::rollout::next_name(CONFIGMAP_NAME);
+        let is_next = name.as_deref() == Some(next_name.as_str());
+        let pool_name = name
+            .as_deref()
+            .filter(|n| pool::is_pool_name(n) && !is_next);
+        let mut rollout_findings = if is_next {
+            rollout_findings(self.object)
+        } else {
+            Vec::new()
+        };
         if let (Some(selector), Some(pool_name)) = (selector, pool_name) {
             manifest
                 .pools
@@ -422,10 +431,19 @@ impl ConfigMapFound<'_> {
                 if let Some(finding) = &ignored {
                     checked.edit_diagnostics(|d| d.push(finding.clone()));
                 }
+                let findings = std::mem::take(&mut rollout_findings);
+                if !findings.is_empty() {
+                    checked.edit_diagnostics(|d| d.extend(findings));
+                }
                 manifest.config_maps.push(self.result(checked));
             } else {
                 manifest.parts.push(self.part(key, checked));
             }
+        }
+        if !rollout_findings.is_empty() {
+            manifest
+                .config_maps
+                .push(self.result(Checked::rejected(rollout_findings)));
         }
         if keys.is_empty() && name.as_deref() == Some(CONFIGMAP_NAME) {
             let mut checked = without_config(self.object, name.as_deref());
@@ -516,11 +534,64 @@ impl ConfigMapFound<'_> {
     }
 }
 
+/// The findings on the `ipmasq.io/rollout-*` annotations of the next config's ConfigMap, each
+/// at its annotation (a missing one at the ConfigMap's metadata).
+fn rollout_findings(object: &YamlNode) -> Vec<Diagnostic> {
+    let metadata = object.get("metadata");
+    let annotations = metadata.and_then(|m| m.get("annotations"));
+    let mut texts = std::collections::BTreeMap::new();
+    let mut findings = Vec::new();
+    let mut located = std::collections::BTreeMap::new();
+    for (key, value) in annotations
+        .and_then(YamlNode::as_mapping)
+        .unwrap_or_default()
+    {
+        let Some(key) = key.as_str().filter(|k| k.starts_with("ipmasq.io/rollout-")) else {
+            continue;
+        };
+        located.insert(key.to_string(), value.location);
+        match value.as_str() {
+            Some(text) => {
+                texts.insert(key.to_string(), text.to_string());
+            }
+            None => findings.push(
+                Diagnostic::error(
+                    Code::RolloutAnnotation,
+                    format!(
+                        "annotation {key} must be a string, got {}",
+                        value.kind_name()
+                    ),
+                )
+                .at(value.location),
+            ),
+        }
+    }
+    if !findings.is_empty() {
+        return findings;
+    }
+    let Err(errors) = super::rollout::Rollout::from_annotations(&texts) else {
+        return findings;
+    };
+    let fallback = annotations.or(metadata).map(|node| node.location);
+    errors
+        .into_iter()
+        .map(|error| {
+            let finding = Diagnostic::error(Code::RolloutAnnotation, format!("annotation {error}"));
+            match located.get(error.annotation).copied().or(fallback) {
+                Some(location) => finding.at(location),
+                None => finding,
+            }
+        })
+        .collect()
+}
+
 /// The warning for `ipmasq.io/node-selector` on a ConfigMap that cannot be a pool.
 fn ignored_selector(node: &YamlNode, name: Option<&str>) -> Diagnostic {
     let name = name.unwrap_or("(unnamed)");
     let why = if name == CONFIGMAP_NAME {
         "the base ConfigMap applies to every node"
+    } else if name == super::rollout::next_name(CONFIGMAP_NAME) {
+        "the next config of a rollout is no pool: ipmasq.io/rollout-node-selector chooses its nodes"
     } else {
         "only a ConfigMap named ip-masq-agent-* is a node pool"
     };

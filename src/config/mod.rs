@@ -13,6 +13,7 @@ pub mod egress_nat;
 pub mod manifest;
 pub mod merge;
 pub mod pool;
+pub mod rollout;
 pub mod selector;
 mod source;
 pub mod yaml;

@@ -25,6 +25,22 @@ pub enum Reason {
     InterfaceNotSelected,
 }
 
+/// The source a packet is judged from when none is given (`explain` without `--from`, a
+/// rollout's invariant without `from`): a pod address of the family's first
+/// `masqueradeSourceCIDRs` range (the traffic the scoping is for), else the family's
+/// unspecified address (any source).
+pub fn assumed_source(config: &crate::config::Config, family: super::Family) -> IpAddr {
+    config
+        .masquerade_source_cidrs
+        .iter()
+        .find(|n| family.holds(n))
+        .map(|n| n.hosts().next().unwrap_or(n.addr()))
+        .unwrap_or(match family {
+            super::Family::V4 => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            super::Family::V6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        })
+}
+
 /// The verdict for one packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlanVerdict {

@@ -13,7 +13,7 @@ pub mod live;
 mod names;
 mod ports;
 
-pub use decide::{decide, decide_leaving, Reason};
+pub use decide::{assumed_source, decide, decide_leaving, Reason};
 pub use egress::ResolvedEgress;
 pub use names::{
     jump_comment, ChainName, Names, DEFAULT_CHAIN, MASQ_COMMENT, NON_MASQ_COMMENT, SNAT_COMMENT,

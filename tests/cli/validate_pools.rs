@@ -329,3 +329,62 @@ fn node_labels_show_which_pools_apply_and_the_merged_config() {
         .iter()
         .all(|r| r.get("node").is_none()));
 }
+
+/// The next config of a rollout in waves (`ip-masq-agent-next`) is checked as a config, and
+/// its `ipmasq.io/rollout-*` annotations as the agents read them: each wrong one is an error at
+/// its line; a node selector there is no pool's and is said to be ignored.
+#[test]
+fn the_next_config_of_a_rollout_is_checked_with_its_schedule() {
+    let dir = Scratch::new("rollout-next");
+    let good = configmap(
+        "ip-masq-agent-next",
+        "  annotations:\n    ipmasq.io/rollout-waves: '1,10,50,100'\n    ipmasq.io/rollout-soak: 10m\n    ipmasq.io/rollout-start: '2026-11-29T12:00:00Z'\n    ipmasq.io/rollout-invariants: |\n      keep 10.0.0.0/8\n      masquerade 8.8.8.8 via eth0\n",
+        &["10.0.0.0/8"],
+    );
+    let file = dir.write("good.yaml", &good).display().to_string();
+    let (code, report) = json(&file);
+    assert_eq!(code, 0, "{report:#}");
+    let found = result(&report, "ip-masq-agent-next");
+    assert!(codes(found).is_empty(), "{found:#}");
+    assert!(
+        found["pool"].is_null(),
+        "the next config is no pool: {found:#}"
+    );
+
+    let bad = configmap(
+        "ip-masq-agent-next",
+        "  annotations:\n    ipmasq.io/node-selector: pool=gpu\n    ipmasq.io/rollout-waves: '50,10'\n    ipmasq.io/rollout-soak: 10\n",
+        &["10.0.0.0/8"],
+    );
+    let file = dir.write("bad.yaml", &bad).display().to_string();
+    let (code, report) = json(&file);
+    assert_eq!(code, 1, "{report:#}");
+    let found = result(&report, "ip-masq-agent-next");
+    assert_eq!(
+        codes(found),
+        ["ignored-node-selector", "rollout-annotation"],
+        "{found:#}"
+    );
+    let run = ipmasq(&["validate", &file]);
+    assert!(
+        run.stdout
+            .contains("annotation ipmasq.io/rollout-soak must be a string"),
+        "{}",
+        run.stdout
+    );
+    let bad = configmap(
+        "ip-masq-agent-next",
+        "  annotations:\n    ipmasq.io/rollout-waves: '50,10'\n    ipmasq.io/rollout-soak: 1s\n    ipmasq.io/rollout-invariants: keep 10.0.0.1/8\n",
+        &["10.0.0.0/8"],
+    );
+    let file = dir.write("bad2.yaml", &bad).display().to_string();
+    let run = ipmasq(&["validate", &file]);
+    assert_eq!(run.code, 1);
+    for said in [
+        "bad2.yaml:7:30: error[rollout-annotation]: annotation ipmasq.io/rollout-waves: 10 does not grow",
+        "annotation ipmasq.io/rollout-start: missing",
+        "annotation ipmasq.io/rollout-invariants: \"keep 10.0.0.1/8\": \"10.0.0.1/8\" is not an address or a CIDR",
+    ] {
+        assert!(run.stdout.contains(said), "{said}\n{}", run.stdout);
+    }
+}

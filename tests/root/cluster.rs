@@ -102,6 +102,16 @@ impl LocalCluster {
 
     /// [`LocalCluster::up`] with more flags for kube-apiserver.
     pub fn up_with(ns: &Netns, apiserver_flags: &[&str]) -> LocalCluster {
+        LocalCluster::up_serving(ns, apiserver_flags, None)
+    }
+
+    /// [`LocalCluster::up`] serving on every address of `ns` too, its certificate naming
+    /// `address`: agents in other namespaces reach it there (a veth or a bridge).
+    pub fn up_reachable(ns: &Netns, address: &str) -> LocalCluster {
+        LocalCluster::up_serving(ns, &["--bind-address=0.0.0.0"], Some(address))
+    }
+
+    fn up_serving(ns: &Netns, apiserver_flags: &[&str], address: Option<&str>) -> LocalCluster {
         require_built();
         let dir = Scratch::new(&format!("cluster-{}", ns.name));
         let out = ns
@@ -110,6 +120,7 @@ impl LocalCluster {
                 &["up", &dir.path.display().to_string()],
             )
             .env("LOCAL_CLUSTER_APISERVER_FLAGS", apiserver_flags.join(" "))
+            .env("LOCAL_CLUSTER_SERVER_IPS", address.unwrap_or_default())
             .output()
             .expect("run scripts/local-cluster up");
         let mut cluster = LocalCluster {
@@ -256,8 +267,9 @@ fn the_agent_token_reads_only_what_its_roles_grant() {
 
 /// What rbac.yaml's roles give a token of the service account `kube-system/ip-masq-agent`, asked
 /// of the server: 200 for the ConfigMaps of kube-system and for Nodes; 403 for Secrets (there and
-/// cluster-wide), for the ConfigMaps of another namespace (a list and one that exists) and for
-/// writing a ConfigMap. Also used for the token of the account the API-mode overlay creates.
+/// cluster-wide), for the ConfigMaps of another namespace (a list and one that exists), for
+/// writing a ConfigMap and patching the base; not 403 for patching the rollout's
+/// (`ip-masq-agent-next`). Also used for the token of the account the API-mode overlay creates.
 pub fn assert_token_reads_only_what_rbac_yaml_grants(cluster: &LocalCluster, token: &str) {
     let (status, body) = cluster.admin(
         "POST",
@@ -286,4 +298,14 @@ pub fn assert_token_reads_only_what_rbac_yaml_grants(cluster: &LocalCluster, tok
         Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"planted"}}"#),
     );
     assert_eq!(status, 403, "the agent may not write ConfigMaps: {body}");
+    // The one write on a ConfigMap: a patch of the rollout's (the halt), of no other.
+    let patch = Some(r#"{"metadata":{"annotations":{"x":"y"}}}"#);
+    let (status, body) = cluster.with_token(token, "PATCH", BASE_CONFIGMAP, patch);
+    assert_eq!(status, 403, "the agent may not patch the base: {body}");
+    let next = format!("{BASE_CONFIGMAP}-next");
+    let (status, body) = cluster.with_token(token, "PATCH", &next, patch);
+    assert_ne!(
+        status, 403,
+        "the agent may patch the rollout's ConfigMap: {body}"
+    );
 }

@@ -47,6 +47,7 @@ mod node_lock;
 mod packets;
 mod parse_budget;
 mod rejected_config;
+mod rollout;
 mod seam;
 mod show_cleanup;
 mod snat_log;

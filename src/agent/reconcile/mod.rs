@@ -12,7 +12,7 @@ mod source;
 mod status;
 
 pub use admission::{ActiveRead, Rejection};
-pub use source::{ApiSettings, StatusWrites, LAST_KNOWN_GOOD};
+pub use source::{ApiSettings, OnNext, RolloutSeen, StatusWrites, LAST_KNOWN_GOOD};
 pub use status::Status;
 
 use crate::backend::{BackendError, SyncReport};
@@ -166,6 +166,29 @@ impl Reconciler {
     /// The digest of the config in force's bytes and when they were read.
     pub fn config_read(&self) -> Option<&ActiveRead> {
         self.admission.read()
+    }
+
+    /// Where this node stands in a rollout in waves (API mode): Some while the config last
+    /// read is the rollout's next config.
+    pub fn on_next(&self) -> Option<&source::OnNext> {
+        self.source.on_next()
+    }
+
+    /// The rollout the API holds and whether this node runs its next config (API mode).
+    pub fn rollout_seen(&self) -> Option<RolloutSeen> {
+        self.source.rollout_seen()
+    }
+
+    /// The live rules of `family` as the backend reads them (a rollout's invariants are judged
+    /// on them, as `explain` judges a packet).
+    pub fn inspect(
+        &self,
+        family: crate::plan::Family,
+    ) -> Result<crate::backend::Inspection, crate::backend::BackendError> {
+        self.enforcer
+            .backend()
+            .inspect(family, &self.settings.plan.names())
+            .map(|inspected| inspected.inspection)
     }
 
     /// The config the source holds, while it is refused (invalid, unreadable, too large).

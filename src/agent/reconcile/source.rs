@@ -5,7 +5,7 @@
 //! is admission's, the same for a file and a ConfigMap.
 
 use crate::agent::last_known_good::LastKnownGood;
-use crate::cluster::configmap::{ConfigMapData, ConfigMapFeed, ConfigMapRef, FeedState};
+use crate::cluster::configmap::{ConfigMapFeed, ConfigMapRef, FeedState};
 use crate::config::composed::{ComposedText, PoolText};
 use crate::config::{self, ConfigOrigin};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,6 +80,8 @@ impl Source {
                 configmap: api.configmap.clone(),
                 feed: crate::cluster::configmap::feed_for(api.node_name.as_deref()),
                 last_known_good: api.last_known_good.clone(),
+                node_name: api.node_name.clone(),
+                on_next: None,
                 handed: None,
                 label: format!("configmap {}", api.configmap),
                 parses_skipped: 0,
@@ -116,7 +118,30 @@ impl Source {
     pub fn read_again_within(&self) -> Option<Duration> {
         match self {
             Source::Files(files) => files.read_again_within(),
-            Source::Api(_) => None,
+            Source::Api(api) => api.read_again_within(),
+        }
+    }
+
+    /// The rollout the API holds (API mode, while `NAME-next` exists and reads as one), and
+    /// whether this node runs its next config.
+    pub fn rollout_seen(&self) -> Option<RolloutSeen> {
+        let Source::Api(api) = self else {
+            return None;
+        };
+        let state = crate::cluster::configmap::lock(&api.feed);
+        let next = state.next.as_ref()?;
+        Some(RolloutSeen {
+            rollout: config::rollout::Rollout::from_annotations(&next.annotations).ok()?,
+            on_next: api.on_next.is_some(),
+        })
+    }
+
+    /// Where this node stands in a rollout (API mode): Some while the config last read is the
+    /// next config of a rollout in waves.
+    pub fn on_next(&self) -> Option<&OnNext> {
+        match self {
+            Source::Files(_) => None,
+            Source::Api(api) => api.on_next.as_deref(),
         }
     }
 }
@@ -197,6 +222,10 @@ pub struct ApiSource {
     pub feed: ConfigMapFeed,
     /// Handed on at the first read when the API has not been listed yet.
     last_known_good: Option<LastKnownGood>,
+    /// This node's name: which wave of a rollout holds it.
+    node_name: Option<String>,
+    /// Set while the inputs last read put this node on a rollout's next config.
+    on_next: Option<Box<OnNext>>,
     /// The inputs last handed on.
     handed: Option<Box<ComposedText>>,
     /// Where the inputs last handed on came from (`configmap NS/NAME key config
@@ -217,8 +246,35 @@ impl ApiSource {
             };
         };
         self.last_known_good = None;
-        let composed = compose(&self.configmap, current, &state);
-        let provenance = composed.provenance(&current.provenance);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let on_next = on_next(&state, self.node_name.as_deref(), now);
+        let base = match &on_next {
+            Some(place) => place.text.clone(),
+            None => current.text.clone(),
+        };
+        let composed = compose(&self.configmap, base, &state);
+        if on_next.is_some() != self.on_next.is_some() {
+            match &on_next {
+                Some(place) => {
+                    info!(configmap = %self.configmap.next_name(), wave = place.wave + 1, "this node is in the rollout's wave: taking the next config")
+                }
+                None => {
+                    info!(configmap = %self.configmap, "this node is not on a rollout's next config: taking the base")
+                }
+            }
+        }
+        self.on_next = on_next.map(Box::new);
+        let provenance = match &self.on_next {
+            Some(place) => composed.provenance(&format!(
+                "configmap {}/{} key {} (resourceVersion {}; rollout wave {})",
+                self.configmap.namespace,
+                self.configmap.next_name(),
+                crate::cluster::configmap::CONFIG_KEY,
+                place.resource_version,
+                place.wave + 1
+            )),
+            None => composed.provenance(&current.provenance),
+        };
         drop(state);
         if self.handed.as_deref() == Some(&composed) {
             if self.label.starts_with(LAST_KNOWN_GOOD) {
@@ -282,18 +338,70 @@ impl ApiSource {
     }
 }
 
-/// The inputs as the feed holds them, once listed: the base, the pools that select the Node's
-/// labels (none when the Node is unknown) and every policy.
-fn compose(target: &ConfigMapRef, base: &ConfigMapData, state: &FeedState) -> ComposedText {
+/// A rollout as the agent last saw it, for `/metrics`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RolloutSeen {
+    pub rollout: config::rollout::Rollout,
+    /// This node ran the next config at its last pass.
+    pub on_next: bool,
+}
+
+/// Where a node stands in a rollout while it runs the next config: what the next
+/// ConfigMap's resource version was, the wave, the invariants, and the next config's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OnNext {
+    pub resource_version: String,
+    pub wave: usize,
+    pub invariants: Vec<config::rollout::Invariant>,
+    pub text: Option<Arc<String>>,
+}
+
+/// This node's place in the rollout the feed holds, when it runs the next config at `now`
+/// (a rollout whose annotations do not read is no rollout: `validate` says why).
+fn on_next(
+    state: &FeedState,
+    node_name: Option<&str>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<OnNext> {
+    let next = state.next.as_ref()?;
+    let node_name = node_name?;
+    let rollout = config::rollout::Rollout::from_annotations(&next.annotations).ok()?;
+    let labels = state.node.as_ref().and_then(|node| node.labels());
+    if !rollout.runs_next(node_name, labels, now) {
+        return None;
+    }
+    Some(OnNext {
+        resource_version: next.resource_version.clone(),
+        wave: rollout.wave_at(now)?,
+        invariants: rollout.invariants,
+        text: next.text.clone(),
+    })
+}
+
+impl ApiSource {
+    /// How soon this node joins the rollout's wave (the inputs are read again then).
+    fn read_again_within(&self) -> Option<Duration> {
+        let node_name = self.node_name.as_deref()?;
+        let state = crate::cluster::configmap::lock(&self.feed);
+        let next = state.next.as_ref()?;
+        let rollout = config::rollout::Rollout::from_annotations(&next.annotations).ok()?;
+        let labels = state.node.as_ref().and_then(|node| node.labels());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let at = rollout.joins_at(node_name, labels, now)?;
+        let wait = now.duration_until(at).unsigned_abs();
+        Some(wait + Duration::from_millis(1))
+    }
+}
+
+/// The inputs as the feed holds them, once listed: the base text (the next config's on a
+/// node in a rollout's wave), the pools that select the Node's labels (none when the Node is
+/// unknown) and every policy.
+fn compose(target: &ConfigMapRef, base: Option<Arc<String>>, state: &FeedState) -> ComposedText {
     let labels = state.node.as_ref().and_then(|node| node.labels());
     let pools = state
         .pools
         .iter()
-        .filter(|(_, pool)| {
-            labels.is_some_and(|labels| {
-                config::selector::Selector::parse(&pool.selector).is_ok_and(|s| s.matches(labels))
-            })
-        })
+        .filter(|(_, pool)| labels.is_some_and(|labels| pool.selects(labels)))
         .map(|(name, pool)| PoolText {
             name: name.clone(),
             selector: pool.selector.clone(),
@@ -305,11 +413,5 @@ fn compose(target: &ConfigMapRef, base: &ConfigMapData, state: &FeedState) -> Co
         .iter()
         .flat_map(|policies| policies.values().cloned())
         .collect();
-    ComposedText::new(
-        &target.namespace,
-        &target.name,
-        base.text.clone(),
-        pools,
-        policies,
-    )
+    ComposedText::new(&target.namespace, &target.name, base, pools, policies)
 }
