@@ -43,6 +43,57 @@ pub struct Brake {
 pub struct BrakeSink {
     requests: Arc<watch::Sender<Option<HaltRequest>>>,
     node: String,
+    settling: Settling,
+}
+
+/// Passes in a row, after the one that applied the next config, that found the rules changed
+/// under it and repaired them: this many and the next config does not settle on the node.
+pub const UNSETTLED_PASSES: u32 = 3;
+
+/// Whether the rules stay put on the next config: each pass of one rollout (its resource
+/// version) counted once the next config is applied.
+#[derive(Debug, Default)]
+pub struct Settling {
+    /// The rollout's resource version the counts are for.
+    resource_version: String,
+    /// A pass of that version synced (the one that applied the next config, or found it).
+    applied: bool,
+    /// Passes in a row since then that repaired a drift.
+    repairing: u32,
+}
+
+impl Settling {
+    /// Notes a pass on the next config of `resource_version`; `NotSettled` once
+    /// [`UNSETTLED_PASSES`] passes in a row after the first repaired something.
+    pub fn note(&mut self, resource_version: &str, pass: &Pass) -> Option<Failure> {
+        if self.resource_version != resource_version {
+            *self = Settling {
+                resource_version: resource_version.to_string(),
+                ..Settling::default()
+            };
+        }
+        let Pass::Synced(reports) = pass else {
+            return None;
+        };
+        if !self.applied {
+            self.applied = true;
+            return None;
+        }
+        let repairs: Vec<&str> = reports.iter().flat_map(|r| r.repairs()).collect();
+        if repairs.is_empty() {
+            self.repairing = 0;
+            return None;
+        }
+        self.repairing += 1;
+        (self.repairing >= UNSETTLED_PASSES).then(|| Failure {
+            reason: "NotSettled",
+            diagnostic: format!(
+                "the rules on the next config were changed under the agent and repaired in {} passes in a row (last: {})",
+                self.repairing,
+                repairs.join(", ")
+            ),
+        })
+    }
 }
 
 /// Writes halts on the `-next` ConfigMap (the runtime's side).
@@ -80,6 +131,7 @@ impl Brake {
         Some(BrakeSink {
             requests: self.requests.clone(),
             node,
+            settling: Settling::default(),
         })
     }
 
@@ -165,6 +217,21 @@ fn broken(reconciler: &Reconciler, invariant: &Invariant) -> Option<Failure> {
     })
 }
 
+/// The most of a diagnostic the halt carries (an annotation shares 256 KiB with the others).
+pub const DIAGNOSTIC_MAX: usize = 1_000;
+
+/// `text` cut to [`DIAGNOSTIC_MAX`] bytes at a character boundary, marked when cut.
+fn bounded(text: &str) -> String {
+    if text.len() <= DIAGNOSTIC_MAX {
+        return text.to_string();
+    }
+    let mut end = DIAGNOSTIC_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} …", &text[..end])
+}
+
 fn unspecified(family: Family) -> std::net::IpAddr {
     match family {
         Family::V4 => std::net::Ipv4Addr::UNSPECIFIED.into(),
@@ -181,7 +248,8 @@ impl StatusSink for BrakeSink {
             // Tests prove the brake by its absence: with it off, a bad config stays.
             return;
         }
-        let Some(failure) = judge(done.reconciler, done.pass, place) else {
+        let settled = self.settling.note(&place.resource_version, done.pass);
+        let Some(failure) = judge(done.reconciler, done.pass, place).or(settled) else {
             return;
         };
         let request = HaltRequest {
@@ -189,7 +257,7 @@ impl StatusSink for BrakeSink {
             halt: Halt {
                 node: self.node.clone(),
                 reason: failure.reason.to_string(),
-                diagnostic: crate::text::printable(&failure.diagnostic).to_string(),
+                diagnostic: bounded(&crate::text::printable(&failure.diagnostic)),
                 wave: place.wave,
                 at: crate::config::digest::rfc3339_utc(std::time::SystemTime::now()),
             },
@@ -325,5 +393,72 @@ impl BrakeWriter {
             }
             Err(err) => Err(err.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Difference, DriftKind, SyncReport};
+
+    fn synced(repairs: bool) -> Pass {
+        let differences = if repairs {
+            vec![Difference {
+                family: Family::V4,
+                kind: DriftKind::MissingRule,
+                position: Some(1),
+                detail: "a rule deleted by someone".into(),
+            }]
+        } else {
+            Vec::new()
+        };
+        Pass::Synced(vec![SyncReport {
+            family: Family::V4,
+            differences,
+            transaction: None,
+            rules: 3,
+        }])
+    }
+
+    #[test]
+    fn a_long_diagnostic_is_cut_at_a_character() {
+        let long = "é".repeat(DIAGNOSTIC_MAX);
+        let cut = bounded(&long);
+        assert!(cut.len() <= DIAGNOSTIC_MAX + " …".len());
+        assert!(cut.ends_with(" …"));
+        assert_eq!(bounded("short"), "short");
+    }
+
+    #[test]
+    fn the_next_config_settles_unless_passes_in_a_row_repair_it() {
+        let mut settling = Settling::default();
+        assert_eq!(
+            settling.note("7", &synced(true)),
+            None,
+            "the pass that applies it"
+        );
+        assert_eq!(settling.note("7", &synced(true)), None);
+        assert_eq!(
+            settling.note("7", &synced(false)),
+            None,
+            "settled: the count restarts"
+        );
+        assert_eq!(settling.note("7", &synced(true)), None);
+        assert_eq!(settling.note("7", &synced(true)), None);
+        let failure = settling
+            .note("7", &synced(true))
+            .expect("three repairs in a row");
+        assert_eq!(failure.reason, "NotSettled");
+        assert!(
+            failure.diagnostic.contains("missing_rule") || failure.diagnostic.contains("rule"),
+            "{}",
+            failure.diagnostic
+        );
+        assert_eq!(
+            settling.note("8", &synced(true)),
+            None,
+            "another version of the rollout counts anew"
+        );
+        assert_eq!(settling.note("8", &Pass::NoValidConfig), None);
     }
 }
