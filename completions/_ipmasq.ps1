@@ -118,7 +118,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'The wave, the nodes on the base, on the next config and failed, a halt and who is next')
             [CompletionResult]::new('promote', 'promote', [CompletionResultType]::ParameterValue, 'The next config becomes the base; the rollout''s ConfigMap is deleted')
             [CompletionResult]::new('abort', 'abort', [CompletionResultType]::ParameterValue, 'Every node back on the base at once; the rollout stays, marked aborted, for the record')
-            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the halted wave starts again now, with a fresh soak')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the rollout starts again from a wave (the first by default), now')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -157,6 +157,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of every request and of the whole command (a Go duration)')
             [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format (status)')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format (status)')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Promote although the rollout is not done, a node of it failed, or the base was edited since the rollout started (that edit is then overwritten)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
@@ -176,6 +177,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             break
         }
         'ipmasq;fleet;rollout;resume' {
+            [CompletionResult]::new('--from-wave', '--from-wave', [CompletionResultType]::ParameterName, 'The wave to start again from (1-based): the first by default, so the canary comes first again; the halted wave''s number skips the waves before it')
             [CompletionResult]::new('--kubeconfig', '--kubeconfig', [CompletionResultType]::ParameterName, 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]')
             [CompletionResult]::new('--configmap', '--configmap', [CompletionResultType]::ParameterName, 'The agents'' base ConfigMap; the rollout is NAME-next beside it')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'The deadline of every request and of the whole command (a Go duration)')
@@ -192,7 +194,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'The wave, the nodes on the base, on the next config and failed, a halt and who is next')
             [CompletionResult]::new('promote', 'promote', [CompletionResultType]::ParameterValue, 'The next config becomes the base; the rollout''s ConfigMap is deleted')
             [CompletionResult]::new('abort', 'abort', [CompletionResultType]::ParameterValue, 'Every node back on the base at once; the rollout stays, marked aborted, for the record')
-            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the halted wave starts again now, with a fresh soak')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the rollout starts again from a wave (the first by default), now')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -224,7 +226,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'The wave, the nodes on the base, on the next config and failed, a halt and who is next')
             [CompletionResult]::new('promote', 'promote', [CompletionResultType]::ParameterValue, 'The next config becomes the base; the rollout''s ConfigMap is deleted')
             [CompletionResult]::new('abort', 'abort', [CompletionResultType]::ParameterValue, 'Every node back on the base at once; the rollout stays, marked aborted, for the record')
-            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the halted wave starts again now, with a fresh soak')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the rollout starts again from a wave (the first by default), now')
             break
         }
         'ipmasq;fleet;help;rollout;start' {
@@ -361,7 +363,7 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'The wave, the nodes on the base, on the next config and failed, a halt and who is next')
             [CompletionResult]::new('promote', 'promote', [CompletionResultType]::ParameterValue, 'The next config becomes the base; the rollout''s ConfigMap is deleted')
             [CompletionResult]::new('abort', 'abort', [CompletionResultType]::ParameterValue, 'Every node back on the base at once; the rollout stays, marked aborted, for the record')
-            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the halted wave starts again now, with a fresh soak')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'After a halt: the rollout starts again from a wave (the first by default), now')
             break
         }
         'ipmasq;help;fleet;rollout;start' {

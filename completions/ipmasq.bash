@@ -788,7 +788,7 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__fleet__subcmd__rollout__subcmd__promote)
-            opts="-o -h -V --kubeconfig --configmap --timeout --output --help --version"
+            opts="-o -h -V --force --kubeconfig --configmap --timeout --output --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -822,12 +822,16 @@ _ipmasq() {
             return 0
             ;;
         ipmasq__subcmd__fleet__subcmd__rollout__subcmd__resume)
-            opts="-o -h -V --kubeconfig --configmap --timeout --output --help --version"
+            opts="-o -h -V --from-wave --kubeconfig --configmap --timeout --output --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --from-wave)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --kubeconfig)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -112,7 +112,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand status 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
             cand promote 'The next config becomes the base; the rollout''s ConfigMap is deleted'
             cand abort 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
-            cand resume 'After a halt: the halted wave starts again now, with a fresh soak'
+            cand resume 'After a halt: the rollout starts again from a wave (the first by default), now'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;fleet;rollout;start'= {
@@ -148,6 +148,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --timeout 'The deadline of every request and of the whole command (a Go duration)'
             cand -o 'Output format (status)'
             cand --output 'Output format (status)'
+            cand --force 'Promote although the rollout is not done, a node of it failed, or the base was edited since the rollout started (that edit is then overwritten)'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
@@ -165,6 +166,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --version 'Print version'
         }
         &'ipmasq;fleet;rollout;resume'= {
+            cand --from-wave 'The wave to start again from (1-based): the first by default, so the canary comes first again; the halted wave''s number skips the waves before it'
             cand --kubeconfig 'The kubeconfig to use (its current context) [default: as kubectl: $KUBECONFIG, else ~/.kube/config, else the pod''s service account]'
             cand --configmap 'The agents'' base ConfigMap; the rollout is NAME-next beside it'
             cand --timeout 'The deadline of every request and of the whole command (a Go duration)'
@@ -180,7 +182,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand status 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
             cand promote 'The next config becomes the base; the rollout''s ConfigMap is deleted'
             cand abort 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
-            cand resume 'After a halt: the halted wave starts again now, with a fresh soak'
+            cand resume 'After a halt: the rollout starts again from a wave (the first by default), now'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'ipmasq;fleet;rollout;help;start'= {
@@ -204,7 +206,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand status 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
             cand promote 'The next config becomes the base; the rollout''s ConfigMap is deleted'
             cand abort 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
-            cand resume 'After a halt: the halted wave starts again now, with a fresh soak'
+            cand resume 'After a halt: the rollout starts again from a wave (the first by default), now'
         }
         &'ipmasq;fleet;help;rollout;start'= {
         }
@@ -326,7 +328,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand status 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
             cand promote 'The next config becomes the base; the rollout''s ConfigMap is deleted'
             cand abort 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
-            cand resume 'After a halt: the halted wave starts again now, with a fresh soak'
+            cand resume 'After a halt: the rollout starts again from a wave (the first by default), now'
         }
         &'ipmasq;help;fleet;rollout;start'= {
         }

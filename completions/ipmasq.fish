@@ -112,7 +112,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_sub
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "status" -d 'The wave, the nodes on the base, on the next config and failed, a halt and who is next'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "promote" -d 'The next config becomes the base; the rollout\'s ConfigMap is deleted'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "abort" -d 'Every node back on the base at once; the rollout stays, marked aborted, for the record'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "resume" -d 'After a halt: the halted wave starts again now, with a fresh soak'
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "resume" -d 'After a halt: the rollout starts again from a wave (the first by default), now'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from help" -f -a "rollout" -d 'Roll a config change out in waves that halt themselves on the first failing node'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -207,28 +207,38 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
             release_start_up_pages();
         }
         let _ = passes_done.send(());
-        // Wait for the next trigger; a burst of commands makes one pass. An address change
-        // matters only to a config that names an output address.
-        let wait_until = Instant::now() + reconciler.status.next_pass_in;
-        trigger = loop {
-            let left = wait_until.saturating_duration_since(Instant::now());
-            match commands.recv_timeout(left) {
-                Ok(Command::Pass(Trigger::AddressChanged)) if !reconciler.uses_node_addresses() => {
-                }
-                Ok(Command::Pass(t)) => break t,
-                Err(RecvTimeoutError::Timeout) => break Trigger::Timer,
-                Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return reconciler,
+        match next_trigger(&mut reconciler, &commands) {
+            Some(next) => trigger = next,
+            None => return reconciler,
+        }
+    }
+}
+
+/// Waits for the next trigger (None: stop); a burst of commands makes one pass. An address
+/// change matters only to a config that names an output address.
+fn next_trigger(
+    reconciler: &mut Reconciler,
+    commands: &mpsc::Receiver<Command>,
+) -> Option<Trigger> {
+    // Asked again after the sinks: the brake may have latched a rollout (a pass at once).
+    let wait_until = Instant::now() + reconciler.status.next_pass_in.min(reconciler.next_wait());
+    let trigger = loop {
+        let left = wait_until.saturating_duration_since(Instant::now());
+        match commands.recv_timeout(left) {
+            Ok(Command::Pass(Trigger::AddressChanged)) if !reconciler.uses_node_addresses() => {}
+            Ok(Command::Pass(t)) => break t,
+            Err(RecvTimeoutError::Timeout) => break Trigger::Timer,
+            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    };
+    loop {
+        match commands.try_recv() {
+            Ok(Command::Pass(Trigger::AddressChanged | Trigger::Hangup)) => {
+                reconciler.addresses_may_have_changed();
             }
-        };
-        loop {
-            match commands.try_recv() {
-                Ok(Command::Pass(Trigger::AddressChanged | Trigger::Hangup)) => {
-                    reconciler.addresses_may_have_changed();
-                }
-                Ok(Command::Pass(_)) => {}
-                Ok(Command::Stop) => return reconciler,
-                Err(_) => break,
-            }
+            Ok(Command::Pass(_)) => {}
+            Ok(Command::Stop) => return None,
+            Err(_) => return Some(trigger),
         }
     }
 }
@@ -404,7 +414,9 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let mirror_sink = mirror.as_ref().map(|m| m.sink(reconciler.api_feed()));
     // API mode: a rollout in waves halted by this node's failure on its next config.
     let mut brake = rollout_brake::Brake::new(reconciler.settings.api.as_ref());
-    let brake_sink = brake.as_ref().and_then(rollout_brake::Brake::sink);
+    let brake_sink = brake
+        .as_ref()
+        .and_then(|b| b.sink(reconciler.rollout_latch()));
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();

@@ -8,7 +8,7 @@
 //! over and one [`BrakeWriter`] task on the agent's runtime writes it, at once (a halt is never
 //! paced), retrying with a backoff until it lands or the rollout it is for changes.
 
-use super::reconcile::{ApiSettings, OnNext, Pass, Reconciler};
+use super::reconcile::{ApiSettings, OnNext, Pass, Reconciler, RolloutLatch};
 use super::sinks::{PassDone, StatusSink};
 use crate::cluster::configmap::ConfigMapRef;
 use crate::cluster::Credentials;
@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, error, info, warn};
 
 /// The first retry of a failed halt write comes this soon, then twice as late, up to
 /// [`LAST_RETRY`].
@@ -33,67 +33,31 @@ pub struct HaltRequest {
     pub halt: Halt,
 }
 
-/// The brake of an agent in API mode that writes to the API.
-pub struct Brake {
-    requests: Arc<watch::Sender<Option<HaltRequest>>>,
-    writer: Option<BrakeWriter>,
-}
-
-/// Hands each failure on the next config to the writer (the reconcile thread's side).
-pub struct BrakeSink {
-    requests: Arc<watch::Sender<Option<HaltRequest>>>,
-    node: String,
-    settling: Settling,
-}
-
+/// Passes in a row on the next config whose transaction failed before the kernel's refusal
+/// counts (one failure may be a moment's contention: the retry comes after a second).
+pub const KERNEL_FAILURES: u32 = 2;
 /// Passes in a row, after the one that applied the next config, that found the rules changed
 /// under it and repaired them: this many and the next config does not settle on the node.
 pub const UNSETTLED_PASSES: u32 = 3;
 
-/// Whether the rules stay put on the next config: each pass of one rollout (its resource
-/// version) counted once the next config is applied.
-#[derive(Debug, Default)]
-pub struct Settling {
-    /// The rollout's resource version the counts are for.
-    resource_version: String,
-    /// A pass of that version synced (the one that applied the next config, or found it).
-    applied: bool,
-    /// Passes in a row since then that repaired a drift.
-    repairing: u32,
+/// The brake of an agent in API mode with a node name.
+pub struct Brake {
+    requests: Arc<watch::Sender<Option<HaltRequest>>>,
+    node: String,
+    /// The writer, when the agent writes to the API (`--node-status`); a read-only agent
+    /// latches its own node back onto the base and writes nothing.
+    writer: Option<BrakeWriter>,
 }
 
-impl Settling {
-    /// Notes a pass on the next config of `resource_version`; `NotSettled` once
-    /// [`UNSETTLED_PASSES`] passes in a row after the first repaired something.
-    pub fn note(&mut self, resource_version: &str, pass: &Pass) -> Option<Failure> {
-        if self.resource_version != resource_version {
-            *self = Settling {
-                resource_version: resource_version.to_string(),
-                ..Settling::default()
-            };
-        }
-        let Pass::Synced(reports) = pass else {
-            return None;
-        };
-        if !self.applied {
-            self.applied = true;
-            return None;
-        }
-        let repairs: Vec<&str> = reports.iter().flat_map(|r| r.repairs()).collect();
-        if repairs.is_empty() {
-            self.repairing = 0;
-            return None;
-        }
-        self.repairing += 1;
-        (self.repairing >= UNSETTLED_PASSES).then(|| Failure {
-            reason: "NotSettled",
-            diagnostic: format!(
-                "the rules on the next config were changed under the agent and repaired in {} passes in a row (last: {})",
-                self.repairing,
-                repairs.join(", ")
-            ),
-        })
-    }
+/// Judges each pass on the next config (the reconcile thread's side): on a failure it latches
+/// the rollout (this node goes back to the base at once, whatever the API does) and hands the
+/// halt to the writer.
+pub struct BrakeSink {
+    requests: Arc<watch::Sender<Option<HaltRequest>>>,
+    node: String,
+    writes: bool,
+    latch: RolloutLatch,
+    judging: Judging,
 }
 
 /// Writes halts on the `-next` ConfigMap (the runtime's side).
@@ -105,33 +69,36 @@ pub struct BrakeWriter {
 }
 
 impl Brake {
-    /// The brake in API mode with status writes (`--node-status`) and a node name; None
-    /// otherwise (a read-only agent follows a halt, it writes none).
+    /// The brake in API mode with a node name (None otherwise: no node, no wave).
     pub fn new(api: Option<&ApiSettings>) -> Option<Brake> {
         let api = api?;
-        if !api.status.enabled {
-            return None;
-        }
         let node = api.node_name.clone()?;
+        if std::env::var_os(NO_BRAKE).is_some() {
+            warn!("{NO_BRAKE} is set: a rollout's next config that fails on this node is kept and halts nothing (a test's switch; unset it)");
+        }
         let (requests, requests_rx) = watch::channel(None);
+        let writer = api.status.enabled.then(|| BrakeWriter {
+            credentials: api.credentials.clone(),
+            node: node.clone(),
+            target: api.configmap.clone(),
+            requests: requests_rx,
+        });
         Some(Brake {
             requests: Arc::new(requests),
-            writer: Some(BrakeWriter {
-                credentials: api.credentials.clone(),
-                node,
-                target: api.configmap.clone(),
-                requests: requests_rx,
-            }),
+            node,
+            writer,
         })
     }
 
-    /// The sink the reconcile thread publishes each pass to.
-    pub fn sink(&self) -> Option<BrakeSink> {
-        let node = self.writer.as_ref()?.node.clone();
+    /// The sink the reconcile thread publishes each pass to, latching through `latch` (the
+    /// API source's).
+    pub fn sink(&self, latch: Option<RolloutLatch>) -> Option<BrakeSink> {
         Some(BrakeSink {
             requests: self.requests.clone(),
-            node,
-            settling: Settling::default(),
+            node: self.node.clone(),
+            writes: self.writer.is_some(),
+            latch: latch?,
+            judging: Judging::default(),
         })
     }
 
@@ -143,6 +110,9 @@ impl Brake {
     }
 }
 
+/// The switch the root tests prove the brake with, by its absence.
+const NO_BRAKE: &str = "IPMASQ_TEST_NO_BRAKE";
+
 /// Why this node cannot keep the next config: a reason word and what it saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
@@ -150,46 +120,104 @@ pub struct Failure {
     pub diagnostic: String,
 }
 
-/// Judges a pass on the next config: the config refused, the kernel's refusal, or the first
-/// invariant the live rules break (None: the node keeps the next config).
-pub fn judge(reconciler: &Reconciler, pass: &Pass, place: &OnNext) -> Option<Failure> {
-    if let Some(rejection) = reconciler.rejection() {
-        return Some(Failure {
-            reason: "ConfigRejected",
-            diagnostic: format!("{}: {}", rejection.source, rejection.diagnostic),
+/// What the passes on one attempt of a rollout (its [`OnNext::key`]) have shown so far.
+#[derive(Debug, Default)]
+pub struct Judging {
+    key: String,
+    /// A pass synced the next config (the one that applied it, or found it applied).
+    applied: bool,
+    /// The invariants were judged on the rules as they are (none written since).
+    invariants_judged: bool,
+    /// Passes in a row whose transaction failed.
+    failures: u32,
+    /// Passes in a row since the first sync that repaired a drift.
+    repairing: u32,
+}
+
+impl Judging {
+    /// Notes a pass on the attempt `key`: the kernel's refusal once [`KERNEL_FAILURES`] passes
+    /// in a row failed, `NotSettled` once [`UNSETTLED_PASSES`] passes in a row after the first
+    /// repaired something; whether the invariants are to be judged now (after a pass that
+    /// wrote, or never yet).
+    pub fn note(&mut self, key: &str, pass: &Pass) -> (Option<Failure>, bool) {
+        if self.key != key {
+            *self = Judging {
+                key: key.to_string(),
+                ..Judging::default()
+            };
+        }
+        let reports = match pass {
+            Pass::Failed(err) => {
+                self.failures += 1;
+                let failure = (self.failures >= KERNEL_FAILURES).then(|| Failure {
+                    reason: "KernelRefused",
+                    diagnostic: err.to_string(),
+                });
+                return (failure, false);
+            }
+            Pass::NoValidConfig => return (None, false),
+            Pass::Synced(reports) => reports,
+        };
+        self.failures = 0;
+        let wrote = reports.iter().any(|r| r.transaction.is_some());
+        let judge = wrote || !self.invariants_judged;
+        self.invariants_judged = true;
+        if !self.applied {
+            self.applied = true;
+            return (None, judge);
+        }
+        let repairs: Vec<&str> = reports.iter().flat_map(|r| r.repairs()).collect();
+        if repairs.is_empty() {
+            self.repairing = 0;
+            return (None, judge);
+        }
+        self.repairing += 1;
+        let failure = (self.repairing >= UNSETTLED_PASSES).then(|| Failure {
+            reason: "NotSettled",
+            diagnostic: format!(
+                "the rules on the next config were changed under the agent and repaired in {} passes in a row (last: {})",
+                self.repairing,
+                repairs.join(", ")
+            ),
         });
-    }
-    match pass {
-        Pass::Failed(err) => Some(Failure {
-            reason: "KernelRefused",
-            diagnostic: err.to_string(),
-        }),
-        Pass::NoValidConfig => None,
-        Pass::Synced(_) => place
-            .invariants
-            .iter()
-            .find_map(|invariant| broken(reconciler, invariant)),
+        (failure, judge)
     }
 }
 
-/// Whether the live rules break `invariant`, and how.
-fn broken(reconciler: &Reconciler, invariant: &Invariant) -> Option<Failure> {
-    let family = if invariant.destination.addr().is_ipv4() {
-        Family::V4
-    } else {
-        Family::V6
-    };
-    let inspection = match reconciler.inspect(family) {
-        Ok(inspection) => inspection,
-        Err(err) => {
-            return Some(Failure {
-                reason: "InvariantBroken",
-                diagnostic: format!(
-                    "{invariant}: the live {family} rules could not be read: {err}"
-                ),
-            })
+/// The first invariant the live rules break, each family read once (None: all hold, or the
+/// rules could not be read: that is no verdict, said at debug, judged again next pass).
+fn broken_invariant(reconciler: &Reconciler, invariants: &[Invariant]) -> Option<Failure> {
+    let mut read: Vec<(Family, crate::backend::Inspection)> = Vec::new();
+    for invariant in invariants {
+        let family = if invariant.destination.addr().is_ipv4() {
+            Family::V4
+        } else {
+            Family::V6
+        };
+        if !read.iter().any(|(f, _)| *f == family) {
+            match reconciler.inspect(family) {
+                Ok(inspection) => read.push((family, inspection)),
+                Err(err) => {
+                    debug!(%family, error = %err, "the live rules could not be read for the rollout's invariants; judged at the next pass");
+                    return None;
+                }
+            }
         }
-    };
+        let inspection = &read.iter().find(|(f, _)| *f == family)?.1;
+        if let Some(failure) = broken(reconciler, inspection, invariant, family) {
+            return Some(failure);
+        }
+    }
+    None
+}
+
+/// Whether `inspection` (the live rules of `family`) breaks `invariant`, and how.
+fn broken(
+    reconciler: &Reconciler,
+    inspection: &crate::backend::Inspection,
+    invariant: &Invariant,
+    family: Family,
+) -> Option<Failure> {
     let source = invariant.from.unwrap_or_else(|| {
         reconciler
             .config_in_force()
@@ -239,19 +267,47 @@ fn unspecified(family: Family) -> std::net::IpAddr {
     }
 }
 
+impl BrakeSink {
+    /// The failure this pass shows on the next config, if any.
+    fn failure(&mut self, done: &PassDone, place: &OnNext) -> Option<Failure> {
+        if let Some(rejection) = done.reconciler.rejection() {
+            return Some(Failure {
+                reason: "ConfigRejected",
+                diagnostic: format!("{}: {}", rejection.source, rejection.diagnostic),
+            });
+        }
+        let (failure, judge_invariants) = self.judging.note(&place.key, done.pass);
+        failure.or_else(|| {
+            judge_invariants
+                .then(|| broken_invariant(done.reconciler, &place.invariants))
+                .flatten()
+        })
+    }
+}
+
 impl StatusSink for BrakeSink {
     fn publish(&mut self, done: &PassDone) {
         let Some(place) = done.reconciler.on_next() else {
             return;
         };
-        if std::env::var_os("IPMASQ_TEST_NO_BRAKE").is_some() {
-            // Tests prove the brake by its absence: with it off, a bad config stays.
+        if place.promoting || std::env::var_os(NO_BRAKE).is_some() {
+            // Promote claimed the rollout: the next config is about to be the base anyway.
             return;
         }
-        let settled = self.settling.note(&place.resource_version, done.pass);
-        let Some(failure) = judge(done.reconciler, done.pass, place).or(settled) else {
+        let Some(failure) = self.failure(done, place) else {
             return;
         };
+        *self.latch.lock().unwrap_or_else(|e| e.into_inner()) = Some(place.key.clone());
+        warn!(
+            reason = failure.reason,
+            diagnostic = %failure.diagnostic,
+            wave = place.wave + 1,
+            writes = self.writes,
+            "this node cannot keep the rollout's next config: back to the base, and halting the rollout (every node goes back to the base)"
+        );
+        if !self.writes {
+            return;
+        }
         let request = HaltRequest {
             resource_version: place.resource_version.clone(),
             halt: Halt {
@@ -262,24 +318,16 @@ impl StatusSink for BrakeSink {
                 at: crate::config::digest::rfc3339_utc(std::time::SystemTime::now()),
             },
         };
-        let handed = self.requests.send_if_modified(|current| {
+        self.requests.send_if_modified(|current| {
             if current
                 .as_ref()
                 .is_some_and(|c| c.resource_version == request.resource_version)
             {
                 return false;
             }
-            *current = Some(request.clone());
+            *current = Some(request);
             true
         });
-        if handed {
-            warn!(
-                reason = failure.reason,
-                diagnostic = %request.halt.diagnostic,
-                wave = place.wave + 1,
-                "this node cannot keep the rollout's next config: halting the rollout (every node goes back to the base)"
-            );
-        }
     }
 }
 
@@ -289,6 +337,9 @@ enum Written {
     Halted,
     /// The ConfigMap changed or went since the node read it: the watch brings what it is now.
     Overtaken(String),
+    /// Refused for good (403: the RBAC does not grant the patch; 422: the object would be
+    /// invalid): retrying would not help. The node itself is back on the base already.
+    Refused(String),
 }
 
 impl BrakeWriter {
@@ -315,6 +366,11 @@ impl BrakeWriter {
                     Ok(Written::Overtaken(why)) => {
                         failures = 0;
                         info!(configmap = %self.next(), "not halted by this node: {why}");
+                        None
+                    }
+                    Ok(Written::Refused(why)) => {
+                        failures = 0;
+                        error!(configmap = %self.next(), error = %why, "cannot halt the rollout: the API refuses the patch for good; this node stays on the base, the other nodes go on with the rollout. The RBAC must grant patch on configmaps named <--configmap's name>-next (packaging/kubernetes/api-mode/rbac.yaml names ip-masq-agent-next)");
                         None
                     }
                     Err(err) => {
@@ -387,6 +443,11 @@ impl BrakeWriter {
                 ))
             }
             Err(crate::cluster::CallError::Api(kube::Error::Api(status)))
+                if status.code == 403 || status.code == 422 =>
+            {
+                Ok(Written::Refused(format!("{} {}", status.code, status.message)))
+            }
+            Err(crate::cluster::CallError::Api(kube::Error::Api(status)))
                 if status.code == 404 =>
             {
                 Ok(Written::Overtaken("the rollout is gone (promoted or removed)".into()))
@@ -431,34 +492,54 @@ mod tests {
 
     #[test]
     fn the_next_config_settles_unless_passes_in_a_row_repair_it() {
-        let mut settling = Settling::default();
+        let mut judging = Judging::default();
         assert_eq!(
-            settling.note("7", &synced(true)),
-            None,
+            judging.note("7", &synced(true)),
+            (None, true),
             "the pass that applies it"
         );
-        assert_eq!(settling.note("7", &synced(true)), None);
+        assert_eq!(judging.note("7", &synced(true)).0, None);
         assert_eq!(
-            settling.note("7", &synced(false)),
-            None,
-            "settled: the count restarts"
+            judging.note("7", &synced(false)),
+            (None, false),
+            "settled: the count restarts, and nothing written: the invariants stand"
         );
-        assert_eq!(settling.note("7", &synced(true)), None);
-        assert_eq!(settling.note("7", &synced(true)), None);
-        let failure = settling
-            .note("7", &synced(true))
-            .expect("three repairs in a row");
+        assert_eq!(judging.note("7", &synced(true)).0, None);
+        assert_eq!(judging.note("7", &synced(true)).0, None);
+        let (failure, _) = judging.note("7", &synced(true));
+        let failure = failure.expect("three repairs in a row");
         assert_eq!(failure.reason, "NotSettled");
         assert!(
-            failure.diagnostic.contains("missing_rule") || failure.diagnostic.contains("rule"),
+            failure.diagnostic.contains("a rule deleted by someone")
+                || failure.diagnostic.contains("3 passes in a row"),
             "{}",
             failure.diagnostic
         );
         assert_eq!(
-            settling.note("8", &synced(true)),
-            None,
-            "another version of the rollout counts anew"
+            judging.note("8", &synced(true)),
+            (None, true),
+            "another attempt counts anew"
         );
-        assert_eq!(settling.note("8", &Pass::NoValidConfig), None);
+        assert_eq!(judging.note("8", &Pass::NoValidConfig), (None, false));
+    }
+
+    #[test]
+    fn one_failed_transaction_is_no_refusal_two_in_a_row_are() {
+        let failed = || {
+            Pass::Failed(crate::backend::BackendError::Run(
+                "iptables-restore: injected".into(),
+            ))
+        };
+        let mut judging = Judging::default();
+        assert_eq!(
+            judging.note("7", &failed()).0,
+            None,
+            "a moment's contention"
+        );
+        assert_eq!(judging.note("7", &synced(true)).0, None);
+        assert_eq!(judging.note("7", &failed()).0, None, "the count restarted");
+        let (failure, judge) = judging.note("7", &failed());
+        assert_eq!(failure.map(|f| f.reason), Some("KernelRefused"));
+        assert!(!judge, "no invariant is judged on a failed pass");
     }
 }

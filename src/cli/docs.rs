@@ -346,9 +346,9 @@ A node of the wave that cannot keep the next config (admission refuses it, the k
 the transaction, or an --invariant is broken on its live rules) writes the halt on NAME-next \
 (ipmasq.io/rollout-halted: the node, the reason, what it saw); every agent sees it through its \
 ConfigMap watch and goes back to the base at once, and no node outside the wave ever takes the \
-next config. resume starts the halted wave again; abort puts every node back on the base; \
-promote makes the next config the base (the nodes already on it change no rule) and deletes \
-NAME-next.
+next config. resume starts the rollout again from its first wave (or --from-wave); abort puts \
+every node back on the base; promote makes the next config the base (the nodes already on it \
+change no rule) and deletes NAME-next.
 
 The user needs get, create, update, patch and delete on ConfigMaps in the namespace, and list \
 on nodes (status).";
@@ -368,12 +368,7 @@ pub const ROLLOUT: AppletDoc = AppletDoc {
             command: "ipmasq fleet rollout status",
         },
     ],
-    exit_status: &[
-        (0, "done (start, promote, abort, resume); status: the rollout runs or is done, no node failed"),
-        (1, "status: the rollout is halted or aborted, or a node of the wave failed; start: a rollout runs already, or FILE is not a valid config; promote, resume: the rollout's state does not allow it"),
-        (2, "usage error; no credentials; the API server could not be reached, refused a request or did not answer within --timeout"),
-        (3, "there is no rollout (NAME-next does not exist)"),
-    ],
+    exit_status: ROLLOUT_EXIT,
     files: &[(
         "~/.kube/config",
         "the kubeconfig kubectl reads when neither --kubeconfig nor $KUBECONFIG names one",
@@ -384,7 +379,7 @@ pub const ROLLOUT: AppletDoc = AppletDoc {
 /// The exit statuses every `fleet rollout` action shares.
 const ROLLOUT_EXIT: &[(u8, &str)] = &[
     (0, "done; status: the rollout runs or is done and no node failed"),
-    (1, "refused by the rollout's state or the input (said on stderr); status: halted, aborted, or a node of the wave failed"),
+    (1, "refused by the rollout's state or the input (said on stderr), or overtaken by a change of the rollout meanwhile; status: halted, aborted, or a node of the wave failed"),
     (2, "usage error; no credentials; the API server could not be reached, refused a request or did not answer within --timeout"),
     (3, "there is no rollout (NAME-next does not exist)"),
 ];
@@ -419,7 +414,7 @@ pub const ROLLOUT_PROMOTE: AppletDoc = AppletDoc {
     }],
     exit_status: ROLLOUT_EXIT,
     files: &[],
-    notes: &["A halted or aborted rollout is not promoted. The base is written first, then NAME-next deleted at the version read: nodes already on the next config compose the same text and change no rule."],
+    notes: &["A halted or aborted rollout is not promoted; without --force neither is one that is not done, one with a failed node, nor one whose base was edited since start. Promote first claims the rollout (ipmasq.io/rollout-promoting, at the version read: no node halts it from then on), then writes the base, then deletes NAME-next at the claimed version: nodes already on the next config compose the same text and change no rule."],
 };
 
 /// `fleet rollout abort`'s page.
@@ -441,7 +436,7 @@ pub const ROLLOUT_RESUME: AppletDoc = AppletDoc {
     }],
     exit_status: ROLLOUT_EXIT,
     files: &[],
-    notes: &["The halt is cleared and the start moved so that the halted wave starts now with a fresh soak; the waves after it follow on schedule."],
+    notes: &["The halt is cleared and the start moved so that wave --from-wave (the first by default) starts now with a fresh soak; the waves after it follow on schedule. Each resume is a new attempt: a node that latched the halted one takes part again."],
 };
 
 /// `who --help`'s description: what it reads and how a flow is matched.

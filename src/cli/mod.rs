@@ -1007,11 +1007,27 @@ pub enum RolloutAction {
     /// The wave, the nodes on the base, on the next config and failed, a halt and who is next
     Status,
     /// The next config becomes the base; the rollout's ConfigMap is deleted
-    Promote,
+    Promote(RolloutPromoteArgs),
     /// Every node back on the base at once; the rollout stays, marked aborted, for the record
     Abort,
-    /// After a halt: the halted wave starts again now, with a fresh soak
-    Resume,
+    /// After a halt: the rollout starts again from a wave (the first by default), now
+    Resume(RolloutResumeArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RolloutPromoteArgs {
+    /// Promote although the rollout is not done, a node of it failed, or the base was edited
+    /// since the rollout started (that edit is then overwritten)
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RolloutResumeArgs {
+    /// The wave to start again from (1-based): the first by default, so the canary comes
+    /// first again; the halted wave's number skips the waves before it
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub from_wave: u32,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -296,21 +296,34 @@ pub fn publish_listing(
     data: ConfigMapData,
     pools: std::collections::BTreeMap<String, PoolData>,
 ) -> bool {
+    listing_into(&mut lock(feed), data, pools)
+}
+
+/// [`publish_listing`] with the next config's ConfigMap (None: there is none) as one change:
+/// a pass never sees the base of one list with the next config of another (a promote writes
+/// the base, then deletes the next).
+pub fn publish_listing_and_next(
+    feed: &ConfigMapFeed,
+    data: ConfigMapData,
+    pools: std::collections::BTreeMap<String, PoolData>,
+    next: Option<NextData>,
+) -> bool {
     let mut state = lock(feed);
-    answers_again(&mut state, "the config ConfigMap");
+    let next_changed = state.next != next;
+    state.next = next;
+    listing_into(&mut state, data, pools) || next_changed
+}
+
+fn listing_into(
+    state: &mut FeedState,
+    data: ConfigMapData,
+    pools: std::collections::BTreeMap<String, PoolData>,
+) -> bool {
+    answers_again(state, "the config ConfigMap");
     let changed =
         state.current.as_ref().is_none_or(|c| c.text != data.text) || state.pools != pools;
     state.current = Some(data);
     state.pools = pools;
-    changed
-}
-
-/// Publishes the next config's ConfigMap as the same list (and the events since) found it
-/// (None: there is none); true when it changed.
-pub fn publish_next(feed: &ConfigMapFeed, next: Option<NextData>) -> bool {
-    let mut state = lock(feed);
-    let changed = state.next != next;
-    state.next = next;
     changed
 }
 
@@ -623,8 +636,7 @@ pub async fn watch(
             continue;
         };
         debug!(configmap = %data.provenance, pools = pools.len(), "the API's ConfigMaps read");
-        let next_changed = publish_next(&feed, tracker.next());
-        if publish_listing(&feed, data, pools.clone()) | next_changed {
+        if publish_listing_and_next(&feed, data, pools.clone(), tracker.next()) {
             warn_of_bad_selectors(&pools);
             wake();
         }

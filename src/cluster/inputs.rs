@@ -447,8 +447,12 @@ pub async fn fetch_into(
         }
         Err(err) => return Err(format!("{EGRESS_NAT_PLURAL}: {err}")),
     };
-    super::configmap::publish_listing(feed, ConfigMapData::of(target, base.as_ref()), pools);
-    super::configmap::publish_next(feed, next);
+    super::configmap::publish_listing_and_next(
+        feed,
+        ConfigMapData::of(target, base.as_ref()),
+        pools,
+        next,
+    );
     publish_node(feed, node);
     publish_policies(feed, policies);
     Ok(())

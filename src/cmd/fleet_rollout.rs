@@ -5,7 +5,10 @@
 
 use super::fleet_list::{each_page, Listed};
 use super::Exit;
-use crate::cli::{OutputFormat, RolloutAction, RolloutArgs, RolloutStartArgs};
+use crate::cli::{
+    OutputFormat, RolloutAction, RolloutArgs, RolloutPromoteArgs, RolloutResumeArgs,
+    RolloutStartArgs,
+};
 use crate::cluster::configmap::{ConfigMapRef, PoolData, CONFIG_KEY};
 use crate::cluster::inputs::{policy_text, EgressNatPolicyObject};
 use crate::cluster::mirror::{self, Reported};
@@ -106,8 +109,21 @@ fn now() -> Timestamp {
 /// FILE's text, when the agents would take it as a config (else its errors, rendered).
 fn checked_text(file: &std::path::Path) -> Result<String, Refusal> {
     let path = file.display().to_string();
-    let text = std::fs::read_to_string(file)
+    let mut bytes = Vec::new();
+    let limit = crate::config::MAX_CONFIG_BYTES;
+    std::fs::File::open(file)
+        .and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, limit + 1), &mut bytes)
+        })
         .map_err(|err| refused(Exit::Usage, format!("cannot read {path}: {err}")))?;
+    if bytes.len() as u64 > limit {
+        return Err(refused(
+            Exit::Failure,
+            format!("{path} is larger than the {limit} byte limit for a config"),
+        ));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| refused(Exit::Failure, format!("{path} is not UTF-8 text")))?;
     let checked = crate::config::check_text(&text, &crate::config::Options::default());
     if checked.config().is_some() {
         return Ok(text);
@@ -138,9 +154,13 @@ async fn make_room(api: &kube::Api<ConfigMap>, target: &ConfigMapRef) -> Result<
             return Err(refused(
                 Exit::Failure,
                 format!(
-                    "a rollout is {} already (configmap {}/{name}): promote or abort it first",
+                    "a rollout is {} already (configmap {}/{name}): {} it first",
                     state_word(state),
-                    target.namespace
+                    target.namespace,
+                    match state {
+                        State::Halted => "resume or abort",
+                        _ => "promote or abort",
+                    }
                 ),
             ))
         }
@@ -187,14 +207,27 @@ async fn start(
     };
     make_room(api, target).await?;
     let name = target.next_name();
+    let base = get(api, &target.name).await?;
+    let mut annotations = rollout.annotations();
+    annotations.insert(rollout::BASE_DIGEST.to_string(), base_digest(base.as_ref()));
     let mut object = ConfigMap::default();
     object.metadata.name = Some(name.clone());
     object.metadata.namespace = Some(target.namespace.clone());
-    object.metadata.annotations = Some(rollout.annotations());
+    object.metadata.annotations = Some(annotations);
     object.data = Some([(CONFIG_KEY.to_string(), text)].into());
-    api.create(&Default::default(), &object)
-        .await
-        .map_err(|err| api_refusal(&format!("create configmap {name}"), err))?;
+    match api.create(&Default::default(), &object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            return Err(refused(
+                Exit::Failure,
+                format!("configmap {}/{name} was created meanwhile (another start?): look with `ipmasq fleet rollout status`", target.namespace),
+            ))
+        }
+        Err(err) => return Err(api_refusal(&format!("create configmap {name}"), err)),
+    }
+    for warning in schedule_warnings(&rollout) {
+        eprintln!("ipmasq fleet rollout: warning: {warning}");
+    }
     let mut said = format!(
         "rollout started: configmap {}/{name}, waves {} % every {}, from {}\n",
         target.namespace,
@@ -210,6 +243,41 @@ async fn start(
         ));
     }
     Ok(said)
+}
+
+/// The base's `config` digest as `start` records it (`none` without the ConfigMap or its key).
+fn base_digest(base: Option<&ConfigMap>) -> String {
+    text_of(base).map_or_else(
+        || "none".to_string(),
+        |text| crate::config::digest::sha256_hex(text.as_bytes()),
+    )
+}
+
+/// What in a schedule weakens the brake, in words.
+fn schedule_warnings(rollout: &Rollout) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if rollout.soak < std::time::Duration::from_secs(60) {
+        warnings.push(format!(
+            "a soak of {} leaves little time to see a failure before the next wave starts",
+            crate::config::GoDuration::from_std(rollout.soak)
+        ));
+    }
+    let started = rollout
+        .wave_at(now())
+        .filter(|wave| *wave > 0)
+        .map(|wave| wave + 1);
+    if let Some(waves) = started {
+        warnings.push(format!(
+            "--start is so far in the past that {waves} waves start at once"
+        ));
+    }
+    if rollout.waves.last().is_some_and(|last| *last < 100) {
+        warnings.push(format!(
+            "the last wave holds {} % of the nodes: promote gives the others the next config at once",
+            rollout.waves.last().copied().unwrap_or_default()
+        ));
+    }
+    warnings
 }
 
 fn join(waves: &[u32]) -> String {
@@ -363,17 +431,32 @@ async fn composition_inputs(
     target: &ConfigMapRef,
 ) -> Result<(BTreeMap<String, PoolData>, Vec<PolicyText>), Refusal> {
     let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), &target.namespace);
+    // As the agents read them: the namespace's ConfigMaps by their metadata, then each pool's
+    // data (the other ConfigMaps' data is never received).
     let listed = configmaps
-        .list(&Default::default())
+        .list_metadata(&Default::default())
         .await
         .map_err(|err| api_refusal(&format!("list configmaps in {}", target.namespace), err))?;
     let next_name = target.next_name();
-    let pools = listed
-        .items
-        .iter()
-        .filter(|object| object.metadata.name.as_deref() != Some(next_name.as_str()))
-        .filter_map(|object| Some((object.metadata.name.clone()?, PoolData::of(object)?)))
-        .collect();
+    let mut pools = BTreeMap::new();
+    for object in listed.items {
+        let Some(name) = object.metadata.name.clone() else {
+            continue;
+        };
+        if name == next_name
+            || !crate::cluster::configmap::is_base_or_pool(target, &object.metadata)
+            || name == target.name
+        {
+            continue;
+        }
+        if let Some(pool) = get(&configmaps, &name)
+            .await?
+            .as_ref()
+            .and_then(PoolData::of)
+        {
+            pools.insert(name, pool);
+        }
+    }
     let policies_api: kube::Api<EgressNatPolicyObject> = kube::Api::all(client.clone());
     let policies = match policies_api.list(&Default::default()).await {
         Ok(list) => list.items.iter().map(policy_text).collect(),
@@ -599,13 +682,26 @@ async fn patch_annotations(
     }
 }
 
-/// `abort`: every node back on the base; the rollout stays, marked.
+/// How often `abort` reads the rollout again when a node's halt (or anything) changed it
+/// between its read and its patch.
+const ABORT_ATTEMPTS: usize = 3;
+
+/// `abort`: every node back on the base; the rollout stays, marked. A rollout changed between
+/// the read and the patch (a node's halt) is read again: abort is the emergency stop.
 async fn abort(api: &kube::Api<ConfigMap>, target: &ConfigMapRef) -> Result<String, Refusal> {
-    let next = get(api, &target.next_name())
-        .await?
-        .ok_or_else(|| no_rollout(target))?;
     let at = crate::config::digest::rfc3339_utc(std::time::SystemTime::now());
-    patch_annotations(api, &next, serde_json::json!({ rollout::ABORTED: at })).await?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let next = get(api, &target.next_name())
+            .await?
+            .ok_or_else(|| no_rollout(target))?;
+        match patch_annotations(api, &next, serde_json::json!({ rollout::ABORTED: at })).await {
+            Ok(()) => break,
+            Err(refusal) if refusal.exit == Exit::Failure && attempt < ABORT_ATTEMPTS => continue,
+            Err(refusal) => return Err(refusal),
+        }
+    }
     Ok(format!(
         "rollout aborted at {at}: every node goes back to the base (configmap {}/{} stays, for the record; start deletes it)\n",
         target.namespace,
@@ -613,12 +709,23 @@ async fn abort(api: &kube::Api<ConfigMap>, target: &ConfigMapRef) -> Result<Stri
     ))
 }
 
-/// `resume`: after a halt, the halted wave starts again now with a fresh soak.
-async fn resume(api: &kube::Api<ConfigMap>, target: &ConfigMapRef) -> Result<String, Refusal> {
+/// `resume`: after a halt, the rollout starts again now from wave `from_wave` (1-based,
+/// clamped to the waves there are), with a fresh soak.
+async fn resume(
+    api: &kube::Api<ConfigMap>,
+    target: &ConfigMapRef,
+    args: &RolloutResumeArgs,
+) -> Result<String, Refusal> {
     let next = get(api, &target.next_name())
         .await?
         .ok_or_else(|| no_rollout(target))?;
     let rollout = rollout_of(target, &next)?;
+    if rollout.aborted.is_some() {
+        return Err(refused(
+            Exit::Failure,
+            "the rollout was aborted: start a new one",
+        ));
+    }
     let Some(halt) = &rollout.halted else {
         return Err(refused(
             Exit::Failure,
@@ -628,17 +735,12 @@ async fn resume(api: &kube::Api<ConfigMap>, target: &ConfigMapRef) -> Result<Str
             ),
         ));
     };
-    if rollout.aborted.is_some() {
-        return Err(refused(
-            Exit::Failure,
-            "the rollout was aborted: start a new one",
-        ));
-    }
-    let offset = rollout
-        .soak
-        .saturating_mul(u32::try_from(halt.wave).unwrap_or(u32::MAX));
+    let wave = usize::try_from(args.from_wave)
+        .unwrap_or(usize::MAX)
+        .clamp(1, rollout.waves.len())
+        - 1;
     let start = now()
-        .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(offset).unwrap_or_default())
+        .checked_sub(rollout.wave_start(wave).duration_since(rollout.start))
         .unwrap_or(Timestamp::MIN);
     patch_annotations(
         api,
@@ -647,28 +749,84 @@ async fn resume(api: &kube::Api<ConfigMap>, target: &ConfigMapRef) -> Result<Str
     )
     .await?;
     Ok(format!(
-        "rollout resumed: wave {} starts again now (the halt by {} is cleared; start is now {start})\n",
-        halt.wave + 1,
-        halt.node
+        "rollout resumed: wave {} ({} %) starts again now (the halt by {} in wave {} is cleared; start is now {start})\n",
+        wave + 1,
+        rollout.waves[wave],
+        halt.node,
+        halt.wave.saturating_add(1)
     ))
 }
 
-/// `promote`: the next config's text becomes the base's, then the rollout's ConfigMap goes.
-async fn promote(api: &kube::Api<ConfigMap>, target: &ConfigMapRef) -> Result<String, Refusal> {
-    let Read { next, base } = read(api, target).await?;
-    let next = next.ok_or_else(|| no_rollout(target))?;
-    let rollout = rollout_of(target, &next)?;
+/// Why `promote` refuses without `--force`: the rollout not done, a node of it failed, or the
+/// base edited since the rollout started.
+async fn promote_refusal(
+    client: &kube::Client,
+    api: &kube::Api<ConfigMap>,
+    target: &ConfigMapRef,
+    next: &ConfigMap,
+    base: Option<&ConfigMap>,
+) -> Result<Option<String>, Refusal> {
+    let rollout = rollout_of(target, next)?;
     let state = rollout.state(now());
-    if matches!(state, State::Halted | State::Aborted) {
-        return Err(refused(
-            Exit::Failure,
-            format!(
-                "the rollout is {}: resume it (or start a new one) before promoting",
-                state_word(state)
-            ),
+    if state != State::Done {
+        return Ok(Some(format!(
+            "the rollout is {}, not done: every wave soaks before promote",
+            state_word(state)
+        )));
+    }
+    let recorded = annotations_of(next).get(rollout::BASE_DIGEST).cloned();
+    if recorded.is_some_and(|digest| digest != base_digest(base)) {
+        return Ok(Some(
+            "the base was edited since the rollout started: promote would overwrite that edit"
+                .to_string(),
         ));
     }
-    let text = text_of(Some(&next));
+    let report = status(client, api, target).await?;
+    if !report.nodes.failed.is_empty() {
+        return Ok(Some(format!(
+            "nodes of the rollout failed: {}",
+            named(&report.nodes.failed)
+        )));
+    }
+    Ok(None)
+}
+
+/// Marks the rollout claimed by promote, at the version read (a halt that came meanwhile makes
+/// it refuse); no node halts a claimed rollout. The claimed object.
+async fn claim(
+    api: &kube::Api<ConfigMap>,
+    target: &ConfigMapRef,
+    next: &ConfigMap,
+) -> Result<ConfigMap, Refusal> {
+    let at = crate::config::digest::rfc3339_utc(std::time::SystemTime::now());
+    api
+        .patch(
+            &target.next_name(),
+            &Default::default(),
+            &kube::api::Patch::Merge(&serde_json::json!({
+                "metadata": {
+                    "resourceVersion": next.metadata.resource_version,
+                    "annotations": {rollout::PROMOTING: at},
+                }
+            })),
+        )
+        .await
+        .map_err(|err| match err {
+            kube::Error::Api(status) if status.code == 409 => refused(
+                Exit::Failure,
+                "the rollout changed while promote read it (a node's halt?): look again with `ipmasq fleet rollout status`",
+            ),
+            err => api_refusal(&format!("claim configmap {}", target.next_name()), err),
+        })
+}
+
+/// Writes `text` as the base's `config` (None: no such key), creating the base if need be.
+async fn write_base(
+    api: &kube::Api<ConfigMap>,
+    target: &ConfigMapRef,
+    base: Option<ConfigMap>,
+    text: Option<String>,
+) -> Result<(), Refusal> {
     let written = match base {
         Some(mut object) => {
             let data = object.data.get_or_insert_with(Default::default);
@@ -687,17 +845,64 @@ async fn promote(api: &kube::Api<ConfigMap>, target: &ConfigMapRef) -> Result<St
             api.create(&Default::default(), &object).await
         }
     };
-    written.map_err(|err| api_refusal(&format!("write configmap {target}"), err))?;
+    written.map(|_| ()).map_err(|err| {
+        api_refusal(
+            &format!("write configmap {target} (the rollout is claimed: run promote again)"),
+            err,
+        )
+    })
+}
+
+/// `promote`: the rollout claimed (a mark at the version read, so a node's halt after it
+/// answers 409 and no node halts a claimed rollout), the next config's text written into the
+/// base, then the rollout's ConfigMap deleted at the claimed version.
+async fn promote(
+    client: &kube::Client,
+    api: &kube::Api<ConfigMap>,
+    target: &ConfigMapRef,
+    args: &RolloutPromoteArgs,
+) -> Result<String, Refusal> {
+    let Read { next, base } = read(api, target).await?;
+    let next = next.ok_or_else(|| no_rollout(target))?;
+    let rollout = rollout_of(target, &next)?;
+    let state = rollout.state(now());
+    if matches!(state, State::Halted | State::Aborted) {
+        return Err(refused(
+            Exit::Failure,
+            format!(
+                "the rollout is {}: resume it (or start a new one) before promoting",
+                state_word(state)
+            ),
+        ));
+    }
+    if !args.force {
+        if let Some(why) = promote_refusal(client, api, target, &next, base.as_ref()).await? {
+            return Err(refused(
+                Exit::Failure,
+                format!("not promoted: {why} (--force promotes anyway)"),
+            ));
+        }
+    }
+    let claimed = claim(api, target, &next).await?;
+    write_base(api, target, base, text_of(Some(&next))).await?;
     let preconditions = kube::api::DeleteParams {
         preconditions: Some(kube::api::Preconditions {
-            resource_version: next.metadata.resource_version.clone(),
+            resource_version: claimed.metadata.resource_version.clone(),
             uid: None,
         }),
         ..Default::default()
     };
     api.delete(&target.next_name(), &preconditions)
         .await
-        .map_err(|err| api_refusal(&format!("delete configmap {}", target.next_name()), err))?;
+        .map_err(|err| {
+            api_refusal(
+                &format!(
+                    "delete configmap {} (the base holds the next config already)",
+                    target.next_name()
+                ),
+                err,
+            )
+        })?;
     Ok(format!(
         "promoted: configmap {target} holds the next config; {} is deleted (the nodes on it change no rule)\n",
         target.next_name()
@@ -755,8 +960,10 @@ async fn step(args: &RolloutArgs) -> Result<(String, Exit), Refusal> {
     match &args.action {
         RolloutAction::Start(start_args) => done(start(&api, target, start_args).await?),
         RolloutAction::Abort => done(abort(&api, target).await?),
-        RolloutAction::Resume => done(resume(&api, target).await?),
-        RolloutAction::Promote => done(promote(&api, target).await?),
+        RolloutAction::Resume(resume_args) => done(resume(&api, target, resume_args).await?),
+        RolloutAction::Promote(promote_args) => {
+            done(promote(&client, &api, target, promote_args).await?)
+        }
         RolloutAction::Status => {
             let report = status(&client, &api, target).await?;
             let exit = match report.state {

@@ -440,6 +440,17 @@ impl ConfigMapFound<'_> {
                 manifest.parts.push(self.part(key, checked));
             }
         }
+        if is_next && !config_seen {
+            // A rollout without its `config` key is no rollout: the agents keep the base.
+            rollout_findings.push(
+                Diagnostic::error(
+                    Code::RolloutAnnotation,
+                    format!("ConfigMap {next_name} has no `data.{CONFIG_KEY}` key: the agents take it for no rollout and keep the base"),
+                )
+                .at(self.object.location)
+                .hint(format!("put the next config under `data.{CONFIG_KEY}`")),
+            );
+        }
         if !rollout_findings.is_empty() {
             manifest
                 .config_maps

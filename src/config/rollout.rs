@@ -32,6 +32,13 @@ pub const INVARIANTS: &str = "ipmasq.io/rollout-invariants";
 pub const HALTED: &str = "ipmasq.io/rollout-halted";
 /// Written by `fleet rollout abort`: when (RFC 3339); every node is back on the base.
 pub const ABORTED: &str = "ipmasq.io/rollout-aborted";
+/// Written by `fleet rollout promote` before it rewrites the base: when (RFC 3339); from then
+/// on no node writes a halt (a halt could otherwise land between the base's rewrite and the
+/// rollout's deletion and send every node "back" to the new base).
+pub const PROMOTING: &str = "ipmasq.io/rollout-promoting";
+/// Written by `fleet rollout start`: the SHA-256 of the base's `config` text then (`none`
+/// without one), so `promote` can refuse to overwrite an edit of the base made since.
+pub const BASE_DIGEST: &str = "ipmasq.io/rollout-base-digest";
 
 /// Buckets a node's name hashes into: a wave of `p` % holds the buckets below `p × 100`.
 pub const BUCKETS: u32 = 10_000;
@@ -378,6 +385,16 @@ impl Rollout {
             annotations.insert(INVARIANTS.to_string(), lines.join("\n"));
         }
         annotations
+    }
+
+    /// This rollout of `text` as one attempt: its start and the text's SHA-256 (the brake's
+    /// latch; `resume` moves the start, so a resumed rollout is a new attempt).
+    pub fn key(&self, text: &str) -> String {
+        format!(
+            "{} {}",
+            self.start,
+            super::digest::sha256_hex(text.as_bytes())
+        )
     }
 
     /// When wave `index` starts.

@@ -31,6 +31,8 @@ const TAKES_NEXT: &str = "taking the next config";
 /// How a node's agent enforces.
 enum Enforce {
     Nftables,
+    /// nftables, the agent writing nothing to the API (`--node-status=false`).
+    NftablesReadOnly,
     /// iptables-nft, through an `iptables-nft-restore` that refuses any transaction naming
     /// [`NEXT_ONLY`] while this file says `fail`.
     RefusingNext(PathBuf),
@@ -70,6 +72,16 @@ impl Node {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The agent's passes so far (`ipmasq_syncs_total`, every result).
+    fn passes(&self) -> f64 {
+        let (_, metrics) = super::health::get(&self.ns, "/metrics");
+        metrics
+            .lines()
+            .filter(|line| line.starts_with("ipmasq_syncs_total"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// Stops the agent (SIGTERM: its rules stay) and starts it again, logging to a new file.
@@ -171,14 +183,17 @@ impl Fleet {
         let nftables = ["--backend=nftables"];
         let iptables = ["--backend=iptables", "--iptables-mode=nft"];
         let backend: &[&str] = match enforce {
-            Enforce::Nftables => &nftables,
+            Enforce::Nftables | Enforce::NftablesReadOnly => &nftables,
             Enforce::RefusingNext(_) => &iptables,
         };
         let mut args = api_agent_args(backend, &kubeconfig, name, &metrics);
         args.push("--status-spread=0s");
+        if matches!(enforce, Enforce::NftablesReadOnly) {
+            args.push("--node-status=false");
+        }
         let mut agent = None;
         match &enforce {
-            Enforce::Nftables => {
+            Enforce::Nftables | Enforce::NftablesReadOnly => {
                 let pid = ns.spawn_ipmasq(&args, &log);
                 agent = Some((pid, args.iter().map(|a| a.to_string()).collect()));
             }
@@ -342,6 +357,17 @@ fn a_rollout_reaches_each_wave_and_promote_changes_no_rule() {
         .node(&a)
         .wait("wave 1 takes the next config", Node::on_next);
     assert!(fleet.node(&b).on_base() && fleet.node(&c).on_base());
+    let again = fleet.rollout(&["start", "/dev/null"]);
+    assert_eq!(
+        again.code, 1,
+        "a second rollout is refused: {}",
+        again.stderr
+    );
+    assert!(
+        again.stderr.contains("a rollout is running already"),
+        "{}",
+        again.stderr
+    );
     assert!(
         wait_until(PATIENCE, || {
             let (code, json) = fleet.status();
@@ -440,7 +466,16 @@ fn a_broken_invariant_halts_the_rollout_and_the_wave_goes_back() {
         n.rules().contains(BASE_ONLY) && n.rules().contains("10.0.0.0/8")
     });
     assert!(node_a.log().contains(TAKES_NEXT), "{}", node_a.log());
+    // Every wave's start in the past: a halted rollout holds its wave, so the node of the
+    // second wave still never takes the next config (seen after a pass that read the change).
     let node_b = fleet.node(&b);
+    let passes = node_b.passes();
+    fleet.start_hours_ago(5);
+    assert!(
+        wait_until(PATIENCE, || node_b.passes() > passes),
+        "no pass after the rollout's change:\n{}",
+        node_b.log()
+    );
     assert!(node_b.on_base());
     assert!(
         !node_b.log().contains(TAKES_NEXT),
@@ -537,10 +572,14 @@ fn nodes_joining_mid_rollout_follow_the_waves_and_abort_puts_all_back() {
         "a joining node in the wave takes the next config",
         Node::on_next,
     );
-    let first = joining.log();
+    let log = joining.log();
+    let first = log
+        .lines()
+        .find(|line| line.contains("config accepted"))
+        .unwrap_or_default();
     assert!(
-        !first.contains("taking the base"),
-        "its first config is the next one, never the base first:\n{first}"
+        first.contains(NEXT_ONLY) && !first.contains(BASE_ONLY),
+        "its first config is the next one, never the base first:\n{log}"
     );
     fleet.add_node(&out, Enforce::Nftables);
     assert!(!fleet.node(&out).log().contains(TAKES_NEXT));
@@ -613,4 +652,108 @@ impl Fleet {
         let (status, answer) = self.cluster.admin("PUT", &path, Some(&object.to_string()));
         assert_eq!(status, 200, "relabel the Node: {answer}");
     }
+}
+
+/// A next config the agents refuse (a CIDR that is not aligned), written by hand with its
+/// schedule (`start` would have refused it): the node of the wave keeps the base, never a rule
+/// of the next config, and halts the rollout with `ConfigRejected` and the diagnostic.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_rejected_next_config_halts_the_rollout() {
+    let mut fleet = Fleet::new("rollout-rejected");
+    let a = names_in(0..10_000, 1, "any").remove(0);
+    fleet.add_node(&a, Enforce::Nftables);
+    let rollout = ipmasq::config::rollout::Rollout {
+        waves: vec![100],
+        soak: std::time::Duration::from_secs(3600),
+        start: k8s_openapi::jiff::Timestamp::now(),
+        selector: None,
+        invariants: Vec::new(),
+        halted: None,
+        aborted: None,
+    };
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "ip-masq-agent-next",
+            "namespace": "kube-system",
+            "annotations": rollout.annotations(),
+        },
+        "data": {"config": "nonMasqueradeCIDRs: [100.64.0.1/10]\n"},
+    });
+    let (status, answer) = fleet.cluster.admin(
+        "POST",
+        "/api/v1/namespaces/kube-system/configmaps",
+        Some(&body.to_string()),
+    );
+    assert_eq!(status, 201, "create the rollout by hand: {answer}");
+    let halt = fleet.wait_halt();
+    assert_eq!(halt["node"], a.as_str(), "{halt}");
+    assert_eq!(halt["reason"], "ConfigRejected", "{halt}");
+    assert!(
+        halt["diagnostic"]
+            .as_str()
+            .is_some_and(|d| d.contains("100.64.0.1/10")),
+        "{halt}"
+    );
+    let node = fleet.node(&a);
+    assert!(
+        node.on_base(),
+        "the refused config never reached the kernel"
+    );
+    assert!(!node.rules().contains("100.64.0.0/10"));
+}
+
+/// A node whose agent writes nothing (`--node-status=false`) breaks an invariant: no halt
+/// reaches the API, yet the node goes back to the base at once and stays there for that
+/// attempt of the rollout (the brake's latch), while the rollout itself runs on.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_failing_node_goes_back_to_the_base_even_when_it_cannot_halt() {
+    let mut fleet = Fleet::new("rollout-latch");
+    let a = names_in(0..5_000, 1, "in").remove(0);
+    fleet.add_node(&a, Enforce::NftablesReadOnly);
+    fleet.start(
+        BAD_NEXT_CONFIG,
+        &[
+            "--waves",
+            "50,100",
+            "--soak",
+            "1h",
+            "--invariant",
+            "keep 10.0.0.0/8",
+        ],
+    );
+    let node = fleet.node(&a);
+    assert!(
+        wait_until(PATIENCE, || node.log().contains("back to the base")),
+        "the brake never judged:\n{}",
+        node.log()
+    );
+    node.wait("back on the base without a halt", |n| {
+        n.rules().contains(BASE_ONLY) && n.rules().contains("10.0.0.0/8")
+    });
+    // SIGHUP: a pass that reads the inputs again, which still hold the same rollout.
+    let passes = node.passes();
+    super::netns::kill(node.agent.as_ref().expect("an agent").0, "HUP");
+    assert!(
+        wait_until(PATIENCE, || node.passes() > passes),
+        "no pass after SIGHUP:\n{}",
+        node.log()
+    );
+    assert!(
+        node.rules().contains(BASE_ONLY),
+        "latched: the node stays on the base"
+    );
+    assert!(
+        fleet.annotations()[ipmasq::config::rollout::HALTED].is_null(),
+        "a read-only agent writes no halt"
+    );
+    let (code, json) = fleet.status();
+    assert_eq!(
+        (code, json["state"].as_str()),
+        (0, Some("running")),
+        "{json}"
+    );
 }

@@ -12,7 +12,7 @@ mod source;
 mod status;
 
 pub use admission::{ActiveRead, Rejection};
-pub use source::{ApiSettings, OnNext, RolloutSeen, StatusWrites, LAST_KNOWN_GOOD};
+pub use source::{ApiSettings, OnNext, RolloutLatch, RolloutSeen, StatusWrites, LAST_KNOWN_GOOD};
 pub use status::Status;
 
 use crate::backend::{BackendError, SyncReport};
@@ -172,6 +172,11 @@ impl Reconciler {
     /// read is the rollout's next config.
     pub fn on_next(&self) -> Option<&source::OnNext> {
         self.source.on_next()
+    }
+
+    /// Where the brake latches a rollout this node failed on (API mode).
+    pub fn rollout_latch(&self) -> Option<RolloutLatch> {
+        self.source.rollout_latch()
     }
 
     /// The rollout the API holds and whether this node runs its next config (API mode).

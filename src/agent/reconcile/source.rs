@@ -23,7 +23,7 @@ pub enum Source {
     /// `--config` (one file) or `--config-dir` (files merged).
     Files(FileSource),
     /// `--config-source=api`: the ConfigMap's data key, as the API watcher last saw it.
-    Api(ApiSource),
+    Api(Box<ApiSource>),
 }
 
 /// What API mode is started with (`--config-source=api`).
@@ -76,16 +76,18 @@ impl Source {
     /// The ConfigMap's source in API mode, else the file or directory's.
     pub fn new(source: config::ConfigSource, api: Option<&ApiSettings>) -> Source {
         if let Some(api) = api {
-            return Source::Api(ApiSource {
+            return Source::Api(Box::new(ApiSource {
                 configmap: api.configmap.clone(),
                 feed: crate::cluster::configmap::feed_for(api.node_name.as_deref()),
                 last_known_good: api.last_known_good.clone(),
                 node_name: api.node_name.clone(),
                 on_next: None,
+                latch: RolloutLatch::default(),
+                rollout_said: None,
                 handed: None,
                 label: format!("configmap {}", api.configmap),
                 parses_skipped: 0,
-            });
+            }));
         }
         Source::Files(FileSource {
             source,
@@ -134,6 +136,14 @@ impl Source {
             rollout: config::rollout::Rollout::from_annotations(&next.annotations).ok()?,
             on_next: api.on_next.is_some(),
         })
+    }
+
+    /// Where the brake latches a rollout this node failed on (API mode).
+    pub fn rollout_latch(&self) -> Option<RolloutLatch> {
+        match self {
+            Source::Files(_) => None,
+            Source::Api(api) => Some(api.latch.clone()),
+        }
     }
 
     /// Where this node stands in a rollout (API mode): Some while the config last read is the
@@ -226,6 +236,11 @@ pub struct ApiSource {
     node_name: Option<String>,
     /// Set while the inputs last read put this node on a rollout's next config.
     on_next: Option<Box<OnNext>>,
+    /// The rollout this node failed on, if any: it stays on the base for that rollout
+    /// whatever becomes of the halt it wrote.
+    latch: RolloutLatch,
+    /// The resource version of the next ConfigMap whose problems were last said (once each).
+    rollout_said: Option<String>,
     /// The inputs last handed on.
     handed: Option<Box<ComposedText>>,
     /// Where the inputs last handed on came from (`configmap NS/NAME key config
@@ -247,9 +262,12 @@ impl ApiSource {
         };
         self.last_known_good = None;
         let now = k8s_openapi::jiff::Timestamp::now();
-        let on_next = on_next(&state, self.node_name.as_deref(), now);
+        self.say_unreadable_rollout(&state);
+        let latched = self.latch.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let on_next = on_next(&state, self.node_name.as_deref(), now)
+            .filter(|place| latched.as_deref() != Some(place.key.as_str()));
         let base = match &on_next {
-            Some(place) => place.text.clone(),
+            Some(place) => Some(place.text.clone()),
             None => current.text.clone(),
         };
         let composed = compose(&self.configmap, base, &state);
@@ -346,14 +364,23 @@ pub struct RolloutSeen {
     pub on_next: bool,
 }
 
+/// The rollout (its [`OnNext::key`]) the brake judged this node cannot keep: shared by the
+/// source, which then keeps the node on the base for that rollout, and the brake, which sets it.
+pub type RolloutLatch = Arc<std::sync::Mutex<Option<String>>>;
+
 /// Where a node stands in a rollout while it runs the next config: what the next
 /// ConfigMap's resource version was, the wave, the invariants, and the next config's text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OnNext {
     pub resource_version: String,
+    /// The rollout as one attempt: its start and the next text's SHA-256 (a halt's own write,
+    /// or an edit of another annotation, leaves it; resume moves the start).
+    pub key: String,
     pub wave: usize,
     pub invariants: Vec<config::rollout::Invariant>,
-    pub text: Option<Arc<String>>,
+    pub text: Arc<String>,
+    /// `fleet rollout promote` has claimed the rollout: no halt is written any more.
+    pub promoting: bool,
 }
 
 /// This node's place in the rollout the feed holds, when it runs the next config at `now`
@@ -365,6 +392,8 @@ fn on_next(
 ) -> Option<OnNext> {
     let next = state.next.as_ref()?;
     let node_name = node_name?;
+    // A next ConfigMap without its `config` key is no rollout: not upstream's defaults.
+    let text = next.text.clone()?;
     let rollout = config::rollout::Rollout::from_annotations(&next.annotations).ok()?;
     let labels = state.node.as_ref().and_then(|node| node.labels());
     if !rollout.runs_next(node_name, labels, now) {
@@ -372,15 +401,49 @@ fn on_next(
     }
     Some(OnNext {
         resource_version: next.resource_version.clone(),
+        key: rollout.key(&text),
         wave: rollout.wave_at(now)?,
         invariants: rollout.invariants,
-        text: next.text.clone(),
+        text,
+        promoting: next.annotations.contains_key(config::rollout::PROMOTING),
     })
 }
 
 impl ApiSource {
-    /// How soon this node joins the rollout's wave (the inputs are read again then).
+    /// Says (once per resource version) why the next ConfigMap is no rollout the agent can
+    /// follow: no `config` key, or annotations that do not read. The node keeps the base.
+    fn say_unreadable_rollout(&mut self, state: &FeedState) {
+        let Some(next) = &state.next else {
+            return;
+        };
+        if self.rollout_said.as_deref() == Some(next.resource_version.as_str()) {
+            return;
+        }
+        self.rollout_said = Some(next.resource_version.clone());
+        let configmap = format!(
+            "{}/{}",
+            self.configmap.namespace,
+            self.configmap.next_name()
+        );
+        if next.text.is_none() {
+            warn!(%configmap, "the rollout's ConfigMap has no config key: it is no rollout, this node keeps the base (`ipmasq validate` checks it)");
+        } else if let Err(errors) = config::rollout::Rollout::from_annotations(&next.annotations) {
+            let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            warn!(%configmap, errors = %said.join("; "), "the rollout's annotations do not read: it is no rollout, this node keeps the base (`ipmasq validate` checks it)");
+        }
+    }
+
+    /// At once when the brake latched the rollout this node runs; else how soon this node
+    /// joins the rollout's wave (the inputs are read again then).
     fn read_again_within(&self) -> Option<Duration> {
+        let latched = self.latch.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if self
+            .on_next
+            .as_ref()
+            .is_some_and(|place| latched.as_deref() == Some(place.key.as_str()))
+        {
+            return Some(Duration::ZERO);
+        }
         let node_name = self.node_name.as_deref()?;
         let state = crate::cluster::configmap::lock(&self.feed);
         let next = state.next.as_ref()?;
