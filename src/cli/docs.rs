@@ -373,7 +373,7 @@ pub const ROLLOUT: AppletDoc = AppletDoc {
         "~/.kube/config",
         "the kubeconfig kubectl reads when neither --kubeconfig nor $KUBECONFIG names one",
     )],
-    notes: &["status -o json prints {\"state\": \"running|halted|aborted|done\", \"wave\": N (1-based, null before the start), \"waves\": [...], \"soak\", \"start\", \"nodes\": {\"base\": [...], \"next\": [...], \"failed\": [...], \"pending\": [...]}, \"halted\": {\"node\", \"reason\", \"diagnostic\", \"wave\", \"at\"} or null, \"nextWave\": {\"wave\", \"at\", \"nodes\": [...]} or null}. A node is on base or next when the digest of its IPMasqAgentReady condition is that of its config composed with the base or with the next text (pools and EgressNATPolicies included); failed when it is the halting node, or is in the wave and reports ConfigRejected, NotReady or Drifted; pending otherwise (not written yet)."],
+    notes: &["status -o json prints {\"state\": \"running|halted|aborted|done\", \"wave\": N (1-based, null before the start), \"waves\": [...], \"soak\", \"start\", \"nodes\": {\"base\": [...], \"next\": [...], \"failed\": [...], \"pending\": [...]}, \"halted\": {\"node\", \"reason\", \"diagnostic\", \"wave\", \"at\"} or null, \"nextWave\": {\"wave\", \"at\", \"nodes\": [...]} or null}. A node is on base or next when the digest of its IPMasqAgentReady condition is that of its config composed with the base or with the next text (pools and EgressNATPolicies included); failed when it is the halting node, or is in the wave and reports ConfigRejected, NotReady or Drifted; pending otherwise (a node of the wave still reporting the base: its condition's write waits for its slot in --status-spread)."],
 };
 
 /// The exit statuses every `fleet rollout` action shares.

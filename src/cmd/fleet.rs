@@ -63,10 +63,26 @@ struct OwnedStatus {
     conditions: BTreeMap<String, serde::de::IgnoredAny>,
 }
 
+/// A listed Node's status, reduced to its conditions (also read by `fleet rollout status`).
 #[derive(Deserialize)]
-struct ListedStatus {
+pub(super) struct ListedStatus {
     #[serde(default)]
     conditions: Vec<ListedCondition>,
+}
+
+impl ListedStatus {
+    /// Our condition as the node reports it, if it has one.
+    pub(super) fn reported(&self) -> Option<Reported> {
+        let condition = self
+            .conditions
+            .iter()
+            .find(|c| c.type_ == mirror::CONDITION_TYPE)?;
+        Some(Reported::read(
+            &condition.status,
+            condition.reason.as_deref(),
+            condition.message.as_deref(),
+        ))
+    }
 }
 
 #[derive(Deserialize)]
@@ -84,17 +100,7 @@ struct ListedCondition {
 impl ListedNode {
     /// Our condition as this node reports it, if it has one.
     fn reported(&self) -> Option<Reported> {
-        let condition = self
-            .status
-            .as_ref()?
-            .conditions
-            .iter()
-            .find(|c| c.type_ == mirror::CONDITION_TYPE)?;
-        Some(Reported::read(
-            &condition.status,
-            condition.reason.as_deref(),
-            condition.message.as_deref(),
-        ))
+        self.status.as_ref()?.reported()
     }
 
     /// The field managers that own any field of our condition.

@@ -11,7 +11,7 @@ use crate::cli::{
 };
 use crate::cluster::configmap::{ConfigMapRef, PoolData, CONFIG_KEY};
 use crate::cluster::inputs::{policy_text, EgressNatPolicyObject};
-use crate::cluster::mirror::{self, Reported};
+use crate::cluster::mirror::Reported;
 use crate::cluster::Credentials;
 use crate::config::composed::{ComposedText, PolicyText, PoolText};
 use crate::config::rollout::{self, Halt, Rollout, State};
@@ -302,7 +302,7 @@ fn state_word(state: State) -> &'static str {
 struct RolloutNode {
     metadata: RolloutNodeMeta,
     #[serde(default)]
-    status: Option<RolloutNodeStatus>,
+    status: Option<super::fleet::ListedStatus>,
 }
 
 #[derive(Deserialize)]
@@ -312,37 +312,9 @@ struct RolloutNodeMeta {
     labels: Labels,
 }
 
-#[derive(Deserialize)]
-struct RolloutNodeStatus {
-    #[serde(default)]
-    conditions: Vec<RolloutCondition>,
-}
-
-#[derive(Deserialize)]
-struct RolloutCondition {
-    #[serde(rename = "type")]
-    type_: String,
-    #[serde(default)]
-    status: String,
-    #[serde(default)]
-    reason: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
-}
-
 impl RolloutNode {
     fn reported(&self) -> Option<Reported> {
-        let condition = self
-            .status
-            .as_ref()?
-            .conditions
-            .iter()
-            .find(|c| c.type_ == mirror::CONDITION_TYPE)?;
-        Some(Reported::read(
-            &condition.status,
-            condition.reason.as_deref(),
-            condition.message.as_deref(),
-        ))
+        self.status.as_ref()?.reported()
     }
 }
 
@@ -567,10 +539,11 @@ fn side_of(
     let labels = &node.metadata.labels;
     let next_digest = composition.digest(texts.next.as_deref(), labels);
     let base_digest = composition.digest(texts.base.as_deref(), labels);
+    // A node of the wave still reporting the base has not said it took the next config yet
+    // (its condition's write waits for its slot in --status-spread): pending, not base.
     match digest {
-        Some(digest) if Some(&digest) == next_digest.as_ref() && in_wave => Side::Next,
-        Some(digest) if Some(&digest) == base_digest.as_ref() => Side::Base,
         Some(digest) if Some(&digest) == next_digest.as_ref() => Side::Next,
+        Some(digest) if Some(&digest) == base_digest.as_ref() && !in_wave => Side::Base,
         _ => Side::Pending,
     }
 }
