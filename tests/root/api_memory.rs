@@ -129,6 +129,18 @@ fn create_policy(cluster: &super::cluster::LocalCluster, dir: &crate::util::Scra
     );
 }
 
+/// How many EgressNATPolicies a list from the watch cache (`resourceVersion=0`) returns.
+fn policies_in_watch_cache(cluster: &super::cluster::LocalCluster) -> usize {
+    let (status, answer) = cluster.admin("GET", &format!("{POLICIES}?resourceVersion=0"), None);
+    if status != 200 {
+        return 0;
+    }
+    serde_json::from_str::<serde_json::Value>(&answer)
+        .ok()
+        .and_then(|list| list["items"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
 /// EgressNATPolicies through the real API whose text together cannot be read and checked in
 /// 64 MiB: listed, then refused with the reason before their text is handed on, 0 OOM kills.
 /// Then more of them, until their list is longer than the agent's memory allows one answer
@@ -156,6 +168,13 @@ fn egress_nat_policies_that_cannot_fit_64_mib_are_refused_not_oom_killed() {
     for n in 0..POLICY_COUNT {
         create_policy(&cluster, &dir, n);
     }
+    // The agent lists from the watch cache, which can lag the last create: start it only once
+    // the cache holds every policy, so the count it says is the count created.
+    assert!(
+        wait_until(DEADLINE, || policies_in_watch_cache(&cluster)
+            == POLICY_COUNT),
+        "the watch cache never holds the {POLICY_COUNT} policies"
+    );
     let kubeconfig = cluster.agent_kubeconfig().display().to_string();
     let daemon_log = dir.path.join("agent.log");
     let args = super::cluster::api_agent_args(
