@@ -71,6 +71,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --log-backtrace-at 'log-backtrace-at'
             cand --skip-headers 'skip-headers'
             cand --add-dir-header 'add-dir-header'
+            cand --node-taint 'With --config-source=api: keep pods off this node until its rules are in. The agent removes the taint node.ipmasq.io/agent-not-ready from its own Node after its first sync whose rules it read back from the kernel, and puts it back (NoSchedule) when it cannot enforce: no usable config, a first sync that failed, or a stop with --cleanup-on-exit. The taint is put on new Nodes by the kubelet (--register-with-taints) or the node pool; needs patch on nodes (packaging/kubernetes/api-mode/rbac.yaml) and, to narrow that to this one taint of its own Node, the admission policy (packaging/kubernetes/admission)'
             cand --once 'Sync once, then exit (0 when the rules are in place)'
             cand --dry-run 'Print the transaction a sync would apply and exit; change nothing'
             cand --snat-port-pressure 'Keep the SNAT port-pressure metrics (ipmasq_snat_ports_in_use and the share taken toward the busiest destination) from conntrack''s events, without --snat-log'

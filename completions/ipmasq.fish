@@ -78,6 +78,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l vmodule -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l log-backtrace-at -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l skip-headers -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l add-dir-header -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l node-taint -d 'With --config-source=api: keep pods off this node until its rules are in. The agent removes the taint node.ipmasq.io/agent-not-ready from its own Node after its first sync whose rules it read back from the kernel, and puts it back (NoSchedule) when it cannot enforce: no usable config, a first sync that failed, or a stop with --cleanup-on-exit. The taint is put on new Nodes by the kubelet (--register-with-taints) or the node pool; needs patch on nodes (packaging/kubernetes/api-mode/rbac.yaml) and, to narrow that to this one taint of its own Node, the admission policy (packaging/kubernetes/admission)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l once -d 'Sync once, then exit (0 when the rules are in place)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l dry-run -d 'Print the transaction a sync would apply and exit; change nothing'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand agent" -l snat-port-pressure -d 'Keep the SNAT port-pressure metrics (ipmasq_snat_ports_in_use and the share taken toward the busiest destination) from conntrack\'s events, without --snat-log'

@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub api_view: Option<crate::cluster::age::ApiView>,
     /// API mode: the rollout in waves the API holds, as the last pass saw it.
     pub rollout: Option<super::reconcile::RolloutSeen>,
+    /// A neighbour's commits to the rules we own, as the foreign-change trigger heard them.
+    pub foreign: super::foreign_changes::ForeignCounts,
 }
 
 impl Snapshot {
@@ -50,6 +52,7 @@ impl Snapshot {
             snat: None,
             api_view: None,
             rollout: None,
+            foreign: Default::default(),
         }
     }
 }
@@ -205,6 +208,7 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
     register_rules(&mut registry, snapshot);
     register_failures(&mut registry, status);
     register_conntrack(&mut registry, status);
+    register_foreign(&mut registry, &snapshot.foreign);
     if let Some(snat) = &snapshot.snat {
         register_snat(&mut registry, snat);
     }
@@ -288,6 +292,16 @@ fn register_syncs(registry: &mut Registry, status: &Status) {
     let applied = Counter::<u64>::default();
     applied.inc_by(status.config_changes_applied);
     metrics::CONFIG_CHANGES_APPLIED.register(registry, applied);
+}
+
+/// A neighbour's commits to the rules we own, and those heard while repairs were paced.
+fn register_foreign(registry: &mut Registry, counts: &super::foreign_changes::ForeignCounts) {
+    let commits = Counter::<u64>::default();
+    commits.inc_by(counts.commits);
+    metrics::FOREIGN_COMMITS.register(registry, commits);
+    let paced = Counter::<u64>::default();
+    paced.inc_by(counts.paced);
+    metrics::FOREIGN_COMMITS_PACED.register(registry, paced);
 }
 
 /// Conntrack entries deleted so existing flows follow a change, and resets that failed.

@@ -254,6 +254,22 @@ pub const CONNTRACK_RESETS_FAILED: ExportedMetric = ExportedMetric {
     note: "",
     served: Served::Always,
 };
+pub const FOREIGN_COMMITS: ExportedMetric = ExportedMetric {
+    name: "ipmasq_foreign_commits_total",
+    kind: MetricType::Counter,
+    labels: &[],
+    help: "Commits by another process that changed the rules the agent owns (its nftables table, or with iptables-nft its chain and POSTROUTING), heard from the kernel's nf_tables notifications; each wakes a repair pass",
+    note: "Lost notifications count as one. Always 0 with iptables-legacy, whose changes the kernel announces to no one: there a neighbour's flush is repaired at the next resync.",
+    served: Served::Always,
+};
+pub const FOREIGN_COMMITS_PACED: ExportedMetric = ExportedMetric {
+    name: "ipmasq_foreign_commits_paced_total",
+    kind: MetricType::Counter,
+    labels: &[],
+    help: "Of ipmasq_foreign_commits_total, those heard while repairs were paced (5 at once, then 4 a second): a neighbour fighting over the agent's rules",
+    note: "Rising means a neighbour keeps rewriting our rules: the agent logs it once per fight (`a neighbour keeps changing the rules we own`) and the alert IpmasqRulesFought fires; `nft monitor` names the committing process.",
+    served: Served::Always,
+};
 pub const SNAT_LOG_LINES: ExportedMetric = ExportedMetric {
     name: "ipmasq_snat_log_lines_total",
     kind: MetricType::Counter,
@@ -377,7 +393,7 @@ pub const READY: ExportedMetric = ExportedMetric {
 };
 
 /// Every family, in the order `/metrics` serves them.
-pub const ALL: [&ExportedMetric; 31] = [
+pub const ALL: [&ExportedMetric; 33] = [
     &SYNCS,
     &SYNC_DURATION,
     &DRIFT_REPAIRS,
@@ -394,6 +410,8 @@ pub const ALL: [&ExportedMetric; 31] = [
     &SYNC_RETRY_BACKOFF,
     &CONNTRACK_ENTRIES_RESET,
     &CONNTRACK_RESETS_FAILED,
+    &FOREIGN_COMMITS,
+    &FOREIGN_COMMITS_PACED,
     &SNAT_LOG_LINES,
     &SNAT_LOG_DROPPED,
     &SNAT_LOG_WRITE_ERRORS,
@@ -607,7 +625,7 @@ mod tests {
             assert_eq!(family.labels, labels, "{}", metric.name);
             assert!(family.samples > 0, "{} has no sample", metric.name);
         }
-        assert_eq!(ALL.len(), 31);
+        assert_eq!(ALL.len(), 33);
     }
 
     /// Each family has samples exactly when its `served` says: with nothing seen, with each

@@ -5,6 +5,7 @@
 //! backend in use when asked to.
 
 pub(crate) mod endpoints;
+mod foreign_changes;
 pub(crate) mod health;
 pub(crate) mod http;
 pub(crate) mod last_known_good;
@@ -17,6 +18,7 @@ mod rollout_brake;
 mod sinks;
 pub(crate) mod state;
 pub(crate) mod systemd;
+mod taint_sink;
 pub(crate) mod watch;
 
 use crate::backend::Backend;
@@ -70,6 +72,8 @@ enum Trigger {
     AddressChanged,
     /// The API watcher saw the config ConfigMap's text change (API mode).
     ApiChanged,
+    /// Another process's commit changed the rules we own (nf_tables notifications).
+    ForeignChange,
 }
 
 /// What the event loop asks of the reconcile thread.
@@ -135,9 +139,8 @@ struct ThreadStart {
     held: HeldLock,
     /// Told when the lock is taken.
     lock_taken: tokio::sync::oneshot::Sender<()>,
-    mirror: Option<mirror_sink::MirrorSink>,
-    /// API mode: the brake of a rollout in waves.
-    brake: Option<rollout_brake::BrakeSink>,
+    /// API mode: where the writers about this node hear of each pass.
+    writer_sinks: WriterSinks,
 }
 
 /// The reconcile thread: a pass, then wait for a command or the interval, until stopped.
@@ -152,8 +155,7 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
         state_dir,
         held,
         lock_taken,
-        mirror,
-        brake,
+        writer_sinks,
     } = start;
     let Some(node_lock) = take_node_lock_or_wait(&state_dir, &state.rules.masq_chain, &commands)
     else {
@@ -176,8 +178,7 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
         sinks.push(Box::new(LastKnownGoodSink::new(state_dir.clone(), api)));
     }
     sinks.push(Box::new(StateFileSink::new(state, state_dir, api)));
-    sinks.extend(mirror.map(|m| Box::new(m) as Box<dyn StatusSink>));
-    sinks.extend(brake.map(|b| Box::new(b) as Box<dyn StatusSink>));
+    sinks.extend(writer_sinks.into_sinks());
     loop {
         let started = Instant::now();
         lock(&shared).running_since = Some(started);
@@ -343,10 +344,75 @@ struct LockHolder<'a> {
     commands: &'a mpsc::Sender<Command>,
 }
 
-/// The agent's writers to the API, spawned once the node lock is ours.
-struct ApiWriters<'a> {
-    mirror: Option<&'a mut mirror_sink::Mirror>,
-    brake: Option<&'a mut rollout_brake::Brake>,
+/// API mode: what the agent writes about itself, each made at start, its writer spawned once
+/// the node lock is ours: each pass mirrored onto this Node, the Node's taint following what
+/// the agent can enforce (--node-taint), and the halt of a rollout in waves this node failed.
+struct NodeWriters {
+    mirror: Option<mirror_sink::Mirror>,
+    taint: Option<taint_sink::NodeTaint>,
+    brake: Option<rollout_brake::Brake>,
+}
+
+/// Where those writers hear of each pass: sinks for the reconcile thread.
+struct WriterSinks {
+    mirror: Option<mirror_sink::MirrorSink>,
+    taint: Option<taint_sink::TaintSink>,
+    brake: Option<rollout_brake::BrakeSink>,
+}
+
+impl NodeWriters {
+    fn new(reconciler: &Reconciler) -> (NodeWriters, WriterSinks) {
+        let api = reconciler.settings.api.as_ref();
+        let mirror = mirror_sink::Mirror::new(api, reconciler.backend_id());
+        let taint = taint_sink::NodeTaint::new(api);
+        let brake = rollout_brake::Brake::new(api);
+        let sinks = WriterSinks {
+            mirror: mirror.as_ref().map(|m| m.sink(reconciler.api_feed())),
+            taint: taint.as_ref().map(|t| t.sink(reconciler.api_feed())),
+            brake: brake
+                .as_ref()
+                .and_then(|b| b.sink(reconciler.rollout_latch())),
+        };
+        (
+            NodeWriters {
+                mirror,
+                taint,
+                brake,
+            },
+            sinks,
+        )
+    }
+
+    /// Spawns every writer (once).
+    fn spawn(&mut self) {
+        if let Some(mirror) = &mut self.mirror {
+            mirror.spawn_writer();
+        }
+        if let Some(taint) = &mut self.taint {
+            taint.spawn_writer();
+        }
+        if let Some(brake) = &mut self.brake {
+            brake.spawn_writer();
+        }
+    }
+
+    /// Those that tell the API, at a stop, that the rules are gone.
+    fn told_at_stop(&self) -> StopWriters<'_> {
+        StopWriters {
+            mirror: self.mirror.as_ref(),
+            taint: self.taint.as_ref(),
+        }
+    }
+}
+
+impl WriterSinks {
+    fn into_sinks(self) -> Vec<Box<dyn StatusSink>> {
+        let mut sinks: Vec<Box<dyn StatusSink>> = Vec::new();
+        sinks.extend(self.mirror.map(|m| Box::new(m) as Box<dyn StatusSink>));
+        sinks.extend(self.taint.map(|t| Box::new(t) as Box<dyn StatusSink>));
+        sinks.extend(self.brake.map(|b| Box::new(b) as Box<dyn StatusSink>));
+        sinks
+    }
 }
 
 impl LockHolder<'_> {
@@ -360,7 +426,7 @@ impl LockHolder<'_> {
             reconcile::ApiSettings,
             crate::cluster::configmap::ConfigMapFeed,
         )>,
-        writers: ApiWriters<'_>,
+        writers: &mut NodeWriters,
     ) -> Result<Option<crate::snat::Stop>, Ending> {
         let mut snat_stop = None;
         if let (true, Some(snat)) = (taken, self.options.snat.clone()) {
@@ -387,11 +453,8 @@ impl LockHolder<'_> {
             let view = api_view(self.shared, &settings, self.options.api_view_stale_after);
             tokio::spawn(watch_the_api(settings, feed, self.commands.clone(), view));
         }
-        if let (true, Some(mirror)) = (taken, writers.mirror) {
-            mirror.spawn_writer();
-        }
-        if let (true, Some(brake)) = (taken, writers.brake) {
-            brake.spawn_writer();
+        if taken {
+            writers.spawn();
         }
         Ok(snat_stop)
     }
@@ -408,15 +471,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let names = reconciler.settings.plan.names();
     let backend_id = reconciler.backend_id();
     let address_events = reconciler.address_events();
-    // API mode: each pass mirrored onto this Node by a writer spawned once the lock is ours.
-    let mut mirror =
-        mirror_sink::Mirror::new(reconciler.settings.api.as_ref(), reconciler.backend_id());
-    let mirror_sink = mirror.as_ref().map(|m| m.sink(reconciler.api_feed()));
-    // API mode: a rollout in waves halted by this node's failure on its next config.
-    let mut brake = rollout_brake::Brake::new(reconciler.settings.api.as_ref());
-    let brake_sink = brake
-        .as_ref()
-        .and_then(|b| b.sink(reconciler.rollout_latch()));
+    let (mut writers, writer_sinks) = NodeWriters::new(&reconciler);
     let (commands, command_rx) = mpsc::channel();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let thread_shared = shared.clone();
@@ -438,8 +493,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
                 state_dir,
                 held,
                 lock_taken,
-                mirror: mirror_sink,
-                brake: brake_sink,
+                writer_sinks,
             })
         });
     let worker = match worker {
@@ -449,13 +503,17 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         }
     };
     let mut addresses = AddressTrigger::new(shared.clone(), &address_events);
+    let mut foreign = foreign_changes::ForeignTrigger::new(
+        backend_id.announced_ownership(&names),
+        shared.clone(),
+    );
     let mut snat_stop: Option<crate::snat::Stop> = None;
     let signal_name = loop {
         tokio::select! {
             taken = &mut lock_taken_rx, if awaiting_lock => {
                 awaiting_lock = false;
                 let holder = LockHolder { options: &options, shared: &shared, commands: &commands };
-                match holder.start(taken.is_ok(), api.take(), ApiWriters { mirror: mirror.as_mut(), brake: brake.as_mut() }).await {
+                match holder.start(taken.is_ok(), api.take(), &mut writers).await {
                     Ok(stop) => snat_stop = stop,
                     Err(ending) => return ending,
                 }
@@ -463,6 +521,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
             _ = done_rx.recv() => files.arm(),
             () = files.settled() => drop(commands.send(Command::Pass(Trigger::ConfigChanged))),
             () = addresses.settled() => drop(commands.send(Command::Pass(Trigger::AddressChanged))),
+            () = foreign.repair_due(), if !awaiting_lock => drop(commands.send(Command::Pass(Trigger::ForeignChange))),
             _ = sighup.recv() => {
                 info!("SIGHUP: re-reading the config and re-syncing");
                 let _ = commands.send(Command::Pass(Trigger::Hangup));
@@ -478,7 +537,13 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
         backend_id,
         names,
     };
-    let stopping = stop(signal_name, cleanup, commands, worker, mirror.as_ref());
+    let stopping = stop(
+        signal_name,
+        cleanup,
+        commands,
+        worker,
+        writers.told_at_stop(),
+    );
     stop_draining_the_snat_log(snat_stop, stopping).await
 }
 
@@ -765,7 +830,7 @@ async fn stop(
     cleanup: Cleanup,
     commands: mpsc::Sender<Command>,
     worker: std::thread::JoinHandle<Reconciler>,
-    mirror: Option<&mirror_sink::Mirror>,
+    told: StopWriters<'_>,
 ) -> Ending {
     let Cleanup {
         on_exit: cleanup_on_exit,
@@ -787,7 +852,7 @@ async fn stop(
             signal = signal_name,
             "stopping; removing rules (--cleanup-on-exit)"
         );
-        return stop_and_clean_up(commands, worker, backend_id, names, mirror).await;
+        return stop_and_clean_up(commands, worker, backend_id, names, told).await;
     } else if cleanup_on_exit {
         info!(signal = signal_name, "stopping; removing nothing: this agent never held the node lock, so the rules are the running agent's");
     } else {
@@ -830,6 +895,31 @@ async fn serve_health(addr: std::net::SocketAddr, shared: &http::Shared) -> Resu
     }
 }
 
+/// What tells the API, at a stop, that the rules are gone: the Node's condition and its taint
+/// (API mode; each when the agent writes it).
+struct StopWriters<'a> {
+    mirror: Option<&'a mirror_sink::Mirror>,
+    taint: Option<&'a taint_sink::NodeTaint>,
+}
+
+impl StopWriters<'_> {
+    /// After `--cleanup-on-exit` removed the rules: `NotReady` and the taint back, together,
+    /// within `within` (best effort).
+    async fn rules_removed(&self, within: std::time::Duration) {
+        let condition = async {
+            if let Some(mirror) = self.mirror {
+                mirror.rules_removed(within).await;
+            }
+        };
+        let taint = async {
+            if let Some(taint) = self.taint {
+                taint.rules_removed(within).await;
+            }
+        };
+        tokio::join!(condition, taint);
+    }
+}
+
 /// `--cleanup-on-exit`: ends the running pass (killing a wedged tool after a grace), then
 /// removes our rules within the stop deadline, with a backend whose tools share the time left.
 async fn stop_and_clean_up(
@@ -837,7 +927,7 @@ async fn stop_and_clean_up(
     worker: std::thread::JoinHandle<Reconciler>,
     backend_id: crate::backend::BackendId,
     names: Names,
-    mirror: Option<&mirror_sink::Mirror>,
+    told: StopWriters<'_>,
 ) -> Ending {
     let stopping = tokio::time::Instant::now();
     // The running pass (if any) ends first, so cleanup never races a sync.
@@ -858,11 +948,8 @@ async fn stop_and_clean_up(
         }
     };
     if left.is_empty() {
-        if let Some(mirror) = mirror {
-            mirror
-                .rules_removed(STOP_DEADLINE.saturating_sub(stopping.elapsed()))
-                .await;
-        }
+        told.rules_removed(STOP_DEADLINE.saturating_sub(stopping.elapsed()))
+            .await;
         return Ending::Stopped;
     }
     error!(

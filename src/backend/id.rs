@@ -5,6 +5,7 @@
 //! names it accepts, where its rules live, what a plan costs it.
 
 use super::{iptables, nftables, Footprint, MemoryModel};
+use crate::netlink::nf_tables::foreign::Owned;
 use crate::plan::{Family, Names, Ruleset};
 use serde::{Deserialize, Serialize};
 
@@ -109,6 +110,22 @@ impl BackendId {
     pub fn may_hold_ours(self, family: Family, names: &Names) -> bool {
         self.iptables_variant()
             .is_none_or(|variant| variant.may_hold_ours(family, names))
+    }
+
+    /// What this backend owns in nf_tables, for hearing a neighbour change it: the nftables
+    /// table, or with iptables-nft our chain and the `POSTROUTING` that jumps to it in `nat`.
+    /// None for iptables-legacy, whose changes the kernel announces to no one.
+    pub fn announced_ownership(self, names: &Names) -> Option<Owned> {
+        match self {
+            BackendId::Nftables => Some(Owned::Table(nftables::TABLE.to_string())),
+            BackendId::IptablesNft => Some(Owned::Chains {
+                table: "nat".to_string(),
+                chains: vec![names.chain.to_string(), "POSTROUTING".to_string()],
+            }),
+            BackendId::IptablesLegacy => None,
+            #[cfg(test)]
+            BackendId::Fake => None,
+        }
     }
 
     /// The iptables variant this backend runs, if it is one.

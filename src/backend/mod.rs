@@ -396,6 +396,15 @@ impl SyncReport {
         let has = |k| self.differences.iter().any(|d| d.kind == k);
         has(DriftKind::ChainMissing) && has(DriftKind::JumpMissing)
     }
+
+    /// Whether, before this sync, no packet reached our rules: the jump was missing (a fresh
+    /// node, or a neighbour's flush of `POSTROUTING` or of our table). Flows tracked in that
+    /// gap were decided without our rules.
+    pub fn rules_were_bypassed(&self) -> bool {
+        self.differences
+            .iter()
+            .any(|d| d.kind == DriftKind::JumpMissing)
+    }
 }
 
 /// A prefix or a bare address (a host prefix) as both backends print them.

@@ -378,6 +378,16 @@ pub struct AgentArgs {
     )]
     pub node_status: bool,
 
+    /// With --config-source=api: keep pods off this node until its rules are in. The agent
+    /// removes the taint node.ipmasq.io/agent-not-ready from its own Node after its first sync
+    /// whose rules it read back from the kernel, and puts it back (NoSchedule) when it cannot
+    /// enforce: no usable config, a first sync that failed, or a stop with --cleanup-on-exit.
+    /// The taint is put on new Nodes by the kubelet (--register-with-taints) or the node pool;
+    /// needs patch on nodes (packaging/kubernetes/api-mode/rbac.yaml) and, to narrow that to
+    /// this one taint of its own Node, the admission policy (packaging/kubernetes/admission)
+    #[arg(long)]
+    pub node_taint: bool,
+
     /// With --config-source=api: status writes come in cycles of this length on the wall
     /// clock, each node at its own place in the cycle (a hash of the node name) and at most
     /// once a cycle, so a fleet's writes are spread whatever the edit rate (5,000 nodes over
@@ -790,6 +800,7 @@ impl AgentArgs {
                     ("--configmap", configmap_given),
                     ("--kubeconfig", self.kubeconfig.is_some()),
                     ("--node-name", self.node_name.is_some()),
+                    ("--node-taint", self.node_taint),
                 ]
                 .into_iter()
                 .filter_map(|(flag, given)| given.then_some(flag))
@@ -806,8 +817,11 @@ impl AgentArgs {
                     )
                 })
             }
-            ConfigSourceArg::Api => file_flags_given.then(|| {
-                "--config-source=api reads the ConfigMap named by --configmap, not --config or --config-dir: drop them, or use --config-source=file".to_string()
+            ConfigSourceArg::Api if file_flags_given => Some(
+                "--config-source=api reads the ConfigMap named by --configmap, not --config or --config-dir: drop them, or use --config-source=file".to_string(),
+            ),
+            ConfigSourceArg::Api => (self.node_taint && !self.node_status).then(|| {
+                "--node-taint writes the Node's taint, and --node-status=false writes nothing to the API: drop one of them".to_string()
             }),
         }
     }

@@ -42,6 +42,7 @@ fn api_settings(args: &AgentArgs) -> Result<ApiSettings, String> {
         status: crate::agent::reconcile::StatusWrites {
             enabled: args.node_status,
             spread: args.status_spread.to_std().unwrap_or_default(),
+            node_taint: args.node_taint,
         },
     })
 }
@@ -56,6 +57,7 @@ fn log_api_mode(api: &ApiSettings) {
         credentials = %credentials_words(&api.credentials),
         last_known_good = api.last_known_good.as_ref().map_or("none", |saved| saved.provenance.as_str()),
         node_status = api.status.enabled,
+        node_taint = api.status.node_taint,
         status_spread_s = api.status.spread.as_secs_f64(),
         "API mode: the config is the ConfigMap's, read through the Kubernetes API"
     );

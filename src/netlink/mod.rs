@@ -260,10 +260,12 @@ pub(crate) trait StableDescriptor: AsRawFd + private::Sealed {}
 mod private {
     pub trait Sealed {}
     impl Sealed for super::route::AddressEvents {}
+    impl Sealed for super::nf_tables::foreign::ForeignCommits {}
     impl Sealed for inotify::Inotify {}
 }
 
 impl StableDescriptor for route::AddressEvents {}
+impl StableDescriptor for nf_tables::foreign::ForeignCommits {}
 /// The config directory watch's inotify instance (not netlink, but the same kind of
 /// registration, so it lives beside the one netlink needs).
 impl StableDescriptor for inotify::Inotify {}

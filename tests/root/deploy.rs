@@ -84,7 +84,8 @@ fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
 }
 
 /// The base's DaemonSet with exactly what API mode changes: the service account and its token,
-/// NODE_NAME from the downward API, `--config-source=api` after the base's arguments, and no
+/// NODE_NAME from the downward API, `--config-source=api --node-taint` after the base's
+/// arguments, and no
 /// ConfigMap volume (the config comes from the API).
 fn in_api_mode(base: &Value) -> Value {
     let mut daemonset = base.clone();
@@ -105,7 +106,7 @@ fn in_api_mode(base: &Value) -> Value {
     container["args"]
         .as_array_mut()
         .expect("the base has args")
-        .push(json!("--config-source=api"));
+        .extend([json!("--config-source=api"), json!("--node-taint")]);
     let mounts = container["volumeMounts"]
         .as_array_mut()
         .expect("the base has volume mounts");
@@ -240,7 +241,8 @@ fn the_api_mode_overlay_renders_applies_and_its_token_reads_only_what_rbac_grant
         json!([
             "--masq-chain=IP-MASQ-AGENT",
             "--metrics-addr=127.0.0.1:9723",
-            "--config-source=api"
+            "--config-source=api",
+            "--node-taint"
         ]),
         "{container:#}"
     );

@@ -207,6 +207,18 @@ fn node_forgeries() -> Vec<Forgery> {
             took: |c| node(c, "node-b")["spec"]["unschedulable"] == true,
         },
         Forgery {
+            what: "node-b tainted, on the Node itself (the grant --node-taint needs)",
+            method: "PATCH",
+            path: "/api/v1/nodes/node-b".to_string(),
+            content_type: STRATEGIC,
+            body: json!({"spec": {"taints": [{"key": "forged", "effect": "NoExecute"}]}}),
+            took: |c| {
+                node(c, "node-b")["spec"]["taints"]
+                    .as_array()
+                    .is_some_and(|taints| taints.iter().any(|t| t["key"] == "forged"))
+            },
+        },
+        Forgery {
             what: "node-b deleted",
             method: "DELETE",
             path: "/api/v1/nodes/node-b".to_string(),
@@ -384,9 +396,11 @@ fn the_agent_token_forges_what_rbac_alone_allows() {
     create_nodes(&cluster);
     let forgeries = all_forgeries();
     let got = attempt_all(&cluster, &forgeries);
+    // The Node itself is patchable since --node-taint (rbac.yaml: nodes patch): node-b
+    // cordoned and tainted; deleting it stays refused.
     let want = [
-        Applied, Applied, Applied, Applied, Applied, Applied, Applied, Ignored, Ignored, Refused,
-        Refused, Applied, Refused, Refused, Applied, Applied, Refused,
+        Applied, Applied, Applied, Applied, Applied, Applied, Applied, Ignored, Ignored, Applied,
+        Applied, Refused, Applied, Refused, Refused, Applied, Applied, Refused,
     ];
     let want: Vec<(&str, Outcome)> = forgeries.iter().map(|f| f.what).zip(want).collect();
     assert_eq!(

@@ -398,6 +398,7 @@ fn node_status_false_makes_no_mirror() {
         status: crate::agent::reconcile::StatusWrites {
             enabled: false,
             spread: Duration::ZERO,
+            node_taint: false,
         },
     };
     assert!(Mirror::new(Some(&api), crate::backend::BackendId::Nftables).is_none());

@@ -238,7 +238,7 @@ impl Enforcer {
                         let why = self.why_written(ruleset);
                         self.log_write(&report, why, started.elapsed(), settings);
                     }
-                    self.follow_flows(ruleset, report.installed_fresh(), settings);
+                    self.follow_flows(ruleset, report.rules_were_bypassed(), settings);
                     done.push(report);
                 }
                 Err(err) => {
@@ -268,7 +268,7 @@ impl Enforcer {
     pub(super) fn reset_basis(
         &mut self,
         ruleset: &Ruleset,
-        installed_fresh: bool,
+        bypassed: bool,
         settings: &Settings,
     ) -> Option<ResetBasis> {
         let family = ruleset.family;
@@ -289,23 +289,38 @@ impl Enforcer {
         if settings.dry_run {
             return changed.then_some(ResetBasis::Live);
         }
-        if installed_fresh {
-            // Nothing of ours was in the kernel (a fresh node, a cleanup, a chain deleted
-            // under the agent): the flows tracked so far, started before the rules or while
-            // they were being put back, were decided without rules of ours.
+        if bypassed {
+            // No jump to our rules was in the kernel (a fresh node, a cleanup, a neighbour's
+            // flush of POSTROUTING or of our table): the flows tracked in that gap were decided
+            // without rules of ours. (Those decided by them before it are judged untouched.)
             return Some(ResetBasis::NoRulesOfOurs);
         }
         before.map(ResetBasis::Previous)
     }
 
+    /// Whether every ruleset in force is in the kernel as planned, read back now.
+    pub fn rules_read_back(&self) -> bool {
+        !self.in_force.is_empty()
+            && self.in_force.iter().all(|ruleset| {
+                match self.backend.inspect(ruleset.family, &ruleset.names) {
+                    Ok(live) => self.backend.compare(ruleset, &live).is_empty(),
+                    Err(err) => {
+                        warn!(family = %ruleset.family, error = %err, "cannot read the rules back");
+                        false
+                    }
+                }
+            })
+    }
+
     /// After `ruleset` is in force: when it changed what this agent had in force for its
-    /// family, or was installed from nothing (`installed_fresh`), the conntrack entries whose
+    /// family, or packets bypassed our rules before this sync (`bypassed`: the jump was
+    /// missing), the conntrack entries whose
     /// NAT the change made wrong are deleted (within `--conntrack-reset`), so their flows
     /// follow. A dry run compares with the live rules and deletes nothing. A failure is
     /// logged and counted; the rules stay applied.
-    fn follow_flows(&mut self, ruleset: &Ruleset, installed_fresh: bool, settings: &Settings) {
+    fn follow_flows(&mut self, ruleset: &Ruleset, bypassed: bool, settings: &Settings) {
         use crate::conntrack::judge::{NoRulesOfOurs, PlannedRules};
-        let Some(basis) = self.reset_basis(ruleset, installed_fresh, settings) else {
+        let Some(basis) = self.reset_basis(ruleset, bypassed, settings) else {
             return;
         };
         let (family, scope) = (ruleset.family, settings.conntrack_reset);

@@ -174,6 +174,13 @@ impl Reconciler {
         self.source.on_next()
     }
 
+    /// Whether the rules in force for every family are in the kernel, read back now (no
+    /// remembered state trusted): what `--node-taint` removes the taint after. False before a
+    /// sync, or when a family cannot be read.
+    pub fn rules_read_back(&self) -> bool {
+        self.enforcer.rules_read_back()
+    }
+
     /// Where the brake latches a rollout this node failed on (API mode).
     pub fn rollout_latch(&self) -> Option<RolloutLatch> {
         self.source.rollout_latch()
@@ -341,10 +348,9 @@ mod tests {
         fn reset_basis(
             &mut self,
             ruleset: &crate::plan::Ruleset,
-            installed_fresh: bool,
+            bypassed: bool,
         ) -> Option<ResetBasis> {
-            self.enforcer
-                .reset_basis(ruleset, installed_fresh, &self.settings)
+            self.enforcer.reset_basis(ruleset, bypassed, &self.settings)
         }
     }
 

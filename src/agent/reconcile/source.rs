@@ -48,6 +48,9 @@ pub struct StatusWrites {
     pub enabled: bool,
     /// A write after a change waits a per-node share of this (a hash of the node name).
     pub spread: std::time::Duration,
+    /// `--node-taint`: the taint `node.ipmasq.io/agent-not-ready` on this Node follows what
+    /// the agent can enforce.
+    pub node_taint: bool,
 }
 
 impl Default for StatusWrites {
@@ -55,6 +58,7 @@ impl Default for StatusWrites {
         StatusWrites {
             enabled: true,
             spread: std::time::Duration::ZERO,
+            node_taint: false,
         }
     }
 }

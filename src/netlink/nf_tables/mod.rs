@@ -5,6 +5,7 @@
 
 #[cfg(test)]
 pub(crate) mod fake_kernel;
+pub(crate) mod foreign;
 pub(crate) mod notify;
 pub(crate) mod read;
 pub(crate) mod script;

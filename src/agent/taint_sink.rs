@@ -1,0 +1,259 @@
+//! API mode with `--node-taint`: the taint `node.ipmasq.io/agent-not-ready` on the agent's own
+//! Node follows what the agent can enforce. Removed after the first pass whose rules are in and
+//! were read back from the kernel; put back when the agent has no usable config (none yet, or
+//! refused for memory, with no rules installed), when its first sync failed, and after a stop
+//! with `--cleanup-on-exit` removed the rules. A pass that keeps the last good rules changes
+//! nothing: the rules still hold, and a flapping taint would only churn the scheduler.
+
+use super::reconcile::{ApiSettings, Pass};
+use super::sinks::{PassDone, StatusSink};
+use crate::cluster::backoff::{jitter, ApiBackoff, Failure};
+use crate::cluster::configmap::ConfigMapFeed;
+use crate::cluster::taint::{converge, Converged, Wish, TAINT_KEY};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// The taint of one agent: made at start (API mode, `--node-taint`, a node name), its sink
+/// handed to the reconcile thread, its writer spawned once the node lock is taken.
+pub struct NodeTaint {
+    wishes: Arc<watch::Sender<Option<Wish>>>,
+    /// The wish the writer last made true on the Node.
+    made: watch::Receiver<Option<Wish>>,
+    writer: Option<Writer>,
+}
+
+impl NodeTaint {
+    pub fn new(api: Option<&ApiSettings>) -> Option<NodeTaint> {
+        let api = api?;
+        if !api.status.node_taint {
+            return None;
+        }
+        let Some(node) = api.node_name.clone() else {
+            warn!("--node-taint without a node name (--node-name, $NODE_NAME, the host name): the taint {TAINT_KEY} is not managed");
+            return None;
+        };
+        let (wishes, wishes_rx) = watch::channel(None);
+        let (made_tx, made) = watch::channel(None);
+        Some(NodeTaint {
+            wishes: Arc::new(wishes),
+            made,
+            writer: Some(Writer {
+                credentials: api.credentials.clone(),
+                node,
+                wishes: wishes_rx,
+                made: made_tx,
+            }),
+        })
+    }
+
+    /// The sink the reconcile thread publishes each pass to.
+    pub fn sink(&self, feed: Option<ConfigMapFeed>) -> TaintSink {
+        TaintSink {
+            wishes: self.wishes.clone(),
+            read_back: false,
+            feed,
+        }
+    }
+
+    /// Spawns the writer on the current runtime (once; later calls do nothing).
+    pub fn spawn_writer(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            tokio::spawn(writer.run());
+        }
+    }
+
+    /// After `--cleanup-on-exit` removed the rules: the taint put back, within `within` at
+    /// most (best effort: the stop goes on either way).
+    pub async fn rules_removed(&self, within: Duration) {
+        self.wishes.send_replace(Some(Wish::Tainted));
+        let mut made = self.made.clone();
+        let confirmed = tokio::time::timeout(within, made.wait_for(|m| *m == Some(Wish::Tainted)))
+            .await
+            .is_ok_and(|answer| answer.is_ok());
+        if confirmed {
+            info!(
+                taint = TAINT_KEY,
+                "the Node is tainted again: the rules are removed"
+            );
+        } else {
+            warn!(
+                taint = TAINT_KEY,
+                within_s = within.as_secs_f64(),
+                "could not put the taint back before the stop deadline"
+            );
+        }
+    }
+}
+
+/// What a pass says of the taint: None when it changes nothing. Having no rules is said only
+/// once the API has spoken (its inputs listed, or a failure to list them): before, the agent
+/// knows nothing yet, and after a restart the rules the last agent left still hold.
+fn wish_after(
+    pass: &Pass,
+    ever_synced: bool,
+    api_spoke: bool,
+    read_back: impl FnOnce() -> bool,
+) -> Option<Wish> {
+    match pass {
+        Pass::Synced(_) => read_back().then_some(Wish::Untainted),
+        Pass::NoValidConfig if api_spoke => Some(Wish::Tainted),
+        Pass::Failed(_) if api_spoke && !ever_synced => Some(Wish::Tainted),
+        Pass::NoValidConfig | Pass::Failed(_) => None,
+    }
+}
+
+/// The reconcile thread's side: each pass's wish handed to the writer when it changed.
+pub struct TaintSink {
+    wishes: Arc<watch::Sender<Option<Wish>>>,
+    /// The rules were read back from the kernel once: later synced passes need not again.
+    read_back: bool,
+    /// What the API watchers publish: whether the inputs were listed, or cannot be.
+    feed: Option<ConfigMapFeed>,
+}
+
+impl TaintSink {
+    /// Whether the API has spoken: every input listed, or a failure to list one.
+    fn api_spoke(&self) -> bool {
+        self.feed.as_ref().is_none_or(|feed| {
+            let state = feed.lock().unwrap_or_else(|e| e.into_inner());
+            state.listed() || state.trouble().is_some()
+        })
+    }
+}
+
+impl StatusSink for TaintSink {
+    fn publish(&mut self, done: &PassDone) {
+        let ever_synced = done.reconciler.status.syncs_ok > 0;
+        let already = self.read_back;
+        let wish = wish_after(done.pass, ever_synced, self.api_spoke(), || {
+            already || done.reconciler.rules_read_back()
+        });
+        if wish == Some(Wish::Untainted) {
+            self.read_back = true;
+        }
+        if let Some(wish) = wish {
+            self.wishes.send_if_modified(|current| {
+                let changed = *current != Some(wish);
+                *current = Some(wish);
+                changed
+            });
+        }
+    }
+}
+
+/// The writer task: the client, then each wish made true on the Node, retried with a backoff.
+struct Writer {
+    credentials: crate::cluster::Credentials,
+    node: String,
+    wishes: watch::Receiver<Option<Wish>>,
+    made: watch::Sender<Option<Wish>>,
+}
+
+impl Writer {
+    async fn run(mut self) {
+        let mut backoff = ApiBackoff::default();
+        let client = loop {
+            let manners = crate::cluster::Manners {
+                node: Some(self.node.clone()),
+                clock: None,
+                answer_cap: None,
+            };
+            match crate::cluster::client_with(&self.credentials, &manners).await {
+                Ok(client) => break client,
+                Err(err) => {
+                    let wait =
+                        backoff.after(Failure::Unanswered, tokio::time::Instant::now(), jitter());
+                    warn!(error = %err, retry_in_s = wait.as_secs_f64(), "cannot make a client for the taint {TAINT_KEY}");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        };
+        let mut failing = false;
+        loop {
+            let Some(wish) = *self.wishes.borrow_and_update() else {
+                if self.wishes.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            match converge(&client, &self.node, wish).await {
+                Ok(converged) => {
+                    failing = false;
+                    say_made(&self.node, wish, &converged);
+                    self.made.send_replace(Some(wish));
+                    if self.wishes.changed().await.is_err() {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    // Every failure on the 30 s cap: a Node not registered yet (404) is
+                    // expected soon, not in minutes.
+                    let wait =
+                        backoff.after(Failure::Unanswered, tokio::time::Instant::now(), jitter());
+                    if !failing {
+                        warn!(error = %err, retry_in_s = wait.as_secs_f64(), wanted = wish.as_str(), "cannot make the taint {TAINT_KEY} as wanted; retrying with a backoff");
+                    }
+                    failing = true;
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        changed = self.wishes.changed() => if changed.is_err() { return },
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn say_made(node: &str, wish: Wish, converged: &Converged) {
+    let already = *converged == Converged::Already;
+    match wish {
+        Wish::Untainted => info!(
+            node,
+            taint = TAINT_KEY,
+            already,
+            "the rules are in and were read back: the Node is untainted, pods may start"
+        ),
+        Wish::Tainted => warn!(
+            node,
+            taint = TAINT_KEY,
+            already,
+            "the agent cannot enforce: the Node is tainted, no new pod starts here"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendError;
+
+    #[test]
+    fn only_rules_read_back_untaint_and_only_having_none_taints() {
+        let synced = Pass::Synced(Vec::new());
+        assert_eq!(
+            wish_after(&synced, true, true, || true),
+            Some(Wish::Untainted)
+        );
+        // Written but not read back yet: nothing changes.
+        assert_eq!(wish_after(&synced, true, true, || false), None);
+        assert_eq!(
+            wish_after(&Pass::NoValidConfig, false, true, || true),
+            Some(Wish::Tainted)
+        );
+        // Before the API has spoken, no config says nothing (a restart's rules still hold).
+        assert_eq!(
+            wish_after(&Pass::NoValidConfig, false, false, || true),
+            None
+        );
+        let failed = || Pass::Failed(BackendError::Run("iptables-restore: exit 4".into()));
+        assert_eq!(
+            wish_after(&failed(), false, true, || true),
+            Some(Wish::Tainted)
+        );
+        assert_eq!(wish_after(&failed(), false, false, || true), None);
+        // Once synced, a failing pass keeps the rules it had: no flap.
+        assert_eq!(wish_after(&failed(), true, true, || true), None);
+    }
+}

@@ -1,0 +1,246 @@
+//! A neighbour's flush of our jump or table, repaired as soon as the kernel announces the
+//! commit, not at the next resync (an hour here): proven with packets (a new flow after each
+//! flush leaves with the node's address again), counted in `/metrics`, and a neighbour that
+//! keeps deleting our rules every 10 ms paced and said, its fight ended with our rules in.
+
+use super::egress::{count_in_log, log_of};
+use super::netns::{kill, wait_until, Netns, PYTHON};
+use super::packets::{source_seen_between, start_receiver_in, Topology, MASQ_V4, NODE_OUT_V4};
+use super::snat_log::sample;
+use std::time::{Duration, Instant};
+
+/// Far inside the hour's resync: a repair within it came from the notification.
+const PATIENCE: Duration = Duration::from_secs(20);
+const METRICS: &str = "127.0.0.1:9741";
+const CONFIG: &str = "resyncInterval: 1h\nnonMasqueradeCIDRs: [198.51.100.0/24]\n";
+
+/// A backend, how a neighbour damages its rules, and how to tell they are in.
+struct Case {
+    /// For the scratch directory.
+    tag: &'static str,
+    flags: &'static [&'static str],
+    /// Each neighbour's damage, by name.
+    damages: &'static [(&'static str, &'static str)],
+    /// The damage a fighting neighbour repeats.
+    fight: &'static str,
+    /// Prints our rules; they are in when it succeeds and names the masquerade.
+    list: &'static str,
+}
+
+const NFTABLES: Case = Case {
+    tag: "neighbour-flush-nftables",
+    flags: &["--backend=nftables"],
+    damages: &[
+        ("our table deleted", "nft delete table ip ipmasq"),
+        ("the whole ruleset flushed", "nft flush ruleset"),
+    ],
+    fight: "nft delete table ip ipmasq",
+    list: "nft list table ip ipmasq",
+};
+
+const IPTABLES_NFT: Case = Case {
+    tag: "neighbour-flush-iptables-nft",
+    flags: &["--iptables-mode=nft"],
+    damages: &[
+        ("POSTROUTING flushed", "iptables-nft -t nat -F POSTROUTING"),
+        (
+            "nat flushed and user chains deleted",
+            // One commit, as `-F` then `-X` would do: the agent repairs between two commands.
+            "printf '*nat\\nCOMMIT\\n' | iptables-nft-restore",
+        ),
+    ],
+    fight: "iptables-nft -t nat -F POSTROUTING",
+    list: "iptables-nft -t nat -S POSTROUTING && iptables-nft -t nat -S IP-MASQ-AGENT",
+};
+
+fn rules_in(node: &Netns, case: &Case) -> bool {
+    let run = node.exec("sh", &["-c", case.list]);
+    run.code == 0
+        && run.stdout.contains("masquerade") | run.stdout.contains("MASQUERADE")
+        && (case.flags[0] == "--backend=nftables" || run.stdout.contains("-j IP-MASQ-AGENT"))
+}
+
+fn scrape(node: &Netns) -> String {
+    let run = node.exec(
+        PYTHON,
+        &[
+            "-c",
+            &format!("import urllib.request;print(urllib.request.urlopen('http://{METRICS}/metrics',timeout=5).read().decode())"),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+}
+
+/// The agent's CPU time so far (user + system), from /proc.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the agent's stat");
+    let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+fn a_neighbours_flush_is_repaired_before_the_resync(case: &Case) {
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new(case.tag);
+    let config = dir.write("config", CONFIG);
+    let log = dir.path.join("agent.log");
+    let config_flag = format!("--config={}", config.display());
+    let metrics_flag = format!("--metrics-addr={METRICS}");
+    let mut args = vec!["agent", config_flag.as_str(), metrics_flag.as_str()];
+    args.extend_from_slice(case.flags);
+    let pid = topo.node.spawn_ipmasq(&args, &log);
+    assert!(
+        wait_until(PATIENCE, || rules_in(&topo.node, case)),
+        "never installed:\n{}",
+        log_of(&log)
+    );
+    let masqueraded =
+        |topo: &Topology| source_seen_between(&topo.pod, &topo.outside, MASQ_V4, None);
+    assert_eq!(
+        masqueraded(&topo),
+        NODE_OUT_V4,
+        "masqueraded before any flush"
+    );
+    for (count, (what, damage)) in case.damages.iter().enumerate() {
+        topo.node.sh(damage);
+        let flushed = Instant::now();
+        assert!(
+            wait_until(PATIENCE, || rules_in(&topo.node, case)),
+            "{what}: not repaired within {PATIENCE:?} (the resync is an hour):\n{}",
+            log_of(&log)
+        );
+        eprintln!(
+            "{what}: rules back, seen {:?} after the flush",
+            flushed.elapsed()
+        );
+        assert_eq!(
+            masqueraded(&topo),
+            NODE_OUT_V4,
+            "{what}: a new flow after the repair"
+        );
+        let metrics = scrape(&topo.node);
+        let commits = sample(&metrics, "ipmasq_foreign_commits_total").unwrap_or(0.0);
+        assert!(
+            commits >= (count + 1) as f64,
+            "{what}: {commits} foreign commits counted"
+        );
+    }
+    assert!(
+        count_in_log(
+            &log,
+            "a neighbour's commit changed the rules we own: repairing now"
+        ) >= 1,
+        "{}",
+        log_of(&log)
+    );
+    a_flow_started_in_the_gap_is_masqueraded_after_the_repair(&topo, case, pid, &log);
+    a_fighting_neighbour_is_paced_and_said(&topo, case, pid, &log);
+    kill(pid, "TERM");
+}
+
+/// A UDP flow that starts while our rules are flushed leaves with the pod's address and its
+/// conntrack entry keeps that; the repair resets it (`--conntrack-reset=connectionless`, the
+/// default), so the flow's next datagram leaves with the node's. The gap is held open by
+/// stopping the agent (SIGSTOP) before the flush; SIGCONT lets it hear the commit.
+fn a_flow_started_in_the_gap_is_masqueraded_after_the_repair(
+    topo: &Topology,
+    case: &Case,
+    pid: u32,
+    log: &std::path::Path,
+) {
+    let receiver = "import socket\n\
+        s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+        s.bind(('MASQ',40998))\n\
+        open('READY','w').close()\n\
+        s.settimeout(20)\n\
+        for _ in range(2):\n    d,a=s.recvfrom(100)\n    print(a[0],flush=True)\n"
+        .replace("MASQ", MASQ_V4);
+    let (listener, ready) = start_receiver_in(&topo.outside, &receiver);
+    // The same source port each time: the same flow, the same conntrack entry.
+    let send_one = || {
+        let sender = format!(
+            "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+             s.bind(('0.0.0.0',40997))\ns.sendto(b'x',('{MASQ_V4}',40998))\n"
+        );
+        let run = topo.pod.exec(PYTHON, &["-c", &sender]);
+        assert_eq!(run.code, 0, "sender: {}", run.stderr);
+    };
+    let repairs =
+        || count_in_log(log, "\"rules installed\"") + count_in_log(log, "\"rules repaired\"");
+    let repairs_before = repairs();
+    kill(pid, "STOP");
+    topo.node.sh(case.damages[0].1);
+    send_one();
+    kill(pid, "CONT");
+    assert!(
+        wait_until(PATIENCE, || rules_in(&topo.node, case)
+            && repairs() > repairs_before),
+        "not repaired after SIGCONT:\n{}",
+        log_of(log)
+    );
+    send_one();
+    let out = listener.wait_with_output().expect("receiver output");
+    let _ = std::fs::remove_file(&ready);
+    let sources = String::from_utf8_lossy(&out.stdout).to_string();
+    let sources: Vec<&str> = sources.lines().collect();
+    assert_eq!(
+        sources,
+        [super::packets::POD_V4, NODE_OUT_V4],
+        "the flow's first datagram leaked in the gap; after the repair its entry is reset:\n{}",
+        log_of(log)
+    );
+}
+
+/// A neighbour deleting our rules every 10 ms for 3 s: the agent says once that it paces its
+/// repairs, counts the commits heard while pacing, and has its rules in after the fight.
+fn a_fighting_neighbour_is_paced_and_said(
+    topo: &Topology,
+    case: &Case,
+    pid: u32,
+    log: &std::path::Path,
+) {
+    let before = cpu_time(pid);
+    let started = Instant::now();
+    topo.node.sh(&format!(
+        "i=0; while [ $i -lt 300 ]; do {} 2>/dev/null; sleep 0.01; i=$((i+1)); done; true",
+        case.fight
+    ));
+    let fought = started.elapsed();
+    assert!(
+        wait_until(PATIENCE, || rules_in(&topo.node, case)),
+        "not repaired after the fight:\n{}",
+        log_of(log)
+    );
+    let used = cpu_time(pid).saturating_sub(before);
+    eprintln!(
+        "a neighbour fighting every 10 ms for {fought:?}: the agent used {used:?} of CPU ({:.1} % of a core)",
+        100.0 * used.as_secs_f64() / fought.as_secs_f64()
+    );
+    assert_eq!(
+        count_in_log(log, "a neighbour keeps changing the rules we own"),
+        1,
+        "{}",
+        log_of(log)
+    );
+    let metrics = scrape(&topo.node);
+    let paced = sample(&metrics, "ipmasq_foreign_commits_paced_total").unwrap_or(0.0);
+    assert!(paced > 0.0, "no commit heard while paced:\n{metrics}");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_neighbours_flush_is_repaired_before_the_resync_nftables() {
+    super::netns::require_root();
+    a_neighbours_flush_is_repaired_before_the_resync(&NFTABLES);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_neighbours_flush_is_repaired_before_the_resync_iptables_nft() {
+    super::netns::require_root();
+    a_neighbours_flush_is_repaired_before_the_resync(&IPTABLES_NFT);
+}
