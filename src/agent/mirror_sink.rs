@@ -649,11 +649,7 @@ impl Writer {
         let mut said = Said::default();
         let mut failures = 0;
         let client = loop {
-            let manners = crate::cluster::Manners {
-                node: Some(self.node.clone()),
-                clock: None,
-                answer_cap: None,
-            };
+            let manners = crate::cluster::Manners::writer_for(&self.node);
             match crate::cluster::client_with(&self.credentials, &manners).await {
                 Ok(client) => {
                     failures = 0;

@@ -346,11 +346,7 @@ impl BrakeWriter {
     /// Until the agent stops: each halt handed over written, retried with a backoff until it
     /// lands, is overtaken, or a newer one replaces it.
     pub async fn run(mut self) {
-        let manners = crate::cluster::Manners {
-            node: Some(self.node.clone()),
-            clock: None,
-            answer_cap: None,
-        };
+        let manners = crate::cluster::Manners::writer_for(&self.node);
         let mut failures: u32 = 0;
         let mut client = None;
         loop {

@@ -155,11 +155,7 @@ impl Writer {
     async fn run(mut self) {
         let mut backoff = ApiBackoff::default();
         let client = loop {
-            let manners = crate::cluster::Manners {
-                node: Some(self.node.clone()),
-                clock: None,
-                answer_cap: None,
-            };
+            let manners = crate::cluster::Manners::writer_for(&self.node);
             match crate::cluster::client_with(&self.credentials, &manners).await {
                 Ok(client) => break client,
                 Err(err) => {

@@ -215,6 +215,17 @@ pub struct Manners {
     pub answer_cap: Option<u64>,
 }
 
+impl Manners {
+    /// A writer's about its own Node: named in the User-Agent, no input clock, no answer cap.
+    pub fn writer_for(node: &str) -> Manners {
+        Manners {
+            node: Some(node.to_string()),
+            clock: None,
+            answer_cap: None,
+        }
+    }
+}
+
 /// The User-Agent of every request: `ipmasq/VERSION (node NAME)`, or `ipmasq/VERSION` without
 /// a node (`ipmasq fleet`).
 pub fn user_agent(node: Option<&str>) -> String {

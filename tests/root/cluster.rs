@@ -76,6 +76,25 @@ pub fn agent_audit_events(audit_log: &std::path::Path) -> Vec<serde_json::Value>
         .collect()
 }
 
+/// The audit log's requests by the agent: (verb, resource/subresource, name).
+pub fn agent_requests(audit_log: &std::path::Path) -> Vec<(String, String, String)> {
+    agent_audit_events(audit_log)
+        .into_iter()
+        .map(|event| {
+            let object = &event["objectRef"];
+            let resource = match object["subresource"].as_str() {
+                Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or("")),
+                None => object["resource"].as_str().unwrap_or("").to_string(),
+            };
+            (
+                event["verb"].as_str().unwrap_or("").to_string(),
+                resource,
+                object["name"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
 impl LocalCluster {
     /// Creates the base ConfigMap, or replaces its data, with `text` under the key `config`.
     pub fn put_base_config(&self, text: &str) {

@@ -6,7 +6,7 @@
 //! rules; an edit storm coalesced into a few writes and one Event in the agent's namespace,
 //! counted as config changes, not drift; `--node-status=false` writing nothing.
 
-use super::cluster::{agent_audit_events, api_agent_args, LocalCluster};
+use super::cluster::{agent_requests, api_agent_args, LocalCluster};
 use super::health::{get, successful_syncs, ADDR};
 use super::netns::{kill, wait_until, Netns};
 use crate::util::Scratch;
@@ -28,25 +28,6 @@ const FIXED: &str = "nonMasqueradeCIDRs: [203.0.113.0/24]\nresyncInterval: 5s\n"
 
 fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The audit log's requests by the agent: (verb, resource/subresource, name).
-fn agent_requests(audit_log: &Path) -> Vec<(String, String, String)> {
-    agent_audit_events(audit_log)
-        .into_iter()
-        .map(|event| {
-            let object = &event["objectRef"];
-            let resource = match object["subresource"].as_str() {
-                Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or("")),
-                None => object["resource"].as_str().unwrap_or("").to_string(),
-            };
-            (
-                event["verb"].as_str().unwrap_or("").to_string(),
-                resource,
-                object["name"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
 }
 
 fn writes(requests: &[(String, String, String)]) -> Vec<&(String, String, String)> {

@@ -313,8 +313,9 @@ enum Case {
     StaleState,
 }
 
-/// The matrix's config: 10.0.0.0/8 and 100.64.0.0/10 kept, an hour between passes (only a
-/// SIGHUP repairs, so a damage stays while the tools look at it).
+/// The matrix's config: 10.0.0.0/8 and 100.64.0.0/10 kept, an hour between passes. A damage
+/// is done with the agent stopped (SIGSTOP), which would otherwise hear the commit and repair
+/// at once, so it stays while the tools look at it; SIGCONT and a SIGHUP repair it.
 const MATRIX_CONFIG: &str =
     "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 100.64.0.0/10\nresyncInterval: 1h\n";
 
@@ -516,7 +517,10 @@ fn matrix(backend: &'static str, deployment: Deployment) -> Vec<String> {
                     .stdout
                     .contains("no agent running (stale state")));
             }
-            _ => damage(&ns, backend, case),
+            _ => {
+                kill(agent_pid, "STOP");
+                damage(&ns, backend, case);
+            }
         }
         let want = expected(case, deployment, nft);
         let show = ns.ipmasq(&["show", backend, "--color=never"]);
@@ -592,8 +596,9 @@ fn matrix(backend: &'static str, deployment: Deployment) -> Vec<String> {
         ));
         run_suggested(&ns, &show);
         table.push(row);
-        // Repair (a SIGHUP makes the agent pass) before the next damage.
+        // Repair (the agent goes on, and a SIGHUP makes it pass) before the next damage.
         if !matches!(case, Case::RecordedConfigMissing | Case::StaleState) {
+            kill(agent_pid, "CONT");
             kill(agent_pid, "HUP");
             assert!(
                 wait_until(PATIENCE, || ns.ipmasq(&["show", backend]).code == 0),

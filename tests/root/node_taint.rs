@@ -6,7 +6,7 @@
 //! Node only); a stop with `--cleanup-on-exit` puts the taint back; a SIGKILL and a restart
 //! leave the rules and write no taint (no flap).
 
-use super::cluster::{agent_audit_events, api_agent_args, LocalCluster};
+use super::cluster::{agent_requests, api_agent_args, LocalCluster};
 use super::egress::{count_in_log, log_of};
 use super::netns::{kill, wait_until, PYTHON};
 use super::packets::{start_receiver_in, Topology, MASQ_V4, NODE_OUT_V4, POD_V4};
@@ -55,23 +55,9 @@ fn tainted(cluster: &LocalCluster, name: &str) -> bool {
 
 /// The agent's writes in the audit log: (verb, resource[/subresource], name).
 fn agent_writes(audit_log: &Path) -> Vec<(String, String, String)> {
-    agent_audit_events(audit_log)
+    agent_requests(audit_log)
         .into_iter()
-        .filter(|event| {
-            ["create", "update", "patch", "delete"].contains(&event["verb"].as_str().unwrap_or(""))
-        })
-        .map(|event| {
-            let object = &event["objectRef"];
-            let resource = match object["subresource"].as_str() {
-                Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or("")),
-                None => object["resource"].as_str().unwrap_or("").to_string(),
-            };
-            (
-                event["verb"].as_str().unwrap_or("").to_string(),
-                resource,
-                object["name"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .filter(|(verb, _, _)| ["create", "update", "patch", "delete"].contains(&verb.as_str()))
         .collect()
 }
 
@@ -198,30 +184,13 @@ fn a_node_is_tainted_until_its_rules_are_in_and_only_its_own_taint_moves() {
     eprintln!("{}", timeline(&log));
 
     // A stop with --cleanup-on-exit removes the rules and puts the taint back.
-    kill(pid, "TERM");
-    assert_eq!(
-        topo.node.wait_daemon(pid, PATIENCE),
-        Some(0),
-        "{}",
-        log_of(&log)
-    );
+    stopped(&mut topo, pid, &log);
     let mut cleanup_args = args.clone();
     cleanup_args.push("--cleanup-on-exit");
     let log = dir.path.join("agent-2.log");
     let pid = topo.node.spawn_ipmasq(&cleanup_args, &log);
-    assert!(
-        wait_until(PATIENCE, || count_in_log(&log, "the Node is untainted")
-            >= 1),
-        "{}",
-        log_of(&log)
-    );
-    kill(pid, "TERM");
-    assert_eq!(
-        topo.node.wait_daemon(pid, PATIENCE),
-        Some(0),
-        "{}",
-        log_of(&log)
-    );
+    said(&log, "the Node is untainted");
+    stopped(&mut topo, pid, &log);
     assert!(
         tainted(&cluster, "node-a"),
         "the taint is back:\n{}",
@@ -241,12 +210,7 @@ fn a_node_is_tainted_until_its_rules_are_in_and_only_its_own_taint_moves() {
     let patches = taint_patches(&audit_log);
     let log = dir.path.join("agent-4.log");
     let pid = topo.node.spawn_ipmasq(&args, &log);
-    assert!(
-        wait_until(PATIENCE, || count_in_log(&log, "the Node is untainted")
-            >= 1),
-        "{}",
-        log_of(&log)
-    );
+    said(&log, "the Node is untainted");
     assert!(!tainted(&cluster, "node-a"));
     assert_eq!(
         taint_patches(&audit_log),
@@ -272,6 +236,26 @@ fn a_node_is_tainted_until_its_rules_are_in_and_only_its_own_taint_moves() {
         "{writes:?}"
     );
     cluster.down();
+}
+
+/// Waits until the agent's log says `needle`.
+fn said(log: &Path, needle: &str) {
+    assert!(
+        wait_until(PATIENCE, || count_in_log(log, needle) >= 1),
+        "{needle:?} never said:\n{}",
+        log_of(log)
+    );
+}
+
+/// SIGTERM, and a clean exit.
+fn stopped(topo: &mut Topology, pid: u32, log: &Path) {
+    kill(pid, "TERM");
+    assert_eq!(
+        topo.node.wait_daemon(pid, PATIENCE),
+        Some(0),
+        "{}",
+        log_of(log)
+    );
 }
 
 /// The agent's first sync that wrote, and the taint's removal, from its log's timestamps.

@@ -242,23 +242,7 @@ impl AsRawFd for ForeignCommits {
 mod tests {
     use super::*;
 
-    /// One nf_tables notification: `kind`, nfgenmsg of `family`, then the attributes.
-    fn message(kind: u16, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
-        let mut body = vec![family, 0, 0, 0];
-        for (kind, value) in attrs {
-            let len = 4 + value.len();
-            body.extend_from_slice(&(len as u16).to_ne_bytes());
-            body.extend_from_slice(&kind.to_ne_bytes());
-            body.extend_from_slice(value);
-            framing::pad(&mut body);
-        }
-        let mut msg = Vec::new();
-        msg.extend_from_slice(&((NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
-        msg.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | kind).to_ne_bytes());
-        msg.extend_from_slice(&[0; 10]);
-        msg.extend_from_slice(&body);
-        msg
-    }
+    use super::super::notify::notification as message;
 
     fn newgen(pid: u32, name: &[u8]) -> Vec<u8> {
         message(

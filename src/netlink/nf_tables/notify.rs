@@ -251,6 +251,26 @@ impl Monitor {
     }
 }
 
+/// One nf_tables notification as the kernel frames it: `kind`, nfgenmsg of `family`, then the
+/// attributes (for the tests here and in `foreign`).
+#[cfg(test)]
+pub(crate) fn notification(kind: u16, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut body = vec![family, 0, 0, 0];
+    for (kind, value) in attrs {
+        let len = 4 + value.len();
+        body.extend_from_slice(&(len as u16).to_ne_bytes());
+        body.extend_from_slice(&kind.to_ne_bytes());
+        body.extend_from_slice(value);
+        framing::pad(&mut body);
+    }
+    let mut msg = Vec::new();
+    msg.extend_from_slice(&((NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
+    msg.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | kind).to_ne_bytes());
+    msg.extend_from_slice(&[0; 10]);
+    msg.extend_from_slice(&body);
+    msg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,23 +278,7 @@ mod tests {
     const NFPROTO_IPV4: u8 = 2;
     const NFPROTO_IPV6: u8 = 10;
 
-    /// One nf_tables notification: `kind`, nfgenmsg of `family`, then the attributes.
-    fn message(kind: u16, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
-        let mut body = vec![family, 0, 0, 0];
-        for (kind, value) in attrs {
-            let len = 4 + value.len();
-            body.extend_from_slice(&(len as u16).to_ne_bytes());
-            body.extend_from_slice(&kind.to_ne_bytes());
-            body.extend_from_slice(value);
-            framing::pad(&mut body);
-        }
-        let mut msg = Vec::new();
-        msg.extend_from_slice(&((NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
-        msg.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | kind).to_ne_bytes());
-        msg.extend_from_slice(&[0; 10]);
-        msg.extend_from_slice(&body);
-        msg
-    }
+    use super::notification as message;
 
     fn newgen(generation: u32) -> Vec<u8> {
         message(
