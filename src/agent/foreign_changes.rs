@@ -212,7 +212,7 @@ fn say_news(by: Option<&Committer>, lost: bool) {
     } else {
         info!(
             by = %committer_words(by),
-            "a neighbour's commit changed the rules we own: repairing now"
+            "a commit not known to be ours changed the rules we own: checking them now"
         );
     }
 }

@@ -258,8 +258,8 @@ pub const FOREIGN_COMMITS: ExportedMetric = ExportedMetric {
     name: "ipmasq_foreign_commits_total",
     kind: MetricType::Counter,
     labels: &[],
-    help: "Commits by another process that changed the rules the agent owns (its nftables table, or with iptables-nft its chain and POSTROUTING), heard from the kernel's nf_tables notifications; each wakes a repair pass",
-    note: "Lost notifications count as one. Always 0 with iptables-legacy, whose changes the kernel announces to no one: there a neighbour's flush is repaired at the next resync.",
+    help: "Commits not known to be the agent's that changed the rules it owns (its nftables table, or with iptables-nft its chain and POSTROUTING), heard from the kernel's nf_tables notifications; they wake a repair pass",
+    note: "Lost notifications count as one. The agent knows a commit as its own only when it can see the committing thread's id: in a process namespace of its own (a DaemonSet without hostPID) its own commits count too, and iptables-nft-restore's (its child) always do, each costing a pass that finds nothing to repair. Always 0 with iptables-legacy, whose changes the kernel announces to no one: there a neighbour's flush is repaired at the next resync.",
     served: Served::Always,
 };
 pub const FOREIGN_COMMITS_PACED: ExportedMetric = ExportedMetric {

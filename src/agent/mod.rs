@@ -903,20 +903,19 @@ struct StopWriters<'a> {
 }
 
 impl StopWriters<'_> {
-    /// After `--cleanup-on-exit` removed the rules: `NotReady` and the taint back, together,
-    /// within `within` (best effort).
+    /// Before `--cleanup-on-exit` removes the rules: the taint back (no pod may start while
+    /// they go), within `within` (best effort).
+    async fn rules_going(&self, within: std::time::Duration) {
+        if let Some(taint) = self.taint {
+            taint.rules_going(within).await;
+        }
+    }
+
+    /// Once they are removed: `NotReady`, within `within` (best effort).
     async fn rules_removed(&self, within: std::time::Duration) {
-        let condition = async {
-            if let Some(mirror) = self.mirror {
-                mirror.rules_removed(within).await;
-            }
-        };
-        let taint = async {
-            if let Some(taint) = self.taint {
-                taint.rules_removed(within).await;
-            }
-        };
-        tokio::join!(condition, taint);
+        if let Some(mirror) = self.mirror {
+            mirror.rules_removed(within).await;
+        }
     }
 }
 
@@ -932,6 +931,9 @@ async fn stop_and_clean_up(
     let stopping = tokio::time::Instant::now();
     // The running pass (if any) ends first, so cleanup never races a sync.
     end_running_pass(&commands, worker).await;
+    // The taint first, on a third of the time left at most: the removal needs the rest.
+    told.rules_going(STOP_DEADLINE.saturating_sub(stopping.elapsed()) / 3)
+        .await;
     let remaining = STOP_DEADLINE.saturating_sub(stopping.elapsed());
     // A backend of the same kind whose every tool gets a share of the time left.
     let mut backend = crate::backend::select::by_id_with_timeout(backend_id, remaining / 3);

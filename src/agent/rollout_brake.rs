@@ -139,7 +139,20 @@ impl Judging {
     /// in a row failed, `NotSettled` once [`UNSETTLED_PASSES`] passes in a row after the first
     /// repaired something; whether the invariants are to be judged now (after a pass that
     /// wrote, or never yet).
+    #[cfg(test)]
     pub fn note(&mut self, key: &str, pass: &Pass) -> (Option<Failure>, bool) {
+        self.note_woken(key, pass, false)
+    }
+
+    /// [`Judging::note`], for a pass woken by a neighbour's commit to our rules when
+    /// `by_neighbour`: its repair is that neighbour's doing, not the next config's, so it
+    /// neither adds to nor ends the streak of repairing passes (a fight has its own alert).
+    pub fn note_woken(
+        &mut self,
+        key: &str,
+        pass: &Pass,
+        by_neighbour: bool,
+    ) -> (Option<Failure>, bool) {
         if self.key != key {
             *self = Judging {
                 key: key.to_string(),
@@ -164,6 +177,9 @@ impl Judging {
         self.invariants_judged = true;
         if !self.applied {
             self.applied = true;
+            return (None, judge);
+        }
+        if by_neighbour {
             return (None, judge);
         }
         let repairs: Vec<&str> = reports.iter().flat_map(|r| r.repairs()).collect();
@@ -276,7 +292,9 @@ impl BrakeSink {
                 diagnostic: format!("{}: {}", rejection.source, rejection.diagnostic),
             });
         }
-        let (failure, judge_invariants) = self.judging.note(&place.key, done.pass);
+        let by_neighbour = matches!(done.trigger, super::Trigger::ForeignChange);
+        let (failure, judge_invariants) =
+            self.judging.note_woken(&place.key, done.pass, by_neighbour);
         failure.or_else(|| {
             judge_invariants
                 .then(|| broken_invariant(done.reconciler, &place.invariants))
@@ -484,6 +502,21 @@ mod tests {
         assert!(cut.len() <= DIAGNOSTIC_MAX + " …".len());
         assert!(cut.ends_with(" …"));
         assert_eq!(bounded("short"), "short");
+    }
+
+    #[test]
+    fn repairs_a_neighbours_commits_woke_never_halt_nor_end_a_streak() {
+        let mut judging = Judging::default();
+        assert_eq!(judging.note("7", &synced(true)).0, None, "applied");
+        for _ in 0..10 {
+            assert_eq!(judging.note_woken("7", &synced(true), true).0, None);
+        }
+        // The streak of the passes that came by themselves goes on across them.
+        assert_eq!(judging.note("7", &synced(true)).0, None);
+        assert_eq!(judging.note_woken("7", &synced(true), true).0, None);
+        assert_eq!(judging.note("7", &synced(true)).0, None);
+        let (failure, _) = judging.note("7", &synced(true));
+        assert_eq!(failure.expect("three in a row").reason, "NotSettled");
     }
 
     #[test]

@@ -19,8 +19,8 @@ use tracing::{info, warn};
 /// handed to the reconcile thread, its writer spawned once the node lock is taken.
 pub struct NodeTaint {
     wishes: Arc<watch::Sender<Option<Wish>>>,
-    /// The wish the writer last made true on the Node.
-    made: watch::Receiver<Option<Wish>>,
+    /// The wish the writer last made true on the Node (None: none since the stop asked).
+    made: Arc<watch::Sender<Option<Wish>>>,
     writer: Option<Writer>,
 }
 
@@ -35,15 +35,15 @@ impl NodeTaint {
             return None;
         };
         let (wishes, wishes_rx) = watch::channel(None);
-        let (made_tx, made) = watch::channel(None);
+        let made = Arc::new(watch::channel(None).0);
         Some(NodeTaint {
             wishes: Arc::new(wishes),
-            made,
+            made: made.clone(),
             writer: Some(Writer {
                 credentials: api.credentials.clone(),
                 node,
                 wishes: wishes_rx,
-                made: made_tx,
+                made,
             }),
         })
     }
@@ -64,18 +64,20 @@ impl NodeTaint {
         }
     }
 
-    /// After `--cleanup-on-exit` removed the rules: the taint put back, within `within` at
-    /// most (best effort: the stop goes on either way).
-    pub async fn rules_removed(&self, within: Duration) {
+    /// Before `--cleanup-on-exit` removes the rules: the taint put back, within `within` at
+    /// most (best effort: the stop goes on either way). What the writer made before this asked
+    /// counts for nothing: only a write of the taint from now on is waited for.
+    pub async fn rules_going(&self, within: Duration) {
+        self.made.send_replace(None);
         self.wishes.send_replace(Some(Wish::Tainted));
-        let mut made = self.made.clone();
+        let mut made = self.made.subscribe();
         let confirmed = tokio::time::timeout(within, made.wait_for(|m| *m == Some(Wish::Tainted)))
             .await
             .is_ok_and(|answer| answer.is_ok());
         if confirmed {
             info!(
                 taint = TAINT_KEY,
-                "the Node is tainted again: the rules are removed"
+                "the Node is tainted again: the rules are being removed"
             );
         } else {
             warn!(
@@ -87,20 +89,32 @@ impl NodeTaint {
     }
 }
 
-/// What a pass says of the taint: None when it changes nothing. Having no rules is said only
-/// once the API has spoken (its inputs listed, or a failure to list them): before, the agent
-/// knows nothing yet, and after a restart the rules the last agent left still hold.
-fn wish_after(
-    pass: &Pass,
+/// What the kernel and the API say, each asked only when a pass needs it.
+struct Facts<R: FnOnce() -> bool, H: FnOnce() -> bool> {
+    /// This agent has synced once.
     ever_synced: bool,
+    /// The API's inputs were listed, or failed to be.
     api_spoke: bool,
-    read_back: impl FnOnce() -> bool,
-) -> Option<Wish> {
+    /// The rules in force, read back from the kernel, are as planned.
+    read_back: R,
+    /// The kernel holds rules of ours (a previous agent's, across a restart).
+    holds_rules: H,
+}
+
+/// What a pass says of the taint: None when it changes nothing. Having no rules is said only
+/// once the API has spoken (before, the agent knows nothing yet) and when the kernel holds none
+/// of ours: after a restart the rules the last agent left still hold.
+fn wish_after<R, H>(pass: &Pass, facts: Facts<R, H>) -> Option<Wish>
+where
+    R: FnOnce() -> bool,
+    H: FnOnce() -> bool,
+{
+    let without_rules = |facts: Facts<R, H>| facts.api_spoke && !(facts.holds_rules)();
     match pass {
-        Pass::Synced(_) => read_back().then_some(Wish::Untainted),
-        Pass::NoValidConfig if api_spoke => Some(Wish::Tainted),
-        Pass::Failed(_) if api_spoke && !ever_synced => Some(Wish::Tainted),
-        Pass::NoValidConfig | Pass::Failed(_) => None,
+        Pass::Synced(_) => (facts.read_back)().then_some(Wish::Untainted),
+        Pass::NoValidConfig => without_rules(facts).then_some(Wish::Tainted),
+        Pass::Failed(_) if !facts.ever_synced => without_rules(facts).then_some(Wish::Tainted),
+        Pass::Failed(_) => None,
     }
 }
 
@@ -127,9 +141,13 @@ impl StatusSink for TaintSink {
     fn publish(&mut self, done: &PassDone) {
         let ever_synced = done.reconciler.status.syncs_ok > 0;
         let already = self.read_back;
-        let wish = wish_after(done.pass, ever_synced, self.api_spoke(), || {
-            already || done.reconciler.rules_read_back()
-        });
+        let facts = Facts {
+            ever_synced,
+            api_spoke: self.api_spoke(),
+            read_back: || already || done.reconciler.rules_read_back(),
+            holds_rules: || done.reconciler.holds_rules_of_ours(),
+        };
+        let wish = wish_after(done.pass, facts);
         if wish == Some(Wish::Untainted) {
             self.read_back = true;
         }
@@ -148,7 +166,7 @@ struct Writer {
     credentials: crate::cluster::Credentials,
     node: String,
     wishes: watch::Receiver<Option<Wish>>,
-    made: watch::Sender<Option<Wish>>,
+    made: Arc<watch::Sender<Option<Wish>>>,
 }
 
 impl Writer {
@@ -227,29 +245,38 @@ mod tests {
 
     #[test]
     fn only_rules_read_back_untaint_and_only_having_none_taints() {
+        let facts = |ever_synced, api_spoke, read_back: bool, holds_rules: bool| Facts {
+            ever_synced,
+            api_spoke,
+            read_back: move || read_back,
+            holds_rules: move || holds_rules,
+        };
         let synced = Pass::Synced(Vec::new());
+        let untainted = Some(Wish::Untainted);
         assert_eq!(
-            wish_after(&synced, true, true, || true),
-            Some(Wish::Untainted)
+            wish_after(&synced, facts(true, true, true, true)),
+            untainted
         );
         // Written but not read back yet: nothing changes.
-        assert_eq!(wish_after(&synced, true, true, || false), None);
-        assert_eq!(
-            wish_after(&Pass::NoValidConfig, false, true, || true),
-            Some(Wish::Tainted)
-        );
-        // Before the API has spoken, no config says nothing (a restart's rules still hold).
-        assert_eq!(
-            wish_after(&Pass::NoValidConfig, false, false, || true),
-            None
-        );
+        assert_eq!(wish_after(&synced, facts(true, true, false, true)), None);
+        let none = Pass::NoValidConfig;
+        let tainted = Some(Wish::Tainted);
+        assert_eq!(wish_after(&none, facts(false, true, true, false)), tainted);
+        // Before the API has spoken, no config says nothing.
+        assert_eq!(wish_after(&none, facts(false, false, true, false)), None);
+        // A restart with a refused config: the last agent's rules still hold, no flap.
+        assert_eq!(wish_after(&none, facts(false, true, true, true)), None);
         let failed = || Pass::Failed(BackendError::Run("iptables-restore: exit 4".into()));
         assert_eq!(
-            wish_after(&failed(), false, true, || true),
-            Some(Wish::Tainted)
+            wish_after(&failed(), facts(false, true, true, false)),
+            tainted
         );
-        assert_eq!(wish_after(&failed(), false, false, || true), None);
+        assert_eq!(
+            wish_after(&failed(), facts(false, false, true, false)),
+            None
+        );
+        assert_eq!(wish_after(&failed(), facts(false, true, true, true)), None);
         // Once synced, a failing pass keeps the rules it had: no flap.
-        assert_eq!(wish_after(&failed(), true, true, || true), None);
+        assert_eq!(wish_after(&failed(), facts(true, true, true, false)), None);
     }
 }

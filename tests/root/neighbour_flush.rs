@@ -144,7 +144,7 @@ fn a_neighbours_flush_is_repaired_before_the_resync(case: &Case) {
     assert!(
         count_in_log(
             &log,
-            "a neighbour's commit changed the rules we own: repairing now"
+            "a commit not known to be ours changed the rules we own: checking them now"
         ) >= 1,
         "{}",
         log_of(&log)

@@ -69,6 +69,14 @@ pub struct EnforceCounts {
     pub conntrack_resets_failed: u64,
 }
 
+/// Whether packets may have missed our rules before a sync: the jump was missing, or the rules
+/// drifted (a sync that wrote; under an unchanged plan that is a neighbour's doing).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bypassed {
+    pub jump_missing: bool,
+    pub drifted: bool,
+}
+
 /// What a conntrack reset judges the tracked flows' old decisions by.
 #[derive(Debug, PartialEq)]
 pub(super) enum ResetBasis {
@@ -238,7 +246,11 @@ impl Enforcer {
                         let why = self.why_written(ruleset);
                         self.log_write(&report, why, started.elapsed(), settings);
                     }
-                    self.follow_flows(ruleset, report.rules_were_bypassed(), settings);
+                    let bypassed = Bypassed {
+                        jump_missing: report.rules_were_bypassed(),
+                        drifted: !report.in_sync(),
+                    };
+                    self.follow_flows(ruleset, bypassed, settings);
                     done.push(report);
                 }
                 Err(err) => {
@@ -268,7 +280,7 @@ impl Enforcer {
     pub(super) fn reset_basis(
         &mut self,
         ruleset: &Ruleset,
-        bypassed: bool,
+        bypassed: Bypassed,
         settings: &Settings,
     ) -> Option<ResetBasis> {
         let family = ruleset.family;
@@ -289,10 +301,12 @@ impl Enforcer {
         if settings.dry_run {
             return changed.then_some(ResetBasis::Live);
         }
-        if bypassed {
+        if bypassed.jump_missing || (bypassed.drifted && !changed) {
             // No jump to our rules was in the kernel (a fresh node, a cleanup, a neighbour's
-            // flush of POSTROUTING or of our table): the flows tracked in that gap were decided
-            // without rules of ours. (Those decided by them before it are judged untouched.)
+            // flush of POSTROUTING or of our table), or they drifted under an unchanged plan (a
+            // neighbour flushed our chain, deleted a rule): the flows tracked meanwhile may have
+            // been decided without them. Only an entry holding the pod's address where the rules
+            // now rewrite it is reset; those they decided are judged untouched.
             return Some(ResetBasis::NoRulesOfOurs);
         }
         before.map(ResetBasis::Previous)
@@ -318,7 +332,7 @@ impl Enforcer {
     /// NAT the change made wrong are deleted (within `--conntrack-reset`), so their flows
     /// follow. A dry run compares with the live rules and deletes nothing. A failure is
     /// logged and counted; the rules stay applied.
-    fn follow_flows(&mut self, ruleset: &Ruleset, bypassed: bool, settings: &Settings) {
+    fn follow_flows(&mut self, ruleset: &Ruleset, bypassed: Bypassed, settings: &Settings) {
         use crate::conntrack::judge::{NoRulesOfOurs, PlannedRules};
         let Some(basis) = self.reset_basis(ruleset, bypassed, settings) else {
             return;

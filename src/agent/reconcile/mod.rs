@@ -181,6 +181,15 @@ impl Reconciler {
         self.enforcer.rules_read_back()
     }
 
+    /// Whether the kernel holds rules of ours in any family (a previous agent's, kept across
+    /// a restart): read now. False when no family can be read.
+    pub fn holds_rules_of_ours(&self) -> bool {
+        crate::plan::Family::ALL
+            .into_iter()
+            .filter(|family| self.enforcer.backend().family_available(*family))
+            .any(|family| self.inspect(family).is_ok_and(|live| live.installed))
+    }
+
     /// Where the brake latches a rollout this node failed on (API mode).
     pub fn rollout_latch(&self) -> Option<RolloutLatch> {
         self.source.rollout_latch()
@@ -348,8 +357,24 @@ mod tests {
         fn reset_basis(
             &mut self,
             ruleset: &crate::plan::Ruleset,
-            bypassed: bool,
+            jump_missing: bool,
         ) -> Option<ResetBasis> {
+            let bypassed = enforce::Bypassed {
+                jump_missing,
+                drifted: false,
+            };
+            self.enforcer.reset_basis(ruleset, bypassed, &self.settings)
+        }
+
+        /// A sync that repaired drift (the jump in place).
+        fn reset_basis_after_drift(
+            &mut self,
+            ruleset: &crate::plan::Ruleset,
+        ) -> Option<ResetBasis> {
+            let bypassed = enforce::Bypassed {
+                jump_missing: false,
+                drifted: true,
+            };
             self.enforcer.reset_basis(ruleset, bypassed, &self.settings)
         }
     }
@@ -1259,6 +1284,20 @@ mod tests {
         // The chain and jump deleted under the agent and put back, the same rules: the flows
         // of the gap were decided without rules of ours.
         assert_eq!(rec.reset_basis(&two, true), Some(ResetBasis::NoRulesOfOurs));
+        // Our chain flushed under the agent, the jump in place, the same rules: the same.
+        assert_eq!(
+            rec.reset_basis_after_drift(&two),
+            Some(ResetBasis::NoRulesOfOurs)
+        );
+        // A change of plan that also wrote: judged by the rules before, as any change.
+        assert_eq!(
+            rec.reset_basis_after_drift(&one),
+            Some(ResetBasis::Previous(two.clone()))
+        );
+        assert_eq!(
+            rec.reset_basis(&two, false),
+            Some(ResetBasis::Previous(one.clone()))
+        );
         // A fresh node (or after a cleanup): the same.
         let mut fresh = fixture("basis-fresh");
         fresh.reconciler.settings.conntrack_reset = ResetScope::All;
