@@ -3,34 +3,28 @@
 //! jump or table within milliseconds instead of at the next resync. iptables-nft commits
 //! through nf_tables too, so its changes are heard; iptables-legacy's are announced to no one.
 
+use super::notify::{name_in, nfproto, table_name, NFGENMSG_LEN, NFNLGRP_NFTABLES, NFT_MSG_NEWGEN};
 use super::wire::NFNL_SUBSYS_NFTABLES;
 use crate::netlink::framing::{self, Broken, NLMSG_HDRLEN};
 use crate::netlink::{Queued, Socket, NETLINK_NETFILTER};
+use crate::plan::Family;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
-const NFNLGRP_NFTABLES: u32 = 7;
-const NFGENMSG_LEN: usize = 4;
 /// Room for a busy neighbour's notifications between two reads; beyond it the kernel drops
 /// them and says so (a loss, heard as a touch).
 const RECEIVE_BUFFER: usize = 1 << 20;
-
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
 
 const NFT_MSG_DELTABLE: u16 = 2;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_DELCHAIN: u16 = 5;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_DELRULE: u16 = 8;
-const NFT_MSG_NEWGEN: u16 = 15;
 /// Kernels from 6.3 on: the `destroy` forms of deleting a table, a chain, a rule.
 const NFT_MSG_DESTROYTABLE: u16 = 26;
 const NFT_MSG_DESTROYCHAIN: u16 = 27;
 const NFT_MSG_DESTROYRULE: u16 = 28;
 
-/// In every object notification, the attribute of type 1 is its table's name.
-const NFTA_TABLE_NAME: u16 = 1;
 /// A chain notification's own name.
 const NFTA_CHAIN_NAME: u16 = 3;
 /// A rule notification's chain.
@@ -61,7 +55,7 @@ impl Owned {
     /// Whether one object notification (its type and attributes) changes what we own.
     fn touched_by(&self, kind: u16, attrs: &[u8]) -> bool {
         // No readable table name: counted as ours, a pass costs less than a leak.
-        let Some(table) = name_in(attrs, NFTA_TABLE_NAME) else {
+        let Some(table) = table_name(attrs) else {
             return true;
         };
         if table != self.table().as_bytes() {
@@ -82,11 +76,6 @@ impl Owned {
         };
         chain.is_none_or(|chain| chains.iter().any(|ours| ours.as_bytes() == chain))
     }
-}
-
-/// A NUL-terminated name attribute's bytes, without the NUL.
-fn name_in(attrs: &[u8], kind: u16) -> Option<&[u8]> {
-    framing::attribute(attrs, kind).map(|v| v.split(|&b| b == 0).next().unwrap_or_default())
 }
 
 /// Who committed, as the kernel names it: the committing thread's id (in the kernel's first
@@ -176,8 +165,8 @@ impl Tally {
             });
             return;
         }
-        if (family == NFPROTO_IPV4 || family == NFPROTO_IPV6) && self.owned.touched_by(kind, attrs)
-        {
+        let ours = Family::ALL.into_iter().any(|f| nfproto(f) == family);
+        if ours && self.owned.touched_by(kind, attrs) {
             self.pending = true;
         }
     }
@@ -243,6 +232,10 @@ mod tests {
     use super::*;
 
     use super::super::notify::notification as message;
+
+    /// The kernel's values, written out so the tests do not take the code's word for them.
+    const NFPROTO_IPV4: u8 = 2;
+    const NFPROTO_IPV6: u8 = 10;
 
     fn newgen(pid: u32, name: &[u8]) -> Vec<u8> {
         message(

@@ -12,9 +12,10 @@ use std::io;
 use std::time::{Duration, Instant};
 
 /// A commit's new generation: the last notification of every commit.
-const NFT_MSG_NEWGEN: u16 = 15;
+pub(super) const NFT_MSG_NEWGEN: u16 = 15;
 const NFTA_GEN_ID: u16 = 1;
-const NFGENMSG_LEN: usize = 4;
+/// The nfgenmsg header before a notification's attributes.
+pub(super) const NFGENMSG_LEN: usize = 4;
 
 /// The value of the first netlink attribute of type `wanted` in `attrs` (flags masked off);
 /// None when there is none or the attributes do not frame.
@@ -23,10 +24,20 @@ fn attribute(attrs: &[u8], wanted: u16) -> Option<&[u8]> {
 }
 
 /// The nfnetlink multicast group of nf_tables object changes.
-const NFNLGRP_NFTABLES: u32 = 7;
+pub(super) const NFNLGRP_NFTABLES: u32 = 7;
 /// In every object notification (table, chain, rule, set, element, object, flowtable), the
 /// attribute of type 1 is the table's name.
 const NFTA_TABLE_NAME_ATTR: u16 = 1;
+
+/// A NUL-terminated name attribute's bytes, without the NUL (None: no such attribute).
+pub(super) fn name_in(attrs: &[u8], kind: u16) -> Option<&[u8]> {
+    attribute(attrs, kind).map(|v| v.split(|&b| b == 0).next().unwrap_or_default())
+}
+
+/// An object notification's table name.
+pub(super) fn table_name(attrs: &[u8]) -> Option<&[u8]> {
+    name_in(attrs, NFTA_TABLE_NAME_ATTR)
+}
 /// Room for notifications between two passes; beyond it the kernel drops them and says so.
 const RECEIVE_BUFFER: usize = 4 << 20;
 /// Touching generations remembered per family; more between two passes count as a loss.
@@ -41,7 +52,7 @@ fn slot(family: Family) -> usize {
     }
 }
 
-fn nfproto(family: Family) -> u8 {
+pub(super) fn nfproto(family: Family) -> u8 {
     u8::from(wire::nfproto(family))
 }
 
@@ -125,8 +136,7 @@ impl Ledger {
                 continue;
             }
             // No readable table name: assume it is ours.
-            let named = attribute(attrs, NFTA_TABLE_NAME_ATTR)
-                .map(|v| v.split(|&b| b == 0).next().unwrap_or_default());
+            let named = table_name(attrs);
             if named.is_none_or(|name| name == self.table.as_bytes()) {
                 self.pending[slot(ours)] = true;
             }
