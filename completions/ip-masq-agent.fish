@@ -30,6 +30,7 @@ complete -c ip-masq-agent -l snat-log -d 'Log every flow our rules source-NATed,
 complete -c ip-masq-agent -l snat-log-max-size -d 'Rotate the SNAT log before it grows past SIZE bytes (suffix K, M or G: KiB, MiB, GiB)' -r
 complete -c ip-masq-agent -l snat-log-keep -d 'Rotated SNAT log files kept: PATH.1 (the newest) to PATH.N (the oldest)' -r
 complete -c ip-masq-agent -l state-dir -d 'Directory of the running agent\'s state file [default: $IPMASQ_STATE_DIR, else /run/ipmasq]' -r -F
+complete -c ip-masq-agent -l last-known-good-dir -d 'With --config-source=api: directory of the last-known-good config, kept across reboots so a rebooted node applies it before the API answers. Made 0755 when missing; refused when it is a symlink, another user\'s, or writable by others [default: $IPMASQ_LAST_KNOWN_GOOD_DIR, else /var/lib/ipmasq]' -r -F
 complete -c ip-masq-agent -s v -l v -d 'klog verbosity: 0-1 info, 2-4 debug, 5+ trace; from 6 the libraries\' events too (the Kubernetes client\'s requests in API mode)' -r
 complete -c ip-masq-agent -l logtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
 complete -c ip-masq-agent -l alsologtostderr -d 'Accepted for klog compatibility; logs always go to stderr' -r
@@ -41,8 +42,9 @@ complete -c ip-masq-agent -l vmodule -r
 complete -c ip-masq-agent -l log-backtrace-at -r
 complete -c ip-masq-agent -l skip-headers -r
 complete -c ip-masq-agent -l add-dir-header -r
-complete -c ip-masq-agent -l node-taint -d 'With --config-source=api: keep pods off this node until its rules are in. The agent removes the taint node.ipmasq.io/agent-not-ready from its own Node after its first sync whose rules it read back from the kernel, and puts it back (NoSchedule) when it cannot enforce: no usable config, a first sync that failed, or a stop with --cleanup-on-exit. The taint is put on new Nodes by the kubelet (--register-with-taints) or the node pool; needs patch on nodes (packaging/kubernetes/api-mode/rbac.yaml) and, to narrow that to this one taint of its own Node, the admission policy (packaging/kubernetes/admission)'
+complete -c ip-masq-agent -l node-taint -d 'With --config-source=api: keep pods off this node until its rules are in. The agent removes the taint node.ipmasq.io/agent-not-ready from its own Node after its first sync whose rules it read back from the kernel, and puts it back (NoSchedule) when it cannot enforce: no usable config, a first sync that failed, a stop with --cleanup-on-exit, or a stop while the kubelet says the node is shutting down. The taint is put on new Nodes by the kubelet (--register-with-taints) or the node pool; needs patch on nodes (packaging/kubernetes/api-mode/rbac.yaml) and, to narrow that to this one taint of its own Node, the admission policy (packaging/kubernetes/admission)'
 complete -c ip-masq-agent -l once -d 'Sync once, then exit (0 when the rules are in place)'
+complete -c ip-masq-agent -l offline -d 'With --once: never read the Kubernetes API. In API mode the pass applies the last-known-good saved by an earlier agent (see --last-known-good-dir), and fails when there is none; a file is read as always. For a unit ordered before the kubelet at boot (ipmasq-boot-guard.service), so the rules are in before any pod starts, whatever the network or the API can do yet'
 complete -c ip-masq-agent -l dry-run -d 'Print the transaction a sync would apply and exit; change nothing'
 complete -c ip-masq-agent -l snat-port-pressure -d 'Keep the SNAT port-pressure metrics (ipmasq_snat_ports_in_use and the share taken toward the busiest destination) from conntrack\'s events, without --snat-log'
 complete -c ip-masq-agent -s h -l help -d 'Print help (see more with \'--help\')'

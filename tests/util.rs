@@ -127,10 +127,12 @@ pub fn ipmasq_peak_rss(args: &[&str]) -> (Run, u64) {
 }
 
 /// [`ipmasq_peak_rss`] inside network namespace `netns`, with `state_dir` as the state
-/// directory (`ip netns exec` runs python3, which runs ipmasq: the peak is ipmasq's alone).
+/// and last-known-good directory (`ip netns exec` runs python3, which runs ipmasq: the peak is
+/// ipmasq's alone).
 pub fn ipmasq_peak_rss_in(netns: &str, state_dir: &Path, args: &[&str]) -> (Run, u64) {
     let env = format!("IPMASQ_STATE_DIR={}", state_dir.display());
-    peak_rss_of(&["ip", "netns", "exec", netns, "env", &env], args)
+    let saved = format!("IPMASQ_LAST_KNOWN_GOOD_DIR={}", state_dir.display());
+    peak_rss_of(&["ip", "netns", "exec", netns, "env", &env, &saved], args)
 }
 
 fn peak_rss_of(wrapper: &[&str], args: &[&str]) -> (Run, u64) {

@@ -11,7 +11,7 @@ use tracing::{debug, info, warn};
 /// Repairs at once before pacing starts: a few flushes in a row are repaired as they come.
 const BURST: f64 = 5.0;
 /// Repairs a second while paced: what a neighbour that fights costs (docs/benchmarks.md).
-pub const PACED_PER_SECOND: f64 = 4.0;
+pub const PACED_PER_SECOND: f64 = 3.0;
 /// A fight is over after this long without a foreign commit: the next one is news again.
 const FIGHT_OVER: Duration = Duration::from_secs(10);
 

@@ -80,11 +80,66 @@ pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 /// escaped as JSON (at most six bytes per byte) and its few fields.
 pub const MAX_LAST_KNOWN_GOOD_BYTES: u64 = 6 * crate::config::MAX_CONFIG_BYTES + (64 << 10);
 
-/// The last-known-good file of this network namespace in `dir`. Unlike the state file it
-/// stays when the agent exits: it is what the next agent starts from.
+/// Where the last-known-good lives unless `--last-known-good-dir` (or
+/// `IPMASQ_LAST_KNOWN_GOOD_DIR`) says otherwise: a directory that survives a reboot, unlike the
+/// state directory, so a rebooted node applies it before the API answers.
+pub const DEFAULT_DIR: &str = "/var/lib/ipmasq";
+/// The environment variable that moves the last-known-good's directory.
+pub const DIR_ENV: &str = "IPMASQ_LAST_KNOWN_GOOD_DIR";
+/// The file's name in its directory: one agent's, whatever network namespace it runs in (a
+/// rebooted node's namespace is a new one).
+pub const FILE_NAME: &str = "last-known-good.json";
+
+/// The last-known-good's directory: the flag, else the environment, else [`DEFAULT_DIR`].
+pub fn dir(flag: Option<&Path>) -> PathBuf {
+    flag.map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(DIR_ENV).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
+}
+
+/// The last-known-good file in `dir`. Unlike the state file it stays when the agent exits:
+/// it is what the next agent starts from.
 pub fn path(dir: &Path) -> PathBuf {
+    dir.join(FILE_NAME)
+}
+
+/// Where agents before the reboot guard kept it: in the state directory, named by the network
+/// namespace (read when the directory above has none, so an upgrade during an API outage
+/// still starts from it; never written).
+pub fn earlier_path(state_dir: &Path) -> PathBuf {
     let inode = state::netns_inode("self").unwrap_or_else(|| "unknown".into());
-    dir.join(format!("agent-net{inode}-last-known-good.json"))
+    state_dir.join(format!("agent-net{inode}-last-known-good.json"))
+}
+
+/// Whether `dir` can hold a last-known-good that the next boot may trust: a directory (a
+/// symlink is never followed), ours or root's, writable by no one else. A missing one passes
+/// (nothing to read; [`write`] makes it).
+pub fn check_directory(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(format!("{}: {err}", dir.display())),
+    };
+    let euid = rustix::process::geteuid().as_raw();
+    let why = if meta.file_type().is_symlink() {
+        "is a symlink, not followed".to_string()
+    } else if !meta.is_dir() {
+        "is not a directory".to_string()
+    } else if meta.uid() != euid && meta.uid() != 0 {
+        format!("belongs to uid {} (we are uid {euid})", meta.uid())
+    } else if meta.mode() & 0o022 != 0 {
+        format!(
+            "is writable by others than its owner (mode {:o})",
+            meta.mode() & 0o7777
+        )
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "{} {why}: a last-known-good there could be another's; give --last-known-good-dir a directory of root's, mode 0755",
+        dir.display()
+    ))
 }
 
 /// Writes `saved` atomically (an exclusive temporary file renamed into place).
@@ -101,9 +156,21 @@ pub fn write(dir: &Path, saved: &LastKnownGood) -> std::io::Result<PathBuf> {
             text.len() + 1
         )));
     }
+    make_directory(dir)?;
     let path = path(dir);
     state::write_atomically(dir, &path, (text + "\n").as_bytes())?;
     Ok(path)
+}
+
+/// Makes `dir` (0755) when it is missing, and refuses one [`check_directory`] refuses.
+fn make_directory(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    check_directory(dir).map_err(std::io::Error::other)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    check_directory(dir).map_err(std::io::Error::other)
 }
 
 /// Reads the last-known-good of `configmap` saved on `node`: None when there is none; an error
@@ -114,15 +181,35 @@ pub fn read(
     configmap: &str,
     node: Option<&str>,
 ) -> Result<Option<LastKnownGood>, String> {
-    let path = path(dir);
-    let file =
-        match state::CappedFile::open(&path, MAX_LAST_KNOWN_GOOD_BYTES, "a last-known-good config")
-        {
-            Ok(file) => file,
-            Err(state::CappedOpenError::Missing(_)) => return Ok(None),
-            Err(err) => return Err(err.into()),
-        };
-    fits_memory(&path, file.size(), super::memory::read_limit().bytes())?;
+    check_directory(dir)?;
+    read_at(&path(dir), configmap, node)
+}
+
+/// Reads the file an agent before the reboot guard saved in `state_dir` (see
+/// [`earlier_path`]), with the same checks as [`read`].
+pub fn read_earlier(
+    state_dir: &Path,
+    configmap: &str,
+    node: Option<&str>,
+) -> Result<Option<LastKnownGood>, String> {
+    read_at(&earlier_path(state_dir), configmap, node)
+}
+
+fn read_at(
+    path: &Path,
+    configmap: &str,
+    node: Option<&str>,
+) -> Result<Option<LastKnownGood>, String> {
+    let file = match state::CappedFile::open(
+        path,
+        MAX_LAST_KNOWN_GOOD_BYTES,
+        "a last-known-good config",
+    ) {
+        Ok(file) => file,
+        Err(state::CappedOpenError::Missing(_)) => return Ok(None),
+        Err(err) => return Err(err.into()),
+    };
+    fits_memory(path, file.size(), super::memory::read_limit().bytes())?;
     let saved: LastKnownGood = file.json()?;
     if !(OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&saved.schema_version) {
         return Err(format!(
@@ -334,5 +421,51 @@ mod tests {
         assert!(read_back.unsealed());
         assert_eq!(read_back, old);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_directory_that_is_a_symlink_or_writable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let real = dir("dir-real");
+        let configmap = "kube-system/ip-masq-agent";
+        write(&real, &sample(Some("cidrLimit: 3"))).unwrap();
+        let link = real.with_file_name(format!(
+            "{}-link",
+            real.file_name().unwrap().to_string_lossy()
+        ));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = read(&link, configmap, NODE).unwrap_err();
+        assert!(err.contains("is a symlink, not followed"), "{err}");
+        let err = write(&link, &sample(Some("cidrLimit: 4")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is a symlink, not followed"), "{err}");
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = read(&real, configmap, NODE).unwrap_err();
+        assert!(
+            err.contains("writable by others than its owner (mode 777)"),
+            "{err}"
+        );
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(read(&real, configmap, NODE).unwrap().is_some());
+        let missing = real.join("made-at-first-save");
+        assert_eq!(read(&missing, configmap, NODE), Ok(None));
+        write(&missing, &sample(Some("cidrLimit: 5"))).unwrap();
+        assert!(read(&missing, configmap, NODE).unwrap().is_some());
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_dir_all(&real);
+    }
+
+    #[test]
+    fn the_file_an_agent_kept_in_the_state_directory_before_is_still_read() {
+        let state = dir("earlier");
+        let saved = sealed(&sample(Some("cidrLimit: 3")));
+        std::fs::write(earlier_path(&state), serde_json::to_string(&saved).unwrap()).unwrap();
+        assert_eq!(
+            read_earlier(&state, "kube-system/ip-masq-agent", NODE),
+            Ok(Some(saved))
+        );
+        let _ = std::fs::remove_dir_all(&state);
     }
 }

@@ -266,7 +266,7 @@ pub const FOREIGN_COMMITS_PACED: ExportedMetric = ExportedMetric {
     name: "ipmasq_foreign_commits_paced_total",
     kind: MetricType::Counter,
     labels: &[],
-    help: "Of ipmasq_foreign_commits_total, those heard while repairs were paced (5 at once, then 4 a second): a neighbour fighting over the agent's rules",
+    help: "Of ipmasq_foreign_commits_total, those heard while repairs were paced (5 at once, then 3 a second): a neighbour fighting over the agent's rules",
     note: "Rising means a neighbour keeps rewriting our rules: the agent logs it once per fight (`a neighbour keeps changing the rules we own`) and the alert IpmasqRulesFought fires; `nft monitor` names the committing process.",
     served: Served::Always,
 };

@@ -175,7 +175,7 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
     let mut sinks: Vec<Box<dyn StatusSink>> =
         vec![Box::new(HealthSink(shared.clone())), Box::new(LogSink)];
     if let Some(api) = &reconciler.settings.api {
-        sinks.push(Box::new(LastKnownGoodSink::new(state_dir.clone(), api)));
+        sinks.push(Box::new(LastKnownGoodSink::new(api)));
     }
     sinks.push(Box::new(StateFileSink::new(state, state_dir, api)));
     sinks.extend(writer_sinks.into_sinks());
@@ -857,6 +857,10 @@ async fn stop(
         info!(signal = signal_name, "stopping; removing nothing: this agent never held the node lock, so the rules are the running agent's");
     } else {
         info!(signal = signal_name, "stopping; rules stay in place");
+        let _ = commands.send(Command::Stop);
+        crate::backend::runner::stop_all();
+        told.rules_staying(STOP_DEADLINE / 2).await;
+        return Ending::Stopped;
     }
     let _ = commands.send(Command::Stop);
     crate::backend::runner::stop_all();
@@ -908,6 +912,14 @@ impl StopWriters<'_> {
     async fn rules_going(&self, within: std::time::Duration) {
         if let Some(taint) = self.taint {
             taint.rules_going(within).await;
+        }
+    }
+
+    /// A stop that leaves the rules: the taint back if the host is shutting down, within
+    /// `within` (best effort).
+    async fn rules_staying(&self, within: std::time::Duration) {
+        if let Some(taint) = self.taint {
+            taint.rules_staying(within).await;
         }
     }
 

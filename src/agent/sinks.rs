@@ -67,9 +67,9 @@ pub struct LastKnownGoodSink {
 }
 
 impl LastKnownGoodSink {
-    pub fn new(dir: PathBuf, api: &ApiSettings) -> LastKnownGoodSink {
+    pub fn new(api: &ApiSettings) -> LastKnownGoodSink {
         LastKnownGoodSink {
-            dir,
+            dir: api.last_known_good_dir.clone(),
             configmap: api.configmap.to_string(),
             node: api.node_name.clone(),
             saved: api

@@ -9,7 +9,7 @@ use super::reconcile::{ApiSettings, Pass};
 use super::sinks::{PassDone, StatusSink};
 use crate::cluster::backoff::{jitter, ApiBackoff, Failure};
 use crate::cluster::configmap::ConfigMapFeed;
-use crate::cluster::taint::{converge, Converged, Wish, TAINT_KEY};
+use crate::cluster::taint::{converge, read_shutting_down, Converged, Wish, TAINT_KEY};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -22,7 +22,14 @@ pub struct NodeTaint {
     /// The wish the writer last made true on the Node (None: none since the stop asked).
     made: Arc<watch::Sender<Option<Wish>>>,
     writer: Option<Writer>,
+    /// Who reads the Node at a stop, to learn whether its host is shutting down.
+    credentials: crate::cluster::Credentials,
+    node: String,
 }
+
+/// How long a stop without `--cleanup-on-exit` waits before reading the Node a second time:
+/// the kubelet writes its shutdown to the Node while it already stops pods.
+const SHUTDOWN_SEEN_AGAIN_AFTER: Duration = Duration::from_secs(1);
 
 impl NodeTaint {
     pub fn new(api: Option<&ApiSettings>) -> Option<NodeTaint> {
@@ -41,10 +48,12 @@ impl NodeTaint {
             made: made.clone(),
             writer: Some(Writer {
                 credentials: api.credentials.clone(),
-                node,
+                node: node.clone(),
                 wishes: wishes_rx,
                 made,
             }),
+            credentials: api.credentials.clone(),
+            node,
         })
     }
 
@@ -68,6 +77,46 @@ impl NodeTaint {
     /// most (best effort: the stop goes on either way). What the writer made before this asked
     /// counts for nothing: only a write of the taint from now on is waited for.
     pub async fn rules_going(&self, within: Duration) {
+        self.put_back(within, "the rules are being removed").await;
+    }
+
+    /// A stop that leaves the rules: when the kubelet says the host is shutting down, the
+    /// taint goes back (the rules go with the host, and the node must come back gated); on
+    /// any other stop (a rollout, a deleted pod) the Node is left as it is. Within `within`
+    /// at most, best effort.
+    pub async fn rules_staying(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        let read = async {
+            let manners = crate::cluster::Manners::writer_for(&self.node);
+            let client = crate::cluster::client_with(&self.credentials, &manners)
+                .await
+                .map_err(|err| err.to_string())?;
+            let seen = read_shutting_down(&client, &self.node).await;
+            if !matches!(seen, Ok(false)) {
+                return seen.map_err(|err| err.to_string());
+            }
+            tokio::time::sleep(SHUTDOWN_SEEN_AGAIN_AFTER).await;
+            read_shutting_down(&client, &self.node)
+                .await
+                .map_err(|err| err.to_string())
+        };
+        match tokio::time::timeout_at(deadline, read).await {
+            Ok(Ok(true)) => {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                self.put_back(left, "the node is shutting down").await;
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(reason)) => {
+                warn!(error = %reason, taint = TAINT_KEY, "cannot read whether the node is shutting down; the taint is left as it is")
+            }
+            Err(_) => {
+                warn!(taint = TAINT_KEY, "no answer in time on whether the node is shutting down; the taint is left as it is")
+            }
+        }
+    }
+
+    /// Puts the taint back, within `within` at most; `why` ends the log line.
+    async fn put_back(&self, within: Duration, why: &str) {
         self.made.send_replace(None);
         self.wishes.send_replace(Some(Wish::Tainted));
         let mut made = self.made.subscribe();
@@ -75,10 +124,7 @@ impl NodeTaint {
             .await
             .is_ok_and(|answer| answer.is_ok());
         if confirmed {
-            info!(
-                taint = TAINT_KEY,
-                "the Node is tainted again: the rules are being removed"
-            );
+            info!(taint = TAINT_KEY, "the Node is tainted again: {why}");
         } else {
             warn!(
                 taint = TAINT_KEY,

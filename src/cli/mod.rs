@@ -381,7 +381,8 @@ pub struct AgentArgs {
     /// With --config-source=api: keep pods off this node until its rules are in. The agent
     /// removes the taint node.ipmasq.io/agent-not-ready from its own Node after its first sync
     /// whose rules it read back from the kernel, and puts it back (NoSchedule) when it cannot
-    /// enforce: no usable config, a first sync that failed, or a stop with --cleanup-on-exit.
+    /// enforce: no usable config, a first sync that failed, a stop with --cleanup-on-exit, or a
+    /// stop while the kubelet says the node is shutting down.
     /// The taint is put on new Nodes by the kubelet (--register-with-taints) or the node pool;
     /// needs patch on nodes (packaging/kubernetes/api-mode/rbac.yaml) and, to narrow that to
     /// this one taint of its own Node, the admission policy (packaging/kubernetes/admission)
@@ -418,6 +419,14 @@ pub struct AgentArgs {
     /// Sync once, then exit (0 when the rules are in place)
     #[arg(long)]
     pub once: bool,
+
+    /// With --once: never read the Kubernetes API. In API mode the pass applies the
+    /// last-known-good saved by an earlier agent (see --last-known-good-dir), and fails when
+    /// there is none; a file is read as always. For a unit ordered before the kubelet at boot
+    /// (ipmasq-boot-guard.service), so the rules are in before any pod starts, whatever the
+    /// network or the API can do yet
+    #[arg(long, requires = "once")]
+    pub offline: bool,
 
     /// Print the transaction a sync would apply and exit; change nothing
     #[arg(long)]
@@ -493,6 +502,13 @@ pub struct AgentArgs {
     /// /run/ipmasq]
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+
+    /// With --config-source=api: directory of the last-known-good config, kept across
+    /// reboots so a rebooted node applies it before the API answers. Made 0755 when missing;
+    /// refused when it is a symlink, another user's, or writable by others [default:
+    /// $IPMASQ_LAST_KNOWN_GOOD_DIR, else /var/lib/ipmasq]
+    #[arg(long, value_name = "DIR")]
+    pub last_known_good_dir: Option<PathBuf>,
 
     /// klog verbosity: 0-1 info, 2-4 debug, 5+ trace; from 6 the libraries' events too (the
     /// Kubernetes client's requests in API mode)
@@ -801,6 +817,7 @@ impl AgentArgs {
                     ("--kubeconfig", self.kubeconfig.is_some()),
                     ("--node-name", self.node_name.is_some()),
                     ("--node-taint", self.node_taint),
+                    ("--last-known-good-dir", self.last_known_good_dir.is_some()),
                 ]
                 .into_iter()
                 .filter_map(|(flag, given)| given.then_some(flag))

@@ -176,6 +176,37 @@ pub async fn converge(
     })
 }
 
+/// What the kubelet's graceful node shutdown says in the Node's `Ready` condition (status
+/// False) from the moment it sees the host shutting down, before it stops the node's pods.
+pub const KUBELET_SHUTTING_DOWN: &str = "node is shutting down";
+
+/// Whether `node`'s kubelet says the host is shutting down (see [`KUBELET_SHUTTING_DOWN`]).
+pub fn shutting_down(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|list| {
+        list.iter().any(|c| {
+            c.type_ == "Ready"
+                && c.status != "True"
+                && c.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains(KUBELET_SHUTTING_DOWN))
+        })
+    })
+}
+
+/// Reads `node` (one bounded request) and says whether its host is shutting down.
+pub async fn read_shutting_down(client: &kube::Client, node: &str) -> Result<bool, TaintError> {
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let read = answered(|| format!("reading Node {node}"), async {
+        nodes.get(node).await.map_err(|source| TaintError::Read {
+            node: node.to_string(),
+            source,
+        })
+    })
+    .await?;
+    Ok(shutting_down(&read))
+}
+
 /// The request that applies the JSON patch `ops` to Node `node` (kube's typed patch needs a
 /// JSON-patch crate for this one request; the request is written here instead).
 fn json_patch_request(node: &str, ops: &serde_json::Value) -> http::Request<Vec<u8>> {
@@ -291,5 +322,38 @@ mod tests {
                 "application/json-patch+json"
             );
         }
+    }
+
+    fn with_ready(status: &str, message: Option<&str>) -> Node {
+        Node {
+            status: Some(k8s_openapi::api::core::v1::NodeStatus {
+                conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                    type_: "Ready".into(),
+                    status: status.into(),
+                    message: message.map(str::to_string),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..node(None)
+        }
+    }
+
+    #[test]
+    fn only_the_kubelets_shutdown_message_on_a_ready_not_true_is_a_shutdown() {
+        assert!(shutting_down(&with_ready(
+            "False",
+            Some("container runtime is down, node is shutting down")
+        )));
+        assert!(!shutting_down(&with_ready(
+            "True",
+            Some("node is shutting down")
+        )));
+        assert!(!shutting_down(&with_ready(
+            "False",
+            Some("PLEG is not healthy")
+        )));
+        assert!(!shutting_down(&with_ready("False", None)));
+        assert!(!shutting_down(&node(None)));
     }
 }

@@ -2,6 +2,7 @@
 //! checks, the start line in the log), then `--dry-run`, `--once` or the reconcile loop.
 
 use super::{choose_backend, plan_options, rule_settings, Exit};
+use crate::agent::last_known_good;
 use crate::agent::reconcile::ApiSettings;
 use crate::agent::reconcile::{Pass, Reconciler, Settings};
 use crate::agent::state::{state_dir, AgentState};
@@ -13,24 +14,34 @@ use tracing::{error, info, warn};
 
 /// API mode's settings from the flags: credentials that can make a client (checked now, so a
 /// missing service account is a start-up error that says what to do), the node's name, and
-/// the last-known-good config of the ConfigMap, if the state directory holds one.
+/// the last-known-good config of the ConfigMap, if one was saved.
 fn api_settings(args: &AgentArgs) -> Result<ApiSettings, String> {
     let credentials = Credentials::from_flag(args.kubeconfig.as_deref(), Credentials::InCluster);
     crate::cluster::check_credentials(&credentials).map_err(|err| err.to_string())?;
     let configmap = args.configmap.clone();
     let node_name = crate::cluster::node_name(args.node_name.as_deref());
-    let last_known_good = match crate::agent::last_known_good::read(
-        &state_dir(args.state_dir.as_deref()),
+    let last_known_good_dir = last_known_good::dir(args.last_known_good_dir.as_deref());
+    let found = last_known_good::read(
+        &last_known_good_dir,
         &configmap.to_string(),
         node_name.as_deref(),
-    ) {
+    )
+    .and_then(|found| match found {
+        Some(saved) => Ok(Some(saved)),
+        None => last_known_good::read_earlier(
+            &state_dir(args.state_dir.as_deref()),
+            &configmap.to_string(),
+            node_name.as_deref(),
+        ),
+    });
+    let last_known_good = match found {
         Ok(Some(saved)) if saved.unsealed() => {
             warn!(config = %saved.provenance, "the last-known-good config was saved before seals: applied if the API is away, but neither its node nor its content can be verified (the next read of the API saves it sealed)");
             Some(saved)
         }
         Ok(saved) => saved,
         Err(reason) => {
-            warn!(%reason, "refusing the last-known-good config in the state directory (left in place); waiting for the API");
+            warn!(%reason, "refusing the last-known-good config (left in place); waiting for the API");
             None
         }
     };
@@ -39,6 +50,7 @@ fn api_settings(args: &AgentArgs) -> Result<ApiSettings, String> {
         credentials,
         node_name,
         last_known_good,
+        last_known_good_dir,
         status: crate::agent::reconcile::StatusWrites {
             enabled: args.node_status,
             spread: args.status_spread.to_std().unwrap_or_default(),
@@ -121,6 +133,21 @@ fn read_the_api_once(reconciler: &Reconciler, api: &ApiSettings) {
             .unwrap_or_else(|e| e.into_inner())
             .unreadable(reason);
     }
+}
+
+/// `--once --offline` in API mode: the last-known-good is all there is to apply; without one,
+/// an error that says what the node then relies on.
+fn offline_has_a_config(api: &ApiSettings) -> Result<(), Exit> {
+    if api.last_known_good.is_some() {
+        return Ok(());
+    }
+    let reason = format!(
+        "--offline: no last-known-good config to apply in {} (none saved yet on this node, or refused: see above); nothing applied before the API answers, so until the agent's first sync only the taint {} keeps pods from egressing unmasqueraded",
+        api.last_known_good_dir.display(),
+        crate::cluster::taint::TAINT_KEY
+    );
+    error!("{reason}");
+    Err(Exit::Failure)
 }
 
 /// `--config-source=api`'s settings (None for a file); a usage error said and its exit.
@@ -210,8 +237,14 @@ pub fn run(args: &AgentArgs) -> Exit {
     }
     let mut reconciler = Reconciler::new(settings, backend);
     log_memory_limit(&reconciler, &backend_name);
-    if let (Some(api), true) = (&api, args.dry_run || args.once) {
-        read_the_api_once(&reconciler, api);
+    match &api {
+        Some(api) if args.offline => {
+            if let Err(exit) = offline_has_a_config(api) {
+                return exit;
+            }
+        }
+        Some(api) if args.dry_run || args.once => read_the_api_once(&reconciler, api),
+        _ => {}
     }
 
     if args.dry_run {
@@ -267,8 +300,6 @@ fn agent_state(
     }
 }
 
-/// `--once`: one pass under the node lock; then, once our rules are in force, the other
-/// kind's leftovers go.
 /// Says once, at start, what memory limit configs are checked against, or that none is: a
 /// limit that cannot be read (no memory cgroup mounted) is a warning, as every list is then
 /// applied unchecked and a long one can get the agent OOM-killed.
@@ -293,6 +324,8 @@ fn log_memory_limit(reconciler: &Reconciler, backend_name: &str) {
     }
 }
 
+/// `--once`: one pass under the node lock; then, once our rules are in force, the other
+/// kind's leftovers go.
 fn once(args: &AgentArgs, reconciler: &mut Reconciler) -> Exit {
     let lock = match crate::agent::take_node_lock(
         &state_dir(args.state_dir.as_deref()),

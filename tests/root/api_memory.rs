@@ -11,7 +11,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// A kubeconfig whose API server is never there (nothing listens on port 1): the agent
 /// starts from its last-known-good, as on a node booting while the API is away.
-fn kubeconfig_of_an_absent_api(dir: &crate::util::Scratch) -> std::path::PathBuf {
+pub(super) fn kubeconfig_of_an_absent_api(dir: &crate::util::Scratch) -> std::path::PathBuf {
     let config = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
@@ -47,16 +47,13 @@ fn last_known_good(policies: usize) -> String {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn a_last_known_good_that_cannot_fit_64_mib_is_refused_not_oom_killed() {
     super::netns::require_root();
-    use std::os::unix::fs::MetadataExt;
     let group = MemoryCgroup::new("lkg-64mib", 64 << 20);
     let mut ns = Netns::new("lkgmem");
     let dir = crate::util::Scratch::new("lkg-64mib");
-    let inode = std::fs::metadata(format!("/run/netns/{}", ns.name))
-        .unwrap()
-        .ino();
     let state = ns.state_dir();
     std::fs::create_dir_all(&state).unwrap();
-    let saved = state.join(format!("agent-net{inode}-last-known-good.json"));
+    // The namespace's state directory is its last-known-good's too (see `Netns::command`).
+    let saved = state.join("last-known-good.json");
     let text = last_known_good(40);
     std::fs::write(&saved, &text).unwrap();
     let kubeconfig = kubeconfig_of_an_absent_api(&dir).display().to_string();

@@ -139,16 +139,10 @@ impl ApiNode {
         assert_eq!(status, 200, "delete the ConfigMap: {answer}");
     }
 
-    /// The last-known-good file the agent keeps in the namespace's state directory.
+    /// The last-known-good file the agent keeps (the namespace's state directory is its
+    /// last-known-good's too: see `Netns::command`).
     pub(super) fn last_known_good(&self) -> Option<String> {
-        let dir = std::fs::read_dir(self.ns.state_dir()).ok()?;
-        dir.flatten()
-            .find(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .ends_with("-last-known-good.json")
-            })
-            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+        std::fs::read_to_string(self.ns.state_dir().join("last-known-good.json")).ok()
     }
 }
 
@@ -250,7 +244,7 @@ pub(super) fn nft_monitor(ns: &mut Netns) -> mpsc::Receiver<(Instant, String)> {
 
 /// Seconds between the first log lines holding `from` and `to`, by their timestamps
 /// (`2026-01-01T10:00:00.123456Z ...`).
-fn seconds_between(log: &str, from: &str, to: &str) -> f64 {
+pub(super) fn seconds_between(log: &str, from: &str, to: &str) -> f64 {
     let at = |what: &str| -> f64 {
         let line = log
             .lines()

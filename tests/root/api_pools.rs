@@ -179,10 +179,7 @@ fn config_read(ns: &Netns) -> serde_json::Value {
         .find(|p| {
             p.file_name().is_some_and(|n| {
                 let n = n.to_string_lossy();
-                n.starts_with("agent-net")
-                    && n.ends_with(".json")
-                    && !n.ends_with("-config.json")
-                    && !n.ends_with("-last-known-good.json")
+                n.starts_with("agent-net") && n.ends_with(".json") && !n.ends_with("-config.json")
             })
         })
         .expect("the agent's state file");

@@ -85,8 +85,9 @@ fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
 
 /// The base's DaemonSet with exactly what API mode changes: the service account and its token,
 /// NODE_NAME from the downward API, `--config-source=api --node-taint` after the base's
-/// arguments, and no
-/// ConfigMap volume (the config comes from the API).
+/// arguments, no ConfigMap volume (the config comes from the API), and the host's
+/// /var/lib/ipmasq for the last-known-good. Volumes and mounts are in name order (kustomize
+/// versions place an added one differently).
 fn in_api_mode(base: &Value) -> Value {
     let mut daemonset = base.clone();
     let pod = &mut daemonset["spec"]["template"]["spec"];
@@ -113,6 +114,24 @@ fn in_api_mode(base: &Value) -> Value {
     let before = mounts.len();
     mounts.retain(|mount| mount["name"] != "config");
     assert_eq!(mounts.len(), before - 1, "the base mounts `config` once");
+    mounts.push(json!({"name": "ipmasq-last-known-good", "mountPath": "/var/lib/ipmasq"}));
+    pod["volumes"].as_array_mut().expect("volumes").push(json!({
+        "name": "ipmasq-last-known-good",
+        "hostPath": {"path": "/var/lib/ipmasq", "type": "DirectoryOrCreate"}
+    }));
+    in_name_order(daemonset)
+}
+
+/// `daemonset` with its pod's volumes and its first container's mounts sorted by name.
+fn in_name_order(mut daemonset: Value) -> Value {
+    let pod = &mut daemonset["spec"]["template"]["spec"];
+    let by_name = |a: &Value, b: &Value| a["name"].as_str().cmp(&b["name"].as_str());
+    if let Some(volumes) = pod["volumes"].as_array_mut() {
+        volumes.sort_by(by_name);
+    }
+    if let Some(mounts) = pod["containers"][0]["volumeMounts"].as_array_mut() {
+        mounts.sort_by(by_name);
+    }
     daemonset
 }
 
@@ -188,8 +207,8 @@ fn the_api_mode_overlay_renders_applies_and_its_token_reads_only_what_rbac_grant
     let base = render(&kubectl, BASE);
     let daemonset = find(&rendered, "DaemonSet");
     assert_eq!(
-        daemonset,
-        &in_api_mode(find(&base, "DaemonSet")),
+        in_name_order(daemonset.clone()),
+        in_api_mode(find(&base, "DaemonSet")),
         "the overlay's DaemonSet is the base's with the API-mode changes alone"
     );
 

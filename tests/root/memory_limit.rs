@@ -65,6 +65,7 @@ impl MemoryCgroup {
         let child = std::process::Command::new("sh")
             .args(&full)
             .env("IPMASQ_STATE_DIR", ns.state_dir())
+            .env("IPMASQ_LAST_KNOWN_GOOD_DIR", ns.state_dir())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())

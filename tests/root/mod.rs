@@ -48,6 +48,7 @@ mod node_lock;
 mod node_taint;
 mod packets;
 mod parse_budget;
+mod reboot_guard;
 mod rejected_config;
 mod rollout;
 mod seam;

@@ -67,7 +67,8 @@ impl Netns {
         std::env::temp_dir().join(format!("{}-state", self.name))
     }
 
-    /// Runs `program` inside the namespace, with the namespace's state directory. ipmasq on
+    /// Runs `program` inside the namespace, with the namespace's state directory (also its
+    /// last-known-good's, so no test writes the machine's /var/lib/ipmasq). ipmasq on
     /// the nftables backend runs with a PATH that has no `nft`: the backend must not need it
     /// (`nft` stays the tests' own independent reader).
     pub fn command(&self, program: &Path, args: &[&str]) -> Command {
@@ -76,6 +77,7 @@ impl Netns {
             .arg(program)
             .args(args)
             .env("IPMASQ_STATE_DIR", self.state_dir())
+            .env("IPMASQ_LAST_KNOWN_GOOD_DIR", self.state_dir())
             .env_remove("NO_COLOR")
             .env_remove("COLUMNS");
         let nftables = args.iter().any(|a| a.contains("nftables"));

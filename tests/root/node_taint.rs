@@ -4,7 +4,8 @@
 //! once the taint is gone, and not one packet leaves with the pod's address; the Node's other
 //! taint and another Node's taint are never touched (the audit log: the agent patches its own
 //! Node only); a stop with `--cleanup-on-exit` puts the taint back; a SIGKILL and a restart
-//! leave the rules and write no taint (no flap).
+//! leave the rules (a pod sending across them: no datagram with its address) and write no
+//! taint (no flap).
 
 use super::cluster::{agent_requests, api_agent_args, LocalCluster};
 use super::egress::{count_in_log, log_of};
@@ -23,7 +24,7 @@ const CONFIG: &str = "nonMasqueradeCIDRs: [198.51.100.0/24]\n";
 const INVALID: &str = "nonMasqueradeCIDRs: [203.0.113.7/24]\n";
 
 /// A Node as the kubelet registers it with `--register-with-taints`: ours, and another.
-fn register(cluster: &LocalCluster, name: &str) {
+pub(super) fn register(cluster: &LocalCluster, name: &str) {
     let body = json!({"apiVersion": "v1", "kind": "Node",
     "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
     "spec": {"taints": [
@@ -49,7 +50,7 @@ fn taint_keys(cluster: &LocalCluster, name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn tainted(cluster: &LocalCluster, name: &str) -> bool {
+pub(super) fn tainted(cluster: &LocalCluster, name: &str) -> bool {
     taint_keys(cluster, name).iter().any(|key| key == TAINT)
 }
 
@@ -70,14 +71,14 @@ fn taint_patches(audit_log: &Path) -> usize {
 
 /// The pod's traffic as a stand-in scheduler would allow it: one datagram to a masqueraded
 /// destination a millisecond while `sending` exists; the outside prints each source.
-struct PodTraffic {
+pub(super) struct PodTraffic {
     receiver: std::process::Child,
     ready: PathBuf,
     flag: PathBuf,
 }
 
 impl PodTraffic {
-    fn start(topo: &Topology, dir: &Scratch) -> PodTraffic {
+    pub(super) fn start(topo: &Topology, dir: &Scratch) -> PodTraffic {
         let receiver = format!(
             "import socket,collections\n\
              s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
@@ -114,7 +115,7 @@ impl PodTraffic {
     }
 
     /// Stops sending; the sources the outside saw, with their counts.
-    fn stop(self) -> String {
+    pub(super) fn stop(self) -> String {
         let _ = std::fs::remove_file(&self.flag);
         let out = self.receiver.wait_with_output().expect("the receiver");
         let _ = std::fs::remove_file(&self.ready);
@@ -205,12 +206,19 @@ fn a_node_is_tainted_until_its_rules_are_in_and_only_its_own_taint_moves() {
         "{}",
         log_of(&log)
     );
+    // The pod sends across the crash and the restart: the rules stay, no datagram leaks.
+    let traffic = PodTraffic::start(&topo, &dir);
     kill(pid, "KILL");
     let _ = topo.node.wait_daemon(pid, PATIENCE);
     let patches = taint_patches(&audit_log);
     let log = dir.path.join("agent-4.log");
     let pid = topo.node.spawn_ipmasq(&args, &log);
     said(&log, "the Node is untainted");
+    let seen = traffic.stop();
+    assert!(
+        seen.contains(&format!("{NODE_OUT_V4}=")) && !seen.contains(POD_V4),
+        "sources seen at the outside across the crash and restart: {seen}"
+    );
     assert!(!tainted(&cluster, "node-a"));
     assert_eq!(
         taint_patches(&audit_log),
@@ -239,7 +247,7 @@ fn a_node_is_tainted_until_its_rules_are_in_and_only_its_own_taint_moves() {
 }
 
 /// Waits until the agent's log says `needle`.
-fn said(log: &Path, needle: &str) {
+pub(super) fn said(log: &Path, needle: &str) {
     assert!(
         wait_until(PATIENCE, || count_in_log(log, needle) >= 1),
         "{needle:?} never said:\n{}",

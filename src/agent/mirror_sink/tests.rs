@@ -118,6 +118,7 @@ fn only_a_change_of_state_reaches_the_writer() {
         credentials: Credentials::InCluster,
         node_name: Some("node-a".into()),
         last_known_good: None,
+        last_known_good_dir: "/nonexistent".into(),
         status: Default::default(),
     };
     let mirror = Mirror::new(Some(&api), crate::backend::BackendId::Nftables).expect("a mirror");
@@ -395,6 +396,7 @@ fn node_status_false_makes_no_mirror() {
         credentials: Credentials::InCluster,
         node_name: Some("node-a".into()),
         last_known_good: None,
+        last_known_good_dir: "/nonexistent".into(),
         status: crate::agent::reconcile::StatusWrites {
             enabled: false,
             spread: Duration::ZERO,

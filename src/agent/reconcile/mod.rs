@@ -434,6 +434,7 @@ mod tests {
             credentials: crate::cluster::Credentials::InCluster,
             node_name: Some("node-a".into()),
             last_known_good,
+            last_known_good_dir: "/nonexistent".into(),
             status: Default::default(),
         });
         f.reconciler = Reconciler::new(settings, Box::new(f.fake.clone()));

@@ -35,8 +35,10 @@ pub struct ApiSettings {
     pub credentials: crate::cluster::Credentials,
     /// This node's name (`--node-name`, `$NODE_NAME`, the host name).
     pub node_name: Option<String>,
-    /// The config last applied from the API, read from the state directory at start.
+    /// The config last applied from the API, read from `last_known_good_dir` at start.
     pub last_known_good: Option<LastKnownGood>,
+    /// `--last-known-good-dir`: where each config applied from the API is saved.
+    pub last_known_good_dir: std::path::PathBuf,
     /// What the agent writes to the API about itself.
     pub status: StatusWrites,
 }
