@@ -859,7 +859,10 @@ async fn stop(
         info!(signal = signal_name, "stopping; rules stay in place");
         let _ = commands.send(Command::Stop);
         crate::backend::runner::stop_all();
-        told.rules_staying(STOP_DEADLINE / 2).await;
+        // Only the agent whose rules these are (its taint writer runs once it holds the lock).
+        if holds_lock {
+            told.rules_staying(STOP_DEADLINE / 2).await;
+        }
         return Ending::Stopped;
     }
     let _ = commands.send(Command::Stop);

@@ -75,6 +75,7 @@ impl LastKnownGoodSink {
             saved: api
                 .last_known_good
                 .as_ref()
+                .filter(|_| api.last_known_good_in_dir)
                 .map(|saved| (saved.digest.clone(), saved.provenance.clone())),
             failed: None,
         }
@@ -244,5 +245,51 @@ impl StatusSink for StateFileSink {
             }
             self.written = Some(self.state.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_with(found_in_dir: bool) -> ApiSettings {
+        ApiSettings {
+            configmap: crate::cluster::configmap::ConfigMapRef {
+                namespace: "kube-system".into(),
+                name: "ip-masq-agent".into(),
+            },
+            credentials: crate::cluster::Credentials::InCluster,
+            node_name: Some("node-a".into()),
+            last_known_good: Some(LastKnownGood {
+                schema_version: last_known_good::SCHEMA_VERSION,
+                configmap: "kube-system/ip-masq-agent".into(),
+                provenance: "configmap kube-system/ip-masq-agent key config (resourceVersion 5)"
+                    .into(),
+                digest: Some("d".into()),
+                saved_at: "2026-01-01T00:00:00Z".into(),
+                text: Some("cidrLimit: 3".into()),
+                pools: Vec::new(),
+                policies: Vec::new(),
+                node: Some("node-a".into()),
+                seal: None,
+            }),
+            last_known_good_dir: "/nonexistent".into(),
+            last_known_good_in_dir: found_in_dir,
+            status: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_last_known_good_found_where_earlier_agents_kept_it_is_saved_again_in_the_directory() {
+        let found_in_dir = LastKnownGoodSink::new(&api_with(true));
+        assert!(
+            found_in_dir.saved.is_some(),
+            "the same config is not saved again"
+        );
+        let found_earlier = LastKnownGoodSink::new(&api_with(false));
+        assert_eq!(
+            found_earlier.saved, None,
+            "the next config applied is saved in --last-known-good-dir, even unchanged"
+        );
     }
 }

@@ -10,6 +10,7 @@ use super::sinks::{PassDone, StatusSink};
 use crate::cluster::backoff::{jitter, ApiBackoff, Failure};
 use crate::cluster::configmap::ConfigMapFeed;
 use crate::cluster::taint::{converge, read_shutting_down, Converged, Wish, TAINT_KEY};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -22,6 +23,9 @@ pub struct NodeTaint {
     /// The wish the writer last made true on the Node (None: none since the stop asked).
     made: Arc<watch::Sender<Option<Wish>>>,
     writer: Option<Writer>,
+    /// Set when a stop puts the taint back: from then on no pass's wish is taken (a pass still
+    /// running at the stop would otherwise untaint the Node again).
+    stopping: Arc<AtomicBool>,
     /// Who reads the Node at a stop, to learn whether its host is shutting down.
     credentials: crate::cluster::Credentials,
     node: String,
@@ -52,6 +56,7 @@ impl NodeTaint {
                 wishes: wishes_rx,
                 made,
             }),
+            stopping: Arc::new(AtomicBool::new(false)),
             credentials: api.credentials.clone(),
             node,
         })
@@ -61,6 +66,7 @@ impl NodeTaint {
     pub fn sink(&self, feed: Option<ConfigMapFeed>) -> TaintSink {
         TaintSink {
             wishes: self.wishes.clone(),
+            stopping: self.stopping.clone(),
             read_back: false,
             feed,
         }
@@ -117,6 +123,7 @@ impl NodeTaint {
 
     /// Puts the taint back, within `within` at most; `why` ends the log line.
     async fn put_back(&self, within: Duration, why: &str) {
+        self.stopping.store(true, Ordering::SeqCst);
         self.made.send_replace(None);
         self.wishes.send_replace(Some(Wish::Tainted));
         let mut made = self.made.subscribe();
@@ -167,6 +174,8 @@ where
 /// The reconcile thread's side: each pass's wish handed to the writer when it changed.
 pub struct TaintSink {
     wishes: Arc<watch::Sender<Option<Wish>>>,
+    /// The stop has put the taint back: passes say nothing more.
+    stopping: Arc<AtomicBool>,
     /// The rules were read back from the kernel once: later synced passes need not again.
     read_back: bool,
     /// What the API watchers publish: whether the inputs were listed, or cannot be.
@@ -185,6 +194,9 @@ impl TaintSink {
 
 impl StatusSink for TaintSink {
     fn publish(&mut self, done: &PassDone) {
+        if self.stopping.load(Ordering::SeqCst) {
+            return;
+        }
         let ever_synced = done.reconciler.status.syncs_ok > 0;
         let already = self.read_back;
         let facts = Facts {

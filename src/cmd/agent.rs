@@ -17,16 +17,20 @@ use tracing::{error, info, warn};
 /// the last-known-good config of the ConfigMap, if one was saved.
 fn api_settings(args: &AgentArgs) -> Result<ApiSettings, String> {
     let credentials = Credentials::from_flag(args.kubeconfig.as_deref(), Credentials::InCluster);
-    crate::cluster::check_credentials(&credentials).map_err(|err| err.to_string())?;
+    // `--offline` never makes a client: a boot guard needs no kubeconfig or token.
+    if !args.offline {
+        crate::cluster::check_credentials(&credentials).map_err(|err| err.to_string())?;
+    }
     let configmap = args.configmap.clone();
     let node_name = crate::cluster::node_name(args.node_name.as_deref());
     let last_known_good_dir = last_known_good::dir(args.last_known_good_dir.as_deref());
-    let found = last_known_good::read(
+    let in_dir = last_known_good::read(
         &last_known_good_dir,
         &configmap.to_string(),
         node_name.as_deref(),
-    )
-    .and_then(|found| match found {
+    );
+    let last_known_good_in_dir = matches!(in_dir, Ok(Some(_)));
+    let found = in_dir.and_then(|found| match found {
         Some(saved) => Ok(Some(saved)),
         None => last_known_good::read_earlier(
             &state_dir(args.state_dir.as_deref()),
@@ -51,6 +55,7 @@ fn api_settings(args: &AgentArgs) -> Result<ApiSettings, String> {
         node_name,
         last_known_good,
         last_known_good_dir,
+        last_known_good_in_dir,
         status: crate::agent::reconcile::StatusWrites {
             enabled: args.node_status,
             spread: args.status_spread.to_std().unwrap_or_default(),
@@ -142,7 +147,7 @@ fn offline_has_a_config(api: &ApiSettings) -> Result<(), Exit> {
         return Ok(());
     }
     let reason = format!(
-        "--offline: no last-known-good config to apply in {} (none saved yet on this node, or refused: see above); nothing applied before the API answers, so until the agent's first sync only the taint {} keeps pods from egressing unmasqueraded",
+        "--offline: no last-known-good config to apply in {} (none saved yet on this node, or refused: see above); nothing applied before the API answers: until the agent's first sync, only a taint {} on the Node (put there at its registration or its last shutdown) keeps new pods off",
         api.last_known_good_dir.display(),
         crate::cluster::taint::TAINT_KEY
     );

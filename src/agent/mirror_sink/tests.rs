@@ -119,6 +119,7 @@ fn only_a_change_of_state_reaches_the_writer() {
         node_name: Some("node-a".into()),
         last_known_good: None,
         last_known_good_dir: "/nonexistent".into(),
+        last_known_good_in_dir: false,
         status: Default::default(),
     };
     let mirror = Mirror::new(Some(&api), crate::backend::BackendId::Nftables).expect("a mirror");
@@ -397,6 +398,7 @@ fn node_status_false_makes_no_mirror() {
         node_name: Some("node-a".into()),
         last_known_good: None,
         last_known_good_dir: "/nonexistent".into(),
+        last_known_good_in_dir: false,
         status: crate::agent::reconcile::StatusWrites {
             enabled: false,
             spread: Duration::ZERO,

@@ -435,6 +435,7 @@ mod tests {
             node_name: Some("node-a".into()),
             last_known_good,
             last_known_good_dir: "/nonexistent".into(),
+            last_known_good_in_dir: true,
             status: Default::default(),
         });
         f.reconciler = Reconciler::new(settings, Box::new(f.fake.clone()));

@@ -39,6 +39,9 @@ pub struct ApiSettings {
     pub last_known_good: Option<LastKnownGood>,
     /// `--last-known-good-dir`: where each config applied from the API is saved.
     pub last_known_good_dir: std::path::PathBuf,
+    /// `last_known_good` was read from `last_known_good_dir` (false: from where agents before
+    /// the reboot guard kept it, so the next config applied is saved there even unchanged).
+    pub last_known_good_in_dir: bool,
     /// What the agent writes to the API about itself.
     pub status: StatusWrites,
 }
