@@ -256,7 +256,7 @@ pub(super) fn said(log: &Path, needle: &str) {
 }
 
 /// SIGTERM, and a clean exit.
-fn stopped(topo: &mut Topology, pid: u32, log: &Path) {
+pub(super) fn stopped(topo: &mut Topology, pid: u32, log: &Path) {
     kill(pid, "TERM");
     assert_eq!(
         topo.node.wait_daemon(pid, PATIENCE),

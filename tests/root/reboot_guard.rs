@@ -9,8 +9,8 @@
 use super::api_memory::kubeconfig_of_an_absent_api;
 use super::cluster::{api_agent_args, LocalCluster};
 use super::egress::log_of;
-use super::netns::{kill, wait_until};
-use super::node_taint::{register, said, tainted, PodTraffic};
+use super::netns::wait_until;
+use super::node_taint::{register, said, stopped, tainted, PodTraffic};
 use super::packets::{Topology, NODE_OUT_V4, POD_V4};
 use crate::util::Scratch;
 use serde_json::{json, Value};
@@ -56,17 +56,6 @@ fn kubelet_says_shutting_down(cluster: &LocalCluster) {
         }
     }
     panic!("the Node's status was not written: {answers:?}");
-}
-
-/// SIGTERM and a clean exit.
-fn stopped(topo: &mut Topology, pid: u32, log: &Path) {
-    kill(pid, "TERM");
-    assert_eq!(
-        topo.node.wait_daemon(pid, PATIENCE),
-        Some(0),
-        "{}",
-        log_of(log)
-    );
 }
 
 fn ruleset(topo: &Topology) -> String {
