@@ -15,6 +15,11 @@
 //!   inferred; otherwise it is open: it covers any time from its start on.
 //!
 //! At most [`MAX_FLOWS`] flows are kept, the newest; the rest are counted (`omittedFlows`).
+//! At most [`MAX_OPEN`] flows wait for their end at once (a log of flows that never ended holds
+//! one per destination): past that, the longest-waiting are taken as open, and an `end` that
+//! comes for one later is shown as a flow of its own, its start unknown (`unpairedOpenFlows`
+//! counts them). A log path that is not a regular file (a FIFO, a device) is refused, never
+//! waited on: `--log -` reads a pipe.
 //!
 //! Speed: only the lines holding `"ADDRESS:PORT"` (quoted, so `:4000` never matches `:40002`)
 //! are parsed; the bytes in between are searched with memchr's memmem and never decoded.
@@ -39,6 +44,9 @@ pub const MAX_LINE: usize = 64 << 10;
 /// The most flows an answer holds (the newest): memory stays bounded when a port was used a
 /// million times and no `--at` narrows it.
 pub const MAX_FLOWS: usize = 1000;
+
+/// The most flows waiting for their `end` line at once (see the module's documentation).
+pub const MAX_OPEN: usize = 10_000;
 
 /// The read size: large enough that the search, not the system calls, sets the pace.
 const CHUNK: usize = 1 << 20;
@@ -119,8 +127,16 @@ pub struct Answer {
     pub skipped_lines: u64,
     /// Older flows that answer too but are left out: at most [`MAX_FLOWS`] are kept.
     pub omitted_flows: u64,
+    /// Flows taken as open before their end could be read: more than [`MAX_OPEN`] waited at
+    /// once. Absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unpaired_open_flows: u64,
     #[serde(skip)]
     pub first_skipped: Option<String>,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// Why the log could not be read.
@@ -128,6 +144,10 @@ pub struct Answer {
 pub enum WhoError {
     #[error("no SNAT log at {path} (nor {path}.1): is the agent run with --snat-log? (--log names another file)")]
     NoLog { path: String },
+    #[error(
+        "{path} is {kind}, not a log file: to read a stream, pipe it into `ipmasq who … --log -`"
+    )]
+    NotAFile { path: String, kind: &'static str },
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,
@@ -159,7 +179,39 @@ pub fn log_files(path: &Path) -> Result<Vec<PathBuf>, WhoError> {
             path: path.display().to_string(),
         });
     }
+    for file in &files {
+        refuse_unless_regular(file)?;
+    }
     Ok(files)
+}
+
+/// A log file is a regular file (a symlink to one is followed): opening a FIFO would wait for
+/// a writer, and a device may never end.
+fn refuse_unless_regular(path: &Path) -> Result<(), WhoError> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::metadata(path)
+        .map_err(|source| WhoError::Read {
+            path: path.display().to_string(),
+            source,
+        })?
+        .file_type();
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(WhoError::NotAFile {
+        path: path.display().to_string(),
+        kind: what,
+    })
 }
 
 /// The flows pairing in progress: the open flow of each reply tuple (proto, dst; the
@@ -168,6 +220,8 @@ struct Pairing<'q> {
     query: &'q Query,
     translated: String,
     open: HashMap<(String, String), FoundFlow>,
+    /// At most this many in `open` (twice, amortised): [`MAX_OPEN`] but in tests.
+    open_cap: usize,
     answer: Answer,
     /// The earliest and latest time of the records read (the log's span when its first or
     /// last line is unreadable).
@@ -181,6 +235,7 @@ impl<'q> Pairing<'q> {
             query,
             translated: endpoint_text(query.translated),
             open: HashMap::new(),
+            open_cap: MAX_OPEN,
             answer: Answer::default(),
             earliest: None,
             latest: None,
@@ -242,7 +297,7 @@ impl<'q> Pairing<'q> {
                     earlier.end_inferred = true;
                     self.finish(earlier);
                 }
-                self.open.insert(
+                self.keep_open(
                     key,
                     FoundFlow {
                         proto,
@@ -281,6 +336,23 @@ impl<'q> Pairing<'q> {
             }
             other => self.skip(file, offset, &format!("unknown event {other:?}")),
         }
+    }
+
+    /// Waits for `flow`'s end; past twice the cap, the longest-waiting half is taken as open
+    /// (amortised: one sort per cap's worth of flows).
+    fn keep_open(&mut self, key: (String, String), flow: FoundFlow) {
+        self.open.insert(key, flow);
+        if self.open.len() < 2 * self.open_cap {
+            return;
+        }
+        let mut waiting: Vec<((String, String), FoundFlow)> = self.open.drain().collect();
+        waiting.sort_by_key(|(_, flow)| flow.start_micros);
+        let newest = waiting.split_off(waiting.len() - self.open_cap);
+        self.answer.unpaired_open_flows += waiting.len() as u64;
+        for (_, flow) in waiting {
+            self.finish(flow);
+        }
+        self.open.extend(newest);
     }
 
     fn done(mut self) -> Answer {
@@ -541,6 +613,13 @@ fn to_text(
         out.push_str(&style.warning(&format!(
             "… and {} older (the newest {MAX_FLOWS} are shown; narrow with --at or --proto)",
             crate::output::plural(answer.omitted_flows as usize, "flow")
+        )));
+        out.push('\n');
+    }
+    if answer.unpaired_open_flows > 0 {
+        out.push_str(&style.warning(&format!(
+            "{} taken as open before their end was read (more than {MAX_OPEN} waited at once): an end logged later for one is shown apart, its start unknown",
+            crate::output::plural(answer.unpaired_open_flows as usize, "flow")
         )));
         out.push('\n');
     }
@@ -1174,5 +1253,88 @@ mod tests {
             assert_eq!(first.unwrap(), seen[0].1);
             assert_eq!(last.unwrap(), seen[499].1);
         }
+    }
+
+    #[test]
+    fn flows_that_never_end_wait_for_it_up_to_the_cap_and_are_then_taken_as_open() {
+        let q = query(None, 0);
+        let mut pairing = Pairing::new(&q);
+        pairing.open_cap = 4;
+        let file = Path::new("snat.log");
+        let dst = |i: usize| format!("198.51.100.{}:443", 1 + i);
+        let mut most_waiting = 0;
+        for i in 0..20 {
+            let at = format!("12:00:{i:02}.000000");
+            let text = line(
+                &at,
+                "new",
+                "tcp",
+                &format!("192.168.1.5:{}", 1000 + i),
+                NODE,
+                &dst(i),
+            );
+            pairing.line(file, 0, text.trim_end().as_bytes());
+            most_waiting = most_waiting.max(pairing.open.len());
+        }
+        assert!(most_waiting < 2 * 4, "{most_waiting} waited at once");
+        // The end of the oldest flow (taken as open long ago), and of the newest (still waiting).
+        for i in [0, 19] {
+            let text = line(
+                "12:01:00.000000",
+                "end",
+                "tcp",
+                &format!("192.168.1.5:{}", 1000 + i),
+                NODE,
+                &dst(i),
+            );
+            pairing.line(file, 0, text.trim_end().as_bytes());
+        }
+        let answer = pairing.done();
+        assert_eq!(
+            answer.unpaired_open_flows, 16,
+            "taken as open: 4 twice, then 8"
+        );
+        let of = |i: usize| -> Vec<&FoundFlow> {
+            answer.flows.iter().filter(|f| f.dst == dst(i)).collect()
+        };
+        let oldest = of(0);
+        assert_eq!(oldest.len(), 2, "{oldest:?}");
+        assert!(oldest.iter().any(|f| f.start.is_some() && f.end.is_none()));
+        assert!(oldest.iter().any(|f| f.start.is_none() && f.end.is_some()));
+        let newest = of(19);
+        assert_eq!(newest.len(), 1, "{newest:?}");
+        assert!(newest[0].start.is_some() && newest[0].end.is_some());
+        let args = WhoArgs {
+            address: NODE.parse().unwrap(),
+            at: None,
+            tolerance: crate::config::GoDuration(1_000_000_000),
+            proto: None,
+            log: PathBuf::from("snat.log"),
+            output: OutputFormat::Text,
+            color: crate::output::ColorChoice::Never,
+        };
+        let text = to_text(NODE, None, &args, &answer, &Styler::plain());
+        assert!(
+            text.contains("16 flows taken as open before their end was read"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_as_the_log_is_refused_not_waited_on() {
+        let dir = Dir::new("fifo");
+        let fifo = dir.0.join("snat.log");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = log_files(&fifo).unwrap_err().to_string();
+        assert!(err.contains("is a FIFO, not a log file"), "{err}");
+        assert!(err.contains("--log -"), "{err}");
+        std::fs::remove_file(&fifo).unwrap();
+        std::fs::create_dir(&fifo).unwrap();
+        let err = log_files(&fifo).unwrap_err().to_string();
+        assert!(err.contains("is a directory, not a log file"), "{err}");
     }
 }

@@ -98,6 +98,32 @@ fn a_missing_log_or_a_bad_time_exits_2() {
 }
 
 #[test]
+fn a_fifo_as_the_log_is_refused_at_once_not_waited_on() {
+    let dir = Scratch::new("who-fifo");
+    let fifo = dir.path.join("snat.log");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    // No writer ever opens it: a `who` that opened it would wait until `timeout` kills it
+    // (exit 124).
+    let ipmasq = binary().display().to_string();
+    let fifo = fifo.display().to_string();
+    let run = run_program(
+        std::path::Path::new("timeout"),
+        &["10", &ipmasq, "who", NODE, "--log", &fifo],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("is a FIFO, not a log file") && run.stderr.contains("--log -"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn json_names_the_flow_its_times_and_the_files_read() {
     let dir = Scratch::new("who-json");
     let log = log(&dir);
