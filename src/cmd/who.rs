@@ -214,12 +214,19 @@ fn refuse_unless_regular(path: &Path) -> Result<(), WhoError> {
     })
 }
 
-/// The flows pairing in progress: the open flow of each reply tuple (proto, dst; the
-/// translated address is the query's), and the answers.
+/// A reply tuple as the log names it: conntrack holds one flow per reply tuple, and the
+/// translated address is the query's, so the protocol and the destination say which.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ReplyTuple {
+    proto: String,
+    dst: String,
+}
+
+/// The flows pairing in progress: the open flow of each reply tuple, and the answers.
 struct Pairing<'q> {
     query: &'q Query,
     translated: String,
-    open: HashMap<(String, String), FoundFlow>,
+    open: HashMap<ReplyTuple, FoundFlow>,
     /// At most this many in `open` (twice, amortised): [`MAX_OPEN`] but in tests.
     open_cap: usize,
     answer: Answer,
@@ -287,7 +294,10 @@ impl<'q> Pairing<'q> {
         if self.latest.as_ref().is_none_or(|(t, _)| micros > *t) {
             self.latest = Some((micros, record.time.to_string()));
         }
-        let key = (proto.clone(), record.dst.to_string());
+        let key = ReplyTuple {
+            proto: proto.clone(),
+            dst: record.dst.to_string(),
+        };
         match &*record.event {
             "new" => {
                 if let Some(mut earlier) = self.open.remove(&key) {
@@ -340,12 +350,12 @@ impl<'q> Pairing<'q> {
 
     /// Waits for `flow`'s end; past twice the cap, the longest-waiting half is taken as open
     /// (amortised: one sort per cap's worth of flows).
-    fn keep_open(&mut self, key: (String, String), flow: FoundFlow) {
+    fn keep_open(&mut self, key: ReplyTuple, flow: FoundFlow) {
         self.open.insert(key, flow);
         if self.open.len() < 2 * self.open_cap {
             return;
         }
-        let mut waiting: Vec<((String, String), FoundFlow)> = self.open.drain().collect();
+        let mut waiting: Vec<(ReplyTuple, FoundFlow)> = self.open.drain().collect();
         waiting.sort_by_key(|(_, flow)| flow.start_micros);
         let newest = waiting.split_off(waiting.len() - self.open_cap);
         self.answer.unpaired_open_flows += waiting.len() as u64;
