@@ -38,6 +38,9 @@ pub struct Snapshot {
     pub rollout: Option<super::reconcile::RolloutSeen>,
     /// A neighbour's commits to the rules we own, as the foreign-change trigger heard them.
     pub foreign: super::foreign_changes::ForeignCounts,
+    /// The kernel's conntrack statistics, read for a scrape (none between scrapes, or when
+    /// the kernel did not answer).
+    pub conntrack: Option<crate::conntrack::health::ConntrackStatistics>,
 }
 
 impl Snapshot {
@@ -53,6 +56,7 @@ impl Snapshot {
             api_view: None,
             rollout: None,
             foreign: Default::default(),
+            conntrack: None,
         }
     }
 }
@@ -151,6 +155,11 @@ struct FamilyLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatLabel {
+    stat: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabel {
     version: &'static str,
     backend: &'static str,
@@ -208,6 +217,9 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
     register_rules(&mut registry, snapshot);
     register_failures(&mut registry, status);
     register_conntrack(&mut registry, status);
+    if let Some(statistics) = &snapshot.conntrack {
+        register_conntrack_health(&mut registry, statistics);
+    }
     register_foreign(&mut registry, &snapshot.foreign);
     if let Some(snat) = &snapshot.snat {
         register_snat(&mut registry, snat);
@@ -312,6 +324,31 @@ fn register_conntrack(registry: &mut Registry, status: &Status) {
     let failed = Counter::<u64>::default();
     failed.inc_by(status.conntrack_resets_failed);
     metrics::CONNTRACK_RESETS_FAILED.register(registry, failed);
+}
+
+/// The kernel's conntrack table: its fill and its per-CPU counters summed.
+fn register_conntrack_health(
+    registry: &mut Registry,
+    statistics: &crate::conntrack::health::ConntrackStatistics,
+) {
+    use crate::conntrack::health::StatCounter;
+    let entries = Gauge::<i64>::default();
+    entries.set(statistics.entries.into());
+    metrics::CONNTRACK_TABLE_ENTRIES.register(registry, entries);
+    if let Some(max) = statistics.max_entries {
+        let limit = Gauge::<i64>::default();
+        limit.set(max.into());
+        metrics::CONNTRACK_TABLE_LIMIT.register(registry, limit);
+    }
+    let counters = Family::<StatLabel, Counter>::default();
+    for counter in StatCounter::ALL {
+        counters
+            .get_or_create(&StatLabel {
+                stat: counter.name(),
+            })
+            .inc_by(statistics.sum(counter));
+    }
+    metrics::CONNTRACK_STAT.register(registry, counters);
 }
 
 /// Stats of an SNAT log holding one flow: the metrics of `--snat-log` all rendered (the

@@ -181,6 +181,20 @@ pub fn respond(asked: Asked<'_>, snapshot: &Snapshot) -> Response<Full<Bytes>> {
     }
 }
 
+/// The kernel's conntrack statistics for a scrape, read off the loop (a netlink request
+/// with its own deadline): none when the kernel does not answer (said at debug level, as the
+/// families' absence says it to the scraper).
+async fn conntrack_statistics() -> Option<crate::conntrack::health::ConntrackStatistics> {
+    match tokio::task::spawn_blocking(crate::conntrack::health::read).await {
+        Ok(Ok(statistics)) => Some(statistics),
+        Ok(Err(err)) => {
+            debug!(error = %err, "conntrack statistics unreadable");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
 /// Binds the endpoint.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
@@ -244,8 +258,11 @@ pub async fn serve(listener: TcpListener, shared: Shared) {
         let task = tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                 seen.store(true, Ordering::Relaxed);
-                let snapshot = read(&shared);
+                let mut snapshot = read(&shared);
                 async move {
+                    if request.uri().path() == "/metrics" {
+                        snapshot.conntrack = conntrack_statistics().await;
+                    }
                     let accept = request
                         .headers()
                         .get(hyper::header::ACCEPT)

@@ -45,6 +45,10 @@ pub enum Served {
     InApiMode,
     /// In API mode while a rollout in waves (`NAME-next`) exists.
     InRollout,
+    /// When the kernel answers ctnetlink's statistics request at the scrape.
+    WithConntrackStatistics,
+    /// As `WithConntrackStatistics`, when the kernel also says the table's limit (4.19+).
+    WithConntrackLimit,
 }
 
 impl Served {
@@ -62,6 +66,12 @@ impl Served {
             Served::InApiMode => "in API mode, once the API is watched, one series per input",
             Served::InRollout => {
                 "in API mode while a rollout in waves (the ConfigMap NAME-next) exists"
+            }
+            Served::WithConntrackStatistics => {
+                "when the kernel's conntrack statistics can be read at the scrape (ctnetlink)"
+            }
+            Served::WithConntrackLimit => {
+                "when the kernel's conntrack statistics, with the table's limit (Linux 4.19+), can be read at the scrape"
             }
         }
     }
@@ -254,6 +264,30 @@ pub const CONNTRACK_RESETS_FAILED: ExportedMetric = ExportedMetric {
     note: "",
     served: Served::Always,
 };
+pub const CONNTRACK_TABLE_ENTRIES: ExportedMetric = ExportedMetric {
+    name: "ipmasq_conntrack_table_entries",
+    kind: MetricType::Gauge,
+    labels: &[],
+    help: "Entries in the conntrack table of the agent's network namespace (nf_conntrack_count), read at the scrape",
+    note: "",
+    served: Served::WithConntrackStatistics,
+};
+pub const CONNTRACK_TABLE_LIMIT: ExportedMetric = ExportedMetric {
+    name: "ipmasq_conntrack_table_limit",
+    kind: MetricType::Gauge,
+    labels: &[],
+    help: "The conntrack table's limit (nf_conntrack_max; 0 is none): a full table drops the packets of new flows",
+    note: "",
+    served: Served::WithConntrackLimit,
+};
+pub const CONNTRACK_STAT: ExportedMetric = ExportedMetric {
+    name: "ipmasq_conntrack_stat_total",
+    kind: MetricType::Counter,
+    labels: &["stat"],
+    help: "The kernel's per-CPU conntrack statistics summed over the CPUs, as conntrack -S names them (insert_failed, drop, early_drop, ...): since boot, each CPU's count wrapping at 2^32",
+    note: "`stat` is one of `found`, `invalid`, `insert`, `insert_failed` (an entry lost a race to insert, its packet dropped), `drop` (a packet dropped because the table was full), `early_drop` (an unreplied entry evicted to make room), `error`, `search_restart`, `clash_resolve` and `chaintoolong`.",
+    served: Served::WithConntrackStatistics,
+};
 pub const FOREIGN_COMMITS: ExportedMetric = ExportedMetric {
     name: "ipmasq_foreign_commits_total",
     kind: MetricType::Counter,
@@ -393,7 +427,7 @@ pub const READY: ExportedMetric = ExportedMetric {
 };
 
 /// Every family, in the order `/metrics` serves them.
-pub const ALL: [&ExportedMetric; 33] = [
+pub const ALL: [&ExportedMetric; 36] = [
     &SYNCS,
     &SYNC_DURATION,
     &DRIFT_REPAIRS,
@@ -410,6 +444,9 @@ pub const ALL: [&ExportedMetric; 33] = [
     &SYNC_RETRY_BACKOFF,
     &CONNTRACK_ENTRIES_RESET,
     &CONNTRACK_RESETS_FAILED,
+    &CONNTRACK_TABLE_ENTRIES,
+    &CONNTRACK_TABLE_LIMIT,
+    &CONNTRACK_STAT,
     &FOREIGN_COMMITS,
     &FOREIGN_COMMITS_PACED,
     &SNAT_LOG_LINES,
@@ -459,6 +496,7 @@ mod tests {
         snat_flows: bool,
         api: bool,
         rollout: bool,
+        conntrack: bool,
     }
 
     impl Seen {
@@ -470,6 +508,7 @@ mod tests {
             snat_flows: true,
             api: true,
             rollout: true,
+            conntrack: true,
         };
 
         fn serves(self, served: Served) -> bool {
@@ -482,6 +521,7 @@ mod tests {
                 Served::WithSnatFlows => self.snat_flows,
                 Served::InApiMode => self.api,
                 Served::InRollout => self.rollout,
+                Served::WithConntrackStatistics | Served::WithConntrackLimit => self.conntrack,
             }
         }
 
@@ -512,6 +552,14 @@ mod tests {
                     true,
                     std::time::Duration::from_secs(180),
                 ));
+            }
+            if self.conntrack {
+                s.conntrack = Some(crate::conntrack::health::ConntrackStatistics {
+                    cpus: 2,
+                    entries: 10,
+                    max_entries: Some(262_144),
+                    ..Default::default()
+                });
             }
             if self.rollout {
                 let annotations = [
@@ -625,7 +673,7 @@ mod tests {
             assert_eq!(family.labels, labels, "{}", metric.name);
             assert!(family.samples > 0, "{} has no sample", metric.name);
         }
-        assert_eq!(ALL.len(), 33);
+        assert_eq!(ALL.len(), 36);
     }
 
     /// Each family has samples exactly when its `served` says: with nothing seen, with each
@@ -654,6 +702,10 @@ mod tests {
             },
             Seen {
                 rollout: true,
+                ..none
+            },
+            Seen {
+                conntrack: true,
                 ..none
             },
         ];

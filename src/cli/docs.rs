@@ -242,6 +242,7 @@ pub const SHOW: AppletDoc = AppletDoc {
         "With an agent running on the node, show judges against its settings (its state file under /run/ipmasq) and names any flag given here that differs. It reads the agent's backend unless --backend or --iptables-mode is given: a flag given wins.",
         "The text report fits the terminal: its lines wrap at COLUMNS, else at the terminal's width, else (piped) at 80 columns; tables are 80 columns at most, unless --wide. COLUMNS=1000 keeps the lines whole. -o json and -o yaml are never wrapped.",
         "When the running agent refused the config it reads (invalid, unreadable, too large for its memory), show says REJECTED with the agent's diagnostics, the config that stays in force (its digest and when it was read) and the command that checks the file (ipmasq validate PATH), and exits 1; -o json carries it as configRejected. The verdict is then the config in force's, not the file's.",
+        "The conntrack: lines are the node's conntrack table as the kernel counts it (ctnetlink, in show's network namespace): its fill against nf_conntrack_max, and the insert failures, drops and early drops since boot (conntrack -S's counters summed over the CPUs); warned at 80 % full or on any insert failure or drop. -o json carries every counter as conntrack. They never change the exit code.",
     ],
 };
 

@@ -16,6 +16,7 @@ use crate::backend::{
 };
 use crate::cli::{OutputFormat, ShowArgs};
 use crate::config;
+use crate::conntrack::health::ConntrackHealth;
 use crate::output::{plural, printable, to_json, to_yaml, Styler};
 use crate::plan::{plan_family, Family};
 use crate::terminal::{fit, CLASSIC_WIDTH};
@@ -53,6 +54,9 @@ pub struct ShowReport {
     /// The config the running agent refuses: the file it reads is not the config in force.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_rejected: Option<RejectedRecord>,
+    /// The node's conntrack table: fill and failures (absent when the kernel did not say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conntrack: Option<ConntrackHealth>,
 }
 
 #[derive(Debug, Serialize)]
@@ -398,6 +402,9 @@ fn to_text(report: &ShowReport, style: &Styler, wide: bool, width: usize) -> Str
         out.push_str(&family_text(report, family, style, Layout { wide, width }));
     }
     out.push_str(&fitted(agent_text(report, style)));
+    if let Some(conntrack) = &report.conntrack {
+        out.push_str(&fitted(conntrack_text(conntrack, style)));
+    }
     if let Some(rejected) = &report.config_rejected {
         out.push_str(&fitted(rejected_text(
             rejected,
@@ -556,6 +563,24 @@ fn agent_text(report: &ShowReport, style: &Styler) -> String {
         ),
         None => String::new(),
     }
+}
+
+/// The conntrack table's fill and failures; a warning when flows are at risk.
+fn conntrack_text(conntrack: &ConntrackHealth, style: &Styler) -> String {
+    const LABEL: &str = "conntrack:";
+    let text = format!(
+        "{}\n{:width$} {}",
+        conntrack.fill_text(),
+        "",
+        conntrack.failures_text(),
+        width = LABEL.len()
+    );
+    let text = if conntrack.troubled() {
+        style.warning(&text)
+    } else {
+        text
+    };
+    format!("\n{} {text}\n", style.bold(LABEL))
 }
 
 /// The config the running agent refuses: what, why, what stays in force, and the command
@@ -762,12 +787,21 @@ pub fn run(args: &ShowArgs) -> Exit {
         agent,
         stale_agent,
         config_rejected,
+        conntrack: crate::conntrack::health::read()
+            .ok()
+            .map(|statistics| ConntrackHealth::from(&statistics)),
     };
+    print_report(&report, args)
+}
+
+/// Prints the report as asked; the exit code says whether the rules are installed, in sync
+/// with what is judged and alone on the node.
+fn print_report(report: &ShowReport, args: &ShowArgs) -> Exit {
     let text = match args.output {
-        OutputFormat::Json => to_json(&report),
-        OutputFormat::Yaml => to_yaml(&report),
+        OutputFormat::Json => to_json(report),
+        OutputFormat::Yaml => to_yaml(report),
         OutputFormat::Text => to_text(
-            &report,
+            report,
             &Styler::for_stdout(args.color),
             args.wide,
             crate::terminal::output_width(),

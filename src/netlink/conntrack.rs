@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
-const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+pub(super) const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;

@@ -9,6 +9,7 @@
 //! the program's own read-only pages given back after the first sync.
 
 pub(crate) mod conntrack;
+pub(crate) mod conntrack_stats;
 pub(crate) mod dump;
 pub(crate) mod framing;
 pub(crate) mod image;

@@ -510,8 +510,10 @@ fn enable_ipv6_from_the_configmap_alone(variant: &'static str) {
         text()
     );
     assert_eq!(node.returns(false), ["169.254.0.0/16", "10.0.0.0/8"]);
+    // The agent says so after the removal: the rules can be gone a moment before the line.
     assert!(
-        text().contains("family no longer enabled by the config"),
+        wait_until(PATIENCE, || text()
+            .contains("family no longer enabled by the config")),
         "{}",
         text()
     );

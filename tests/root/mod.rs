@@ -23,6 +23,7 @@ mod api_pools;
 mod cluster;
 mod config_file;
 mod conntrack;
+mod conntrack_health;
 mod deploy;
 mod egress;
 mod extensions;
