@@ -251,7 +251,10 @@ Register-ArgumentCompleter -Native -CommandName 'ipmasq' -ScriptBlock {
             break
         }
         'ipmasq;who' {
+            [CompletionResult]::new('--pod', '--pod', [CompletionResultType]::ParameterName, 'Instead of an address: every translation of this pod (NAMESPACE/NAME, as an agent in API mode names it in the log), narrowed with --since and --until')
             [CompletionResult]::new('--at', '--at', [CompletionResultType]::ParameterName, 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]')
+            [CompletionResult]::new('--since', '--since', [CompletionResultType]::ParameterName, 'Only the flows alive at or after this time (the forms of --at)')
+            [CompletionResult]::new('--until', '--until', [CompletionResultType]::ParameterName, 'Only the flows alive at or before this time (the forms of --at)')
             [CompletionResult]::new('--tolerance', '--tolerance', [CompletionResultType]::ParameterName, 'With --at: also the flows that ended or began this close to it (the reporter''s clock and the node''s differ; a Go duration)')
             [CompletionResult]::new('--proto', '--proto', [CompletionResultType]::ParameterName, 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)')
             [CompletionResult]::new('--log', '--log', [CompletionResultType]::ParameterName, 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)')

@@ -224,7 +224,10 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         &'ipmasq;fleet;help;help'= {
         }
         &'ipmasq;who'= {
+            cand --pod 'Instead of an address: every translation of this pod (NAMESPACE/NAME, as an agent in API mode names it in the log), narrowed with --since and --until'
             cand --at 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]'
+            cand --since 'Only the flows alive at or after this time (the forms of --at)'
+            cand --until 'Only the flows alive at or before this time (the forms of --at)'
             cand --tolerance 'With --at: also the flows that ended or began this close to it (the reporter''s clock and the node''s differ; a Go duration)'
             cand --proto 'Only flows of this protocol (as the log names it: tcp, udp, icmp, icmpv6, or a number)'
             cand --log 'The SNAT log the agent writes (--snat-log); PATH.1 (newest) … PATH.N (oldest) are read too; - reads standard input (what an agent run with --snat-log - printed)'

@@ -38,9 +38,9 @@ pub struct Snapshot {
     pub rollout: Option<super::reconcile::RolloutSeen>,
     /// A neighbour's commits to the rules we own, as the foreign-change trigger heard them.
     pub foreign: super::foreign_changes::ForeignCounts,
-    /// The kernel's conntrack statistics, read for a scrape (none between scrapes, or when
-    /// the kernel did not answer).
-    pub conntrack: Option<crate::conntrack::health::ConntrackStatistics>,
+    /// The kernel's conntrack figures, read for a scrape (none between scrapes, or when the
+    /// kernel did not answer).
+    pub conntrack: Option<crate::conntrack::health::ConntrackFigures>,
 }
 
 impl Snapshot {
@@ -329,7 +329,7 @@ fn register_conntrack(registry: &mut Registry, status: &Status) {
 /// The kernel's conntrack table: its fill and its per-CPU counters summed.
 fn register_conntrack_health(
     registry: &mut Registry,
-    statistics: &crate::conntrack::health::ConntrackStatistics,
+    statistics: &crate::conntrack::health::ConntrackFigures,
 ) {
     use crate::conntrack::health::StatCounter;
     let entries = Gauge::<i64>::default();
@@ -346,7 +346,7 @@ fn register_conntrack_health(
             .get_or_create(&StatLabel {
                 stat: counter.name(),
             })
-            .inc_by(statistics.sum(counter));
+            .inc_by(statistics.total(counter));
     }
     metrics::CONNTRACK_STAT.register(registry, counters);
 }

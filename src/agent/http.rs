@@ -181,11 +181,20 @@ pub fn respond(asked: Asked<'_>, snapshot: &Snapshot) -> Response<Full<Bytes>> {
     }
 }
 
-/// The kernel's conntrack statistics for a scrape, read off the loop (a netlink request
-/// with its own deadline): none when the kernel does not answer (said at debug level, as the
-/// families' absence says it to the scraper).
-async fn conntrack_statistics() -> Option<crate::conntrack::health::ConntrackStatistics> {
-    match tokio::task::spawn_blocking(crate::conntrack::health::read).await {
+/// The kernel's conntrack figures for a scrape, read off the loop (a netlink request with its
+/// own deadline; scrapes less than a second apart share one read, and the counters' totals
+/// follow each CPU's wraps): none when the kernel does not answer (said at debug level, as
+/// the families' absence says it to the scraper).
+async fn conntrack_statistics() -> Option<crate::conntrack::health::ConntrackFigures> {
+    static TOTALS: std::sync::Mutex<crate::conntrack::health::CounterTotals> =
+        std::sync::Mutex::new(crate::conntrack::health::CounterTotals::new());
+    let read = || {
+        TOTALS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .read_for_scrape()
+    };
+    match tokio::task::spawn_blocking(read).await {
         Ok(Ok(statistics)) => Some(statistics),
         Ok(Err(err)) => {
             debug!(error = %err, "conntrack statistics unreadable");

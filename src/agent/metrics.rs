@@ -284,7 +284,7 @@ pub const CONNTRACK_STAT: ExportedMetric = ExportedMetric {
     name: "ipmasq_conntrack_stat_total",
     kind: MetricType::Counter,
     labels: &["stat"],
-    help: "The kernel's per-CPU conntrack statistics summed over the CPUs, as conntrack -S names them (insert_failed, drop, early_drop, ...): since boot, each CPU's count wrapping at 2^32",
+    help: "The kernel's per-CPU conntrack statistics summed over the CPUs, as conntrack -S names them (insert_failed, drop, early_drop, ...): since boot, each CPU's 32-bit count followed across its wraps",
     note: "`stat` is one of `found`, `invalid`, `insert`, `insert_failed` (an entry lost a race to insert, its packet dropped), `drop` (a packet dropped because the table was full), `early_drop` (an unreplied entry evicted to make room), `error`, `search_restart`, `clash_resolve` and `chaintoolong`.",
     served: Served::WithConntrackStatistics,
 };
@@ -554,8 +554,7 @@ mod tests {
                 ));
             }
             if self.conntrack {
-                s.conntrack = Some(crate::conntrack::health::ConntrackStatistics {
-                    cpus: 2,
+                s.conntrack = Some(crate::conntrack::health::ConntrackFigures {
                     entries: 10,
                     max_entries: Some(262_144),
                     ..Default::default()

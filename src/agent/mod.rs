@@ -451,7 +451,14 @@ impl LockHolder<'_> {
         // The API is watched by the holder of the node lock only, once it serves.
         if let (true, Some((settings, feed))) = (taken, api) {
             let view = api_view(self.shared, &settings, self.options.api_view_stale_after);
-            tokio::spawn(watch_the_api(settings, feed, self.commands.clone(), view));
+            let pods = self.options.snat.as_ref().and_then(|s| s.pods.clone());
+            tokio::spawn(watch_the_api(
+                settings,
+                feed,
+                self.commands.clone(),
+                view,
+                pods,
+            ));
         }
         if taken {
             writers.spawn();
@@ -672,12 +679,14 @@ fn api_view(
 /// API mode: a client (its User-Agent naming the node, each input's answers noted in `view`,
 /// which the feed keeps for the mirror), then the ConfigMap watcher for as long as the agent runs, each
 /// change of the text waking a pass. Without a client (its kubeconfig unreadable since start)
-/// the config in force (the last-known-good, if any) stays, and the error is logged.
+/// the config in force (the last-known-good, if any) stays, and the error is logged. With
+/// `pods` (`--snat-log` in API mode), this node's Pods are watched too, for the log's names.
 async fn watch_the_api(
     api: reconcile::ApiSettings,
     feed: crate::cluster::configmap::ConfigMapFeed,
     commands: mpsc::Sender<Command>,
     view: crate::cluster::age::ApiView,
+    pods: Option<crate::snat::pods::PodNames>,
 ) {
     crate::cluster::configmap::lock(&feed).view = Some(view.clone());
     let limit = memory::read_limit().bytes();
@@ -706,6 +715,13 @@ async fn watch_the_api(
             node,
             feed.clone(),
             waker(),
+        ));
+    }
+    if let Some(pods) = pods {
+        tokio::spawn(crate::cluster::pods::watch_pods(
+            client.clone(),
+            pods.node,
+            pods.directory,
         ));
     }
     tokio::spawn(crate::cluster::inputs::watch_policies(

@@ -1091,16 +1091,30 @@ pub struct RolloutStartArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("whose").required(true).args(["address", "pod"])))]
 pub struct WhoArgs {
     /// The node's address and port as the outside saw them (the translated source), e.g.
     /// 203.0.113.1:40002 or [2001:db8::1]:40002
     #[arg(value_name = "ADDRESS:PORT")]
-    pub address: std::net::SocketAddr,
+    pub address: Option<std::net::SocketAddr>,
+
+    /// Instead of an address: every translation of this pod (NAMESPACE/NAME, as an agent in
+    /// API mode names it in the log), narrowed with --since and --until
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_pod_name)]
+    pub pod: Option<String>,
 
     /// Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also
     /// 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]
     #[arg(long, value_name = "TIME", value_parser = crate::snat::line::parse_time)]
     pub at: Option<crate::snat::line::Micros>,
+
+    /// Only the flows alive at or after this time (the forms of --at)
+    #[arg(long, value_name = "TIME", value_parser = crate::snat::line::parse_time, conflicts_with = "at")]
+    pub since: Option<crate::snat::line::Micros>,
+
+    /// Only the flows alive at or before this time (the forms of --at)
+    #[arg(long, value_name = "TIME", value_parser = crate::snat::line::parse_time, conflicts_with = "at")]
+    pub until: Option<crate::snat::line::Micros>,
 
     /// With --at: also the flows that ended or began this close to it (the reporter's clock
     /// and the node's differ; a Go duration)
@@ -1123,6 +1137,24 @@ pub struct WhoArgs {
     /// Colour the text output
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
+}
+
+/// `who --pod`: NAMESPACE/NAME, each part a name the API accepts (lowercase letters, digits,
+/// `-` and `.`).
+fn parse_pod_name(text: &str) -> Result<String, String> {
+    let name_like = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 253
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    };
+    match text.split_once('/') {
+        Some((namespace, name)) if name_like(namespace) && name_like(name) => Ok(text.to_string()),
+        _ => Err(format!(
+            "{text:?} is no pod: give NAMESPACE/NAME, e.g. default/web-0"
+        )),
+    }
 }
 
 /// `fleet`'s durations: a Go duration, not negative.

@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod configmap;
 pub mod inputs;
 pub mod mirror;
+pub mod pods;
 pub mod taint;
 
 use std::path::{Path, PathBuf};

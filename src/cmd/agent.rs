@@ -261,7 +261,7 @@ pub fn run(args: &AgentArgs) -> Exit {
     let options = RunOptions {
         cleanup_on_exit: args.cleanup_on_exit,
         metrics_addr: args.metrics_addr.0,
-        snat: snat_options(args),
+        snat: snat_options(args, api.as_ref()),
         api_view_stale_after: std::time::Duration::from_secs(args.api_view_stale_after),
         state_dir: state_dir(args.state_dir.as_deref()),
         state: agent_state(
@@ -422,8 +422,9 @@ fn dry_run(reconciler: &mut Reconciler) -> Exit {
     }
 }
 
-/// What `--snat-log` and `--snat-port-pressure` ask for (None: neither).
-fn snat_options(args: &AgentArgs) -> Option<crate::snat::SnatOptions> {
+/// What `--snat-log` and `--snat-port-pressure` ask for (None: neither). In API mode, with
+/// the node's name known, the log names each flow's pod (the pod watch fills the directory).
+fn snat_options(args: &AgentArgs, api: Option<&ApiSettings>) -> Option<crate::snat::SnatOptions> {
     if args.snat_log.is_none() && !args.snat_port_pressure {
         return None;
     }
@@ -438,5 +439,12 @@ fn snat_options(args: &AgentArgs) -> Option<crate::snat::SnatOptions> {
         },
         to_ports: args.rules.to_ports.clone(),
         memory_limit: crate::agent::memory::read_limit().bytes(),
+        pods: api
+            .and_then(|api| api.node_name.clone())
+            .filter(|_| args.snat_log.is_some())
+            .map(|node| crate::snat::pods::PodNames {
+                directory: Default::default(),
+                node,
+            }),
     })
 }

@@ -565,7 +565,7 @@ fn agent_text(report: &ShowReport, style: &Styler) -> String {
     }
 }
 
-/// The conntrack table's fill and failures; a warning when flows are at risk.
+/// The conntrack table's fill and failures since boot; a warning when it is nearly full.
 fn conntrack_text(conntrack: &ConntrackHealth, style: &Styler) -> String {
     const LABEL: &str = "conntrack:";
     let text = format!(
@@ -575,7 +575,7 @@ fn conntrack_text(conntrack: &ConntrackHealth, style: &Styler) -> String {
         conntrack.failures_text(),
         width = LABEL.len()
     );
-    let text = if conntrack.troubled() {
+    let text = if conntrack.nearly_full() {
         style.warning(&text)
     } else {
         text

@@ -71,11 +71,38 @@ impl Window {
     }
 }
 
+/// Whose flows: those through one translated address and port, or those of one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The translated address and port, as the outside saw it.
+    Translated(SocketAddr),
+    /// `NAMESPACE/NAME`, as an agent in API mode names the pod in the log.
+    Pod(String),
+}
+
+impl Target {
+    /// The bytes every line of the target holds: the address quoted (so `:4000` never
+    /// matches `:40002`), or the pod's key and quoted name.
+    fn needle(&self) -> String {
+        match self {
+            Target::Translated(address) => format!("\"{}\"", endpoint_text(*address)),
+            Target::Pod(pod) => format!("\"pod\":\"{pod}\""),
+        }
+    }
+
+    /// The target as the text report names it.
+    fn words(&self) -> String {
+        match self {
+            Target::Translated(address) => endpoint_text(*address),
+            Target::Pod(pod) => format!("pod {pod}"),
+        }
+    }
+}
+
 /// What to look for.
 #[derive(Debug, Clone)]
 pub struct Query {
-    /// The translated address and port, as the outside saw it.
-    pub translated: SocketAddr,
+    pub target: Target,
     /// Only flows of this protocol (`tcp`, `udp`, …), else any.
     pub proto: Option<String>,
     /// Only flows whose lifetime meets this window (inclusive), else every flow.
@@ -91,6 +118,13 @@ pub struct FoundFlow {
     pub src: String,
     pub translated: String,
     pub dst: String,
+    /// API mode: the pod (`namespace/name`), its uid and the node, as the log names them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The `new` line's time; `None` when the log holds no `new` (it began before the log).
     pub start: Option<String>,
     /// The `end` line's time; `None` while no end is known (still open, or lost).
@@ -214,18 +248,20 @@ fn refuse_unless_regular(path: &Path) -> Result<(), WhoError> {
     })
 }
 
-/// A reply tuple as the log names it: conntrack holds one flow per reply tuple, and the
-/// translated address is the query's, so the protocol and the destination say which.
+/// A reply tuple as the log names it: conntrack holds one flow per reply tuple: the
+/// protocol, the translated address and the destination say which.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ReplyTuple {
     proto: String,
+    translated: String,
     dst: String,
 }
 
 /// The flows pairing in progress: the open flow of each reply tuple, and the answers.
 struct Pairing<'q> {
     query: &'q Query,
-    translated: String,
+    /// The query's translated address as the log spells it (None: a pod's flows).
+    translated: Option<String>,
     open: HashMap<ReplyTuple, FoundFlow>,
     /// At most this many in `open` (twice, amortised): [`MAX_OPEN`] but in tests.
     open_cap: usize,
@@ -240,7 +276,10 @@ impl<'q> Pairing<'q> {
     fn new(query: &'q Query) -> Self {
         Pairing {
             query,
-            translated: endpoint_text(query.translated),
+            translated: match &query.target {
+                Target::Translated(address) => Some(endpoint_text(*address)),
+                Target::Pod(_) => None,
+            },
             open: HashMap::new(),
             open_cap: MAX_OPEN,
             answer: Answer::default(),
@@ -274,8 +313,13 @@ impl<'q> Pairing<'q> {
             Ok(record) => record,
             Err(err) => return self.skip(file, offset, &format!("not a log record ({err})")),
         };
-        if record.translated != self.translated {
-            return; // the address is this line's src or dst: another flow's business
+        let answers = match (&self.translated, &self.query.target) {
+            (Some(translated), _) => record.translated == *translated,
+            (None, Target::Pod(pod)) => record.pod.as_deref() == Some(pod.as_str()),
+            (None, Target::Translated(_)) => false,
+        };
+        if !answers {
+            return; // the needle is in this line's src, dst or another key: another flow's
         }
         let proto = match &record.proto {
             serde_json::Value::String(name) => name.clone(),
@@ -296,56 +340,64 @@ impl<'q> Pairing<'q> {
         }
         let key = ReplyTuple {
             proto: proto.clone(),
+            translated: record.translated.to_string(),
             dst: record.dst.to_string(),
         };
+        let owned = |field: &Option<std::borrow::Cow<'_, str>>| field.as_deref().map(String::from);
+        let flow = FoundFlow {
+            proto,
+            src: record.src.to_string(),
+            translated: record.translated.to_string(),
+            dst: record.dst.to_string(),
+            pod: owned(&record.pod),
+            uid: owned(&record.uid),
+            node: owned(&record.node),
+            start: None,
+            end: None,
+            end_inferred: false,
+            start_micros: None,
+            end_micros: None,
+        };
+        let time = record.time.to_string();
         match &*record.event {
-            "new" => {
-                if let Some(mut earlier) = self.open.remove(&key) {
-                    // conntrack holds one flow per reply tuple: the earlier one was over.
-                    earlier.end = Some(record.time.to_string());
-                    earlier.end_micros = Some(micros);
-                    earlier.end_inferred = true;
-                    self.finish(earlier);
-                }
-                self.keep_open(
-                    key,
-                    FoundFlow {
-                        proto,
-                        src: record.src.to_string(),
-                        translated: self.translated.clone(),
-                        dst: record.dst.to_string(),
-                        start: Some(record.time.to_string()),
-                        end: None,
-                        end_inferred: false,
-                        start_micros: Some(micros),
-                        end_micros: None,
-                    },
-                );
-            }
-            "end" => {
-                // The open flow of this reply tuple, if it is this one (another pod's stays
-                // open: its own end may still come).
-                let started = match self.open.get(&key) {
-                    Some(open) if open.src == record.src => self.open.remove(&key),
-                    _ => None,
-                };
-                let (start, start_micros) = started
-                    .map(|open| (open.start, open.start_micros))
-                    .unwrap_or((None, None));
-                self.finish(FoundFlow {
-                    proto,
-                    src: record.src.to_string(),
-                    translated: self.translated.clone(),
-                    dst: record.dst.to_string(),
-                    start,
-                    end: Some(record.time.to_string()),
-                    end_inferred: false,
-                    start_micros,
-                    end_micros: Some(micros),
-                });
-            }
+            "new" => self.started(key, flow, time, micros),
+            "end" => self.ended(key, flow, time, micros),
             other => self.skip(file, offset, &format!("unknown event {other:?}")),
         }
+    }
+
+    /// A `new` line's flow, which waits for its end.
+    fn started(&mut self, key: ReplyTuple, mut flow: FoundFlow, time: String, micros: Micros) {
+        if let Some(mut earlier) = self.open.remove(&key) {
+            // conntrack holds one flow per reply tuple: the earlier one was over.
+            earlier.end = Some(time.clone());
+            earlier.end_micros = Some(micros);
+            earlier.end_inferred = true;
+            self.finish(earlier);
+        }
+        flow.start = Some(time);
+        flow.start_micros = Some(micros);
+        self.keep_open(key, flow);
+    }
+
+    /// An `end` line's flow, joined to its `new` when that is the open flow of its reply
+    /// tuple (another pod's stays open: its own end may still come).
+    fn ended(&mut self, key: ReplyTuple, mut flow: FoundFlow, time: String, micros: Micros) {
+        let started = match self.open.get(&key) {
+            Some(open) if open.src == flow.src => self.open.remove(&key),
+            _ => None,
+        };
+        if let Some(open) = started {
+            // The pod its `new` named, if it did: resolved when the flow began.
+            if open.pod.is_some() {
+                (flow.pod, flow.uid, flow.node) = (open.pod, open.uid, open.node);
+            }
+            flow.start = open.start;
+            flow.start_micros = open.start_micros;
+        }
+        flow.end = Some(time);
+        flow.end_micros = Some(micros);
+        self.finish(flow);
     }
 
     /// Waits for `flow`'s end; past twice the cap, the longest-waiting half is taken as open
@@ -487,7 +539,7 @@ fn scan(
 
 /// The answer to `query` over `files` (oldest first).
 pub fn search(files: &[PathBuf], query: &Query) -> Result<Answer, WhoError> {
-    let needle = format!("\"{}\"", endpoint_text(query.translated));
+    let needle = query.target.needle();
     let finder = memchr::memmem::Finder::new(needle.as_bytes());
     let mut pairing = Pairing::new(query);
     let mut log_start: Option<String> = None;
@@ -551,25 +603,78 @@ pub fn search(files: &[PathBuf], query: &Query) -> Result<Answer, WhoError> {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Report<'a> {
-    address: String,
+    /// The translated address asked for (null with --pod).
+    address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod: Option<&'a str>,
     at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    until: Option<String>,
     tolerance: String,
     proto: Option<&'a str>,
     #[serde(flatten)]
     answer: &'a Answer,
 }
 
-fn to_text(
-    address: &str,
-    at: Option<&str>,
-    args: &WhoArgs,
-    answer: &Answer,
-    style: &Styler,
-) -> String {
-    let when = match at {
-        Some(at) => format!(" at {at} (± {})", args.tolerance),
-        None => String::new(),
-    };
+/// The time asked about, for the heading.
+fn when_words(args: &WhoArgs) -> String {
+    match (args.at, args.since, args.until) {
+        (Some(at), _, _) => format!(" at {} (± {})", show_time(at), args.tolerance),
+        (None, Some(since), Some(until)) => {
+            format!(" from {} to {}", show_time(since), show_time(until))
+        }
+        (None, Some(since), None) => format!(" since {}", show_time(since)),
+        (None, None, Some(until)) => format!(" until {}", show_time(until)),
+        (None, None, None) => String::new(),
+    }
+}
+
+/// The table's optional columns: the pod when an address is asked and the log names pods,
+/// the translated address when a pod is asked.
+struct Columns {
+    pod: bool,
+    translated: bool,
+}
+
+impl Columns {
+    fn for_answer(target: &Target, answer: &Answer) -> Columns {
+        let by_pod = matches!(target, Target::Pod(_));
+        Columns {
+            pod: !by_pod && answer.flows.iter().any(|f| f.pod.is_some()),
+            translated: by_pod,
+        }
+    }
+
+    fn header(&self) -> Vec<String> {
+        let mut header = vec!["PROTO", "POD SOURCE"];
+        if self.pod {
+            header.push("POD");
+        }
+        if self.translated {
+            header.push("TRANSLATED");
+        }
+        header.extend(["DESTINATION", "FROM", "UNTIL"]);
+        header.into_iter().map(String::from).collect()
+    }
+
+    fn row(&self, flow: &FoundFlow, start: String, end: String) -> Vec<String> {
+        let mut row = vec![flow.proto.clone(), flow.src.clone()];
+        if self.pod {
+            row.push(flow.pod.clone().unwrap_or_else(|| "-".into()));
+        }
+        if self.translated {
+            row.push(flow.translated.clone());
+        }
+        row.extend([flow.dst.clone(), start, end]);
+        row
+    }
+}
+
+fn to_text(target: &Target, args: &WhoArgs, answer: &Answer, style: &Styler) -> String {
+    let address = target.words();
+    let when = when_words(args);
     let proto = args
         .proto
         .as_deref()
@@ -597,9 +702,8 @@ fn to_text(
         crate::output::plural(answer.flows.len(), "flow")
     )));
     out.push('\n');
-    let mut records = vec![["PROTO", "POD SOURCE", "DESTINATION", "FROM", "UNTIL"]
-        .map(String::from)
-        .to_vec()];
+    let columns = Columns::for_answer(target, answer);
+    let mut records = vec![columns.header()];
     for flow in &answer.flows {
         let start = flow
             .start
@@ -610,13 +714,7 @@ fn to_text(
             (Some(end), true) => format!("{end} at the latest (port reused)"),
             (None, _) => "(no end logged: open, or lost)".into(),
         };
-        records.push(vec![
-            flow.proto.clone(),
-            flow.src.clone(),
-            flow.dst.clone(),
-            start,
-            end,
-        ]);
+        records.push(columns.row(flow, start, end));
     }
     out.push_str(&crate::cmd::fleet::plain_table(records));
     if answer.omitted_flows > 0 {
@@ -636,6 +734,29 @@ fn to_text(
     out
 }
 
+/// Whose flows the arguments ask for.
+fn target_of(args: &WhoArgs) -> Option<Target> {
+    match (&args.address, &args.pod) {
+        (Some(address), _) => Some(Target::Translated(*address)),
+        (None, Some(pod)) => Some(Target::Pod(pod.clone())),
+        (None, None) => None,
+    }
+}
+
+/// The time the arguments narrow to: `--at` give or take `--tolerance`, or from `--since` to
+/// `--until` (either end open); None: every flow.
+fn window_of(args: &WhoArgs) -> Option<Window> {
+    let tolerance = args.tolerance.0 / 1000; // ns to µs
+    match (args.at, args.since, args.until) {
+        (Some(at), _, _) => Some(Window::around(at, tolerance)),
+        (None, None, None) => None,
+        (None, since, until) => Some(Window {
+            from: since.unwrap_or(Micros::MIN),
+            to: until.unwrap_or(Micros::MAX),
+        }),
+    }
+}
+
 /// Runs `ipmasq who`.
 pub fn run(args: &WhoArgs) -> Exit {
     let files = match log_files(&args.log) {
@@ -645,11 +766,24 @@ pub fn run(args: &WhoArgs) -> Exit {
             return Exit::Usage;
         }
     };
-    let tolerance = args.tolerance.0 / 1000; // ns to µs
+    let Some(target) = target_of(args) else {
+        eprintln!("ipmasq who: give ADDRESS:PORT or --pod NAMESPACE/NAME");
+        return Exit::Usage;
+    };
+    if let (Some(since), Some(until)) = (args.since, args.until) {
+        if since > until {
+            eprintln!(
+                "ipmasq who: --since {} is after --until {}: no flow could meet that span",
+                show_time(since),
+                show_time(until)
+            );
+            return Exit::Usage;
+        }
+    }
     let query = Query {
-        translated: args.address,
+        target,
         proto: args.proto.clone(),
-        window: args.at.map(|at| Window::around(at, tolerance)),
+        window: window_of(args),
     };
     let answer = match search(&files, &query) {
         Ok(answer) => answer,
@@ -665,11 +799,13 @@ pub fn run(args: &WhoArgs) -> Exit {
             printable(first)
         );
     }
-    let address = endpoint_text(args.address);
     let at = args.at.map(show_time);
     let report = || Report {
-        address: address.clone(),
+        address: args.address.map(endpoint_text),
+        pod: args.pod.as_deref(),
         at: at.clone(),
+        since: args.since.map(show_time),
+        until: args.until.map(show_time),
         tolerance: args.tolerance.to_string(),
         proto: args.proto.as_deref(),
         answer: &answer,
@@ -678,8 +814,7 @@ pub fn run(args: &WhoArgs) -> Exit {
         OutputFormat::Json => crate::output::to_json(&report()),
         OutputFormat::Yaml => crate::output::to_yaml(&report()),
         OutputFormat::Text => to_text(
-            &address,
-            at.as_deref(),
+            &query.target,
             args,
             &answer,
             &Styler::for_stdout(args.color),
@@ -779,15 +914,32 @@ mod tests {
                 counters: None,
                 flow,
             },
+            None,
         );
         out
     }
 
     const NODE: &str = "203.0.113.1:40002";
 
+    /// `who`'s arguments for a text report: an address or a pod, and `--since`.
+    fn text_args(address: Option<SocketAddr>, pod: Option<&str>, since: Option<Micros>) -> WhoArgs {
+        WhoArgs {
+            address,
+            pod: pod.map(String::from),
+            at: None,
+            since,
+            until: None,
+            tolerance: crate::config::GoDuration(1_000_000_000),
+            proto: None,
+            log: PathBuf::from("snat.log"),
+            output: OutputFormat::Text,
+            color: crate::output::ColorChoice::Never,
+        }
+    }
+
     fn query(at: Option<&str>, tolerance_micros: i64) -> Query {
         Query {
-            translated: NODE.parse().unwrap(),
+            target: Target::Translated(NODE.parse().unwrap()),
             proto: None,
             window: at.map(|at| Window::around(parse_time(at).unwrap(), tolerance_micros)),
         }
@@ -1066,7 +1218,7 @@ mod tests {
             .concat(),
         );
         let query = Query {
-            translated: "[2001:0db8:0:0::1]:40002".parse().unwrap(),
+            target: Target::Translated("[2001:0db8:0:0::1]:40002".parse().unwrap()),
             proto: Some("udp".into()),
             window: None,
         };
@@ -1314,20 +1466,88 @@ mod tests {
         let newest = of(19);
         assert_eq!(newest.len(), 1, "{newest:?}");
         assert!(newest[0].start.is_some() && newest[0].end.is_some());
-        let args = WhoArgs {
-            address: NODE.parse().unwrap(),
-            at: None,
-            tolerance: crate::config::GoDuration(1_000_000_000),
-            proto: None,
-            log: PathBuf::from("snat.log"),
-            output: OutputFormat::Text,
-            color: crate::output::ColorChoice::Never,
-        };
-        let text = to_text(NODE, None, &args, &answer, &Styler::plain());
+        let args = text_args(Some(NODE.parse().unwrap()), None, None);
+        let target = Target::Translated(NODE.parse().unwrap());
+        let text = to_text(&target, &args, &answer, &Styler::plain());
         assert!(
             text.contains("16 flows taken as open before their end was read"),
             "{text}"
         );
+    }
+
+    /// An API-mode log: one address held by pod a, then reused by pod b a second later. By
+    /// address, each flow names its own pod; by pod, each pod's flows only, on any translated
+    /// address, and a pod whose name is the other's prefix is not the other.
+    #[test]
+    fn pods_are_named_by_address_and_found_by_name() {
+        let dir = Dir::new("pods");
+        let line = |time: &str, event: &str, translated: &str, pod: &str| {
+            format!(
+                "{{\"time\":\"2026-11-26T12:00:{time}Z\",\"event\":\"{event}\",\"proto\":\"tcp\",\"src\":\"192.168.1.5:5000\",\"translated\":\"{translated}\",\"dst\":\"198.51.100.9:443\",\"pod\":\"default/{pod}\",\"uid\":\"uid-{pod}\",\"node\":\"node-a\"}}\n"
+            )
+        };
+        let other = "203.0.113.1:40003";
+        dir.write(
+            "snat.log",
+            &[
+                line("01.000000", "new", NODE, "a"),
+                line("02.000000", "end", NODE, "a"),
+                line("02.500000", "new", other, "a"),
+                line("03.000000", "new", NODE, "b"),
+                line("04.000000", "end", NODE, "b"),
+                line("05.000000", "new", other, "a-1"),
+            ]
+            .concat(),
+        );
+        let by_address = ask(&dir, &query(None, 0));
+        let pods: Vec<_> = by_address.flows.iter().map(|f| f.pod.as_deref()).collect();
+        assert_eq!(pods, [Some("default/a"), Some("default/b")]);
+        assert_eq!(by_address.flows[1].uid.as_deref(), Some("uid-b"));
+        assert_eq!(by_address.flows[1].node.as_deref(), Some("node-a"));
+        let by_pod = |pod: &str, window: Option<Window>| {
+            ask(
+                &dir,
+                &Query {
+                    target: Target::Pod(pod.into()),
+                    proto: None,
+                    window,
+                },
+            )
+        };
+        let a = by_pod("default/a", None);
+        let translated: Vec<_> = a.flows.iter().map(|f| f.translated.as_str()).collect();
+        assert_eq!(translated, [NODE, other]);
+        assert!(a
+            .flows
+            .iter()
+            .all(|f| f.pod.as_deref() == Some("default/a")));
+        let since = parse_time("2026-11-26T12:00:02.200000Z").unwrap();
+        let later = by_pod(
+            "default/a",
+            Some(Window {
+                from: since,
+                to: Micros::MAX,
+            }),
+        );
+        assert_eq!(later.flows.len(), 1, "{later:?}");
+        assert_eq!(later.flows[0].translated, other);
+        let args = text_args(None, Some("default/a"), Some(since));
+        let text = to_text(
+            &Target::Pod("default/a".into()),
+            &args,
+            &later,
+            &Styler::plain(),
+        );
+        assert!(
+            text.starts_with("pod default/a since 2026-11-26T12:00:02.2Z: 1 flow"),
+            "{text}"
+        );
+        assert!(
+            text.contains("TRANSLATED") && text.contains(other),
+            "{text}"
+        );
+        assert!(by_pod("default/b", None).flows.len() == 1);
+        assert!(by_pod("default/c", None).flows.is_empty());
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl StatCounter {
         StatCounter::ALL.into_iter().find(|c| *c as u16 == kind)
     }
 
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         StatCounter::ALL
             .iter()
             .position(|c| *c == self)
@@ -81,13 +81,16 @@ impl StatCounter {
     }
 }
 
+/// One CPU's counters, in the order of [`StatCounter::ALL`] (32 bits each, as the kernel
+/// keeps them: they wrap).
+pub type CpuCounters = [u32; StatCounter::ALL.len()];
+
 /// The kernel's conntrack statistics for this network namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConntrackStatistics {
-    /// How many CPUs answered.
-    pub cpus: u32,
-    /// Each counter of [`StatCounter::ALL`], in that order, summed over the CPUs. Each CPU's
-    /// counter is 32 bits in the kernel and wraps there.
+    /// Each CPU's counters, by the CPU's number.
+    pub per_cpu: Vec<(u16, CpuCounters)>,
+    /// Each counter of [`StatCounter::ALL`], in that order, summed over the CPUs.
     pub sums: [u64; StatCounter::ALL.len()],
     /// Entries in the table (`nf_conntrack_count`).
     pub entries: u32,
@@ -100,14 +103,16 @@ impl ConntrackStatistics {
         self.sums[counter.index()]
     }
 
-    /// Adds one CPU's message (the attributes after the nfgenmsg).
-    fn add_cpu(&mut self, attributes: &[u8]) {
-        self.cpus += 1;
+    /// Adds CPU `cpu`'s message (the attributes after the nfgenmsg).
+    fn add_cpu(&mut self, cpu: u16, attributes: &[u8]) {
+        let mut counters = CpuCounters::default();
         for (kind, value) in framing::attributes(attributes) {
             if let (Some(counter), Some(n)) = (StatCounter::of_attribute(kind), be_u32(value)) {
+                counters[counter.index()] = n;
                 self.sums[counter.index()] += u64::from(n);
             }
         }
+        self.per_cpu.push((cpu, counters));
     }
 
     /// Reads the global message's entries and limit.
@@ -145,7 +150,11 @@ pub(crate) fn read() -> io::Result<ConntrackStatistics> {
     let per_cpu = request(IPCTNL_MSG_CT_GET_STATS_CPU, NLM_F_DUMP, seq);
     dump::dump_each(&socket, &per_cpu, seq, DEADLINES, |kind, payload| {
         if kind == message_kind(IPCTNL_MSG_CT_GET_STATS_CPU) {
-            statistics.add_cpu(payload.get(NFGENMSG_LEN..).unwrap_or_default());
+            // The nfgenmsg's res_id is the CPU's number, big-endian.
+            let cpu = payload
+                .get(2..4)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+            statistics.add_cpu(cpu, payload.get(NFGENMSG_LEN..).unwrap_or_default());
         }
         Ok(())
     })?;
@@ -192,14 +201,15 @@ mod tests {
     #[test]
     fn each_cpus_counters_are_summed_by_name_and_unknown_ones_ignored() {
         let mut statistics = ConntrackStatistics::default();
-        for (insert_failed, drop) in [(3, 0), (4, 7)] {
+        for (number, (insert_failed, drop)) in [(3, 0), (4, 7)].into_iter().enumerate() {
             let mut cpu = attribute(StatCounter::InsertFailed as u16, insert_failed);
             cpu.extend(attribute(StatCounter::Drop as u16, drop));
             cpu.extend(attribute(1, 99)); // searched: no longer kept
             cpu.extend(attribute(40, 99)); // a counter of a later kernel
-            statistics.add_cpu(&cpu);
+            statistics.add_cpu(number as u16, &cpu);
         }
-        assert_eq!(statistics.cpus, 2);
+        assert_eq!(statistics.per_cpu.len(), 2);
+        assert_eq!(statistics.per_cpu[1].1[StatCounter::Drop.index()], 7);
         assert_eq!(statistics.sum(StatCounter::InsertFailed), 7);
         assert_eq!(statistics.sum(StatCounter::Drop), 7);
         assert_eq!(statistics.sum(StatCounter::Found), 0);

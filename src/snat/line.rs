@@ -17,10 +17,15 @@ pub const DEFAULT_SNAT_LOG: &str = "/var/log/ipmasq/snat.log";
 /// A time in microseconds since the Unix epoch (the log's precision).
 pub type Micros = i64;
 
+/// `time` in the log's microseconds since the epoch.
+pub fn micros_of(time: SystemTime) -> Micros {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+}
+
 /// `time` as RFC 3339 in UTC with microseconds and a `Z`: `2026-11-26T12:03:04.123456Z`.
 pub fn rfc3339_micros(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let micros = i64::try_from(since.as_micros()).unwrap_or(i64::MAX);
+    let micros = micros_of(time);
     let at = Timestamp::from_microsecond(micros).unwrap_or(Timestamp::MAX);
     let civil = Offset::UTC.to_datetime(at);
     format!(
@@ -103,6 +108,14 @@ pub struct Record<'a> {
     pub translated: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     pub dst: std::borrow::Cow<'a, str>,
+    /// API mode: the pod (`namespace/name`) and its uid, when the agent knew them.
+    #[serde(borrow, default)]
+    pub pod: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub uid: Option<std::borrow::Cow<'a, str>>,
+    /// API mode: the node that wrote the line.
+    #[serde(borrow, default)]
+    pub node: Option<std::borrow::Cow<'a, str>>,
 }
 
 impl<'a> Record<'a> {
@@ -143,10 +156,34 @@ pub fn protocol_name(number: u8) -> String {
     }
 }
 
+/// Where a line's flow came from, in API mode: the pod that held its source (when the pod
+/// watch knew one) and the node.
+#[derive(Clone, Copy, Debug)]
+pub struct Origin<'a> {
+    pub pod: Option<PodWords<'a>>,
+    pub node: &'a str,
+}
+
+/// A pod as a line names it: `namespace/name` and its uid.
+#[derive(Clone, Copy, Debug)]
+pub struct PodWords<'a> {
+    pub qualified: &'a str,
+    pub uid: &'a str,
+}
+
+/// A JSON string, escaped.
+fn string(out: &mut String, text: &str) {
+    match serde_json::to_string(text) {
+        Ok(quoted) => out.push_str(&quoted),
+        Err(_) => out.push_str("\"\""),
+    }
+}
+
 /// Appends the line of `event`, seen at `time`, to `out` (its `\n` included). The pod's
 /// source is the original tuple's, the translated one the reply tuple's destination, and the
-/// destination the original tuple's.
-pub fn render(out: &mut String, time: SystemTime, event: &Event) {
+/// destination the original tuple's; in API mode `pod` (namespace/name) and `uid` when known,
+/// and `node`, follow `dst`.
+pub fn render(out: &mut String, time: SystemTime, event: &Event, origin: Option<Origin<'_>>) {
     let flow: &Flow = &event.flow;
     out.push_str("{\"time\":\"");
     out.push_str(&rfc3339_micros(time));
@@ -164,6 +201,16 @@ pub fn render(out: &mut String, time: SystemTime, event: &Event) {
     out.push_str("\",\"dst\":\"");
     endpoint(out, flow.destination, flow.destination_port);
     out.push('"');
+    if let Some(origin) = origin {
+        if let Some(pod) = origin.pod {
+            out.push_str(",\"pod\":");
+            string(out, pod.qualified);
+            out.push_str(",\"uid\":");
+            string(out, pod.uid);
+        }
+        out.push_str(",\"node\":");
+        string(out, origin.node);
+    }
     if let (EventKind::End, Some((packets, bytes))) = (event.kind, event.counters) {
         let _ = write!(out, ",\"packets\":{packets},\"bytes\":{bytes}");
     }
@@ -223,13 +270,18 @@ mod tests {
     fn lines_follow_the_contract_key_order_and_parse_as_json() {
         let at = UNIX_EPOCH + Duration::new(1_795_694_584, 123_456_000);
         let mut out = String::new();
-        render(&mut out, at, &event(EventKind::New, false, None));
+        render(&mut out, at, &event(EventKind::New, false, None), None);
         assert_eq!(
             out,
             "{\"time\":\"2026-11-26T12:03:04.123456Z\",\"event\":\"new\",\"proto\":\"tcp\",\"src\":\"192.168.1.5:40002\",\"translated\":\"203.0.113.1:40002\",\"dst\":\"198.51.100.9:443\"}\n"
         );
         out.clear();
-        render(&mut out, at, &event(EventKind::End, true, Some((12, 3400))));
+        render(
+            &mut out,
+            at,
+            &event(EventKind::End, true, Some((12, 3400))),
+            None,
+        );
         assert_eq!(
             out,
             "{\"time\":\"2026-11-26T12:03:04.123456Z\",\"event\":\"end\",\"proto\":\"tcp\",\"src\":\"[fd00::5]:40002\",\"translated\":\"[2001:db8:1::1]:40002\",\"dst\":\"[2001:db8::9]:443\",\"packets\":12,\"bytes\":3400}\n"
@@ -239,10 +291,58 @@ mod tests {
         out.clear();
         let mut other = event(EventKind::End, false, None);
         other.flow.protocol = 132;
-        render(&mut out, at, &other);
+        render(&mut out, at, &other, None);
         assert!(out.contains("\"proto\":132,"), "{out}");
         assert!(!out.contains("packets"), "{out}");
         serde_json::from_str::<serde_json::Value>(&out).unwrap();
+    }
+
+    /// API mode: the pod, its uid and the node follow `dst`, before an end's counters, and
+    /// read back; without a pod known, the node alone.
+    #[test]
+    fn an_api_mode_line_names_the_pod_and_the_node_and_reads_back() {
+        let at = UNIX_EPOCH + Duration::new(1_795_694_584, 0);
+        let origin = Origin {
+            pod: Some(PodWords {
+                qualified: "web/api-0",
+                uid: "6f1c",
+            }),
+            node: "node-a",
+        };
+        let mut out = String::new();
+        render(
+            &mut out,
+            at,
+            &event(EventKind::End, false, Some((1, 2))),
+            Some(origin),
+        );
+        assert!(
+            out.contains(
+                "\"dst\":\"198.51.100.9:443\",\"pod\":\"web/api-0\",\"uid\":\"6f1c\",\"node\":\"node-a\",\"packets\":1,"
+            ),
+            "{out}"
+        );
+        let record = Record::read(out.trim_end().as_bytes()).unwrap();
+        assert_eq!(record.pod.as_deref(), Some("web/api-0"));
+        assert_eq!(record.uid.as_deref(), Some("6f1c"));
+        assert_eq!(record.node.as_deref(), Some("node-a"));
+        out.clear();
+        let unknown = Origin {
+            pod: None,
+            node: "node-a",
+        };
+        render(
+            &mut out,
+            at,
+            &event(EventKind::New, false, None),
+            Some(unknown),
+        );
+        assert!(
+            out.ends_with("\"dst\":\"198.51.100.9:443\",\"node\":\"node-a\"}\n"),
+            "{out}"
+        );
+        let record = Record::read(out.trim_end().as_bytes()).unwrap();
+        assert_eq!((record.pod, record.node.as_deref()), (None, Some("node-a")));
     }
 
     /// What the writer renders, the reader reads back: every field, and the time to the
@@ -255,7 +355,7 @@ mod tests {
         ] {
             let at = UNIX_EPOCH + Duration::from_micros(micros as u64);
             let mut out = String::new();
-            render(&mut out, at, &event(EventKind::End, v6, Some((1, 2))));
+            render(&mut out, at, &event(EventKind::End, v6, Some((1, 2))), None);
             let line = out.strip_suffix('\n').expect("one line");
             let record = Record::read(line.as_bytes()).expect("reads back");
             assert_eq!(time_of(&record.time), Some(micros), "{line}");
@@ -304,7 +404,7 @@ mod tests {
         echo.flow.reply_destination_port = None;
         (echo.flow.icmp_id, echo.flow.reply_icmp_id) = (Some(4660), Some(17185));
         let mut out = String::new();
-        render(&mut out, at, &echo);
+        render(&mut out, at, &echo, None);
         assert_eq!(
             out,
             "{\"time\":\"2026-11-26T12:03:04.123456Z\",\"event\":\"new\",\"proto\":\"icmp\",\"src\":\"192.168.1.5:4660\",\"translated\":\"203.0.113.1:17185\",\"dst\":\"198.51.100.9:0\"}\n"

@@ -27,6 +27,7 @@
 //! that within its stop deadline, never longer.
 
 pub mod line;
+pub mod pods;
 pub mod pressure;
 pub mod sizing;
 pub mod writer;
@@ -84,6 +85,8 @@ pub struct SnatOptions {
     /// The agent's memory limit in bytes (None: none, or none could be read), from which the
     /// queue and the flows tracked are sized.
     pub memory_limit: Option<u64>,
+    /// API mode: the pods the lines name, and the node (None: the lines name no pod).
+    pub pods: Option<pods::PodNames>,
 }
 
 /// What the metrics read: counters, and the port pressure the event thread keeps.
@@ -208,13 +211,18 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
     let filtered_in_the_kernel = filter_in_the_kernel(&socket);
     let reader_stats = stats.clone();
     let reader_stopping = stopping.clone();
+    let namer = options
+        .pods
+        .clone()
+        .filter(|_| queue.is_some())
+        .map(|names| pods::Namer::new(names, sizing.tracked_flows));
     // Seeded on the event thread, after the subscription (so no flow falls between them),
     // never on the caller's: a large table's dump does not delay the first pass.
     std::thread::Builder::new()
         .name("snat-events".into())
         .spawn(move || {
             seed(&reader_stats);
-            read_events(socket, queue, &reader_stats, &reader_stopping)
+            read_events(socket, queue, namer, &reader_stats, &reader_stopping)
         })?;
     info!(
         log = %options.log.as_ref().map_or_else(|| "none".to_string(), ToString::to_string),
@@ -370,6 +378,7 @@ fn say_loss(message: Option<LossMessage>) {
 fn read_events(
     mut socket: crate::netlink::Socket,
     queue: Option<SyncSender<String>>,
+    mut namer: Option<pods::Namer>,
     stats: &SnatStats,
     stopping: &AtomicBool,
 ) {
@@ -388,7 +397,11 @@ fn read_events(
                 let now = SystemTime::now();
                 for event in ctnetlink::events_of(datagram) {
                     stats.events.fetch_add(1, Ordering::Relaxed);
-                    take(&event, now, queue.as_ref(), stats, &mut drops);
+                    let to = LineTo {
+                        queue: queue.as_ref(),
+                        namer: namer.as_mut(),
+                    };
+                    take(&event, now, to, stats, &mut drops);
                 }
             }
             Queued::Lost => lost = true,
@@ -418,27 +431,48 @@ fn read_events(
                 }
             }
             seed(stats);
+            if let Some(namer) = namer.as_mut() {
+                namer.forget_flows();
+            }
         }
     }
 }
 
+/// Where an event's line goes: the writer's queue (None: no log), and in API mode who names
+/// its pod.
+struct LineTo<'a> {
+    queue: Option<&'a SyncSender<String>>,
+    namer: Option<&'a mut pods::Namer>,
+}
+
 /// One event: pressure, then the line (dropped when the writer is behind).
-fn take(
-    event: &Event,
-    now: SystemTime,
-    queue: Option<&SyncSender<String>>,
-    stats: &SnatStats,
-    drops: &mut Sayer,
-) {
+fn take(event: &Event, now: SystemTime, to: LineTo<'_>, stats: &SnatStats, drops: &mut Sayer) {
     if !translated_by_masquerade(&event.flow) {
         return;
     }
     stats.pressure().apply(event);
-    let Some(queue) = queue else {
+    let Some(queue) = to.queue else {
         return;
     };
-    let mut text = String::with_capacity(192);
-    line::render(&mut text, now, event);
+    let mut text = String::with_capacity(256);
+    match to.namer {
+        Some(namer) => {
+            let pod = namer.pod_of(event, line::micros_of(now));
+            let qualified = pod.as_ref().map(|pod| pod.qualified());
+            let origin = line::Origin {
+                pod: pod
+                    .as_ref()
+                    .zip(qualified.as_deref())
+                    .map(|(pod, qualified)| line::PodWords {
+                        qualified,
+                        uid: &pod.uid,
+                    }),
+                node: &namer.names.node,
+            };
+            line::render(&mut text, now, event, Some(origin));
+        }
+        None => line::render(&mut text, now, event, None),
+    }
     match queue.try_send(text) {
         Ok(()) => {
             stats.queued.fetch_add(1, Ordering::Relaxed);
@@ -610,6 +644,15 @@ fn write_lines(mut sink: Sink, lines: mpsc::Receiver<String>, stats: &SnatStats)
 mod tests {
     use super::*;
 
+    /// `take` of `event` now, its line (if any) into `queue`, no pod named (file mode).
+    fn take_into(event: &Event, queue: &SyncSender<String>, stats: &SnatStats, drops: &mut Sayer) {
+        let to = LineTo {
+            queue: Some(queue),
+            namer: None,
+        };
+        take(event, SystemTime::now(), to, stats, drops);
+    }
+
     fn flow(source: &str, destination: &str, reply_source: &str, reply_destination: &str) -> Flow {
         Flow {
             family: Family::V4,
@@ -674,7 +717,7 @@ mod tests {
                 flow: translated,
                 counters: None,
             };
-            take(&event, SystemTime::now(), Some(&queue), &stats, &mut drops);
+            take_into(&event, &queue, &stats, &mut drops);
         }
         assert_eq!(stats.queued.load(Ordering::Relaxed), 1);
         assert_eq!(
@@ -701,7 +744,7 @@ mod tests {
             flow: flow("192.168.1.5", "10.0.0.9", "10.0.0.9", "192.168.1.5"),
             counters: None,
         };
-        take(&kept, SystemTime::now(), Some(&queue), &stats, &mut drops);
+        take_into(&kept, &queue, &stats, &mut drops);
         assert_eq!(stats.dropped.load(Ordering::Relaxed), 2);
         assert_eq!(stats.pressure().tracked(), 3);
     }

@@ -53,10 +53,11 @@ pub fn takes_to_ports(protocol: u8, to_ports: &ToPorts) -> bool {
 /// A translated address and protocol: one pool of source ports.
 type Pool = (IpAddr, u8);
 
-/// A flow's original direction: protocol, source and port, destination and port.
-type OriginalTuple = (u8, IpAddr, u16, IpAddr, u16);
+/// A flow's original direction: protocol, source and port, destination and port (unique
+/// among the entries alive, unlike conntrack's 32-bit ids).
+pub(super) type OriginalTuple = (u8, IpAddr, u16, IpAddr, u16);
 
-fn original_tuple(flow: &crate::netlink::conntrack::Flow) -> OriginalTuple {
+pub(super) fn original_tuple(flow: &crate::netlink::conntrack::Flow) -> OriginalTuple {
     (
         flow.protocol,
         flow.source,

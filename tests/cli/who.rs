@@ -261,3 +261,99 @@ fn memory_stays_bounded_whatever_the_log_holds() {
         "who held {big_kib} KiB for a 48 MiB log, {tiny_kib} KiB for a tiny one"
     );
 }
+
+/// `--pod`: an API-mode log's lines of one pod, each translated address, narrowed by
+/// `--since`/`--until`; a pod and an address at once, neither, a pod that is no
+/// NAMESPACE/NAME, and a span that ends before it starts are usage errors (exit 2).
+#[test]
+fn a_pods_flows_are_found_by_name_and_its_arguments_are_checked() {
+    let dir = Scratch::new("who-pod");
+    let line = |time: &str, event: &str, port: u16, pod: &str| {
+        format!(
+            "{{\"time\":\"2026-11-26T12:00:{time}Z\",\"event\":\"{event}\",\"proto\":\"udp\",\"src\":\"192.168.1.5:{port}\",\"translated\":\"203.0.113.1:{port}\",\"dst\":\"198.51.100.9:53\",\"pod\":\"{pod}\",\"uid\":\"u-{pod}\",\"node\":\"node-a\"}}\n"
+        )
+    };
+    let log = dir
+        .write(
+            "snat.log",
+            &[
+                line("01.000000", "new", 5001, "web/api-0"),
+                line("02.000000", "new", 5002, "web/api-0"),
+                line("03.000000", "new", 5003, "web/api-00"),
+                line("04.000000", "end", 5001, "web/api-0"),
+            ]
+            .concat(),
+        )
+        .display()
+        .to_string();
+    let log_flag = format!("--log={log}");
+    let found = ipmasq(&["who", "--pod", "web/api-0", &log_flag, "-o", "json"]);
+    assert_eq!(found.code, 0, "{} {}", found.stdout, found.stderr);
+    let json: serde_json::Value = serde_json::from_str(&found.stdout).unwrap();
+    let translated: Vec<&str> = json["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["translated"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        translated,
+        ["203.0.113.1:5001", "203.0.113.1:5002"],
+        "{json}"
+    );
+    assert_eq!(json["pod"], "web/api-0");
+    assert!(json["address"].is_null(), "{json}");
+    assert_eq!(json["flows"][0]["uid"], "u-web/api-0");
+    let later = ipmasq(&[
+        "who",
+        "--pod",
+        "web/api-0",
+        "--since",
+        "2026-11-26T12:00:04.5Z",
+        &log_flag,
+    ]);
+    assert_eq!(later.code, 0, "{}", later.stderr);
+    assert!(
+        later.stdout.contains("203.0.113.1:5002") && !later.stdout.contains(":5001"),
+        "{}",
+        later.stdout
+    );
+    assert!(later.stdout.contains("TRANSLATED"), "{}", later.stdout);
+    // By address, the log's pod is shown.
+    let by_address = ipmasq(&["who", "203.0.113.1:5003", &log_flag]);
+    assert_eq!(by_address.code, 0, "{}", by_address.stderr);
+    assert!(
+        by_address.stdout.contains("web/api-00"),
+        "{}",
+        by_address.stdout
+    );
+    for args in [
+        vec!["who", "--pod", "web/api-0", NODE],
+        vec!["who"],
+        vec!["who", "--pod", "api-0"],
+        vec!["who", "--pod", "Web/API"],
+        vec![
+            "who",
+            "--pod",
+            "web/api-0",
+            "--since",
+            "2026-11-26T13:00:00Z",
+            "--until",
+            "2026-11-26T12:00:00Z",
+        ],
+        vec![
+            "who",
+            NODE,
+            "--at",
+            "2026-11-26T12:00:00Z",
+            "--since",
+            "2026-11-26T12:00:00Z",
+        ],
+    ] {
+        let mut args = args;
+        args.push(&log_flag);
+        let run = ipmasq(&args);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        assert!(!run.stderr.is_empty(), "{args:?}");
+    }
+}

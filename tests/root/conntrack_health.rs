@@ -121,7 +121,14 @@ fn metrics_and_show_agree_with_conntrack_s_over_a_full_table() {
 
     let before = conntrack_count(&ns);
     let kernel = conntrack_s(&ns);
-    let metrics = scraped(&ns);
+    // Scrapes less than a second apart share one read: wait for one made after the flows.
+    let mut metrics = scraped(&ns);
+    wait_until(Duration::from_secs(10), || {
+        metrics = scraped(&ns);
+        kernel
+            .iter()
+            .all(|(name, value)| metrics.get(name) == Some(value))
+    });
     let shown = ns.ipmasq(&["show", "--backend=nftables", "-o", "json"]);
     let text = ns.ipmasq(&["show", "--backend=nftables"]);
     let after_kernel = conntrack_s(&ns);

@@ -49,6 +49,7 @@ mod node_lock;
 mod node_taint;
 mod packets;
 mod parse_budget;
+mod pod_names;
 mod reboot_guard;
 mod rejected_config;
 mod rollout;
