@@ -1,8 +1,9 @@
 //! API mode with `--snat-log`: the Pods of this node, watched (field selector
 //! `spec.nodeName`: one watch per node, only its own pods) into the SNAT log's
 //! time-indexed directory (`crate::snat::pods`). Nothing of a Pod is kept but its namespace,
-//! name, uid and addresses; the objects are decoded one event at a time and dropped. A pod
-//! on the host network, or one that has finished, holds no address of its own.
+//! name, uid and addresses; each is decoded slim (the list's answer whole, then each watch
+//! event) and dropped once the directory has it. A pod on the host network, or one that has
+//! finished, holds no address of its own.
 
 use crate::snat::pods::{PodIdentity, SharedPods};
 use futures_util::StreamExt;
