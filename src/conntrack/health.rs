@@ -176,11 +176,9 @@ mod tests {
             max_entries: max,
             ..Default::default()
         };
-        let at = StatCounter::ALL
-            .iter()
-            .position(|c| *c == StatCounter::Drop)
-            .expect("drop is a counter");
-        statistics.sums[at] = drops;
+        let mut counters = CpuCounters::default();
+        counters[StatCounter::Drop.index()] = u32::try_from(drops).expect("a test's drops");
+        statistics.per_cpu.push((0, counters));
         statistics
     }
 

@@ -90,8 +90,6 @@ pub type CpuCounters = [u32; StatCounter::ALL.len()];
 pub struct ConntrackStatistics {
     /// Each CPU's counters, by the CPU's number.
     pub per_cpu: Vec<(u16, CpuCounters)>,
-    /// Each counter of [`StatCounter::ALL`], in that order, summed over the CPUs.
-    pub sums: [u64; StatCounter::ALL.len()],
     /// Entries in the table (`nf_conntrack_count`).
     pub entries: u32,
     /// The table's limit (`nf_conntrack_max`; 0 is no limit); absent before Linux 4.19.
@@ -99,8 +97,12 @@ pub struct ConntrackStatistics {
 }
 
 impl ConntrackStatistics {
+    /// `counter` summed over the CPUs.
     pub fn sum(&self, counter: StatCounter) -> u64 {
-        self.sums[counter.index()]
+        self.per_cpu
+            .iter()
+            .map(|(_, counters)| u64::from(counters[counter.index()]))
+            .sum()
     }
 
     /// Adds CPU `cpu`'s message (the attributes after the nfgenmsg).
@@ -109,7 +111,6 @@ impl ConntrackStatistics {
         for (kind, value) in framing::attributes(attributes) {
             if let (Some(counter), Some(n)) = (StatCounter::of_attribute(kind), be_u32(value)) {
                 counters[counter.index()] = n;
-                self.sums[counter.index()] += u64::from(n);
             }
         }
         self.per_cpu.push((cpu, counters));
@@ -213,7 +214,8 @@ mod tests {
         assert_eq!(statistics.sum(StatCounter::InsertFailed), 7);
         assert_eq!(statistics.sum(StatCounter::Drop), 7);
         assert_eq!(statistics.sum(StatCounter::Found), 0);
-        assert_eq!(statistics.sums.iter().sum::<u64>(), 14);
+        let all: u64 = StatCounter::ALL.iter().map(|c| statistics.sum(*c)).sum();
+        assert_eq!(all, 14);
     }
 
     #[test]
