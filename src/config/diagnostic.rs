@@ -107,6 +107,14 @@ codes! {
     InvalidInterface = "invalid-interface", Error,
         "an outputInterfaces entry that is not an interface name, with an optional trailing + or * wildcard",
         "write an interface name of at most 15 bytes, without / or : or white space, optionally ending in + or *";
+    /// A pod share's count or rate outside its bounds.
+    PodShareOutOfRange = "pod-share-out-of-range", Error,
+        "podConnectionLimit, podNewConnectionRate or podNewConnectionBurst outside its bounds (1 to 1,000,000 connections; 1/s to 100,000/s; a burst of 1 to 100,000)",
+        "write a count within the bounds the message names, or delete the key for no limit";
+    /// A burst or a per-destination scope without the rate it shapes.
+    PodShareWithoutRate = "pod-share-without-rate", Error,
+        "podNewConnectionBurst or podNewConnectionRatePerDestination without podNewConnectionRate: they shape a rate that is not there",
+        "add podNewConnectionRate (e.g. \"200/s\"), or delete the key";
     /// Merged files name different output addresses of one family.
     OutputAddressConflict = "output-address-conflict", Error,
         "merged files that name different output addresses of one family",

@@ -128,6 +128,38 @@ fn output_address_conflicts(configs: &[(&Arc<str>, &Config)], merged: &Config) -
     found
 }
 
+/// The output address of each family from the first file that gives one (a different one
+/// elsewhere is an error reported by `merge`).
+fn take_first_output_addresses(
+    config: &Config,
+    file: &Arc<str>,
+    merged: &mut Config,
+    provenance: &mut Provenance,
+) {
+    for v6 in [false, true] {
+        let (value, place) = if v6 {
+            (
+                config.output_address_ipv6,
+                &config.provenance.output_address_ipv6,
+            )
+        } else {
+            (config.output_address, &config.provenance.output_address)
+        };
+        let (slot, slot_place) = if v6 {
+            (
+                &mut merged.output_address_ipv6,
+                &mut provenance.output_address_ipv6,
+            )
+        } else {
+            (&mut merged.output_address, &mut provenance.output_address)
+        };
+        if slot.is_none() && value.is_some() {
+            *slot = value;
+            *slot_place = place.clone().map(|p| in_file(p, file));
+        }
+    }
+}
+
 /// Appends `nets` (with their places) to a union, skipping what it holds already.
 fn union_into(
     nets: &[IpNet],
@@ -150,7 +182,7 @@ fn union_into(
 /// The configs of the parts as one: lists as unions in file order without repeats (each
 /// entry's file and place kept), starting empty as v2's do (the defaults only when there is
 /// no part at all), booleans OR'd, the largest `cidrLimit` and the shortest `resyncInterval`
-/// given.
+/// given, the stricter pod share (the smaller limit, the slower rate).
 // Long: one pass over the parts in file order keeps every list's order, its first place and
 // its repeats together; split per field, each list would walk the parts again.
 fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config {
@@ -202,25 +234,11 @@ fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config 
             provenance.output_interfaces =
                 given.output_interfaces.clone().map(|p| in_file(p, file));
         }
-        for v6 in [false, true] {
-            let (value, place) = if v6 {
-                (config.output_address_ipv6, &given.output_address_ipv6)
-            } else {
-                (config.output_address, &given.output_address)
-            };
-            let (slot, slot_place) = if v6 {
-                (
-                    &mut merged.output_address_ipv6,
-                    &mut provenance.output_address_ipv6,
-                )
-            } else {
-                (&mut merged.output_address, &mut provenance.output_address)
-            };
-            // The first file that gives one wins; a different one elsewhere is an error
-            // reported by `merge`.
-            if slot.is_none() && value.is_some() {
-                *slot = value;
-                *slot_place = place.clone().map(|p| in_file(p, file));
+        take_first_output_addresses(config, file, &mut merged, &mut provenance);
+        if config.pod_share.is_limited() {
+            merged.pod_share = merged.pod_share.stricter(config.pod_share);
+            if provenance.pod_share.is_none() {
+                provenance.pod_share = given.pod_share.clone().map(|p| in_file(p, file));
             }
         }
         if given.gave_cidr_limit {

@@ -12,6 +12,7 @@ pub mod egress;
 pub mod egress_nat;
 pub mod manifest;
 pub mod merge;
+pub mod pod_share;
 pub mod pool;
 pub mod rollout;
 pub mod selector;
@@ -115,6 +116,10 @@ pub struct Config {
     /// Sorted, without repeats.
     #[serde(rename = "outputInterfaces", skip_serializing_if = "Vec::is_empty")]
     pub output_interfaces: Vec<egress::InterfacePattern>,
+    /// ipmasq extension: each pod address's share of the node's egress (`podConnectionLimit`,
+    /// `podNewConnectionRate`, ...). Written out only when it limits something.
+    #[serde(flatten)]
+    pub pod_share: pod_share::PodShare,
     /// Where every entry was written and which keys were given.
     #[serde(skip)]
     pub provenance: Provenance,
@@ -154,6 +159,8 @@ pub struct Provenance {
     pub output_address: Option<Place>,
     pub output_address_ipv6: Option<Place>,
     pub output_interfaces: Option<Place>,
+    /// Where the first of the pod share's keys was written.
+    pub pod_share: Option<Place>,
 }
 
 impl PartialEq for Provenance {
@@ -241,6 +248,7 @@ impl Config {
             output_address: None,
             output_address_ipv6: None,
             output_interfaces: Vec::new(),
+            pod_share: pod_share::PodShare::default(),
             provenance: Provenance::default(),
         }
     }

@@ -16,8 +16,8 @@ mod ports;
 pub use decide::{assumed_source, decide, decide_leaving, Reason};
 pub use egress::ResolvedEgress;
 pub use names::{
-    jump_comment, ChainName, Names, DEFAULT_CHAIN, MASQ_COMMENT, NON_MASQ_COMMENT, SNAT_COMMENT,
-    SOURCE_COMMENT,
+    jump_comment, ChainName, Names, DEFAULT_CHAIN, MASQ_COMMENT, NON_MASQ_COMMENT,
+    POD_CONNECTIONS_COMMENT, POD_RATE_COMMENT, POD_SHARE_COMMENT, SNAT_COMMENT, SOURCE_COMMENT,
 };
 pub use ports::{PortShare, ToPorts};
 
@@ -178,6 +178,9 @@ pub struct Ruleset {
     pub decisions: std::sync::Arc<[Decision]>,
     /// What every packet no decision matched gets.
     pub masquerade: MasqueradeRequest,
+    /// Each pod address's share of the masqueraded traffic: new connections over it are
+    /// refused before they are translated (none: no rule at all).
+    pub pod_share: crate::config::pod_share::PodShare,
 }
 
 impl PartialEq for Ruleset {
@@ -186,6 +189,7 @@ impl PartialEq for Ruleset {
             && self.names == other.names
             && self.entry == other.entry
             && self.masquerade == other.masquerade
+            && self.pod_share == other.pod_share
             && (std::sync::Arc::ptr_eq(&self.decisions, &other.decisions)
                 || self.decisions == other.decisions)
     }
@@ -312,6 +316,7 @@ pub fn plan_family(
             random_fully: options.random_fully,
             egress: egress_of(config, egress, family),
         },
+        pod_share: config.pod_share,
     }
 }
 

@@ -81,6 +81,14 @@ pub const SNAT_COMMENT: &str =
 pub const SOURCE_COMMENT: &str =
     "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
 
+/// The entry rule of the pod share (new connections, in the forward hook).
+pub const POD_SHARE_COMMENT: &str =
+    "ipmasq: new masqueraded connections are held to each pod's share";
+/// The rule that refuses a pod over `podNewConnectionRate`.
+pub const POD_RATE_COMMENT: &str = "ipmasq: a pod over podNewConnectionRate is refused";
+/// The rule that refuses a pod over `podConnectionLimit`.
+pub const POD_CONNECTIONS_COMMENT: &str = "ipmasq: a pod over podConnectionLimit is refused";
+
 /// The POSTROUTING jump's comment (nftables: the entry chain's rule); upstream puts the chain
 /// name in it.
 pub fn jump_comment(chain: &ChainName) -> String {

@@ -50,6 +50,7 @@ mod node_taint;
 mod packets;
 mod parse_budget;
 mod pod_names;
+mod pod_share;
 mod reboot_guard;
 mod rejected_config;
 mod rollout;

@@ -8,6 +8,7 @@ mod diff;
 mod probe;
 mod render;
 mod saved;
+mod share;
 mod tools;
 
 pub(crate) use tools::{detect_variant, Variant};
@@ -111,6 +112,61 @@ impl Iptables {
         Ok(out.stdout)
     }
 
+    /// `iptables-save -t filter`, for the pod share (with counters when asked).
+    fn save_filter(&self, family: Family, counters: bool) -> Result<String, BackendError> {
+        let program = self.tools.save(family);
+        let mut args = vec!["-t", "filter"];
+        if counters {
+            args.push("-c");
+        }
+        let out = runner::run(program, &args, None, self.timeout)?;
+        if !out.success {
+            return Err(self.failed(program, &out));
+        }
+        Ok(out.stdout)
+    }
+
+    /// Whether the filter table may hold a chain of the pod share (asked of the kernel without
+    /// a tool; a table that cannot be asked may).
+    fn may_hold_share(&self, family: Family, chains: &share::ShareChains) -> bool {
+        chains.all().into_iter().any(|chain| {
+            let held = match self.variant {
+                Variant::Nft => probe::nft_table_holds_chain(family, "filter", chain),
+                Variant::Legacy => probe::legacy_table_holds_chain(family, "filter", chain),
+            };
+            held != Some(false)
+        })
+    }
+
+    /// The pod share as the filter table holds it, read only when the plan has one or the
+    /// table may hold one of ours (then it is removed).
+    fn read_share(
+        &self,
+        family: Family,
+        chains: &share::ShareChains,
+        wanted: bool,
+        counters: bool,
+    ) -> Result<share::LiveShare, BackendError> {
+        if !wanted && !self.may_hold_share(family, chains) {
+            return Ok(share::LiveShare::default());
+        }
+        Ok(share::parse(&self.save_filter(family, counters)?, chains))
+    }
+
+    /// How the filter table's pod share differs from `desired`'s, and the section that repairs
+    /// it.
+    fn share_drift(&self, desired: &Ruleset) -> Result<share::ShareDrift, BackendError> {
+        let chains = share::ShareChains::new(&desired.names.chain);
+        let rendered = share::render(desired);
+        let live = self.read_share(desired.family, &chains, rendered.is_some(), false)?;
+        Ok(share::diff(
+            desired.family,
+            &chains,
+            rendered.as_ref(),
+            &live,
+        ))
+    }
+
     /// Every table that exists, with counters, without creating any (for inspection and
     /// cleanup); parse it with `parse_saved`.
     fn read(&self, family: Family) -> Result<String, BackendError> {
@@ -188,10 +244,12 @@ impl Iptables {
             self.save(desired.family, true, false)?
         };
         let live = parse_saved(&saved, &desired.names.chain);
+        let share_drift = self.share_drift(desired)?;
         let observed = started.elapsed();
         // The steady case, checked line by line without rendering the chain into memory.
         let canonical = render::jump_spec(&desired.names.chain);
-        if live.chain_exists
+        if share_drift.script.is_none()
+            && live.chain_exists
             && live.jumps.len() == 1
             && live.jumps[0].spec == canonical.as_str()
             && render::matches(desired, &live.rules)
@@ -209,8 +267,14 @@ impl Iptables {
         }
         let rendered = Rendered::new(desired);
         let render_done = started.elapsed();
-        let drift = diff(&rendered, &live);
-        let script = (!drift.is_empty()).then(|| transaction(&rendered, &drift));
+        let mut drift = diff(&rendered, &live);
+        let nat_script = (!drift.is_empty()).then(|| transaction(&rendered, &drift));
+        // One restore: the nat section, then the filter section (each table commits whole).
+        let script = match (nat_script, share_drift.script) {
+            (Some(nat), Some(filter)) => Some(nat + &filter),
+            (nat, filter) => nat.or(filter),
+        };
+        drift.differences.extend(share_drift.differences);
         let planned = started.elapsed();
         if let (Some(script), false) = (&script, dry_run) {
             for spec in &drift.delete_separately {
@@ -242,6 +306,16 @@ impl Iptables {
     /// Refuses what this backend cannot render, before anything is read or written.
     fn check(&self, ruleset: &Ruleset) -> Result<(), BackendError> {
         accepts(&ruleset.names).map_err(BackendError::Unsupported)?;
+        if ruleset.pod_share.is_limited() {
+            let chains = share::ShareChains::new(&ruleset.names.chain);
+            if chains.longest().len() > MAX_CHAIN_NAME_LEN {
+                return Err(BackendError::Unsupported(format!(
+                    "the pod share's chain {} is longer than iptables' {MAX_CHAIN_NAME_LEN} characters: shorten --masq-chain to at most {} characters",
+                    chains.longest(),
+                    MAX_CHAIN_NAME_LEN - (chains.longest().len() - ruleset.names.chain.as_str().len())
+                )));
+            }
+        }
         if !ruleset.entry.skip_local_destinations {
             return Err(BackendError::Unsupported(
                 "the iptables backend always exempts local destinations (upstream's jump)".into(),
@@ -287,10 +361,11 @@ impl Variant {
 /// The rules either variant writes for `ruleset`, counted without rendering them.
 pub(crate) fn footprint(ruleset: &Ruleset) -> super::Footprint {
     let (rules, rule_text_bytes) = render::rule_count_and_text_bytes(ruleset);
+    let (share_rules, share_bytes) = share::rule_count_and_text_bytes(ruleset);
     super::Footprint {
-        rules,
+        rules: rules + share_rules,
         set_elements: 0,
-        rule_text_bytes,
+        rule_text_bytes: rule_text_bytes + share_bytes,
     }
 }
 
@@ -388,18 +463,39 @@ impl Backend for Iptables {
         let live = parse_saved(&saved, &names.chain);
         let cleanup =
             cleanup_transaction(&names.chain, &live).map_err(BackendError::Unsupported)?;
-        if let (Some(script), false) = (&cleanup.script, dry_run) {
+        let chains = share::ShareChains::new(&names.chain);
+        let live_share = self.read_share(family, &chains, false, false)?;
+        let share_removal = share::diff(family, &chains, None, &live_share).script;
+        let script = match (cleanup.script, share_removal) {
+            (Some(nat), Some(filter)) => Some(nat + &filter),
+            (nat, filter) => nat.or(filter),
+        };
+        if let (Some(script), false) = (&script, dry_run) {
             for spec in &cleanup.delete_separately {
                 self.delete_separately(family, spec)?;
             }
             self.restore(family, script)?;
             self.gate.forget(family);
         }
+        let mut removed = removed(&names.chain, live.chain_exists, live.jumps.len());
+        for (chain, lines) in chains.all().into_iter().zip(&live_share.lines) {
+            if lines.is_some() {
+                let jumps = if chain == chains.share {
+                    live_share.jumps.len()
+                } else {
+                    0
+                };
+                removed.push(super::Removed::Chain {
+                    chain: chain.to_string(),
+                    jumps,
+                });
+            }
+        }
         Ok(CleanupReport {
             family,
-            removed: removed(&names.chain, live.chain_exists, live.jumps.len()),
+            removed,
             left: Vec::new(),
-            transaction: cleanup.script,
+            transaction: script,
         })
     }
 }

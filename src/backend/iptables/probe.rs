@@ -178,7 +178,13 @@ pub(crate) fn legacy_evidence() -> Evidence {
 /// Whether iptables-nft's nat table of `family` holds chain `chain`; None when nf_tables
 /// cannot be read.
 pub(crate) fn nft_holds_chain(family: Family, chain: &str) -> Option<bool> {
-    nf_tables::with_kernel(|t| read::chain(t, family, "nat", chain))
+    nft_table_holds_chain(family, "nat", chain)
+}
+
+/// Whether iptables-nft's table `table` of `family` holds chain `chain`; None when nf_tables
+/// cannot be read.
+pub(crate) fn nft_table_holds_chain(family: Family, table: &str, chain: &str) -> Option<bool> {
+    nf_tables::with_kernel(|t| read::chain(t, family, table, chain))
         .ok()
         .map(|found| found.is_some())
 }
@@ -191,6 +197,11 @@ pub(crate) fn nft_nat_table_exists(family: Family) -> Option<bool> {
 /// Whether iptables-legacy's nat table of `family` exists and holds chain `chain` (a table
 /// that does not exist is not created by asking); None when it cannot be read.
 pub(crate) fn legacy_holds_chain(family: Family, chain: &str) -> Option<bool> {
+    legacy_table_holds_chain(family, "nat", chain)
+}
+
+/// Whether iptables-legacy's table `table` of `family` exists and holds chain `chain`.
+pub(crate) fn legacy_table_holds_chain(family: Family, table: &str, chain: &str) -> Option<bool> {
     let layout = match family {
         Family::V4 => V4,
         Family::V6 => V6,
@@ -199,11 +210,11 @@ pub(crate) fn legacy_holds_chain(family: Family, chain: &str) -> Option<bool> {
         // No x_tables in this kernel or namespace: no legacy table, nothing of ours.
         return Some(false);
     };
-    if !names.lines().any(|t| t.trim() == "nat") {
+    if !names.lines().any(|t| t.trim() == table) {
         return Some(false);
     }
     let fd = raw_socket(layout.domain)?;
-    let found = legacy_table(&layout, &fd, "nat")?;
+    let found = legacy_table(&layout, &fd, table)?;
     Some(found.chains.iter().any(|c| c == chain))
 }
 

@@ -219,7 +219,7 @@ fn for_each_line(ruleset: &Ruleset, mut each: impl FnMut(&str)) {
 /// The source matches of the rules that return traffic from outside the entry's source
 /// ranges, first in the chain: one `! -s` for one range; for several (iptables cannot negate
 /// a union) one `-s` per CIDR of their complement. Nothing when the entry is unscoped.
-fn source_gate(ruleset: &Ruleset) -> Vec<String> {
+pub(super) fn source_gate(ruleset: &Ruleset) -> Vec<String> {
     let sources = crate::plan::intervals::aggregate(ruleset.entry.source_ranges.iter().copied());
     match sources.as_slice() {
         [] => Vec::new(),

@@ -349,6 +349,12 @@ impl Backend for Nftables {
     // against one clock for the pass's log line.
     fn sync(&mut self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         let family = desired.family;
+        if desired.pod_share.is_limited() {
+            // Refused before anything is read or written: the rules in force stay.
+            return Err(BackendError::Unsupported(
+                "podConnectionLimit and podNewConnectionRate are enforced by the iptables backends only (this release): run the agent with --backend iptables, or remove the keys".into(),
+            ));
+        }
         // Subscribed before the id is read, so no commit after it goes unnoticed.
         self.subscribe();
         // Read the id BEFORE the dump, so a change during the dump is never missed. The

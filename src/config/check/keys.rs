@@ -23,6 +23,11 @@ pub(super) const KEY_ENABLE_IPV6: &str = "enableIPv6";
 pub(super) const KEY_OUTPUT_ADDRESS: &str = "outputAddress";
 pub(super) const KEY_OUTPUT_ADDRESS_V6: &str = "outputAddressIPv6";
 pub(super) const KEY_OUTPUT_INTERFACES: &str = "outputInterfaces";
+/// ipmasq extensions (Step 25): each pod address's share of the node's egress.
+pub(super) const KEY_POD_CONNECTION_LIMIT: &str = "podConnectionLimit";
+pub(super) const KEY_POD_NEW_CONNECTION_RATE: &str = "podNewConnectionRate";
+pub(super) const KEY_POD_NEW_CONNECTION_BURST: &str = "podNewConnectionBurst";
+pub(super) const KEY_POD_RATE_PER_DESTINATION: &str = "podNewConnectionRatePerDestination";
 
 /// The keys we suggest and list in hints: every field but the deprecated `linkLocal`.
 pub fn supported_keys() -> impl Iterator<Item = &'static str> {
@@ -47,11 +52,15 @@ pub(super) enum Field {
     OutputAddress,
     OutputAddressV6,
     OutputInterfaces,
+    PodConnectionLimit,
+    PodNewConnectionRate,
+    PodNewConnectionBurst,
+    PodRatePerDestination,
 }
 
 impl Field {
     /// Every field the config file has: the one list of them.
-    const ALL: [Field; 12] = [
+    const ALL: [Field; 16] = [
         Field::Cidrs,
         Field::CidrLimit,
         Field::MasqLinkLocal,
@@ -64,6 +73,10 @@ impl Field {
         Field::OutputAddress,
         Field::OutputAddressV6,
         Field::OutputInterfaces,
+        Field::PodConnectionLimit,
+        Field::PodNewConnectionRate,
+        Field::PodNewConnectionBurst,
+        Field::PodRatePerDestination,
     ];
 
     /// What an ipmasq extension does, for the note that upstream ignores it.
@@ -79,6 +92,12 @@ impl Field {
             ),
             Field::OutputInterfaces => {
                 Some("with upstream's image traffic leaving every interface is masqueraded")
+            }
+            Field::PodConnectionLimit
+            | Field::PodNewConnectionRate
+            | Field::PodNewConnectionBurst
+            | Field::PodRatePerDestination => {
+                Some("with upstream's image a pod may open connections without limit")
             }
             _ => None,
         }
@@ -98,6 +117,10 @@ impl Field {
             Field::OutputAddress => KEY_OUTPUT_ADDRESS,
             Field::OutputAddressV6 => KEY_OUTPUT_ADDRESS_V6,
             Field::OutputInterfaces => KEY_OUTPUT_INTERFACES,
+            Field::PodConnectionLimit => KEY_POD_CONNECTION_LIMIT,
+            Field::PodNewConnectionRate => KEY_POD_NEW_CONNECTION_RATE,
+            Field::PodNewConnectionBurst => KEY_POD_NEW_CONNECTION_BURST,
+            Field::PodRatePerDestination => KEY_POD_RATE_PER_DESTINATION,
         }
     }
 

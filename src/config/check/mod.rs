@@ -6,6 +6,7 @@ mod decode;
 mod egress;
 mod keys;
 mod lists;
+mod share;
 mod upstream;
 
 use super::diagnostic::{push_finding, Code, Diagnostic};
@@ -148,6 +149,7 @@ pub fn check_document(root: &YamlNode, options: &Options) -> Checked {
     };
     decode_lists(&get, options, &mut config, &mut diags);
     decode_egress(&get, &mut config, &mut diags);
+    decode_pod_share(&get, &mut config, &mut diags);
     if !options.merging {
         check_across_lists(&config, options, &mut diags);
     }
@@ -227,6 +229,26 @@ fn decode_egress(get: &Lookup<'_, '_>, config: &mut Config, diags: &mut Vec<Diag
         config.output_interfaces = egress::decode_output_interfaces(a, diags).unwrap_or_default();
         config.provenance.output_interfaces = Some(place(a));
     }
+}
+
+/// The pod share's four keys, with where the first of them was written.
+fn decode_pod_share(get: &Lookup<'_, '_>, config: &mut Config, diags: &mut Vec<Diagnostic>) {
+    let keys = share::ShareKeys {
+        limit: get(Field::PodConnectionLimit),
+        rate: get(Field::PodNewConnectionRate),
+        burst: get(Field::PodNewConnectionBurst),
+        per_destination: get(Field::PodRatePerDestination),
+    };
+    config.pod_share = share::decode_share(&keys, diags);
+    config.provenance.pod_share = [keys.limit, keys.rate, keys.burst, keys.per_destination]
+        .into_iter()
+        .flatten()
+        .map(|a| a.key.location)
+        .min_by_key(|l| (l.line, l.column))
+        .map(|location| Place {
+            file: None,
+            location: Some(location),
+        });
 }
 
 /// The three lists, checked against the limit and the flags, with where each entry was

@@ -1,0 +1,507 @@
+//! The pod share in iptables' filter table: three chains of ours (`<chain>-SHARE` walks the
+//! plan's decisions as the nat chain does and sends what will be masqueraded to
+//! `<chain>-LIMIT`, whose `hashlimit` and `connlimit` rules send a pod over its share to
+//! `<chain>-REFUSE`: a TCP reset, else an ICMP "administratively prohibited") and one jump
+//! from `FORWARD` for new connections. Rendered in the saved form, compared chain by chain
+//! (a chain that did not change is not rewritten, so its counters and `connlimit`'s count
+//! survive), repaired and removed in the iptables-restore transaction of the nat chain.
+
+use super::render::source_gate;
+use crate::backend::{Difference, DriftKind};
+use crate::config::pod_share::{NewConnectionRate, PodShare};
+use crate::plan::{Action, ChainName, Family, Ruleset};
+use crate::plan::{POD_CONNECTIONS_COMMENT, POD_RATE_COMMENT, POD_SHARE_COMMENT};
+use std::fmt::Write as _;
+
+/// The built-in chain our jump lives in.
+const FORWARD: &str = "FORWARD";
+/// The `hashlimit` table's name (at most 15 bytes), one per family in the kernel.
+const RATE_TABLE: &str = "ipmasq-pod-rate";
+/// The `hashlimit` table's buckets and most entries (pods, or pod-destination pairs, seen in
+/// the last `EXPIRE_MS`): a full table drops what it cannot hold, so it is sized for a node.
+const RATE_TABLE_SIZE: u32 = 16_384;
+const RATE_TABLE_MAX: u32 = 131_072;
+const RATE_EXPIRE_MS: u32 = 10_000;
+
+/// Our chains of the filter table, named after the nat chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct ShareChains {
+    pub share: String,
+    pub limit: String,
+    pub refuse: String,
+}
+
+impl ShareChains {
+    pub fn new(chain: &ChainName) -> Self {
+        ShareChains {
+            share: format!("{chain}-SHARE"),
+            limit: format!("{chain}-LIMIT"),
+            refuse: format!("{chain}-REFUSE"),
+        }
+    }
+
+    /// In the order iptables-save lists chains (by name), which is also the order they are
+    /// compared and reported in.
+    pub fn all(&self) -> [&str; 3] {
+        [&self.limit, &self.refuse, &self.share]
+    }
+
+    /// The longest of the three, for iptables' 28-character limit.
+    pub fn longest(&self) -> &str {
+        &self.refuse
+    }
+}
+
+/// The FORWARD jump as iptables-save prints it (without `-A FORWARD`).
+pub(super) fn jump_spec(chains: &ShareChains) -> String {
+    format!(
+        "-m comment --comment \"{POD_SHARE_COMMENT}\" -m conntrack --ctstate NEW -j {}",
+        chains.share
+    )
+}
+
+/// The share rendered: each chain's `-A` lines, in [`ShareChains::all`]'s order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct RenderedShare {
+    pub chains: ShareChains,
+    pub lines: [Vec<String>; 3],
+    pub jump: String,
+}
+
+/// The share of `ruleset`, or None when its config limits nothing (then nothing is written).
+pub(super) fn render(ruleset: &Ruleset) -> Option<RenderedShare> {
+    let share = ruleset.pod_share;
+    if !share.is_limited() {
+        return None;
+    }
+    let chains = ShareChains::new(&ruleset.names.chain);
+    Some(RenderedShare {
+        lines: [
+            limit_lines(&chains, share, ruleset.family),
+            refuse_lines(&chains, ruleset.family),
+            walk_lines(&chains, ruleset),
+        ],
+        jump: jump_spec(&chains),
+        chains,
+    })
+}
+
+/// How many rules the share of `ruleset` writes and their text's bytes.
+pub(super) fn rule_count_and_text_bytes(ruleset: &Ruleset) -> (usize, usize) {
+    render(ruleset).map_or((0, 0), |r| {
+        let lines = r.lines.iter().flatten();
+        (
+            lines.clone().count() + 1,
+            lines.map(|l| l.len() + 1).sum::<usize>() + r.jump.len() + 12,
+        )
+    })
+}
+
+/// `<chain>-SHARE`: the nat chain's walk, with `-g LIMIT` where the nat chain translates.
+fn walk_lines(chains: &ShareChains, ruleset: &Ruleset) -> Vec<String> {
+    let share = &chains.share;
+    let limit = &chains.limit;
+    let mut lines: Vec<String> = source_gate(ruleset)
+        .into_iter()
+        .map(|gate| format!("-A {share} {gate} -j RETURN"))
+        .collect();
+    let interfaces = &ruleset.entry.output_interfaces;
+    let to_limit = |destination: Option<&ipnet::IpNet>, lines: &mut Vec<String>| {
+        let d = destination.map_or(String::new(), |d| format!(" -d {d}"));
+        if interfaces.is_empty() {
+            lines.push(format!("-A {share}{d} -g {limit}"));
+        }
+        for i in interfaces {
+            lines.push(format!("-A {share}{d} -o {} -g {limit}", i.iptables()));
+        }
+    };
+    for decision in ruleset.decisions.iter() {
+        match decision.action {
+            Action::KeepSource => {
+                lines.push(format!("-A {share} -d {} -j RETURN", decision.destination))
+            }
+            Action::Masquerade => to_limit(Some(&decision.destination), &mut lines),
+        }
+    }
+    to_limit(None, &mut lines);
+    lines
+}
+
+/// `<chain>-LIMIT`: the rate first (a connection it refuses is never counted), then the count.
+fn limit_lines(chains: &ShareChains, share: PodShare, family: Family) -> Vec<String> {
+    let (limit, refuse) = (&chains.limit, &chains.refuse);
+    let mut lines = Vec::new();
+    if let Some(rate) = share.new_connection_rate {
+        let mode = if rate.per_destination {
+            "srcip,dstip,dstport"
+        } else {
+            "srcip"
+        };
+        lines.push(format!(
+            "-A {limit} -m comment --comment \"{POD_RATE_COMMENT}\" -m hashlimit --hashlimit-above {} --hashlimit-burst {} --hashlimit-mode {mode} --hashlimit-name {RATE_TABLE} --hashlimit-htable-size {RATE_TABLE_SIZE} --hashlimit-htable-max {RATE_TABLE_MAX} --hashlimit-htable-expire {RATE_EXPIRE_MS} -j {refuse}",
+            saved_rate(rate),
+            rate.burst,
+        ));
+    }
+    if let Some(count) = share.connection_limit {
+        let mask = match family {
+            Family::V4 => 32,
+            Family::V6 => 128,
+        };
+        lines.push(format!(
+            "-A {limit} -m comment --comment \"{POD_CONNECTIONS_COMMENT}\" -m connlimit --connlimit-above {count} --connlimit-mask {mask} --connlimit-saddr -j {refuse}"
+        ));
+    }
+    lines
+}
+
+/// `<chain>-REFUSE`: what a pod over its share sees at once.
+fn refuse_lines(chains: &ShareChains, family: Family) -> Vec<String> {
+    let refuse = &chains.refuse;
+    let icmp = match family {
+        Family::V4 => "icmp-admin-prohibited",
+        Family::V6 => "icmp6-adm-prohibited",
+    };
+    vec![
+        format!("-A {refuse} -p tcp -j REJECT --reject-with tcp-reset"),
+        format!("-A {refuse} -j REJECT --reject-with {icmp}"),
+    ]
+}
+
+/// The rate as iptables-save prints it back: hashlimit keeps the interval between tokens in
+/// millionths of a second (`1,000,000 / rate`, rounded down) and prints the largest unit
+/// that divides it evenly enough (libxt_hashlimit's `print_rate`), so 30,000/s is kept and
+/// printed as 30303/sec.
+fn saved_rate(rate: NewConnectionRate) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("day", 86_400_000_000),
+        ("hour", 3_600_000_000),
+        ("min", 60_000_000),
+        ("sec", 1_000_000),
+    ];
+    let period = 1_000_000 / u64::from(rate.per_second.max(1));
+    let mut i = 1;
+    while i < UNITS.len() {
+        let mult = UNITS[i].1;
+        if period > mult || mult / period < mult % period {
+            break;
+        }
+        i += 1;
+    }
+    let (name, mult) = UNITS[i - 1];
+    format!("{}/{name}", mult / period)
+}
+
+/// The share as the filter table holds it: our chains' lines (None: the chain is absent), the
+/// FORWARD rules that jump to the walk, and each LIMIT rule's packet counter when read with
+/// counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct LiveShare {
+    pub lines: [Option<Vec<String>>; 3],
+    pub jumps: Vec<String>,
+    /// Packets each `<chain>-LIMIT` rule sent to REFUSE, by the rule's comment.
+    pub refused: Vec<(String, u64)>,
+}
+
+impl LiveShare {
+    pub fn is_empty(&self) -> bool {
+        self.lines.iter().all(Option::is_none) && self.jumps.is_empty()
+    }
+}
+
+/// Our chains and jumps from an `iptables-save -t filter` (with or without `-c`).
+pub(super) fn parse(saved: &str, chains: &ShareChains) -> LiveShare {
+    let mut live = LiveShare::default();
+    let names = chains.all();
+    let mut in_filter = false;
+    for raw in saved.lines() {
+        let line = raw.trim_end();
+        if let Some(table) = line.strip_prefix('*') {
+            in_filter = table == "filter";
+            continue;
+        }
+        if !in_filter {
+            continue;
+        }
+        if let Some(declared) = line.strip_prefix(':') {
+            let name = declared.split(' ').next().unwrap_or_default();
+            if let Some(i) = names.iter().position(|n| *n == name) {
+                live.lines[i].get_or_insert_with(Vec::new);
+            }
+            continue;
+        }
+        let (packets, rule) = split_counters(line);
+        let Some(rest) = rule.strip_prefix("-A ") else {
+            continue;
+        };
+        let (chain, spec) = rest.split_once(' ').unwrap_or((rest, ""));
+        if chain == FORWARD {
+            if super::saved::jump_target(spec).as_deref() == Some(chains.share.as_str()) {
+                live.jumps.push(spec.to_string());
+            }
+        } else if let Some(i) = names.iter().position(|n| *n == chain) {
+            live.lines[i]
+                .get_or_insert_with(Vec::new)
+                .push(rule.to_string());
+            if chain == chains.limit {
+                let label = if spec.contains(POD_RATE_COMMENT) {
+                    "rate"
+                } else {
+                    "connections"
+                };
+                live.refused.push((label.to_string(), packets.unwrap_or(0)));
+            }
+        }
+    }
+    live
+}
+
+/// `[packets:bytes] -A ...` into the packets and the rule.
+fn split_counters(line: &str) -> (Option<u64>, &str) {
+    let Some(rest) = line.strip_prefix('[') else {
+        return (None, line);
+    };
+    let Some((counters, rule)) = rest.split_once("] ") else {
+        return (None, line);
+    };
+    let packets = counters.split(':').next().and_then(|p| p.parse().ok());
+    (packets, rule)
+}
+
+/// What differs, and the filter section of the transaction that repairs it (None: in sync).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct ShareDrift {
+    pub differences: Vec<Difference>,
+    pub script: Option<String>,
+}
+
+/// The differences between the share `desired` (None: none configured) and `live`, and the
+/// filter section that makes live what is desired: only the chains that differ are written,
+/// the FORWARD jump is inserted first when it is missing; with nothing desired, what is ours
+/// is removed.
+pub(super) fn diff(
+    family: Family,
+    chains: &ShareChains,
+    desired: Option<&RenderedShare>,
+    live: &LiveShare,
+) -> ShareDrift {
+    let Some(desired) = desired else {
+        return removal(family, chains, live);
+    };
+    let mut drift = ShareDrift::default();
+    let mut script = String::from("*filter\n");
+    let mut body = String::new();
+    let mut wrote = false;
+    for (i, name) in chains.all().iter().enumerate() {
+        let want = &desired.lines[i];
+        match &live.lines[i] {
+            Some(have) if have == want => continue,
+            Some(_) => drift.differences.push(difference(
+                family,
+                DriftKind::MissingRule,
+                format!("chain {name} differs from the pod share"),
+            )),
+            None => drift.differences.push(difference(
+                family,
+                DriftKind::ChainMissing,
+                format!("chain {name} is missing"),
+            )),
+        }
+        let _ = writeln!(script, ":{name} - [0:0]");
+        for line in want {
+            body.push_str(line);
+            body.push('\n');
+        }
+        wrote = true;
+    }
+    script.push_str(&body);
+    let canonical = live.jumps.iter().filter(|j| **j == desired.jump).count();
+    for stale in live.jumps.iter().filter(|j| **j != desired.jump) {
+        drift.differences.push(difference(
+            family,
+            DriftKind::JumpStale,
+            format!("FORWARD rule `{stale}` jumps to the pod share"),
+        ));
+        let _ = writeln!(script, "-D {FORWARD} {stale}");
+        wrote = true;
+    }
+    for _ in 1..canonical.max(1) {
+        drift.differences.push(difference(
+            family,
+            DriftKind::JumpDuplicated,
+            "FORWARD jumps to the pod share twice".into(),
+        ));
+        let _ = writeln!(script, "-D {FORWARD} {}", desired.jump);
+        wrote = true;
+    }
+    if canonical == 0 {
+        drift.differences.push(difference(
+            family,
+            DriftKind::JumpMissing,
+            "no FORWARD rule sends new connections to the pod share".into(),
+        ));
+        let _ = writeln!(script, "-I {FORWARD} 1 {}", desired.jump);
+        wrote = true;
+    }
+    script.push_str("COMMIT\n");
+    drift.script = wrote.then_some(script);
+    drift
+}
+
+/// The filter section that removes every chain and jump of ours (None: there is none).
+fn removal(family: Family, chains: &ShareChains, live: &LiveShare) -> ShareDrift {
+    if live.is_empty() {
+        return ShareDrift::default();
+    }
+    let mut script = String::from("*filter\n");
+    for jump in &live.jumps {
+        let _ = writeln!(script, "-D {FORWARD} {jump}");
+    }
+    let present: Vec<&str> = chains
+        .all()
+        .into_iter()
+        .zip(&live.lines)
+        .filter(|(_, lines)| lines.is_some())
+        .map(|(name, _)| name)
+        .collect();
+    for name in &present {
+        let _ = writeln!(script, ":{name} - [0:0]");
+    }
+    for name in &present {
+        let _ = writeln!(script, "-X {name}");
+    }
+    script.push_str("COMMIT\n");
+    ShareDrift {
+        differences: vec![difference(
+            family,
+            DriftKind::ExtraRule,
+            "the pod share's rules are there, but the config limits nothing".into(),
+        )],
+        script: Some(script),
+    }
+}
+
+fn difference(family: Family, kind: DriftKind, detail: String) -> Difference {
+    Difference {
+        family,
+        kind,
+        position: None,
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::pod_share::DEFAULT_BURST;
+    use crate::config::{check_text, Options};
+    use crate::plan::{plan, PlanOptions, ResolvedEgress};
+
+    fn ruleset(text: &str) -> Ruleset {
+        let config = check_text(text, &Options::default())
+            .config()
+            .unwrap()
+            .clone();
+        plan(&config, &PlanOptions::default(), &ResolvedEgress::default()).remove(0)
+    }
+
+    #[test]
+    fn rates_are_spelt_as_hashlimit_prints_them() {
+        let rate = |per_second| NewConnectionRate {
+            per_second,
+            burst: DEFAULT_BURST,
+            per_destination: false,
+        };
+        assert_eq!(saved_rate(rate(200)), "200/sec");
+        assert_eq!(saved_rate(rate(7)), "7/sec");
+        assert_eq!(saved_rate(rate(1)), "1/sec");
+        assert_eq!(saved_rate(rate(30_000)), "30303/sec");
+        assert_eq!(saved_rate(rate(100_000)), "100000/sec");
+    }
+
+    #[test]
+    fn nothing_is_rendered_without_a_share() {
+        assert_eq!(render(&ruleset("nonMasqueradeCIDRs: [10.0.0.0/8]\n")), None);
+    }
+
+    #[test]
+    fn the_share_walks_the_decisions_and_refuses_at_once() {
+        let r = ruleset(
+            "nonMasqueradeCIDRs: [10.0.0.0/8]\nforceMasqueradeCIDRs: [10.1.0.0/16]\npodConnectionLimit: 100\npodNewConnectionRate: 50/s\npodNewConnectionBurst: 10\n",
+        );
+        let share = render(&r).unwrap();
+        assert_eq!(
+            share.lines[2],
+            [
+                "-A IP-MASQ-AGENT-SHARE -d 169.254.0.0/16 -j RETURN",
+                "-A IP-MASQ-AGENT-SHARE -d 10.1.0.0/16 -g IP-MASQ-AGENT-LIMIT",
+                "-A IP-MASQ-AGENT-SHARE -d 10.0.0.0/8 -j RETURN",
+                "-A IP-MASQ-AGENT-SHARE -g IP-MASQ-AGENT-LIMIT",
+            ]
+        );
+        assert!(share.lines[0][0]
+            .contains("--hashlimit-above 50/sec --hashlimit-burst 10 --hashlimit-mode srcip "));
+        assert!(share.lines[0][1].contains("--connlimit-above 100 --connlimit-mask 32"));
+        assert_eq!(share.lines[1].len(), 2);
+    }
+
+    #[test]
+    fn in_sync_writes_nothing_and_a_changed_chain_alone_is_rewritten() {
+        let r = ruleset("podConnectionLimit: 100\n");
+        let desired = render(&r).unwrap();
+        let chains = &desired.chains;
+        let live = LiveShare {
+            lines: desired.lines.clone().map(Some),
+            jumps: vec![desired.jump.clone()],
+            refused: Vec::new(),
+        };
+        assert_eq!(
+            diff(r.family, chains, Some(&desired), &live),
+            ShareDrift::default()
+        );
+        let mut changed = live.clone();
+        changed.lines[0] = Some(vec!["-A IP-MASQ-AGENT-LIMIT -j ACCEPT".into()]);
+        let drift = diff(r.family, chains, Some(&desired), &changed);
+        let script = drift.script.unwrap();
+        assert!(script.contains(":IP-MASQ-AGENT-LIMIT - [0:0]"));
+        assert!(!script.contains(":IP-MASQ-AGENT-SHARE"), "{script}");
+        assert!(!script.contains("-I FORWARD"), "{script}");
+        let mut unhooked = live.clone();
+        unhooked.jumps.clear();
+        let script = diff(r.family, chains, Some(&desired), &unhooked)
+            .script
+            .unwrap();
+        assert!(script.contains(&format!("-I FORWARD 1 {}", desired.jump)));
+        let removed = diff(r.family, chains, None, &live).script.unwrap();
+        assert!(removed.contains("-X IP-MASQ-AGENT-SHARE"));
+        assert!(removed.contains(&format!("-D FORWARD {}", desired.jump)));
+        assert_eq!(
+            diff(r.family, chains, None, &LiveShare::default()).script,
+            None
+        );
+    }
+
+    #[test]
+    fn a_saved_filter_table_is_read_back_with_counters() {
+        let r = ruleset("podConnectionLimit: 100\npodNewConnectionRate: 20/s\n");
+        let desired = render(&r).unwrap();
+        let mut saved = String::from("*filter\n:FORWARD ACCEPT [0:0]\n");
+        for name in desired.chains.all() {
+            saved.push_str(&format!(":{name} - [0:0]\n"));
+        }
+        saved.push_str(&format!("[7:420] -A FORWARD {}\n", desired.jump));
+        for (i, lines) in desired.lines.iter().enumerate() {
+            for line in lines {
+                saved.push_str(&format!("[{}:0] {line}\n", i + 3));
+            }
+        }
+        saved.push_str("COMMIT\n");
+        let live = parse(&saved, &desired.chains);
+        assert_eq!(live.lines, desired.lines.clone().map(Some));
+        assert_eq!(live.jumps, std::slice::from_ref(&desired.jump));
+        assert_eq!(
+            live.refused,
+            [("rate".to_string(), 3), ("connections".to_string(), 3)]
+        );
+    }
+}
