@@ -41,6 +41,25 @@ pub struct Snapshot {
     /// The kernel's conntrack figures, read for a scrape (none between scrapes, or when the
     /// kernel did not answer).
     pub conntrack: Option<crate::conntrack::health::ConntrackFigures>,
+    /// The pod share in force, whose refusals a scrape reads (None: the config sets none).
+    pub pod_share: Option<ShareInForce>,
+    /// The pod share's refusals, read for a scrape (empty between scrapes, or unread).
+    pub pod_share_refused: Vec<FamilyRefusals>,
+}
+
+/// What a scrape needs to read the pod share's counters: the names its rules are under and
+/// the families the agent manages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareInForce {
+    pub names: crate::plan::Names,
+    pub families: Vec<crate::plan::Family>,
+}
+
+/// One family's pod share refusals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FamilyRefusals {
+    pub family: crate::plan::Family,
+    pub refusals: Vec<crate::plan::live::ShareRefusals>,
 }
 
 impl Snapshot {
@@ -57,6 +76,8 @@ impl Snapshot {
             rollout: None,
             foreign: Default::default(),
             conntrack: None,
+            pod_share: None,
+            pod_share_refused: Vec::new(),
         }
     }
 }
@@ -220,6 +241,9 @@ pub fn metrics_text(snapshot: &Snapshot, now: Instant, wall: SystemTime) -> Stri
     if let Some(statistics) = &snapshot.conntrack {
         register_conntrack_health(&mut registry, statistics);
     }
+    if !snapshot.pod_share_refused.is_empty() {
+        register_pod_share(&mut registry, &snapshot.pod_share_refused);
+    }
     register_foreign(&mut registry, &snapshot.foreign);
     if let Some(snat) = &snapshot.snat {
         register_snat(&mut registry, snat);
@@ -324,6 +348,28 @@ fn register_conntrack(registry: &mut Registry, status: &Status) {
     let failed = Counter::<u64>::default();
     failed.inc_by(status.conntrack_resets_failed);
     metrics::CONNTRACK_RESETS_FAILED.register(registry, failed);
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShareLabel {
+    family: &'static str,
+    limit: &'static str,
+}
+
+/// The pod share's refusals, per family and limit.
+fn register_pod_share(registry: &mut Registry, refused: &[FamilyRefusals]) {
+    let counters = Family::<ShareLabel, Counter>::default();
+    for family in refused {
+        for r in &family.refusals {
+            counters
+                .get_or_create(&ShareLabel {
+                    family: family.family.as_str(),
+                    limit: r.limit.as_str(),
+                })
+                .inc_by(r.refused);
+        }
+    }
+    metrics::POD_EGRESS_LIMITED.register(registry, counters);
 }
 
 /// The kernel's conntrack table: its fill and its per-CPU counters summed.

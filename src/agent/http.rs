@@ -37,6 +37,8 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// The Prometheus text exposition format, for clients that do not ask for OpenMetrics.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT: &str = "text/plain; charset=utf-8";
+/// How long each tool that reads the pod share's counters for a scrape may take.
+const SHARE_READ_DEADLINE: Duration = Duration::from_secs(2);
 
 /// One media range of an `Accept` header: `type/subtype` (either may be `*`) and its weight
 /// in thousandths (RFC 9110 §12.5.1: `q` is 0 to 1 with at most three decimals; 1 when absent).
@@ -204,6 +206,30 @@ async fn conntrack_statistics() -> Option<crate::conntrack::health::ConntrackFig
     }
 }
 
+/// The pod share's refusals for a scrape, read off the loop with the agent's backend (each
+/// tool within its deadline): per family, what its rules' counters say; a family that cannot
+/// be read is left out (said at debug level).
+async fn pod_share_refusals(
+    backend: crate::backend::BackendId,
+    share: super::health::ShareInForce,
+) -> Vec<super::health::FamilyRefusals> {
+    let read = move || {
+        let backend = crate::backend::select::by_id_with_timeout(backend, SHARE_READ_DEADLINE);
+        let mut out = Vec::new();
+        for family in share.families {
+            match backend.pod_share_refusals(family, &share.names) {
+                Ok(refusals) if !refusals.is_empty() => {
+                    out.push(super::health::FamilyRefusals { family, refusals });
+                }
+                Ok(_) => {}
+                Err(err) => debug!(%family, error = %err, "pod share counters unreadable"),
+            }
+        }
+        out
+    };
+    tokio::task::spawn_blocking(read).await.unwrap_or_default()
+}
+
 /// Binds the endpoint.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
@@ -271,6 +297,10 @@ pub async fn serve(listener: TcpListener, shared: Shared) {
                 async move {
                     if request.uri().path() == "/metrics" {
                         snapshot.conntrack = conntrack_statistics().await;
+                        if let Some(share) = snapshot.pod_share.clone() {
+                            snapshot.pod_share_refused =
+                                pod_share_refusals(snapshot.backend, share).await;
+                        }
                     }
                     let accept = request
                         .headers()

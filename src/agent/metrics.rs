@@ -49,6 +49,9 @@ pub enum Served {
     WithConntrackStatistics,
     /// As `WithConntrackStatistics`, when the kernel also says the table's limit (4.19+).
     WithConntrackLimit,
+    /// While the config in force limits a pod's share, one series per family and limit
+    /// the backend holds.
+    WithPodShare,
 }
 
 impl Served {
@@ -72,6 +75,9 @@ impl Served {
             }
             Served::WithConntrackLimit => {
                 "when the kernel's conntrack statistics, with the table's limit (Linux 4.19+), can be read at the scrape"
+            }
+            Served::WithPodShare => {
+                "while the config in force sets podConnectionLimit or podNewConnectionRate, once the backend holds its rules"
             }
         }
     }
@@ -288,6 +294,14 @@ pub const CONNTRACK_STAT: ExportedMetric = ExportedMetric {
     note: "`stat` is one of `found`, `invalid`, `insert`, `insert_failed` (an entry lost a race to insert, its packet dropped), `drop` (a packet dropped because the table was full), `early_drop` (an unreplied entry evicted to make room), `error`, `search_restart`, `clash_resolve` and `chaintoolong`.",
     served: Served::WithConntrackStatistics,
 };
+pub const POD_EGRESS_LIMITED: ExportedMetric = ExportedMetric {
+    name: "ipmasq_pod_egress_limited_total",
+    kind: MetricType::Counter,
+    labels: &["family", "limit"],
+    help: "New masqueraded connections refused because their pod was over its share (podNewConnectionRate or podConnectionLimit), read from the refusing rule's counter at the scrape",
+    note: "`limit` is `rate` or `connections`. No per-pod label: `ipmasq show` names the pods holding the most connections. The count restarts from 0 when a config change rewrites the rule (Prometheus' `rate()` and `increase()` take that as a reset).",
+    served: Served::WithPodShare,
+};
 pub const FOREIGN_COMMITS: ExportedMetric = ExportedMetric {
     name: "ipmasq_foreign_commits_total",
     kind: MetricType::Counter,
@@ -427,7 +441,7 @@ pub const READY: ExportedMetric = ExportedMetric {
 };
 
 /// Every family, in the order `/metrics` serves them.
-pub const ALL: [&ExportedMetric; 36] = [
+pub const ALL: [&ExportedMetric; 37] = [
     &SYNCS,
     &SYNC_DURATION,
     &DRIFT_REPAIRS,
@@ -447,6 +461,7 @@ pub const ALL: [&ExportedMetric; 36] = [
     &CONNTRACK_TABLE_ENTRIES,
     &CONNTRACK_TABLE_LIMIT,
     &CONNTRACK_STAT,
+    &POD_EGRESS_LIMITED,
     &FOREIGN_COMMITS,
     &FOREIGN_COMMITS_PACED,
     &SNAT_LOG_LINES,
@@ -497,6 +512,7 @@ mod tests {
         api: bool,
         rollout: bool,
         conntrack: bool,
+        pod_share: bool,
     }
 
     impl Seen {
@@ -509,6 +525,7 @@ mod tests {
             api: true,
             rollout: true,
             conntrack: true,
+            pod_share: true,
         };
 
         fn serves(self, served: Served) -> bool {
@@ -522,6 +539,7 @@ mod tests {
                 Served::InApiMode => self.api,
                 Served::InRollout => self.rollout,
                 Served::WithConntrackStatistics | Served::WithConntrackLimit => self.conntrack,
+                Served::WithPodShare => self.pod_share,
             }
         }
 
@@ -574,6 +592,16 @@ mod tests {
                         .expect("a rollout"),
                     on_next: true,
                 });
+            }
+            if self.pod_share {
+                use crate::plan::live::{ShareLimit, ShareRefusals};
+                s.pod_share_refused = vec![crate::agent::health::FamilyRefusals {
+                    family: crate::plan::Family::V4,
+                    refusals: vec![ShareRefusals {
+                        limit: ShareLimit::Connections,
+                        refused: 3,
+                    }],
+                }];
             }
             s
         }
@@ -672,7 +700,7 @@ mod tests {
             assert_eq!(family.labels, labels, "{}", metric.name);
             assert!(family.samples > 0, "{} has no sample", metric.name);
         }
-        assert_eq!(ALL.len(), 36);
+        assert_eq!(ALL.len(), 37);
     }
 
     /// Each family has samples exactly when its `served` says: with nothing seen, with each
@@ -705,6 +733,10 @@ mod tests {
             },
             Seen {
                 conntrack: true,
+                ..none
+            },
+            Seen {
+                pod_share: true,
                 ..none
             },
         ];

@@ -35,6 +35,7 @@ impl StatusSink for HealthSink {
         snapshot.interval = reconciler.interval();
         snapshot.running_since = None;
         snapshot.egress_targets = reconciler.egress_targets();
+        snapshot.pod_share = reconciler.share_in_force();
         snapshot.rollout = reconciler.rollout_seen();
     }
 }

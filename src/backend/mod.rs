@@ -188,6 +188,15 @@ pub trait Backend: Send {
     /// Every difference between `desired` and what `inspect` read, in the vocabulary `sync`
     /// repairs.
     fn compare(&self, desired: &Ruleset, live: &Inspected) -> Vec<Difference>;
+    /// New connections each part of the pod share refused in `family` (its rules' counters),
+    /// read without creating anything; empty when the backend holds no share of ours.
+    fn pod_share_refusals(
+        &self,
+        _family: Family,
+        _names: &Names,
+    ) -> Result<Vec<crate::plan::live::ShareRefusals>, BackendError> {
+        Ok(Vec::new())
+    }
     /// Removes what we own for `family` in one transaction; nothing to remove is success.
     fn cleanup(
         &mut self,
@@ -213,7 +222,8 @@ pub struct Inspected {
 }
 
 impl Inspected {
-    /// An inspection whose backend compares from it alone (iptables, the fake).
+    /// An inspection whose backend compares from it alone (the fake).
+    #[cfg(test)]
     pub(crate) fn neutral(inspection: Inspection) -> Inspected {
         Inspected {
             inspection,
@@ -231,6 +241,9 @@ pub(crate) enum Reading {
     Neutral,
     /// nftables: the table as read, its set elements and rules in its own form.
     Table(Box<nftables::LiveTable>),
+    /// iptables: the pod share's chains as the filter table lists them (the nat chain is
+    /// rebuilt from the inspection).
+    FilterShare(Box<iptables::SavedShare>),
 }
 
 /// Why the backend could not read or write the rules.

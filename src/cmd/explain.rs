@@ -120,6 +120,41 @@ struct ConfigAnswer {
     /// holds no address in it.
     #[serde(skip_serializing_if = "Option::is_none")]
     output_address_fallback: Option<String>,
+    /// The pod share a new masqueraded connection of this traffic is held to (absent when the
+    /// traffic is not masqueraded or the config sets no share).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod_share: Option<ShareAnswer>,
+}
+
+/// The pod share that applies, in words, and where it was written.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ShareAnswer {
+    connection_limit: Option<u32>,
+    new_connections_per_second: Option<u32>,
+    burst: Option<u32>,
+    per_destination: bool,
+    written: String,
+    words: String,
+}
+
+/// The pod share of `config` for a masqueraded verdict.
+fn share_answer(config: &Config, action: Action) -> Option<ShareAnswer> {
+    let share = config.pod_share;
+    if action != Action::Masquerade || !share.is_limited() {
+        return None;
+    }
+    let rate = share.new_connection_rate;
+    Some(ShareAnswer {
+        connection_limit: share.connection_limit,
+        new_connections_per_second: rate.map(|r| r.per_second),
+        burst: rate.map(|r| r.burst),
+        per_destination: rate.is_some_and(|r| r.per_destination),
+        written: config.provenance.pod_share.clone().unwrap_or_default().to_string(),
+        words: format!(
+            "each pod address: {share}; a new connection over it is refused at once (TCP: a reset; other protocols: ICMP administratively prohibited)"
+        ),
+    })
 }
 
 /// The CIDR that decided and where it was written.
@@ -309,6 +344,7 @@ fn config_answer(
         reason: verdict.reason,
         decision,
         output_address_fallback: None,
+        pod_share: share_answer(config, verdict.action),
     }
 }
 
@@ -776,6 +812,13 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
             style.warning(&printable(&format!("output address fallback: {reason}")))
         ));
     }
+    if let Some(share) = &c.pod_share {
+        out.push_str(&format!(
+            "        pod share ({}): {}\n",
+            printable(&share.written),
+            printable(&share.words)
+        ));
+    }
     out.push_str(&live_text(report, style));
     if let Some(flows) = &report.conntrack {
         out.push_str(&super::flows::text(flows, report.destination, style));
@@ -956,6 +999,45 @@ mod tests {
         assert_eq!(outside.action, Action::Masquerade);
         assert!(outside.decision.is_none());
         assert_eq!(ask("169.254.1.1").decision.unwrap().list, "link-local");
+    }
+
+    #[test]
+    fn a_masqueraded_answer_names_the_pod_share_and_a_kept_one_does_not() {
+        let config = config(
+            "nonMasqueradeCIDRs: [10.0.0.0/8]\npodNewConnectionRate: 300/s\npodConnectionLimit: 64\n",
+        );
+        let plan = PlanOnNode::default();
+        let ask = |dst: &str| {
+            config_answer(
+                &config,
+                "cfg".into(),
+                &plan,
+                Family::V4,
+                Packet::to(dst.parse().unwrap()).from("10.244.0.5".parse().unwrap()),
+            )
+        };
+        let share = ask("8.8.8.8")
+            .pod_share
+            .expect("masqueraded: the share applies");
+        assert_eq!(share.connection_limit, Some(64));
+        assert_eq!(share.new_connections_per_second, Some(300));
+        assert_eq!(
+            share.burst,
+            Some(6),
+            "the default burst: a fiftieth of the rate"
+        );
+        assert_eq!(share.written, "line 2, column 1");
+        assert!(
+            share
+                .words
+                .contains("at most 64 connections at once, 300/s burst 6 new"),
+            "{}",
+            share.words
+        );
+        assert!(
+            ask("10.1.2.3").pod_share.is_none(),
+            "kept traffic is not limited"
+        );
     }
 
     #[test]

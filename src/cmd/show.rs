@@ -77,6 +77,10 @@ pub struct FamilyReport {
     pub before: Vec<BeforeReport>,
     pub jump: JumpReport,
     pub rules: Vec<RuleReport>,
+    /// The pod share's rules (`podConnectionLimit`, `podNewConnectionRate`): whether every
+    /// part is there and what each limit refused; absent when there is none of ours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_share: Option<crate::plan::live::LiveShare>,
 }
 
 /// Rules that run before ours: another table's nat postrouting chain, or POSTROUTING's rules
@@ -280,6 +284,35 @@ fn family_report(family: Family, live: &Inspection) -> FamilyReport {
             postrouting_rules: live.hook_rules,
         },
         rules,
+        pod_share: live.pod_share.clone(),
+    }
+}
+
+/// The pod share's line: complete or not, and what each limit refused.
+fn share_text(share: &crate::plan::live::LiveShare, style: &Styler) -> String {
+    let state = if share.installed {
+        "installed".to_string()
+    } else {
+        style.error("incomplete (a chain or the entry jump is missing)")
+    };
+    let refused: Vec<String> = share
+        .refusals
+        .iter()
+        .map(|r| {
+            let over = match r.limit {
+                crate::plan::live::ShareLimit::Rate => "the rate",
+                crate::plan::live::ShareLimit::Connections => "the connection limit",
+            };
+            format!("{} over {over}", r.refused)
+        })
+        .collect();
+    if refused.is_empty() {
+        format!("  pod share: {state}\n")
+    } else {
+        format!(
+            "  pod share: {state}; new connections refused: {}\n",
+            refused.join(", ")
+        )
     }
 }
 
@@ -463,6 +496,9 @@ fn family_text(
     };
     let entry = entry_text(report.backend, family, style);
     let mut out = format!("{name} {chain_state}; {entry}\n");
+    if let Some(share) = &family.pod_share {
+        out.push_str(&share_text(share, style));
+    }
     for stage in &family.before {
         let priority = stage
             .priority
@@ -944,6 +980,7 @@ mod tests {
 
     fn inspection(rules: Vec<LiveRule>, counters: Counters) -> Inspection {
         Inspection {
+            pod_share: None,
             installed: true,
             rules: rules
                 .into_iter()
@@ -963,6 +1000,34 @@ mod tests {
             hook_rules: 1,
             before: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_pod_share_line_says_what_each_limit_refused() {
+        use crate::plan::live::{LiveShare, ShareLimit, ShareRefusals};
+        let style = Styler::plain();
+        let share = LiveShare {
+            installed: true,
+            refusals: vec![
+                ShareRefusals {
+                    limit: ShareLimit::Rate,
+                    refused: 1,
+                },
+                ShareRefusals {
+                    limit: ShareLimit::Connections,
+                    refused: 3800,
+                },
+            ],
+        };
+        assert_eq!(
+            share_text(&share, &style),
+            "  pod share: installed; new connections refused: 1 over the rate, 3800 over the connection limit\n"
+        );
+        let broken = LiveShare {
+            installed: false,
+            refusals: Vec::new(),
+        };
+        assert!(share_text(&broken, &style).contains("incomplete"));
     }
 
     #[test]

@@ -140,11 +140,49 @@ pub struct Before {
     pub keep_ends_walk: bool,
 }
 
+/// Which part of a pod's share refused a new connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShareLimit {
+    /// `podNewConnectionRate`.
+    Rate,
+    /// `podConnectionLimit`.
+    Connections,
+}
+
+impl ShareLimit {
+    /// The metric's `limit` label and `show`'s word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShareLimit::Rate => "rate",
+            ShareLimit::Connections => "connections",
+        }
+    }
+}
+
+/// New connections one part of the pod share refused, as the rule's counter says (since the
+/// rule was written: a config change that rewrites it starts again from 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ShareRefusals {
+    pub limit: ShareLimit,
+    pub refused: u64,
+}
+
+/// The pod share's rules as the kernel holds them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LiveShare {
+    /// Every part of ours is there (chains, and the hook's jump).
+    pub installed: bool,
+    pub refusals: Vec<ShareRefusals>,
+}
+
 /// What one family holds of ours.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Inspection {
     /// What runs before our rules at the same hook.
     pub before: Vec<Before>,
+    /// The pod share's rules, when there are any of ours.
+    pub pod_share: Option<LiveShare>,
     pub installed: bool,
     pub rules: Vec<LiveRule>,
     pub entry_jumps: Vec<EntryJump>,

@@ -6,8 +6,10 @@
 //! flood's length, within 1 %, the neighbour's all arrive. A control run without the keys
 //! shows every flood connection accepted (the check would fail without the step's rules).
 
+use super::health::get;
 use super::netns::{scratch_file, wait_until, Netns, PYTHON};
 use super::packets::{Topology, MASQ_V4};
+use crate::util::Scratch;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -98,6 +100,66 @@ fn apply(topo: &Topology, backend: Backend, config: &str) {
     let run = topo.node.ipmasq(&args);
     let _ = std::fs::remove_file(&path);
     assert_eq!(run.code, 0, "agent --once: {}", run.stderr);
+}
+
+/// The agent as a daemon in the node namespace, serving `/metrics`, once it is ready (its
+/// first sync done); the scratch directory holds its config and log.
+fn start_agent(topo: &mut Topology, backend: Backend, config: &str) -> Scratch {
+    // One directory per namespace: the tests run side by side in one process.
+    let dir = Scratch::new(&format!("pod-share-{}", topo.node.name));
+    let config = dir.write("config", config);
+    let config_flag = format!("--config={}", config.display());
+    let addr_flag = format!("--metrics-addr={}", super::health::ADDR);
+    let mut args = vec!["agent", "--v=4", &config_flag, &addr_flag];
+    args.extend_from_slice(backend.flags());
+    let log = dir.path.join("agent.log");
+    topo.node.spawn_ipmasq(&args, &log);
+    assert!(
+        wait_until(Duration::from_secs(20), || get(&topo.node, "/readyz").0
+            == 200),
+        "the agent did not get ready: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    dir
+}
+
+/// The lines of the agent's log that speak of the pod share or a failure.
+fn agent_log(dir: &Scratch) -> String {
+    std::fs::read_to_string(dir.path.join("agent.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("share") || l.contains("ERROR") || l.contains("WARN"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `ipmasq_pod_egress_limited_total`'s IPv4 sample for `limit`, if served.
+fn limited(node: &Netns, limit: &str) -> Option<u64> {
+    let (code, body) = get(node, "/metrics");
+    assert_eq!(code, 200, "{body}");
+    let series = format!("ipmasq_pod_egress_limited_total{{family=\"ipv4\",limit=\"{limit}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.trim().parse::<f64>().unwrap() as u64)
+}
+
+/// `show -o json`'s pod share refusals of IPv4 for `limit`.
+fn shown_refusals(node: &Netns, backend: Backend, limit: &str) -> u64 {
+    let mut args = vec!["show", "-o", "json"];
+    args.extend_from_slice(backend.flags());
+    let run = node.ipmasq(&args);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).expect(&run.stdout);
+    let family = json["families"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["family"] == "ipv4"))
+        .unwrap_or_else(|| panic!("no ipv4 in {json}"));
+    let share = &family["podShare"];
+    assert_eq!(share["installed"], true, "{json}");
+    share["refusals"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["limit"] == limit))
+        .and_then(|r| r["refused"].as_u64())
+        .unwrap_or_else(|| panic!("no {limit} refusals in {share}"))
 }
 
 /// The outside's TCP listener: handshakes complete into its backlog, nothing is accepted, so
@@ -229,12 +291,32 @@ fn udp_receiver(topo: &Topology) -> Background {
     receiver
 }
 
-/// What the UDP flood sent: the flooder's flows and the time from its first to its last.
+/// What the UDP flood sent: the flooder's flows, the time from its first to its last, and
+/// when each was sent (seconds from the start).
 #[derive(Debug, serde::Deserialize)]
 struct UdpFlood {
     flooder_flows: u64,
     neighbour_flows: u64,
     seconds: f64,
+    times: Vec<f64>,
+}
+
+impl UdpFlood {
+    /// The flows a token bucket of `rate` a second and depth `burst`, full at the start,
+    /// lets through at the times they were sent: what the share should accept of this flood,
+    /// however evenly the sender (on a busy machine) managed to send.
+    fn bucket_accepts(&self, rate: f64, burst: f64) -> f64 {
+        let (mut tokens, mut last, mut accepted) = (burst, 0.0, 0.0);
+        for &t in &self.times {
+            tokens = (tokens + (t - last) * rate).min(burst);
+            last = t;
+            if tokens >= 1.0 {
+                tokens -= 1.0;
+                accepted += 1.0;
+            }
+        }
+        accepted
+    }
 }
 
 /// New UDP flows (one datagram from a port of its own each) from the flooder for `seconds`,
@@ -245,6 +327,7 @@ fn udp_flood(pod: &Netns, seconds: f64) -> UdpFlood {
 import json, socket, time
 dst = ('{MASQ_V4}', {PORT})
 sent = theirs = 0
+times = []
 start = time.monotonic()
 i = 0
 while True:
@@ -264,6 +347,7 @@ while True:
         if tag == b'A':
             sent += 1
             last = time.monotonic()
+            times.append(last - start)
         else:
             theirs += 1
     i += 1
@@ -271,7 +355,7 @@ first = start
 e = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 e.bind(('{NEIGHBOUR}', 0))
 e.sendto(b'E', dst)
-print(json.dumps(dict(flooder_flows=sent, neighbour_flows=theirs, seconds=last - first)))
+print(json.dumps(dict(flooder_flows=sent, neighbour_flows=theirs, seconds=last - first, times=times)))
 "#
     );
     let run = pod.exec(PYTHON, &["-c", &script]);
@@ -292,12 +376,13 @@ const RATE: f64 = 2000.0;
 /// The default burst at that rate: a fiftieth of it.
 const BURST: f64 = 40.0;
 
-/// The connection limit: the flooder holds exactly its limit, the neighbour all its own.
+/// The connection limit: the flooder holds exactly its limit, the neighbour all its own, and
+/// the agent's metric and `show` count every refusal the flooder saw.
 fn connection_limit(variant: Backend) {
-    let topo = topology();
+    let mut topo = topology();
     let _listener = tcp_listener(&topo);
-    apply(
-        &topo,
+    let _agent = start_agent(
+        &mut topo,
         variant,
         &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodConnectionLimit: {LIMIT}\n"),
     );
@@ -316,20 +401,33 @@ fn connection_limit(variant: Backend) {
     assert_eq!(outcome.flooder_refused, 4000 - LIMIT, "{outcome:?}");
     let listing = variant.listing(&topo.node);
     assert!(listing.contains("--connlimit-above 200"), "{listing}");
+    let mut scraped = None;
+    wait_until(Duration::from_secs(10), || {
+        scraped = limited(&topo.node, "connections");
+        scraped == Some(outcome.flooder_refused)
+    });
+    assert_eq!(scraped, Some(outcome.flooder_refused), "the metric");
+    assert_eq!(limited(&topo.node, "rate"), None, "no rate configured");
+    assert_eq!(
+        shown_refusals(&topo.node, variant, "connections"),
+        outcome.flooder_refused,
+        "show"
+    );
 }
 
-/// The rate: the flooder's accepted flows are its burst plus the rate over the flood.
+/// The rate: the flooder's accepted flows are its burst plus the rate over the flood, and the
+/// metric counts every flow refused.
 fn new_connection_rate(variant: Backend) {
-    let topo = topology();
-    apply(
-        &topo,
+    let mut topo = topology();
+    let agent = start_agent(
+        &mut topo,
         variant,
         &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {RATE}/s\n"),
     );
     let receiver = udp_receiver(&topo);
     let flood = udp_flood(&topo.pod, 2.0);
     let (accepted, neighbour) = received(receiver);
-    let expected = BURST + RATE * flood.seconds;
+    let expected = flood.bucket_accepts(RATE, BURST);
     let offered = flood.flooder_flows as f64 / flood.seconds;
     eprintln!(
         "{variant:?}: podNewConnectionRate {RATE}/s burst {BURST}: {} flows offered in {:.3} s ({offered:.0}/s), {accepted} accepted (expected {expected:.0}, {:+.2} %), neighbour {neighbour} of {}",
@@ -342,6 +440,18 @@ fn new_connection_rate(variant: Backend) {
     assert!(
         (accepted as f64 - expected).abs() <= expected * 0.01,
         "{accepted} accepted, {expected:.0} expected"
+    );
+    let refused = flood.flooder_flows - accepted;
+    let mut scraped = None;
+    wait_until(Duration::from_secs(10), || {
+        scraped = limited(&topo.node, "rate");
+        scraped == Some(refused)
+    });
+    assert_eq!(
+        scraped,
+        Some(refused),
+        "the metric; the agent's log:\n{}",
+        agent_log(&agent)
     );
 }
 

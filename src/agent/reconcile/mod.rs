@@ -302,6 +302,19 @@ impl Reconciler {
         })
     }
 
+    /// The pod share of the active config, when it sets one: what a scrape reads the
+    /// refusals of.
+    pub fn share_in_force(&self) -> Option<crate::agent::health::ShareInForce> {
+        let config = self.admission.config()?;
+        config
+            .pod_share
+            .is_limited()
+            .then(|| crate::agent::health::ShareInForce {
+                names: self.settings.plan.names(),
+                families: crate::plan::families(&self.settings.plan, config),
+            })
+    }
+
     /// An address change that can move the output address was reported, or an operator asked
     /// for a fresh look (SIGHUP): the next pass reads the node's addresses.
     pub fn addresses_may_have_changed(&mut self) {

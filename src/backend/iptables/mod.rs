@@ -11,6 +11,7 @@ mod saved;
 mod share;
 mod tools;
 
+pub(crate) use share::SavedShare;
 pub(crate) use tools::{detect_variant, Variant};
 
 use super::generation::{self, Gate};
@@ -146,9 +147,9 @@ impl Iptables {
         chains: &share::ShareChains,
         wanted: bool,
         counters: bool,
-    ) -> Result<share::LiveShare, BackendError> {
+    ) -> Result<share::SavedShare, BackendError> {
         if !wanted && !self.may_hold_share(family, chains) {
-            return Ok(share::LiveShare::default());
+            return Ok(share::SavedShare::default());
         }
         Ok(share::parse(&self.save_filter(family, counters)?, chains))
     }
@@ -426,7 +427,10 @@ impl Backend for Iptables {
     }
 
     fn inspect(&self, family: Family, names: &Names) -> Result<Inspected, BackendError> {
-        let mut inspection = parse_saved(&self.read(family)?, &names.chain).inspection();
+        let saved = self.read(family)?;
+        let mut inspection = parse_saved(&saved, &names.chain).inspection();
+        let live_share = share::parse(&saved, &share::ShareChains::new(&names.chain));
+        inspection.pod_share = live_share.live();
         // nf_tables chains of other tables at srcnat or earlier run before iptables' own nat
         // POSTROUTING (iptables-nft's is table `nat`; legacy's is no nf_tables table at all).
         let own = match self.variant {
@@ -442,15 +446,38 @@ impl Backend for Iptables {
         );
         before.append(&mut inspection.before);
         inspection.before = before;
-        Ok(Inspected::neutral(inspection))
+        Ok(Inspected {
+            inspection,
+            reading: super::Reading::FilterShare(Box::new(live_share)),
+        })
+    }
+
+    fn pod_share_refusals(
+        &self,
+        family: Family,
+        names: &Names,
+    ) -> Result<Vec<crate::plan::live::ShareRefusals>, BackendError> {
+        let chains = share::ShareChains::new(&names.chain);
+        Ok(self.read_share(family, &chains, false, true)?.refused)
     }
 
     fn compare(&self, desired: &Ruleset, live: &Inspected) -> Vec<Difference> {
-        diff(
+        let mut differences = diff(
             &Rendered::new(desired),
             &LiveChain::from_inspection(&live.inspection),
         )
-        .differences
+        .differences;
+        let never_read = share::SavedShare::default();
+        let live_share = match &live.reading {
+            super::Reading::FilterShare(share) => share,
+            _ => &never_read,
+        };
+        let chains = share::ShareChains::new(&desired.names.chain);
+        let rendered = share::render(desired);
+        differences.extend(
+            share::diff(desired.family, &chains, rendered.as_ref(), live_share).differences,
+        );
+        differences
     }
 
     fn cleanup(

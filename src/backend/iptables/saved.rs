@@ -151,6 +151,7 @@ impl<'a> LiveChain<'a> {
     /// The neutral view of this chain.
     pub fn inspection(&self) -> Inspection {
         Inspection {
+            pod_share: None,
             installed: self.chain_exists,
             rules: self
                 .rules

@@ -9,6 +9,7 @@
 use super::render::source_gate;
 use crate::backend::{Difference, DriftKind};
 use crate::config::pod_share::{NewConnectionRate, PodShare};
+use crate::plan::live::{LiveShare, ShareLimit, ShareRefusals};
 use crate::plan::{Action, ChainName, Family, Ruleset};
 use crate::plan::{POD_CONNECTIONS_COMMENT, POD_RATE_COMMENT, POD_SHARE_COMMENT};
 use std::fmt::Write as _;
@@ -196,22 +197,30 @@ fn saved_rate(rate: NewConnectionRate) -> String {
 /// FORWARD rules that jump to the walk, and each LIMIT rule's packet counter when read with
 /// counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct LiveShare {
+pub(crate) struct SavedShare {
     pub lines: [Option<Vec<String>>; 3],
     pub jumps: Vec<String>,
     /// Packets each `<chain>-LIMIT` rule sent to REFUSE, by the rule's comment.
-    pub refused: Vec<(String, u64)>,
+    pub refused: Vec<ShareRefusals>,
 }
 
-impl LiveShare {
+impl SavedShare {
     pub fn is_empty(&self) -> bool {
         self.lines.iter().all(Option::is_none) && self.jumps.is_empty()
+    }
+
+    /// The neutral view: None when nothing of ours is there.
+    pub fn live(&self) -> Option<LiveShare> {
+        (!self.is_empty()).then(|| LiveShare {
+            installed: self.lines.iter().all(Option::is_some) && !self.jumps.is_empty(),
+            refusals: self.refused.clone(),
+        })
     }
 }
 
 /// Our chains and jumps from an `iptables-save -t filter` (with or without `-c`).
-pub(super) fn parse(saved: &str, chains: &ShareChains) -> LiveShare {
-    let mut live = LiveShare::default();
+pub(super) fn parse(saved: &str, chains: &ShareChains) -> SavedShare {
+    let mut live = SavedShare::default();
     let names = chains.all();
     let mut in_filter = false;
     for raw in saved.lines() {
@@ -244,12 +253,15 @@ pub(super) fn parse(saved: &str, chains: &ShareChains) -> LiveShare {
                 .get_or_insert_with(Vec::new)
                 .push(rule.to_string());
             if chain == chains.limit {
-                let label = if spec.contains(POD_RATE_COMMENT) {
-                    "rate"
+                let limit = if spec.contains(POD_RATE_COMMENT) {
+                    ShareLimit::Rate
                 } else {
-                    "connections"
+                    ShareLimit::Connections
                 };
-                live.refused.push((label.to_string(), packets.unwrap_or(0)));
+                live.refused.push(ShareRefusals {
+                    limit,
+                    refused: packets.unwrap_or(0),
+                });
             }
         }
     }
@@ -283,7 +295,7 @@ pub(super) fn diff(
     family: Family,
     chains: &ShareChains,
     desired: Option<&RenderedShare>,
-    live: &LiveShare,
+    live: &SavedShare,
 ) -> ShareDrift {
     let Some(desired) = desired else {
         return removal(family, chains, live);
@@ -349,7 +361,7 @@ pub(super) fn diff(
 }
 
 /// The filter section that removes every chain and jump of ours (None: there is none).
-fn removal(family: Family, chains: &ShareChains, live: &LiveShare) -> ShareDrift {
+fn removal(family: Family, chains: &ShareChains, live: &SavedShare) -> ShareDrift {
     if live.is_empty() {
         return ShareDrift::default();
     }
@@ -450,7 +462,7 @@ mod tests {
         let r = ruleset("podConnectionLimit: 100\n");
         let desired = render(&r).unwrap();
         let chains = &desired.chains;
-        let live = LiveShare {
+        let live = SavedShare {
             lines: desired.lines.clone().map(Some),
             jumps: vec![desired.jump.clone()],
             refused: Vec::new(),
@@ -476,7 +488,7 @@ mod tests {
         assert!(removed.contains("-X IP-MASQ-AGENT-SHARE"));
         assert!(removed.contains(&format!("-D FORWARD {}", desired.jump)));
         assert_eq!(
-            diff(r.family, chains, None, &LiveShare::default()).script,
+            diff(r.family, chains, None, &SavedShare::default()).script,
             None
         );
     }
@@ -499,9 +511,12 @@ mod tests {
         let live = parse(&saved, &desired.chains);
         assert_eq!(live.lines, desired.lines.clone().map(Some));
         assert_eq!(live.jumps, std::slice::from_ref(&desired.jump));
+        let refused: Vec<(ShareLimit, u64)> =
+            live.refused.iter().map(|r| (r.limit, r.refused)).collect();
         assert_eq!(
-            live.refused,
-            [("rate".to_string(), 3), ("connections".to_string(), 3)]
+            refused,
+            [(ShareLimit::Rate, 3), (ShareLimit::Connections, 3)]
         );
+        assert!(live.live().unwrap().installed);
     }
 }

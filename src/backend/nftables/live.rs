@@ -216,6 +216,7 @@ impl LiveTable {
             entry_jumps,
             hook_rules: self.rules.len(),
             before: Vec::new(),
+            pod_share: None,
         }
     }
 }

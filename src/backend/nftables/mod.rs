@@ -469,7 +469,7 @@ impl Backend for Nftables {
         let never_read = LiveTable::default();
         let reading = match &live.reading {
             Reading::Table(table) => table,
-            Reading::Neutral => &never_read,
+            Reading::Neutral | Reading::FilterShare(_) => &never_read,
         };
         diff(&table, reading).differences
     }

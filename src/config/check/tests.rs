@@ -842,3 +842,58 @@ fn a_null_list_entry_says_what_upstream_reads() {
         .iter()
         .any(|d| d.message.contains("does not read this key")));
 }
+
+#[test]
+fn the_pod_share_keys_are_read_and_bounded() {
+    use crate::config::pod_share::NewConnectionRate;
+    let (config, _) = ok(
+        "podConnectionLimit: 512\npodNewConnectionRate: \"200/s\"\npodNewConnectionBurst: 20\npodNewConnectionRatePerDestination: true\n",
+        &V4,
+    );
+    assert_eq!(config.pod_share.connection_limit, Some(512));
+    assert_eq!(
+        config.pod_share.new_connection_rate,
+        Some(NewConnectionRate {
+            per_second: 200,
+            burst: 20,
+            per_destination: true
+        })
+    );
+    assert_eq!(
+        config.provenance.pod_share.as_ref().unwrap().to_string(),
+        "line 1, column 1"
+    );
+    // Written back as given (the burst always).
+    let yaml = config.to_yaml();
+    assert!(yaml.contains("podConnectionLimit: 512"), "{yaml}");
+    assert!(yaml.contains("podNewConnectionRate: 200/s"), "{yaml}");
+    assert!(
+        yaml.contains("podNewConnectionRatePerDestination: true"),
+        "{yaml}"
+    );
+    let (plain, _) = ok("nonMasqueradeCIDRs: [10.0.0.0/8]\n", &V4);
+    assert!(!plain.pod_share.is_limited());
+    assert!(!plain.to_yaml().contains("pod"), "no share, no key");
+    for (text, code) in [
+        ("podConnectionLimit: 0\n", Code::PodShareOutOfRange),
+        ("podConnectionLimit: 1000001\n", Code::PodShareOutOfRange),
+        ("podConnectionLimit: many\n", Code::WrongType),
+        ("podNewConnectionRate: 200\n", Code::WrongType),
+        ("podNewConnectionRate: 200/m\n", Code::WrongType),
+        ("podNewConnectionRate: 0/s\n", Code::PodShareOutOfRange),
+        ("podNewConnectionRate: 100001/s\n", Code::PodShareOutOfRange),
+        (
+            "podNewConnectionRate: 5/s\npodNewConnectionBurst: 0\n",
+            Code::PodShareOutOfRange,
+        ),
+        ("podNewConnectionBurst: 10\n", Code::PodShareWithoutRate),
+        (
+            "podNewConnectionRatePerDestination: true\n",
+            Code::PodShareWithoutRate,
+        ),
+    ] {
+        let errs = errors(text, &V4);
+        assert_eq!(codes(&errs), [code], "{text:?}: {errs:?}");
+        assert!(errs[0].location.is_some(), "{text:?}: located");
+    }
+}

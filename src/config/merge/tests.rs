@@ -263,3 +263,27 @@ fn output_addresses_must_agree_across_files_and_interfaces_unite() {
         error.message
     );
 }
+
+#[test]
+fn merged_files_keep_the_strictest_pod_share() {
+    let parts = [
+        part(
+            "ip-masq-a",
+            "podConnectionLimit: 300\npodNewConnectionRate: 100/s\n",
+        ),
+        part("ip-masq-b", "podConnectionLimit: 200\n"),
+        part(
+            "ip-masq-c",
+            "podNewConnectionRate: 50/s\npodNewConnectionBurst: 7\n",
+        ),
+    ];
+    let checked = merge(Path::new("/etc/config"), &parts, &Options::default());
+    let config = checked.config().expect("valid merge");
+    assert_eq!(config.pod_share.connection_limit, Some(200));
+    let rate = config.pod_share.new_connection_rate.unwrap();
+    assert_eq!((rate.per_second, rate.burst), (50, 7));
+    assert_eq!(
+        config.provenance.pod_share.as_ref().unwrap().to_string(),
+        "ip-masq-a:1:1"
+    );
+}
