@@ -136,6 +136,53 @@ struct ShareAnswer {
     per_destination: bool,
     written: String,
     words: String,
+    /// The share's rules as the kernel holds them (what each limit refused), when read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live: Option<crate::plan::live::LiveShare>,
+    /// The pod addresses with the most masqueraded flows, when read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    busiest_pods: Option<crate::conntrack::busiest::Busiest>,
+}
+
+/// The share's lines: what applies, then (when read) what it refused and the busiest pods.
+fn share_words(share: &ShareAnswer) -> String {
+    let mut out = format!(
+        "        pod share ({}): {}\n",
+        printable(&share.written),
+        printable(&share.words)
+    );
+    if let Some(live) = &share.live {
+        let refused: Vec<String> = live
+            .refusals
+            .iter()
+            .map(|r| format!("{} over {}", r.refused, r.limit.as_str()))
+            .collect();
+        let state = if live.installed {
+            "installed"
+        } else {
+            "incomplete"
+        };
+        let refused = if refused.is_empty() {
+            "none".to_string()
+        } else {
+            refused.join(", ")
+        };
+        out.push_str(&format!(
+            "        live share: {state}; new connections refused so far: {refused}\n"
+        ));
+    }
+    if let Some(busiest) = share.busiest_pods.as_ref().filter(|b| !b.pods.is_empty()) {
+        let pods: Vec<String> = busiest
+            .pods
+            .iter()
+            .map(|p| format!("{} {}", p.address, p.connections))
+            .collect();
+        out.push_str(&format!(
+            "        busiest pods (masqueraded flows tracked): {}\n",
+            pods.join(", ")
+        ));
+    }
+    out
 }
 
 /// The pod share of `config` for a masqueraded verdict.
@@ -154,6 +201,8 @@ fn share_answer(config: &Config, action: Action) -> Option<ShareAnswer> {
         words: format!(
             "each pod address: {share}; a new connection over it is refused at once (TCP: a reset; other protocols: ICMP administratively prohibited)"
         ),
+        live: None,
+        busiest_pods: None,
     })
 }
 
@@ -522,6 +571,13 @@ pub fn run(args: &ExplainArgs) -> Exit {
         (_, Action::Masquerade) => "masquerade",
         (_, Action::KeepSource) => "keep-source",
     };
+    if let (Some(share), false) = (config_verdict.pod_share.as_mut(), local || args.no_live) {
+        share.live = match &inspected {
+            Some(Ok(Some(inspection))) => inspection.pod_share.clone(),
+            _ => None,
+        };
+        share.busiest_pods = crate::conntrack::busiest::read(family).ok();
+    }
     let (conntrack, conntrack_unavailable) = if local || args.no_live {
         (None, None)
     } else {
@@ -813,11 +869,7 @@ fn to_text(report: &ExplainReport, style: &Styler) -> String {
         ));
     }
     if let Some(share) = &c.pod_share {
-        out.push_str(&format!(
-            "        pod share ({}): {}\n",
-            printable(&share.written),
-            printable(&share.words)
-        ));
+        out.push_str(&share_words(share));
     }
     out.push_str(&live_text(report, style));
     if let Some(flows) = &report.conntrack {

@@ -81,6 +81,10 @@ pub struct FamilyReport {
     /// part is there and what each limit refused; absent when there is none of ours.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_share: Option<crate::plan::live::LiveShare>,
+    /// With a pod share: the pod addresses holding the most masqueraded connections (one
+    /// conntrack dump; absent when it could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busiest_pods: Option<crate::conntrack::busiest::Busiest>,
 }
 
 /// Rules that run before ours: another table's nat postrouting chain, or POSTROUTING's rules
@@ -285,6 +289,10 @@ fn family_report(family: Family, live: &Inspection) -> FamilyReport {
         },
         rules,
         pod_share: live.pod_share.clone(),
+        busiest_pods: live
+            .pod_share
+            .as_ref()
+            .and_then(|_| crate::conntrack::busiest::read(family).ok()),
     }
 }
 
@@ -314,6 +322,22 @@ fn share_text(share: &crate::plan::live::LiveShare, style: &Styler) -> String {
             refused.join(", ")
         )
     }
+}
+
+/// The pods holding the most masqueraded connections, busiest first.
+fn busiest_text(busiest: &crate::conntrack::busiest::Busiest) -> String {
+    if busiest.pods.is_empty() {
+        return "  busiest pods: none holds a masqueraded connection\n".to_string();
+    }
+    let pods: Vec<String> = busiest
+        .pods
+        .iter()
+        .map(|p| format!("{} {}", p.address, p.connections))
+        .collect();
+    format!(
+        "  busiest pods (masqueraded flows tracked): {}\n",
+        pods.join(", ")
+    )
 }
 
 /// 1234567 → "1.2M" (units of 1000, as `iptables -L -v`): counters stay narrow in an
@@ -498,6 +522,9 @@ fn family_text(
     let mut out = format!("{name} {chain_state}; {entry}\n");
     if let Some(share) = &family.pod_share {
         out.push_str(&share_text(share, style));
+    }
+    if let Some(busiest) = &family.busiest_pods {
+        out.push_str(&busiest_text(busiest));
     }
     for stage in &family.before {
         let priority = stage

@@ -4,6 +4,7 @@
 //! packet is tracked anew under the rules in force. The table is read and written over
 //! `crate::netlink::conntrack`.
 
+pub mod busiest;
 pub mod health;
 pub mod judge;
 

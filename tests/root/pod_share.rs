@@ -143,18 +143,24 @@ fn limited(node: &Netns, limit: &str) -> Option<u64> {
         .map(|v| v.trim().parse::<f64>().unwrap() as u64)
 }
 
-/// `show -o json`'s pod share refusals of IPv4 for `limit`.
-fn shown_refusals(node: &Netns, backend: Backend, limit: &str) -> u64 {
+/// `show -o json`'s IPv4 family.
+fn shown_ipv4(node: &Netns, backend: Backend) -> serde_json::Value {
     let mut args = vec!["show", "-o", "json"];
     args.extend_from_slice(backend.flags());
     let run = node.ipmasq(&args);
     let json: serde_json::Value = serde_json::from_str(&run.stdout).expect(&run.stdout);
-    let family = json["families"]
+    json["families"]
         .as_array()
         .and_then(|f| f.iter().find(|f| f["family"] == "ipv4"))
-        .unwrap_or_else(|| panic!("no ipv4 in {json}"));
+        .unwrap_or_else(|| panic!("no ipv4 in {json}"))
+        .clone()
+}
+
+/// `show -o json`'s pod share refusals of IPv4 for `limit`.
+fn shown_refusals(node: &Netns, backend: Backend, limit: &str) -> u64 {
+    let family = shown_ipv4(node, backend);
     let share = &family["podShare"];
-    assert_eq!(share["installed"], true, "{json}");
+    assert_eq!(share["installed"], true, "{family}");
     share["refusals"]
         .as_array()
         .and_then(|r| r.iter().find(|r| r["limit"] == limit))
@@ -412,6 +418,32 @@ fn connection_limit(variant: Backend) {
         shown_refusals(&topo.node, variant, "connections"),
         outcome.flooder_refused,
         "show"
+    );
+    // The flooder's and the neighbour's flows are still tracked (closing): the busiest first.
+    let busiest = &shown_ipv4(&topo.node, variant)["busiestPods"]["pods"];
+    assert_eq!(
+        busiest,
+        &serde_json::json!([
+            {"address": FLOODER, "connections": LIMIT},
+            {"address": NEIGHBOUR, "connections": 100},
+        ]),
+        "show's busiest pods"
+    );
+    let explained = topo.node.ipmasq(&[
+        "explain",
+        MASQ_V4,
+        "--from",
+        FLOODER,
+        variant.flags()[0],
+        variant.flags()[1],
+    ]);
+    assert!(
+        explained.stdout.contains("at most 200 connections at once")
+            && explained.stdout.contains(&format!(
+                "busiest pods (masqueraded flows tracked): {FLOODER} 200"
+            )),
+        "{}",
+        explained.stdout
     );
 }
 
