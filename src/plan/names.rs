@@ -81,9 +81,10 @@ pub const SNAT_COMMENT: &str =
 pub const SOURCE_COMMENT: &str =
     "ipmasq: traffic from outside masqueradeSourceCIDRs is not subject to MASQUERADE";
 
-/// The entry rule of the pod share (new connections, in the forward hook).
+/// The entry rule of the pod share (new connections, in the forward hook). No quote in it:
+/// iptables-save escapes one, and the rule would never read back as written.
 pub const POD_SHARE_COMMENT: &str =
-    "ipmasq: new masqueraded connections are held to each pod's share";
+    "ipmasq: new masqueraded connections are held to a share per pod";
 /// The rule that refuses a pod over `podNewConnectionRate`.
 pub const POD_RATE_COMMENT: &str = "ipmasq: a pod over podNewConnectionRate is refused";
 /// The rule that refuses a pod over `podConnectionLimit`.

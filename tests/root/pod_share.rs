@@ -507,6 +507,79 @@ fn unlimited(variant: Backend) {
     assert_eq!(outcome.flooder_established, 1000, "{outcome:?}");
 }
 
+/// Both families with every key: the rules read back as written (show finds the node in sync,
+/// a second pass writes nothing), and cleanup leaves nothing of them in either filter table.
+fn both_families_round_trip_and_clean_up(variant: Backend) {
+    let topo = topology();
+    let config = "nonMasqueradeCIDRs: [198.51.100.0/24, '2001:db8:f1::/64']\npodConnectionLimit: 300\npodNewConnectionRate: 7/s\npodNewConnectionBurst: 3\npodNewConnectionRatePerDestination: true\n";
+    let path = scratch_file("share-config", config);
+    let config_flag = format!("--config={}", path.display());
+    let mut args = vec!["agent", "--once", "--enable-ipv6", &config_flag];
+    args.extend_from_slice(variant.flags());
+    let first = topo.node.ipmasq(&args);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let mut dry = args.clone();
+    dry.push("--dry-run");
+    let second = topo.node.ipmasq(&dry);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        !second.stdout.contains("*filter") && !second.stderr.contains("*filter"),
+        "a second pass would write the share again:\n{}\n{}",
+        second.stdout,
+        second.stderr
+    );
+    // A neighbour deletes the FORWARD jump and flushes the limit chain: the next pass repairs
+    // both, and only them.
+    let tool = match variant {
+        Backend::IptablesLegacy => "iptables-legacy",
+        Backend::IptablesNft => "iptables-nft",
+    };
+    topo.node.sh(&format!(
+        "{tool} -D FORWARD 1 && {tool} -F IP-MASQ-AGENT-LIMIT"
+    ));
+    let repair = topo.node.ipmasq(&args);
+    assert_eq!(repair.code, 0, "{}", repair.stderr);
+    assert!(
+        repair.stderr.contains("rules repaired"),
+        "the repair is said: {}",
+        repair.stderr
+    );
+    let listing = variant.listing(&topo.node);
+    assert!(
+        listing.contains("-A FORWARD -m comment") && listing.contains("--connlimit-above 300"),
+        "{listing}"
+    );
+    let mut show = vec!["show", "-o", "json", "--enable-ipv6", &config_flag];
+    show.extend_from_slice(variant.flags());
+    let shown = topo.node.ipmasq(&show);
+    let json: serde_json::Value = serde_json::from_str(&shown.stdout)
+        .unwrap_or_else(|_| panic!("show: {} {}", shown.stdout, shown.stderr));
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(json["sync"]["inSync"], true, "{json}");
+    for family in json["families"].as_array().unwrap() {
+        assert_eq!(family["podShare"]["installed"], true, "{family}");
+    }
+    let mut cleanup = vec!["cleanup"];
+    cleanup.extend_from_slice(variant.flags());
+    let run = topo.node.ipmasq(&cleanup);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let tool = match variant {
+        Backend::IptablesLegacy => "legacy",
+        Backend::IptablesNft => "nft",
+    };
+    for v6 in [false, true] {
+        let saved = topo.node.save(tool, v6, Some("filter"));
+        assert!(!saved.contains("IP-MASQ-AGENT"), "left behind:\n{saved}");
+    }
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn both_families_round_trip_and_clean_up_iptables() {
+    both_families_round_trip_and_clean_up(Backend::IptablesLegacy);
+    both_families_round_trip_and_clean_up(Backend::IptablesNft);
+}
+
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn connection_limit_iptables_legacy() {
