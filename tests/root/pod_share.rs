@@ -573,6 +573,79 @@ fn both_families_round_trip_and_clean_up(variant: Backend) {
     }
 }
 
+/// What the docs say of `connlimit` and a neighbour's rewrite of the filter table, proven: a
+/// pod holds its limit of 5; another program then adds a rule to the filter table; with
+/// iptables-legacy (the whole table replaced) the pod opens 5 more, with iptables-nft (our rule
+/// untouched) none.
+fn count_after_a_neighbours_rewrite(variant: Backend) -> u64 {
+    let topo = topology();
+    let _listener = tcp_listener(&topo);
+    apply(
+        &topo,
+        variant,
+        "nonMasqueradeCIDRs: [198.51.100.0/24]\npodConnectionLimit: 5\n",
+    );
+    let go = scratch_file("share-go", "");
+    std::fs::remove_file(&go).unwrap();
+    let held = scratch_file("share-held", "");
+    std::fs::remove_file(&held).unwrap();
+    let holder = spawn_in(
+        &topo.pod,
+        &format!(
+            "import os, socket, time\n\
+             def attempt():\n\
+             \x20   s = socket.socket()\n\
+             \x20   s.bind(('{FLOODER}', 0))\n\
+             \x20   try:\n\
+             \x20       s.connect(('{MASQ_V4}', {PORT}))\n\
+             \x20       return s\n\
+             \x20   except OSError:\n\
+             \x20       return None\n\
+             first = [attempt() for _ in range(7)]\n\
+             open('{held}', 'w').write(str(sum(s is not None for s in first)))\n\
+             while not os.path.exists('{go}'):\n\
+             \x20   time.sleep(0.01)\n\
+             second = [attempt() for _ in range(7)]\n\
+             print(sum(s is not None for s in first), sum(s is not None for s in second))\n",
+            held = held.display(),
+            go = go.display()
+        ),
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || std::fs::read_to_string(&held)
+            .is_ok_and(|t| !t.is_empty())),
+        "the pod never held its connections"
+    );
+    let tool = match variant {
+        Backend::IptablesLegacy => "iptables-legacy",
+        Backend::IptablesNft => "iptables-nft",
+    };
+    topo.node
+        .sh(&format!("{tool} -A INPUT -p udp --dport 9 -j ACCEPT"));
+    std::fs::write(&go, "").unwrap();
+    let out = holder.output();
+    let _ = std::fs::remove_file(&go);
+    let _ = std::fs::remove_file(&held);
+    let counts: Vec<u64> = out.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert_eq!(counts[0], 5, "{variant:?}: the limit held at first: {out}");
+    counts[1]
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_neighbours_rewrite_restarts_the_count_with_legacy_only() {
+    assert_eq!(
+        count_after_a_neighbours_rewrite(Backend::IptablesLegacy),
+        5,
+        "legacy forgets the count"
+    );
+    assert_eq!(
+        count_after_a_neighbours_rewrite(Backend::IptablesNft),
+        0,
+        "iptables-nft keeps it"
+    );
+}
+
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn both_families_round_trip_and_clean_up_iptables() {

@@ -220,6 +220,9 @@ impl Iptables {
     /// sends the generation request alone.
     fn sync_plan(&mut self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         self.check(desired)?;
+        if self.variant == Variant::Legacy && desired.pod_share.connection_limit.is_some() {
+            warn_legacy_connection_count();
+        }
         let gated = self.variant == Variant::Nft;
         // Read the id BEFORE the save, so a change during the save is never missed.
         let before = gated.then(generation::current).flatten();
@@ -524,6 +527,18 @@ impl Backend for Iptables {
             left: Vec::new(),
             transaction: script,
         })
+    }
+}
+
+/// Says once per process that iptables-legacy's `connlimit` forgets its count whenever any
+/// program rewrites the filter table (legacy replaces the whole table, and every rule's match
+/// starts anew; iptables-nft keeps a rule that did not change).
+fn warn_legacy_connection_count() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "podConnectionLimit with iptables-legacy: the kernel forgets each pod's count whenever any program rewrites the filter table (kube-proxy in iptables mode does at each sync), and a pod may then open its limit again; iptables-nft keeps the count"
+        );
     }
 }
 
