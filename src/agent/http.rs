@@ -208,12 +208,21 @@ async fn conntrack_statistics() -> Option<crate::conntrack::health::ConntrackFig
 
 /// The pod share's refusals for a scrape, read off the loop with the agent's backend (each
 /// tool within its deadline): per family, what its rules' counters say; a family that cannot
-/// be read is left out (said at debug level).
+/// be read is left out (said at debug level). Scrapes less than a second apart share one read,
+/// and one read runs at a time.
 async fn pod_share_refusals(
     backend: crate::backend::BackendId,
     share: super::health::ShareInForce,
 ) -> Vec<super::health::FamilyRefusals> {
+    type Cached = Option<(Instant, Vec<super::health::FamilyRefusals>)>;
+    static LAST: std::sync::Mutex<Cached> = std::sync::Mutex::new(None);
     let read = move || {
+        let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, refusals)) = last.as_ref() {
+            if at.elapsed() < Duration::from_secs(1) {
+                return refusals.clone();
+            }
+        }
         let backend = crate::backend::select::by_id_with_timeout(backend, SHARE_READ_DEADLINE);
         let mut out = Vec::new();
         for family in share.families {
@@ -225,6 +234,7 @@ async fn pod_share_refusals(
                 Err(err) => debug!(%family, error = %err, "pod share counters unreadable"),
             }
         }
+        *last = Some((Instant::now(), out.clone()));
         out
     };
     tokio::task::spawn_blocking(read).await.unwrap_or_default()

@@ -298,8 +298,8 @@ pub const POD_EGRESS_LIMITED: ExportedMetric = ExportedMetric {
     name: "ipmasq_pod_egress_limited_total",
     kind: MetricType::Counter,
     labels: &["family", "limit"],
-    help: "New masqueraded connections refused because their pod was over its share (podNewConnectionRate or podConnectionLimit), read from the refusing rule's counter at the scrape",
-    note: "`limit` is `rate` or `connections`. No per-pod label: `ipmasq show` names the pods holding the most connections. The count restarts from 0 when a config change rewrites the rule (Prometheus' `rate()` and `increase()` take that as a reset).",
+    help: "Packets of new masqueraded connections refused because their pod was over its share (podNewConnectionRate or podConnectionLimit), read from the refusing rule's counter at the scrape",
+    note: "`limit` is `rate` or `connections`. A packet of a connection conntrack still calls new: a TCP connect's SYN (and its retries), each datagram of a UDP flow that was never answered. No per-pod label: `ipmasq show` names the pods holding the most connections. The count restarts from 0 when a config change rewrites the rule (Prometheus' `rate()` and `increase()` take that as a reset).",
     served: Served::WithPodShare,
 };
 pub const FOREIGN_COMMITS: ExportedMetric = ExportedMetric {

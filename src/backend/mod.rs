@@ -316,6 +316,10 @@ pub enum DriftKind {
     /// A table with our name that does not carry our mark (a neighbour's, or made by an
     /// ipmasq before the mark): made anew, marked.
     TableUnmarked,
+    /// The pod share's rules (their chains, or the forward hook's jump to them) are not the
+    /// plan's: apart from the masquerade's own kinds, so a share added or repaired never
+    /// reads as a fresh install or a bypass of the masquerade.
+    ShareDiffers,
 }
 
 impl DriftKind {
@@ -333,6 +337,7 @@ impl DriftKind {
             DriftKind::HookDiffers => "hook-differs",
             DriftKind::SetDiffers => "set-differs",
             DriftKind::TableUnmarked => "table-unmarked",
+            DriftKind::ShareDiffers => "share-differs",
         }
     }
 
@@ -348,7 +353,8 @@ impl DriftKind {
             | DriftKind::LocalSkipMissing
             | DriftKind::HookDiffers
             | DriftKind::SetDiffers
-            | DriftKind::TableUnmarked => "rules_differ",
+            | DriftKind::TableUnmarked
+            | DriftKind::ShareDiffers => "rules_differ",
             DriftKind::JumpMissing => "jump_missing",
             DriftKind::JumpDuplicated => "jump_duplicate",
             DriftKind::JumpStale => "jump_stale",

@@ -185,10 +185,14 @@ fn share_words(share: &ShareAnswer) -> String {
     out
 }
 
-/// The pod share of `config` for a masqueraded verdict.
-fn share_answer(config: &Config, action: Action) -> Option<ShareAnswer> {
+/// The pod share of `config` for a masqueraded verdict of traffic from `source`.
+fn share_answer(config: &Config, action: Action, source: IpAddr) -> Option<ShareAnswer> {
     let share = config.pod_share;
     if action != Action::Masquerade || !share.is_limited() {
+        return None;
+    }
+    if is_local_address(source) {
+        // The node's own traffic leaves through OUTPUT, never the forward hook of the share.
         return None;
     }
     let rate = share.new_connection_rate;
@@ -393,7 +397,7 @@ fn config_answer(
         reason: verdict.reason,
         decision,
         output_address_fallback: None,
-        pod_share: share_answer(config, verdict.action),
+        pod_share: share_answer(config, verdict.action, src),
     }
 }
 

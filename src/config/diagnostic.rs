@@ -115,6 +115,10 @@ codes! {
     PodShareWithoutRate = "pod-share-without-rate", Error,
         "podNewConnectionBurst or podNewConnectionRatePerDestination without podNewConnectionRate: they shape a rate that is not there",
         "add podNewConnectionRate (e.g. \"200/s\"), or delete the key";
+    /// Merged files (or a pool and its base) give different pod shares.
+    PodShareConflict = "pod-share-conflict", Error,
+        "merged files, or a node pool and its base, that give different pod shares (podConnectionLimit, podNewConnectionRate and its burst and scope)",
+        "give the pod share's keys in one file of the directory, or in the base or one pool only";
     /// Merged files name different output addresses of one family.
     OutputAddressConflict = "output-address-conflict", Error,
         "merged files that name different output addresses of one family",

@@ -160,6 +160,33 @@ fn take_first_output_addresses(
     }
 }
 
+/// Files that give another pod share than the one the merge took (the first file's): an error
+/// naming both places. A share is whole (its limit, rate, burst and scope): parts from several
+/// files would make a share nobody wrote.
+fn pod_share_conflicts(configs: &[(&Arc<str>, &Config)], merged: &Config) -> Vec<Diagnostic> {
+    let taken = merged.pod_share;
+    if !taken.is_limited() {
+        return Vec::new();
+    }
+    let first = merged.provenance.pod_share.clone().unwrap_or_default();
+    configs
+        .iter()
+        .filter(|(_, config)| config.pod_share.is_limited() && config.pod_share != taken)
+        .map(|(file, config)| {
+            Diagnostic::error(
+                Code::PodShareConflict,
+                format!(
+                    "the pod share here ({}) contradicts the one at {first} ({taken})",
+                    config.pod_share
+                ),
+            )
+            .at_opt(config.provenance.pod_share.as_ref().and_then(|p| p.location))
+            .in_file((*file).clone())
+            .hint("give the pod share's keys in one file only (for a pool of nodes: in that pool, not in the base)")
+        })
+        .collect()
+}
+
 /// Appends `nets` (with their places) to a union, skipping what it holds already.
 fn union_into(
     nets: &[IpNet],
@@ -182,7 +209,7 @@ fn union_into(
 /// The configs of the parts as one: lists as unions in file order without repeats (each
 /// entry's file and place kept), starting empty as v2's do (the defaults only when there is
 /// no part at all), booleans OR'd, the largest `cidrLimit` and the shortest `resyncInterval`
-/// given, the stricter pod share (the smaller limit, the slower rate).
+/// given, the first file's pod share.
 // Long: one pass over the parts in file order keeps every list's order, its first place and
 // its repeats together; split per field, each list would walk the parts again.
 fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config {
@@ -235,11 +262,11 @@ fn merge_configs(configs: &[(&Arc<str>, &Config)], options: &Options) -> Config 
                 given.output_interfaces.clone().map(|p| in_file(p, file));
         }
         take_first_output_addresses(config, file, &mut merged, &mut provenance);
-        if config.pod_share.is_limited() {
-            merged.pod_share = merged.pod_share.stricter(config.pod_share);
-            if provenance.pod_share.is_none() {
-                provenance.pod_share = given.pod_share.clone().map(|p| in_file(p, file));
-            }
+        // The first file that gives a share wins; a different one elsewhere is an error
+        // reported by `merge`.
+        if config.pod_share.is_limited() && !merged.pod_share.is_limited() {
+            merged.pod_share = config.pod_share;
+            provenance.pod_share = given.pod_share.clone().map(|p| in_file(p, file));
         }
         if given.gave_cidr_limit {
             provenance.gave_cidr_limit = true;
@@ -320,6 +347,7 @@ pub fn merge(dir: &Path, parts: &[Part], options: &Options) -> Checked {
     }
     check_across_lists(&merged, options, &mut found);
     found.extend(output_address_conflicts(&configs, &merged));
+    found.extend(pod_share_conflicts(&configs, &merged));
     diagnostics.extend(found);
     Checked::new(merged, diagnostics)
 }

@@ -61,22 +61,6 @@ impl PodShare {
     pub fn is_limited(&self) -> bool {
         self.connection_limit.is_some() || self.new_connection_rate.is_some()
     }
-
-    /// The stricter of two shares, part by part: the smaller limit, the slower rate (whole).
-    pub fn stricter(self, other: PodShare) -> PodShare {
-        let connection_limit = match (self.connection_limit, other.connection_limit) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let new_connection_rate = match (self.new_connection_rate, other.new_connection_rate) {
-            (Some(a), Some(b)) if b.per_second < a.per_second => Some(b),
-            (a, b) => a.or(b),
-        };
-        PodShare {
-            connection_limit,
-            new_connection_rate,
-        }
-    }
 }
 
 impl fmt::Display for PodShare {
@@ -155,32 +139,22 @@ mod tests {
     }
 
     #[test]
-    fn the_stricter_share_takes_the_smaller_parts() {
-        let rate = |per_second| NewConnectionRate {
-            per_second,
+    fn a_share_is_said_in_words() {
+        let rate = NewConnectionRate {
+            per_second: 10,
             burst: DEFAULT_BURST,
-            per_destination: false,
+            per_destination: true,
         };
-        let a = PodShare {
-            connection_limit: Some(100),
-            new_connection_rate: Some(rate(50)),
-        };
-        let b = PodShare {
+        let share = PodShare {
             connection_limit: Some(80),
-            new_connection_rate: None,
+            new_connection_rate: Some(rate),
         };
-        let both = a.stricter(b);
-        assert_eq!(both.connection_limit, Some(80));
-        assert_eq!(both.new_connection_rate, Some(rate(50)));
-        assert_eq!(PodShare::default().stricter(b), b);
         assert_eq!(
-            b.stricter(PodShare {
-                connection_limit: None,
-                new_connection_rate: Some(rate(10))
-            })
-            .to_string(),
-            "at most 80 connections at once, 10/s burst 5 new"
+            share.to_string(),
+            "at most 80 connections at once, 10/s burst 5 per destination new"
         );
+        assert_eq!(PodShare::default().to_string(), "unlimited");
         assert!(!PodShare::default().is_limited());
+        assert!(share.is_limited());
     }
 }

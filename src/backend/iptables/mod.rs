@@ -124,6 +124,7 @@ impl Iptables {
         if !out.success {
             return Err(self.failed(program, &out));
         }
+        check_filter_readable(program, &out.stdout)?;
         Ok(out.stdout)
     }
 
@@ -552,6 +553,25 @@ fn removed(chain: &ChainName, exists: bool, jumps: usize) -> Vec<super::Removed>
         (true, jumps) => vec![super::Removed::Chain { chain, jumps }],
         (false, 0) => Vec::new(),
         (false, jumps) => vec![super::Removed::Jumps { chain, jumps }],
+    }
+}
+
+/// A filter table iptables-nft says it cannot show (a rule written with nft in a form iptables
+/// cannot print) is a failed observation of the pod share: acting on it would insert another
+/// FORWARD jump and rewrite the share's chains every pass.
+fn check_filter_readable(program: &str, saved: &str) -> Result<(), BackendError> {
+    match saved
+        .lines()
+        .find(|l| l.starts_with("# Table `filter'") && l.contains("incompatible"))
+    {
+        Some(line) => Err(BackendError::Unreadable {
+            program: program.to_string(),
+            table: "filter".into(),
+            detail: format!(
+                "{line} A rule in the ip filter table was written with nft in a form iptables cannot show; ipmasq writes no pod share to a table it cannot read. Find it with `nft list table ip filter` and remove it, or move it to a table of its own"
+            ),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -16,8 +16,21 @@ use std::fmt::Write as _;
 
 /// The built-in chain our jump lives in.
 const FORWARD: &str = "FORWARD";
-/// The `hashlimit` table's name (at most 15 bytes), one per family in the kernel.
-const RATE_TABLE: &str = "ipmasq-pod-rate";
+/// The `hashlimit` table's name: `ipmasq-` and 8 hex digits of the SHA-256 of the rate, the
+/// burst and the key (15 bytes, the most a name holds). The kernel finds a table by its name
+/// and family alone and keeps the settings it was made with for as long as one rule names it,
+/// and a rewritten rule is checked before the old one is freed: under one fixed name a new
+/// rate would be written, listed, and never enforced.
+fn rate_table(rate: NewConnectionRate) -> String {
+    let key = format!(
+        "{}/{}/{}",
+        rate.per_second, rate.burst, rate.per_destination
+    );
+    format!(
+        "ipmasq-{}",
+        &crate::config::digest::sha256_hex(key.as_bytes())[..8]
+    )
+}
 /// The `hashlimit` table's buckets and most entries (pods, or pod-destination pairs, seen in
 /// the last `EXPIRE_MS`): a full table drops what it cannot hold, so it is sized for a node.
 const RATE_TABLE_SIZE: u32 = 16_384;
@@ -139,9 +152,10 @@ fn limit_lines(chains: &ShareChains, share: PodShare, family: Family) -> Vec<Str
             "srcip"
         };
         lines.push(format!(
-            "-A {limit} -m comment --comment \"{POD_RATE_COMMENT}\" -m hashlimit --hashlimit-above {} --hashlimit-burst {} --hashlimit-mode {mode} --hashlimit-name {RATE_TABLE} --hashlimit-htable-size {RATE_TABLE_SIZE} --hashlimit-htable-max {RATE_TABLE_MAX} --hashlimit-htable-expire {RATE_EXPIRE_MS} -j {refuse}",
+            "-A {limit} -m comment --comment \"{POD_RATE_COMMENT}\" -m hashlimit --hashlimit-above {} --hashlimit-burst {} --hashlimit-mode {mode} --hashlimit-name {} --hashlimit-htable-size {RATE_TABLE_SIZE} --hashlimit-htable-max {RATE_TABLE_MAX} --hashlimit-htable-expire {RATE_EXPIRE_MS} -j {refuse}",
             saved_rate(rate),
             rate.burst,
+            rate_table(rate),
         ));
     }
     if let Some(count) = share.connection_limit {
@@ -310,12 +324,12 @@ pub(super) fn diff(
             Some(have) if have == want => continue,
             Some(_) => drift.differences.push(difference(
                 family,
-                DriftKind::MissingRule,
+                DriftKind::ShareDiffers,
                 format!("chain {name} differs from the pod share"),
             )),
             None => drift.differences.push(difference(
                 family,
-                DriftKind::ChainMissing,
+                DriftKind::ShareDiffers,
                 format!("chain {name} is missing"),
             )),
         }
@@ -331,7 +345,7 @@ pub(super) fn diff(
     for stale in live.jumps.iter().filter(|j| **j != desired.jump) {
         drift.differences.push(difference(
             family,
-            DriftKind::JumpStale,
+            DriftKind::ShareDiffers,
             format!("FORWARD rule `{stale}` jumps to the pod share"),
         ));
         let _ = writeln!(script, "-D {FORWARD} {stale}");
@@ -340,7 +354,7 @@ pub(super) fn diff(
     for _ in 1..canonical.max(1) {
         drift.differences.push(difference(
             family,
-            DriftKind::JumpDuplicated,
+            DriftKind::ShareDiffers,
             "FORWARD jumps to the pod share twice".into(),
         ));
         let _ = writeln!(script, "-D {FORWARD} {}", desired.jump);
@@ -349,7 +363,7 @@ pub(super) fn diff(
     if canonical == 0 {
         drift.differences.push(difference(
             family,
-            DriftKind::JumpMissing,
+            DriftKind::ShareDiffers,
             "no FORWARD rule sends new connections to the pod share".into(),
         ));
         let _ = writeln!(script, "-I {FORWARD} 1 {}", desired.jump);
@@ -386,7 +400,7 @@ fn removal(family: Family, chains: &ShareChains, live: &SavedShare) -> ShareDrif
     ShareDrift {
         differences: vec![difference(
             family,
-            DriftKind::ExtraRule,
+            DriftKind::ShareDiffers,
             "the pod share's rules are there, but the config limits nothing".into(),
         )],
         script: Some(script),
@@ -429,6 +443,29 @@ mod tests {
         assert_eq!(saved_rate(rate(1)), "1/sec");
         assert_eq!(saved_rate(rate(30_000)), "30303/sec");
         assert_eq!(saved_rate(rate(100_000)), "100000/sec");
+    }
+
+    #[test]
+    fn each_rate_has_a_table_of_its_own() {
+        let rate = |per_second, burst, per_destination| NewConnectionRate {
+            per_second,
+            burst,
+            per_destination,
+        };
+        let names = [
+            rate_table(rate(200, 5, false)),
+            rate_table(rate(201, 5, false)),
+            rate_table(rate(200, 6, false)),
+            rate_table(rate(200, 5, true)),
+        ];
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(name.len(), 15, "{name}: the most a hashlimit name holds");
+            assert!(
+                names[i + 1..].iter().all(|other| other != name),
+                "{names:?}"
+            );
+        }
+        assert_eq!(rate_table(rate(200, 5, false)), names[0], "stable");
     }
 
     #[test]

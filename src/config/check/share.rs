@@ -37,7 +37,11 @@ pub(super) fn decode_share(keys: &ShareKeys, diags: &mut Vec<Diagnostic>) -> Pod
         .burst
         .and_then(|a| decode_count(a, KEY_POD_NEW_CONNECTION_BURST, MAX_RATE, "20", diags));
     let per_destination = keys.per_destination.and_then(|a| decode_bool(a, diags));
-    let Some(rate_key) = keys.rate else {
+    // A null rate is no rate: what shapes it is refused as without one.
+    let rate = keys
+        .rate
+        .filter(|a| a.value.as_scalar().map(|s| s.resolve()) != Some(Resolved::Null));
+    let Some(rate_key) = rate else {
         for (given, key) in [
             (
                 keys.burst.map(|a| a.key.location),

@@ -888,6 +888,10 @@ fn the_pod_share_keys_are_read_and_bounded() {
         ),
         ("podNewConnectionBurst: 10\n", Code::PodShareWithoutRate),
         (
+            "podNewConnectionRate: null\npodNewConnectionBurst: 10\n",
+            Code::PodShareWithoutRate,
+        ),
+        (
             "podNewConnectionRatePerDestination: true\n",
             Code::PodShareWithoutRate,
         ),

@@ -265,25 +265,37 @@ fn output_addresses_must_agree_across_files_and_interfaces_unite() {
 }
 
 #[test]
-fn merged_files_keep_the_strictest_pod_share() {
+fn one_file_gives_the_pod_share_and_another_share_is_a_conflict() {
+    let share = "podConnectionLimit: 300\npodNewConnectionRate: 100/s\n";
     let parts = [
-        part(
-            "ip-masq-a",
-            "podConnectionLimit: 300\npodNewConnectionRate: 100/s\n",
-        ),
-        part("ip-masq-b", "podConnectionLimit: 200\n"),
-        part(
-            "ip-masq-c",
-            "podNewConnectionRate: 50/s\npodNewConnectionBurst: 7\n",
-        ),
+        part("ip-masq-a", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"),
+        part("ip-masq-b", share),
+        part("ip-masq-c", share),
     ];
     let checked = merge(Path::new("/etc/config"), &parts, &Options::default());
-    let config = checked.config().expect("valid merge");
-    assert_eq!(config.pod_share.connection_limit, Some(200));
-    let rate = config.pod_share.new_connection_rate.unwrap();
-    assert_eq!((rate.per_second, rate.burst), (50, 7));
+    let config = checked.config().expect("the same share twice is one share");
+    assert_eq!(config.pod_share.connection_limit, Some(300));
     assert_eq!(
         config.provenance.pod_share.as_ref().unwrap().to_string(),
-        "ip-masq-a:1:1"
+        "ip-masq-b:1:1"
+    );
+    let parts = [
+        part("ip-masq-a", share),
+        part("ip-masq-b", "podConnectionLimit: 200\n"),
+    ];
+    let checked = merge(Path::new("/etc/config"), &parts, &Options::default());
+    assert!(checked.config().is_none());
+    let conflict = checked
+        .diagnostics()
+        .iter()
+        .find(|d| d.code == Code::PodShareConflict)
+        .expect("a conflict");
+    assert_eq!(conflict.file.as_deref(), Some("ip-masq-b"));
+    assert!(
+        conflict
+            .message
+            .contains("contradicts the one at ip-masq-a:1:1"),
+        "{}",
+        conflict.message
     );
 }
