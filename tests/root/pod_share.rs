@@ -1,4 +1,4 @@
-//! A pod's fair share with packets, on both iptables variants: a pod address floods new
+//! A pod's fair share with packets, on both iptables variants and nftables: a pod address floods new
 //! connections to one outside destination at up to 20,000 a second while a neighbour pod
 //! address on the same node opens its own. With `podConnectionLimit` the flooder holds exactly
 //! its limit and is refused the rest at once (a TCP reset), the neighbour loses nothing; with
@@ -71,6 +71,7 @@ fn topology() -> Topology {
 enum Backend {
     IptablesLegacy,
     IptablesNft,
+    Nftables,
 }
 
 impl Backend {
@@ -78,6 +79,7 @@ impl Backend {
         match self {
             Backend::IptablesLegacy => &["--backend=iptables", "--iptables-mode=legacy"],
             Backend::IptablesNft => &["--backend=iptables", "--iptables-mode=nft"],
+            Backend::Nftables => &["--backend=nftables"],
         }
     }
 
@@ -86,6 +88,25 @@ impl Backend {
         match self {
             Backend::IptablesLegacy => node.save("legacy", false, Some("filter")),
             Backend::IptablesNft => node.save("nft", false, Some("filter")),
+            Backend::Nftables => node.sh("nft list ruleset"),
+        }
+    }
+
+    /// How the listing spells the connection limit of `limit`.
+    fn connection_limit_text(self, limit: u64) -> String {
+        match self {
+            Backend::IptablesLegacy | Backend::IptablesNft => {
+                format!("--connlimit-above {limit}")
+            }
+            Backend::Nftables => format!("ct count over {limit}"),
+        }
+    }
+
+    /// A word of the share's rules that its listing holds only while the share is there.
+    fn share_mark(self) -> &'static str {
+        match self {
+            Backend::IptablesLegacy | Backend::IptablesNft => "IP-MASQ-AGENT",
+            Backend::Nftables => "hook forward",
         }
     }
 }
@@ -315,7 +336,10 @@ fn connection_limit(variant: Backend) {
     );
     assert_eq!(outcome.flooder_refused, 4000 - LIMIT, "{outcome:?}");
     let listing = variant.listing(&topo.node);
-    assert!(listing.contains("--connlimit-above 200"), "{listing}");
+    assert!(
+        listing.contains(&variant.connection_limit_text(LIMIT)),
+        "{listing}"
+    );
 }
 
 /// The rate: the flooder's accepted flows are its burst plus the rate over the flood.
@@ -358,7 +382,7 @@ fn unlimited(variant: Backend) {
     apply(&topo, variant, "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
     let listing = variant.listing(&topo.node);
     assert!(
-        !listing.contains("IP-MASQ-AGENT"),
+        !listing.contains(variant.share_mark()),
         "left behind:\n{listing}"
     );
     let outcome = tcp_flood(&topo.pod, 1000);
@@ -394,4 +418,22 @@ fn new_connection_rate_iptables_nft() {
 fn without_the_keys_nothing_is_limited_and_nothing_left() {
     unlimited(Backend::IptablesLegacy);
     unlimited(Backend::IptablesNft);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn connection_limit_nftables() {
+    connection_limit(Backend::Nftables);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn new_connection_rate_nftables() {
+    new_connection_rate(Backend::Nftables);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn without_the_keys_nothing_is_limited_and_nothing_left_nftables() {
+    unlimited(Backend::Nftables);
 }
