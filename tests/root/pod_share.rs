@@ -344,11 +344,17 @@ fn connection_limit(variant: Backend) {
 
 /// The rate: the flooder's accepted flows are its burst plus the rate over the flood.
 fn new_connection_rate(variant: Backend) {
+    new_connection_rate_with(variant, "");
+}
+
+/// The rate with `keys` besides it (the flood goes to one destination address and port, so
+/// a rate per destination holds the flooder as a rate per pod does).
+fn new_connection_rate_with(variant: Backend, keys: &str) {
     let topo = topology();
     apply(
         &topo,
         variant,
-        &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {RATE}/s\n"),
+        &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {RATE}/s\n{keys}"),
     );
     let receiver = udp_receiver(&topo);
     let flood = udp_flood(&topo.pod, 2.0);
@@ -436,4 +442,15 @@ fn new_connection_rate_nftables() {
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn without_the_keys_nothing_is_limited_and_nothing_left_nftables() {
     unlimited(Backend::Nftables);
+}
+
+/// The per-destination key (`ip saddr . ip daddr . th dport`) in the kernel: the flood's one
+/// destination is held to the rate.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn new_connection_rate_per_destination_nftables() {
+    new_connection_rate_with(
+        Backend::Nftables,
+        "podNewConnectionRatePerDestination: true\n",
+    );
 }

