@@ -454,3 +454,43 @@ fn new_connection_rate_per_destination_nftables() {
         "podNewConnectionRatePerDestination: true\n",
     );
 }
+
+/// Every key of the share in both families, with output interfaces and source CIDRs, reads
+/// back from the kernel as written: the next pass (a dry run) finds nothing to apply. (The
+/// kernel names a 32-bit register at the start of a 16-byte one by the 16-byte one's number.)
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn every_key_reads_back_in_sync_in_both_families_nftables() {
+    let ns = super::netns::Netns::new("share-sync");
+    let path = scratch_file(
+        "share-config",
+        "nonMasqueradeCIDRs: [198.51.100.0/24, fd00::/8]\n\
+         masqueradeSourceCIDRs: [10.244.0.0/16, fd00:244::/48]\n\
+         outputInterfaces: [eth*, ens5]\n\
+         podConnectionLimit: 200\n\
+         podNewConnectionRate: 100/s\n\
+         podNewConnectionRatePerDestination: true\n",
+    );
+    let config_flag = format!("--config={}", path.display());
+    let args = [
+        "agent",
+        "--once",
+        "--enable-ipv6",
+        "--backend=nftables",
+        &config_flag,
+    ];
+    let run = ns.ipmasq(&args);
+    assert_eq!(run.code, 0, "agent --once: {}", run.stderr);
+    let mut dry = args.to_vec();
+    dry.push("--dry-run");
+    let run = ns.ipmasq(&dry);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(run.code, 0, "agent --once --dry-run: {}", run.stderr);
+    let text = format!("{}{}", run.stdout, run.stderr);
+    for family in ["ipv4", "ipv6"] {
+        assert!(
+            text.contains(&format!("# {family} (nftables): in sync, nothing to apply")),
+            "{text}"
+        );
+    }
+}

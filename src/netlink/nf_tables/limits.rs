@@ -56,10 +56,12 @@ const TRANSPORT_HEADER: u32 = 2;
 
 /// The registers a key's parts are loaded into: the source address at register 1, the
 /// destination address and the port right after it (a concatenation is read as one run of
-/// 32-bit registers from the first).
+/// 32-bit registers from the first). Named as the kernel dumps them back: a 32-bit register
+/// at the start of a 16-byte one by the 16-byte one's number (IPv6's port, 32-bit register 8,
+/// is register 3).
 pub(super) fn key_registers(v6: bool) -> [Register; 3] {
     if v6 {
-        [Register::Reg1, Register::Reg2, Register::Reg32_08]
+        [Register::Reg1, Register::Reg2, Register::Reg3]
     } else {
         [Register::Reg1, Register::Reg32_01, Register::Reg32_02]
     }
