@@ -36,7 +36,8 @@ pub(super) const FORWARD_PRIORITY: i64 = 0;
 /// refills in far less (burst / rate), as `hashlimit`'s expiry in the iptables backends.
 const RATE_TIMEOUT_MS: u64 = 10_000;
 /// The most elements either set holds (pods, or pod-destination pairs): as `hashlimit`'s
-/// table; a full set refuses what it cannot hold, so it is sized for a node.
+/// table. A full set cannot add an element, and the rule then does not match: a pod it
+/// cannot hold is not limited (not refused), so it is sized for a node.
 const SET_SIZE: u32 = 131_072;
 /// The refusal's rules' comment.
 const REFUSE_COMMENT: &str = "ipmasq: a pod over its share is refused";
