@@ -18,6 +18,7 @@ fn golden_nft_scripts_pass_nft_check() {
         ("nft-scripts.txt", 48),
         ("nft-scripts-extensions.txt", 48),
         ("nft-scripts-egress.txt", 12),
+        ("nft-scripts-share.txt", 6),
     ] {
         let golden = std::fs::read_to_string(crate::util::data(&format!("golden/{file}"))).unwrap();
         let mut checked = 0;

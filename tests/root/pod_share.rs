@@ -1,4 +1,4 @@
-//! A pod's fair share with packets, on both iptables variants: a pod address floods new
+//! A pod's fair share with packets, on both iptables variants and nftables: a pod address floods new
 //! connections to one outside destination at up to 20,000 a second while a neighbour pod
 //! address on the same node opens its own. With `podConnectionLimit` the flooder holds exactly
 //! its limit and is refused the rest at once (a TCP reset), the neighbour loses nothing; with
@@ -73,6 +73,7 @@ fn topology() -> Topology {
 enum Backend {
     IptablesLegacy,
     IptablesNft,
+    Nftables,
 }
 
 impl Backend {
@@ -80,6 +81,7 @@ impl Backend {
         match self {
             Backend::IptablesLegacy => &["--backend=iptables", "--iptables-mode=legacy"],
             Backend::IptablesNft => &["--backend=iptables", "--iptables-mode=nft"],
+            Backend::Nftables => &["--backend=nftables"],
         }
     }
 
@@ -88,6 +90,35 @@ impl Backend {
         match self {
             Backend::IptablesLegacy => node.save("legacy", false, Some("filter")),
             Backend::IptablesNft => node.save("nft", false, Some("filter")),
+            Backend::Nftables => node.sh("nft list ruleset"),
+        }
+    }
+
+    /// How the listing spells the connection limit of `limit`.
+    fn connection_limit_text(self, limit: u64) -> String {
+        match self {
+            Backend::IptablesLegacy | Backend::IptablesNft => {
+                format!("--connlimit-above {limit}")
+            }
+            Backend::Nftables => format!("ct count over {limit}"),
+        }
+    }
+
+    /// How the listing spells a rate of `per_second`.
+    fn rate_text(self, per_second: u32) -> String {
+        match self {
+            Backend::IptablesLegacy | Backend::IptablesNft => {
+                format!("--hashlimit-above {per_second}/sec")
+            }
+            Backend::Nftables => format!("limit rate over {per_second}/second"),
+        }
+    }
+
+    /// A word of the share's rules that its listing holds only while the share is there.
+    fn share_mark(self) -> &'static str {
+        match self {
+            Backend::IptablesLegacy | Backend::IptablesNft => "IP-MASQ-AGENT",
+            Backend::Nftables => "hook forward",
         }
     }
 }
@@ -408,7 +439,10 @@ fn connection_limit(variant: Backend) {
     );
     assert_eq!(outcome.flooder_refused, 4000 - LIMIT, "{outcome:?}");
     let listing = variant.listing(&topo.node);
-    assert!(listing.contains("--connlimit-above 200"), "{listing}");
+    assert!(
+        listing.contains(&variant.connection_limit_text(LIMIT)),
+        "{listing}"
+    );
     let mut scraped = None;
     wait_until(Duration::from_secs(10), || {
         scraped = limited(&topo.node, "connections");
@@ -431,14 +465,12 @@ fn connection_limit(variant: Backend) {
         ]),
         "show's busiest pods"
     );
-    let explained = topo.node.ipmasq(&[
-        "explain",
-        MASQ_V4,
-        "--from",
-        FLOODER,
-        variant.flags()[0],
-        variant.flags()[1],
-    ]);
+    let explained = topo.node.ipmasq(
+        &["explain", MASQ_V4, "--from", FLOODER]
+            .into_iter()
+            .chain(variant.flags().iter().copied())
+            .collect::<Vec<_>>(),
+    );
     assert!(
         explained.stdout.contains("at most 200 connections at once")
             && explained.stdout.contains(&format!(
@@ -454,11 +486,17 @@ fn connection_limit(variant: Backend) {
 /// kernel enforces the new one (a hashlimit table keeps the settings it was made with, so a
 /// rewritten rule under the old table's name would still let the old rate through).
 fn new_connection_rate(variant: Backend) {
+    new_connection_rate_with(variant, "");
+}
+
+/// The rate with `keys` besides it (the flood goes to one destination address and port, so
+/// a rate per destination holds the flooder as a rate per pod does).
+fn new_connection_rate_with(variant: Backend, keys: &str) {
     let mut topo = topology();
     let agent = start_agent(
         &mut topo,
         variant,
-        &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {RATE}/s\n"),
+        &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {RATE}/s\n{keys}"),
     );
     flood_at_rate(&topo, variant, &agent, RATE, BURST);
     let lower = RATE / 2.0;
@@ -466,16 +504,11 @@ fn new_connection_rate(variant: Backend) {
     let next = agent.path.join("config.next");
     std::fs::write(
         &next,
-        format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {lower}/s\n"),
+        format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {lower}/s\n{keys}"),
     )
     .unwrap();
     std::fs::rename(&next, &config).unwrap();
-    let spelled = format!("{lower}/s").replace(".0", "");
-    let saved = match variant {
-        Backend::IptablesLegacy | Backend::IptablesNft => {
-            format!("--hashlimit-above {}ec", spelled)
-        }
-    };
+    let saved = variant.rate_text(lower as u32);
     assert!(
         wait_until(Duration::from_secs(20), || variant
             .listing(&topo.node)
@@ -540,7 +573,7 @@ fn unlimited(variant: Backend) {
     apply(&topo, variant, "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
     let listing = variant.listing(&topo.node);
     assert!(
-        !listing.contains("IP-MASQ-AGENT"),
+        !listing.contains(variant.share_mark()),
         "left behind:\n{listing}"
     );
     let outcome = tcp_flood(&topo.pod, 1000);
@@ -573,6 +606,7 @@ fn both_families_round_trip_and_clean_up(variant: Backend) {
     let tool = match variant {
         Backend::IptablesLegacy => "iptables-legacy",
         Backend::IptablesNft => "iptables-nft",
+        Backend::Nftables => unreachable!("an iptables test"),
     };
     topo.node.sh(&format!(
         "{tool} -D FORWARD 1 && {tool} -F IP-MASQ-AGENT-LIMIT"
@@ -606,6 +640,7 @@ fn both_families_round_trip_and_clean_up(variant: Backend) {
     let tool = match variant {
         Backend::IptablesLegacy => "legacy",
         Backend::IptablesNft => "nft",
+        Backend::Nftables => unreachable!("an iptables test"),
     };
     for v6 in [false, true] {
         let saved = topo.node.save(tool, v6, Some("filter"));
@@ -659,6 +694,7 @@ fn count_after_a_neighbours_rewrite(variant: Backend) -> u64 {
     let tool = match variant {
         Backend::IptablesLegacy => "iptables-legacy",
         Backend::IptablesNft => "iptables-nft",
+        Backend::Nftables => unreachable!("an iptables test"),
     };
     topo.node
         .sh(&format!("{tool} -A INPUT -p udp --dport 9 -j ACCEPT"));
@@ -758,4 +794,73 @@ fn new_connection_rate_iptables_nft() {
 fn without_the_keys_nothing_is_limited_and_nothing_left() {
     unlimited(Backend::IptablesLegacy);
     unlimited(Backend::IptablesNft);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn connection_limit_nftables() {
+    connection_limit(Backend::Nftables);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn new_connection_rate_nftables() {
+    new_connection_rate(Backend::Nftables);
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn without_the_keys_nothing_is_limited_and_nothing_left_nftables() {
+    unlimited(Backend::Nftables);
+}
+
+/// The per-destination key (`ip saddr . ip daddr . th dport`) in the kernel: the flood's one
+/// destination is held to the rate.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn new_connection_rate_per_destination_nftables() {
+    new_connection_rate_with(
+        Backend::Nftables,
+        "podNewConnectionRatePerDestination: true\n",
+    );
+}
+
+/// Every key of the share in both families, with output interfaces and source CIDRs, reads
+/// back from the kernel as written: the next pass (a dry run) finds nothing to apply. (The
+/// kernel names a 32-bit register at the start of a 16-byte one by the 16-byte one's number.)
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn every_key_reads_back_in_sync_in_both_families_nftables() {
+    let ns = super::netns::Netns::new("share-sync");
+    let path = scratch_file(
+        "share-config",
+        "nonMasqueradeCIDRs: [198.51.100.0/24, fd00::/8]\n\
+         masqueradeSourceCIDRs: [10.244.0.0/16, fd00:244::/48]\n\
+         outputInterfaces: [eth*, ens5]\n\
+         podConnectionLimit: 200\n\
+         podNewConnectionRate: 100/s\n\
+         podNewConnectionRatePerDestination: true\n",
+    );
+    let config_flag = format!("--config={}", path.display());
+    let args = [
+        "agent",
+        "--once",
+        "--enable-ipv6",
+        "--backend=nftables",
+        &config_flag,
+    ];
+    let run = ns.ipmasq(&args);
+    assert_eq!(run.code, 0, "agent --once: {}", run.stderr);
+    let mut dry = args.to_vec();
+    dry.push("--dry-run");
+    let run = ns.ipmasq(&dry);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(run.code, 0, "agent --once --dry-run: {}", run.stderr);
+    let text = format!("{}{}", run.stdout, run.stderr);
+    for family in ["ipv4", "ipv6"] {
+        assert!(
+            text.contains(&format!("# {family} (nftables): in sync, nothing to apply")),
+            "{text}"
+        );
+    }
 }

@@ -22,11 +22,24 @@ pub(super) enum Repair {
     Recreate,
 }
 
+impl Repair {
+    /// How the batch of a rewrite or a recreation makes the table.
+    pub(super) fn remake(&self, fresh_limits: bool) -> super::render::Remake {
+        super::render::Remake {
+            recreate: matches!(self, Repair::Recreate),
+            fresh_limits,
+        }
+    }
+}
+
 /// The differences and the repair.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Drift {
     pub differences: Vec<Difference>,
     pub repair: Repair,
+    /// The pod share's limits (their chains and the sets of the pods' state) are made anew
+    /// by a rewrite; otherwise a rewrite leaves them.
+    pub fresh_limits: bool,
 }
 
 /// The differences found so far and how deep a repair they need.
@@ -263,6 +276,7 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
             } else {
                 Repair::Rewrite
             },
+            fresh_limits: true,
         };
     };
     found.hook(chain);
@@ -301,6 +315,10 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         .map(|r| (r.statements.as_str(), r.comment.as_deref().unwrap_or("")))
         .collect();
     found.rules(&want, &have);
+    let share = super::share::diff(desired.family, desired.share.as_ref(), &live.share);
+    found.out.extend(share.differences);
+    found.recreate |= share.recreate;
+    found.rewrite |= share.rewrite;
     let repair = if found.recreate {
         Repair::Recreate
     } else if found.rewrite {
@@ -313,6 +331,7 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
     Drift {
         differences: found.out,
         repair,
+        fresh_limits: share.fresh_limits,
     }
 }
 

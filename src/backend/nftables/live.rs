@@ -44,6 +44,8 @@ pub(crate) struct LiveTable {
     /// in index order.
     pub(super) sets: Vec<LiveSet>,
     pub(super) rules: Vec<LiveRuleSpec>,
+    /// The pod share's chains and sets.
+    pub(super) share: super::share::LiveShare,
 }
 
 /// Reads our table of `family`: a missing table (or chain, or set) is an empty part.
@@ -78,6 +80,7 @@ pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTa
         })
         .collect();
     live.sets.sort_by_key(|s| set_index(&s.name));
+    live.share = super::share::read_share(t, family)?;
     Ok(live)
 }
 
@@ -147,6 +150,7 @@ impl LiveTable {
                     counters: None,
                 })
                 .collect(),
+            share: super::share::LiveShare::written(table.share.as_ref()),
         }
     }
 
@@ -216,7 +220,7 @@ impl LiveTable {
             entry_jumps,
             hook_rules: self.rules.len(),
             before: Vec::new(),
-            pod_share: None,
+            pod_share: self.share.view(),
         }
     }
 }

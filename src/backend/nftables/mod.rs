@@ -1,6 +1,7 @@
 //! The native nftables backend: one table per family (`ip ipmasq`, `ip6 ipmasq`) holding an
 //! interval set of the non-masquerade CIDRs and one nat chain hooked at postrouting
-//! (`render`). Everything goes over netlink (`crate::netlink::nf_tables`), no `nft` process on any path. A
+//! (`render`), and, when the config sets a pod share, a filter chain hooked at forward with
+//! the share's chains and dynamic sets (`share`). Everything goes over netlink (`crate::netlink::nf_tables`), no `nft` process on any path. A
 //! pass first reads the ruleset generation id: when it has not moved since our own last apply
 //! (or last full comparison), nothing can have changed and the pass does nothing else.
 //! Otherwise it reads the table back (`live`), compares (`diff`) and repairs with ONE batch:
@@ -10,6 +11,7 @@
 mod diff;
 mod live;
 mod render;
+mod share;
 
 pub(crate) use render::TABLE;
 
@@ -65,11 +67,12 @@ pub(crate) struct Nftables {
     transport: Option<RefCell<Box<dyn Transport + Send>>>,
 }
 
-/// A table's install: whether it is recreated (not patched), and the batch of ours alone (what
-/// is applied when the joint take-over transaction cannot be).
+/// A table's install: how it is made (recreated or not, the pod share's limits anew or not),
+/// and the batch of ours alone (what is applied when the joint take-over transaction cannot
+/// be).
 #[derive(Clone, Copy)]
 struct Install<'a> {
-    recreate: bool,
+    remake: render::Remake,
     alone: &'a Finished,
 }
 
@@ -205,7 +208,7 @@ impl Nftables {
         chain: &str,
         install: Install<'_>,
     ) -> Result<(), BackendError> {
-        let Install { recreate, alone } = install;
+        let Install { remake, alone } = install;
         let family = table.family;
         let pending = self.take_over[slot(family)];
         let leftovers = if pending {
@@ -215,7 +218,7 @@ impl Nftables {
             Leftovers::default()
         };
         let joint = if leftovers != Leftovers::default() {
-            match self.apply(&table.batch(recreate, &leftovers)?) {
+            match self.apply(&table.batch(remake, &leftovers)?) {
                 Ok(()) => {
                     tracing::info!(%family, chain, "removed iptables-nft's chain and jumps in the same transaction as this table's first install");
                     true
@@ -240,10 +243,10 @@ impl Nftables {
         &mut self,
         table: &DesiredTable,
         desired: &Ruleset,
-        repair: &Repair,
+        drift: &diff::Drift,
         batch: &Finished,
     ) -> Result<Option<u32>, BackendError> {
-        match repair {
+        match &drift.repair {
             Repair::Elements(changes)
                 if changes
                     .iter()
@@ -265,7 +268,7 @@ impl Nftables {
                         table,
                         desired.names.chain.as_str(),
                         Install {
-                            recreate: matches!(repair, Repair::Recreate),
+                            remake: repair.remake(drift.fresh_limits),
                             alone: batch,
                         },
                     ),
@@ -349,12 +352,6 @@ impl Backend for Nftables {
     // against one clock for the pass's log line.
     fn sync(&mut self, desired: &Ruleset, dry_run: bool) -> Result<SyncReport, BackendError> {
         let family = desired.family;
-        if desired.pod_share.is_limited() {
-            // Refused before anything is read or written: the rules in force stay.
-            return Err(BackendError::Unsupported(
-                "podConnectionLimit and podNewConnectionRate are enforced by the iptables backends only (this release): run the agent with --backend iptables, or remove the keys".into(),
-            ));
-        }
         // Subscribed before the id is read, so no commit after it goes unnoticed.
         self.subscribe();
         // Read the id BEFORE the dump, so a change during the dump is never missed. The
@@ -372,7 +369,12 @@ impl Backend for Nftables {
         let started = std::time::Instant::now();
         let table = DesiredTable::new(desired)?;
         let built = started.elapsed();
-        let rules = table.rules.len() + table.elements.len();
+        let rules = table.rules.len()
+            + table.elements.len()
+            + table
+                .share
+                .as_ref()
+                .map_or(0, share::DesiredShare::rule_count);
         // Nothing committed since our own last write: the table is what we wrote, so a new
         // config is compared with that instead of listing the table again. (Copied only then.)
         let remembered = if vouched {
@@ -400,8 +402,9 @@ impl Backend for Nftables {
         let batch = match &drift.repair {
             Repair::None => None,
             Repair::Elements(changes) => Some(table.element_batch(changes)),
-            Repair::Rewrite => Some(table.batch(false, &Leftovers::default())?),
-            Repair::Recreate => Some(table.batch(true, &Leftovers::default())?),
+            repair @ (Repair::Rewrite | Repair::Recreate) => {
+                Some(table.batch(repair.remake(drift.fresh_limits), &Leftovers::default())?)
+            }
         };
         if dry_run {
             return Ok(SyncReport {
@@ -422,7 +425,7 @@ impl Backend for Nftables {
         });
         let after = match &batch {
             Some(batch) => {
-                let outcome = self.commit_repair(&table, desired, &drift.repair, batch);
+                let outcome = self.commit_repair(&table, desired, &drift, batch);
                 self.refused[slot(family)] = matches!(outcome, Err(BackendError::Netlink(_)));
                 Some(outcome?)
             }
@@ -452,6 +455,21 @@ impl Backend for Nftables {
         let mut inspected = self.read(family)?.inspected();
         inspected.inspection.before = self.before_us(family);
         Ok(inspected)
+    }
+
+    fn pod_share_refusals(
+        &self,
+        family: Family,
+        _names: &Names,
+    ) -> Result<Vec<crate::plan::live::ShareRefusals>, BackendError> {
+        // The share's chains and set declarations only, never the table's elements.
+        self.with_transport(|t| share::read_share(t, family))
+            .map(|share| share.refused())
+            .map_err(|failure| BackendError::Unreadable {
+                program: "nf_tables (netlink)".into(),
+                table: format!("{} {TABLE}", family_word(family)),
+                detail: failure.to_string(),
+            })
     }
 
     fn compare(&self, desired: &Ruleset, live: &Inspected) -> Vec<Difference> {

@@ -132,7 +132,7 @@ pub(super) struct RuleSpec {
 }
 
 impl RuleSpec {
-    fn new(stmts: Vec<Stmt>, comment: impl Into<String>) -> Self {
+    pub(super) fn new(stmts: Vec<Stmt>, comment: impl Into<String>) -> Self {
         RuleSpec {
             statements: statement::text(&stmts),
             stmts,
@@ -159,6 +159,16 @@ pub(super) struct DesiredTable {
     /// How many sets hold them ([`set_count`]); each has a lookup rule.
     pub sets: usize,
     pub rules: Vec<RuleSpec>,
+    /// The pod share's chains and sets, when the config limits a pod.
+    pub share: Option<super::share::DesiredShare>,
+}
+
+/// How a batch makes the table's content: with the table deleted first, and with the pod
+/// share's limits (their chains and the sets that hold each pod's state) made anew.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Remake {
+    pub recreate: bool,
+    pub fresh_limits: bool,
 }
 
 impl DesiredTable {
@@ -216,11 +226,13 @@ impl DesiredTable {
             ));
         }
         rules.extend(rewrite_rules(ruleset)?);
+        let share = super::share::DesiredShare::new(ruleset, &rules);
         Ok(DesiredTable {
             family,
             elements,
             sets,
             rules,
+            share,
         })
     }
 
@@ -238,9 +250,12 @@ impl DesiredTable {
     /// elements, and the rules added. The table and its hooked chain are kept (counters of the
     /// hook survive), unless `recreate`: then the table is deleted first (the hook or a set's
     /// type changed, which cannot be altered in place, or a set of ours is no longer planned). `leftovers` of iptables-nft go in the same
-    /// transaction.
-    pub fn batch(&self, recreate: bool, leftovers: &Leftovers) -> Result<Finished, BackendError> {
+    /// transaction. The pod share's chains come along ([`super::share`]), its limits only
+    /// when `remake` says so.
+    pub fn batch(&self, remake: Remake, leftovers: &Leftovers) -> Result<Finished, BackendError> {
         let family = self.family;
+        let recreate = remake.recreate;
+        let fresh_limits = recreate || remake.fresh_limits;
         let mut b = Batch::new(crate::netlink::nf_tables::sequence(4096));
         b.add_table(family, TABLE, Some(OWNER_MARK))
             .map_err(BackendError::Unsupported)?;
@@ -260,6 +275,9 @@ impl DesiredTable {
             b.add_set(family, TABLE, name, key_type(family), true);
         }
         b.flush_chain(family, TABLE, CHAIN);
+        if let Some(share) = &self.share {
+            share.clear(&mut b, family, fresh_limits);
+        }
         for name in &names {
             b.delete_set(family, TABLE, name);
         }
@@ -271,6 +289,11 @@ impl DesiredTable {
         }
         for rule in &self.rules {
             b.add_rule(family, TABLE, CHAIN, &rule.stmts, Some(&rule.comment))
+                .map_err(BackendError::Unsupported)?;
+        }
+        if let Some(share) = &self.share {
+            share
+                .fill(&mut b, family, fresh_limits)
                 .map_err(BackendError::Unsupported)?;
         }
         for handle in &leftovers.jumps {
@@ -375,8 +398,17 @@ pub(crate) fn footprint(ruleset: &Ruleset) -> crate::backend::Footprint {
     let sources = aggregate(ruleset.entry.source_ranges.iter().copied()).len();
     let scopes = ruleset.entry.output_interfaces.len().max(1);
     let rewrites = scopes * (ruleset.masquerade.ports.len() + 1);
+    let share = if ruleset.pod_share.is_limited() {
+        // The hook's jump, the walk (the gate, the lookups, a goto per scope), the limits
+        // and the two refusals.
+        let limits = usize::from(ruleset.pod_share.connection_limit.is_some())
+            + usize::from(ruleset.pod_share.new_connection_rate.is_some());
+        1 + usize::from(sources > 0) + set_count(elements) + scopes + limits + 2
+    } else {
+        0
+    };
     crate::backend::Footprint {
-        rules: 1 + usize::from(sources > 0) + set_count(elements) + rewrites,
+        rules: 1 + usize::from(sources > 0) + set_count(elements) + rewrites + share,
         set_elements: elements + sources,
         rule_text_bytes: 0,
     }

@@ -4,7 +4,7 @@
 
 use super::diff::{diff, Repair};
 use super::live::LiveTable;
-use super::render::{DesiredTable, Leftovers};
+use super::render::{DesiredTable, Leftovers, Remake};
 use crate::backend::DriftKind;
 use crate::config::{Config, Options};
 use crate::netlink::nf_tables::script;
@@ -110,7 +110,7 @@ fn an_unmarked_table_is_recreated_marked() {
     let drift = diff(&table, &empty);
     assert_eq!(drift.differences[0].kind, DriftKind::TableUnmarked);
     assert_eq!(drift.repair, Repair::Recreate);
-    let script = script::render(&table.batch(true, &Leftovers::default()).unwrap().bytes);
+    let script = script::render(&table.batch(RECREATE, &Leftovers::default()).unwrap().bytes);
     assert!(
         script.starts_with("add table ip ipmasq { comment \"managed by ipmasq\" ; }\ndelete table ip ipmasq\nadd table ip ipmasq { comment \"managed by ipmasq\" ; }\n"),
         "{script}"
@@ -189,7 +189,12 @@ fn table_of(set: &Ruleset) -> DesiredTable {
         })
         .sum();
     let footprint = super::render::footprint(set);
-    assert_eq!(footprint.rules, table.rules.len(), "rules counted as built");
+    let share = table.share.as_ref().map_or(0, |s| s.rule_count());
+    assert_eq!(
+        footprint.rules,
+        table.rules.len() + share,
+        "rules counted as built"
+    );
     assert_eq!(
         footprint.set_elements,
         table.elements.len() + anonymous,
@@ -265,7 +270,7 @@ pub(super) fn golden_batches(config: &Config) -> Vec<(String, Finished)> {
                                 "### random-fully={random_fully} to-ports={to_ports:?} enable-ipv6={enable_ipv6} masqLinkLocal={masq_ll} family={}",
                                 set.family
                             ),
-                            table.batch(false, &Leftovers::default()).unwrap(),
+                            table.batch(Remake::default(), &Leftovers::default()).unwrap(),
                         ));
                     }
                 }
@@ -292,7 +297,7 @@ fn a_take_over_deletes_iptables_nfts_leftovers_in_the_same_batch() {
     };
     let text = script::render(
         &default_table(&ports())
-            .batch(false, &leftovers)
+            .batch(Remake::default(), &leftovers)
             .unwrap()
             .bytes,
     );
@@ -407,6 +412,96 @@ fn golden_nft_scripts_with_the_extension_keys() {
     crate::backend::golden::check("nft-scripts-extensions.txt", &out);
 }
 
+/// A recreation: the table deleted first, everything made anew.
+const RECREATE: Remake = Remake {
+    recreate: true,
+    fresh_limits: true,
+};
+
+/// The pod share's scripts (both limits, per pod and per destination; one limit alone;
+/// output interfaces; IPv6) in a golden file of their own (the root tests apply them).
+#[test]
+fn golden_nft_scripts_with_the_pod_share() {
+    let out: String = share_batches()
+        .into_iter()
+        .map(|(header, batch)| format!("{header}\n{}", script::render(&batch.bytes)))
+        .collect();
+    crate::backend::golden::check("nft-scripts-share.txt", &out);
+}
+
+/// The configs of the pod share's golden scripts, by label.
+pub(super) fn share_configs() -> Vec<(&'static str, Config)> {
+    use crate::config::pod_share::{NewConnectionRate, PodShare};
+    let rate = |per_destination| NewConnectionRate {
+        per_second: 20,
+        burst: 10,
+        per_destination,
+    };
+    let with = |share: PodShare, interfaces: &[&str]| {
+        let mut config = Config::defaults(&Options::default());
+        config.pod_share = share;
+        config.masquerade_source_cidrs = ["10.244.0.0/16", "fd00:244::/48"]
+            .map(|c| c.parse().unwrap())
+            .to_vec();
+        config.output_interfaces = interfaces
+            .iter()
+            .map(|i| crate::config::egress::InterfacePattern::parse(i).unwrap())
+            .collect();
+        config
+    };
+    vec![
+        (
+            "both limits",
+            with(
+                PodShare {
+                    connection_limit: Some(200),
+                    new_connection_rate: Some(rate(false)),
+                },
+                &[],
+            ),
+        ),
+        (
+            "rate per destination, eth*",
+            with(
+                PodShare {
+                    connection_limit: None,
+                    new_connection_rate: Some(rate(true)),
+                },
+                &["eth*"],
+            ),
+        ),
+        (
+            "connections only",
+            with(
+                PodShare {
+                    connection_limit: Some(50),
+                    new_connection_rate: None,
+                },
+                &[],
+            ),
+        ),
+    ]
+}
+
+/// The first install's batch of every pod share case, each with its `### ...` header line.
+pub(super) fn share_batches() -> Vec<(String, Finished)> {
+    let mut out = Vec::new();
+    for (label, config) in share_configs() {
+        let options = PlanOptions {
+            enable_ipv6: true,
+            ..PlanOptions::default()
+        };
+        for set in plan(&config, &options, &crate::plan::ResolvedEgress::default()) {
+            let table = table_of(&set);
+            out.push((
+                format!("### {label} family={}", set.family),
+                table.batch(RECREATE, &Leftovers::default()).unwrap(),
+            ));
+        }
+    }
+    out
+}
+
 /// The egress keys' scripts (`outputAddress` resolved, `outputInterfaces`, both) in a golden
 /// file of their own (the root tests `nft --check` it).
 #[test]
@@ -427,7 +522,9 @@ pub(super) fn egress_batches() -> Vec<(String, Finished)> {
             let table = table_of(&set);
             out.push((
                 format!("### {label} family={}", set.family),
-                table.batch(false, &Leftovers::default()).unwrap(),
+                table
+                    .batch(Remake::default(), &Leftovers::default())
+                    .unwrap(),
             ));
         }
     }
@@ -577,7 +674,12 @@ fn sets_no_longer_planned_recreate_the_table() {
     let drift = diff(&long, &live);
     assert_eq!(drift.repair, Repair::Rewrite);
     assert_eq!(drift.differences[0].detail, "set nomasq_1 does not exist");
-    let batch = script::render(&long.batch(false, &Leftovers::default()).unwrap().bytes);
+    let batch = script::render(
+        &long
+            .batch(Remake::default(), &Leftovers::default())
+            .unwrap()
+            .bytes,
+    );
     assert!(batch.contains("add set ip ipmasq nomasq_1 { type ipv4_addr ; flags interval ; }"));
     assert!(batch.contains("delete set ip ipmasq nomasq_1\n"));
 }

@@ -99,6 +99,8 @@ pub(crate) struct FakeSet {
     pub key_type: u32,
     pub key_len: u32,
     pub description: Option<Vec<SetDescription>>,
+    /// A dynamic set's default timeout, in milliseconds.
+    pub timeout: Option<u64>,
     pub elements: BTreeSet<(Vec<u8>, bool)>,
 }
 

@@ -6,6 +6,7 @@
 #[cfg(test)]
 pub(crate) mod fake_kernel;
 pub(crate) mod foreign;
+mod limits;
 pub(crate) mod notify;
 pub(crate) mod read;
 pub(crate) mod script;

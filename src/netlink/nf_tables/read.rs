@@ -9,8 +9,8 @@ use crate::plan::Family;
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, ExpressionAttribute, Expressions, ListAttribute, Lookup,
-    NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetElementList, SetElementMessage,
-    SetFlags, SetMessage, TableAttribute, TableMessage,
+    NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetDescription, SetElementList,
+    SetElementMessage, SetFlags, SetMessage, TableAttribute, TableMessage,
 };
 use netlink_packet_netfilter::NetfilterProtoFamily;
 
@@ -274,6 +274,61 @@ pub(crate) fn sets(
             odd,
         };
         out.push((name, reading));
+    }
+    Ok(out)
+}
+
+/// The declarations of table `table`'s sets whose names `wanted` accepts (no elements: a
+/// dynamic set's elements are the packet path's state, not ours to compare), each with its
+/// flags; empty when the table does not exist.
+pub(crate) fn dynamic_sets(
+    t: &mut dyn Transport,
+    family: Family,
+    table: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<(wire::DynamicSet, SetFlags)>, Failure> {
+    let message = NfTablesMessage::GetSet(SetMessage {
+        attributes: vec![SetAttribute::Table(table.into())],
+    });
+    let what = format!("list sets table {table}");
+    let found = match query(t, wire::nfproto(family), message, true, &what) {
+        Ok(found) => found,
+        Err(f) if missing(&f) => return Ok(Vec::new()),
+        Err(f) => return Err(f),
+    };
+    let mut out = Vec::new();
+    for (_, m) in found {
+        let NfTablesMessage::NewSet(s) = m else {
+            continue;
+        };
+        let mut set = wire::DynamicSet {
+            name: String::new(),
+            key_type: 0,
+            key_len: 0,
+            timeout_ms: None,
+            size: 0,
+        };
+        let mut flags = SetFlags::empty();
+        for attribute in s.attributes {
+            match attribute {
+                SetAttribute::Name(name) => set.name = name,
+                SetAttribute::KeyType(key) => set.key_type = key,
+                SetAttribute::KeyLen(len) => set.key_len = len,
+                SetAttribute::Timeout(ms) => set.timeout_ms = Some(ms),
+                SetAttribute::Flags(f) => flags = f,
+                SetAttribute::Description(parts) => {
+                    for part in parts {
+                        if let SetDescription::Size(size) = part {
+                            set.size = size;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if wanted(&set.name) {
+            out.push((set, flags));
+        }
     }
     Ok(out)
 }

@@ -5,8 +5,8 @@
 use super::statement;
 use super::wire::{self, Anonymous, Keys, Named, SetRef};
 use netlink_packet_netfilter::nftables::{
-    ChainAttribute, ChainMessage, InetHookNumber, NfTablesMessage, RuleAttribute, SetElementList,
-    SetElementMessage, SetFlags, SetMessage, TableAttribute,
+    ChainAttribute, ChainMessage, InetHookNumber, NfTablesMessage, RuleAttribute, SetAttribute,
+    SetDescription, SetElementList, SetElementMessage, SetFlags, SetMessage, TableAttribute,
 };
 use netlink_packet_netfilter::{NetfilterMessageInner, NetfilterProtoFamily};
 use std::fmt::Write as _;
@@ -28,6 +28,7 @@ pub(crate) fn priority_text(kind: &str, hook: InetHookNumber, priority: i32) -> 
     let base = match (kind, hook) {
         ("nat", InetHookNumber::PostRouting) => Some(("srcnat", 100)),
         ("nat", InetHookNumber::PreRouting) => Some(("dstnat", -100)),
+        ("filter", InetHookNumber::Forward) => Some(("filter", 0)),
         _ => None,
     };
     match base {
@@ -45,6 +46,8 @@ struct Declared {
     anonymous: bool,
     key_type: u32,
     interval: bool,
+    /// A dynamic set's flags, timeout and size as nft declares them (empty for another).
+    dynamic: String,
     keys: Vec<(Vec<u8>, bool)>,
     /// The messages this line stands for (the declaration and its elements).
     seqs: Vec<u32>,
@@ -111,6 +114,7 @@ fn close(
     if d.interval {
         line.push_str(" flags interval ;");
     }
+    line.push_str(&d.dynamic);
     if !d.keys.is_empty() {
         let _ = write!(line, " elements = {{ {} }} ;", element_text(&d));
     }
@@ -245,6 +249,29 @@ fn chain_line(f: &str, m: &NfTablesMessage, c: &ChainMessage) -> String {
 fn set_declared(f: &str, s: &SetMessage) -> Declared {
     let (table, name) = s.attributes.names();
     let (key_type, flags, id) = wire::set_declaration(&s.attributes);
+    let mut dynamic = String::new();
+    if flags.contains(SetFlags::Eval) {
+        let timeout = s.attributes.iter().find_map(|a| match a {
+            SetAttribute::Timeout(ms) => Some(*ms),
+            _ => None,
+        });
+        let size = s.attributes.iter().find_map(|a| match a {
+            SetAttribute::Description(parts) => parts.iter().find_map(|p| match p {
+                SetDescription::Size(size) => Some(*size),
+                _ => None,
+            }),
+            _ => None,
+        });
+        match timeout {
+            Some(ms) => {
+                let _ = write!(dynamic, " flags dynamic,timeout ; timeout {}s ;", ms / 1000);
+            }
+            None => dynamic.push_str(" flags dynamic ;"),
+        }
+        if let Some(size) = size {
+            let _ = write!(dynamic, " size {size} ;");
+        }
+    }
     Declared {
         line: format!("add set {f} {table} {name}"),
         set: SetRef {
@@ -254,6 +281,7 @@ fn set_declared(f: &str, s: &SetMessage) -> Declared {
         anonymous: flags.contains(SetFlags::Anonymous),
         key_type: key_type.unwrap_or(0),
         interval: flags.contains(SetFlags::Interval),
+        dynamic,
         keys: Vec::new(),
         seqs: Vec::new(),
     }

@@ -30,6 +30,32 @@ pub(crate) enum NftVerdict {
     Goto(String),
 }
 
+/// The key a pod share's dynamic set is written with: the pod's source address, or that and
+/// the destination address and port (`ip saddr . ip daddr . th dport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ShareKey {
+    pub v6: bool,
+    pub per_destination: bool,
+}
+
+/// The stateful expression each element of a pod share's set holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Limiter {
+    /// `limit rate over N/second burst B packets`: an `update` of the set.
+    RateOver { per_second: u32, burst: u32 },
+    /// `ct count over N`: an `add` to the set.
+    CountOver(u32),
+}
+
+/// How a refused connection is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reject {
+    /// `reject with tcp reset`.
+    TcpReset,
+    /// `reject with icmp admin-prohibited` (`icmpv6` in IPv6).
+    AdminProhibited { v6: bool },
+}
+
 /// One statement of a rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Stmt {
@@ -79,6 +105,17 @@ pub(crate) enum Stmt {
         kind: &'static str,
         to: String,
     },
+    /// `ct state new`.
+    CtStateNew,
+    /// `update @pod_rate { ip saddr limit rate over 10/second burst 5 packets }`,
+    /// `add @pod_conn { ip saddr ct count over 200 }`.
+    SetUpdate {
+        set: String,
+        key: ShareKey,
+        limiter: Limiter,
+    },
+    /// `reject with ...`.
+    Reject(Reject),
     Verdict(NftVerdict),
     /// An expression this tool does not type, by its name.
     Other(String),
@@ -197,6 +234,9 @@ impl fmt::Display for Stmt {
                 write_nat_flags(f, *flags)
             }
             Stmt::Nat { kind, to } => write!(f, "{kind} to {to}"),
+            Stmt::CtStateNew => f.write_str("ct state new"),
+            Stmt::SetUpdate { set, key, limiter } => write_set_update(f, set, *key, *limiter),
+            Stmt::Reject(reject) => write_reject(f, *reject),
             Stmt::Verdict(v) => match v {
                 NftVerdict::Return => f.write_str("return"),
                 NftVerdict::Accept => f.write_str("accept"),
@@ -207,6 +247,39 @@ impl fmt::Display for Stmt {
             },
             Stmt::Other(name) => write!(f, "[{name}]"),
         }
+    }
+}
+
+/// `update @set { ip saddr limit rate over ... }`, `add @set { ip saddr ct count over N }`.
+fn write_set_update(
+    f: &mut fmt::Formatter<'_>,
+    set: &str,
+    key: ShareKey,
+    limiter: Limiter,
+) -> fmt::Result {
+    let p = if key.v6 { "ip6" } else { "ip" };
+    let (verb, state) = match limiter {
+        Limiter::RateOver { per_second, burst } => (
+            "update",
+            format!("limit rate over {per_second}/second burst {burst} packets"),
+        ),
+        Limiter::CountOver(count) => ("add", format!("ct count over {count}")),
+    };
+    write!(f, "{verb} @{set} {{ {p} saddr ")?;
+    if key.per_destination {
+        write!(f, ". {p} daddr . th dport ")?;
+    }
+    write!(f, "{state} }}")
+}
+
+fn write_reject(f: &mut fmt::Formatter<'_>, reject: Reject) -> fmt::Result {
+    match reject {
+        Reject::TcpReset => f.write_str("reject with tcp reset"),
+        Reject::AdminProhibited { v6 } => write!(
+            f,
+            "reject with {} admin-prohibited",
+            if v6 { "icmpv6" } else { "icmp" }
+        ),
     }
 }
 
@@ -532,6 +605,11 @@ pub(crate) fn encode(stmts: &[Stmt], new_set: NewSet<'_>) -> Result<Vec<Expr>, S
             Stmt::Masquerade { ports, flags } => encode_masquerade(*ports, *flags, &mut out),
             Stmt::OutputInterface(pattern) => encode_output_interface(pattern, &mut out),
             Stmt::Snat { to, ports, flags } => encode_snat(*to, *ports, *flags, &mut out),
+            Stmt::CtStateNew => super::limits::encode_ct_state_new(&mut out),
+            Stmt::SetUpdate { set, key, limiter } => {
+                super::limits::encode_set_update(set, *key, *limiter, &mut out)
+            }
+            Stmt::Reject(reject) => super::limits::encode_reject(*reject, &mut out),
             Stmt::Verdict(v) => out.push(verdict_expr(v)),
             Stmt::Nat { .. } | Stmt::Other(_) => {
                 return Err(format!("`{stmt}` is read, never written"));
@@ -544,13 +622,28 @@ pub(crate) fn encode(stmts: &[Stmt], new_set: NewSet<'_>) -> Result<Vec<Expr>, S
 /// What a register holds while a rule's expressions are read.
 #[derive(Clone, Debug)]
 enum Loaded {
-    Address { side: Side, len: u32 },
-    Masked { side: Side, mask: Vec<u8> },
+    Address {
+        side: Side,
+        len: u32,
+    },
+    Masked {
+        side: Side,
+        mask: Vec<u8>,
+    },
     Protocol,
     OutputInterface,
-    Fib { local_type: bool },
-    Numgen { modulus: u32 },
+    Fib {
+        local_type: bool,
+    },
+    Numgen {
+        modulus: u32,
+    },
     Data(Vec<u8>),
+    /// `ct state`, and its bits masked.
+    CtState,
+    CtBits(Vec<u8>),
+    /// `th dport`.
+    TransportDport,
     Unknown,
 }
 
@@ -643,6 +736,7 @@ fn step(
                 (Some(Loaded::Address { side, .. }), Some(mask)) => {
                     Loaded::Masked { side: *side, mask }
                 }
+                (Some(Loaded::CtState), Some(mask)) => Loaded::CtBits(mask),
                 _ => Loaded::Unknown,
             };
             regs.insert(dreg, loaded);
@@ -729,10 +823,12 @@ fn loaded_payload(
         (false, Some(1), Some(16)) | (true, Some(1), Some(24)) => Some(Side::Destination),
         _ => None,
     };
-    regs.insert(
-        dreg,
-        side.map_or(Loaded::Unknown, |side| Loaded::Address { side, len }),
-    );
+    let loaded = match side {
+        Some(side) => Loaded::Address { side, len },
+        None if super::limits::is_transport_dport(base, offset, len) => Loaded::TransportDport,
+        None => Loaded::Unknown,
+    };
+    regs.insert(dreg, loaded);
     None
 }
 
@@ -833,6 +929,13 @@ fn compared(v6: bool, loaded: Option<Loaded>, op: &Operator, bytes: &[u8]) -> Op
             Some(Stmt::FibDaddrLocal)
         }
         Loaded::Protocol if !negated && bytes.len() == 1 => Some(Stmt::Protocols(vec![bytes[0]])),
+        Loaded::CtBits(mask)
+            if negated
+                && mask == super::limits::CT_STATE_NEW.to_ne_bytes()
+                && bytes.iter().all(|b| *b == 0) =>
+        {
+            Some(Stmt::CtStateNew)
+        }
         Loaded::OutputInterface if !negated => {
             let whole = bytes.len() == IFNAMSIZ;
             let name = bytes.split(|b| *b == 0).next().unwrap_or_default();
@@ -903,7 +1006,62 @@ fn looked_up(
     }
 }
 
-/// The expressions the crate does not type: fib, numgen, byteorder, counter, masq, nat.
+/// A dynset or reject we write, else the expression by its name.
+fn pod_share_statement(
+    v6: bool,
+    name: &str,
+    attrs: &[DefaultNla],
+    regs: &std::collections::HashMap<u32, Loaded>,
+) -> Stmt {
+    let typed = match name {
+        "dynset" => dynset(v6, attrs, regs),
+        _ => super::limits::reject_of(v6, attrs).map(Stmt::Reject),
+    };
+    typed.unwrap_or_else(|| Stmt::Other(name.to_string()))
+}
+
+/// A pod share's set update: the key read from the registers it was loaded into.
+fn dynset(
+    v6: bool,
+    attrs: &[DefaultNla],
+    regs: &std::collections::HashMap<u32, Loaded>,
+) -> Option<Stmt> {
+    let parts = super::limits::dynset_of(attrs)?;
+    let [source, destination, port] = super::limits::key_registers(v6).map(u32::from);
+    if parts.key_register != source
+        || !matches!(
+            regs.get(&source),
+            Some(Loaded::Address {
+                side: Side::Source,
+                ..
+            })
+        )
+    {
+        return None;
+    }
+    let per_destination = matches!(
+        regs.get(&destination),
+        Some(Loaded::Address {
+            side: Side::Destination,
+            ..
+        })
+    ) && matches!(regs.get(&port), Some(Loaded::TransportDport));
+    // The operation goes with the limiter: a rate refreshes (update), a count adds.
+    if parts.add != matches!(parts.limiter, Limiter::CountOver(_)) {
+        return None;
+    }
+    Some(Stmt::SetUpdate {
+        set: parts.set,
+        key: ShareKey {
+            v6,
+            per_destination,
+        },
+        limiter: parts.limiter,
+    })
+}
+
+/// The expressions the crate does not type: fib, numgen, byteorder, counter, masq, nat, ct,
+/// dynset, reject.
 fn other(
     v6: bool,
     name: &str,
@@ -942,6 +1100,11 @@ fn other(
             regs.insert(dreg, kept);
             None
         }
+        "ct" if u32_of(attrs, 2) == Some(0) => {
+            regs.insert(u32_of(attrs, 1)?, Loaded::CtState);
+            None
+        }
+        "dynset" | "reject" => Some(pod_share_statement(v6, name, attrs, regs)),
         "counter" => Some(Stmt::Counter {
             packets: u64_of(attrs, 2).unwrap_or(0),
             bytes: u64_of(attrs, 1).unwrap_or(0),
@@ -1091,7 +1254,9 @@ mod tests {
                 set
             })
             .unwrap();
-            let v6 = expected.starts_with("ip6") || expected.contains("fd00::");
+            let v6 = expected.starts_with("ip6")
+                || expected.contains("fd00::")
+                || expected.contains(" ip6 ");
             let decoded = decode(v6, &exprs, &|r| sets.iter().find(|s| s.set == *r).cloned());
             assert_eq!(text(&decoded), expected);
         }
@@ -1134,6 +1299,69 @@ mod tests {
             ),
         ];
         assert_round_trips(rules);
+    }
+
+    /// The pod share's statements: `ct state new`, the dynamic sets' updates (per pod and per
+    /// destination, IPv4 and IPv6) and the refusals, as nft writes them.
+    #[test]
+    fn pod_share_statements_round_trip_through_expressions() {
+        let update = |v6, per_destination, limiter| Stmt::SetUpdate {
+            set: "pod_rate".into(),
+            key: ShareKey {
+                v6,
+                per_destination,
+            },
+            limiter,
+        };
+        let rate = Limiter::RateOver {
+            per_second: 2000,
+            burst: 40,
+        };
+        let goto = Stmt::Verdict(NftVerdict::Goto("share_refuse".into()));
+        let rules: Vec<(Vec<Stmt>, &str)> = vec![
+            (
+                vec![Stmt::CtStateNew, Stmt::Verdict(NftVerdict::Jump("share".into()))],
+                "ct state new jump share",
+            ),
+            (
+                vec![update(false, false, rate), goto.clone()],
+                "update @pod_rate { ip saddr limit rate over 2000/second burst 40 packets } goto share_refuse",
+            ),
+            (
+                vec![update(false, true, rate), goto.clone()],
+                "update @pod_rate { ip saddr . ip daddr . th dport limit rate over 2000/second burst 40 packets } goto share_refuse",
+            ),
+            (
+                vec![update(true, true, rate), goto.clone()],
+                "update @pod_rate { ip6 saddr . ip6 daddr . th dport limit rate over 2000/second burst 40 packets } goto share_refuse",
+            ),
+            (
+                vec![
+                    update(true, false, Limiter::CountOver(200)),
+                    Stmt::Counter {
+                        packets: 0,
+                        bytes: 0,
+                    },
+                    goto,
+                ],
+                "add @pod_rate { ip6 saddr ct count over 200 } counter goto share_refuse",
+            ),
+            (
+                vec![Stmt::Protocols(vec![6]), Stmt::Reject(Reject::TcpReset)],
+                "meta l4proto tcp reject with tcp reset",
+            ),
+            (
+                vec![Stmt::Reject(Reject::AdminProhibited { v6: false })],
+                "reject with icmp admin-prohibited",
+            ),
+        ];
+        assert_round_trips(rules);
+        let v6 = [Stmt::Reject(Reject::AdminProhibited { v6: true })];
+        let exprs = encode(&v6, &mut |_| unreachable!()).unwrap();
+        assert_eq!(
+            text(&decode(true, &exprs, &|_| None)),
+            "reject with icmpv6 admin-prohibited"
+        );
     }
 
     #[test]

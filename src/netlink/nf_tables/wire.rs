@@ -29,6 +29,9 @@ pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 pub(crate) const TYPE_IPV4_ADDR: u32 = 7;
 pub(crate) const TYPE_IPV6_ADDR: u32 = 8;
 pub(crate) const TYPE_INET_PROTO: u32 = 12;
+pub(crate) const TYPE_INET_SERVICE: u32 = 13;
+/// The bits of one type in a concatenation's key type (nft's `TYPE_BITS`).
+const CONCAT_TYPE_BITS: u32 = 6;
 /// The udata TLV of a rule's comment (`NFTNL_UDATA_RULE_COMMENT`), and of a table's
 /// (`NFTNL_UDATA_TABLE_COMMENT`): the same type, so one encoding serves both.
 const UDATA_RULE_COMMENT: u8 = 0;
@@ -123,14 +126,47 @@ pub(crate) fn rule_parts(
     found
 }
 
-/// A set key type as nft names it.
+/// The key type of a concatenation of `types` (nft's encoding: each type in its own bits).
+pub(crate) fn concat_type(types: &[u32]) -> u32 {
+    types.iter().fold(0, |acc, t| (acc << CONCAT_TYPE_BITS) | t)
+}
+
+/// A set key type as nft names it (a concatenation's parts joined by ` . `).
 pub(crate) fn key_type_name(key_type: u32) -> String {
-    match key_type {
-        TYPE_IPV4_ADDR => "ipv4_addr".into(),
-        TYPE_IPV6_ADDR => "ipv6_addr".into(),
-        TYPE_INET_PROTO => "inet_proto".into(),
-        n => format!("type {n}"),
+    let one = |t: u32| match t {
+        TYPE_IPV4_ADDR => Some("ipv4_addr"),
+        TYPE_IPV6_ADDR => Some("ipv6_addr"),
+        TYPE_INET_PROTO => Some("inet_proto"),
+        TYPE_INET_SERVICE => Some("inet_service"),
+        _ => None,
+    };
+    if let Some(name) = one(key_type) {
+        return name.into();
     }
+    let mask = (1 << CONCAT_TYPE_BITS) - 1;
+    let mut parts = Vec::new();
+    let mut rest = key_type;
+    while rest != 0 {
+        parts.push(one(rest & mask));
+        rest >>= CONCAT_TYPE_BITS;
+    }
+    match parts.iter().rev().copied().collect::<Option<Vec<&str>>>() {
+        Some(names) if names.len() > 1 => names.join(" . "),
+        _ => format!("type {key_type}"),
+    }
+}
+
+/// A set the packet path fills (`flags dynamic`), keyed by a pod's address or a
+/// concatenation: what the pod share's limits keep their state in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DynamicSet {
+    pub name: String,
+    pub key_type: u32,
+    pub key_len: u32,
+    /// The elements' lifetime without traffic, in milliseconds (`flags timeout`).
+    pub timeout_ms: Option<u64>,
+    /// The most elements it holds.
+    pub size: u32,
 }
 
 /// A set's key type, flags and batch id, as its attributes declare them.
@@ -595,6 +631,51 @@ impl Batch {
             name: name.into(),
             id: Some(id),
         }
+    }
+
+    /// Declares a dynamic set (a no-op when it exists declared the same).
+    pub fn add_dynamic_set(&mut self, family: Family, table: &str, set: &DynamicSet) -> SetRef {
+        let id = self.next_set_id;
+        self.next_set_id += 1;
+        let mut flags = SetFlags::Eval;
+        let mut attributes = vec![
+            SetAttribute::Table(table.into()),
+            SetAttribute::Name(set.name.clone()),
+        ];
+        if let Some(timeout) = set.timeout_ms {
+            flags |= SetFlags::Timeout;
+            attributes.push(SetAttribute::Timeout(timeout));
+        }
+        attributes.extend([
+            SetAttribute::Flags(flags),
+            SetAttribute::KeyType(set.key_type),
+            SetAttribute::KeyLen(set.key_len),
+            SetAttribute::Id(id),
+            SetAttribute::Description(vec![SetDescription::Size(set.size)]),
+        ]);
+        self.push(
+            family,
+            NLM_F_CREATE,
+            NfTablesMessage::NewSet(SetMessage { attributes }),
+        );
+        SetRef {
+            name: set.name.clone(),
+            id: Some(id),
+        }
+    }
+
+    /// Declares a regular chain (a no-op when it exists).
+    pub fn add_chain(&mut self, family: Family, table: &str, chain: &str) {
+        self.push(
+            family,
+            NLM_F_CREATE,
+            NfTablesMessage::NewChain(ChainMessage {
+                attributes: vec![
+                    ChainAttribute::Table(table.into()),
+                    ChainAttribute::Name(chain.into()),
+                ],
+            }),
+        );
     }
 
     pub fn delete_set(&mut self, family: Family, table: &str, name: &str) {

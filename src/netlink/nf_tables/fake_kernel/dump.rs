@@ -55,6 +55,7 @@ fn set_message(table: &FakeTable, set: &FakeSet) -> NfTablesMessage {
         SetAttribute::KeyLen(set.key_len),
     ];
     attributes.extend(set.description.clone().map(SetAttribute::Description));
+    attributes.extend(set.timeout.map(SetAttribute::Timeout));
     NfTablesMessage::NewSet(SetMessage { attributes })
 }
 

@@ -222,6 +222,10 @@ impl Transaction {
             SetAttribute::Description(d) => Some(d.clone()),
             _ => None,
         });
+        let timeout = attrs.iter().find_map(|a| match a {
+            SetAttribute::Timeout(ms) => Some(*ms),
+            _ => None,
+        });
         let table = self.table(family, table_name)?;
         let name = match name.strip_suffix("%d") {
             // The kernel names an anonymous set: the first free number.
@@ -248,6 +252,7 @@ impl Transaction {
                 flags,
                 key_type,
                 key_len,
+                timeout,
                 description,
                 elements: BTreeSet::new(),
             });

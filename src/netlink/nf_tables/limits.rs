@@ -1,0 +1,269 @@
+//! The statements of the pod share as nf_tables expressions, both ways: `ct state new`, a
+//! dynamic set written from the packet path with a stateful expression in each element
+//! (`update @s { ip saddr limit rate over R/second burst B packets }`,
+//! `add @s { ip saddr ct count over N }`, the key optionally `ip saddr . ip daddr . th dport`)
+//! and `reject`. The expressions the crate does not type are written by hand here (`dynset`
+//! nests one expression of its own).
+
+use super::statement::{Limiter, Reject, ShareKey};
+use super::wire::{be32, other_expr};
+use crate::netlink::framing::{attribute, put_attribute};
+use netlink_packet_core::DefaultNla;
+use netlink_packet_netfilter::nftables::{
+    Bitwise, Cmp, DataAttribute, ExpressionAttribute, Expressions, ListAttribute, Operator,
+    Payload, Register,
+};
+
+type Expr = ListAttribute<ExpressionAttribute>;
+
+/// `NF_CT_STATE_BIT(IP_CT_NEW)`: the bit of `ct state new`, in host order as `ct` loads it.
+pub(super) const CT_STATE_NEW: u32 = 1 << 3;
+/// `NFT_CT_STATE`, the `ct` key of the state.
+const NFT_CT_STATE: u32 = 0;
+/// `NFT_DYNSET_OP_ADD` and `NFT_DYNSET_OP_UPDATE`.
+const DYNSET_OP_ADD: u32 = 0;
+const DYNSET_OP_UPDATE: u32 = 1;
+/// `NFTA_DYNSET_*` attributes.
+const DYNSET_SET_NAME: u16 = 1;
+const DYNSET_OP: u16 = 3;
+const DYNSET_SREG_KEY: u16 = 4;
+const DYNSET_EXPR: u16 = 7;
+/// `NFTA_EXPR_NAME`, `NFTA_EXPR_DATA`.
+const EXPR_NAME: u16 = 1;
+const EXPR_DATA: u16 = 2;
+/// `NFTA_LIMIT_*`, `NFT_LIMIT_PKTS` and `NFT_LIMIT_F_INV` (`over`).
+const LIMIT_RATE: u16 = 1;
+const LIMIT_UNIT: u16 = 2;
+const LIMIT_BURST: u16 = 3;
+const LIMIT_TYPE: u16 = 4;
+const LIMIT_FLAGS: u16 = 5;
+const LIMIT_PKTS: u32 = 0;
+const LIMIT_F_INV: u32 = 1;
+/// `NFTA_CONNLIMIT_*` and `NFT_CONNLIMIT_F_INV` (`over`).
+const CONNLIMIT_COUNT: u16 = 1;
+const CONNLIMIT_FLAGS: u16 = 2;
+const CONNLIMIT_F_INV: u32 = 1;
+/// `NFT_REJECT_ICMP_UNREACH`, `NFT_REJECT_TCP_RST`; the administratively-prohibited codes
+/// of ICMP (`ICMP_PKT_FILTERED`) and ICMPv6 (`ICMPV6_ADM_PROHIBITED`).
+const REJECT_ICMP_UNREACH: u32 = 0;
+const REJECT_TCP_RST: u32 = 1;
+const ICMP_ADMIN_PROHIBITED: u8 = 13;
+const ICMPV6_ADMIN_PROHIBITED: u8 = 1;
+const NLA_F_NESTED: u16 = 0x8000;
+/// `NFT_PAYLOAD_NETWORK_HEADER`, `NFT_PAYLOAD_TRANSPORT_HEADER`.
+const NETWORK_HEADER: u32 = 1;
+const TRANSPORT_HEADER: u32 = 2;
+
+/// The registers a key's parts are loaded into: the source address at register 1, the
+/// destination address and the port right after it (a concatenation is read as one run of
+/// 32-bit registers from the first). Named as the kernel dumps them back: a 32-bit register
+/// at the start of a 16-byte one by the 16-byte one's number (IPv6's port, 32-bit register 8,
+/// is register 3).
+pub(super) fn key_registers(v6: bool) -> [Register; 3] {
+    if v6 {
+        [Register::Reg1, Register::Reg2, Register::Reg3]
+    } else {
+        [Register::Reg1, Register::Reg32_01, Register::Reg32_02]
+    }
+}
+
+/// `ct state new`: the state into register 1, its NEW bit kept, compared with zero.
+pub(super) fn encode_ct_state_new(out: &mut Vec<Expr>) {
+    out.push(other_expr(
+        "ct",
+        vec![
+            DefaultNla::new(1, be32(1)),
+            DefaultNla::new(2, be32(NFT_CT_STATE)),
+        ],
+    ));
+    out.push(Expr::from(Expressions::Bitwise(vec![
+        Bitwise::SourceRegister(Register::Reg1),
+        Bitwise::DestinationRegister(Register::Reg1),
+        Bitwise::Length(4),
+        Bitwise::Mask(DataAttribute::Value(CT_STATE_NEW.to_ne_bytes().to_vec())),
+        Bitwise::Xor(DataAttribute::Value(vec![0; 4])),
+    ])));
+    out.push(Expr::from(Expressions::Cmp(vec![
+        Cmp::SourceRegister(Register::Reg1),
+        Cmp::Op(Operator::NotEqual),
+        Cmp::Data(DataAttribute::Value(vec![0; 4])),
+    ])));
+}
+
+fn payload(register: Register, base: u32, offset: u32, len: u32) -> Expr {
+    Expr::from(Expressions::Payload(vec![
+        Payload::DestinationRegister(register),
+        Payload::Base(base),
+        Payload::Offset(offset),
+        Payload::Len(len),
+    ]))
+}
+
+/// One expression (`name` with its attributes) as `NFTA_DYNSET_EXPR` nests it.
+fn nested_expression(name: &str, data: &[(u16, Vec<u8>)]) -> Vec<u8> {
+    let mut inner = Vec::new();
+    for (kind, value) in data {
+        put_attribute(&mut inner, *kind, value);
+    }
+    let mut out = Vec::new();
+    let mut named = name.as_bytes().to_vec();
+    named.push(0);
+    put_attribute(&mut out, EXPR_NAME, &named);
+    put_attribute(&mut out, EXPR_DATA | NLA_F_NESTED, &inner);
+    out
+}
+
+/// The key's loads, then the dynamic set's update with the limiter in each element.
+pub(super) fn encode_set_update(set: &str, key: ShareKey, limiter: Limiter, out: &mut Vec<Expr>) {
+    let [source, destination, port] = key_registers(key.v6);
+    let (saddr, daddr, len) = if key.v6 { (8, 24, 16) } else { (12, 16, 4) };
+    out.push(payload(source, NETWORK_HEADER, saddr, len));
+    if key.per_destination {
+        out.push(payload(destination, NETWORK_HEADER, daddr, len));
+        out.push(payload(port, TRANSPORT_HEADER, 2, 2));
+    }
+    let (op, expression) = match limiter {
+        Limiter::RateOver { per_second, burst } => (
+            DYNSET_OP_UPDATE,
+            nested_expression(
+                "limit",
+                &[
+                    (LIMIT_RATE, u64::from(per_second).to_be_bytes().to_vec()),
+                    (LIMIT_UNIT, 1u64.to_be_bytes().to_vec()),
+                    (LIMIT_BURST, be32(burst)),
+                    (LIMIT_TYPE, be32(LIMIT_PKTS)),
+                    (LIMIT_FLAGS, be32(LIMIT_F_INV)),
+                ],
+            ),
+        ),
+        Limiter::CountOver(count) => (
+            DYNSET_OP_ADD,
+            nested_expression(
+                "connlimit",
+                &[
+                    (CONNLIMIT_COUNT, be32(count)),
+                    (CONNLIMIT_FLAGS, be32(CONNLIMIT_F_INV)),
+                ],
+            ),
+        ),
+    };
+    let mut name = set.as_bytes().to_vec();
+    name.push(0);
+    out.push(other_expr(
+        "dynset",
+        vec![
+            DefaultNla::new(DYNSET_SET_NAME, name),
+            DefaultNla::new(DYNSET_OP, be32(op)),
+            DefaultNla::new(DYNSET_SREG_KEY, be32(u32::from(source))),
+            DefaultNla::new(DYNSET_EXPR | NLA_F_NESTED, expression),
+        ],
+    ));
+}
+
+/// `reject with tcp reset`, or ICMP's (ICMPv6's) administratively prohibited.
+pub(super) fn encode_reject(reject: Reject, out: &mut Vec<Expr>) {
+    let attrs = match reject {
+        Reject::TcpReset => vec![DefaultNla::new(1, be32(REJECT_TCP_RST))],
+        Reject::AdminProhibited { v6 } => vec![
+            DefaultNla::new(1, be32(REJECT_ICMP_UNREACH)),
+            DefaultNla::new(
+                2,
+                vec![if v6 {
+                    ICMPV6_ADMIN_PROHIBITED
+                } else {
+                    ICMP_ADMIN_PROHIBITED
+                }],
+            ),
+        ],
+    };
+    out.push(other_expr("reject", attrs));
+}
+
+fn u32_in(data: &[u8], kind: u16) -> Option<u32> {
+    let v = attribute(data, kind)?;
+    Some(u32::from_be_bytes(v.get(..4)?.try_into().ok()?))
+}
+
+fn u64_in(data: &[u8], kind: u16) -> Option<u64> {
+    let v = attribute(data, kind)?;
+    Some(u64::from_be_bytes(v.get(..8)?.try_into().ok()?))
+}
+
+/// The limiter a dynset nests (`NFTA_DYNSET_EXPR`'s bytes), when it is one we write.
+pub(super) fn limiter_of(nested: &[u8]) -> Option<Limiter> {
+    let name = attribute(nested, EXPR_NAME)?;
+    let name = name.strip_suffix(&[0]).unwrap_or(name);
+    let data = attribute(nested, EXPR_DATA)?;
+    match name {
+        b"limit"
+            if u64_in(data, LIMIT_UNIT) == Some(1)
+                && u32_in(data, LIMIT_TYPE).unwrap_or(LIMIT_PKTS) == LIMIT_PKTS
+                && u32_in(data, LIMIT_FLAGS) == Some(LIMIT_F_INV) =>
+        {
+            Some(Limiter::RateOver {
+                per_second: u32::try_from(u64_in(data, LIMIT_RATE)?).ok()?,
+                burst: u32_in(data, LIMIT_BURST).unwrap_or(0),
+            })
+        }
+        b"connlimit" if u32_in(data, CONNLIMIT_FLAGS) == Some(CONNLIMIT_F_INV) => {
+            Some(Limiter::CountOver(u32_in(data, CONNLIMIT_COUNT)?))
+        }
+        _ => None,
+    }
+}
+
+/// A dynset's set, operation (`add` true, `update` false), key register and limiter.
+pub(super) struct DynsetParts {
+    pub set: String,
+    pub add: bool,
+    pub key_register: u32,
+    pub limiter: Limiter,
+}
+
+/// The parts of a dynset we write; None for another (a map, a deletion, no or two
+/// expressions).
+pub(super) fn dynset_of(attrs: &[DefaultNla]) -> Option<DynsetParts> {
+    let value = |kind| super::wire::nla_value(attrs, kind);
+    let name = value(DYNSET_SET_NAME)?;
+    let set = String::from_utf8(name.strip_suffix(&[0]).unwrap_or(&name).to_vec()).ok()?;
+    let op = u32::from_be_bytes(value(DYNSET_OP)?.get(..4)?.try_into().ok()?);
+    let key_register = u32::from_be_bytes(value(DYNSET_SREG_KEY)?.get(..4)?.try_into().ok()?);
+    let add = match op {
+        DYNSET_OP_ADD => true,
+        DYNSET_OP_UPDATE => false,
+        _ => return None,
+    };
+    let limiter = limiter_of(&value(DYNSET_EXPR)?)?;
+    Some(DynsetParts {
+        set,
+        add,
+        key_register,
+        limiter,
+    })
+}
+
+/// A reject expression's statement, when it is one we write for `v6`.
+pub(super) fn reject_of(v6: bool, attrs: &[DefaultNla]) -> Option<Reject> {
+    let kind = u32::from_be_bytes(
+        super::wire::nla_value(attrs, 1)?
+            .get(..4)?
+            .try_into()
+            .ok()?,
+    );
+    let code = super::wire::nla_value(attrs, 2).and_then(|c| c.first().copied());
+    let prohibited = if v6 {
+        ICMPV6_ADMIN_PROHIBITED
+    } else {
+        ICMP_ADMIN_PROHIBITED
+    };
+    match (kind, code) {
+        (REJECT_TCP_RST, _) => Some(Reject::TcpReset),
+        (REJECT_ICMP_UNREACH, Some(c)) if c == prohibited => Some(Reject::AdminProhibited { v6 }),
+        _ => None,
+    }
+}
+
+/// Whether `data` (a payload's base, offset and length) is `th dport`.
+pub(super) fn is_transport_dport(base: Option<u32>, offset: Option<u32>, len: u32) -> bool {
+    base == Some(TRANSPORT_HEADER) && offset == Some(2) && len == 2
+}
