@@ -1025,21 +1025,23 @@ mod tests {
             .expect("valid")
     }
 
+    /// The config's answer for traffic from a pod address to `dst`.
+    fn ask_from_a_pod(config: &Config, dst: &str) -> ConfigAnswer {
+        config_answer(
+            config,
+            "cfg".into(),
+            &PlanOnNode::default(),
+            Family::V4,
+            Packet::to(dst.parse().unwrap()).from("10.244.0.5".parse().unwrap()),
+        )
+    }
+
     #[test]
     fn the_config_answer_names_the_longest_prefix_and_where_it_was_written() {
         let config = config(
             "nonMasqueradeCIDRs: [10.0.0.0/8, 10.8.1.0/24]\nforceMasqueradeCIDRs:\n  - 10.8.0.0/16\n",
         );
-        let plan = PlanOnNode::default();
-        let ask = |dst: &str| {
-            config_answer(
-                &config,
-                "cfg".into(),
-                &plan,
-                Family::V4,
-                Packet::to(dst.parse().unwrap()).from("10.244.0.5".parse().unwrap()),
-            )
-        };
+        let ask = |dst: &str| ask_from_a_pod(&config, dst);
         let forced = ask("10.8.3.4");
         assert_eq!(forced.action, Action::Masquerade);
         let d = forced.decision.unwrap();
@@ -1062,16 +1064,7 @@ mod tests {
         let config = config(
             "nonMasqueradeCIDRs: [10.0.0.0/8]\npodNewConnectionRate: 300/s\npodConnectionLimit: 64\n",
         );
-        let plan = PlanOnNode::default();
-        let ask = |dst: &str| {
-            config_answer(
-                &config,
-                "cfg".into(),
-                &plan,
-                Family::V4,
-                Packet::to(dst.parse().unwrap()).from("10.244.0.5".parse().unwrap()),
-            )
-        };
+        let ask = |dst: &str| ask_from_a_pod(&config, dst);
         let share = ask("8.8.8.8")
             .pod_share
             .expect("masqueraded: the share applies");

@@ -324,14 +324,11 @@ pub(super) fn diff(
             Some(have) if have == want => continue,
             Some(_) => drift.differences.push(difference(
                 family,
-                DriftKind::ShareDiffers,
                 format!("chain {name} differs from the pod share"),
             )),
-            None => drift.differences.push(difference(
-                family,
-                DriftKind::ShareDiffers,
-                format!("chain {name} is missing"),
-            )),
+            None => drift
+                .differences
+                .push(difference(family, format!("chain {name} is missing"))),
         }
         let _ = writeln!(script, ":{name} - [0:0]");
         for line in want {
@@ -343,30 +340,21 @@ pub(super) fn diff(
     script.push_str(&body);
     let canonical = live.jumps.iter().filter(|j| **j == desired.jump).count();
     for stale in live.jumps.iter().filter(|j| **j != desired.jump) {
-        drift.differences.push(difference(
-            family,
-            DriftKind::ShareDiffers,
-            format!("FORWARD rule `{stale}` jumps to the pod share"),
-        ));
-        let _ = writeln!(script, "-D {FORWARD} {stale}");
+        let found = format!("FORWARD rule `{stale}` jumps to the pod share");
+        let line = format!("-D {FORWARD} {stale}");
+        mend_jump(&mut drift, &mut script, difference(family, found), line);
         wrote = true;
     }
     for _ in 1..canonical.max(1) {
-        drift.differences.push(difference(
-            family,
-            DriftKind::ShareDiffers,
-            "FORWARD jumps to the pod share twice".into(),
-        ));
-        let _ = writeln!(script, "-D {FORWARD} {}", desired.jump);
+        let found = "FORWARD jumps to the pod share twice".to_string();
+        let line = format!("-D {FORWARD} {}", desired.jump);
+        mend_jump(&mut drift, &mut script, difference(family, found), line);
         wrote = true;
     }
     if canonical == 0 {
-        drift.differences.push(difference(
-            family,
-            DriftKind::ShareDiffers,
-            "no FORWARD rule sends new connections to the pod share".into(),
-        ));
-        let _ = writeln!(script, "-I {FORWARD} 1 {}", desired.jump);
+        let found = "no FORWARD rule sends new connections to the pod share".to_string();
+        let line = format!("-I {FORWARD} 1 {}", desired.jump);
+        mend_jump(&mut drift, &mut script, difference(family, found), line);
         wrote = true;
     }
     script.push_str("COMMIT\n");
@@ -400,20 +388,27 @@ fn removal(family: Family, chains: &ShareChains, live: &SavedShare) -> ShareDrif
     ShareDrift {
         differences: vec![difference(
             family,
-            DriftKind::ShareDiffers,
             "the pod share's rules are there, but the config limits nothing".into(),
         )],
         script: Some(script),
     }
 }
 
-fn difference(family: Family, kind: DriftKind, detail: String) -> Difference {
+/// A difference of the share: always `ShareDiffers`, apart from the masquerade's kinds.
+fn difference(family: Family, detail: String) -> Difference {
     Difference {
         family,
-        kind,
+        kind: DriftKind::ShareDiffers,
         position: None,
         detail,
     }
+}
+
+/// A difference of a FORWARD jump and the script line that mends it.
+fn mend_jump(drift: &mut ShareDrift, script: &mut String, difference: Difference, line: String) {
+    drift.differences.push(difference);
+    script.push_str(&line);
+    script.push('\n');
 }
 
 #[cfg(test)]
