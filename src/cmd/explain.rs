@@ -171,15 +171,9 @@ fn share_words(share: &ShareAnswer) -> String {
             "        live share: {state}; new connections refused so far: {refused}\n"
         ));
     }
-    if let Some(busiest) = share.busiest_pods.as_ref().filter(|b| !b.pods.is_empty()) {
-        let pods: Vec<String> = busiest
-            .pods
-            .iter()
-            .map(|p| format!("{} {}", p.address, p.connections))
-            .collect();
+    if let Some(pods) = share.busiest_pods.as_ref().and_then(|b| b.listed()) {
         out.push_str(&format!(
-            "        busiest pods (masqueraded flows tracked): {}\n",
-            pods.join(", ")
+            "        busiest pods (masqueraded flows tracked): {pods}\n"
         ));
     }
     out

@@ -326,18 +326,10 @@ fn share_text(share: &crate::plan::live::LiveShare, style: &Styler) -> String {
 
 /// The pods holding the most masqueraded connections, busiest first.
 fn busiest_text(busiest: &crate::conntrack::busiest::Busiest) -> String {
-    if busiest.pods.is_empty() {
-        return "  busiest pods: none holds a masqueraded connection\n".to_string();
+    match busiest.listed() {
+        None => "  busiest pods: none holds a masqueraded connection\n".to_string(),
+        Some(pods) => format!("  busiest pods (masqueraded flows tracked): {pods}\n"),
     }
-    let pods: Vec<String> = busiest
-        .pods
-        .iter()
-        .map(|p| format!("{} {}", p.address, p.connections))
-        .collect();
-    format!(
-        "  busiest pods (masqueraded flows tracked): {}\n",
-        pods.join(", ")
-    )
 }
 
 /// 1234567 → "1.2M" (units of 1000, as `iptables -L -v`): counters stay narrow in an

@@ -31,6 +31,19 @@ pub struct Busiest {
     pub pods: Vec<PodConnections>,
 }
 
+impl Busiest {
+    /// `192.168.1.2 3, 192.168.1.3 1`: the pods, busiest first (None when there is none).
+    pub fn listed(&self) -> Option<String> {
+        (!self.pods.is_empty()).then(|| {
+            self.pods
+                .iter()
+                .map(|p| format!("{} {}", p.address, p.connections))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+    }
+}
+
 /// Counts the source-NATed flows per original source address; the top [`NAMED`].
 #[derive(Default)]
 pub struct Tally {
@@ -128,5 +141,10 @@ mod tests {
             "kept flows are no share"
         );
         assert_eq!(busiest.pods[1].address.to_string(), "192.168.1.3");
+        assert!(busiest
+            .listed()
+            .unwrap()
+            .starts_with("192.168.1.2 3, 192.168.1.3 1, "));
+        assert_eq!(Busiest::default().listed(), None);
     }
 }

@@ -124,20 +124,19 @@ impl Iptables {
         if !out.success {
             return Err(self.failed(program, &out));
         }
-        check_filter_readable(program, &out.stdout)?;
+        check_compatible(program, &out.stdout, "filter")?;
         Ok(out.stdout)
     }
 
-    /// Whether the filter table may hold a chain of the pod share (asked of the kernel without
-    /// a tool; a table that cannot be asked may).
+    /// Whether the filter table may hold a chain of the pod share (asked of the kernel once,
+    /// without a tool; a table that cannot be asked may).
     fn may_hold_share(&self, family: Family, chains: &share::ShareChains) -> bool {
-        chains.all().into_iter().any(|chain| {
-            let held = match self.variant {
-                Variant::Nft => probe::nft_table_holds_chain(family, "filter", chain),
-                Variant::Legacy => probe::legacy_table_holds_chain(family, "filter", chain),
-            };
-            held != Some(false)
-        })
+        let names = chains.all();
+        let held = match self.variant {
+            Variant::Nft => probe::nft_table_holds_any(family, "filter", &names),
+            Variant::Legacy => probe::legacy_table_holds_any(family, "filter", &names),
+        };
+        held != Some(false)
     }
 
     /// The pod share as the filter table holds it, read only when the plan has one or the
@@ -556,49 +555,41 @@ fn removed(chain: &ChainName, exists: bool, jumps: usize) -> Vec<super::Removed>
     }
 }
 
-/// A filter table iptables-nft says it cannot show (a rule written with nft in a form iptables
-/// cannot print) is a failed observation of the pod share: acting on it would insert another
-/// FORWARD jump and rewrite the share's chains every pass.
-fn check_filter_readable(program: &str, saved: &str) -> Result<(), BackendError> {
-    match saved
-        .lines()
-        .find(|l| l.starts_with("# Table `filter'") && l.contains("incompatible"))
-    {
-        Some(line) => Err(BackendError::Unreadable {
-            program: program.to_string(),
-            table: "filter".into(),
-            detail: format!(
-                "{line} A rule in the ip filter table was written with nft in a form iptables cannot show; ipmasq writes no pod share to a table it cannot read. Find it with `nft list table ip filter` and remove it, or move it to a table of its own"
-            ),
-        }),
-        None => Ok(()),
-    }
-}
-
 /// A save that lacks the nat table it was asked for, or says the table is incompatible (a rule
 /// iptables-nft cannot translate, e.g. one added with `nft`), is a failed observation: acting
 /// on it would append another jump every pass.
 fn check_nat_readable(program: &str, saved: &str, nat_required: bool) -> Result<(), BackendError> {
-    let unreadable = |detail: String| BackendError::Unreadable {
-        program: program.to_string(),
-        table: "nat".into(),
-        detail,
-    };
-    if let Some(line) = saved
-        .lines()
-        .find(|l| l.starts_with("# Table `nat'") && l.contains("incompatible"))
-    {
-        return Err(unreadable(format!(
-            "{line} A rule in the ip nat table was written with nft in a form iptables cannot show; ipmasq writes nothing to a table it cannot read. Find it with `nft list table ip nat` and remove it, or move it to a table of its own"
-        )));
-    }
+    check_compatible(program, saved, "nat")?;
     if nat_required && !saved.lines().any(|l| l.trim_end() == "*nat") {
-        return Err(unreadable(
-            "the output has no *nat section; ipmasq writes nothing to a table it cannot read"
-                .into(),
-        ));
+        return Err(BackendError::Unreadable {
+            program: program.to_string(),
+            table: "nat".into(),
+            detail:
+                "the output has no *nat section; ipmasq writes nothing to a table it cannot read"
+                    .into(),
+        });
     }
     Ok(())
+}
+
+/// A table iptables-nft says it cannot show (a rule written with nft in a form iptables cannot
+/// print) is a failed observation: acting on it would write our rules again every pass (the
+/// nat chain's jump, the pod share's FORWARD jump and chains).
+fn check_compatible(program: &str, saved: &str, table: &str) -> Result<(), BackendError> {
+    let header = format!("# Table `{table}'");
+    match saved
+        .lines()
+        .find(|l| l.starts_with(&header) && l.contains("incompatible"))
+    {
+        Some(line) => Err(BackendError::Unreadable {
+            program: program.to_string(),
+            table: table.into(),
+            detail: format!(
+                "{line} A rule in the ip {table} table was written with nft in a form iptables cannot show; ipmasq writes nothing to a table it cannot read. Find it with `nft list table ip {table}` and remove it, or move it to a table of its own"
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 impl From<RunError> for BackendError {

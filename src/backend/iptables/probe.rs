@@ -178,15 +178,21 @@ pub(crate) fn legacy_evidence() -> Evidence {
 /// Whether iptables-nft's nat table of `family` holds chain `chain`; None when nf_tables
 /// cannot be read.
 pub(crate) fn nft_holds_chain(family: Family, chain: &str) -> Option<bool> {
-    nft_table_holds_chain(family, "nat", chain)
+    nft_table_holds_any(family, "nat", &[chain])
 }
 
-/// Whether iptables-nft's table `table` of `family` holds chain `chain`; None when nf_tables
-/// cannot be read.
-pub(crate) fn nft_table_holds_chain(family: Family, table: &str, chain: &str) -> Option<bool> {
-    nf_tables::with_kernel(|t| read::chain(t, family, table, chain))
-        .ok()
-        .map(|found| found.is_some())
+/// Whether iptables-nft's table `table` of `family` holds any of `chains` (one socket for all
+/// of them); None when nf_tables cannot be read.
+pub(crate) fn nft_table_holds_any(family: Family, table: &str, chains: &[&str]) -> Option<bool> {
+    nf_tables::with_kernel(|t| {
+        for chain in chains {
+            if read::chain(t, family, table, chain)?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    })
+    .ok()
 }
 
 /// Whether nf_tables holds a nat table of `family` (iptables-nft's); None when it cannot tell.
@@ -197,11 +203,12 @@ pub(crate) fn nft_nat_table_exists(family: Family) -> Option<bool> {
 /// Whether iptables-legacy's nat table of `family` exists and holds chain `chain` (a table
 /// that does not exist is not created by asking); None when it cannot be read.
 pub(crate) fn legacy_holds_chain(family: Family, chain: &str) -> Option<bool> {
-    legacy_table_holds_chain(family, "nat", chain)
+    legacy_table_holds_any(family, "nat", &[chain])
 }
 
-/// Whether iptables-legacy's table `table` of `family` exists and holds chain `chain`.
-pub(crate) fn legacy_table_holds_chain(family: Family, table: &str, chain: &str) -> Option<bool> {
+/// Whether iptables-legacy's table `table` of `family` exists and holds any of `chains` (the
+/// table read once for all of them).
+pub(crate) fn legacy_table_holds_any(family: Family, table: &str, chains: &[&str]) -> Option<bool> {
     let layout = match family {
         Family::V4 => V4,
         Family::V6 => V6,
@@ -215,7 +222,7 @@ pub(crate) fn legacy_table_holds_chain(family: Family, table: &str, chain: &str)
     }
     let fd = raw_socket(layout.domain)?;
     let found = legacy_table(&layout, &fd, table)?;
-    Some(found.chains.iter().any(|c| c == chain))
+    Some(found.chains.iter().any(|c| chains.contains(&c.as_str())))
 }
 
 /// The variant the system's `iptables` is, from where its links point
