@@ -158,7 +158,32 @@ impl ShareLimit {
             ShareLimit::Connections => "connections",
         }
     }
+
+    /// The prefix of the NFLOG copy each backend's refusing rule sends to
+    /// [`SHARE_LOG_GROUP`]: how the SNAT log tells which limit refused a pod. No blank and
+    /// no quote in it, so iptables-save prints it back as written.
+    pub fn log_prefix(self) -> &'static str {
+        match self {
+            ShareLimit::Rate => "ipmasq-share-rate",
+            ShareLimit::Connections => "ipmasq-share-connections",
+        }
+    }
+
+    /// The limit whose refusals carry `prefix` ([`ShareLimit::log_prefix`]).
+    pub fn of_log_prefix(prefix: &str) -> Option<ShareLimit> {
+        [ShareLimit::Rate, ShareLimit::Connections]
+            .into_iter()
+            .find(|limit| limit.log_prefix() == prefix)
+    }
 }
+
+/// The NFLOG group (`nfnetlink_log`) each refusal of the pod share is copied to, on every
+/// backend; the agent with `--snat-log` binds it and writes who was refused. A group has one
+/// listener per network namespace: another program holding it costs the log its refusals,
+/// never the refusal itself. A packet logged to a group nobody binds is not copied.
+pub const SHARE_LOG_GROUP: u16 = 7373;
+/// How many bytes of a refused packet the copy carries: the IP header and the ports.
+pub const SHARE_LOG_SNAPLEN: u32 = 80;
 
 /// New connections one part of the pod share refused, as the rule's counter says (since the
 /// rule was written: a config change that rewrites it starts again from 0).
@@ -416,5 +441,20 @@ impl Inspection {
     /// Whether anything of ours is there.
     pub fn holds_anything(&self) -> bool {
         self.installed || !self.entry_jumps.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShareLimit;
+
+    #[test]
+    fn each_limit_is_read_back_from_its_log_prefix_and_nothing_else_is() {
+        for limit in [ShareLimit::Rate, ShareLimit::Connections] {
+            assert_eq!(ShareLimit::of_log_prefix(limit.log_prefix()), Some(limit));
+            assert!(!limit.log_prefix().contains([' ', '"', '\'']));
+        }
+        assert_eq!(ShareLimit::of_log_prefix("ipmasq-share"), None);
+        assert_eq!(ShareLimit::of_log_prefix(""), None);
     }
 }
