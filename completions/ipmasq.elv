@@ -224,7 +224,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         &'ipmasq;fleet;help;help'= {
         }
         &'ipmasq;who'= {
-            cand --pod 'Instead of an address: every translation of this pod (NAMESPACE/NAME, as an agent in API mode names it in the log), narrowed with --since and --until'
+            cand --pod 'Instead of an address: every translation of this pod (NAMESPACE/NAME, as an agent in API mode names it in the log), and the new connections the pod share refused it, narrowed with --since and --until'
             cand --at 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]'
             cand --since 'Only the flows alive at or after this time (the forms of --at)'
             cand --until 'Only the flows alive at or before this time (the forms of --at)'

@@ -119,7 +119,7 @@ complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_sub
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from rollout" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from help" -f -a "rollout" -d 'Roll a config change out in waves that halt themselves on the first failing node'
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand fleet; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l pod -d 'Instead of an address: every translation of this pod (NAMESPACE/NAME, as an agent in API mode names it in the log), narrowed with --since and --until' -r
+complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l pod -d 'Instead of an address: every translation of this pod (NAMESPACE/NAME, as an agent in API mode names it in the log), and the new connections the pod share refused it, narrowed with --since and --until' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l at -d 'Only the flows alive at this time (RFC 3339; 2026-11-26 12:03:04 is UTC; also 26/Nov/2026:12:03:04 +0000 and @UNIX-SECONDS) [default: every flow in the log]' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l since -d 'Only the flows alive at or after this time (the forms of --at)' -r
 complete -c ipmasq -n "__fish_ipmasq_using_subcommand who" -l until -d 'Only the flows alive at or before this time (the forms of --at)' -r

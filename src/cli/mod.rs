@@ -1099,7 +1099,8 @@ pub struct WhoArgs {
     pub address: Option<std::net::SocketAddr>,
 
     /// Instead of an address: every translation of this pod (NAMESPACE/NAME, as an agent in
-    /// API mode names it in the log), narrowed with --since and --until
+    /// API mode names it in the log), and the new connections the pod share refused it,
+    /// narrowed with --since and --until
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_pod_name)]
     pub pod: Option<String>,
 

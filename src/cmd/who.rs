@@ -21,13 +21,16 @@
 //! counts them). A log path that is not a regular file (a FIFO, a device) is refused, never
 //! waited on: `--log -` reads a pipe.
 //!
+//! With `--pod`, the pod's `refused` lines (the pod share refused its new connections) are
+//! answered too, apart from its flows: at most [`MAX_FLOWS`], the newest.
+//!
 //! Speed: only the lines holding `"ADDRESS:PORT"` (quoted, so `:4000` never matches `:40002`)
 //! are parsed; the bytes in between are searched with memchr's memmem and never decoded.
 
 use crate::cli::{OutputFormat, WhoArgs};
 use crate::cmd::Exit;
 use crate::output::{printable, Styler};
-use crate::snat::line::{endpoint_text, show_time, time_of, Micros, Record};
+use crate::snat::line::{endpoint_text, show_time, time_of, Micros, Record, REFUSED};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Read;
@@ -146,6 +149,29 @@ impl FoundFlow {
     }
 }
 
+/// New connections of the pod the pod share refused, as one `refused` line counts them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FoundRefusals {
+    pub proto: String,
+    /// The pod's address.
+    pub src: String,
+    /// The destination, or `*` for several.
+    pub dst: String,
+    /// `rate` or `connections`.
+    pub limit: String,
+    pub refused: u64,
+    /// The first and the last refusal the line counts.
+    pub first: String,
+    pub last: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip)]
+    first_micros: Micros,
+    #[serde(skip)]
+    last_micros: Micros,
+}
+
 /// The answer to a query over the log's files.
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -156,11 +182,17 @@ pub struct Answer {
     pub log_start: Option<String>,
     pub log_end: Option<String>,
     pub flows: Vec<FoundFlow>,
+    /// With `--pod`: its new connections the pod share refused (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<FoundRefusals>,
     /// Lines naming the address that could not be read (not JSON, a field missing, a bad
     /// time, longer than [`MAX_LINE`]), and lines too long to hold wherever they are.
     pub skipped_lines: u64,
     /// Older flows that answer too but are left out: at most [`MAX_FLOWS`] are kept.
     pub omitted_flows: u64,
+    /// Older refused lines left out, as flows are (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub omitted_refusals: u64,
     /// Flows taken as open before their end could be read: more than [`MAX_OPEN`] waited at
     /// once. Absent when none.
     #[serde(skip_serializing_if = "is_zero")]
@@ -313,6 +345,9 @@ impl<'q> Pairing<'q> {
             Ok(record) => record,
             Err(err) => return self.skip(file, offset, &format!("not a log record ({err})")),
         };
+        if record.event == REFUSED {
+            return self.refused(file, offset, &record);
+        }
         let answers = match (&self.translated, &self.query.target) {
             (Some(translated), _) => record.translated == *translated,
             (None, Target::Pod(pod)) => record.pod.as_deref() == Some(pod.as_str()),
@@ -363,6 +398,55 @@ impl<'q> Pairing<'q> {
             "new" => self.started(key, flow, time, micros),
             "end" => self.ended(key, flow, time, micros),
             other => self.skip(file, offset, &format!("unknown event {other:?}")),
+        }
+    }
+
+    /// A `refused` line: kept when a pod is asked and it is the pod's, of the protocol asked,
+    /// and within the window.
+    fn refused(&mut self, file: &Path, offset: u64, record: &Record<'_>) {
+        let Target::Pod(pod) = &self.query.target else {
+            return; // no address is translated on a refused line
+        };
+        if record.pod.as_deref() != Some(pod.as_str()) {
+            return;
+        }
+        let proto = match &record.proto {
+            serde_json::Value::String(name) => name.to_string(),
+            serde_json::Value::Number(number) => number.to_string(),
+            _ => return self.skip(file, offset, "proto is neither a name nor a number"),
+        };
+        if self.query.proto.as_ref().is_some_and(|p| *p != proto) {
+            return;
+        }
+        let last = record.last.as_deref().unwrap_or(&record.time);
+        let (Some(first_micros), Some(last_micros)) = (time_of(&record.time), time_of(last)) else {
+            return self.skip(file, offset, "time or last is not RFC 3339");
+        };
+        let (Some(limit), Some(refused)) = (record.limit.as_deref(), record.refused) else {
+            return self.skip(file, offset, "a refused line without its limit or count");
+        };
+        let window = self.query.window.unwrap_or(Window {
+            from: Micros::MIN,
+            to: Micros::MAX,
+        });
+        if first_micros > window.to || last_micros < window.from {
+            return;
+        }
+        self.answer.refusals.push(FoundRefusals {
+            proto,
+            src: record.src.to_string(),
+            dst: record.dst.to_string(),
+            limit: limit.to_string(),
+            refused,
+            first: record.time.to_string(),
+            last: last.to_string(),
+            node: record.node.as_deref().map(String::from),
+            first_micros,
+            last_micros,
+        });
+        if self.answer.refusals.len() >= 2 * MAX_FLOWS {
+            self.answer.refusals.drain(..MAX_FLOWS);
+            self.answer.omitted_refusals += MAX_FLOWS as u64;
         }
     }
 
@@ -434,6 +518,14 @@ impl<'q> Pairing<'q> {
             let older = answer.flows.len() - MAX_FLOWS;
             answer.flows.drain(..older);
             answer.omitted_flows += older as u64;
+        }
+        answer
+            .refusals
+            .sort_by_key(|r| (r.first_micros, r.last_micros));
+        if answer.refusals.len() > MAX_FLOWS {
+            let older = answer.refusals.len() - MAX_FLOWS;
+            answer.refusals.drain(..older);
+            answer.omitted_refusals += older as u64;
         }
         answer
     }
@@ -673,6 +765,57 @@ impl Columns {
 }
 
 fn to_text(target: &Target, args: &WhoArgs, answer: &Answer, style: &Styler) -> String {
+    let mut out = flows_text(target, args, answer, style);
+    out.push_str(&refusals_text(answer, style));
+    out
+}
+
+/// The pod's refused connections, a row per `refused` line (nothing when there are none).
+fn refusals_text(answer: &Answer, style: &Styler) -> String {
+    if answer.refusals.is_empty() {
+        return String::new();
+    }
+    let total: u64 = answer.refusals.iter().map(|r| r.refused).sum();
+    let mut out = style.bold(&format!(
+        "refused by the pod share: {} new connections",
+        total
+    ));
+    out.push('\n');
+    let mut records = vec![[
+        "PROTO",
+        "POD ADDRESS",
+        "DESTINATION",
+        "LIMIT",
+        "REFUSED",
+        "FROM",
+        "UNTIL",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for r in &answer.refusals {
+        records.push(vec![
+            r.proto.clone(),
+            r.src.clone(),
+            r.dst.clone(),
+            r.limit.clone(),
+            r.refused.to_string(),
+            r.first.clone(),
+            r.last.clone(),
+        ]);
+    }
+    out.push_str(&crate::cmd::fleet::plain_table(records));
+    if answer.omitted_refusals > 0 {
+        out.push_str(&style.warning(&format!(
+            "… and {} older (the newest {MAX_FLOWS} are shown; narrow with --since or --proto)",
+            crate::output::plural(answer.omitted_refusals as usize, "refused line")
+        )));
+        out.push('\n');
+    }
+    out
+}
+
+/// The flows found, as a table (or what the log covers when there are none).
+fn flows_text(target: &Target, args: &WhoArgs, answer: &Answer, style: &Styler) -> String {
     let address = target.words();
     let when = when_words(args);
     let proto = args
@@ -824,7 +967,7 @@ pub fn run(args: &WhoArgs) -> Exit {
         use std::io::Write;
         let _ = std::io::stdout().lock().write_all(text.as_bytes());
     }
-    if answer.flows.is_empty() {
+    if answer.flows.is_empty() && answer.refusals.is_empty() {
         Exit::Failure
     } else {
         Exit::Ok
@@ -1548,6 +1691,92 @@ mod tests {
         );
         assert!(by_pod("default/b", None).flows.len() == 1);
         assert!(by_pod("default/c", None).flows.is_empty());
+    }
+
+    /// A pod's `refused` lines, as the agent renders them, are answered by pod apart from its
+    /// flows, within the window; by address they are neither answers nor unreadable.
+    #[test]
+    fn a_pods_refused_connections_are_found_by_pod_and_pass_unread_by_address() {
+        use crate::plan::live::ShareLimit;
+        use crate::snat::line::{render_refusals, Origin, PodWords, Refusals, RefusedTo};
+        let dir = Dir::new("refused");
+        let t0 = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_694_400);
+        let refused = |pod: &str, seconds: u64, count: u64| {
+            let mut out = String::new();
+            let first = t0 + std::time::Duration::from_secs(seconds);
+            let refusals = Refusals {
+                first,
+                last: first + std::time::Duration::from_millis(900),
+                protocol: 6,
+                source: "192.168.1.5".parse().unwrap(),
+                to: RefusedTo::One {
+                    address: "198.51.100.9".parse().unwrap(),
+                    port: Some(443),
+                },
+                limit: ShareLimit::Connections,
+                count,
+            };
+            let origin = Origin {
+                pod: Some(PodWords {
+                    qualified: pod,
+                    uid: "u",
+                }),
+                node: "node-a",
+            };
+            render_refusals(&mut out, &refusals, Some(origin));
+            out
+        };
+        let flow = format!(
+            "{{\"time\":\"2026-11-26T12:00:01.000000Z\",\"event\":\"new\",\"proto\":\"tcp\",\"src\":\"192.168.1.5:5000\",\"translated\":\"{NODE}\",\"dst\":\"198.51.100.9:443\",\"pod\":\"default/a\",\"uid\":\"u\",\"node\":\"node-a\"}}\n"
+        );
+        dir.write(
+            "snat.log",
+            &[
+                flow,
+                refused("default/a", 2, 3800),
+                refused("default/b", 3, 7),
+                refused("default/a", 60, 5),
+            ]
+            .concat(),
+        );
+        let by_pod = |window: Option<Window>| {
+            ask(
+                &dir,
+                &Query {
+                    target: Target::Pod("default/a".into()),
+                    proto: None,
+                    window,
+                },
+            )
+        };
+        let a = by_pod(None);
+        assert_eq!(a.flows.len(), 1);
+        let counts: Vec<u64> = a.refusals.iter().map(|r| r.refused).collect();
+        assert_eq!(counts, [3800, 5]);
+        assert_eq!(a.refusals[0].limit, "connections");
+        assert_eq!(a.refusals[0].dst, "198.51.100.9:443");
+        assert_eq!(a.skipped_lines, 0);
+        let early = by_pod(Some(Window {
+            from: Micros::MIN,
+            to: parse_time("2026-11-26T12:00:30Z").unwrap(),
+        }));
+        assert_eq!(early.refusals.len(), 1);
+        let args = text_args(None, Some("default/a"), None);
+        let text = to_text(
+            &Target::Pod("default/a".into()),
+            &args,
+            &a,
+            &Styler::plain(),
+        );
+        assert!(
+            text.contains("refused by the pod share: 3805 new connections"),
+            "{text}"
+        );
+        assert!(text.contains("connections  3800"), "{text}");
+        let by_address = ask(&dir, &query(None, 0));
+        assert_eq!(by_address.flows.len(), 1);
+        assert!(by_address.refusals.is_empty());
+        assert_eq!(by_address.skipped_lines, 0);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub(crate) mod dump;
 pub(crate) mod framing;
 pub(crate) mod image;
 pub(crate) mod nf_tables;
+pub(crate) mod nflog;
 pub(crate) mod route;
 pub(crate) mod xtables;
 
@@ -83,6 +84,11 @@ impl Socket {
         socket.socket.add_membership(group)?;
         socket.socket.set_non_blocking(true)?;
         Ok(socket)
+    }
+
+    /// Makes receives return at once when nothing is queued (for [`Socket::drain`]).
+    pub fn set_non_blocking(&self) -> io::Result<()> {
+        self.socket.set_non_blocking(true)
     }
 
     /// Joins one more multicast group of the socket's protocol.

@@ -3,8 +3,15 @@
 //! `dst`, then on an `end` with accounting `packets` and `bytes`, both directions summed),
 //! UTF-8, ended by `\n`; its times (RFC 3339 UTC to the microsecond, one calendar: jiff's),
 //! its addresses' spelling, the default path, and the times `who --at` takes.
+//!
+//! A `refused` line says the pod share refused a pod's new connections ([`render_refusals`]):
+//! `time` (the first refusal), `event`, `proto`, `src` (the pod's address, no port), `dst`
+//! (`address:port`, or `*` for several destinations), in API mode `pod`, `uid` and `node`,
+//! then `limit` (`rate` or `connections`), `refused` (how many) and `last` (the last one's
+//! time). It has no `translated`: nothing was.
 
 use crate::netlink::conntrack::{Event, EventKind, Flow};
+use crate::plan::live::ShareLimit;
 use k8s_openapi::jiff::{civil::DateTime, tz::Offset, tz::TimeZone, Timestamp};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
@@ -104,7 +111,8 @@ pub struct Record<'a> {
     pub proto: serde_json::Value,
     #[serde(borrow)]
     pub src: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
+    /// Empty on a `refused` line, which has none.
+    #[serde(borrow, default)]
     pub translated: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     pub dst: std::borrow::Cow<'a, str>,
@@ -116,7 +124,17 @@ pub struct Record<'a> {
     /// API mode: the node that wrote the line.
     #[serde(borrow, default)]
     pub node: Option<std::borrow::Cow<'a, str>>,
+    /// A `refused` line's limit, count and last refusal's time.
+    #[serde(borrow, default)]
+    pub limit: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    pub refused: Option<u64>,
+    #[serde(borrow, default)]
+    pub last: Option<std::borrow::Cow<'a, str>>,
 }
+
+/// The `event` of a line of refusals.
+pub const REFUSED: &str = "refused";
 
 impl<'a> Record<'a> {
     /// One line (without its `\n`), or why it is no line of the log.
@@ -201,6 +219,15 @@ pub fn render(out: &mut String, time: SystemTime, event: &Event, origin: Option<
     out.push_str("\",\"dst\":\"");
     endpoint(out, flow.destination, flow.destination_port);
     out.push('"');
+    origin_words(out, origin);
+    if let (EventKind::End, Some((packets, bytes))) = (event.kind, event.counters) {
+        let _ = write!(out, ",\"packets\":{packets},\"bytes\":{bytes}");
+    }
+    out.push_str("}\n");
+}
+
+/// API mode's `pod`, `uid` (when the pod is known) and `node`.
+fn origin_words(out: &mut String, origin: Option<Origin<'_>>) {
     if let Some(origin) = origin {
         if let Some(pod) = origin.pod {
             out.push_str(",\"pod\":");
@@ -211,10 +238,60 @@ pub fn render(out: &mut String, time: SystemTime, event: &Event, origin: Option<
         out.push_str(",\"node\":");
         string(out, origin.node);
     }
-    if let (EventKind::End, Some((packets, bytes))) = (event.kind, event.counters) {
-        let _ = write!(out, ",\"packets\":{packets},\"bytes\":{bytes}");
+}
+
+/// Where refused connections went: one destination, or several (`*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RefusedTo {
+    One {
+        address: IpAddr,
+        /// TCP's, UDP's and SCTP's port; 0 for other protocols, as a flow's line writes it.
+        port: Option<u16>,
+    },
+    Several,
+}
+
+/// A pod's new connections the pod share refused: of one protocol, to one destination (or
+/// several), by one limit, counted between two times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusals {
+    pub first: SystemTime,
+    pub last: SystemTime,
+    pub protocol: u8,
+    /// The pod's address.
+    pub source: IpAddr,
+    pub to: RefusedTo,
+    pub limit: ShareLimit,
+    pub count: u64,
+}
+
+/// Appends the `refused` line of `refusals` to `out` (its `\n` included); in API mode the
+/// pod (when known) and the node follow `dst`, as on a flow's line.
+pub fn render_refusals(out: &mut String, refusals: &Refusals, origin: Option<Origin<'_>>) {
+    out.push_str("{\"time\":\"");
+    out.push_str(&rfc3339_micros(refusals.first));
+    out.push_str("\",\"event\":\"");
+    out.push_str(REFUSED);
+    out.push_str("\",\"proto\":");
+    protocol(out, refusals.protocol);
+    let _ = write!(
+        out,
+        ",\"src\":\"{}\",\"dst\":\"",
+        refusals.source.to_canonical()
+    );
+    match refusals.to {
+        RefusedTo::One { address, port } => endpoint(out, address.to_canonical(), port),
+        RefusedTo::Several => out.push('*'),
     }
-    out.push_str("}\n");
+    out.push('"');
+    origin_words(out, origin);
+    let _ = writeln!(
+        out,
+        ",\"limit\":\"{}\",\"refused\":{},\"last\":\"{}\"}}",
+        refusals.limit.as_str(),
+        refusals.count,
+        rfc3339_micros(refusals.last)
+    );
 }
 
 #[cfg(test)]
@@ -295,6 +372,61 @@ mod tests {
         assert!(out.contains("\"proto\":132,"), "{out}");
         assert!(!out.contains("packets"), "{out}");
         serde_json::from_str::<serde_json::Value>(&out).unwrap();
+    }
+
+    /// A `refused` line: its keys in order, a pod's address without a port, `*` for several
+    /// destinations, the pod and node in API mode; read back with no `translated`.
+    #[test]
+    fn a_line_of_refusals_follows_its_contract_and_reads_back() {
+        let first = UNIX_EPOCH + Duration::new(1_795_694_584, 123_456_000);
+        let refusals = Refusals {
+            first,
+            last: first + Duration::from_millis(900),
+            protocol: 6,
+            source: "192.168.1.5".parse().unwrap(),
+            to: RefusedTo::One {
+                address: "198.51.100.9".parse().unwrap(),
+                port: Some(443),
+            },
+            limit: ShareLimit::Connections,
+            count: 3800,
+        };
+        let mut out = String::new();
+        render_refusals(&mut out, &refusals, None);
+        assert_eq!(
+            out,
+            "{\"time\":\"2026-11-26T12:03:04.123456Z\",\"event\":\"refused\",\"proto\":\"tcp\",\"src\":\"192.168.1.5\",\"dst\":\"198.51.100.9:443\",\"limit\":\"connections\",\"refused\":3800,\"last\":\"2026-11-26T12:03:05.023456Z\"}\n"
+        );
+        let origin = Origin {
+            pod: Some(PodWords {
+                qualified: "web/api-0",
+                uid: "u-1",
+            }),
+            node: "node-a",
+        };
+        let several = Refusals {
+            protocol: 1,
+            to: RefusedTo::Several,
+            limit: ShareLimit::Rate,
+            source: "::ffff:192.168.1.5".parse().unwrap(),
+            ..refusals
+        };
+        out.clear();
+        render_refusals(&mut out, &several, Some(origin));
+        let record = Record::read(out.trim_end().as_bytes()).unwrap();
+        assert_eq!(record.event, REFUSED);
+        assert_eq!(record.src, "192.168.1.5");
+        assert_eq!(record.dst, "*");
+        assert_eq!(record.translated, "");
+        assert_eq!(record.pod.as_deref(), Some("web/api-0"));
+        assert_eq!(record.node.as_deref(), Some("node-a"));
+        assert_eq!(record.limit.as_deref(), Some("rate"));
+        assert_eq!(record.refused, Some(3800));
+        assert_eq!(
+            record.last.as_deref().and_then(time_of),
+            Some(micros_of(several.last))
+        );
+        assert_eq!(time_of(&record.time), Some(micros_of(first)));
     }
 
     /// API mode: the pod, its uid and the node follow `dst`, before an end's counters, and

@@ -29,6 +29,7 @@
 pub mod line;
 pub mod pods;
 pub mod pressure;
+pub mod refusals;
 pub mod sizing;
 pub mod writer;
 
@@ -207,6 +208,13 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
         }
         None => (None, None),
     };
+    if let Some(queue) = &queue {
+        let to = refusals::RefusalsTo {
+            queue: queue.clone(),
+            pods: options.pods.clone(),
+        };
+        refusals::start(to, stats.clone(), stopping.clone());
+    }
     let socket = ctnetlink::events(receive_buffer())?;
     let filtered_in_the_kernel = filter_in_the_kernel(&socket);
     let reader_stats = stats.clone();

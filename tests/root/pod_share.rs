@@ -133,15 +133,16 @@ fn apply(topo: &Topology, backend: Backend, config: &str) {
     assert_eq!(run.code, 0, "agent --once: {}", run.stderr);
 }
 
-/// The agent as a daemon in the node namespace, serving `/metrics`, once it is ready (its
-/// first sync done); the scratch directory holds its config and log.
+/// The agent as a daemon in the node namespace, serving `/metrics` and writing a SNAT log,
+/// once it is ready (its first sync done); the scratch directory holds its config and logs.
 fn start_agent(topo: &mut Topology, backend: Backend, config: &str) -> Scratch {
     // One directory per namespace: the tests run side by side in one process.
     let dir = Scratch::new(&format!("pod-share-{}", topo.node.name));
     let config = dir.write("config", config);
     let config_flag = format!("--config={}", config.display());
     let addr_flag = format!("--metrics-addr={}", super::health::ADDR);
-    let mut args = vec!["agent", "--v=4", &config_flag, &addr_flag];
+    let snat_flag = format!("--snat-log={}", dir.path.join("snat.log").display());
+    let mut args = vec!["agent", "--v=4", &config_flag, &addr_flag, &snat_flag];
     args.extend_from_slice(backend.flags());
     let log = dir.path.join("agent.log");
     topo.node.spawn_ipmasq(&args, &log);
@@ -162,6 +163,39 @@ fn agent_log(dir: &Scratch) -> String {
         .filter(|l| l.contains("share") || l.contains("ERROR") || l.contains("WARN"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The new connections from `source` the SNAT log's `refused` lines count for `limit`, and
+/// whether every such line names the one destination the floods use.
+fn logged_refusals(dir: &Scratch, source: &str, limit: &str) -> (u64, bool) {
+    let log = std::fs::read_to_string(dir.path.join("snat.log")).unwrap_or_default();
+    let mut total = 0;
+    let mut one_destination = true;
+    for line in log.lines() {
+        let record: serde_json::Value = serde_json::from_str(line).expect(line);
+        if record["event"] == "refused" && record["src"] == source && record["limit"] == limit {
+            total += record["refused"].as_u64().expect(line);
+            one_destination &= record["dst"] == format!("{MASQ_V4}:{PORT}").as_str();
+        }
+    }
+    (total, one_destination)
+}
+
+/// Waits until the SNAT log counts `expected` refusals of the flooder for `limit` (the
+/// agent writes a window's lines each second), and checks they name the flood's destination
+/// and that the neighbour has none.
+fn assert_logged_refusals(dir: &Scratch, limit: &str, expected: u64) {
+    let mut logged = (0, true);
+    wait_until(Duration::from_secs(10), || {
+        logged = logged_refusals(dir, FLOODER, limit);
+        logged.0 >= expected
+    });
+    assert_eq!(logged, (expected, true), "the SNAT log's refused lines");
+    assert_eq!(
+        logged_refusals(dir, NEIGHBOUR, limit).0,
+        0,
+        "the neighbour was refused nothing"
+    );
 }
 
 /// `ipmasq_pod_egress_limited_total`'s IPv4 sample for `limit`, if served.
@@ -420,7 +454,7 @@ const BURST: f64 = 40.0;
 fn connection_limit(variant: Backend) {
     let mut topo = topology();
     let _listener = tcp_listener(&topo);
-    let _agent = start_agent(
+    let agent = start_agent(
         &mut topo,
         variant,
         &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodConnectionLimit: {LIMIT}\n"),
@@ -450,6 +484,7 @@ fn connection_limit(variant: Backend) {
     });
     assert_eq!(scraped, Some(outcome.flooder_refused), "the metric");
     assert_eq!(limited(&topo.node, "rate"), None, "no rate configured");
+    assert_logged_refusals(&agent, "connections", outcome.flooder_refused);
     assert_eq!(
         shown_refusals(&topo.node, variant, "connections"),
         outcome.flooder_refused,
@@ -498,7 +533,8 @@ fn new_connection_rate_with(variant: Backend, keys: &str) {
         variant,
         &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {RATE}/s\n{keys}"),
     );
-    flood_at_rate(&topo, variant, &agent, RATE, BURST);
+    let first = flood_at_rate(&topo, variant, &agent, RATE, BURST);
+    assert_logged_refusals(&agent, "rate", first);
     let lower = RATE / 2.0;
     let config = agent.path.join("config");
     let next = agent.path.join("config.next");
@@ -516,19 +552,20 @@ fn new_connection_rate_with(variant: Backend, keys: &str) {
         "the lower rate was not applied: {}",
         agent_log(&agent)
     );
-    flood_at_rate(
+    let second = flood_at_rate(
         &topo,
         variant,
         &agent,
         lower,
         (lower / 50.0).ceil().max(5.0),
     );
+    assert_logged_refusals(&agent, "rate", first + second);
 }
 
 /// One UDP flood of 2 s at 20,000 flows a second; the flooder's accepted flows within 1 % of
 /// the token bucket `rate`/`burst` replayed over its send times, the neighbour's all through,
-/// and the metric equal to the flows refused.
-fn flood_at_rate(topo: &Topology, variant: Backend, agent: &Scratch, rate: f64, burst: f64) {
+/// and the metric equal to the flows refused; returns how many were.
+fn flood_at_rate(topo: &Topology, variant: Backend, agent: &Scratch, rate: f64, burst: f64) -> u64 {
     let receiver = udp_receiver(topo);
     let flood = udp_flood(&topo.pod, 2.0);
     let (accepted, neighbour) = received(receiver);
@@ -558,6 +595,7 @@ fn flood_at_rate(topo: &Topology, variant: Backend, agent: &Scratch, rate: f64, 
         "the metric (the rule's counter, from 0 when the rule was written); the agent's log:\n{}",
         agent_log(agent)
     );
+    refused
 }
 
 /// The control: without the keys every flood connection is established (the limit's check

@@ -1,8 +1,9 @@
-//! The pod share in iptables' filter table: three chains of ours (`<chain>-SHARE` walks the
+//! The pod share in iptables' filter table: five chains of ours (`<chain>-SHARE` walks the
 //! plan's decisions as the nat chain does and sends what will be masqueraded to
 //! `<chain>-LIMIT`, whose `hashlimit` and `connlimit` rules send a pod over its share to
-//! `<chain>-REFUSE`: a TCP reset, else an ICMP "administratively prohibited") and one jump
-//! from `FORWARD` for new connections. Rendered in the saved form, compared chain by chain
+//! `<chain>-RATE` or `<chain>-CONNS`, which copy the packet to the SNAT log's NFLOG group with
+//! the limit's prefix and go to `<chain>-REFUSE`: a TCP reset, else an ICMP "administratively
+//! prohibited") and one jump from `FORWARD` for new connections. Rendered in the saved form, compared chain by chain
 //! (a chain that did not change is not rewritten, so its counters and `connlimit`'s count
 //! survive), repaired and removed in the iptables-restore transaction of the nat chain.
 
@@ -10,6 +11,7 @@ use super::render::source_gate;
 use crate::backend::{Difference, DriftKind};
 use crate::config::pod_share::{NewConnectionRate, PodShare};
 use crate::plan::live::{LiveShare, ShareLimit, ShareRefusals};
+use crate::plan::live::{SHARE_LOG_GROUP, SHARE_LOG_SNAPLEN};
 use crate::plan::{Action, ChainName, Family, Ruleset};
 use crate::plan::{POD_CONNECTIONS_COMMENT, POD_RATE_COMMENT, POD_SHARE_COMMENT};
 use std::fmt::Write as _;
@@ -42,25 +44,40 @@ const RATE_EXPIRE_MS: u32 = 10_000;
 pub(super) struct ShareChains {
     pub share: String,
     pub limit: String,
+    /// Where the rate's refusals are logged, then refused.
+    pub over_rate: String,
+    /// Where the connection limit's refusals are logged, then refused.
+    pub over_connections: String,
     pub refuse: String,
 }
+
+/// How many chains of ours the share has in the filter table.
+pub(super) const SHARE_CHAINS: usize = 5;
 
 impl ShareChains {
     pub fn new(chain: &ChainName) -> Self {
         ShareChains {
             share: format!("{chain}-SHARE"),
             limit: format!("{chain}-LIMIT"),
+            over_rate: format!("{chain}-RATE"),
+            over_connections: format!("{chain}-CONNS"),
             refuse: format!("{chain}-REFUSE"),
         }
     }
 
     /// In the order iptables-save lists chains (by name), which is also the order they are
     /// compared and reported in.
-    pub fn all(&self) -> [&str; 3] {
-        [&self.limit, &self.refuse, &self.share]
+    pub fn all(&self) -> [&str; SHARE_CHAINS] {
+        [
+            &self.over_connections,
+            &self.limit,
+            &self.over_rate,
+            &self.refuse,
+            &self.share,
+        ]
     }
 
-    /// The longest of the three, for iptables' 28-character limit.
+    /// The longest of the five, for iptables' 28-character limit.
     pub fn longest(&self) -> &str {
         &self.refuse
     }
@@ -78,7 +95,7 @@ pub(super) fn jump_spec(chains: &ShareChains) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct RenderedShare {
     pub chains: ShareChains,
-    pub lines: [Vec<String>; 3],
+    pub lines: [Vec<String>; SHARE_CHAINS],
     pub jump: String,
 }
 
@@ -91,7 +108,9 @@ pub(super) fn render(ruleset: &Ruleset) -> Option<RenderedShare> {
     let chains = ShareChains::new(&ruleset.names.chain);
     Some(RenderedShare {
         lines: [
+            over_lines(&chains, ShareLimit::Connections),
             limit_lines(&chains, share, ruleset.family),
+            over_lines(&chains, ShareLimit::Rate),
             refuse_lines(&chains, ruleset.family),
             walk_lines(&chains, ruleset),
         ],
@@ -143,7 +162,8 @@ fn walk_lines(chains: &ShareChains, ruleset: &Ruleset) -> Vec<String> {
 
 /// `<chain>-LIMIT`: the rate first (a connection it refuses is never counted), then the count.
 fn limit_lines(chains: &ShareChains, share: PodShare, family: Family) -> Vec<String> {
-    let (limit, refuse) = (&chains.limit, &chains.refuse);
+    let limit = &chains.limit;
+    let (over_rate, over_connections) = (&chains.over_rate, &chains.over_connections);
     let mut lines = Vec::new();
     if let Some(rate) = share.new_connection_rate {
         let mode = if rate.per_destination {
@@ -152,7 +172,7 @@ fn limit_lines(chains: &ShareChains, share: PodShare, family: Family) -> Vec<Str
             "srcip"
         };
         lines.push(format!(
-            "-A {limit} -m comment --comment \"{POD_RATE_COMMENT}\" -m hashlimit --hashlimit-above {} --hashlimit-burst {} --hashlimit-mode {mode} --hashlimit-name {} --hashlimit-htable-size {RATE_TABLE_SIZE} --hashlimit-htable-max {RATE_TABLE_MAX} --hashlimit-htable-expire {RATE_EXPIRE_MS} -j {refuse}",
+            "-A {limit} -m comment --comment \"{POD_RATE_COMMENT}\" -m hashlimit --hashlimit-above {} --hashlimit-burst {} --hashlimit-mode {mode} --hashlimit-name {} --hashlimit-htable-size {RATE_TABLE_SIZE} --hashlimit-htable-max {RATE_TABLE_MAX} --hashlimit-htable-expire {RATE_EXPIRE_MS} -j {over_rate}",
             saved_rate(rate),
             rate.burst,
             rate_table(rate),
@@ -164,10 +184,27 @@ fn limit_lines(chains: &ShareChains, share: PodShare, family: Family) -> Vec<Str
             Family::V6 => 128,
         };
         lines.push(format!(
-            "-A {limit} -m comment --comment \"{POD_CONNECTIONS_COMMENT}\" -m connlimit --connlimit-above {count} --connlimit-mask {mask} --connlimit-saddr -j {refuse}"
+            "-A {limit} -m comment --comment \"{POD_CONNECTIONS_COMMENT}\" -m connlimit --connlimit-above {count} --connlimit-mask {mask} --connlimit-saddr -j {over_connections}"
         ));
     }
     lines
+}
+
+/// `<chain>-RATE` or `<chain>-CONNS`: the refused packet copied to the SNAT log's NFLOG group
+/// with the limit's prefix (as iptables-save prints the target), then refused. A copy nobody
+/// listens for costs nothing.
+fn over_lines(chains: &ShareChains, limit: ShareLimit) -> Vec<String> {
+    let over = match limit {
+        ShareLimit::Rate => &chains.over_rate,
+        ShareLimit::Connections => &chains.over_connections,
+    };
+    vec![
+        format!(
+            "-A {over} -j NFLOG --nflog-prefix {} --nflog-group {SHARE_LOG_GROUP} --nflog-size {SHARE_LOG_SNAPLEN}",
+            limit.log_prefix()
+        ),
+        format!("-A {over} -g {}", chains.refuse),
+    ]
 }
 
 /// `<chain>-REFUSE`: what a pod over its share sees at once.
@@ -212,7 +249,7 @@ fn saved_rate(rate: NewConnectionRate) -> String {
 /// counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SavedShare {
-    pub lines: [Option<Vec<String>>; 3],
+    pub lines: [Option<Vec<String>>; SHARE_CHAINS],
     pub jumps: Vec<String>,
     /// Packets each `<chain>-LIMIT` rule sent to REFUSE, by the rule's comment.
     pub refused: Vec<ShareRefusals>,
@@ -475,7 +512,7 @@ mod tests {
         );
         let share = render(&r).unwrap();
         assert_eq!(
-            share.lines[2],
+            share.lines[4],
             [
                 "-A IP-MASQ-AGENT-SHARE -d 169.254.0.0/16 -j RETURN",
                 "-A IP-MASQ-AGENT-SHARE -d 10.1.0.0/16 -g IP-MASQ-AGENT-LIMIT",
@@ -483,10 +520,26 @@ mod tests {
                 "-A IP-MASQ-AGENT-SHARE -g IP-MASQ-AGENT-LIMIT",
             ]
         );
-        assert!(share.lines[0][0]
+        assert!(share.lines[1][0]
             .contains("--hashlimit-above 50/sec --hashlimit-burst 10 --hashlimit-mode srcip "));
-        assert!(share.lines[0][1].contains("--connlimit-above 100 --connlimit-mask 32"));
-        assert_eq!(share.lines[1].len(), 2);
+        assert!(share.lines[1][0].ends_with(" -j IP-MASQ-AGENT-RATE"));
+        assert!(share.lines[1][1].contains("--connlimit-above 100 --connlimit-mask 32"));
+        assert!(share.lines[1][1].ends_with(" -j IP-MASQ-AGENT-CONNS"));
+        assert_eq!(
+            share.lines[0],
+            [
+                "-A IP-MASQ-AGENT-CONNS -j NFLOG --nflog-prefix ipmasq-share-connections --nflog-group 7373 --nflog-size 80",
+                "-A IP-MASQ-AGENT-CONNS -g IP-MASQ-AGENT-REFUSE",
+            ]
+        );
+        assert_eq!(
+            share.lines[2],
+            [
+                "-A IP-MASQ-AGENT-RATE -j NFLOG --nflog-prefix ipmasq-share-rate --nflog-group 7373 --nflog-size 80",
+                "-A IP-MASQ-AGENT-RATE -g IP-MASQ-AGENT-REFUSE",
+            ]
+        );
+        assert_eq!(share.lines[3].len(), 2);
     }
 
     #[test]
@@ -504,7 +557,7 @@ mod tests {
             ShareDrift::default()
         );
         let mut changed = live.clone();
-        changed.lines[0] = Some(vec!["-A IP-MASQ-AGENT-LIMIT -j ACCEPT".into()]);
+        changed.lines[1] = Some(vec!["-A IP-MASQ-AGENT-LIMIT -j ACCEPT".into()]);
         let drift = diff(r.family, chains, Some(&desired), &changed);
         let script = drift.script.unwrap();
         assert!(script.contains(":IP-MASQ-AGENT-LIMIT - [0:0]"));
@@ -547,7 +600,7 @@ mod tests {
             live.refused.iter().map(|r| (r.limit, r.refused)).collect();
         assert_eq!(
             refused,
-            [(ShareLimit::Rate, 3), (ShareLimit::Connections, 3)]
+            [(ShareLimit::Rate, 4), (ShareLimit::Connections, 4)]
         );
         assert!(live.live().unwrap().installed);
     }
