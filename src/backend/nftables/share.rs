@@ -4,17 +4,22 @@
 //! the nat chain would translate; `share_limit` keeps each pod's state in dynamic sets keyed
 //! by its source address (`update @pod_rate { ip saddr limit rate over ... }`, then
 //! `add @pod_conn { ip saddr ct count over N }`), each rule counting what it sends to
-//! `share_refuse` (a TCP reset, else ICMP administratively prohibited). Part of the table's
-//! one transaction; the limit chain and its sets are rewritten only when they change (their
-//! elements are the pods' counts), and a share no longer planned goes with the table made anew.
+//! `share_refuse` (a TCP reset, else ICMP administratively prohibited) and copying it to
+//! NFLOG for the SNAT log (`log prefix` naming the limit, the plan's group and snaplen). Part
+//! of the table's one transaction; the limit chain and its sets are rewritten only when they
+//! change (their elements are the pods' counts), and a share no longer planned goes with the
+//! table made anew.
 
 use super::live::{ChainHook, LiveRuleSpec};
 use super::render::{RuleSpec, NON_MASQ_COMMENT, SOURCE_COMMENT};
 use crate::backend::{Difference, DriftKind};
 use crate::netlink::nf_tables::read;
-use crate::netlink::nf_tables::statement::{Limiter, NftVerdict, Reject, ShareKey, Stmt};
+use crate::netlink::nf_tables::statement::{
+    Limiter, NflogCopy, NftVerdict, Reject, ShareKey, Stmt,
+};
 use crate::netlink::nf_tables::wire::{self, BaseChain, Batch, DynamicSet};
 use crate::netlink::nf_tables::{Failure, Transport};
+use crate::plan::live::{ShareLimit, SHARE_LOG_GROUP, SHARE_LOG_SNAPLEN};
 use crate::plan::{Family, Ruleset};
 use crate::plan::{POD_CONNECTIONS_COMMENT, POD_RATE_COMMENT, POD_SHARE_COMMENT};
 use netlink_packet_netfilter::nftables::{InetHookNumber, SetFlags};
@@ -160,22 +165,44 @@ fn walk(ruleset: &Ruleset, nat_rules: &[RuleSpec]) -> Vec<RuleSpec> {
     walk
 }
 
-/// A limit's rule: the set's update with its limiter, counted into the refusal.
-fn counted_refusal(set: &str, key: ShareKey, limiter: Limiter, comment: &str) -> RuleSpec {
+/// The comment of each limit's rule: how the live rules' counters are told apart.
+fn limit_comment(limit: ShareLimit) -> &'static str {
+    match limit {
+        ShareLimit::Rate => POD_RATE_COMMENT,
+        ShareLimit::Connections => POD_CONNECTIONS_COMMENT,
+    }
+}
+
+/// The set, key and limiter of one limit's rule, and which limit it is.
+struct LimitRule<'a> {
+    set: &'a str,
+    key: ShareKey,
+    limiter: Limiter,
+    limit: ShareLimit,
+}
+
+/// A limit's rule: the set's update with its limiter, counted, copied to NFLOG with the
+/// limit's prefix (for the SNAT log) and sent to the refusal.
+fn counted_refusal(rule: LimitRule<'_>) -> RuleSpec {
     RuleSpec::new(
         vec![
             Stmt::SetUpdate {
-                set: set.to_string(),
-                key,
-                limiter,
+                set: rule.set.to_string(),
+                key: rule.key,
+                limiter: rule.limiter,
             },
             Stmt::Counter {
                 packets: 0,
                 bytes: 0,
             },
+            Stmt::Log(NflogCopy {
+                prefix: rule.limit.log_prefix().to_string(),
+                group: SHARE_LOG_GROUP,
+                snaplen: SHARE_LOG_SNAPLEN,
+            }),
             Stmt::Verdict(NftVerdict::Goto(REFUSE.into())),
         ],
-        comment,
+        limit_comment(rule.limit),
     )
 }
 
@@ -196,7 +223,12 @@ fn limits(ruleset: &Ruleset) -> (Vec<RuleSpec>, Vec<DynamicSet>) {
             per_second: rate.per_second,
             burst: rate.burst,
         };
-        limit.push(counted_refusal(RATE_SET, key, limiter, POD_RATE_COMMENT));
+        limit.push(counted_refusal(LimitRule {
+            set: RATE_SET,
+            key,
+            limiter,
+            limit: ShareLimit::Rate,
+        }));
         let (key_type, key_len) = if rate.per_destination {
             let types = [address_type, address_type, wire::TYPE_INET_SERVICE];
             (wire::concat_type(&types), 2 * address_len + 4)
@@ -216,13 +248,12 @@ fn limits(ruleset: &Ruleset) -> (Vec<RuleSpec>, Vec<DynamicSet>) {
             v6,
             per_destination: false,
         };
-        let limiter = Limiter::CountOver(count);
-        limit.push(counted_refusal(
-            CONN_SET,
+        limit.push(counted_refusal(LimitRule {
+            set: CONN_SET,
             key,
-            limiter,
-            POD_CONNECTIONS_COMMENT,
-        ));
+            limiter: Limiter::CountOver(count),
+            limit: ShareLimit::Connections,
+        }));
         sets.push(DynamicSet {
             name: CONN_SET.into(),
             key_type: address_type,
@@ -258,18 +289,18 @@ impl LiveShare {
         self.hook.is_none() && self.chains.iter().all(Option::is_none) && self.sets.is_empty()
     }
 
-    /// Packets each limit sent to the refusal, by the rule's counter.
+    /// Packets each limit sent to the refusal, by the rule's counter (the rule told by its
+    /// comment, so a rule of an older ipmasq, without the log, is counted too).
     pub(crate) fn refused(&self) -> Vec<crate::plan::live::ShareRefusals> {
-        use crate::plan::live::{ShareLimit, ShareRefusals};
+        use crate::plan::live::ShareRefusals;
         let rules = self.chains[2].as_deref().unwrap_or_default();
         rules
             .iter()
             .filter_map(|rule| {
-                let limit = match rule.comment.as_deref() {
-                    Some(POD_RATE_COMMENT) => ShareLimit::Rate,
-                    Some(POD_CONNECTIONS_COMMENT) => ShareLimit::Connections,
-                    _ => return None,
-                };
+                let comment = rule.comment.as_deref()?;
+                let limit = [ShareLimit::Rate, ShareLimit::Connections]
+                    .into_iter()
+                    .find(|limit| limit_comment(*limit) == comment)?;
                 Some(ShareRefusals {
                     limit,
                     refused: rule.counters.map_or(0, |c| c.packets),

@@ -583,3 +583,100 @@ fn the_pod_share_is_applied_compared_repaired_and_removed() {
     let ours = table.table(V4, TABLE).unwrap();
     assert!(ours.chain("forward").is_none() && ours.set("pod_conn").is_none());
 }
+
+/// Each expression named `name` of the rules of our table's chain `chain`, changed by `edit`
+/// (false: the expression is removed).
+fn edit_expressions(
+    kernel: &FakeKernel,
+    chain: &str,
+    name: &str,
+    edit: &dyn Fn(&mut Vec<netlink_packet_core::DefaultNla>) -> bool,
+) {
+    use netlink_packet_netfilter::nftables::{ExpressionAttribute, Expressions, ListAttribute};
+    kernel.edit(|r| {
+        let rules = &mut r
+            .table_mut(V4, TABLE)
+            .unwrap()
+            .chain_mut(chain)
+            .unwrap()
+            .rules;
+        for rule in rules {
+            rule.expressions.retain_mut(|e| {
+                let ListAttribute::Element(attrs) = e else {
+                    return true;
+                };
+                let named = attrs
+                    .iter()
+                    .any(|a| matches!(a, ExpressionAttribute::Name(n) if n == name));
+                attrs.iter_mut().all(|a| match a {
+                    ExpressionAttribute::Data(Expressions::Other { attributes, .. }) if named => {
+                        edit(attributes)
+                    }
+                    _ => true,
+                })
+            });
+        }
+    });
+}
+
+/// The limits' rules copy each refusal to NFLOG between the counter and the goto: read back
+/// in sync, their counters read past the log; the rules as an older ipmasq wrote them (no
+/// log) are a `share-differs` drift of `share_limit`, rewritten with the log.
+#[test]
+fn limit_rules_without_the_log_differ_and_are_rewritten_with_it() {
+    let kernel = FakeKernel::new();
+    let mut nft = backend(&kernel);
+    let want = share_desired(200, false, &[]);
+    nft.sync(&want, false).expect("first apply");
+    assert_eq!(drift_left(&kernel, &want), Vec::<String>::new());
+    let limit_rules = |kernel: &FakeKernel| {
+        let live = read_table(&mut kernel.socket(), Family::V4).unwrap();
+        let texts: Vec<String> = live.share.chains[2]
+            .iter()
+            .flatten()
+            .map(|r| r.statements.clone())
+            .collect();
+        let refused: Vec<(&str, u64)> = live
+            .share
+            .refused()
+            .iter()
+            .map(|r| (r.limit.as_str(), r.refused))
+            .collect();
+        (texts, refused)
+    };
+    let (texts, _) = limit_rules(&kernel);
+    assert_eq!(
+        texts,
+        [
+            "update @pod_rate { ip saddr limit rate over 100/second burst 5 packets } counter log prefix \"ipmasq-share-rate\" group 7373 snaplen 80 goto share_refuse",
+            "add @pod_conn { ip saddr ct count over 200 } counter log prefix \"ipmasq-share-connections\" group 7373 snaplen 80 goto share_refuse",
+        ]
+    );
+    // The kernel's counts (the fake keeps none): 7 packets refused by each limit.
+    edit_expressions(&kernel, "share_limit", "counter", &|attrs| {
+        let count = |n: u64| n.to_be_bytes().to_vec();
+        *attrs = vec![
+            netlink_packet_core::DefaultNla::new(1, count(700)),
+            netlink_packet_core::DefaultNla::new(2, count(7)),
+        ];
+        true
+    });
+    assert_eq!(limit_rules(&kernel).1, [("rate", 7), ("connections", 7)]);
+    assert_eq!(drift_left(&kernel, &want), Vec::<String>::new());
+
+    edit_expressions(&kernel, "share_limit", "log", &|_| false);
+    let (texts, refused) = limit_rules(&kernel);
+    assert!(texts.iter().all(|t| !t.contains("log")), "{texts:?}");
+    assert_eq!(refused, [("rate", 7), ("connections", 7)]);
+    let report = nft.sync(&want, false).unwrap();
+    let kinds: Vec<&str> = report.differences.iter().map(|d| d.kind.as_str()).collect();
+    assert_eq!(kinds, ["share-differs"], "{:?}", report.differences);
+    assert!(report.differences[0]
+        .detail
+        .starts_with("chain share_limit: rules missing"));
+    assert_eq!(drift_left(&kernel, &want), Vec::<String>::new());
+    assert!(limit_rules(&kernel)
+        .0
+        .iter()
+        .all(|t| t.contains(" log prefix ")));
+}

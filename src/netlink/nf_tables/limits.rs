@@ -1,14 +1,15 @@
 //! The statements of the pod share as nf_tables expressions, both ways: `ct state new`, a
 //! dynamic set written from the packet path with a stateful expression in each element
 //! (`update @s { ip saddr limit rate over R/second burst B packets }`,
-//! `add @s { ip saddr ct count over N }`, the key optionally `ip saddr . ip daddr . th dport`)
-//! and `reject`. The expressions the crate does not type are written by hand here (`dynset`
-//! nests one expression of its own).
+//! `add @s { ip saddr ct count over N }`, the key optionally `ip saddr . ip daddr . th dport`),
+//! the refusal's copy to NFLOG (`log prefix "P" group G snaplen S`) and `reject`. The
+//! expressions the crate does not type are written by hand here (`dynset` nests one
+//! expression of its own).
 
-use super::statement::{Limiter, Reject, ShareKey};
+use super::statement::{Limiter, NflogCopy, Reject, ShareKey};
 use super::wire::{be32, other_expr};
-use crate::netlink::framing::{attribute, put_attribute};
-use netlink_packet_core::DefaultNla;
+use crate::netlink::framing::{attribute, put_attribute, NLA_TYPE_MASK};
+use netlink_packet_core::{DefaultNla, Nla};
 use netlink_packet_netfilter::nftables::{
     Bitwise, Cmp, DataAttribute, ExpressionAttribute, Expressions, ListAttribute, Operator,
     Payload, Register,
@@ -49,6 +50,12 @@ const REJECT_ICMP_UNREACH: u32 = 0;
 const REJECT_TCP_RST: u32 = 1;
 const ICMP_ADMIN_PROHIBITED: u8 = 13;
 const ICMPV6_ADMIN_PROHIBITED: u8 = 1;
+/// `NFTA_LOG_GROUP` (16 bits, network order), `NFTA_LOG_PREFIX` (NUL-terminated) and
+/// `NFTA_LOG_SNAPLEN` (32 bits, network order): a copy to an NFLOG group. The others
+/// (`NFTA_LOG_LEVEL`, `_QTHRESHOLD`, `_FLAGS`) we never write.
+const LOG_GROUP: u16 = 1;
+const LOG_PREFIX: u16 = 2;
+const LOG_SNAPLEN: u16 = 3;
 const NLA_F_NESTED: u16 = 0x8000;
 /// `NFT_PAYLOAD_NETWORK_HEADER`, `NFT_PAYLOAD_TRANSPORT_HEADER`.
 const NETWORK_HEADER: u32 = 1;
@@ -179,6 +186,49 @@ pub(super) fn encode_reject(reject: Reject, out: &mut Vec<Expr>) {
     out.push(other_expr("reject", attrs));
 }
 
+/// `log prefix "P" group G snaplen S`, its attributes in the order nft sends them (and the
+/// kernel dumps them).
+pub(super) fn encode_log(copy: &NflogCopy, out: &mut Vec<Expr>) {
+    let mut prefix = copy.prefix.as_bytes().to_vec();
+    prefix.push(0);
+    out.push(other_expr(
+        "log",
+        vec![
+            DefaultNla::new(LOG_PREFIX, prefix),
+            DefaultNla::new(LOG_GROUP, copy.group.to_be_bytes().to_vec()),
+            DefaultNla::new(LOG_SNAPLEN, be32(copy.snaplen)),
+        ],
+    ));
+}
+
+/// A log expression's copy to NFLOG, when it is of the form we write: a prefix, a group and
+/// a snaplen, and nothing else (no level, queue threshold or flags); the prefix without a
+/// quote or a control character, so the statement's text reads as one.
+pub(super) fn log_of(attrs: &[DefaultNla]) -> Option<NflogCopy> {
+    let ours = |a: &DefaultNla| {
+        matches!(
+            a.kind() & NLA_TYPE_MASK,
+            LOG_GROUP | LOG_PREFIX | LOG_SNAPLEN
+        )
+    };
+    if !attrs.iter().all(ours) {
+        return None;
+    }
+    let value = |kind| super::wire::nla_value(attrs, kind);
+    let prefix = value(LOG_PREFIX)?;
+    let prefix = String::from_utf8(prefix.strip_suffix(&[0]).unwrap_or(&prefix).to_vec()).ok()?;
+    if prefix.chars().any(|c| c == '"' || c.is_control()) {
+        return None;
+    }
+    let group = u16::from_be_bytes(value(LOG_GROUP)?.get(..2)?.try_into().ok()?);
+    let snaplen = u32::from_be_bytes(value(LOG_SNAPLEN)?.get(..4)?.try_into().ok()?);
+    Some(NflogCopy {
+        prefix,
+        group,
+        snaplen,
+    })
+}
+
 fn u32_in(data: &[u8], kind: u16) -> Option<u32> {
     let v = attribute(data, kind)?;
     Some(u32::from_be_bytes(v.get(..4)?.try_into().ok()?))
@@ -266,4 +316,87 @@ pub(super) fn reject_of(v6: bool, attrs: &[DefaultNla]) -> Option<Reject> {
 /// Whether `data` (a payload's base, offset and length) is `th dport`.
 pub(super) fn is_transport_dport(base: Option<u32>, offset: Option<u32>, len: u32) -> bool {
     base == Some(TRANSPORT_HEADER) && offset == Some(2) && len == 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_netfilter::nftables::ExpressionAttribute;
+
+    fn copy(prefix: &str) -> NflogCopy {
+        NflogCopy {
+            prefix: prefix.into(),
+            group: 7373,
+            snaplen: 80,
+        }
+    }
+
+    /// The attributes of the one expression `encode_log` writes, with its name.
+    fn encoded(copy: &NflogCopy) -> (String, Vec<DefaultNla>) {
+        let mut out = Vec::new();
+        encode_log(copy, &mut out);
+        let [Expr::Element(attrs)] = &out[..] else {
+            panic!("one expression: {out:?}")
+        };
+        let name = attrs.iter().find_map(|a| match a {
+            ExpressionAttribute::Name(n) => Some(n.clone()),
+            _ => None,
+        });
+        let data = attrs.iter().find_map(|a| match a {
+            ExpressionAttribute::Data(Expressions::Other { attributes, .. }) => {
+                Some(attributes.clone())
+            }
+            _ => None,
+        });
+        (name.unwrap(), data.unwrap())
+    }
+
+    /// The log is written as `nft --debug=mnl add rule ... log prefix "ipmasq-share-rate"
+    /// group 7373 snaplen 80` sends it (nft 1.0.6): the prefix with its NUL, the group in 16
+    /// bits, the snaplen in 32, in that order; and read back the same.
+    #[test]
+    fn the_log_is_written_as_nft_writes_it_and_read_back() {
+        let rate = copy("ipmasq-share-rate");
+        let (name, attrs) = encoded(&rate);
+        assert_eq!(name, "log");
+        let kinds: Vec<u16> = attrs.iter().map(Nla::kind).collect();
+        assert_eq!(kinds, [LOG_PREFIX, LOG_GROUP, LOG_SNAPLEN]);
+        let value = |kind| super::super::wire::nla_value(&attrs, kind).unwrap();
+        assert_eq!(value(LOG_PREFIX), b"ipmasq-share-rate\0");
+        assert_eq!(value(LOG_GROUP), [0x1c, 0xcd]);
+        assert_eq!(value(LOG_SNAPLEN), [0, 0, 0, 0x50]);
+        assert_eq!(log_of(&attrs), Some(rate));
+        let connections = copy("ipmasq-share-connections");
+        assert_eq!(log_of(&encoded(&connections).1), Some(connections));
+    }
+
+    /// A log of another form is not ours: to the kernel's log (a level), with flags or a
+    /// queue threshold, without its prefix, group or snaplen, or with a prefix that would
+    /// not print back as one (a quote, a control character).
+    #[test]
+    fn a_log_of_another_form_is_not_read_as_ours() {
+        let (_, ours) = encoded(&copy("ipmasq-share-rate"));
+        let with = |extra: DefaultNla| {
+            let mut attrs = ours.clone();
+            attrs.push(extra);
+            attrs
+        };
+        let level = DefaultNla::new(4, be32(4));
+        let threshold = DefaultNla::new(5, 1u16.to_be_bytes().to_vec());
+        let flags = DefaultNla::new(6, be32(1));
+        for attrs in [with(level), with(threshold), with(flags)] {
+            assert_eq!(log_of(&attrs), None, "{attrs:?}");
+        }
+        for missing in [LOG_PREFIX, LOG_GROUP, LOG_SNAPLEN] {
+            let attrs: Vec<DefaultNla> = ours
+                .iter()
+                .filter(|a| a.kind() != missing)
+                .cloned()
+                .collect();
+            assert_eq!(log_of(&attrs), None, "without {missing}");
+        }
+        for prefix in ["a\" group 1", "a\u{1b}[2J"] {
+            assert_eq!(log_of(&encoded(&copy(prefix)).1), None, "{prefix:?}");
+        }
+    }
 }

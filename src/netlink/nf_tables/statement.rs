@@ -56,6 +56,17 @@ pub(crate) enum Reject {
     AdminProhibited { v6: bool },
 }
 
+/// `log prefix "P" group G snaplen S`: a copy of the packet (its first `snaplen` bytes) sent
+/// to NFLOG group `group`, tagged `prefix`. Read back only in this form: a log to the kernel's
+/// log (a level), without a prefix, a group or a snaplen, with a queue threshold or flags, or
+/// with a quote or a control character in its prefix, is not ours and reads as `[log]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NflogCopy {
+    pub prefix: String,
+    pub group: u16,
+    pub snaplen: u32,
+}
+
 /// One statement of a rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Stmt {
@@ -116,6 +127,8 @@ pub(crate) enum Stmt {
     },
     /// `reject with ...`.
     Reject(Reject),
+    /// `log prefix "P" group G snaplen S`: the pod share's refusals copied to NFLOG.
+    Log(NflogCopy),
     Verdict(NftVerdict),
     /// An expression this tool does not type, by its name.
     Other(String),
@@ -237,6 +250,11 @@ impl fmt::Display for Stmt {
             Stmt::CtStateNew => f.write_str("ct state new"),
             Stmt::SetUpdate { set, key, limiter } => write_set_update(f, set, *key, *limiter),
             Stmt::Reject(reject) => write_reject(f, *reject),
+            Stmt::Log(NflogCopy {
+                prefix,
+                group,
+                snaplen,
+            }) => write!(f, "log prefix \"{prefix}\" group {group} snaplen {snaplen}"),
             Stmt::Verdict(v) => match v {
                 NftVerdict::Return => f.write_str("return"),
                 NftVerdict::Accept => f.write_str("accept"),
@@ -610,6 +628,7 @@ pub(crate) fn encode(stmts: &[Stmt], new_set: NewSet<'_>) -> Result<Vec<Expr>, S
                 super::limits::encode_set_update(set, *key, *limiter, &mut out)
             }
             Stmt::Reject(reject) => super::limits::encode_reject(*reject, &mut out),
+            Stmt::Log(copy) => super::limits::encode_log(copy, &mut out),
             Stmt::Verdict(v) => out.push(verdict_expr(v)),
             Stmt::Nat { .. } | Stmt::Other(_) => {
                 return Err(format!("`{stmt}` is read, never written"));
@@ -1006,7 +1025,7 @@ fn looked_up(
     }
 }
 
-/// A dynset or reject we write, else the expression by its name.
+/// A dynset, reject or log we write, else the expression by its name.
 fn pod_share_statement(
     v6: bool,
     name: &str,
@@ -1015,6 +1034,7 @@ fn pod_share_statement(
 ) -> Stmt {
     let typed = match name {
         "dynset" => dynset(v6, attrs, regs),
+        "log" => super::limits::log_of(attrs).map(Stmt::Log),
         _ => super::limits::reject_of(v6, attrs).map(Stmt::Reject),
     };
     typed.unwrap_or_else(|| Stmt::Other(name.to_string()))
@@ -1061,7 +1081,7 @@ fn dynset(
 }
 
 /// The expressions the crate does not type: fib, numgen, byteorder, counter, masq, nat, ct,
-/// dynset, reject.
+/// dynset, reject, log.
 fn other(
     v6: bool,
     name: &str,
@@ -1104,7 +1124,7 @@ fn other(
             regs.insert(u32_of(attrs, 1)?, Loaded::CtState);
             None
         }
-        "dynset" | "reject" => Some(pod_share_statement(v6, name, attrs, regs)),
+        "dynset" | "reject" | "log" => Some(pod_share_statement(v6, name, attrs, regs)),
         "counter" => Some(Stmt::Counter {
             packets: u64_of(attrs, 2).unwrap_or(0),
             bytes: u64_of(attrs, 1).unwrap_or(0),
@@ -1342,9 +1362,25 @@ mod tests {
                         packets: 0,
                         bytes: 0,
                     },
-                    goto,
+                    goto.clone(),
                 ],
                 "add @pod_rate { ip6 saddr ct count over 200 } counter goto share_refuse",
+            ),
+            (
+                vec![
+                    update(false, false, Limiter::CountOver(200)),
+                    Stmt::Counter {
+                        packets: 0,
+                        bytes: 0,
+                    },
+                    Stmt::Log(NflogCopy {
+                        prefix: "ipmasq-share-connections".into(),
+                        group: 7373,
+                        snaplen: 80,
+                    }),
+                    goto,
+                ],
+                "add @pod_rate { ip saddr ct count over 200 } counter log prefix \"ipmasq-share-connections\" group 7373 snaplen 80 goto share_refuse",
             ),
             (
                 vec![Stmt::Protocols(vec![6]), Stmt::Reject(Reject::TcpReset)],
@@ -1362,6 +1398,22 @@ mod tests {
             text(&decode(true, &exprs, &|_| None)),
             "reject with icmpv6 admin-prohibited"
         );
+    }
+
+    /// A log to the kernel's log (`log prefix "x" level warn`) is not a copy to NFLOG: it
+    /// reads as `[log]`, so a rule that holds one never compares equal to ours.
+    #[test]
+    fn a_log_of_another_form_reads_as_unknown() {
+        let syslog = other_expr(
+            "log",
+            vec![
+                DefaultNla::new(2, b"x\0".to_vec()),
+                DefaultNla::new(4, be32(4)),
+            ],
+        );
+        let goto = verdict_expr(&NftVerdict::Goto("share_refuse".into()));
+        let stmts = decode(false, &[syslog, goto], &|_| None);
+        assert_eq!(text(&stmts), "[log] goto share_refuse");
     }
 
     #[test]

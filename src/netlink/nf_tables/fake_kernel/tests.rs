@@ -232,6 +232,35 @@ fn adding_again_and_deleting_in_order_are_accepted() {
     assert!(table.chain("c").unwrap().rules.is_empty());
 }
 
+/// A rule that copies packets to NFLOG (`log prefix .. group .. snaplen ..`, the pod share's
+/// refusals) is accepted, and a dump gives its expressions back as sent: the kernel dumps a
+/// log's prefix, group and snaplen in the order nft sends them.
+#[test]
+fn a_log_expression_is_accepted_and_dumped_back() {
+    use crate::netlink::nf_tables::statement::NflogCopy;
+    let kernel = populated();
+    let stmts = [
+        Stmt::Counter {
+            packets: 0,
+            bytes: 0,
+        },
+        Stmt::Log(NflogCopy {
+            prefix: "ipmasq-share-rate".into(),
+            group: 7373,
+            snaplen: 80,
+        }),
+        Stmt::Verdict(NftVerdict::Jump("d".into())),
+    ];
+    let mut b = batch();
+    b.add_rule(Family::V4, "t", "c", &stmts, Some("logged"))
+        .unwrap();
+    commit(&kernel, b).expect("accepted");
+    let rules = read::rules(&mut kernel.socket(), V4, "t", "c").unwrap();
+    let rule = rules.last().expect("the rule appended");
+    assert_eq!(rule.stmts, stmts);
+    assert_eq!(rule.comment.as_deref(), Some("logged"));
+}
+
 /// Every message asking for it gets one answer with its sequence number: an acknowledgement
 /// (its header echoed) or its errno (the whole message echoed); the batch's begin and end
 /// get none.
