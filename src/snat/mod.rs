@@ -3,6 +3,7 @@
 //! multicast) on a thread of its own, keeps the flows that were source-NATed, and hands each
 //! one's line to a writer thread over a bounded queue; a full queue drops the line (counted
 //! and said), so neither the kernel's datapath nor the reconcile pass ever waits on the log.
+//! The pod share's refusals reach the same writer from a thread of their own ([`refusals`]).
 //!
 //! Which flows are kept ([`translated_by_masquerade`]): those whose source was rewritten (the
 //! reply tuple's destination differs from the original source) and whose destination was not
@@ -208,6 +209,9 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
         }
         None => (None, None),
     };
+    let socket = ctnetlink::events(receive_buffer())?;
+    // After the subscription, which can fail the start: the refusals' thread holds the
+    // writer's queue open until the stop.
     if let Some(queue) = &queue {
         let to = refusals::RefusalsTo {
             queue: queue.clone(),
@@ -215,7 +219,6 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
         };
         refusals::start(to, stats.clone(), stopping.clone());
     }
-    let socket = ctnetlink::events(receive_buffer())?;
     let filtered_in_the_kernel = filter_in_the_kernel(&socket);
     let reader_stats = stats.clone();
     let reader_stopping = stopping.clone();
