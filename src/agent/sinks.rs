@@ -36,6 +36,9 @@ impl StatusSink for HealthSink {
         snapshot.running_since = None;
         snapshot.egress_targets = reconciler.egress_targets();
         snapshot.pod_share = reconciler.share_in_force();
+        if let Some(snat) = &snapshot.snat {
+            snat.set_share_in_force(snapshot.pod_share.is_some());
+        }
         snapshot.rollout = reconciler.rollout_seen();
     }
 }

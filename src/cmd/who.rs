@@ -348,8 +348,11 @@ impl<'q> Pairing<'q> {
         if record.event == REFUSED {
             return self.refused(file, offset, &record);
         }
+        let Some(translated) = record.translated.as_deref() else {
+            return self.skip(file, offset, "a flow's line without translated");
+        };
         let answers = match (&self.translated, &self.query.target) {
-            (Some(translated), _) => record.translated == *translated,
+            (Some(asked), _) => translated == asked,
             (None, Target::Pod(pod)) => record.pod.as_deref() == Some(pod.as_str()),
             (None, Target::Translated(_)) => false,
         };
@@ -375,14 +378,14 @@ impl<'q> Pairing<'q> {
         }
         let key = ReplyTuple {
             proto: proto.clone(),
-            translated: record.translated.to_string(),
+            translated: translated.to_string(),
             dst: record.dst.to_string(),
         };
         let owned = |field: &Option<std::borrow::Cow<'_, str>>| field.as_deref().map(String::from);
         let flow = FoundFlow {
             proto,
             src: record.src.to_string(),
-            translated: record.translated.to_string(),
+            translated: translated.to_string(),
             dst: record.dst.to_string(),
             pod: owned(&record.pod),
             uid: owned(&record.uid),
@@ -1736,6 +1739,7 @@ mod tests {
                 refused("default/a", 2, 3800),
                 refused("default/b", 3, 7),
                 refused("default/a", 60, 5),
+                "{\"time\":\"2026-11-26T12:00:09.000000Z\",\"event\":\"new\",\"proto\":\"tcp\",\"src\":\"192.168.1.5:5001\",\"dst\":\"198.51.100.9:443\",\"pod\":\"default/a\"}\n".to_string(),
             ]
             .concat(),
         );
@@ -1755,7 +1759,7 @@ mod tests {
         assert_eq!(counts, [3800, 5]);
         assert_eq!(a.refusals[0].limit, "connections");
         assert_eq!(a.refusals[0].dst, "198.51.100.9:443");
-        assert_eq!(a.skipped_lines, 0);
+        assert_eq!(a.skipped_lines, 1, "a flow's line without translated");
         let early = by_pod(Some(Window {
             from: Micros::MIN,
             to: parse_time("2026-11-26T12:00:30Z").unwrap(),

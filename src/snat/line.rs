@@ -111,9 +111,9 @@ pub struct Record<'a> {
     pub proto: serde_json::Value,
     #[serde(borrow)]
     pub src: std::borrow::Cow<'a, str>,
-    /// Empty on a `refused` line, which has none.
+    /// Absent from a `refused` line only: nothing was translated.
     #[serde(borrow, default)]
-    pub translated: std::borrow::Cow<'a, str>,
+    pub translated: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow)]
     pub dst: std::borrow::Cow<'a, str>,
     /// API mode: the pod (`namespace/name`) and its uid, when the agent knew them.
@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(record.event, REFUSED);
         assert_eq!(record.src, "192.168.1.5");
         assert_eq!(record.dst, "*");
-        assert_eq!(record.translated, "");
+        assert_eq!(record.translated, None);
         assert_eq!(record.pod.as_deref(), Some("web/api-0"));
         assert_eq!(record.node.as_deref(), Some("node-a"));
         assert_eq!(record.limit.as_deref(), Some("rate"));
@@ -501,7 +501,11 @@ mod tests {
             let translated = endpoint_text(SocketAddr::new(flow.reply_destination, 40002));
             let dst = endpoint_text(SocketAddr::new(flow.destination, 443));
             assert_eq!(
-                (&*record.src, &*record.translated, &*record.dst),
+                (
+                    &*record.src,
+                    record.translated.as_deref().unwrap(),
+                    &*record.dst
+                ),
                 (&*src, &*translated, &*dst)
             );
         }

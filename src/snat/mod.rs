@@ -23,7 +23,8 @@
 //! is seeded again from a dump.
 //!
 //! At the agent's stop ([`Stop`]) nothing already read is lost: the event thread reads what
-//! the socket still holds (for at most [`FINAL_READ`]), then closes the queue; the writer
+//! the socket still holds (for at most [`FINAL_READ`]), as the refusals' thread does its
+//! group's copies, and each lets go of the queue, which closes when both have; the writer
 //! writes every line queued, flushes and fsyncs the file, and says so; the agent waits for
 //! that within its stop deadline, never longer.
 
@@ -111,9 +112,24 @@ pub struct SnatStats {
     pub pressure: Mutex<Pressure>,
     /// The agent's `--to-ports` (empty: MASQUERADE's own range), fixed at the start.
     pub to_ports: crate::plan::ToPorts,
+    /// The config in force sets a pod share: the refusals' thread binds its NFLOG group
+    /// ([`refusals`]); set by the agent after each pass ([`SnatStats::set_share_in_force`]).
+    pub share_in_force: AtomicBool,
+    /// The refusals' thread, woken when the share comes or goes.
+    pub refusals_thread: std::sync::OnceLock<std::thread::Thread>,
 }
 
 impl SnatStats {
+    /// Says whether the config in force sets a pod share; a change wakes the refusals' thread,
+    /// so the group is bound before the first refusal can come.
+    pub fn set_share_in_force(&self, in_force: bool) {
+        if self.share_in_force.swap(in_force, Ordering::Relaxed) != in_force {
+            if let Some(thread) = self.refusals_thread.get() {
+                thread.unpark();
+            }
+        }
+    }
+
     pub fn pressure(&self) -> std::sync::MutexGuard<'_, Pressure> {
         self.pressure.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -141,7 +157,8 @@ pub struct Stop {
 }
 
 impl Stop {
-    /// Tells the event thread to read what is queued and then close the writer's queue.
+    /// Tells the event and refusals threads to read what is queued and then let go of the
+    /// writer's queue.
     pub fn begin(&self) {
         self.stopping.store(true, Ordering::Relaxed);
     }
@@ -229,12 +246,17 @@ pub fn start(options: SnatOptions) -> std::io::Result<Running> {
         .map(|names| pods::Namer::new(names, sizing.tracked_flows));
     // Seeded on the event thread, after the subscription (so no flow falls between them),
     // never on the caller's: a large table's dump does not delay the first pass.
-    std::thread::Builder::new()
+    let spawned = std::thread::Builder::new()
         .name("snat-events".into())
         .spawn(move || {
             seed(&reader_stats);
             read_events(socket, queue, namer, &reader_stats, &reader_stopping)
-        })?;
+        });
+    if let Err(err) = spawned {
+        // The refusals' thread ends, and with it the writer's queue.
+        stopping.store(true, Ordering::Relaxed);
+        return Err(err);
+    }
     info!(
         log = %options.log.as_ref().map_or_else(|| "none".to_string(), ToString::to_string),
         max_size = options.rotation.max_size,
@@ -385,7 +407,7 @@ fn say_loss(message: Option<LossMessage>) {
 /// The event thread: reads every event, keeps the translated flows' pressure and queues their
 /// lines; on a loss, counts it, says so ([`Losses`]), and subscribes again. At a stop, reads
 /// what is still queued (for at most [`FINAL_READ`]), says any loss not said yet (one in that
-/// read included) and returns, which closes the writer's queue.
+/// read included) and returns, letting go of the writer's queue.
 fn read_events(
     mut socket: crate::netlink::Socket,
     queue: Option<SyncSender<String>>,

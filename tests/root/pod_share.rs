@@ -198,6 +198,39 @@ fn assert_logged_refusals(dir: &Scratch, limit: &str, expected: u64) {
     );
 }
 
+/// Waits until the agent says it binds the share's NFLOG group (a share came into force), so
+/// that no refusal of a flood comes before it.
+fn await_refusals_bound(dir: &Scratch) {
+    let said = "the SNAT log names the pods the pod share refuses";
+    assert!(
+        wait_until(Duration::from_secs(10), || std::fs::read_to_string(
+            dir.path.join("agent.log")
+        )
+        .unwrap_or_default()
+        .contains(said)),
+        "the agent did not bind the group: {}",
+        agent_log(dir)
+    );
+}
+
+/// What the kernel answers a bind of the pod share's NFLOG group (7373) from a socket of its
+/// own in `node`: 0 when it was free (the socket is closed at once, freeing it again), minus
+/// EPERM (-1) when another socket holds it.
+fn nflog_group_bind(node: &Netns) -> i32 {
+    let script = r#"
+import socket, struct
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)
+s.bind((0, 0))
+attr = struct.pack("=HHB3x", 5, 1, 1)
+payload = struct.pack("=BB", 0, 0) + struct.pack(">H", 7373) + attr
+s.send(struct.pack("=IHHII", 16 + len(payload), (4 << 8) | 1, 1 | 4, 1, 0) + payload)
+print(struct.unpack("=i", s.recv(4096)[16:20])[0])
+"#;
+    let run = node.exec(PYTHON, &["-c", script]);
+    assert_eq!(run.code, 0, "bind: {}", run.stderr);
+    run.stdout.trim().parse().expect(&run.stdout)
+}
+
 /// `ipmasq_pod_egress_limited_total`'s IPv4 sample for `limit`, if served.
 fn limited(node: &Netns, limit: &str) -> Option<u64> {
     let (code, body) = get(node, "/metrics");
@@ -459,6 +492,7 @@ fn connection_limit(variant: Backend) {
         variant,
         &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodConnectionLimit: {LIMIT}\n"),
     );
+    await_refusals_bound(&agent);
     let outcome = tcp_flood(&topo.pod, 4000);
     eprintln!(
         "{variant:?}: podConnectionLimit {LIMIT}: 4000 attempts at {:.0}/s: {outcome:?}",
@@ -485,6 +519,11 @@ fn connection_limit(variant: Backend) {
     assert_eq!(scraped, Some(outcome.flooder_refused), "the metric");
     assert_eq!(limited(&topo.node, "rate"), None, "no rate configured");
     assert_logged_refusals(&agent, "connections", outcome.flooder_refused);
+    assert_eq!(
+        nflog_group_bind(&topo.node),
+        -1,
+        "the agent holds the group while a share is in force"
+    );
     assert_eq!(
         shown_refusals(&topo.node, variant, "connections"),
         outcome.flooder_refused,
@@ -514,6 +553,16 @@ fn connection_limit(variant: Backend) {
         "{}",
         explained.stdout
     );
+    // The share taken out of the config: the agent lets the group go.
+    let next = agent.path.join("config.next");
+    std::fs::write(&next, "nonMasqueradeCIDRs: [198.51.100.0/24]\n").unwrap();
+    std::fs::rename(&next, agent.path.join("config")).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || nflog_group_bind(&topo.node)
+            == 0),
+        "the NFLOG group is still held without a share: {}",
+        agent_log(&agent)
+    );
 }
 
 /// The rate: the flooder's accepted flows are its burst plus the rate over the flood, and the
@@ -533,6 +582,7 @@ fn new_connection_rate_with(variant: Backend, keys: &str) {
         variant,
         &format!("nonMasqueradeCIDRs: [198.51.100.0/24]\npodNewConnectionRate: {RATE}/s\n{keys}"),
     );
+    await_refusals_bound(&agent);
     let first = flood_at_rate(&topo, variant, &agent, RATE, BURST);
     assert_logged_refusals(&agent, "rate", first);
     let lower = RATE / 2.0;

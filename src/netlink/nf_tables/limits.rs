@@ -381,8 +381,9 @@ mod tests {
             attrs.push(extra);
             attrs
         };
-        let level = DefaultNla::new(4, be32(4));
-        let threshold = DefaultNla::new(5, 1u16.to_be_bytes().to_vec());
+        // NFTA_LOG_QTHRESHOLD is 4, NFTA_LOG_LEVEL 5, NFTA_LOG_FLAGS 6.
+        let threshold = DefaultNla::new(4, 1u16.to_be_bytes().to_vec());
+        let level = DefaultNla::new(5, be32(4));
         let flags = DefaultNla::new(6, be32(1));
         for attrs in [with(level), with(threshold), with(flags)] {
             assert_eq!(log_of(&attrs), None, "{attrs:?}");

@@ -1408,7 +1408,8 @@ mod tests {
             "log",
             vec![
                 DefaultNla::new(2, b"x\0".to_vec()),
-                DefaultNla::new(4, be32(4)),
+                // NFTA_LOG_LEVEL: warn
+                DefaultNla::new(5, be32(4)),
             ],
         );
         let goto = verdict_expr(&NftVerdict::Goto("share_refuse".into()));
