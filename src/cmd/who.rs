@@ -1700,25 +1700,13 @@ mod tests {
     /// flows, within the window; by address they are neither answers nor unreadable.
     #[test]
     fn a_pods_refused_connections_are_found_by_pod_and_pass_unread_by_address() {
-        use crate::plan::live::ShareLimit;
-        use crate::snat::line::{render_refusals, Origin, PodWords, Refusals, RefusedTo};
+        use crate::snat::line::{render_refusals, sample_refusals, Origin, PodWords};
         let dir = Dir::new("refused");
         let t0 = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_694_400);
         let refused = |pod: &str, seconds: u64, count: u64| {
             let mut out = String::new();
             let first = t0 + std::time::Duration::from_secs(seconds);
-            let refusals = Refusals {
-                first,
-                last: first + std::time::Duration::from_millis(900),
-                protocol: 6,
-                source: "192.168.1.5".parse().unwrap(),
-                to: RefusedTo::One {
-                    address: "198.51.100.9".parse().unwrap(),
-                    port: Some(443),
-                },
-                limit: ShareLimit::Connections,
-                count,
-            };
+            let refusals = sample_refusals(first, count);
             let origin = Origin {
                 pod: Some(PodWords {
                     qualified: pod,

@@ -265,6 +265,24 @@ pub struct Refusals {
     pub count: u64,
 }
 
+/// The refusals the tests of the line and of `who` write: TCP from 192.168.1.5 to
+/// 198.51.100.9:443, refused by the connection limit `count` times over 0.9 s from `first`.
+#[cfg(test)]
+pub fn sample_refusals(first: SystemTime, count: u64) -> Refusals {
+    Refusals {
+        first,
+        last: first + std::time::Duration::from_millis(900),
+        protocol: 6,
+        source: "192.168.1.5".parse().expect("an address"),
+        to: RefusedTo::One {
+            address: "198.51.100.9".parse().expect("an address"),
+            port: Some(443),
+        },
+        limit: ShareLimit::Connections,
+        count,
+    }
+}
+
 /// Appends the `refused` line of `refusals` to `out` (its `\n` included); in API mode the
 /// pod (when known) and the node follow `dst`, as on a flow's line.
 pub fn render_refusals(out: &mut String, refusals: &Refusals, origin: Option<Origin<'_>>) {
@@ -379,18 +397,7 @@ mod tests {
     #[test]
     fn a_line_of_refusals_follows_its_contract_and_reads_back() {
         let first = UNIX_EPOCH + Duration::new(1_795_694_584, 123_456_000);
-        let refusals = Refusals {
-            first,
-            last: first + Duration::from_millis(900),
-            protocol: 6,
-            source: "192.168.1.5".parse().unwrap(),
-            to: RefusedTo::One {
-                address: "198.51.100.9".parse().unwrap(),
-                port: Some(443),
-            },
-            limit: ShareLimit::Connections,
-            count: 3800,
-        };
+        let refusals = sample_refusals(first, 3800);
         let mut out = String::new();
         render_refusals(&mut out, &refusals, None);
         assert_eq!(
