@@ -359,14 +359,9 @@ impl<'q> Pairing<'q> {
         if !answers {
             return; // the needle is in this line's src, dst or another key: another flow's
         }
-        let proto = match &record.proto {
-            serde_json::Value::String(name) => name.clone(),
-            serde_json::Value::Number(number) => number.to_string(),
-            _ => return self.skip(file, offset, "proto is neither a name nor a number"),
-        };
-        if self.query.proto.as_ref().is_some_and(|p| *p != proto) {
+        let Some(proto) = self.proto_asked(file, offset, &record) else {
             return;
-        }
+        };
         let Some(micros) = time_of(&record.time) else {
             return self.skip(file, offset, "time is not RFC 3339");
         };
@@ -404,6 +399,24 @@ impl<'q> Pairing<'q> {
         }
     }
 
+    /// The record's protocol as the log names it, when it is the one asked for (None: another,
+    /// or neither a name nor a number, then skipped and counted).
+    fn proto_asked(&mut self, file: &Path, offset: u64, record: &Record<'_>) -> Option<String> {
+        let proto = match &record.proto {
+            serde_json::Value::String(name) => name.clone(),
+            serde_json::Value::Number(number) => number.to_string(),
+            _ => {
+                self.skip(file, offset, "proto is neither a name nor a number");
+                return None;
+            }
+        };
+        self.query
+            .proto
+            .as_ref()
+            .is_none_or(|p| *p == proto)
+            .then_some(proto)
+    }
+
     /// A `refused` line: kept when a pod is asked and it is the pod's, of the protocol asked,
     /// and within the window.
     fn refused(&mut self, file: &Path, offset: u64, record: &Record<'_>) {
@@ -413,14 +426,9 @@ impl<'q> Pairing<'q> {
         if record.pod.as_deref() != Some(pod.as_str()) {
             return;
         }
-        let proto = match &record.proto {
-            serde_json::Value::String(name) => name.to_string(),
-            serde_json::Value::Number(number) => number.to_string(),
-            _ => return self.skip(file, offset, "proto is neither a name nor a number"),
-        };
-        if self.query.proto.as_ref().is_some_and(|p| *p != proto) {
+        let Some(proto) = self.proto_asked(file, offset, record) else {
             return;
-        }
+        };
         let last = record.last.as_deref().unwrap_or(&record.time);
         let (Some(first_micros), Some(last_micros)) = (time_of(&record.time), time_of(last)) else {
             return self.skip(file, offset, "time or last is not RFC 3339");

@@ -179,10 +179,7 @@ fn read_global(socket: &Socket, statistics: &mut ConntrackStatistics) -> io::Res
             statistics.set_global(payload.get(NFGENMSG_LEN..).unwrap_or_default());
             ControlFlow::Continue(())
         } else if framed.kind == NLMSG_ERROR {
-            ControlFlow::Break(match framing::error_code(framed).unwrap_or(-libc::EPROTO) {
-                0 => Ok(()),
-                code => Err(io::Error::from_raw_os_error(-code)),
-            })
+            ControlFlow::Break(framing::acknowledged(framed))
         } else {
             ControlFlow::Continue(())
         }

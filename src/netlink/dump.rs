@@ -66,12 +66,7 @@ pub(crate) fn dump_each(
                         Ended::Whole
                     })
                 }
-                NLMSG_ERROR => {
-                    let code = framing::error_code(&framed).unwrap_or(-libc::EPROTO);
-                    if code != 0 {
-                        return Err(io::Error::from_raw_os_error(-code));
-                    }
-                }
+                NLMSG_ERROR => framing::acknowledged(&framed)?,
                 kind => each(kind, &framed.bytes[NLMSG_HDRLEN..])?,
             }
         }

@@ -130,6 +130,15 @@ pub(crate) fn error_code(framed: &Framed<'_>) -> Option<i32> {
         .map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes")))
 }
 
+/// An NLMSG_ERROR as a result: Ok for an acknowledgement (errno 0), else the errno (EPROTO
+/// when the message is too short to carry one).
+pub(crate) fn acknowledged(framed: &Framed<'_>) -> std::io::Result<()> {
+    match error_code(framed).unwrap_or(-libc::EPROTO) {
+        0 => Ok(()),
+        code => Err(std::io::Error::from_raw_os_error(-code)),
+    }
+}
+
 /// The attributes of a payload with each one's whole bytes (header and value, unpadded):
 /// `(type without flags, value, whole)`; the walk ends at the first that does not frame.
 pub(crate) fn attributes_whole(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8], &[u8])> {

@@ -81,10 +81,7 @@ impl LogGroup {
             if framed.kind != NLMSG_ERROR {
                 return ControlFlow::Continue(());
             }
-            ControlFlow::Break(match framing::error_code(framed).unwrap_or(-libc::EPROTO) {
-                0 => Ok(()),
-                code => Err(io::Error::from_raw_os_error(-code)),
-            })
+            ControlFlow::Break(framing::acknowledged(framed))
         })?;
         socket.set_non_blocking()?;
         Ok(LogGroup {

@@ -151,6 +151,17 @@ pub enum ShareLimit {
 }
 
 impl ShareLimit {
+    pub const ALL: [ShareLimit; 2] = [ShareLimit::Rate, ShareLimit::Connections];
+
+    /// The comment of the rule that refuses for this limit, on every backend: how the live
+    /// rules' counters are told apart.
+    pub fn rule_comment(self) -> &'static str {
+        match self {
+            ShareLimit::Rate => super::POD_RATE_COMMENT,
+            ShareLimit::Connections => super::POD_CONNECTIONS_COMMENT,
+        }
+    }
+
     /// The metric's `limit` label and `show`'s word.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -171,7 +182,7 @@ impl ShareLimit {
 
     /// The limit whose refusals carry `prefix` ([`ShareLimit::log_prefix`]).
     pub fn of_log_prefix(prefix: &str) -> Option<ShareLimit> {
-        [ShareLimit::Rate, ShareLimit::Connections]
+        ShareLimit::ALL
             .into_iter()
             .find(|limit| limit.log_prefix() == prefix)
     }

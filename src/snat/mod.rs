@@ -491,21 +491,38 @@ fn take(event: &Event, now: SystemTime, to: LineTo<'_>, stats: &SnatStats, drops
     match to.namer {
         Some(namer) => {
             let pod = namer.pod_of(event, line::micros_of(now));
-            let qualified = pod.as_ref().map(|pod| pod.qualified());
-            let origin = line::Origin {
-                pod: pod
-                    .as_ref()
-                    .zip(qualified.as_deref())
-                    .map(|(pod, qualified)| line::PodWords {
-                        qualified,
-                        uid: &pod.uid,
-                    }),
-                node: &namer.names.node,
-            };
-            line::render(&mut text, now, event, Some(origin));
+            with_origin(pod.as_deref(), &namer.names.node, |origin| {
+                line::render(&mut text, now, event, Some(origin))
+            });
         }
         None => line::render(&mut text, now, event, None),
     }
+    enqueue(queue, text, stats, drops);
+}
+
+/// API mode's origin of a line: `pod` (when known) in the line's words, and `node`, handed
+/// to `render`.
+fn with_origin<R>(
+    pod: Option<&pods::PodIdentity>,
+    node: &str,
+    render: impl FnOnce(line::Origin<'_>) -> R,
+) -> R {
+    let qualified = pod.map(|pod| pod.qualified());
+    let origin = line::Origin {
+        pod: pod
+            .zip(qualified.as_deref())
+            .map(|(pod, qualified)| line::PodWords {
+                qualified,
+                uid: &pod.uid,
+            }),
+        node,
+    };
+    render(origin)
+}
+
+/// Queues a line for the writer: dropped, counted and said (at most every [`SAY_EVERY`]) when
+/// the writer is behind.
+fn enqueue(queue: &SyncSender<String>, text: String, stats: &SnatStats, drops: &mut Sayer) {
     match queue.try_send(text) {
         Ok(()) => {
             stats.queued.fetch_add(1, Ordering::Relaxed);

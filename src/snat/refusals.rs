@@ -9,7 +9,7 @@
 //! [`MAX_TALLIES`] tallies a window's new ones are counted and said, not kept. Another program
 //! holding the group costs the log its refusals (said, and tried again), never the refusal.
 
-use super::line::{self, Origin, PodWords, Refusals, RefusedTo};
+use super::line::{self, Refusals, RefusedTo};
 use super::pods::PodNames;
 use super::{Sayer, SnatStats};
 use crate::netlink::nflog::{LogGroup, Logged, LoggedPacket};
@@ -17,7 +17,7 @@ use crate::plan::live::{ShareLimit, SHARE_LOG_GROUP, SHARE_LOG_SNAPLEN};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tracing::{info, warn};
@@ -261,18 +261,7 @@ impl Reader {
         }
         for refusals in self.tally.take() {
             let text = line_of(&refusals, self.to.pods.as_ref());
-            match self.to.queue.try_send(text) {
-                Ok(()) => {
-                    self.stats.queued.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(TrySendError::Full(_)) => {
-                    self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                    if let Some(dropped) = self.drops.count() {
-                        warn!(dropped, "the SNAT log's writer is behind: lines dropped (ipmasq_snat_log_dropped_total)");
-                    }
-                }
-                Err(TrySendError::Disconnected(_)) => {}
-            }
+            super::enqueue(&self.to.queue, text, &self.stats, &mut self.drops);
         }
     }
 }
@@ -302,18 +291,9 @@ fn line_of(refusals: &Refusals, pods: Option<&PodNames>) -> String {
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .at(refusals.source, line::micros_of(refusals.first));
-    let qualified = pod.as_ref().map(|pod| pod.qualified());
-    let origin = Origin {
-        pod: pod
-            .as_ref()
-            .zip(qualified.as_deref())
-            .map(|(pod, qualified)| PodWords {
-                qualified,
-                uid: &pod.uid,
-            }),
-        node: &names.node,
-    };
-    line::render_refusals(&mut text, refusals, Some(origin));
+    super::with_origin(pod.as_deref(), &names.node, |origin| {
+        line::render_refusals(&mut text, refusals, Some(origin))
+    });
     text
 }
 

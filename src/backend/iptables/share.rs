@@ -304,7 +304,7 @@ pub(super) fn parse(saved: &str, chains: &ShareChains) -> SavedShare {
                 .get_or_insert_with(Vec::new)
                 .push(rule.to_string());
             if chain == chains.limit {
-                let limit = if spec.contains(POD_RATE_COMMENT) {
+                let limit = if spec.contains(ShareLimit::Rate.rule_comment()) {
                     ShareLimit::Rate
                 } else {
                     ShareLimit::Connections

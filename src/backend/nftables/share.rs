@@ -20,8 +20,8 @@ use crate::netlink::nf_tables::statement::{
 use crate::netlink::nf_tables::wire::{self, BaseChain, Batch, DynamicSet};
 use crate::netlink::nf_tables::{Failure, Transport};
 use crate::plan::live::{ShareLimit, SHARE_LOG_GROUP, SHARE_LOG_SNAPLEN};
+use crate::plan::POD_SHARE_COMMENT;
 use crate::plan::{Family, Ruleset};
-use crate::plan::{POD_CONNECTIONS_COMMENT, POD_RATE_COMMENT, POD_SHARE_COMMENT};
 use netlink_packet_netfilter::nftables::{InetHookNumber, SetFlags};
 
 /// The base chain hooked at forward.
@@ -165,14 +165,6 @@ fn walk(ruleset: &Ruleset, nat_rules: &[RuleSpec]) -> Vec<RuleSpec> {
     walk
 }
 
-/// The comment of each limit's rule: how the live rules' counters are told apart.
-fn limit_comment(limit: ShareLimit) -> &'static str {
-    match limit {
-        ShareLimit::Rate => POD_RATE_COMMENT,
-        ShareLimit::Connections => POD_CONNECTIONS_COMMENT,
-    }
-}
-
 /// The set, key and limiter of one limit's rule, and which limit it is.
 struct LimitRule<'a> {
     set: &'a str,
@@ -202,7 +194,7 @@ fn counted_refusal(rule: LimitRule<'_>) -> RuleSpec {
             }),
             Stmt::Verdict(NftVerdict::Goto(REFUSE.into())),
         ],
-        limit_comment(rule.limit),
+        rule.limit.rule_comment(),
     )
 }
 
@@ -298,9 +290,9 @@ impl LiveShare {
             .iter()
             .filter_map(|rule| {
                 let comment = rule.comment.as_deref()?;
-                let limit = [ShareLimit::Rate, ShareLimit::Connections]
+                let limit = ShareLimit::ALL
                     .into_iter()
-                    .find(|limit| limit_comment(*limit) == comment)?;
+                    .find(|limit| limit.rule_comment() == comment)?;
                 Some(ShareRefusals {
                     limit,
                     refused: rule.counters.map_or(0, |c| c.packets),
