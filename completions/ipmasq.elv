@@ -35,6 +35,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
         &'ipmasq;agent'= {
             cand --config 'Config file (YAML or JSON); a missing file means upstream''s defaults'
             cand --config-dir 'Read every `ip-masq*` file in DIR, in name order, and merge them (ip-masq-agent-v2''s layout: lists united, booleans OR''d, the shortest resyncInterval); replaces --config'
+            cand --config-writer-deadline 'How long a writer may keep the config file open after changing it (a rewrite in place: `cat > FILE`, an editor saving) before the agent reads it as it is; until then the rules of the config in force stay. A rename into place (kubelet''s ConfigMap volume, an atomic write) is read at once'
             cand --config-source 'Where the config comes from: the file (--config or --config-dir, as kubelet mounts the ConfigMap: a change arrives with kubelet''s next volume sync, a minute or more), or the Kubernetes API (the ConfigMap --configmap watched: a change arrives in milliseconds; the config last applied is kept in --state-dir and applied at once when the API is away at start)'
             cand --configmap 'With --config-source=api: the ConfigMap that holds the config (its data key `config`, the same text as the file); needs get, list and watch on configmaps in NAMESPACE'
             cand --kubeconfig 'With --config-source=api: the kubeconfig to reach the API with [default: the pod''s service account]'

@@ -41,9 +41,6 @@ const SETTLE: Duration = Duration::from_millis(20);
 /// pass comes within this of the first change, and a burst costs one pass.
 const ADDRESS_QUIET: Duration = Duration::from_millis(30);
 const ADDRESS_SETTLE: Duration = Duration::from_millis(200);
-/// How long a writer may keep the config file open (modified, not closed) before the file is
-/// read as it is.
-const WRITER_DEADLINE: Duration = Duration::from_secs(5);
 /// With `--cleanup-on-exit`, the whole stop (the running pass, then the cleanup) ends within
 /// this, well inside kubelet's default grace period of 30 s: what is not removed by then is
 /// reported and left in place.
@@ -94,6 +91,9 @@ pub struct RunOptions {
     /// Where the state file goes, and its content (config source is kept current).
     pub state_dir: PathBuf,
     pub state: AgentState,
+    /// How long a writer may keep the config file open (modified, not closed) before the file
+    /// is read as it is (`--config-writer-deadline`).
+    pub config_writer_deadline: Duration,
 }
 
 /// Runs the reconcile loop until SIGTERM/SIGINT, serving health and metrics on
@@ -474,7 +474,7 @@ async fn run_loop(reconciler: Reconciler, options: RunOptions, held: HeldLock) -
     let shared: http::Shared = Arc::new(Mutex::new(health::Snapshot::new(reconciler.backend_id())));
     // In API mode no file is read, so none is watched: the ConfigMap watcher wakes the passes.
     let mut api = reconciler.settings.api.clone().zip(reconciler.api_feed());
-    let mut files = FileTrigger::new(&reconciler);
+    let mut files = FileTrigger::new(&reconciler, options.config_writer_deadline);
     let names = reconciler.settings.plan.names();
     let backend_id = reconciler.backend_id();
     let address_events = reconciler.address_events();
@@ -580,10 +580,12 @@ struct FileTrigger {
     watch: Option<DirWatch>,
     settling: Option<watch::Settling>,
     in_flux: Arc<std::sync::atomic::AtomicBool>,
+    /// How long a writer may keep the file open before it is read as it is.
+    writer_deadline: Duration,
 }
 
 impl FileTrigger {
-    fn new(reconciler: &Reconciler) -> Self {
+    fn new(reconciler: &Reconciler, writer_deadline: Duration) -> Self {
         let watch = match (&reconciler.settings.api, &reconciler.settings.config) {
             (Some(_), _) => None,
             (None, crate::config::ConfigSource::File(path)) => Some(DirWatch::new(path)),
@@ -593,6 +595,7 @@ impl FileTrigger {
             watch,
             settling: None,
             in_flux: reconciler.config_in_flux(),
+            writer_deadline,
         }
     }
 
@@ -608,14 +611,14 @@ impl FileTrigger {
     }
 
     /// Returns once a change has settled: a burst of events quiet for [`SETTLE`], a writer
-    /// done (or past [`WRITER_DEADLINE`]). Cancel-safe: the change waiting is kept here.
+    /// done (or past its deadline). Cancel-safe: the change waiting is kept here.
     async fn settled(&mut self) {
         use std::sync::atomic::Ordering;
         loop {
             let writing = self.writing();
             let deadline = self
                 .settling
-                .map(|s| s.deadline(writing, SETTLE, WRITER_DEADLINE));
+                .map(|s| s.deadline(writing, SETTLE, self.writer_deadline));
             let due = async move {
                 match deadline {
                     Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -637,7 +640,7 @@ impl FileTrigger {
                 }
                 () = due => {
                     if let Some(watch) = self.watch.as_mut().filter(|w| w.writing()) {
-                        warn!(deadline_s = WRITER_DEADLINE.as_secs_f64(), "a writer has kept the config file open past the deadline; reading it as it is");
+                        warn!(deadline_s = self.writer_deadline.as_secs_f64(), "a writer has kept the config file open past the deadline; reading it as it is");
                         watch.forget_writer();
                     }
                     self.settling = None;

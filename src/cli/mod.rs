@@ -337,6 +337,13 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DIR", conflicts_with = "config")]
     pub config_dir: Option<PathBuf>,
 
+    /// How long a writer may keep the config file open after changing it (a rewrite in place:
+    /// `cat > FILE`, an editor saving) before the agent reads it as it is; until then the rules
+    /// of the config in force stay. A rename into place (kubelet's ConfigMap volume, an atomic
+    /// write) is read at once
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_writer_deadline)]
+    pub config_writer_deadline: crate::config::GoDuration,
+
     /// Where the config comes from: the file (--config or --config-dir, as kubelet mounts the
     /// ConfigMap: a change arrives with kubelet's next volume sync, a minute or more), or the
     /// Kubernetes API (the ConfigMap --configmap watched: a change arrives in milliseconds; the
@@ -1167,6 +1174,16 @@ fn parse_fleet_duration(text: &str) -> Result<crate::config::GoDuration, String>
     Ok(duration)
 }
 
+/// `agent --config-writer-deadline`: a Go duration, not negative, at most an hour (a writer
+/// that holds the file longer is stuck, and the config must not wait on it forever).
+fn parse_writer_deadline(text: &str) -> Result<crate::config::GoDuration, String> {
+    let duration = parse_fleet_duration(text)?;
+    if duration.0 > 3_600 * 1_000_000_000 {
+        return Err(format!("{duration} is over an hour; give e.g. 5s or 2m"));
+    }
+    Ok(duration)
+}
+
 /// `fleet --timeout`: a Go duration above 0.
 fn parse_fleet_timeout(text: &str) -> Result<crate::config::GoDuration, String> {
     let duration = parse_fleet_duration(text)?;
@@ -1373,6 +1390,37 @@ mod tests {
             };
             assert_eq!(args.log_format, LogFormat::Json, "{argv:?}");
         }
+    }
+
+    /// The writer deadline takes a Go duration from 0 to an hour; the agent's default is 5 s.
+    #[test]
+    fn the_config_writer_deadline_is_bounded() {
+        let deadline = |argv: &[&str]| match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                applet: Some(Applet::Agent(args)),
+                ..
+            }) => Ok(args.config_writer_deadline.to_std()),
+            Ok(_) => panic!("agent"),
+            Err(err) => Err(err.to_string()),
+        };
+        let secs = |s| Ok(Some(std::time::Duration::from_secs(s)));
+        assert_eq!(deadline(&["ipmasq", "agent"]), secs(5));
+        assert_eq!(
+            deadline(&["ipmasq", "agent", "--config-writer-deadline=2m"]),
+            secs(120)
+        );
+        assert_eq!(
+            deadline(&["ipmasq", "agent", "--config-writer-deadline=1h"]),
+            secs(3600)
+        );
+        assert_eq!(
+            deadline(&["ipmasq", "agent", "--config-writer-deadline=0"]),
+            secs(0)
+        );
+        let over = deadline(&["ipmasq", "agent", "--config-writer-deadline=61m"]).unwrap_err();
+        assert!(over.contains("over an hour"), "{over}");
+        let negative = deadline(&["ipmasq", "agent", "--config-writer-deadline=-1s"]).unwrap_err();
+        assert!(negative.contains("negative"), "{negative}");
     }
 
     #[test]

@@ -263,6 +263,7 @@ pub fn run(args: &AgentArgs) -> Exit {
         metrics_addr: args.metrics_addr.0,
         snat: snat_options(args, api.as_ref()),
         api_view_stale_after: std::time::Duration::from_secs(args.api_view_stale_after),
+        config_writer_deadline: args.config_writer_deadline.to_std().unwrap_or_default(),
         state_dir: state_dir(args.state_dir.as_deref()),
         state: agent_state(
             args,
