@@ -23,7 +23,7 @@ _ip__masq__agent() {
 
     case "${cmd}" in
         ip__masq__agent)
-            opts="-v -h -V --config --config-dir --config-writer-deadline --config-source --configmap --kubeconfig --node-name --node-status --node-taint --status-spread --api-view-stale-after --resync-interval --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --once --offline --dry-run --conntrack-reset --cleanup-on-exit --logging-format --log-format --metrics-addr --snat-log --snat-log-max-size --snat-log-keep --snat-port-pressure --state-dir --last-known-good-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
+            opts="-v -h -V --config --config-dir --config-writer-deadline --config-source --configmap --kubeconfig --node-name --node-status --node-taint --status-spread --api-view-stale-after --resync-interval --masq-chain --enable-ipv6 --nomasq-all-reserved-ranges --random-fully --to-ports --backend --iptables-mode --nftables-table-owner --once --offline --dry-run --conntrack-reset --cleanup-on-exit --logging-format --log-format --metrics-addr --snat-log --snat-log-max-size --snat-log-keep --snat-port-pressure --state-dir --last-known-good-dir --v --logtostderr --alsologtostderr --stderrthreshold --log-dir --log-file --log-file-max-size --vmodule --log-backtrace-at --skip-headers --add-dir-header --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -99,6 +99,10 @@ _ip__masq__agent() {
                     ;;
                 --iptables-mode)
                     COMPREPLY=($(compgen -W "auto nft legacy" -- "${cur}"))
+                    return 0
+                    ;;
+                --nftables-table-owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --conntrack-reset)

@@ -20,6 +20,7 @@ nftables\t'Native nftables: one table per family with an interval set, any numbe
 complete -c ip-masq-agent -l iptables-mode -d 'Which iptables to drive' -r -f -a "auto\t'Whichever already holds rules (as kubernetes-sigs/iptables-wrappers decides); nft when neither'
 nft\t'iptables-nft (the nf_tables kernel API)'
 legacy\t'iptables-legacy (the x_tables kernel API)'"
+complete -c ip-masq-agent -l nftables-table-owner -d 'With --backend=nftables on Linux 6.9 or later: hold our tables (nf_tables\' owner and persist flags), so that while the agent runs no other process can delete or change them (`nft delete table ip ipmasq` is refused, `nft flush ruleset` passes over them); they stay when the agent exits, for the next agent to claim. false: leave them open to everyone (a neighbour\'s change is then repaired as soon as its notification is heard)' -r
 complete -c ip-masq-agent -l conntrack-reset -d 'After a change (or installing the rules from nothing), delete the conntrack entries whose NAT it made wrong, so their flows follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and SCTP too: those connections break), or off' -r -f -a "off\t'Delete no entry: every flow keeps its old decision until it ends'
 connectionless\t'Delete the entries of connectionless flows (UDP, UDP-Lite, ICMP, ICMPv6, GRE, any protocol but TCP, SCTP and DCCP)'
 all\t'Delete every contradicting entry, TCP, SCTP and DCCP included (their connections break and are made again under the new decision)'"

@@ -51,6 +51,7 @@ set edit:completion:arg-completer[ipmasq] = {|@words|
             cand --to-ports 'Source ports for MASQUERADE, e.g. 1024-29999,32768-65535 (tcp, udp and sctp)'
             cand --backend 'The firewall backend'
             cand --iptables-mode 'Which iptables to drive'
+            cand --nftables-table-owner 'With --backend=nftables on Linux 6.9 or later: hold our tables (nf_tables'' owner and persist flags), so that while the agent runs no other process can delete or change them (`nft delete table ip ipmasq` is refused, `nft flush ruleset` passes over them); they stay when the agent exits, for the next agent to claim. false: leave them open to everyone (a neighbour''s change is then repaired as soon as its notification is heard)'
             cand --conntrack-reset 'After a change (or installing the rules from nothing), delete the conntrack entries whose NAT it made wrong, so their flows follow: connectionless flows (UDP, ICMP, ...; never end on their own), all (TCP and SCTP too: those connections break), or off'
             cand --cleanup-on-exit 'Remove the chain and its jump on SIGTERM/SIGINT, except when systemd restarts the unit (off: a rolling update must not leave a window without masquerade)'
             cand --log-format 'Log line format (also spelt --logging-format, as Kubernetes components spell it)'

@@ -14,6 +14,7 @@ mod iptables;
 mod nat_before;
 mod nft_rule;
 mod nftables;
+pub(crate) use nftables::hold_tables;
 pub(crate) mod runner;
 pub mod select;
 #[cfg(test)]

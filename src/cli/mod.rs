@@ -423,6 +423,22 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub backend: BackendFlags,
 
+    /// With --backend=nftables on Linux 6.9 or later: hold our tables (nf_tables' owner and
+    /// persist flags), so that while the agent runs no other process can delete or change
+    /// them (`nft delete table ip ipmasq` is refused, `nft flush ruleset` passes over them);
+    /// they stay when the agent exits, for the next agent to claim. false: leave them open to
+    /// everyone (a neighbour's change is then repaired as soon as its notification is heard)
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "true",
+        default_missing_value = "true",
+        value_parser = parse_go_bool
+    )]
+    pub nftables_table_owner: bool,
+
     /// Sync once, then exit (0 when the rules are in place)
     #[arg(long)]
     pub once: bool,

@@ -191,6 +191,7 @@ fn log_start(args: &AgentArgs, backend: BackendWords<'_>, config_label: &str, ra
         once = args.once,
         dry_run = args.dry_run,
         conntrack_reset = args.conntrack_reset.as_str(),
+        nftables_table_owner = args.nftables_table_owner,
         "ipmasq agent starting"
     );
 }
@@ -198,6 +199,7 @@ fn log_start(args: &AgentArgs, backend: BackendWords<'_>, config_label: &str, ra
 /// Runs the agent applet.
 pub fn run(args: &AgentArgs) -> Exit {
     logging::init(args.log_format, args.verbosity);
+    crate::backend::hold_tables(args.nftables_table_owner);
     let selected = choose_backend(&args.backend);
     let backend = selected.backend;
     let plan = plan_options(&args.rules);

@@ -144,6 +144,14 @@ impl Socket {
         }
     }
 
+    /// The socket's netlink port id, as the kernel bound it (what nf_tables records as the
+    /// owner of a table this socket holds).
+    pub fn port(&self) -> io::Result<u32> {
+        let mut address = SocketAddr::new(0, 0);
+        self.socket.get_address(&mut address)?;
+        Ok(address.port_number())
+    }
+
     /// Sends one datagram.
     pub fn send(&self, bytes: &[u8]) -> io::Result<()> {
         self.socket.send(bytes, 0).map(|_| ())

@@ -34,9 +34,11 @@ struct Case {
     tcp_in_the_gap: Option<&'static str>,
 }
 
+/// The table left unheld (`--nftables-table-owner=false`, as on a kernel before 6.9): a held
+/// one refuses the neighbour ([`a_held_table_refuses_a_neighbour_and_outlives_its_agent`]).
 const NFTABLES: Case = Case {
     tag: "neighbour-flush-nftables",
-    flags: &["--backend=nftables"],
+    flags: &["--backend=nftables", "--nftables-table-owner=false"],
     damages: &[
         ("our table deleted", "nft delete table ip ipmasq"),
         ("the whole ruleset flushed", "nft flush ruleset"),
@@ -342,4 +344,202 @@ fn a_neighbours_flush_is_repaired_before_the_resync_nftables() {
 fn a_neighbours_flush_is_repaired_before_the_resync_iptables_nft() {
     super::netns::require_root();
     a_neighbours_flush_is_repaired_before_the_resync(&IPTABLES_NFT);
+}
+
+/// Our rules' handles in the nat chain: unchanged when a table is claimed, not rewritten.
+fn chain_handles(node: &Netns) -> Vec<String> {
+    node.sh("nft -a list chain ip ipmasq postrouting")
+        .lines()
+        .filter_map(|l| l.split("# handle ").nth(1).map(str::to_string))
+        .collect()
+}
+
+/// Whether this kernel keeps an owned table past its owner (`persist`, Linux 6.9).
+fn kernel_keeps_orphaned_tables() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut numbers = release.trim().split(['.', '-']).map(|n| n.parse::<u32>());
+    matches!((numbers.next(), numbers.next()), (Some(Ok(major)), Some(Ok(minor))) if (major, minor) >= (6, 9))
+}
+
+/// 300 new UDP flows from the pod, 10 ms apart, each from a fresh socket, while a neighbour
+/// deletes our table every 10 ms: how many reached the outside from the pod's own address and
+/// how many from the node's.
+fn flows_during_a_fight(topo: &Topology) -> (usize, usize) {
+    let receiver = "import socket\n\
+        s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+        s.bind(('MASQ',40990))\n\
+        open('READY','w').close()\n\
+        s.settimeout(3)\n\
+        seen={}\n\
+        try:\n\
+        \x20   while True:\n\
+        \x20       d,a=s.recvfrom(100)\n\
+        \x20       seen[a[0]]=seen.get(a[0],0)+1\n\
+        except OSError:\n    pass\n\
+        for k,v in seen.items(): print(k,v)\n"
+        .replace("MASQ", MASQ_V4);
+    let (listener, ready) = start_receiver_in(&topo.outside, receiver.as_str());
+    let sender = format!(
+        "import socket,time\n\
+         for i in range(300):\n\
+         \x20   s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+         \x20   s.sendto(b'x',('{MASQ_V4}',40990))\n\
+         \x20   s.close()\n\
+         \x20   time.sleep(0.01)\n"
+    );
+    let sending = topo
+        .pod
+        .command(std::path::Path::new(PYTHON), &["-c", &sender])
+        .spawn()
+        .expect("the pod's sender");
+    topo.node.sh(
+        "i=0; while [ $i -lt 300 ]; do printf 'delete table ip ipmasq\\n'; sleep 0.01; i=$((i+1)); done | nft -i >/dev/null 2>&1; true",
+    );
+    let sent = sending.wait_with_output().expect("the sender");
+    assert!(sent.status.success(), "the pod's sender failed");
+    let out = listener.wait_with_output().expect("the receiver");
+    let _ = std::fs::remove_file(&ready);
+    let mut from_pod = 0;
+    let mut from_node = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut words = line.split_whitespace();
+        let (Some(source), Some(count)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let count: usize = count.parse().unwrap_or(0);
+        match source {
+            super::packets::POD_V4 => from_pod += count,
+            NODE_OUT_V4 => from_node += count,
+            other => panic!("a flow from {other}"),
+        }
+    }
+    (from_pod, from_node)
+}
+
+/// On Linux 6.9 and later the agent holds its nftables table (`owner`, `persist`): a table an
+/// earlier, unheld agent made is made anew held; a neighbour's `nft delete table` is refused
+/// and `nft flush ruleset` passes over it, so flows started during a neighbour deleting it
+/// every 10 ms all leave masqueraded; a SIGKILLed agent leaves the table, still masquerading,
+/// and the next agent claims it without rewriting a rule; `cleanup` names the holder while
+/// an agent runs and removes the table once it has stopped.
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_held_table_refuses_a_neighbour_and_outlives_its_agent() {
+    super::netns::require_root();
+    if !kernel_keeps_orphaned_tables() {
+        eprintln!(
+            "SKIPPED a_held_table_refuses_a_neighbour_and_outlives_its_agent: this kernel is older than 6.9 (no nf_tables persist flag), so the table is not held"
+        );
+        return;
+    }
+    let mut topo = Topology::new();
+    let dir = crate::util::Scratch::new("held-table");
+    let config = dir.write("config", CONFIG);
+    let config_flag = format!("--config={}", config.display());
+    let once = topo.node.ipmasq(&[
+        "agent",
+        "--once",
+        "--backend=nftables",
+        "--nftables-table-owner=false",
+        &config_flag,
+    ]);
+    assert_eq!(once.code, 0, "{}", once.stderr);
+    let log = dir.path.join("agent.log");
+    let args = [
+        "agent",
+        "--backend=nftables",
+        &config_flag,
+        "--metrics-addr=off",
+    ];
+    let pid = topo.node.spawn_ipmasq(&args, &log);
+    let held = |topo: &Topology| {
+        topo.node
+            .sh("nft list table ip ipmasq")
+            .contains("flags owner")
+    };
+    assert!(
+        wait_until(PATIENCE, || held(&topo)),
+        "never held:\n{}",
+        log_of(&log)
+    );
+    assert_eq!(
+        count_in_log(
+            &log,
+            "our table was made without the persist flag; making it anew"
+        ),
+        1,
+        "{}",
+        log_of(&log)
+    );
+    let neighbour = topo.node.exec("nft", &["delete", "table", "ip", "ipmasq"]);
+    assert_ne!(neighbour.code, 0, "the neighbour's delete went through");
+    assert!(
+        neighbour.stderr.contains("Operation not permitted"),
+        "{}",
+        neighbour.stderr
+    );
+    topo.node.sh("nft flush ruleset");
+    assert!(rules_in(&topo.node, &NFTABLES), "flushed with the ruleset");
+    let (from_pod, from_node) = flows_during_a_fight(&topo);
+    eprintln!("flows during a neighbour deleting our table every 10 ms: {from_node} masqueraded, {from_pod} with the pod's address");
+    assert_eq!(from_pod, 0, "flows left unmasqueraded during the fight");
+    assert!(from_node > 0, "no flow arrived");
+    let handles = chain_handles(&topo.node);
+    kill(pid, "KILL");
+    assert!(
+        wait_until(PATIENCE, || !std::path::Path::new(&format!("/proc/{pid}"))
+            .exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z"))),
+        "the agent outlived SIGKILL"
+    );
+    assert!(
+        rules_in(&topo.node, &NFTABLES),
+        "the table went with its agent"
+    );
+    assert_eq!(
+        source_seen_between(&topo.pod, &topo.outside, MASQ_V4, None),
+        NODE_OUT_V4,
+        "no agent: a new flow is still masqueraded"
+    );
+    let log2 = dir.path.join("agent2.log");
+    let pid = topo.node.spawn_ipmasq(&args, &log2);
+    assert!(
+        wait_until(PATIENCE, || count_in_log(
+            &log2,
+            "claiming our orphaned table"
+        ) == 1),
+        "the next agent did not claim the table:\n{}",
+        log_of(&log2)
+    );
+    assert!(held(&topo), "claimed, but not held");
+    assert_eq!(
+        chain_handles(&topo.node),
+        handles,
+        "a claim rewrites no rule"
+    );
+    let neighbour = topo.node.exec("nft", &["delete", "table", "ip", "ipmasq"]);
+    assert_ne!(
+        neighbour.code, 0,
+        "the neighbour's delete went through after the claim"
+    );
+    let cleanup = topo.node.ipmasq(&["cleanup", "--backend=nftables"]);
+    assert_ne!(cleanup.code, 0, "cleanup past a running agent");
+    let said = format!("{}{}", cleanup.stdout, cleanup.stderr);
+    assert!(
+        said.contains("held by another process's netlink socket")
+            && said.contains("stop that agent first"),
+        "{said}"
+    );
+    // Once the agent has exited, the orphaned table is anyone's: cleanup removes it.
+    kill(pid, "TERM");
+    assert!(
+        wait_until(PATIENCE, || topo
+            .node
+            .ipmasq(&["cleanup", "--backend=nftables"])
+            .code
+            == 0),
+        "cleanup after the agent stopped"
+    );
+    assert!(!topo.node.sh("nft list tables").contains("ipmasq"));
 }

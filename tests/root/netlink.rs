@@ -11,8 +11,16 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const CONFIG: &str = "nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16, 203.0.113.7/32, fd00::/8]\nmasqueradeSourceCIDRs: [10.244.0.0/16, 10.245.0.1/32, fd00:244::/48]\n";
 
 /// `nft list ruleset` without the lines that differ between two equal rulesets.
+/// The ruleset as nft lists it, without what says which process holds our table (its `flags`
+/// line, `# progname`): an agent holds it while it runs and leaves it orphaned when it exits
+/// (`root::neighbour_flush`), and a dry run's text, replayed with `nft -f`, holds nothing.
+/// Blank lines go too: nft sets the table's header apart with one when it has flags.
 fn ruleset(ns: &Netns) -> String {
     ns.sh("nft list ruleset")
+        .lines()
+        .filter(|l| !l.starts_with("\tflags") && !l.is_empty())
+        .map(|l| format!("{}\n", l.trim_end_matches(" # progname ipmasq")))
+        .collect()
 }
 
 #[test]

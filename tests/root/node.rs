@@ -469,22 +469,28 @@ fn matrix(backend: &'static str, deployment: Deployment) -> Vec<String> {
     );
     let host_dir = crate::util::Scratch::new(&tag);
     let host_config = host_dir.write("ip-masq-agent", MATRIX_CONFIG);
+    // The damages are a neighbour's commits while the agent is stopped, not gone: its socket
+    // would still hold an nftables table, which refuses them (root::neighbour_flush proves
+    // that); here the table is left unheld so that they land.
+    let mut flags = vec![backend];
+    if backend == "--backend=nftables" {
+        flags.push("--nftables-table-owner=false");
+    }
     let (agent_pid, pod) = match deployment {
         Deployment::Host => {
             let log = host_dir.path.join("agent.log");
-            let pid = ns.spawn_ipmasq(
-                &[
-                    "agent",
-                    backend,
-                    &format!("--config={}", host_config.display()),
-                    "--metrics-addr=off",
-                ],
-                &log,
-            );
+            let config_flag = format!("--config={}", host_config.display());
+            let args = [
+                &["agent"][..],
+                &flags,
+                &[&config_flag, "--metrics-addr=off"],
+            ]
+            .concat();
+            let pid = ns.spawn_ipmasq(&args, &log);
             (pid, None)
         }
         Deployment::Pod => {
-            let pod = Pod::start(&mut ns, backend, "m");
+            let pod = Pod::start(&mut ns, &flags.join(" "), "m");
             (pod.host_pid(), Some(pod))
         }
     };

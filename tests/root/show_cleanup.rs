@@ -276,7 +276,15 @@ fn the_suggested_cleanup_command_parses_and_removes_the_stale_copy() {
     ];
     for (stale, current, flag) in cases {
         let ns = Netns::new("suggest");
-        let run = ns.ipmasq(&["agent", "--once", "--config=/nonexistent/x", stale]);
+        // Unheld: nft 1.0.6 lists an orphaned held table's `persist` as an empty `flags` line,
+        // which it cannot read back, and the copy below goes through `nft list` and `nft -f`.
+        let run = ns.ipmasq(&[
+            "agent",
+            "--once",
+            "--config=/nonexistent/x",
+            "--nftables-table-owner=false",
+            stale,
+        ]);
         assert_eq!(run.code, 0, "{stale}: {}", run.stderr);
         // An agent of another backend removes our table at its first sync: keep a copy to
         // put back, as a node with two agents would have it.

@@ -39,6 +39,10 @@ pub(crate) struct LiveTable {
     pub(super) table_exists: bool,
     /// The table's comment: [`super::render::OWNER_MARK`] on a table we created.
     pub(super) comment: Option<String>,
+    /// The table's flags (`owner`, `persist`: [`super::hold`]) and the port of the socket
+    /// that holds it, while one does.
+    pub(super) flags: netlink_packet_netfilter::nftables::TableFlags,
+    pub(super) owner: Option<u32>,
     pub(super) chain: Option<ChainHook>,
     /// Our sets (`nomasq`, `nomasq_1`, ...; other sets of the table are not ours to read),
     /// in index order.
@@ -56,6 +60,8 @@ pub(super) fn read_table(t: &mut dyn Transport, family: Family) -> Result<LiveTa
     };
     live.table_exists = true;
     live.comment = table.comment;
+    live.flags = table.flags;
+    live.owner = table.owner;
     if let Some(chain) = read::chain(t, family, TABLE, CHAIN)? {
         live.chain = chain.base.map(|(kind, hook, priority, policy)| ChainHook {
             kind,
@@ -123,6 +129,11 @@ impl LiveTable {
         LiveTable {
             table_exists: true,
             comment: Some(super::render::OWNER_MARK.into()),
+            flags: match table.held_by {
+                Some(_) => super::hold::held_flags(),
+                None => Default::default(),
+            },
+            owner: table.held_by,
             chain: Some(ChainHook {
                 kind: "nat".into(),
                 hook: "postrouting".into(),

@@ -9,10 +9,12 @@
 //! table and its hook.
 
 mod diff;
+mod hold;
 mod live;
 mod render;
 mod share;
 
+pub(crate) use hold::set_wanted as hold_tables;
 pub(crate) use render::TABLE;
 
 use super::generation::{self, Gate};
@@ -172,6 +174,12 @@ impl Nftables {
         }
     }
 
+    /// Our socket's port, and whether our table is held by it ([`hold`]).
+    fn holder(&self) -> hold::Holder {
+        let port = self.with_transport(|t| Ok(t.port())).ok().flatten();
+        hold::Holder::of(port)
+    }
+
     /// Our table of `family` as it is; an absent table is an empty reading.
     fn read(&self, family: Family) -> Result<LiveTable, BackendError> {
         self.with_transport(|t| read_table(t, family))
@@ -280,11 +288,99 @@ impl Nftables {
         Ok(self.generation())
     }
 
+    /// [`Nftables::vouch`], unless the table was not written by the socket that is to hold it
+    /// (a first pass, or the socket was opened anew, which orphaned the table): then it is read,
+    /// so that it is claimed.
+    fn vouch_held(
+        &mut self,
+        desired: &Ruleset,
+        before: Option<u32>,
+        holder: hold::Holder,
+    ) -> (bool, Option<usize>) {
+        let written_by = self.written[slot(desired.family)]
+            .as_ref()
+            .map(|written| written.owner);
+        if holder.hold && written_by != Some(holder.port) {
+            return (false, None);
+        }
+        self.vouch(desired, before)
+    }
+
+    /// Fits the diff's repair to what the diff cannot see: a last repair the kernel refused
+    /// (the table is made anew) and the table's holder ([`Nftables::settle_holding`]; true:
+    /// the batch must claim the table). A dry run beside the agent that holds the table shows
+    /// what that agent would apply: the holder is no difference.
+    fn fit_repair(
+        &self,
+        family: Family,
+        live: &LiveTable,
+        holder: hold::Holder,
+        drift: &mut diff::Drift,
+        dry_run: bool,
+    ) -> Result<bool, BackendError> {
+        if self.refused[slot(family)] && !matches!(drift.repair, Repair::None) {
+            tracing::info!(%family, "the kernel refused the last repair of this table; making it anew");
+            drift.repair = Repair::Recreate;
+        }
+        match self.settle_holding(family, live, holder, drift) {
+            Err(_) if dry_run => Ok(false),
+            outcome => outcome,
+        }
+    }
+
+    /// Fits the repair to where the live table stands against our holding it: a table made
+    /// without `persist` is made anew (the flag cannot be set in place); an orphaned one is
+    /// claimed (true: the batch must declare the table even when nothing else differs); one
+    /// that another socket holds cannot be written at all, and says by whom.
+    fn settle_holding(
+        &self,
+        family: Family,
+        live: &LiveTable,
+        holder: hold::Holder,
+        drift: &mut diff::Drift,
+    ) -> Result<bool, BackendError> {
+        let family = family_word(family);
+        match hold::judge(live, holder) {
+            hold::Holding::Settled => Ok(false),
+            hold::Holding::Claim => {
+                tracing::info!(family, port = holder.port, "claiming our orphaned table (its last holder exited): held again, by this agent");
+                Ok(true)
+            }
+            hold::Holding::Remake => {
+                if drift.repair != Repair::Recreate {
+                    tracing::info!(family, "our table was made without the persist flag; making it anew, held by this agent, in one transaction");
+                    drift.repair = Repair::Recreate;
+                }
+                Ok(false)
+            }
+            hold::Holding::HeldElsewhere(owner) => {
+                Err(BackendError::Netlink(hold::held_elsewhere(family, owner)))
+            }
+        }
+    }
+
     /// One batch, every message acknowledged within the deadline.
     fn apply(&self, batch: &Finished) -> Result<(), BackendError> {
         self.with_transport(|t| nf_tables::commit_within(t, batch, self.timeout))
             .map_err(netlink_error)
     }
+}
+
+/// The batch a repair sends (None: nothing to send): the claim of an orphaned table alone, the
+/// elements that differ, or the table's content.
+fn repair_batch(
+    table: &DesiredTable,
+    drift: &diff::Drift,
+    claim: bool,
+) -> Result<Option<Finished>, BackendError> {
+    Ok(match &drift.repair {
+        Repair::None if claim => Some(table.claim_batch()?),
+        Repair::None => None,
+        Repair::Elements(changes) => Some(table.element_batch(changes)?),
+        repair @ (Repair::Rewrite | Repair::Recreate) => {
+            Some(table.batch(repair.remake(drift.fresh_limits), &Leftovers::default())?)
+        }
+    })
 }
 
 /// iptables-nft's `chain` in table `nat` of `family`, and the POSTROUTING rules jumping to it.
@@ -357,7 +453,11 @@ impl Backend for Nftables {
         // Read the id BEFORE the dump, so a change during the dump is never missed. The
         // steady state ends here: an unchanged id and plan, nothing read, nothing built.
         let before = self.generation();
-        let (vouched, steady) = self.vouch(desired, before);
+        // A dry run shows the rules: which socket holds the table is the agent's, and a
+        // batch with `owner` would be bound to whatever process replayed it with `nft -f`.
+        let mut holder = self.holder();
+        holder.hold &= !dry_run;
+        let (vouched, steady) = self.vouch_held(desired, before, holder);
         if let Some(rules) = steady {
             return Ok(SyncReport {
                 family,
@@ -367,7 +467,8 @@ impl Backend for Nftables {
             });
         }
         let started = std::time::Instant::now();
-        let table = DesiredTable::new(desired)?;
+        let mut table = DesiredTable::new(desired)?;
+        table.held_by = holder.port.filter(|_| holder.hold);
         let built = started.elapsed();
         let rules = table.rules.len()
             + table.elements.len()
@@ -392,20 +493,10 @@ impl Backend for Nftables {
         };
         let observed = started.elapsed();
         let mut drift = diff(&table, &live);
-        let refused = self.refused[slot(family)];
-        if refused && !matches!(drift.repair, Repair::None) {
-            tracing::info!(%family, "the kernel refused the last repair of this table; making it anew");
-            drift.repair = Repair::Recreate;
-        }
+        let claim = self.fit_repair(family, &live, holder, &mut drift, dry_run)?;
         let compared = started.elapsed();
         // The batch to send, and the nft text it decodes to (what a dry run prints).
-        let batch = match &drift.repair {
-            Repair::None => None,
-            Repair::Elements(changes) => Some(table.element_batch(changes)),
-            repair @ (Repair::Rewrite | Repair::Recreate) => {
-                Some(table.batch(repair.remake(drift.fresh_limits), &Leftovers::default())?)
-            }
-        };
+        let batch = repair_batch(&table, &drift, claim)?;
         if dry_run {
             return Ok(SyncReport {
                 family,
@@ -499,6 +590,16 @@ impl Backend for Nftables {
         dry_run: bool,
     ) -> Result<CleanupReport, BackendError> {
         let live = self.read(family)?;
+        let holder = hold::Holder {
+            hold: false,
+            ..self.holder()
+        };
+        if let hold::Holding::HeldElsewhere(owner) = hold::judge(&live, holder) {
+            return Err(BackendError::Netlink(format!(
+                "{}; stop that agent first (systemctl stop ipmasq, or its DaemonSet's pod), then clean up",
+                hold::held_elsewhere(family_word(family), owner)
+            )));
+        }
         // Only a table we made goes: one called `ipmasq` without our mark is a neighbour's,
         // unless it is exactly what an ipmasq before the mark wrote.
         let ours = live.marked() || live.made_by_an_earlier_ipmasq();

@@ -161,6 +161,9 @@ pub(super) struct DesiredTable {
     pub rules: Vec<RuleSpec>,
     /// The pod share's chains and sets, when the config limits a pod.
     pub share: Option<super::share::DesiredShare>,
+    /// The netlink port to hold the table by ([`super::hold`]): every batch declares the
+    /// table with `owner` and `persist`. None: the table is written unheld.
+    pub held_by: Option<u32>,
 }
 
 /// How a batch makes the table's content: with the table deleted first, and with the pod
@@ -233,6 +236,7 @@ impl DesiredTable {
             sets,
             rules,
             share,
+            held_by: None,
         })
     }
 
@@ -257,13 +261,15 @@ impl DesiredTable {
         let recreate = remake.recreate;
         let fresh_limits = recreate || remake.fresh_limits;
         let mut b = Batch::new(crate::netlink::nf_tables::sequence(4096));
-        b.add_table(family, TABLE, Some(OWNER_MARK))
-            .map_err(BackendError::Unsupported)?;
         if recreate {
-            b.delete_table(family, TABLE);
-            b.add_table(family, TABLE, Some(OWNER_MARK))
+            // Declared first only so that the delete finds it: without flags, which the kernel
+            // would take as an update of the table being replaced (refused when that one was
+            // made without `persist`).
+            b.add_table(family, TABLE, Some(OWNER_MARK), None)
                 .map_err(BackendError::Unsupported)?;
+            b.delete_table(family, TABLE);
         }
+        self.declare_table(&mut b)?;
         let base = BaseChain {
             kind: "nat".into(),
             hook: InetHookNumber::PostRouting,
@@ -306,10 +312,29 @@ impl DesiredTable {
         Ok(b.finish())
     }
 
+    /// Declares our table, marked, and held when it is to be: on a held table a no-op, on an
+    /// orphaned one its claim.
+    fn declare_table(&self, b: &mut Batch) -> Result<(), BackendError> {
+        let flags = self.held_by.map(|_| super::hold::held_flags());
+        b.add_table(self.family, TABLE, Some(OWNER_MARK), flags)
+            .map_err(BackendError::Unsupported)
+    }
+
+    /// The claim of our orphaned table alone: its declaration with our flags.
+    pub fn claim_batch(&self) -> Result<Finished, BackendError> {
+        let mut b = Batch::new(crate::netlink::nf_tables::sequence(4096));
+        self.declare_table(&mut b)?;
+        Ok(b.finish())
+    }
+
     /// A transaction that changes only sets' elements: every deletion first (an aggregated
     /// element may replace ones it now covers, in this set or another), then the additions.
-    pub fn element_batch(&self, changes: &[SetChange]) -> Finished {
+    /// A held table is declared first (claimed, should it have been orphaned meanwhile).
+    pub fn element_batch(&self, changes: &[SetChange]) -> Result<Finished, BackendError> {
         let mut b = Batch::new(crate::netlink::nf_tables::sequence(4096));
+        if self.held_by.is_some() {
+            self.declare_table(&mut b)?;
+        }
         for add in [false, true] {
             for change in changes {
                 let nets = if add { &change.add } else { &change.remove };
@@ -323,7 +348,7 @@ impl DesiredTable {
                 b.elements(self.family, TABLE, &set, &Keys::Nets(nets.clone()), add);
             }
         }
-        b.finish()
+        Ok(b.finish())
     }
 }
 

@@ -67,7 +67,7 @@ fn postrouting_rules(kernel: &FakeKernel) -> Vec<FakeRule> {
 /// as iptables-nft's), for a neighbour's commit.
 fn nat_postrouting_batch(table: &str, chain: &str) -> Batch {
     let mut b = Batch::new(crate::netlink::nf_tables::sequence(16));
-    b.add_table(Family::V4, table, None).unwrap();
+    b.add_table(Family::V4, table, None, None).unwrap();
     let base = BaseChain {
         kind: "nat".into(),
         hook: InetHookNumber::PostRouting,

@@ -57,7 +57,7 @@ fn element_changes_are_repaired_as_element_deltas() {
     assert_eq!(changes[0].remove[0].to_string(), "203.0.113.0/24");
     assert_eq!(changes[0].add[0].to_string(), "10.0.0.0/8");
     assert_eq!(
-        script::render(&default_table(&ports()).element_batch(changes).bytes),
+        script::render(&default_table(&ports()).element_batch(changes).unwrap().bytes),
         "delete element ip ipmasq nomasq { 203.0.113.0/24 }\nadd element ip ipmasq nomasq { 10.0.0.0/8 }\n"
     );
 }
@@ -638,7 +638,7 @@ fn a_long_list_is_spread_over_sets_and_a_change_touches_only_its_own() {
     let touched: usize = changes.iter().map(|c| c.add.len() + c.remove.len()).sum();
     assert_eq!(touched, 2, "{changes:?}");
     assert!(changes.len() <= 2);
-    let text = script::render(&new_table.element_batch(changes).bytes);
+    let text = script::render(&new_table.element_batch(changes).unwrap().bytes);
     let removed = changes.iter().find(|c| !c.remove.is_empty()).unwrap();
     let added = changes.iter().find(|c| !c.add.is_empty()).unwrap();
     assert_eq!(
@@ -682,4 +682,59 @@ fn sets_no_longer_planned_recreate_the_table() {
     );
     assert!(batch.contains("add set ip ipmasq nomasq_1 { type ipv4_addr ; flags interval ; }"));
     assert!(batch.contains("delete set ip ipmasq nomasq_1\n"));
+}
+
+/// A held table's batches: every one declares the table with `owner` and `persist` (on a held
+/// table a no-op, on an orphaned one its claim); a recreation declares the old one bare before
+/// deleting it (flags on it would be an update the kernel refuses for a table made without
+/// `persist`); the claim alone is that one declaration.
+#[test]
+fn a_held_tables_batches_declare_it_held() {
+    let mut table = default_table(&ports());
+    table.held_by = Some(4242);
+    let held = "add table ip ipmasq { flags owner,persist ; comment \"managed by ipmasq\" ; }\n";
+    let bare = "add table ip ipmasq { comment \"managed by ipmasq\" ; }\n";
+    let lines = |batch: Finished| -> Vec<String> {
+        script::render(&batch.bytes)
+            .lines()
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let rewrite = lines(
+        table
+            .batch(Remake::default(), &Leftovers::default())
+            .unwrap(),
+    );
+    assert_eq!(rewrite[0], held);
+    assert!(!rewrite[1..].iter().any(|l| l.contains("table ip ipmasq")));
+    let recreate = Remake {
+        recreate: true,
+        fresh_limits: true,
+    };
+    let recreated = lines(table.batch(recreate, &Leftovers::default()).unwrap());
+    assert_eq!(recreated[..3], [bare, "delete table ip ipmasq\n", held]);
+    assert_eq!(lines(table.claim_batch().unwrap()), [held]);
+    let change = super::render::SetChange {
+        set: "nomasq".into(),
+        add: vec!["10.0.0.0/8".parse().unwrap()],
+        remove: Vec::new(),
+    };
+    let elements = lines(table.element_batch(&[change]).unwrap());
+    assert_eq!(
+        elements,
+        [held, "add element ip ipmasq nomasq { 10.0.0.0/8 }\n"]
+    );
+    // What the kernel lists after the commit: held by the port written with.
+    let written = LiveTable::written(&table);
+    assert_eq!(written.owner, Some(4242));
+    assert_eq!(
+        super::hold::judge(
+            &written,
+            super::hold::Holder {
+                port: Some(4242),
+                hold: true
+            }
+        ),
+        super::hold::Holding::Settled
+    );
 }

@@ -33,6 +33,11 @@ pub(crate) trait Transport {
     fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// The next datagram; `TimedOut` once `deadline` has passed.
     fn receive(&mut self, deadline: Instant) -> io::Result<Vec<u8>>;
+    /// The netlink port a table this transport writes with the owner flag is held by; None
+    /// when it cannot hold one (a test's socket).
+    fn port(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Why a request failed.
@@ -121,6 +126,10 @@ impl Transport for Kernel {
         }
         let length = self.socket.receive_into(&mut self.receive_buffer, 0)?;
         Ok(self.receive_buffer[..length.min(self.receive_buffer.len())].to_vec())
+    }
+
+    fn port(&self) -> Option<u32> {
+        self.socket.port().ok()
     }
 }
 

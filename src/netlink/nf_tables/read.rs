@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, ExpressionAttribute, Expressions, ListAttribute, Lookup,
     NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetDescription, SetElementList,
-    SetElementMessage, SetFlags, SetMessage, TableAttribute, TableMessage,
+    SetElementMessage, SetFlags, SetMessage, TableAttribute, TableFlags, TableMessage,
 };
 use netlink_packet_netfilter::NetfilterProtoFamily;
 
@@ -43,10 +43,29 @@ fn missing(failure: &Failure) -> bool {
     failure.errno() == Some(libc::ENOENT)
 }
 
-/// A table as read: its comment (what nft lists as `comment "..."`), if it has one.
+/// A table as read: its comment (what nft lists as `comment "..."`), if it has one; its
+/// flags (`dormant`, `owner`, `persist`: [`TableFlags`]); the netlink port of the socket that
+/// holds it, while one does.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TableReading {
     pub comment: Option<String>,
+    pub flags: TableFlags,
+    pub owner: Option<u32>,
+}
+
+impl TableReading {
+    fn of(table: &TableMessage) -> Self {
+        let mut reading = TableReading::default();
+        for attribute in &table.attributes {
+            match attribute {
+                TableAttribute::UserData(udata) => reading.comment = wire::comment_of(udata),
+                TableAttribute::Flags(flags) => reading.flags = *flags,
+                TableAttribute::Owner(port) => reading.owner = Some(*port),
+                _ => {}
+            }
+        }
+        reading
+    }
 }
 
 /// Table `name` of `family`, or None when it does not exist.
@@ -65,15 +84,15 @@ pub(crate) fn table(
         false,
         &format!("list table {name}"),
     ) {
-        Ok(answers) => Ok(Some(TableReading {
-            comment: answers.iter().find_map(|(_, m)| match m {
-                NfTablesMessage::NewTable(table) => table.attributes.iter().find_map(|a| match a {
-                    TableAttribute::UserData(udata) => wire::comment_of(udata),
+        Ok(answers) => Ok(Some(
+            answers
+                .iter()
+                .find_map(|(_, m)| match m {
+                    NfTablesMessage::NewTable(table) => Some(TableReading::of(table)),
                     _ => None,
-                }),
-                _ => None,
-            }),
-        })),
+                })
+                .unwrap_or_default(),
+        )),
         Err(f) if missing(&f) => Ok(None),
         Err(f) => Err(f),
     }

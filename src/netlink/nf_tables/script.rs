@@ -7,6 +7,7 @@ use super::wire::{self, Anonymous, Keys, Named, SetRef};
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, InetHookNumber, NfTablesMessage, RuleAttribute, SetAttribute,
     SetDescription, SetElementList, SetElementMessage, SetFlags, SetMessage, TableAttribute,
+    TableFlags,
 };
 use netlink_packet_netfilter::{NetfilterMessageInner, NetfilterProtoFamily};
 use std::fmt::Write as _;
@@ -170,6 +171,26 @@ enum Line {
     Set(Declared),
 }
 
+/// A table's flags as nft spells them (`owner,persist`); a bit nft has no word for, in hex.
+fn table_flag_words(flags: TableFlags) -> String {
+    let mut words = Vec::new();
+    for (flag, word) in [
+        (TableFlags::Dormant, "dormant"),
+        (TableFlags::Owner, "owner"),
+        (TableFlags::Persisent, "persist"),
+    ] {
+        if flags.contains(flag) {
+            words.push(word.to_string());
+        }
+    }
+    let known = TableFlags::Dormant | TableFlags::Owner | TableFlags::Persisent;
+    let other = flags.bits() & !known.bits();
+    if other != 0 {
+        words.push(format!("{other:#x}"));
+    }
+    words.join(",")
+}
+
 fn message_line(
     f: &str,
     family: NetfilterProtoFamily,
@@ -184,13 +205,24 @@ fn message_line(
                 "delete"
             };
             let (_, name) = t.attributes.names();
-            let comment = t.attributes.iter().find_map(|a| match a {
-                TableAttribute::UserData(udata) => wire::comment_of(udata),
-                _ => None,
-            });
-            match comment {
-                Some(comment) => format!("{verb} table {f} {name} {{ comment \"{comment}\" ; }}\n"),
-                None => format!("{verb} table {f} {name}\n"),
+            let mut body = String::new();
+            for attribute in &t.attributes {
+                match attribute {
+                    TableAttribute::Flags(flags) => {
+                        body.push_str(&format!(" flags {} ;", table_flag_words(*flags)));
+                    }
+                    TableAttribute::UserData(udata) => {
+                        if let Some(comment) = wire::comment_of(udata) {
+                            body.push_str(&format!(" comment \"{comment}\" ;"));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if body.is_empty() {
+                format!("{verb} table {f} {name}\n")
+            } else {
+                format!("{verb} table {f} {name} {{{body} }}\n")
             }
         }
         NfTablesMessage::NewChain(c) | NfTablesMessage::DeleteChain(c) => chain_line(f, m, c),

@@ -36,7 +36,7 @@ fn pair() -> (Peer, UnixDatagram) {
 /// A small batch: table, set, rule.
 fn batch() -> Finished {
     let mut b = wire::Batch::new(100);
-    b.add_table(Family::V4, "ipmasq", None).unwrap();
+    b.add_table(Family::V4, "ipmasq", None, None).unwrap();
     b.add_set(Family::V4, "ipmasq", "nomasq", wire::TYPE_IPV4_ADDR, true);
     b.add_rule(
         Family::V4,

@@ -16,7 +16,7 @@ use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, DataAttribute, ExpressionAttribute, Expressions, GenMessage,
     Hook, HookNumber, InetHookNumber, ListAttribute, NfTablesMessage, RuleAttribute, RuleMessage,
     SetAttribute, SetDescription, SetElementAttribute, SetElementFlags, SetElementList,
-    SetElementMessage, SetFlags, SetMessage, TableAttribute, TableMessage,
+    SetElementMessage, SetFlags, SetMessage, TableAttribute, TableFlags, TableMessage,
 };
 use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
@@ -502,14 +502,20 @@ impl Batch {
     }
 
     /// Declares `table`, with `comment` as nft stores a table's comment (a table that
-    /// exists already keeps its own: the kernel does not update a table's user data).
+    /// exists already keeps its own: the kernel does not update a table's user data), and
+    /// `flags` when given (on a table that exists, the kernel takes them as an update: an
+    /// orphaned `persist` table is claimed by `owner`).
     pub fn add_table(
         &mut self,
         family: Family,
         table: &str,
         comment: Option<&str>,
+        flags: Option<TableFlags>,
     ) -> Result<(), String> {
         let mut attributes = vec![TableAttribute::Name(table.into())];
+        if let Some(flags) = flags {
+            attributes.push(TableAttribute::Flags(flags));
+        }
         if let Some(comment) = comment {
             attributes.push(TableAttribute::UserData(comment_udata(comment)?));
         }

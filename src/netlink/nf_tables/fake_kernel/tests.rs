@@ -35,7 +35,7 @@ fn nat_postrouting(priority: i32) -> BaseChain {
 fn populated() -> FakeKernel {
     let kernel = FakeKernel::new();
     let mut b = Batch::new(crate::netlink::nf_tables::sequence(64));
-    b.add_table(Family::V4, "t", None).unwrap();
+    b.add_table(Family::V4, "t", None, None).unwrap();
     b.add_base_chain(Family::V4, "t", "c", &nat_postrouting(110));
     let set = b.add_set(Family::V4, "t", "s", TYPE_IPV4_ADDR, true);
     b.elements(
@@ -100,7 +100,7 @@ fn a_rule_for_a_missing_chain_is_refused_with_enoent_and_nothing_commits() {
     let kernel = FakeKernel::new();
     let before = kernel.generation();
     let mut b = batch();
-    b.add_table(Family::V4, "t", None).unwrap();
+    b.add_table(Family::V4, "t", None, None).unwrap();
     b.add_rule(
         Family::V4,
         "t",
@@ -214,7 +214,7 @@ fn adding_again_and_deleting_in_order_are_accepted() {
     let kernel = populated();
     let generation = kernel.generation();
     let mut b = batch();
-    b.add_table(Family::V4, "t", Some("another comment"))
+    b.add_table(Family::V4, "t", Some("another comment"), None)
         .unwrap();
     b.add_base_chain(Family::V4, "t", "c", &nat_postrouting(110));
     let set = b.add_set(Family::V4, "t", "s", TYPE_IPV4_ADDR, true);
@@ -268,7 +268,7 @@ fn a_log_expression_is_accepted_and_dumped_back() {
 fn every_message_is_answered_once_by_its_sequence_number() {
     let kernel = FakeKernel::new();
     let mut b = batch();
-    b.add_table(Family::V4, "t", None).unwrap();
+    b.add_table(Family::V4, "t", None, None).unwrap();
     b.delete_set(Family::V4, "t", "absent");
     b.add_base_chain(Family::V4, "t", "c", &nat_postrouting(110));
     let done = b.finish();
@@ -303,7 +303,7 @@ fn every_message_is_answered_once_by_its_sequence_number() {
 fn a_batch_without_its_end_commits_nothing() {
     let kernel = FakeKernel::new();
     let mut b = batch();
-    b.add_table(Family::V4, "t", None).unwrap();
+    b.add_table(Family::V4, "t", None, None).unwrap();
     let done = b.finish();
     let framed = wire::frames(&done.bytes).unwrap();
     let end = framed.last().unwrap().bytes.len();
@@ -331,7 +331,7 @@ fn dumps_end_with_done_and_the_generation_moves_per_commit() {
         })
         .collect();
     let mut b = batch();
-    b.add_table(Family::V4, "t", None).unwrap();
+    b.add_table(Family::V4, "t", None, None).unwrap();
     let set = b.add_set(Family::V4, "t", "s", TYPE_IPV4_ADDR, true);
     b.elements(Family::V4, "t", &set, &Keys::Nets(nets.clone()), true);
     commit(&kernel, b).unwrap();
@@ -403,7 +403,7 @@ fn armed_faults_break_one_answer() {
 
     kernel.arm(Strikes::Batch, Fault::ErrorForAnotherMessage);
     let mut b = batch();
-    b.add_table(Family::V4, "t", None).unwrap();
+    b.add_table(Family::V4, "t", None, None).unwrap();
     let err = commit(&kernel, b).unwrap_err();
     assert!(err.to_string().contains("deadline"), "{err}");
     assert_eq!(kernel.ruleset(), FakeRuleset::default());
@@ -433,7 +433,7 @@ fn notifications_tell_a_neighbours_commit_from_one_that_touched_our_table() {
     let start = kernel.generation();
 
     let mut b = batch();
-    b.add_table(Family::V4, "kube-nat", None).unwrap();
+    b.add_table(Family::V4, "kube-nat", None, None).unwrap();
     b.add_base_chain(Family::V4, "kube-nat", "post", &nat_postrouting(100));
     commit(&kernel, b).unwrap();
     assert_eq!(
@@ -445,7 +445,7 @@ fn notifications_tell_a_neighbours_commit_from_one_that_touched_our_table() {
     assert!(ledger.untouched(Family::V4, start, theirs));
 
     let mut b = batch();
-    b.add_table(Family::V4, "ipmasq", None).unwrap();
+    b.add_table(Family::V4, "ipmasq", None, None).unwrap();
     commit(&kernel, b).unwrap();
     hear(&mut listener, &mut ledger);
     let ours = kernel.generation();
