@@ -421,7 +421,8 @@ fn flows_during_a_fight(topo: &Topology) -> (usize, usize) {
 /// and `nft flush ruleset` passes over it, so flows started during a neighbour deleting it
 /// every 10 ms all leave masqueraded; a SIGKILLed agent leaves the table, still masquerading,
 /// and the next agent claims it without rewriting a rule; `cleanup` names the holder while
-/// an agent runs and removes the table once it has stopped.
+/// an agent runs; an agent with holding off makes the orphan anew without `persist` and
+/// repairs a dormant table; cleanup removes the table once no agent runs.
 #[test]
 #[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
 fn a_held_table_refuses_a_neighbour_and_outlives_its_agent() {
@@ -531,7 +532,42 @@ fn a_held_table_refuses_a_neighbour_and_outlives_its_agent() {
             && said.contains("stop that agent first"),
         "{said}"
     );
-    // Once the agent has exited, the orphaned table is anyone's: cleanup removes it.
+    // Once the agent has exited, the table is orphaned. An agent with holding off makes it
+    // anew without `persist` (nft 1.0.6 could not even declare it), and repairs a neighbour's
+    // `flags dormant` (every chain unhooked) as soon as it hears it.
+    kill(pid, "TERM");
+    let log3 = dir.path.join("agent3.log");
+    let unheld = [&args[..], &["--nftables-table-owner=false"]].concat();
+    let pid = topo.node.spawn_ipmasq(&unheld, &log3);
+    assert!(
+        wait_until(PATIENCE, || count_in_log(&log3, "making it anew, unheld")
+            == 1),
+        "the orphaned table was not made anew unheld:\n{}",
+        log_of(&log3)
+    );
+    assert!(
+        wait_until(PATIENCE, || topo
+            .node
+            .exec("nft", &["add", "table", "ip", "ipmasq"])
+            .code
+            == 0),
+        "nft cannot declare the unheld table:\n{}",
+        log_of(&log3)
+    );
+    topo.node.sh("nft add table ip ipmasq '{ flags dormant; }'");
+    assert!(
+        wait_until(PATIENCE, || !topo
+            .node
+            .sh("nft list table ip ipmasq")
+            .contains("dormant")),
+        "the dormant table was not repaired:\n{}",
+        log_of(&log3)
+    );
+    assert_eq!(
+        source_seen_between(&topo.pod, &topo.outside, MASQ_V4, None),
+        NODE_OUT_V4,
+        "masqueraded again after the dormant table's repair"
+    );
     kill(pid, "TERM");
     assert!(
         wait_until(PATIENCE, || topo

@@ -6,6 +6,7 @@ use super::live::LiveTable;
 use super::render::{address_type, set_name, DesiredTable, SetChange, PRIORITY_VALUE};
 use crate::backend::{Difference, DriftKind};
 use ipnet::IpNet;
+use netlink_packet_netfilter::nftables::TableFlags;
 
 /// At most this many element differences are itemised; the rest are summed up in one.
 const ITEMISED_ELEMENTS: usize = 20;
@@ -60,6 +61,32 @@ impl Findings {
             position,
             detail,
         });
+    }
+
+    /// The table itself, when it exists: without our mark, or dormant, it is made anew.
+    fn table(&mut self, live: &LiveTable, table: &str) {
+        if live.table_exists && !live.marked() {
+            self.recreate = true;
+            self.push(
+                DriftKind::TableUnmarked,
+                None,
+                format!(
+                    "{table} does not carry our mark (comment \"{}\"): made anew with it",
+                    super::render::OWNER_MARK
+                ),
+            );
+        }
+        if live.table_exists && live.flags.contains(TableFlags::Dormant) {
+            // A dormant table's base chains are unhooked: nothing is masqueraded. The flag is
+            // cleared by making the table anew (one transaction), not by an update, which an
+            // orphaned table refuses unless it names `persist` again.
+            self.recreate = true;
+            self.push(
+                DriftKind::HookDiffers,
+                None,
+                format!("{table} is dormant (flags dormant): none of its chains is hooked"),
+            );
+        }
     }
 
     /// The chain's hook: another type, hook, priority or policy needs the table recreated.
@@ -247,17 +274,7 @@ pub(super) fn diff(desired: &DesiredTable, live: &LiveTable) -> Drift {
         super::render::family_word(desired.family),
         super::render::TABLE
     );
-    if live.table_exists && !live.marked() {
-        found.recreate = true;
-        found.push(
-            DriftKind::TableUnmarked,
-            None,
-            format!(
-                "{table} does not carry our mark (comment \"{}\"): made anew with it",
-                super::render::OWNER_MARK
-            ),
-        );
-    }
+    found.table(live, &table);
     let Some(chain) = live.chain.as_ref().filter(|_| live.table_exists) else {
         found.push(
             DriftKind::ChainMissing,

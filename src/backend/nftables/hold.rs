@@ -53,19 +53,26 @@ fn kernel_keeps_orphans() -> bool {
     })
 }
 
-/// Our socket's netlink port, and whether the tables it writes are to be held by it.
+/// Our socket (its netlink port, and which opening of the process's socket it is: a port can
+/// come back on a socket opened anew, see [`crate::netlink::nf_tables::SocketId`]), and whether
+/// the tables it writes are to be held by it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Holder {
     pub port: Option<u32>,
+    pub socket: Option<u64>,
     pub hold: bool,
 }
 
 impl Holder {
-    /// The holder for a socket of `port`: holding when it is wanted, the socket can hold (it
-    /// has a port) and the kernel can keep the table past us.
-    pub(super) fn of(port: Option<u32>) -> Self {
-        let hold = WANTED.load(Ordering::Relaxed) && port.is_some() && kernel_keeps_orphans();
-        Holder { port, hold }
+    /// The holder for `socket`: holding when it is wanted, the socket can hold (it has a
+    /// port) and the kernel can keep the table past us.
+    pub(super) fn of(socket: Option<crate::netlink::nf_tables::SocketId>) -> Self {
+        let hold = WANTED.load(Ordering::Relaxed) && socket.is_some() && kernel_keeps_orphans();
+        Holder {
+            port: socket.map(|s| s.port),
+            socket: socket.map(|s| s.opening),
+            hold,
+        }
     }
 }
 
@@ -73,13 +80,15 @@ impl Holder {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Holding {
     /// Absent (the repair makes it, held when it is to be), held by our socket, or not to be
-    /// held and held by nobody.
+    /// held and without `persist`.
     Settled,
     /// Orphaned (`persist` without an owner: its agent exited): a table message with our
     /// flags claims it.
     Claim,
-    /// Made without `persist` (by an older ipmasq, or with holding off): the flag cannot be
-    /// set on a table that exists, so the table is made anew, in the repair's one batch.
+    /// `persist` is not as it is to be: a table made without it (by an older ipmasq, or with
+    /// holding off) that is to be held, or an orphaned one that is not (holding turned off,
+    /// or the kernel floor: nft 1.0.6 cannot even declare such a table). The flag cannot be
+    /// changed on a table that exists, so the table is made anew, in the repair's one batch.
     Remake,
     /// Held by another open socket (another process of ours): nothing we send can change it.
     HeldElsewhere(u32),
@@ -93,10 +102,11 @@ pub(super) fn judge(live: &LiveTable, holder: Holder) -> Holding {
     let owner = live
         .owner
         .filter(|_| live.flags.contains(TableFlags::Owner));
+    let persists = live.flags.contains(TableFlags::Persisent);
     match owner {
         Some(owner) if Some(owner) != holder.port => Holding::HeldElsewhere(owner),
+        _ if persists != holder.hold => Holding::Remake,
         _ if !holder.hold => Holding::Settled,
-        _ if !live.flags.contains(TableFlags::Persisent) => Holding::Remake,
         Some(_) => Holding::Settled,
         None => Holding::Claim,
     }
@@ -139,6 +149,7 @@ mod tests {
         let held = held_flags();
         let holding = Holder {
             port: Some(4242),
+            socket: Some(1),
             hold: true,
         };
         assert_eq!(judge(&LiveTable::default(), holding), Holding::Settled);
@@ -162,15 +173,17 @@ mod tests {
         );
         let not_holding = Holder {
             port: Some(4242),
+            socket: Some(1),
             hold: false,
         };
         assert_eq!(
             judge(&table(TableFlags::empty(), None), not_holding),
             Holding::Settled
         );
+        // Orphaned with `persist`, holding off: made anew without it.
         assert_eq!(
             judge(&table(TableFlags::Persisent, None), not_holding),
-            Holding::Settled
+            Holding::Remake
         );
         assert_eq!(
             judge(&table(held, Some(77)), not_holding),

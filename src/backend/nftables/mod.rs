@@ -53,6 +53,9 @@ pub(crate) struct Nftables {
     gate: Gate,
     /// Per family, the table last written or confirmed (what the gate vouches for).
     written: [Option<LiveTable>; 2],
+    /// Per family, the socket that wrote or confirmed it: a table held is vouched for only
+    /// while that socket is the one in use (a socket opened anew left it orphaned).
+    written_by: [Option<u64>; 2],
     /// nf_tables change notifications, subscribed at the first sync: they tell a neighbour's
     /// commit (nothing to read) from one that touched our table. None until then, or when
     /// the subscription failed (every moved generation is then a full read).
@@ -91,6 +94,7 @@ impl Nftables {
             timeout: DEFAULT_TIMEOUT.min(nf_tables::REPLY_DEADLINE),
             gate: Gate::default(),
             written: [None, None],
+            written_by: [None, None],
             monitor: None,
             take_over: [false, false],
             refused: [false, false],
@@ -176,8 +180,8 @@ impl Nftables {
 
     /// Our socket's port, and whether our table is held by it ([`hold`]).
     fn holder(&self) -> hold::Holder {
-        let port = self.with_transport(|t| Ok(t.port())).ok().flatten();
-        hold::Holder::of(port)
+        let socket = self.with_transport(|t| Ok(t.socket())).ok().flatten();
+        hold::Holder::of(socket)
     }
 
     /// Our table of `family` as it is; an absent table is an empty reading.
@@ -255,6 +259,9 @@ impl Nftables {
         batch: &Finished,
     ) -> Result<Option<u32>, BackendError> {
         match &drift.repair {
+            // The claim of our orphaned table alone: one message, one notification; never
+            // joined with a take-over, which would rewrite the rules.
+            Repair::None => self.apply(batch)?,
             Repair::Elements(changes)
                 if changes
                     .iter()
@@ -297,10 +304,7 @@ impl Nftables {
         before: Option<u32>,
         holder: hold::Holder,
     ) -> (bool, Option<usize>) {
-        let written_by = self.written[slot(desired.family)]
-            .as_ref()
-            .map(|written| written.owner);
-        if holder.hold && written_by != Some(holder.port) {
+        if holder.hold && self.written_by[slot(desired.family)] != holder.socket {
             return (false, None);
         }
         self.vouch(desired, before)
@@ -308,8 +312,8 @@ impl Nftables {
 
     /// Fits the diff's repair to what the diff cannot see: a last repair the kernel refused
     /// (the table is made anew) and the table's holder ([`Nftables::settle_holding`]; true:
-    /// the batch must claim the table). A dry run beside the agent that holds the table shows
-    /// what that agent would apply: the holder is no difference.
+    /// the batch must claim the table). A dry run shows the rules: the holder is no
+    /// difference to it (nor a table another agent holds).
     fn fit_repair(
         &self,
         family: Family,
@@ -322,10 +326,10 @@ impl Nftables {
             tracing::info!(%family, "the kernel refused the last repair of this table; making it anew");
             drift.repair = Repair::Recreate;
         }
-        match self.settle_holding(family, live, holder, drift) {
-            Err(_) if dry_run => Ok(false),
-            outcome => outcome,
+        if dry_run {
+            return Ok(false);
         }
+        self.settle_holding(family, live, holder, drift)
     }
 
     /// Fits the repair to where the live table stands against our holding it: a table made
@@ -348,7 +352,11 @@ impl Nftables {
             }
             hold::Holding::Remake => {
                 if drift.repair != Repair::Recreate {
-                    tracing::info!(family, "our table was made without the persist flag; making it anew, held by this agent, in one transaction");
+                    if holder.hold {
+                        tracing::info!(family, "our table was made without the persist flag; making it anew, held by this agent, in one transaction");
+                    } else {
+                        tracing::info!(family, "our table was left with the persist flag of an agent that held it; making it anew, unheld, in one transaction");
+                    }
                     drift.repair = Repair::Recreate;
                 }
                 Ok(false)
@@ -525,6 +533,7 @@ impl Backend for Nftables {
         let applied = started.elapsed();
         self.gate.record(desired, rules, before, after);
         self.written[slot(family)] = Some(LiveTable::written(&table));
+        self.written_by[slot(family)] = holder.socket;
         tracing::debug!(
             %family,
             build_ms = crate::text::millis(built),
@@ -590,19 +599,19 @@ impl Backend for Nftables {
         dry_run: bool,
     ) -> Result<CleanupReport, BackendError> {
         let live = self.read(family)?;
+        // Only a table we made goes: one called `ipmasq` without our mark is a neighbour's,
+        // unless it is exactly what an ipmasq before the mark wrote.
+        let ours = live.marked() || live.made_by_an_earlier_ipmasq();
         let holder = hold::Holder {
             hold: false,
             ..self.holder()
         };
-        if let hold::Holding::HeldElsewhere(owner) = hold::judge(&live, holder) {
+        if let (true, hold::Holding::HeldElsewhere(owner)) = (ours, hold::judge(&live, holder)) {
             return Err(BackendError::Netlink(format!(
                 "{}; stop that agent first (systemctl stop ipmasq, or its DaemonSet's pod), then clean up",
                 hold::held_elsewhere(family_word(family), owner)
             )));
         }
-        // Only a table we made goes: one called `ipmasq` without our mark is a neighbour's,
-        // unless it is exactly what an ipmasq before the mark wrote.
-        let ours = live.marked() || live.made_by_an_earlier_ipmasq();
         let left = (live.table_exists && !ours)
             .then(|| {
                 format!(
@@ -625,6 +634,7 @@ impl Backend for Nftables {
             }
             self.gate.forget(family);
             self.written[slot(family)] = None;
+            self.written_by[slot(family)] = None;
         }
         Ok(CleanupReport {
             family,

@@ -732,9 +732,26 @@ fn a_held_tables_batches_declare_it_held() {
             &written,
             super::hold::Holder {
                 port: Some(4242),
+                socket: Some(1),
                 hold: true
             }
         ),
         super::hold::Holding::Settled
+    );
+}
+
+/// A dormant table (a neighbour's `flags dormant`: every chain unhooked, nothing masqueraded)
+/// is a difference, repaired by making the table anew.
+#[test]
+fn a_dormant_table_is_made_anew() {
+    let mut live = listed();
+    live.flags = netlink_packet_netfilter::nftables::TableFlags::Dormant;
+    let drift = diff(&default_table(&ports()), &live);
+    assert_eq!(drift.repair, Repair::Recreate);
+    assert_eq!(drift.differences[0].kind, DriftKind::HookDiffers);
+    assert!(
+        drift.differences[0].detail.contains("dormant"),
+        "{:?}",
+        drift.differences
     );
 }

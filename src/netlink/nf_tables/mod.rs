@@ -33,12 +33,25 @@ pub(crate) trait Transport {
     fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// The next datagram; `TimedOut` once `deadline` has passed.
     fn receive(&mut self, deadline: Instant) -> io::Result<Vec<u8>>;
-    /// The netlink port a table this transport writes with the owner flag is held by; None
-    /// when it cannot hold one (a test's socket).
-    fn port(&self) -> Option<u32> {
+    /// The socket a table this transport writes with the owner flag is held by; None when it
+    /// cannot hold one (a test's socket).
+    fn socket(&self) -> Option<SocketId> {
         None
     }
 }
+
+/// One opening of a netlink socket: its port (what nf_tables records as a table's owner) and
+/// which opening of the process's socket it is. A port alone does not tell a socket opened
+/// anew: the kernel hands out a freed port again (the process id first), while the table the
+/// old socket held was orphaned when it closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SocketId {
+    pub port: u32,
+    pub opening: u64,
+}
+
+/// How many request sockets this process has opened (each a new [`SocketId::opening`]).
+static OPENINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Why a request failed.
 #[derive(Debug)]
@@ -82,6 +95,7 @@ fn transport_failure(err: io::Error) -> Failure {
 /// The kernel's nfnetlink socket.
 pub(crate) struct Kernel {
     socket: Socket,
+    id: Option<SocketId>,
     send_buffer: usize,
     receive_buffer: Vec<u8>,
 }
@@ -91,8 +105,11 @@ impl Kernel {
         let socket = Socket::request(NETLINK_NETFILTER)?;
         // Room for the acknowledgements of a large batch (each error echoes its message).
         socket.grow_receive_buffer(4 << 20);
+        let opening = OPENINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let id = socket.port().ok().map(|port| SocketId { port, opening });
         Ok(Kernel {
             socket,
+            id,
             send_buffer: 0,
             receive_buffer: vec![0; RECEIVE_BUFFER],
         })
@@ -128,8 +145,8 @@ impl Transport for Kernel {
         Ok(self.receive_buffer[..length.min(self.receive_buffer.len())].to_vec())
     }
 
-    fn port(&self) -> Option<u32> {
-        self.socket.port().ok()
+    fn socket(&self) -> Option<SocketId> {
+        self.id
     }
 }
 
