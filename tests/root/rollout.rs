@@ -621,6 +621,18 @@ fn a_relabelled_node_reevaluates_and_a_restart_keeps_the_next_config() {
     fleet
         .node(&a)
         .wait("labelled into the rollout", Node::on_next);
+    // The rules are in before the pass saves them as last-known-good: a restart before the
+    // save would start from the older one (the base), which this test is not about.
+    let saved_next = |node: &Node| {
+        node.log()
+            .lines()
+            .any(|l| l.contains("last-known-good config saved") && l.contains("ip-masq-agent-next"))
+    };
+    assert!(
+        wait_until(PATIENCE, || saved_next(fleet.node(&a))),
+        "the next config was never saved as last-known-good:\n{}",
+        fleet.node(&a).log()
+    );
     let before = fleet.node(&a).rules();
     let node = fleet.nodes.iter_mut().find(|n| n.name == a).unwrap();
     node.restart();
