@@ -104,6 +104,38 @@ impl Backend {
         }
     }
 
+    /// The IPv4 connection limit's refusals by its two rules, from their counters: the count's
+    /// (which remembers the pod it finds over) and the remembered pods'.
+    fn refused_by_count_and_memory(self, node: &Netns) -> (u64, u64) {
+        let listing = match self {
+            Backend::IptablesLegacy => node.sh("iptables-legacy-save -c -t filter"),
+            Backend::IptablesNft => node.sh("iptables-nft-save -c -t filter"),
+            Backend::Nftables => node.sh("nft list table ip ipmasq"),
+        };
+        let counted = |marker: &str| {
+            let line = listing
+                .lines()
+                .find(|l| l.contains(marker))
+                .unwrap_or_else(|| panic!("no rule with {marker}:\n{listing}"));
+            let packets = match self {
+                Backend::Nftables => line
+                    .split("counter packets ")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next()),
+                _ => line
+                    .strip_prefix('[')
+                    .and_then(|rest| rest.split(':').next()),
+            };
+            packets
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no count in {line}"))
+        };
+        match self {
+            Backend::Nftables => (counted("add @pod_conn"), counted("saddr @pod_full")),
+            _ => (counted("--connlimit-above"), counted("--rcheck")),
+        }
+    }
+
     /// How the listing spells a rate of `per_second`.
     fn rate_text(self, per_second: u32) -> String {
         match self {
@@ -511,6 +543,14 @@ fn connection_limit(variant: Backend) {
         listing.contains(&variant.connection_limit_text(LIMIT)),
         "{listing}"
     );
+    // The count refused the first over it and remembered the pod: the rest of the flood was
+    // refused by the lookup, without a recount.
+    let (recounted, remembered) = variant.refused_by_count_and_memory(&topo.node);
+    assert!(
+        recounted >= 1 && remembered >= 1,
+        "recounted {recounted}, remembered {remembered}"
+    );
+    assert_eq!(recounted + remembered, outcome.flooder_refused);
     let mut scraped = None;
     wait_until(Duration::from_secs(10), || {
         scraped = limited(&topo.node, "connections");
@@ -739,7 +779,8 @@ fn both_families_round_trip_and_clean_up(variant: Backend) {
 /// What the docs say of `connlimit` and a neighbour's rewrite of the filter table, proven: a
 /// pod holds its limit of 5; another program then adds a rule to the filter table; with
 /// iptables-legacy (the whole table replaced) the pod opens 5 more, with iptables-nft (our rule
-/// untouched) none.
+/// untouched) none (the pods remembered over the count emptied first: that memory outlives
+/// either rewrite).
 fn count_after_a_neighbours_rewrite(variant: Backend) -> u64 {
     let topo = topology();
     let _listener = tcp_listener(&topo);
@@ -786,6 +827,10 @@ fn count_after_a_neighbours_rewrite(variant: Backend) -> u64 {
     };
     topo.node
         .sh(&format!("{tool} -A INPUT -p udp --dport 9 -j ACCEPT"));
+    // The pod the count found over is remembered a second (refused without a recount): the
+    // memory emptied, the count alone decides the second round.
+    topo.node
+        .sh("echo / > /proc/net/xt_recent/IP-MASQ-AGENT-FULL");
     std::fs::write(&go, "").unwrap();
     let out = holder.output();
     let _ = std::fs::remove_file(&go);
@@ -793,6 +838,72 @@ fn count_after_a_neighbours_rewrite(variant: Backend) -> u64 {
     let counts: Vec<u64> = out.split_whitespace().map(|n| n.parse().unwrap()).collect();
     assert_eq!(counts[0], 5, "{variant:?}: the limit held at first: {out}");
     counts[1]
+}
+
+/// The memory of a pod over its count lapses: a pod at its limit of 5, refused a sixth (and
+/// so remembered), resets one of its connections; its next attempts are refused while it is
+/// remembered (up to the memory's 100 ms with nftables, 1 s with iptables), then one goes
+/// through: the freed slot is the pod's again. Returns the connections held at first, whether
+/// the pod got its slot back, and the attempts refused in between.
+fn a_freed_slot_after_the_memory(variant: Backend) -> (u64, bool, u64) {
+    let topo = topology();
+    let _listener = tcp_listener(&topo);
+    apply(
+        &topo,
+        variant,
+        "nonMasqueradeCIDRs: [198.51.100.0/24]\npodConnectionLimit: 5\n",
+    );
+    let run = topo.pod.exec(
+        PYTHON,
+        &[
+            "-c",
+            &format!(
+                "import socket, struct, time\n\
+                 def attempt():\n\
+                 \x20   s = socket.socket()\n\
+                 \x20   s.bind(('{FLOODER}', 0))\n\
+                 \x20   try:\n\
+                 \x20       s.connect(('{MASQ_V4}', {PORT}))\n\
+                 \x20       return s\n\
+                 \x20   except OSError:\n\
+                 \x20       s.close()\n\
+                 \x20       return None\n\
+                 first = [attempt() for _ in range(6)]\n\
+                 held = [s for s in first if s is not None]\n\
+                 held[0].setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n\
+                 held[0].close()\n\
+                 refused, back, deadline = 0, None, time.monotonic() + 20\n\
+                 while back is None and time.monotonic() < deadline:\n\
+                 \x20   back = attempt()\n\
+                 \x20   if back is None:\n\
+                 \x20       refused += 1\n\
+                 \x20       time.sleep(0.005)\n\
+                 print(len(held), int(back is not None), refused)\n"
+            ),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let n: Vec<u64> = run
+        .stdout
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    (n[0], n[1] == 1, n[2])
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): run scripts/test as root, or cargo test -- --include-ignored"]
+fn a_pod_remembered_over_its_count_gets_a_freed_slot_back() {
+    for variant in [
+        Backend::IptablesLegacy,
+        Backend::IptablesNft,
+        Backend::Nftables,
+    ] {
+        let (held, back, refused) = a_freed_slot_after_the_memory(variant);
+        eprintln!("{variant:?}: held {held}, back {back}, refused meanwhile {refused}");
+        assert_eq!(held, 5, "{variant:?}: the limit held");
+        assert!(back, "{variant:?}: the freed slot never came back");
+    }
 }
 
 /// A filter table iptables-nft cannot show (a rule nft wrote in a form iptables cannot print)

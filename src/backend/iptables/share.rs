@@ -1,6 +1,8 @@
 //! The pod share in iptables' filter table: five chains of ours (`<chain>-SHARE` walks the
 //! plan's decisions as the nat chain does and sends what will be masqueraded to
-//! `<chain>-LIMIT`, whose `hashlimit` and `connlimit` rules send a pod over its share to
+//! `<chain>-LIMIT`, whose `hashlimit` and `connlimit` rules (a pod `connlimit` finds over its
+//! count remembered a second in the `recent` list `<chain>-FULL`, and refused meanwhile
+//! without a recount) send a pod over its share to
 //! `<chain>-RATE` or `<chain>-CONNS`, which copy the packet to the SNAT log's NFLOG group with
 //! the limit's prefix and go to `<chain>-REFUSE`: a TCP reset, else an ICMP "administratively
 //! prohibited") and one jump from `FORWARD` for new connections. Rendered in the saved form, compared chain by chain
@@ -39,6 +41,12 @@ const RATE_TABLE_SIZE: u32 = 16_384;
 const RATE_TABLE_MAX: u32 = 131_072;
 const RATE_EXPIRE_MS: u32 = 10_000;
 
+/// How long a pod `connlimit` found over its count is refused without a recount: `recent`
+/// counts in whole seconds, so its least. The kernel recounts by walking the pod's whole list
+/// of connections, looking each up in the conntrack table, once a tick while new connections
+/// come; remembered, a pod flooding at its limit pays a lookup instead.
+const FULL_SECONDS: u32 = 1;
+
 /// Our chains of the filter table, named after the nat chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct ShareChains {
@@ -49,6 +57,8 @@ pub(super) struct ShareChains {
     /// Where the connection limit's refusals are logged, then refused.
     pub over_connections: String,
     pub refuse: String,
+    /// The `recent` list of the pods found over their connection limit (not a chain).
+    pub full: String,
 }
 
 /// How many chains of ours the share has in the filter table.
@@ -62,6 +72,7 @@ impl ShareChains {
             over_rate: format!("{chain}-RATE"),
             over_connections: format!("{chain}-CONNS"),
             refuse: format!("{chain}-REFUSE"),
+            full: format!("{chain}-FULL"),
         }
     }
 
@@ -160,7 +171,16 @@ fn walk_lines(chains: &ShareChains, ruleset: &Ruleset) -> Vec<String> {
     lines
 }
 
-/// `<chain>-LIMIT`: the rate first (a connection it refuses is never counted), then the count.
+/// The `recent` match's mask of a whole address, as iptables-save prints it.
+fn full_mask(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "255.255.255.255",
+        Family::V6 => "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+    }
+}
+
+/// `<chain>-LIMIT`: the rate first (a connection it refuses is never counted), then a pod
+/// remembered over its count, then the count (which remembers a pod it finds over).
 fn limit_lines(chains: &ShareChains, share: PodShare, family: Family) -> Vec<String> {
     let limit = &chains.limit;
     let (over_rate, over_connections) = (&chains.over_rate, &chains.over_connections);
@@ -183,8 +203,16 @@ fn limit_lines(chains: &ShareChains, share: PodShare, family: Family) -> Vec<Str
             Family::V4 => 32,
             Family::V6 => 128,
         };
+        let remembered = format!(
+            "--name {} --mask {} --rsource",
+            chains.full,
+            full_mask(family)
+        );
         lines.push(format!(
-            "-A {limit} -m comment --comment \"{POD_CONNECTIONS_COMMENT}\" -m connlimit --connlimit-above {count} --connlimit-mask {mask} --connlimit-saddr -j {over_connections}"
+            "-A {limit} -m comment --comment \"{POD_CONNECTIONS_COMMENT}\" -m recent --rcheck --seconds {FULL_SECONDS} {remembered} -j {over_connections}"
+        ));
+        lines.push(format!(
+            "-A {limit} -m comment --comment \"{POD_CONNECTIONS_COMMENT}\" -m connlimit --connlimit-above {count} --connlimit-mask {mask} --connlimit-saddr -m recent --set {remembered} -j {over_connections}"
         ));
     }
     lines
@@ -309,10 +337,16 @@ pub(super) fn parse(saved: &str, chains: &ShareChains) -> SavedShare {
                 } else {
                     ShareLimit::Connections
                 };
-                live.refused.push(ShareRefusals {
-                    limit,
-                    refused: packets.unwrap_or(0),
-                });
+                // The connection limit's two rules (the pods remembered over it, the count)
+                // make one figure.
+                let packets = packets.unwrap_or(0);
+                match live.refused.iter_mut().find(|r| r.limit == limit) {
+                    Some(sum) => sum.refused += packets,
+                    None => live.refused.push(ShareRefusals {
+                        limit,
+                        refused: packets,
+                    }),
+                }
             }
         }
     }
@@ -523,8 +557,14 @@ mod tests {
         assert!(share.lines[1][0]
             .contains("--hashlimit-above 50/sec --hashlimit-burst 10 --hashlimit-mode srcip "));
         assert!(share.lines[1][0].ends_with(" -j IP-MASQ-AGENT-RATE"));
-        assert!(share.lines[1][1].contains("--connlimit-above 100 --connlimit-mask 32"));
-        assert!(share.lines[1][1].ends_with(" -j IP-MASQ-AGENT-CONNS"));
+        assert_eq!(
+            share.lines[1][1],
+            "-A IP-MASQ-AGENT-LIMIT -m comment --comment \"ipmasq: a pod over podConnectionLimit is refused\" -m recent --rcheck --seconds 1 --name IP-MASQ-AGENT-FULL --mask 255.255.255.255 --rsource -j IP-MASQ-AGENT-CONNS"
+        );
+        assert_eq!(
+            share.lines[1][2],
+            "-A IP-MASQ-AGENT-LIMIT -m comment --comment \"ipmasq: a pod over podConnectionLimit is refused\" -m connlimit --connlimit-above 100 --connlimit-mask 32 --connlimit-saddr -m recent --set --name IP-MASQ-AGENT-FULL --mask 255.255.255.255 --rsource -j IP-MASQ-AGENT-CONNS"
+        );
         assert_eq!(
             share.lines[0],
             [
@@ -600,7 +640,8 @@ mod tests {
             live.refused.iter().map(|r| (r.limit, r.refused)).collect();
         assert_eq!(
             refused,
-            [(ShareLimit::Rate, 4), (ShareLimit::Connections, 4)]
+            [(ShareLimit::Rate, 4), (ShareLimit::Connections, 8)],
+            "the connection limit's two rules summed"
         );
         assert!(live.live().unwrap().installed);
     }

@@ -425,8 +425,9 @@ pub(crate) fn footprint(ruleset: &Ruleset) -> crate::backend::Footprint {
     let rewrites = scopes * (ruleset.masquerade.ports.len() + 1);
     let share = if ruleset.pod_share.is_limited() {
         // The hook's jump, the walk (the gate, the lookups, a goto per scope), the limits
-        // and the two refusals.
-        let limits = usize::from(ruleset.pod_share.connection_limit.is_some())
+        // (the connection limit's two: the pods remembered over it, the count) and the two
+        // refusals.
+        let limits = 2 * usize::from(ruleset.pod_share.connection_limit.is_some())
             + usize::from(ruleset.pod_share.new_connection_rate.is_some());
         1 + usize::from(sources > 0) + set_count(elements) + scopes + limits + 2
     } else {

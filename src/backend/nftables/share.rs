@@ -3,7 +3,8 @@
 //! lookups, so a CIDR change touches only the sets' elements) with `goto share_limit` where
 //! the nat chain would translate; `share_limit` keeps each pod's state in dynamic sets keyed
 //! by its source address (`update @pod_rate { ip saddr limit rate over ... }`, then
-//! `add @pod_conn { ip saddr ct count over N }`), each rule counting what it sends to
+//! `add @pod_conn { ip saddr ct count over N }`; a pod found over its count is remembered in
+//! `@pod_full` for a moment and refused without a recount), each rule counting what it sends to
 //! `share_refuse` (a TCP reset, else ICMP administratively prohibited) and copying it to
 //! NFLOG for the SNAT log (`log prefix` naming the limit, the plan's group and snaplen). Part
 //! of the table's one transaction; the limit chain and its sets are rewritten only when they
@@ -32,14 +33,24 @@ pub(super) const LIMIT: &str = "share_limit";
 pub(super) const REFUSE: &str = "share_refuse";
 /// The chains in the order they are declared (a chain before the rules that jump to it).
 pub(super) const CHAINS: [&str; 4] = [FORWARD, WALK, LIMIT, REFUSE];
-/// The dynamic sets of the rate and of the connection count.
+/// The dynamic sets of the rate and of the connection count, and the pods found over their
+/// count.
 pub(super) const RATE_SET: &str = "pod_rate";
 pub(super) const CONN_SET: &str = "pod_conn";
+pub(super) const FULL_SET: &str = "pod_full";
+/// The share's sets, as read back.
+const SETS: [&str; 3] = [RATE_SET, CONN_SET, FULL_SET];
 /// `priority filter`: the forward hook's filter chains' place.
 pub(super) const FORWARD_PRIORITY: i64 = 0;
 /// A pod (or pod and destination) not seen for this long leaves the rate's set: a bucket
 /// refills in far less (burst / rate), as `hashlimit`'s expiry in the iptables backends.
 const RATE_TIMEOUT_MS: u64 = 10_000;
+/// How long a pod found over its connection limit is refused without a recount. The kernel
+/// recounts a pod's list by walking all of it and looking each connection up in the conntrack
+/// table (once a tick while new connections come); a pod flooding at its limit would pay that
+/// walk on every tick, in the softirq of the CPU it sends from. Remembered, it pays a set
+/// lookup instead, and a connection it closes is counted out within this long.
+const FULL_TIMEOUT_MS: u64 = 100;
 /// The most elements either set holds (pods, or pod-destination pairs): as `hashlimit`'s
 /// table. A full set cannot add an element, and the rule then does not match: a pod it
 /// cannot hold is not limited (not refused), so it is sized for a node.
@@ -165,41 +176,68 @@ fn walk(ruleset: &Ruleset, nat_rules: &[RuleSpec]) -> Vec<RuleSpec> {
     walk
 }
 
-/// The set, key and limiter of one limit's rule, and which limit it is.
+/// The set, key and limiter of one limit's rule, which limit it is, and the set a pod it
+/// finds over is remembered in (None: not remembered).
 struct LimitRule<'a> {
     set: &'a str,
     key: ShareKey,
     limiter: Limiter,
     limit: ShareLimit,
+    remember_in: Option<&'a str>,
 }
 
-/// A limit's rule: the set's update with its limiter, counted, copied to NFLOG with the
-/// limit's prefix (for the SNAT log) and sent to the refusal.
+/// A refusal by `limit`: counted, copied to NFLOG with the limit's prefix (for the SNAT log)
+/// and sent to the refusal chain; the statements that end each of the limit chain's rules.
+fn refusal(limit: ShareLimit) -> [Stmt; 3] {
+    [
+        Stmt::Counter {
+            packets: 0,
+            bytes: 0,
+        },
+        Stmt::Log(NflogCopy {
+            prefix: limit.log_prefix().to_string(),
+            group: SHARE_LOG_GROUP,
+            snaplen: SHARE_LOG_SNAPLEN,
+        }),
+        Stmt::Verdict(NftVerdict::Goto(REFUSE.into())),
+    ]
+}
+
+/// A limit's rule: the set's update with its limiter (then, when remembered, the pod's key
+/// into that set), and the refusal.
 fn counted_refusal(rule: LimitRule<'_>) -> RuleSpec {
-    RuleSpec::new(
-        vec![
-            Stmt::SetUpdate {
-                set: rule.set.to_string(),
-                key: rule.key,
-                limiter: rule.limiter,
-            },
-            Stmt::Counter {
-                packets: 0,
-                bytes: 0,
-            },
-            Stmt::Log(NflogCopy {
-                prefix: rule.limit.log_prefix().to_string(),
-                group: SHARE_LOG_GROUP,
-                snaplen: SHARE_LOG_SNAPLEN,
-            }),
-            Stmt::Verdict(NftVerdict::Goto(REFUSE.into())),
-        ],
-        rule.limit.rule_comment(),
-    )
+    let mut stmts = vec![Stmt::SetUpdate {
+        set: rule.set.to_string(),
+        key: rule.key,
+        limiter: rule.limiter,
+    }];
+    if let Some(memory) = rule.remember_in {
+        stmts.push(Stmt::SetUpdate {
+            set: memory.to_string(),
+            key: rule.key,
+            limiter: Limiter::KeyOnly,
+        });
+    }
+    stmts.extend(refusal(rule.limit));
+    RuleSpec::new(stmts, rule.limit.rule_comment())
 }
 
-/// The limit chain's rules (the rate first: a connection it refuses is never counted) and the
-/// sets they keep their state in.
+/// A pod remembered over `limit` (`ip saddr @pod_full`), refused as the rule that found it
+/// over refuses.
+fn remembered_refusal(v6: bool, limit: ShareLimit) -> RuleSpec {
+    let mut stmts = vec![Stmt::SetLookup {
+        v6,
+        side: crate::netlink::nf_tables::statement::Side::Source,
+        negated: false,
+        set: FULL_SET.into(),
+    }];
+    stmts.extend(refusal(limit));
+    RuleSpec::new(stmts, limit.rule_comment())
+}
+
+/// The limit chain's rules (the rate first: a connection it refuses is never counted; then a
+/// pod remembered over its count, then the count, which remembers a pod it finds over) and
+/// the sets they keep their state in.
 fn limits(ruleset: &Ruleset) -> (Vec<RuleSpec>, Vec<DynamicSet>) {
     let share = ruleset.pod_share;
     let v6 = ruleset.family == Family::V6;
@@ -220,6 +258,7 @@ fn limits(ruleset: &Ruleset) -> (Vec<RuleSpec>, Vec<DynamicSet>) {
             key,
             limiter,
             limit: ShareLimit::Rate,
+            remember_in: None,
         }));
         let (key_type, key_len) = if rate.per_destination {
             let types = [address_type, address_type, wire::TYPE_INET_SERVICE];
@@ -240,19 +279,23 @@ fn limits(ruleset: &Ruleset) -> (Vec<RuleSpec>, Vec<DynamicSet>) {
             v6,
             per_destination: false,
         };
+        limit.push(remembered_refusal(v6, ShareLimit::Connections));
         limit.push(counted_refusal(LimitRule {
             set: CONN_SET,
             key,
             limiter: Limiter::CountOver(count),
             limit: ShareLimit::Connections,
+            remember_in: Some(FULL_SET),
         }));
-        sets.push(DynamicSet {
-            name: CONN_SET.into(),
-            key_type: address_type,
-            key_len: address_len,
-            timeout_ms: None,
-            size: SET_SIZE,
-        });
+        for (name, timeout_ms) in [(CONN_SET, None), (FULL_SET, Some(FULL_TIMEOUT_MS))] {
+            sets.push(DynamicSet {
+                name: name.into(),
+                key_type: address_type,
+                key_len: address_len,
+                timeout_ms,
+                size: SET_SIZE,
+            });
+        }
     }
     (limit, sets)
 }
@@ -281,24 +324,34 @@ impl LiveShare {
         self.hook.is_none() && self.chains.iter().all(Option::is_none) && self.sets.is_empty()
     }
 
-    /// Packets each limit sent to the refusal, by the rule's counter (the rule told by its
+    /// Packets each limit sent to the refusal, by its rules' counters (a rule told by its
     /// comment, so a rule of an older ipmasq, without the log, is counted too).
     pub(crate) fn refused(&self) -> Vec<crate::plan::live::ShareRefusals> {
         use crate::plan::live::ShareRefusals;
         let rules = self.chains[2].as_deref().unwrap_or_default();
-        rules
-            .iter()
-            .filter_map(|rule| {
-                let comment = rule.comment.as_deref()?;
-                let limit = ShareLimit::ALL
-                    .into_iter()
-                    .find(|limit| limit.rule_comment() == comment)?;
-                Some(ShareRefusals {
+        let mut refused: Vec<ShareRefusals> = Vec::new();
+        for rule in rules {
+            let Some(comment) = rule.comment.as_deref() else {
+                continue;
+            };
+            let Some(limit) = ShareLimit::ALL
+                .into_iter()
+                .find(|limit| limit.rule_comment() == comment)
+            else {
+                continue;
+            };
+            let packets = rule.counters.map_or(0, |c| c.packets);
+            // A limit's refusals may come from two rules (the count, and the pods it
+            // remembers over it): one figure per limit.
+            match refused.iter_mut().find(|r| r.limit == limit) {
+                Some(sum) => sum.refused += packets,
+                None => refused.push(ShareRefusals {
                     limit,
-                    refused: rule.counters.map_or(0, |c| c.packets),
-                })
-            })
-            .collect()
+                    refused: packets,
+                }),
+            }
+        }
+        refused
     }
 
     /// The neutral view: None when nothing of the share is in the table.
@@ -378,7 +431,7 @@ pub(super) fn read_share(t: &mut dyn Transport, family: Family) -> Result<LiveSh
                 .collect(),
         );
     }
-    live.sets = read::dynamic_sets(t, family, table, |n| n == RATE_SET || n == CONN_SET)?
+    live.sets = read::dynamic_sets(t, family, table, |n| SETS.contains(&n))?
         .into_iter()
         .map(|(set, flags)| (set, flags.bits()))
         .collect();

@@ -649,10 +649,12 @@ fn limit_rules_without_the_log_differ_and_are_rewritten_with_it() {
         texts,
         [
             "update @pod_rate { ip saddr limit rate over 100/second burst 5 packets } counter log prefix \"ipmasq-share-rate\" group 7373 snaplen 80 goto share_refuse",
-            "add @pod_conn { ip saddr ct count over 200 } counter log prefix \"ipmasq-share-connections\" group 7373 snaplen 80 goto share_refuse",
+            "ip saddr @pod_full counter log prefix \"ipmasq-share-connections\" group 7373 snaplen 80 goto share_refuse",
+            "add @pod_conn { ip saddr ct count over 200 } update @pod_full { ip saddr } counter log prefix \"ipmasq-share-connections\" group 7373 snaplen 80 goto share_refuse",
         ]
     );
-    // The kernel's counts (the fake keeps none): 7 packets refused by each limit.
+    // The kernel's counts (the fake keeps none): 7 packets refused by each rule, so 14 by the
+    // connection limit's two (the pods remembered over it, and the count).
     edit_expressions(&kernel, "share_limit", "counter", &|attrs| {
         let count = |n: u64| n.to_be_bytes().to_vec();
         *attrs = vec![
@@ -661,13 +663,13 @@ fn limit_rules_without_the_log_differ_and_are_rewritten_with_it() {
         ];
         true
     });
-    assert_eq!(limit_rules(&kernel).1, [("rate", 7), ("connections", 7)]);
+    assert_eq!(limit_rules(&kernel).1, [("rate", 7), ("connections", 14)]);
     assert_eq!(drift_left(&kernel, &want), Vec::<String>::new());
 
     edit_expressions(&kernel, "share_limit", "log", &|_| false);
     let (texts, refused) = limit_rules(&kernel);
     assert!(texts.iter().all(|t| !t.contains("log")), "{texts:?}");
-    assert_eq!(refused, [("rate", 7), ("connections", 7)]);
+    assert_eq!(refused, [("rate", 7), ("connections", 14)]);
     let report = nft.sync(&want, false).unwrap();
     let kinds: Vec<&str> = report.differences.iter().map(|d| d.kind.as_str()).collect();
     assert_eq!(kinds, ["share-differs"], "{:?}", report.differences);

@@ -1,7 +1,8 @@
 //! The statements of the pod share as nf_tables expressions, both ways: `ct state new`, a
 //! dynamic set written from the packet path with a stateful expression in each element
 //! (`update @s { ip saddr limit rate over R/second burst B packets }`,
-//! `add @s { ip saddr ct count over N }`, the key optionally `ip saddr . ip daddr . th dport`),
+//! `add @s { ip saddr ct count over N }`, the key optionally `ip saddr . ip daddr . th dport`;
+//! or no expression, the key alone remembered until the set's timeout: `update @s { ip saddr }`),
 //! the refusal's copy to NFLOG (`log prefix "P" group G snaplen S`) and `reject`. The
 //! expressions the crate does not type are written by hand here (`dynset` nests one
 //! expression of its own).
@@ -28,7 +29,13 @@ const DYNSET_OP_UPDATE: u32 = 1;
 const DYNSET_SET_NAME: u16 = 1;
 const DYNSET_OP: u16 = 3;
 const DYNSET_SREG_KEY: u16 = 4;
+const DYNSET_SREG_DATA: u16 = 5;
+const DYNSET_TIMEOUT: u16 = 6;
 const DYNSET_EXPR: u16 = 7;
+const DYNSET_FLAGS: u16 = 9;
+const DYNSET_EXPRESSIONS: u16 = 10;
+/// `NFT_DYNSET_F_INV`: the statement matches when the update fails.
+const DYNSET_F_INV: u32 = 1;
 /// `NFTA_EXPR_NAME`, `NFTA_EXPR_DATA`.
 const EXPR_NAME: u16 = 1;
 const EXPR_DATA: u16 = 2;
@@ -120,7 +127,8 @@ fn nested_expression(name: &str, data: &[(u16, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
-/// The key's loads, then the dynamic set's update with the limiter in each element.
+/// The key's loads, then the dynamic set's update with the limiter in each element (none for
+/// [`Limiter::KeyOnly`]).
 pub(super) fn encode_set_update(set: &str, key: ShareKey, limiter: Limiter, out: &mut Vec<Expr>) {
     let [source, destination, port] = key_registers(key.v6);
     let (saddr, daddr, len) = if key.v6 { (8, 24, 16) } else { (12, 16, 4) };
@@ -132,7 +140,7 @@ pub(super) fn encode_set_update(set: &str, key: ShareKey, limiter: Limiter, out:
     let (op, expression) = match limiter {
         Limiter::RateOver { per_second, burst } => (
             DYNSET_OP_UPDATE,
-            nested_expression(
+            Some(nested_expression(
                 "limit",
                 &[
                     (LIMIT_RATE, u64::from(per_second).to_be_bytes().to_vec()),
@@ -141,30 +149,31 @@ pub(super) fn encode_set_update(set: &str, key: ShareKey, limiter: Limiter, out:
                     (LIMIT_TYPE, be32(LIMIT_PKTS)),
                     (LIMIT_FLAGS, be32(LIMIT_F_INV)),
                 ],
-            ),
+            )),
         ),
         Limiter::CountOver(count) => (
             DYNSET_OP_ADD,
-            nested_expression(
+            Some(nested_expression(
                 "connlimit",
                 &[
                     (CONNLIMIT_COUNT, be32(count)),
                     (CONNLIMIT_FLAGS, be32(CONNLIMIT_F_INV)),
                 ],
-            ),
+            )),
         ),
+        Limiter::KeyOnly => (DYNSET_OP_UPDATE, None),
     };
     let mut name = set.as_bytes().to_vec();
     name.push(0);
-    out.push(other_expr(
-        "dynset",
-        vec![
-            DefaultNla::new(DYNSET_SET_NAME, name),
-            DefaultNla::new(DYNSET_OP, be32(op)),
-            DefaultNla::new(DYNSET_SREG_KEY, be32(u32::from(source))),
-            DefaultNla::new(DYNSET_EXPR | NLA_F_NESTED, expression),
-        ],
-    ));
+    let mut attrs = vec![
+        DefaultNla::new(DYNSET_SET_NAME, name),
+        DefaultNla::new(DYNSET_OP, be32(op)),
+        DefaultNla::new(DYNSET_SREG_KEY, be32(u32::from(source))),
+    ];
+    if let Some(expression) = expression {
+        attrs.push(DefaultNla::new(DYNSET_EXPR | NLA_F_NESTED, expression));
+    }
+    out.push(other_expr("dynset", attrs));
 }
 
 /// `reject with tcp reset`, or ICMP's (ICMPv6's) administratively prohibited.
@@ -270,8 +279,8 @@ pub(super) struct DynsetParts {
     pub limiter: Limiter,
 }
 
-/// The parts of a dynset we write; None for another (a map, a deletion, no or two
-/// expressions).
+/// The parts of a dynset we write; None for another (a map, a deletion, two expressions, or
+/// one we do not write).
 pub(super) fn dynset_of(attrs: &[DefaultNla]) -> Option<DynsetParts> {
     let value = |kind| super::wire::nla_value(attrs, kind);
     let name = value(DYNSET_SET_NAME)?;
@@ -283,7 +292,22 @@ pub(super) fn dynset_of(attrs: &[DefaultNla]) -> Option<DynsetParts> {
         DYNSET_OP_UPDATE => false,
         _ => return None,
     };
-    let limiter = limiter_of(&value(DYNSET_EXPR)?)?;
+    // A map's data, an element timeout of its own, an inverted match or several expressions
+    // make another statement than ours (the kernel dumps a timeout of 0 and the flags).
+    let word = |kind, len: usize| {
+        value(kind).map(|v| v.iter().take(len).fold(0u64, |n, b| n << 8 | u64::from(*b)))
+    };
+    if value(DYNSET_SREG_DATA).is_some()
+        || value(DYNSET_EXPRESSIONS).is_some()
+        || word(DYNSET_TIMEOUT, 8).unwrap_or(0) != 0
+        || word(DYNSET_FLAGS, 4).unwrap_or(0) & u64::from(DYNSET_F_INV) != 0
+    {
+        return None;
+    }
+    let limiter = match value(DYNSET_EXPR) {
+        Some(nested) => limiter_of(&nested)?,
+        None => Limiter::KeyOnly,
+    };
     Some(DynsetParts {
         set,
         add,

@@ -295,8 +295,11 @@ fn set_declared(f: &str, s: &SetMessage) -> Declared {
             _ => None,
         });
         match timeout {
-            Some(ms) => {
+            Some(ms) if ms % 1000 == 0 => {
                 let _ = write!(dynamic, " flags dynamic,timeout ; timeout {}s ;", ms / 1000);
+            }
+            Some(ms) => {
+                let _ = write!(dynamic, " flags dynamic,timeout ; timeout {ms}ms ;");
             }
             None => dynamic.push_str(" flags dynamic ;"),
         }

@@ -45,6 +45,9 @@ pub(crate) enum Limiter {
     RateOver { per_second: u32, burst: u32 },
     /// `ct count over N`: an `add` to the set.
     CountOver(u32),
+    /// No state: the key is remembered until the set's timeout, an `update` of the set
+    /// (`update @pod_full { ip saddr }`).
+    KeyOnly,
 }
 
 /// How a refused connection is told.
@@ -119,7 +122,7 @@ pub(crate) enum Stmt {
     /// `ct state new`.
     CtStateNew,
     /// `update @pod_rate { ip saddr limit rate over 10/second burst 5 packets }`,
-    /// `add @pod_conn { ip saddr ct count over 200 }`.
+    /// `add @pod_conn { ip saddr ct count over 200 }`, `update @pod_full { ip saddr }`.
     SetUpdate {
         set: String,
         key: ShareKey,
@@ -268,7 +271,8 @@ impl fmt::Display for Stmt {
     }
 }
 
-/// `update @set { ip saddr limit rate over ... }`, `add @set { ip saddr ct count over N }`.
+/// `update @set { ip saddr limit rate over ... }`, `add @set { ip saddr ct count over N }`,
+/// `update @set { ip saddr }`.
 fn write_set_update(
     f: &mut fmt::Formatter<'_>,
     set: &str,
@@ -282,12 +286,16 @@ fn write_set_update(
             format!("limit rate over {per_second}/second burst {burst} packets"),
         ),
         Limiter::CountOver(count) => ("add", format!("ct count over {count}")),
+        Limiter::KeyOnly => ("update", String::new()),
     };
     write!(f, "{verb} @{set} {{ {p} saddr ")?;
     if key.per_destination {
         write!(f, ". {p} daddr . th dport ")?;
     }
-    write!(f, "{state} }}")
+    if !state.is_empty() {
+        write!(f, "{state} ")?;
+    }
+    f.write_str("}")
 }
 
 fn write_reject(f: &mut fmt::Formatter<'_>, reject: Reject) -> fmt::Result {
@@ -1378,7 +1386,7 @@ mod tests {
                         group: 7373,
                         snaplen: 80,
                     }),
-                    goto,
+                    goto.clone(),
                 ],
                 "add @pod_rate { ip saddr ct count over 200 } counter log prefix \"ipmasq-share-connections\" group 7373 snaplen 80 goto share_refuse",
             ),
@@ -1389,6 +1397,21 @@ mod tests {
             (
                 vec![Stmt::Reject(Reject::AdminProhibited { v6: false })],
                 "reject with icmp admin-prohibited",
+            ),
+            (
+                vec![
+                    update(false, false, Limiter::CountOver(200)),
+                    Stmt::SetUpdate {
+                        set: "pod_full".into(),
+                        key: ShareKey {
+                            v6: false,
+                            per_destination: false,
+                        },
+                        limiter: Limiter::KeyOnly,
+                    },
+                    goto.clone(),
+                ],
+                "add @pod_rate { ip saddr ct count over 200 } update @pod_full { ip saddr } goto share_refuse",
             ),
         ];
         assert_round_trips(rules);
