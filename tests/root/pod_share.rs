@@ -776,6 +776,22 @@ fn both_families_round_trip_and_clean_up(variant: Backend) {
     }
 }
 
+/// A Python `attempt()` (the script imports `socket`): one TCP connection from the flooder to
+/// the outside's listener, the socket when established, None (the socket closed) when refused.
+fn python_attempt() -> String {
+    format!(
+        "def attempt():\n\
+         \x20   s = socket.socket()\n\
+         \x20   s.bind(('{FLOODER}', 0))\n\
+         \x20   try:\n\
+         \x20       s.connect(('{MASQ_V4}', {PORT}))\n\
+         \x20       return s\n\
+         \x20   except OSError:\n\
+         \x20       s.close()\n\
+         \x20       return None\n"
+    )
+}
+
 /// What the docs say of `connlimit` and a neighbour's rewrite of the filter table, proven: a
 /// pod holds its limit of 5; another program then adds a rule to the filter table; with
 /// iptables-legacy (the whole table replaced) the pod opens 5 more, with iptables-nft (our rule
@@ -797,20 +813,14 @@ fn count_after_a_neighbours_rewrite(variant: Backend) -> u64 {
         &topo.pod,
         &format!(
             "import os, socket, time\n\
-             def attempt():\n\
-             \x20   s = socket.socket()\n\
-             \x20   s.bind(('{FLOODER}', 0))\n\
-             \x20   try:\n\
-             \x20       s.connect(('{MASQ_V4}', {PORT}))\n\
-             \x20       return s\n\
-             \x20   except OSError:\n\
-             \x20       return None\n\
+             {attempt}\
              first = [attempt() for _ in range(7)]\n\
              open('{held}', 'w').write(str(sum(s is not None for s in first)))\n\
              while not os.path.exists('{go}'):\n\
              \x20   time.sleep(0.01)\n\
              second = [attempt() for _ in range(7)]\n\
              print(sum(s is not None for s in first), sum(s is not None for s in second))\n",
+            attempt = python_attempt(),
             held = held.display(),
             go = go.display()
         ),
@@ -859,15 +869,7 @@ fn a_freed_slot_after_the_memory(variant: Backend) -> (u64, bool, u64) {
             "-c",
             &format!(
                 "import socket, struct, time\n\
-                 def attempt():\n\
-                 \x20   s = socket.socket()\n\
-                 \x20   s.bind(('{FLOODER}', 0))\n\
-                 \x20   try:\n\
-                 \x20       s.connect(('{MASQ_V4}', {PORT}))\n\
-                 \x20       return s\n\
-                 \x20   except OSError:\n\
-                 \x20       s.close()\n\
-                 \x20       return None\n\
+                 {attempt}\
                  first = [attempt() for _ in range(6)]\n\
                  held = [s for s in first if s is not None]\n\
                  held[0].setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n\
@@ -878,7 +880,8 @@ fn a_freed_slot_after_the_memory(variant: Backend) -> (u64, bool, u64) {
                  \x20   if back is None:\n\
                  \x20       refused += 1\n\
                  \x20       time.sleep(0.005)\n\
-                 print(len(held), int(back is not None), refused)\n"
+                 print(len(held), int(back is not None), refused)\n",
+                attempt = python_attempt()
             ),
         ],
     );

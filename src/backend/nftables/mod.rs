@@ -6,7 +6,8 @@
 //! (or last full comparison), nothing can have changed and the pass does nothing else.
 //! Otherwise it reads the table back (`live`), compares (`diff`) and repairs with ONE batch:
 //! only the changed elements when only elements differ, else the table's content, keeping the
-//! table and its hook.
+//! table and its hook. On Linux 6.9 and later each batch declares the table held by the
+//! agent's socket (`hold`), so no other process may change it while the agent runs.
 
 mod diff;
 mod hold;
