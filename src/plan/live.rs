@@ -204,6 +204,17 @@ pub struct ShareRefusals {
     pub refused: u64,
 }
 
+impl ShareRefusals {
+    /// Adds one rule's refusals to `tally` under its limit: a limit may refuse by two rules
+    /// (the count, and the pods it remembers over it) and is one figure.
+    pub fn tally(tally: &mut Vec<ShareRefusals>, limit: ShareLimit, refused: u64) {
+        match tally.iter_mut().find(|r| r.limit == limit) {
+            Some(sum) => sum.refused += refused,
+            None => tally.push(ShareRefusals { limit, refused }),
+        }
+    }
+}
+
 /// The pod share's rules as the kernel holds them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LiveShare {

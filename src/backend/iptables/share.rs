@@ -337,16 +337,7 @@ pub(super) fn parse(saved: &str, chains: &ShareChains) -> SavedShare {
                 } else {
                     ShareLimit::Connections
                 };
-                // The connection limit's two rules (the pods remembered over it, the count)
-                // make one figure.
-                let packets = packets.unwrap_or(0);
-                match live.refused.iter_mut().find(|r| r.limit == limit) {
-                    Some(sum) => sum.refused += packets,
-                    None => live.refused.push(ShareRefusals {
-                        limit,
-                        refused: packets,
-                    }),
-                }
+                ShareRefusals::tally(&mut live.refused, limit, packets.unwrap_or(0));
             }
         }
     }

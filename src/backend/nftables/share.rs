@@ -340,16 +340,7 @@ impl LiveShare {
             else {
                 continue;
             };
-            let packets = rule.counters.map_or(0, |c| c.packets);
-            // A limit's refusals may come from two rules (the count, and the pods it
-            // remembers over it): one figure per limit.
-            match refused.iter_mut().find(|r| r.limit == limit) {
-                Some(sum) => sum.refused += packets,
-                None => refused.push(ShareRefusals {
-                    limit,
-                    refused: packets,
-                }),
-            }
+            ShareRefusals::tally(&mut refused, limit, rule.counters.map_or(0, |c| c.packets));
         }
         refused
     }

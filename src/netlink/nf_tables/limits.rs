@@ -285,8 +285,14 @@ pub(super) fn dynset_of(attrs: &[DefaultNla]) -> Option<DynsetParts> {
     let value = |kind| super::wire::nla_value(attrs, kind);
     let name = value(DYNSET_SET_NAME)?;
     let set = String::from_utf8(name.strip_suffix(&[0]).unwrap_or(&name).to_vec()).ok()?;
-    let op = u32::from_be_bytes(value(DYNSET_OP)?.get(..4)?.try_into().ok()?);
-    let key_register = u32::from_be_bytes(value(DYNSET_SREG_KEY)?.get(..4)?.try_into().ok()?);
+    // A number of `len` bytes in network order (None: absent or shorter).
+    let number = |kind, len: usize| {
+        let v = value(kind)?;
+        let bytes = v.get(..len)?;
+        Some(bytes.iter().fold(0u64, |n, b| n << 8 | u64::from(*b)))
+    };
+    let op = u32::try_from(number(DYNSET_OP, 4)?).ok()?;
+    let key_register = u32::try_from(number(DYNSET_SREG_KEY, 4)?).ok()?;
     let add = match op {
         DYNSET_OP_ADD => true,
         DYNSET_OP_UPDATE => false,
@@ -294,13 +300,10 @@ pub(super) fn dynset_of(attrs: &[DefaultNla]) -> Option<DynsetParts> {
     };
     // A map's data, an element timeout of its own, an inverted match or several expressions
     // make another statement than ours (the kernel dumps a timeout of 0 and the flags).
-    let word = |kind, len: usize| {
-        value(kind).map(|v| v.iter().take(len).fold(0u64, |n, b| n << 8 | u64::from(*b)))
-    };
     if value(DYNSET_SREG_DATA).is_some()
         || value(DYNSET_EXPRESSIONS).is_some()
-        || word(DYNSET_TIMEOUT, 8).unwrap_or(0) != 0
-        || word(DYNSET_FLAGS, 4).unwrap_or(0) & u64::from(DYNSET_F_INV) != 0
+        || number(DYNSET_TIMEOUT, 8).unwrap_or(0) != 0
+        || number(DYNSET_FLAGS, 4).unwrap_or(0) & u64::from(DYNSET_F_INV) != 0
     {
         return None;
     }
