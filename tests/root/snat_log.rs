@@ -808,6 +808,8 @@ fn accounted_ends(topo: &Topology, log: &Path, daemon_log: &Path) {
          \x20   u.close()\n\
          print(json.dumps(sent))\n"
     );
+    // The earlier flows' lines are not these flows': an ephemeral port can come round again.
+    let earlier = log_lines(log).len();
     let run = topo.pod.exec(PYTHON, &["-c", &script]);
     assert_eq!(run.code, 0, "accounted flows: {}", run.stderr);
     let sent: std::collections::HashMap<u16, (u64, u64)> =
@@ -821,6 +823,7 @@ fn accounted_ends(topo: &Topology, log: &Path, daemon_log: &Path) {
         let src = endpoint(POD_V4, port);
         log_lines(log)
             .into_iter()
+            .skip(earlier)
             .find(|l| l["event"] == "end" && l["src"] == src.as_str())
     };
     for (&port, &(packets, bytes)) in &sent {
