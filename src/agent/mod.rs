@@ -73,6 +73,14 @@ enum Trigger {
     ForeignChange,
 }
 
+impl Trigger {
+    /// Whether this trigger can follow a change of the config file (or the API's config);
+    /// an address change and a neighbour's commit cannot.
+    fn may_follow_a_config_change(self) -> bool {
+        !matches!(self, Trigger::AddressChanged | Trigger::ForeignChange)
+    }
+}
+
 /// What the event loop asks of the reconcile thread.
 enum Command {
     Pass(Trigger),
@@ -216,7 +224,8 @@ fn reconcile_thread(start: ThreadStart) -> Reconciler {
 }
 
 /// Waits for the next trigger (None: stop); a burst of commands makes one pass. An address
-/// change matters only to a config that names an output address.
+/// change matters only to a config that names an output address; a burst that no config
+/// change can have started leaves the config file unread.
 fn next_trigger(
     reconciler: &mut Reconciler,
     commands: &mpsc::Receiver<Command>,
@@ -232,16 +241,23 @@ fn next_trigger(
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return None,
         }
     };
+    let mut config_may_have_changed = trigger.may_follow_a_config_change();
     loop {
         match commands.try_recv() {
-            Ok(Command::Pass(Trigger::AddressChanged | Trigger::Hangup)) => {
-                reconciler.addresses_may_have_changed();
+            Ok(Command::Pass(also)) => {
+                config_may_have_changed |= also.may_follow_a_config_change();
+                if matches!(also, Trigger::AddressChanged | Trigger::Hangup) {
+                    reconciler.addresses_may_have_changed();
+                }
             }
-            Ok(Command::Pass(_)) => {}
             Ok(Command::Stop) => return None,
-            Err(_) => return Some(trigger),
+            Err(_) => break,
         }
     }
+    if !config_may_have_changed {
+        reconciler.keep_the_config_file_unread();
+    }
+    Some(trigger)
 }
 
 /// After the first sync: the binary's read-only pages that start-up alone used (argument

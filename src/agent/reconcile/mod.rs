@@ -22,9 +22,9 @@ use admission::{Admission, AdmissionInputs};
 use enforce::{Enforcer, RetryNote};
 use node_facts::NodeReader;
 use planner::{PlanInputs, Planner};
-use source::Source;
 #[cfg(test)]
 use source::BLANK_GRACE;
+use source::{Source, SourceRead};
 use status::PassReport;
 use std::time::{Duration, Instant};
 
@@ -83,6 +83,9 @@ pub struct Reconciler {
     planner: Planner,
     enforcer: Enforcer,
     pub status: Status,
+    /// The next pass acts on the config in force without reading the file (see
+    /// [`Reconciler::keep_the_config_file_unread`]).
+    keep_config_file_unread: bool,
 }
 
 impl Reconciler {
@@ -95,13 +98,14 @@ impl Reconciler {
             planner: Planner::default(),
             enforcer: Enforcer::new(backend),
             status: Status::default(),
+            keep_config_file_unread: false,
         }
     }
 
     /// One full pass: read the config's bytes, admit them (parse, check), then (with a config
     /// in force) read the node facts, plan, enforce; then the status.
     pub fn pass(&mut self) -> Pass {
-        let read = self.source.read();
+        let read = self.read_source();
         let label = self.source.label();
         self.admission.admit(
             read,
@@ -125,6 +129,24 @@ impl Reconciler {
         });
         self.status.next_pass_in = self.next_wait();
         result
+    }
+
+    /// What the source holds now, unless this pass keeps the config file unread.
+    fn read_source(&mut self) -> SourceRead {
+        let keep = std::mem::take(&mut self.keep_config_file_unread);
+        if keep && self.source.is_file() && self.admission.config().is_some() {
+            return SourceRead::Nothing;
+        }
+        self.source.read()
+    }
+
+    /// What woke the next pass (a neighbour's commit, an address change) cannot have changed
+    /// the config file: that pass acts on the config in force and leaves the file unread. A
+    /// writer may be mid-way through the file before the watch has told the event loop, and
+    /// the watch starts its own pass once the writer is done. Without a config in force the
+    /// file is read all the same. API mode reads its feed as always.
+    pub fn keep_the_config_file_unread(&mut self) {
+        self.keep_config_file_unread = true;
     }
 
     /// Node facts, plan and enforce, for the config in force.
@@ -737,6 +759,58 @@ mod tests {
 
     fn write(f: &Fixture, text: &str) {
         std::fs::write(f.dir.join("config"), text).unwrap();
+    }
+
+    /// The pass after `burst` (commands queued for the reconcile thread, as one burst).
+    fn pass_after(f: &mut Fixture, burst: &[crate::agent::Trigger]) -> Pass {
+        let (commands, queue) = std::sync::mpsc::channel();
+        for &trigger in burst {
+            commands.send(crate::agent::Command::Pass(trigger)).unwrap();
+        }
+        let woke = crate::agent::next_trigger(&mut f.reconciler, &queue);
+        assert_eq!(
+            woke.map(|t| format!("{t:?}")),
+            Some(format!("{:?}", burst[0]))
+        );
+        f.reconciler.pass()
+    }
+
+    /// A pass that a neighbour's commit or an address change woke acts on the config in force
+    /// and leaves the file unread (a writer may be mid-way); a burst that also holds a trigger
+    /// a config change can start reads it, and so does a reconciler without a config yet.
+    #[test]
+    fn a_pass_no_config_change_woke_leaves_the_config_file_unread() {
+        use crate::agent::Trigger;
+        let mut f = fixture("unread");
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        f.reconciler.keep_the_config_file_unread();
+        assert!(
+            matches!(f.reconciler.pass(), Pass::Synced(_)),
+            "no config yet: read"
+        );
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+
+        write(&f, "nonMasqueradeCIDRs: [100.64\n");
+        assert!(matches!(
+            pass_after(&mut f, &[Trigger::ForeignChange, Trigger::AddressChanged]),
+            Pass::Synced(_)
+        ));
+        assert!(
+            f.reconciler.rejection().is_none(),
+            "the half-written file was read"
+        );
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
+
+        write(&f, "nonMasqueradeCIDRs: [100.64.0.0/10]\n");
+        pass_after(&mut f, &[Trigger::ForeignChange, Trigger::ConfigChanged]);
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "100.64.0.0/10"]);
+
+        write(&f, "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+        pass_after(&mut f, &[Trigger::ForeignChange]);
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "100.64.0.0/10"]);
+        // Once only: the next pass reads the file again.
+        f.reconciler.pass();
+        assert_eq!(cidr_rules(&f), ["169.254.0.0/16", "10.0.0.0/8"]);
     }
 
     /// The non-masquerade CIDRs of the installed IPv4 ruleset.

@@ -116,6 +116,11 @@ impl Source {
         }
     }
 
+    /// Whether the config comes from a file or a directory (not the API).
+    pub fn is_file(&self) -> bool {
+        matches!(self, Source::Files(_))
+    }
+
     /// Reads the config's bytes, when there is something new to read.
     pub fn read(&mut self) -> SourceRead {
         match self {
