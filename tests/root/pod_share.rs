@@ -792,19 +792,35 @@ fn python_attempt() -> String {
     )
 }
 
+/// A pod limited to 5 connections by `variant`, and a listener outside to hold them with.
+struct LimitedTo5 {
+    /// Declared first, so stopped before the namespaces go.
+    _listener: Background,
+    topo: Topology,
+}
+
+fn limited_to_5_connections(variant: Backend) -> LimitedTo5 {
+    let topo = topology();
+    let listener = tcp_listener(&topo);
+    apply(
+        &topo,
+        variant,
+        "nonMasqueradeCIDRs: [198.51.100.0/24]\npodConnectionLimit: 5\n",
+    );
+    LimitedTo5 {
+        _listener: listener,
+        topo,
+    }
+}
+
 /// What the docs say of `connlimit` and a neighbour's rewrite of the filter table, proven: a
 /// pod holds its limit of 5; another program then adds a rule to the filter table; with
 /// iptables-legacy (the whole table replaced) the pod opens 5 more, with iptables-nft (our rule
 /// untouched) none (the pods remembered over the count emptied first: that memory outlives
 /// either rewrite).
 fn count_after_a_neighbours_rewrite(variant: Backend) -> u64 {
-    let topo = topology();
-    let _listener = tcp_listener(&topo);
-    apply(
-        &topo,
-        variant,
-        "nonMasqueradeCIDRs: [198.51.100.0/24]\npodConnectionLimit: 5\n",
-    );
+    let limited = limited_to_5_connections(variant);
+    let topo = &limited.topo;
     let go = scratch_file("share-go", "");
     std::fs::remove_file(&go).unwrap();
     let held = scratch_file("share-held", "");
@@ -856,13 +872,8 @@ fn count_after_a_neighbours_rewrite(variant: Backend) -> u64 {
 /// through: the freed slot is the pod's again. Returns the connections held at first, whether
 /// the pod got its slot back, and the attempts refused in between.
 fn a_freed_slot_after_the_memory(variant: Backend) -> (u64, bool, u64) {
-    let topo = topology();
-    let _listener = tcp_listener(&topo);
-    apply(
-        &topo,
-        variant,
-        "nonMasqueradeCIDRs: [198.51.100.0/24]\npodConnectionLimit: 5\n",
-    );
+    let limited = limited_to_5_connections(variant);
+    let topo = &limited.topo;
     let run = topo.pod.exec(
         PYTHON,
         &[
